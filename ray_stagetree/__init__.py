@@ -1,0 +1,82 @@
+"""ray_stagetree: hyper-parameter optimization on Ray Tune where trials that
+share a prefix of their hyper-parameter sequences train it once.
+
+The planning core (sequences, search plan, stage trees, execution policies)
+imports no Ray and starts nothing.
+"""
+
+from ray_stagetree.config import TrialConfig
+from ray_stagetree.cost import CostModel
+from ray_stagetree.merge import kwise_merge_rate, merge_rate
+from ray_stagetree.plan import CheckpointInfo, PlanNode, Request, RequestState, SearchPlan
+from ray_stagetree.policy import (
+    BreadthFirstPolicy,
+    CriticalPathPolicy,
+    ExecutionPolicy,
+    StageBatch,
+    ThroughputPolicy,
+    get_policy,
+)
+from ray_stagetree.sequences import (
+    Concat,
+    Constant,
+    Cosine,
+    CyclicLR,
+    Exponential,
+    InverseSqrt,
+    Linear,
+    MultiStep,
+    OneCycle,
+    Polynomial,
+    Sequence,
+    Step,
+    Values,
+    Warmup,
+    as_sequence,
+    from_json,
+)
+from ray_stagetree.stage_tree import Source, Stage, StageTree, build_stage_tree
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # sequences
+    "Sequence",
+    "Constant",
+    "Exponential",
+    "Step",
+    "MultiStep",
+    "CyclicLR",
+    "Cosine",
+    "Warmup",
+    "Linear",
+    "OneCycle",
+    "Polynomial",
+    "InverseSqrt",
+    "Values",
+    "Concat",
+    "as_sequence",
+    "from_json",
+    # planning
+    "TrialConfig",
+    "SearchPlan",
+    "PlanNode",
+    "Request",
+    "RequestState",
+    "CheckpointInfo",
+    "build_stage_tree",
+    "StageTree",
+    "Stage",
+    "Source",
+    # execution policies
+    "ExecutionPolicy",
+    "CriticalPathPolicy",
+    "ThroughputPolicy",
+    "BreadthFirstPolicy",
+    "StageBatch",
+    "get_policy",
+    "CostModel",
+    # accounting
+    "merge_rate",
+    "kwise_merge_rate",
+]

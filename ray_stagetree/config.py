@@ -1,0 +1,169 @@
+"""Trial configurations as the planner sees them.
+
+A user's config is a (possibly nested) dict. The planner splits it into
+
+* *tunable* values: every `Sequence` and every plain scalar (number, string,
+  bool). A plain scalar is a constant sequence, so a trial whose plain
+  ``lr=0.1`` is later changed by PBT to a sequence still shares its prefix.
+* *static* values: everything else (lists, ``None``, nested structures that are
+  not dicts). They must be equal for two trials to share anything, so they go
+  into the key of the plan's roots, canonicalised as JSON.
+
+Nested dicts are flattened with ``/`` (Tune's separator), so
+``{"optim": {"lr": Exponential(...)}}`` has the tunable ``"optim/lr"``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+from ray_stagetree.sequences import Sequence, as_sequence, from_json, is_sequence_spec
+
+PATH_SEPARATOR = "/"
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, str)) and not (
+        isinstance(value, float) and not math.isfinite(value)
+    )
+
+
+def _flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in config.items():
+        if not isinstance(key, str):
+            raise TypeError(
+                f"config keys must be strings, got {key!r} ({type(key).__name__}) "
+                f"under {prefix or 'the top level'!r}"
+            )
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and not is_sequence_spec(value):
+            yield from _flatten(value, path + PATH_SEPARATOR)
+        else:
+            yield path, value
+
+
+def _static_json(path: str, value: Any) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"config[{path!r}] = {value!r} cannot be stored declaratively ({error}). "
+            "ray_stagetree persists configurations as JSON: use numbers, strings, "
+            "bools, lists, dicts or sequences, and pass other objects with "
+            "tune.with_parameters(...)."
+        ) from None
+
+
+@dataclass(frozen=True, eq=False)
+class TrialConfig:
+    """A trial's configuration split for planning.
+
+    Parameters
+    ----------
+    names:
+        Flattened paths of the tunable values, sorted.
+    sequences:
+        One `Sequence` per name, in the same order.
+    static_key:
+        Canonical JSON of the static values (plus the study key): trials with
+        different keys never share a plan root.
+    declared:
+        The names the user gave as sequences (the rest were plain scalars).
+    """
+
+    names: tuple[str, ...]
+    sequences: tuple[Sequence, ...]
+    static_key: str
+    declared: frozenset[str] = field(default_factory=frozenset)
+    static: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], study: str = "default") -> "TrialConfig":
+        """Split ``config``; raises a ValueError naming any value that cannot be planned."""
+        if isinstance(config, TrialConfig):
+            return config
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config must be a dict, got {type(config).__name__}: {config!r}")
+        tunable: dict[str, Sequence] = {}
+        static: dict[str, Any] = {}
+        declared = set()
+        for path, value in _flatten(config):
+            if isinstance(value, Sequence) or is_sequence_spec(value):
+                sequence = value if isinstance(value, Sequence) else from_json(value)
+                if not sequence.is_resolved:
+                    raise ValueError(
+                        f"config[{path!r}] = {sequence!r} still holds Tune search-space "
+                        "domains; draw trials with ray_stagetree.searchers.generate_trials "
+                        "(or the Tuner) before planning them."
+                    )
+                tunable[path] = sequence
+                declared.add(path)
+            elif _is_scalar(value):
+                tunable[path] = as_sequence(value)
+            else:
+                _static_json(path, value)
+                static[path] = value
+        names = tuple(sorted(tunable))
+        key = json.dumps({"study": study, "static": static}, sort_keys=True)
+        return cls(
+            names=names,
+            sequences=tuple(tunable[name] for name in names),
+            static_key=key,
+            declared=frozenset(declared),
+            static=static,
+        )
+
+    def first_difference(self, other: "TrialConfig", stop: int, start: int = 0) -> int | None:
+        """First iteration in ``[start, stop)`` where the trials observe different values."""
+        if self is other:
+            return None
+        if self.static_key != other.static_key or self.names != other.names:
+            return start if start < stop else None
+        earliest = None
+        for mine, theirs in zip(self.sequences, other.sequences):
+            if mine is theirs:
+                continue
+            difference = mine.first_difference(theirs, stop, start)
+            if difference is not None:
+                earliest = stop = difference
+                if difference == start:
+                    break
+        return earliest
+
+    def values_at(self, iteration: int) -> tuple:
+        """The tunable values at one iteration, in `names` order (hashable)."""
+        return tuple(sequence.value(iteration) for sequence in self.sequences)
+
+    def hparams_at(self, iteration: int) -> dict[str, Any]:
+        """Values of the user-declared sequences at one iteration, by flattened name."""
+        return {
+            name: sequence.value(iteration)
+            for name, sequence in zip(self.names, self.sequences)
+            if name in self.declared
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """Flattened declarative form: sequences as their JSON, static values as given."""
+        out: dict[str, Any] = dict(self.static)
+        for name, sequence in zip(self.names, self.sequences):
+            out[name] = sequence.to_json() if name in self.declared else sequence.value(0)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], study: str = "default") -> "TrialConfig":
+        return cls.from_config(unflatten(data), study=study)
+
+
+def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Rebuild the nested dict a trainable expects from ``/``-separated paths."""
+    nested: dict[str, Any] = {}
+    for path, value in flat.items():
+        *parents, leaf = path.split(PATH_SEPARATOR)
+        level = nested
+        for part in parents:
+            level = level.setdefault(part, {})
+        level[leaf] = value
+    return nested

@@ -1,0 +1,106 @@
+"""Per-iteration cost estimates for the execution policy (thesis section 5.2).
+
+Hyper-parameters change how long an iteration takes (a larger batch size means
+fewer, longer steps), so the estimate is a linear regression of observed
+seconds per iteration on the stage's hyper-parameter values: numeric values
+enter as their mean over the stage, categorical ones as one-hot fractions.
+Because the model is linear, the mean over a stage predicts the stage's mean
+cost exactly, however the values change inside it. With no observations every
+iteration costs one unit, as in the thesis.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ray_stagetree.plan import PlanNode, SearchPlan
+
+
+def stage_features(node: "PlanNode", start: int, stop: int) -> dict[str, float]:
+    """Mean hyper-parameter values of ``node`` over ``[start, stop)``."""
+    features: dict[str, float] = {}
+    for name, sequence in zip(node.config.names, node.config.sequences):
+        values = sequence.values(start, stop)
+        if values.dtype.kind in "biuf":
+            features[name] = float(values.mean())
+        else:
+            for value, count in zip(*np.unique(values.astype(str), return_counts=True)):
+                features[f"{name}={value}"] = count / len(values)
+    return features
+
+
+class CostModel:
+    """Seconds per iteration, fitted to a plan's recorded timings.
+
+    Parameters
+    ----------
+    default_seconds_per_iteration:
+        Estimate used before any timing is recorded.
+    ridge:
+        L2 penalty keeping the fit stable when features are collinear or the
+        observations are few.
+
+    Example
+    -------
+    >>> model = CostModel().fit(plan)          # doctest: +SKIP
+    >>> model.stage_seconds(node, 0, 100)      # doctest: +SKIP
+    """
+
+    def __init__(self, default_seconds_per_iteration: float = 1.0, ridge: float = 1e-3) -> None:
+        if not default_seconds_per_iteration > 0:
+            raise ValueError(
+                f"default_seconds_per_iteration must be > 0, got {default_seconds_per_iteration!r}"
+            )
+        if not ridge >= 0:
+            raise ValueError(f"ridge must be >= 0, got {ridge!r}")
+        self.default_seconds_per_iteration = float(default_seconds_per_iteration)
+        self.ridge = float(ridge)
+        self._feature_names: list[str] = []
+        self._coefficients: np.ndarray | None = None
+        self._floor = self.default_seconds_per_iteration
+        self._fitted_on = 0
+
+    @property
+    def is_fitted(self) -> bool:
+        return self._coefficients is not None
+
+    def fit(self, plan: "SearchPlan") -> "CostModel":
+        """Regress seconds per iteration on stage features; refits only when
+        new timings arrived."""
+        timings = plan.timings
+        if len(timings) == self._fitted_on:
+            return self
+        self._fitted_on = len(timings)
+        rows = [stage_features(plan.nodes[t.node_id], t.start, t.stop) for t in timings]
+        targets = np.array([t.seconds / (t.stop - t.start) for t in timings])
+        names = sorted({name for row in rows for name in row})
+        design = np.array([[1.0] + [row.get(name, 0.0) for name in names] for row in rows])
+        # Centre features so the ridge penalty shrinks slopes, never the mean cost.
+        means = design[:, 1:].mean(axis=0)
+        scales = design[:, 1:].std(axis=0)
+        scales[scales == 0] = 1.0
+        design[:, 1:] = (design[:, 1:] - means) / scales
+        penalty = self.ridge * np.eye(design.shape[1])
+        penalty[0, 0] = 0.0
+        solution = np.linalg.solve(design.T @ design + penalty, design.T @ targets)
+        self._feature_names = names
+        self._means, self._scales = means, scales
+        self._coefficients = solution
+        # A linear fit can extrapolate below zero; no iteration is free.
+        self._floor = max(float(targets.min()) * 0.1, 1e-9)
+        return self
+
+    def seconds_per_iteration(self, node: "PlanNode", start: int, stop: int) -> float:
+        if self._coefficients is None:
+            return self.default_seconds_per_iteration
+        features = stage_features(node, start, stop)
+        x = np.array([features.get(name, 0.0) for name in self._feature_names])
+        x = (x - self._means) / self._scales
+        prediction = self._coefficients[0] + float(x @ self._coefficients[1:])
+        return max(prediction, self._floor)
+
+    def stage_seconds(self, node: "PlanNode", start: int, stop: int) -> float:
+        return (stop - start) * self.seconds_per_iteration(node, start, stop)

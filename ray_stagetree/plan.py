@@ -1,0 +1,517 @@
+"""The search plan: the persistent, append-only record of a study.
+
+Thesis section 4.2. A plan is a forest of `PlanNode` objects. A node is one
+trial configuration that takes over from its parent at ``fork_step``: the
+model at ``(node, k)`` was trained with the parent's path for ``fork_step``
+iterations and then with ``node.config`` for iterations ``fork_step .. k-1``.
+A trial is a path from a root, and a request ``(node, k)`` asks for the model
+(and its metrics) after ``k`` iterations of that path.
+
+Adding a trial walks down from the root that matches its iteration-0 values
+and adds at most one node, where the trial first differs from every existing
+path (siblings forking at the same step differ at that step, so the walk never
+branches). Nodes are never removed: paths are invariant to other trials.
+
+The plan also tracks which requests are scheduled (``SCHED``) and the segments
+that running stage batches are training, so a new request that a running batch
+will reach is served by that batch instead of training the prefix again.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping
+
+from ray_stagetree.config import TrialConfig
+
+
+class RequestState(str, enum.Enum):
+    NOT_SCHED = "NOT_SCHED"
+    SCHED = "SCHED"
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """Where a checkpoint lives. ``handle`` is a runtime object (for example a
+    Ray ``ObjectRef``) and is never persisted; the rest is."""
+
+    path: str | None = None
+    size_bytes: int = 0
+    checksum: str | None = None
+    handle: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(eq=False)
+class Request:
+    """Train ``node`` up to ``step`` and report: serves one or more trials."""
+
+    node: "PlanNode"
+    step: int
+    trials: set[str] = field(default_factory=set)
+    state: RequestState = RequestState.NOT_SCHED
+    batch_id: int | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self.step in self.node.metrics
+
+    @property
+    def cancellable(self) -> bool:
+        """A scheduled request whose trials were all removed."""
+        return not self.trials
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(node={self.node.node_id}, step={self.step}, "
+            f"state={self.state.value}, trials={sorted(self.trials)})"
+        )
+
+
+class PlanNode:
+    """One configuration, forked from ``parent`` at ``fork_step``."""
+
+    __slots__ = (
+        "node_id",
+        "config",
+        "parent",
+        "fork_step",
+        "children",
+        "checkpoints",
+        "metrics",
+        "requests",
+        "running",
+        "trials",
+    )
+
+    def __init__(self, node_id: int, config: TrialConfig, parent: "PlanNode | None", fork_step: int):
+        self.node_id = node_id
+        self.config = config
+        self.parent = parent
+        self.fork_step = fork_step
+        self.children: dict[tuple, PlanNode] = {}
+        self.checkpoints: dict[int, CheckpointInfo] = {}
+        self.metrics: dict[int, dict[str, Any]] = {}
+        self.requests: dict[int, Request] = {}
+        # batch id -> (start, stop) segment of this node a running batch trains
+        self.running: dict[int, tuple[int, int]] = {}
+        # trials whose current request is on this node
+        self.trials: set[str] = set()
+
+    def running_batch_through(self, step: int) -> int | None:
+        """A running batch that will reach ``step`` on this node, if any."""
+        for batch_id, (start, stop) in self.running.items():
+            if start < step <= stop:
+                return batch_id
+        return None
+
+    def latest_running_stop(self, before: int) -> tuple[int, int] | None:
+        """``(stop, batch_id)`` of the running segment on this node that ends
+        last before ``before``: a checkpoint that will exist there."""
+        ends = [(stop, batch_id) for batch_id, (_, stop) in self.running.items() if stop < before]
+        return max(ends, default=None)
+
+    def ancestors(self) -> Iterator["PlanNode"]:
+        node = self.parent
+        while node is not None:
+            yield node
+            node = node.parent
+
+    def __repr__(self) -> str:
+        parent = None if self.parent is None else self.parent.node_id
+        return f"PlanNode({self.node_id}, parent={parent}, fork_step={self.fork_step})"
+
+
+@dataclass(eq=False)
+class TrialRecord:
+    trial_id: str
+    config: TrialConfig
+    study: str
+    request: Request
+
+
+@dataclass(eq=False)
+class RunningBatch:
+    """A dispatched stage batch: the segments it trains and the requests it serves."""
+
+    batch_id: int
+    segments: list[tuple[PlanNode, int, int]]
+    requests: list[Request] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Profile of one trained segment, input of the cost model."""
+
+    node_id: int
+    start: int
+    stop: int
+    seconds: float
+
+
+def _check_step(step: Any, name: str = "step") -> int:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ValueError(f"{name} must be an int >= 1 (iterations to train), got {step!r}")
+    return step
+
+
+class SearchPlan:
+    """Append-only tree of configurations with checkpoints, metrics and requests.
+
+    Example
+    -------
+    >>> from ray_stagetree import SearchPlan, MultiStep
+    >>> plan = SearchPlan()
+    >>> a = plan.add_trial("a", {"lr": MultiStep(0.1, [100], 0.1)}, step=200)
+    >>> b = plan.add_trial("b", {"lr": MultiStep(0.1, [150], 0.1)}, step=200)
+    >>> plan.unique_iterations(), plan.total_iterations()
+    (300, 400)
+    """
+
+    def __init__(self) -> None:
+        self.nodes: list[PlanNode] = []
+        self.trials: dict[str, TrialRecord] = {}
+        self.timings: list[Timing] = []
+        self._roots: dict[tuple, PlanNode] = {}
+        self._batches: dict[int, RunningBatch] = {}
+        self._next_batch_id = 0
+
+    # -- structure ---------------------------------------------------------
+
+    @property
+    def roots(self) -> list[PlanNode]:
+        return list(self._roots.values())
+
+    def node(self, node_id: int) -> PlanNode:
+        try:
+            return self.nodes[node_id]
+        except (IndexError, TypeError):
+            raise KeyError(f"no plan node with id {node_id!r} (the plan has {len(self.nodes)})") from None
+
+    def _new_node(self, config: TrialConfig, parent: PlanNode | None, fork_step: int) -> PlanNode:
+        node = PlanNode(len(self.nodes), config, parent, fork_step)
+        self.nodes.append(node)
+        return node
+
+    def locate(self, config: TrialConfig, step: int) -> PlanNode:
+        """The node that trains iteration ``step - 1`` of ``config``, adding at most one node."""
+        root_key = (config.static_key, config.values_at(0))
+        node = self._roots.get(root_key)
+        if node is None:
+            node = self._roots[root_key] = self._new_node(config, None, 0)
+            return node
+        while True:
+            fork = config.first_difference(node.config, step, node.fork_step)
+            if fork is None:
+                return node
+            child_key = (fork, config.values_at(fork))
+            child = node.children.get(child_key)
+            if child is None:
+                child = node.children[child_key] = self._new_node(config, node, fork)
+                return child
+            node = child
+
+    # -- trials --------------------------------------------------------------
+
+    def add_trial(
+        self,
+        trial_id: str,
+        config: Mapping[str, Any] | TrialConfig,
+        step: int,
+        study: str = "default",
+    ) -> Request:
+        """Ask for ``config`` trained ``step`` iterations; returns the request serving it.
+
+        If the plan already holds metrics for that point, ``request.answered`` is
+        true at once and nothing needs to train.
+        """
+        if trial_id in self.trials:
+            raise ValueError(f"trial {trial_id!r} is already in the plan; use extend_trial")
+        _check_step(step)
+        trial_config = TrialConfig.from_config(config, study=study)
+        request = self._request(trial_id, trial_config, step)
+        self.trials[trial_id] = TrialRecord(trial_id, trial_config, study, request)
+        return request
+
+    def extend_trial(self, trial_id: str, step: int) -> Request:
+        """Move a trial's request to another step (continue, or evaluate earlier)."""
+        record = self._record(trial_id)
+        _check_step(step)
+        self._detach(record)
+        record.request = self._request(trial_id, record.config, step)
+        return record.request
+
+    def remove_trial(self, trial_id: str) -> None:
+        """Drop a trial. Its unscheduled request goes; a scheduled one that no
+        other trial needs becomes cancellable. Other trials are unaffected."""
+        self._detach(self._record(trial_id))
+        del self.trials[trial_id]
+
+    def _record(self, trial_id: str) -> TrialRecord:
+        try:
+            return self.trials[trial_id]
+        except KeyError:
+            raise KeyError(f"trial {trial_id!r} is not in the plan") from None
+
+    def _request(self, trial_id: str, config: TrialConfig, step: int) -> Request:
+        node = self.locate(config, step)
+        request = node.requests.get(step)
+        if request is None:
+            request = Request(node, step)
+            if not request.answered:
+                node.requests[step] = request
+                batch_id = node.running_batch_through(step)
+                if batch_id is not None:
+                    self._attach_to_batch(request, batch_id)
+        request.trials.add(trial_id)
+        node.trials.add(trial_id)
+        return request
+
+    def _detach(self, record: TrialRecord) -> None:
+        request = record.request
+        request.trials.discard(record.trial_id)
+        request.node.trials.discard(record.trial_id)
+        if not request.trials and request.state is RequestState.NOT_SCHED:
+            request.node.requests.pop(request.step, None)
+
+    def open_requests(self) -> Iterator[Request]:
+        """Requests not yet answered (both states)."""
+        for node in self.nodes:
+            yield from node.requests.values()
+
+    def path(self, trial_id: str) -> list[PlanNode]:
+        """Root-to-node path of a trial's current request."""
+        node = self._record(trial_id).request.node
+        return [*reversed(list(node.ancestors())), node]
+
+    def history(self, trial_id: str) -> dict[int, dict[str, Any]]:
+        """Metrics the plan holds for a trial, by step, up to its request."""
+        request = self._record(trial_id).request
+        out: dict[int, dict[str, Any]] = {}
+        path = self.path(trial_id)
+        for node, successor in zip(path, path[1:] + [None]):
+            upper = request.step if successor is None else successor.fork_step
+            out.update(
+                (step, metrics) for step, metrics in node.metrics.items() if node.fork_step < step <= upper
+            )
+        return dict(sorted(out.items()))
+
+    def trials_through(self, node: PlanNode, step: int) -> set[str]:
+        """Live trials whose path passes through ``(node, step)``."""
+        found = {
+            trial_id for trial_id in node.trials if self.trials[trial_id].request.step >= step
+        }
+        pending = [child for child in node.children.values() if child.fork_step >= step]
+        while pending:
+            current = pending.pop()
+            found |= current.trials
+            pending.extend(current.children.values())
+        return found
+
+    # -- results from the runtime ----------------------------------------------
+
+    def record_metrics(self, node_id: int, step: int, metrics: Mapping[str, Any]) -> list[Request]:
+        """Store metrics of ``(node, step)``; returns the requests this answers."""
+        node = self.node(node_id)
+        node.metrics[step] = dict(metrics)
+        request = node.requests.pop(step, None)
+        if request is None:
+            return []
+        if request.batch_id is not None and request.batch_id in self._batches:
+            self._batches[request.batch_id].requests.remove(request)
+        return [request]
+
+    def record_checkpoint(self, node_id: int, step: int, info: CheckpointInfo) -> None:
+        node = self.node(node_id)
+        if not node.fork_step < step:
+            raise ValueError(
+                f"a checkpoint of node {node_id} must be after its fork step {node.fork_step}, got {step}"
+            )
+        node.checkpoints[step] = info
+
+    def drop_checkpoint(self, node_id: int, step: int) -> None:
+        """Forget a checkpoint (lost, corrupt, or evicted with no stored copy):
+        the next stage tree trains from the previous one instead."""
+        self.node(node_id).checkpoints.pop(step, None)
+
+    def record_timing(self, node_id: int, start: int, stop: int, seconds: float) -> None:
+        self.node(node_id)
+        if stop <= start or not seconds >= 0:
+            raise ValueError(f"timing needs start < stop and seconds >= 0, got {start}, {stop}, {seconds}")
+        self.timings.append(Timing(node_id, start, stop, float(seconds)))
+
+    # -- scheduling state -----------------------------------------------------
+
+    def mark_scheduled(self, segments: Iterable[tuple[PlanNode, int, int]]) -> int:
+        """Register a dispatched stage batch by its ``(node, start, stop)``
+        segments; every open request on them becomes ``SCHED``. Returns the
+        batch id the runtime reports back with."""
+        batch_id = self._next_batch_id
+        self._next_batch_id += 1
+        batch = self._batches[batch_id] = RunningBatch(batch_id, list(segments))
+        for node, start, stop in batch.segments:
+            node.running[batch_id] = (start, stop)
+            for step, request in node.requests.items():
+                if start < step <= stop and request.state is RequestState.NOT_SCHED:
+                    self._attach_to_batch(request, batch_id)
+        return batch_id
+
+    def _attach_to_batch(self, request: Request, batch_id: int) -> None:
+        request.state = RequestState.SCHED
+        request.batch_id = batch_id
+        self._batches[batch_id].requests.append(request)
+
+    def _batch(self, batch_id: int) -> "RunningBatch":
+        try:
+            return self._batches[batch_id]
+        except KeyError:
+            raise KeyError(f"no running batch {batch_id!r}") from None
+
+    def release_batch(self, batch_id: int) -> list[Request]:
+        """The batch ended (finished, failed or pre-empted). Its unanswered
+        requests go back to ``NOT_SCHED`` (or away, if no trial needs them);
+        returns those that need training again."""
+        batch = self._batch(batch_id)
+        del self._batches[batch_id]
+        for node, _, _ in batch.segments:
+            node.running.pop(batch_id, None)
+        again = []
+        for request in batch.requests:
+            request.state, request.batch_id = RequestState.NOT_SCHED, None
+            if request.answered:
+                continue
+            if request.trials:
+                again.append(request)
+            else:
+                request.node.requests.pop(request.step, None)
+        return again
+
+    @property
+    def running_batches(self) -> list[int]:
+        return list(self._batches)
+
+    def _needed_points(self, batch_id: int) -> list[tuple[PlanNode, int, bool]]:
+        """``(node, step, is_fork)`` points of a running batch that live trials
+        need: their requests, and fork points towards their requests."""
+        points = []
+        for node, start, stop in self._batch(batch_id).segments:
+            points += [
+                (node, step, False)
+                for step, request in node.requests.items()
+                if start < step <= stop and request.trials
+            ]
+            points += [
+                (node, child.fork_step, True)
+                for child in node.children.values()
+                if start < child.fork_step <= stop and self._has_live_request(child)
+            ]
+        return points
+
+    def needed_until(self, batch_id: int) -> tuple[PlanNode, int] | None:
+        """The furthest point of a running batch that some live trial still
+        needs; None when nothing is, and the batch can be pre-empted at once."""
+        segments = self._batch(batch_id).segments
+        position = {node.node_id: index for index, (node, _, _) in enumerate(segments)}
+        points = [
+            (node, step)
+            for node, step, is_fork in self._needed_points(batch_id)
+            if not (is_fork and step in node.checkpoints)
+        ]
+        if not points:
+            return None
+        return max(points, key=lambda point: (position[point[0].node_id], point[1]))
+
+    def checkpoints_needed(self, batch_id: int) -> list[tuple[PlanNode, int]]:
+        """Fork points on a running batch that other trials start from and that
+        have no checkpoint yet, plus the batch's end. Trials added after the
+        batch was dispatched can add points: the runtime asks again."""
+        segments = self._batch(batch_id).segments
+        forks = {
+            (node.node_id, step): (node, step)
+            for node, step, is_fork in self._needed_points(batch_id)
+            if is_fork and step not in node.checkpoints
+        }
+        last_node, _, last_stop = segments[-1]
+        forks.setdefault((last_node.node_id, last_stop), (last_node, last_stop))
+        return sorted(forks.values(), key=lambda point: (point[0].fork_step, point[1]))
+
+    @staticmethod
+    def _has_live_request(node: PlanNode) -> bool:
+        pending = [node]
+        while pending:
+            current = pending.pop()
+            if any(request.trials for request in current.requests.values()):
+                return True
+            pending.extend(current.children.values())
+        return False
+
+    # -- accounting -------------------------------------------------------------
+
+    def total_iterations(self) -> int:
+        """Iterations trial-by-trial execution would run for the live trials."""
+        return sum(record.request.step for record in self.trials.values())
+
+    def unique_iterations(self) -> int:
+        """Iterations needed to serve every live trial when prefixes are shared."""
+        extent: dict[int, int] = {}
+        for record in self.trials.values():
+            node, step = record.request.node, record.request.step
+            while step > extent.get(node.node_id, node.fork_step):
+                extent[node.node_id] = step
+                if node.parent is None:
+                    break
+                node, step = node.parent, node.fork_step
+        return sum(stop - self.nodes[node_id].fork_step for node_id, stop in extent.items())
+
+    # -- persistence -------------------------------------------------------------
+
+    def save(self, url: str, storage_filesystem: Any = None) -> None:
+        """Write the plan as Parquet tables under ``url`` (any fsspec URL)."""
+        from ray_stagetree import plan_io
+
+        plan_io.save(self, url, storage_filesystem)
+
+    @classmethod
+    def load(cls, url: str, storage_filesystem: Any = None) -> "SearchPlan":
+        """Read a plan written by `save`. Scheduled requests come back unscheduled:
+        no batch survives a restore."""
+        from ray_stagetree import plan_io
+
+        return plan_io.load(url, storage_filesystem)
+
+    def _restore_node(
+        self, node_id: int, config: TrialConfig, parent_id: int | None, fork_step: int
+    ) -> PlanNode:
+        if node_id != len(self.nodes):
+            raise ValueError(f"plan nodes must be restored in id order, got {node_id} after {len(self.nodes) - 1}")
+        parent = None if parent_id is None else self.nodes[parent_id]
+        node = self._new_node(config, parent, fork_step)
+        if parent is None:
+            self._roots[(config.static_key, config.values_at(0))] = node
+        else:
+            parent.children[(fork_step, config.values_at(fork_step))] = node
+        return node
+
+    def _restore_trial(self, trial_id: str, config: TrialConfig, study: str, node_id: int, step: int) -> None:
+        node = self.nodes[node_id]
+        request = node.requests.get(step)
+        if request is None:
+            request = Request(node, step)
+            if not request.answered:
+                node.requests[step] = request
+        request.trials.add(trial_id)
+        node.trials.add(trial_id)
+        self.trials[trial_id] = TrialRecord(trial_id, config, study, request)
+
+    def describe(self) -> str:
+        """A readable dump of the plan, one node per line."""
+        lines = []
+        for node in self.nodes:
+            indent = "  " * sum(1 for _ in node.ancestors())
+            lines.append(
+                f"{indent}H{node.node_id} from {node.fork_step}: "
+                f"ckpt={sorted(node.checkpoints)} metrics={sorted(node.metrics)} "
+                f"requests={[(r.step, r.state.value) for r in node.requests.values()]}"
+            )
+        return "\n".join(lines)
+

@@ -1,0 +1,176 @@
+"""Search plan persistence: one Parquet table per kind of record, via fsspec.
+
+Nothing is pickled: configurations are stored in their declarative JSON form,
+so a plan written by one version can be read (and audited) by anything that
+reads Parquet. Each table is written to a temporary name and moved into place,
+so a crash mid-save leaves the previous table intact.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from ray_stagetree.config import TrialConfig
+from ray_stagetree.plan import CheckpointInfo
+
+if TYPE_CHECKING:
+    from ray_stagetree.plan import SearchPlan
+
+FORMAT = "ray_stagetree.plan"
+VERSION = 1
+
+SCHEMAS = {
+    "nodes": pa.schema(
+        [
+            ("node_id", pa.int64()),
+            ("parent_id", pa.int64()),
+            ("fork_step", pa.int64()),
+            ("study", pa.string()),
+            ("config", pa.string()),
+        ]
+    ),
+    "trials": pa.schema(
+        [
+            ("trial_id", pa.string()),
+            ("node_id", pa.int64()),
+            ("step", pa.int64()),
+            ("study", pa.string()),
+            ("config", pa.string()),
+        ]
+    ),
+    "checkpoints": pa.schema(
+        [
+            ("node_id", pa.int64()),
+            ("step", pa.int64()),
+            ("path", pa.string()),
+            ("size_bytes", pa.int64()),
+            ("checksum", pa.string()),
+        ]
+    ),
+    "metrics": pa.schema([("node_id", pa.int64()), ("step", pa.int64()), ("metrics", pa.string())]),
+    "timings": pa.schema(
+        [("node_id", pa.int64()), ("start", pa.int64()), ("stop", pa.int64()), ("seconds", pa.float64())]
+    ),
+}
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return repr(value)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=_json_default)
+
+
+def resolve_filesystem(url: str, storage_filesystem: Any = None) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and path for ``url``; accepts Tune's
+    ``storage_filesystem`` (pyarrow) or any fsspec filesystem."""
+    if storage_filesystem is None:
+        filesystem, path = fsspec.core.url_to_fs(url)
+    else:
+        filesystem, path = storage_filesystem, url
+    if isinstance(filesystem, pafs.FileSystem):
+        return filesystem, path
+    return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), path
+
+
+def _rows(plan: "SearchPlan") -> dict[str, list[dict[str, Any]]]:
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in SCHEMAS}
+    for node in plan.nodes:
+        rows["nodes"].append(
+            {
+                "node_id": node.node_id,
+                "parent_id": None if node.parent is None else node.parent.node_id,
+                "fork_step": node.fork_step,
+                "study": json.loads(node.config.static_key)["study"],
+                "config": _dumps(node.config.to_json()),
+            }
+        )
+        for step, info in node.checkpoints.items():
+            rows["checkpoints"].append(
+                {
+                    "node_id": node.node_id,
+                    "step": step,
+                    "path": info.path,
+                    "size_bytes": info.size_bytes,
+                    "checksum": info.checksum,
+                }
+            )
+        for step, metrics in node.metrics.items():
+            rows["metrics"].append({"node_id": node.node_id, "step": step, "metrics": _dumps(metrics)})
+    for record in plan.trials.values():
+        rows["trials"].append(
+            {
+                "trial_id": record.trial_id,
+                "node_id": record.request.node.node_id,
+                "step": record.request.step,
+                "study": record.study,
+                "config": _dumps(record.config.to_json()),
+            }
+        )
+    for timing in plan.timings:
+        rows["timings"].append(
+            {"node_id": timing.node_id, "start": timing.start, "stop": timing.stop, "seconds": timing.seconds}
+        )
+    return rows
+
+
+def save(plan: "SearchPlan", url: str, storage_filesystem: Any = None) -> None:
+    filesystem, root = resolve_filesystem(url, storage_filesystem)
+    filesystem.create_dir(root, recursive=True)
+    for name, rows in _rows(plan).items():
+        table = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
+        table = table.replace_schema_metadata({"format": FORMAT, "version": str(VERSION)})
+        final = f"{root}/{name}.parquet"
+        temporary = f"{final}.tmp"
+        pq.write_table(table, temporary, filesystem=filesystem)
+        filesystem.move(temporary, final)
+
+
+def _read(filesystem: pafs.FileSystem, root: str, name: str) -> list[dict[str, Any]]:
+    path = f"{root}/{name}.parquet"
+    if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"no search plan at {root!r}: {name}.parquet is missing")
+    table = pq.read_table(path, filesystem=filesystem)
+    metadata = table.schema.metadata or {}
+    if metadata.get(b"format") != FORMAT.encode():
+        raise ValueError(f"{path!r} is not a ray_stagetree search plan table")
+    if int(metadata.get(b"version", b"0")) > VERSION:
+        raise ValueError(
+            f"{path!r} was written by a newer ray_stagetree (format version "
+            f"{metadata[b'version'].decode()}, this one reads {VERSION}); upgrade to load it"
+        )
+    return table.to_pylist()
+
+
+def load(url: str, storage_filesystem: Any = None) -> "SearchPlan":
+    from ray_stagetree.plan import SearchPlan
+
+    filesystem, root = resolve_filesystem(url, storage_filesystem)
+    plan = SearchPlan()
+    for row in sorted(_read(filesystem, root, "nodes"), key=lambda row: row["node_id"]):
+        config = TrialConfig.from_json(json.loads(row["config"]), study=row["study"])
+        plan._restore_node(row["node_id"], config, row["parent_id"], row["fork_step"])
+    for row in _read(filesystem, root, "checkpoints"):
+        plan.nodes[row["node_id"]].checkpoints[row["step"]] = CheckpointInfo(
+            row["path"], row["size_bytes"], row["checksum"]
+        )
+    for row in _read(filesystem, root, "metrics"):
+        plan.nodes[row["node_id"]].metrics[row["step"]] = json.loads(row["metrics"])
+    for row in _read(filesystem, root, "trials"):
+        config = TrialConfig.from_json(json.loads(row["config"]), study=row["study"])
+        plan._restore_trial(row["trial_id"], config, row["study"], row["node_id"], row["step"])
+    for row in _read(filesystem, root, "timings"):
+        plan.record_timing(row["node_id"], row["start"], row["stop"], row["seconds"])
+    return plan

@@ -1,0 +1,203 @@
+"""Stage trees: the transient scheduling view of a search plan (Algorithm 1).
+
+From the plan's unscheduled requests and its checkpoints, build the stages
+that serve every request exactly once:
+
+1. Walk back from each request to the latest usable starting point: a
+   checkpoint on the same node, the parent's fork point, or initialization.
+   The walk is memoised, so shared prefixes are visited once.
+2. On each node, sort the points reached (requests, fork points of children,
+   starting checkpoints) and cut a stage between each point and the one before
+   it. Stages therefore split exactly at fork points and requested steps.
+
+A point that a running batch will reach is not trained again: stages hanging
+from it wait for that batch (``Stage.waits_for``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
+
+from ray_stagetree.plan import PlanNode, Request, RequestState
+
+if TYPE_CHECKING:
+    import networkx
+
+    from ray_stagetree.plan import SearchPlan
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a root stage starts: ``(node, step)``'s checkpoint, or a fresh
+    model when ``node`` is None."""
+
+    node: PlanNode | None
+    step: int
+
+    @property
+    def is_initialization(self) -> bool:
+        return self.node is None
+
+
+@dataclass(eq=False)
+class Stage:
+    """Train ``node``'s configuration over iterations ``[start, stop)``."""
+
+    node: PlanNode
+    start: int
+    stop: int
+    parent: "Stage | None" = None
+    source: Source | None = None
+    waits_for: int | None = None
+    requests: list[Request] = field(default_factory=list)
+    children: list["Stage"] = field(default_factory=list)
+
+    @property
+    def iterations(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def ready(self) -> bool:
+        """Can start now: a root stage whose source exists."""
+        return self.parent is None and self.waits_for is None
+
+    def __repr__(self) -> str:
+        return f"Stage(H{self.node.node_id}, {self.start}->{self.stop})"
+
+
+@dataclass
+class StageTree:
+    roots: list[Stage]
+    stages: list[Stage]
+
+    @property
+    def iterations(self) -> int:
+        return sum(stage.iterations for stage in self.stages)
+
+    def requests(self) -> Iterator[Request]:
+        for stage in self.stages:
+            yield from stage.requests
+
+    def to_networkx(self) -> "networkx.DiGraph":
+        """The tree as a directed graph of stages (edges parent -> child)."""
+        import networkx
+
+        graph = networkx.DiGraph()
+        for stage in self.stages:
+            graph.add_node(stage, node_id=stage.node.node_id, start=stage.start, stop=stage.stop)
+            if stage.parent is not None:
+                graph.add_edge(stage.parent, stage)
+        return graph
+
+
+def _reach(plan_targets: dict[PlanNode, set[int]], node: PlanNode, step: int, from_request: bool) -> None:
+    """Record that ``(node, step)`` must be reached, and what it needs first."""
+    while True:
+        if not from_request and step in node.checkpoints:
+            return
+        from_request = False
+        targets = plan_targets.setdefault(node, set())
+        if step in targets:
+            return
+        targets.add(step)
+        if node.running_batch_through(step) is not None:
+            return
+        if any(node.fork_step < saved < step for saved in node.checkpoints):
+            return
+        running = node.latest_running_stop(step)
+        if running is not None and running[0] > node.fork_step:
+            return
+        if node.parent is None:
+            return
+        node, step = node.parent, node.fork_step
+
+
+def build_stage_tree(plan: "SearchPlan") -> StageTree:
+    """Stages serving every unscheduled request of ``plan`` that some trial needs."""
+    targets: dict[PlanNode, set[int]] = {}
+    for node in plan.nodes:
+        for step, request in node.requests.items():
+            if request.state is RequestState.NOT_SCHED and request.trials:
+                _reach(targets, node, step, from_request=True)
+
+    stage_at: dict[tuple[int, int], Stage] = {}
+    pending_at: dict[tuple[int, int], int] = {}
+    ordered = sorted(targets.items(), key=lambda item: item[0].fork_step)
+    for node, steps in ordered:
+        for step in steps:
+            batch_id = node.running_batch_through(step)
+            if batch_id is not None:
+                pending_at[(node.node_id, step)] = batch_id
+            else:
+                stage = Stage(node, step, step)
+                request = node.requests.get(step)
+                if request is not None and request.state is RequestState.NOT_SCHED and request.trials:
+                    stage.requests.append(request)
+                stage_at[(node.node_id, step)] = stage
+
+    # Link each stage to the point before it. Parents fork no later than their
+    # children, but the points a stage links to were all created above.
+    stages: list[Stage] = []
+    roots: list[Stage] = []
+    for node, steps in ordered:
+        points = sorted(steps)
+        saved = sorted(step for step in node.checkpoints if step > node.fork_step)
+        for index, step in enumerate(points):
+            stage = stage_at.get((node.node_id, step))
+            if stage is None:
+                continue
+            previous_target = points[index - 1] if index else None
+            position = bisect.bisect_left(saved, step)
+            previous_saved = saved[position - 1] if position else None
+            _link(stage, node, previous_target, previous_saved, stage_at, pending_at)
+            stages.append(stage)
+            if stage.parent is None:
+                roots.append(stage)
+            else:
+                stage.parent.children.append(stage)
+    return StageTree(roots=roots, stages=stages)
+
+
+def _link(
+    stage: Stage,
+    node: PlanNode,
+    previous_target: int | None,
+    previous_saved: int | None,
+    stage_at: dict[tuple[int, int], Stage],
+    pending_at: dict[tuple[int, int], int],
+) -> None:
+    """Connect ``stage`` to the latest point before its stop: a target on its
+    node (parent stage), a checkpoint, the end of a running segment (wait for
+    it), or the parent's fork point."""
+    running = node.latest_running_stop(stage.stop)
+    previous_running = running[0] if running is not None else None
+    candidates = {node.fork_step: "fork"}
+    for point, kind in ((previous_running, "running"), (previous_saved, "saved"), (previous_target, "target")):
+        if point is not None and point >= node.fork_step:
+            candidates[point] = kind
+    start = max(candidates)
+    kind = candidates[start] if start > node.fork_step else "fork"
+    stage.start = start
+    if kind == "saved":
+        stage.source = Source(node, start)
+        return
+    if kind == "running":
+        stage.source, stage.waits_for = Source(node, start), running[1]
+        return
+    if kind == "target":
+        anchor = node
+    elif node.parent is None:
+        stage.source = Source(None, 0)
+        return
+    else:
+        anchor = node.parent
+    key = (anchor.node_id, start)
+    if key in pending_at:
+        stage.waits_for = pending_at[key]
+        stage.source = Source(anchor, start)
+    elif key in stage_at:
+        stage.parent = stage_at[key]
+    else:
+        stage.source = Source(anchor, start)
