@@ -1,0 +1,188 @@
+import pytest
+
+from ray_stagetree import Constant, MultiStep, RequestState, SearchPlan, build_stage_tree
+from ray_stagetree.plan import CheckpointInfo
+from ray_stagetree.policy import CriticalPathPolicy
+
+LR_80 = MultiStep(0.1, [80], 0.1)
+LR_50 = MultiStep(0.1, [50], 0.1)
+
+
+def test_plain_value_is_a_constant_sequence():
+    plan = SearchPlan()
+    a = plan.add_trial("a", {"lr": 0.1, "bs": 128}, 100)
+    b = plan.add_trial("b", {"lr": Constant(0.1), "bs": Constant(128)}, 100)
+    assert a is b and len(plan.nodes) == 1
+
+
+def test_nested_configs_share_by_flattened_path():
+    plan = SearchPlan()
+    a = plan.add_trial("a", {"optim": {"lr": LR_80, "name": "sgd"}}, 100)
+    b = plan.add_trial("b", {"optim": {"lr": LR_50, "name": "sgd"}}, 100)
+    assert b.node.parent is a.node and b.node.fork_step == 50
+
+
+def test_roots_split_on_static_config_and_study_key():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80, "layers": [64, 64]}, 100)
+    plan.add_trial("b", {"lr": LR_80, "layers": [128]}, 100)
+    plan.add_trial("c", {"lr": LR_80, "layers": [64, 64]}, 100, study="other")
+    plan.add_trial("d", {"lr": LR_80, "layers": [64, 64]}, 100)
+    assert len(plan.roots) == 3
+    assert plan.trials["a"].request is plan.trials["d"].request
+
+
+def test_trials_differing_at_iteration_zero_are_separate_roots():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": 0.1}, 10)
+    plan.add_trial("b", {"lr": 0.2}, 10)
+    assert len(plan.roots) == 2 and plan.unique_iterations() == 20
+
+
+def test_adding_a_trial_adds_at_most_one_node_and_follows_longest_match():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": MultiStep(values=(0.1, 0.05, 0.01), milestones=[30, 60])}, 90)
+    plan.add_trial("b", {"lr": MultiStep(values=(0.1, 0.05, 0.02), milestones=[30, 60])}, 90)
+    assert len(plan.nodes) == 2
+    c = plan.add_trial("c", {"lr": MultiStep(values=(0.1, 0.05, 0.02, 0.001), milestones=[30, 60, 80])}, 90)
+    assert len(plan.nodes) == 3
+    # c matches a up to 30, b (node 1, forked at 60) up to 80, and forks from b.
+    assert c.node.parent is plan.nodes[1] and c.node.fork_step == 80
+
+
+def test_known_metrics_answer_a_request_at_once():
+    plan = SearchPlan()
+    request = plan.add_trial("a", {"lr": LR_80}, 100)
+    plan.record_metrics(request.node.node_id, 60, {"loss": 1.5})
+    answered = plan.add_trial("b", {"lr": MultiStep(0.1, [90], 0.1)}, 60)
+    assert answered.answered and answered.node is request.node
+    assert plan.history("b") == {60: {"loss": 1.5}}
+    assert list(plan.open_requests()) == [request]
+
+
+def test_record_metrics_answers_and_fans_out_to_every_trial_of_the_request():
+    plan = SearchPlan()
+    first = plan.add_trial("a", {"lr": LR_80}, 100)
+    plan.add_trial("b", {"lr": LR_80}, 100)
+    (answered,) = plan.record_metrics(first.node.node_id, 100, {"acc": 0.9})
+    assert answered.trials == {"a", "b"} and answered.answered
+    assert not list(plan.open_requests())
+
+
+def test_trials_through_a_point_include_forks_after_it():
+    plan = SearchPlan()
+    root = plan.add_trial("a", {"lr": LR_80}, 100).node
+    plan.add_trial("b", {"lr": LR_50}, 100)
+    plan.add_trial("short", {"lr": LR_80}, 30)
+    assert plan.trials_through(root, 40) == {"a", "b"}
+    assert plan.trials_through(root, 60) == {"a"}
+    assert plan.trials_through(root, 20) == {"a", "b", "short"}
+
+
+def test_remove_unscheduled_trial_drops_its_request():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 100)
+    plan.remove_trial("a")
+    assert not list(plan.open_requests()) and not plan.trials
+    with pytest.raises(KeyError, match="'a' is not in the plan"):
+        plan.remove_trial("a")
+
+
+def test_removing_one_trial_never_cancels_what_another_needs():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 100)
+    plan.add_trial("b", {"lr": LR_80}, 100)
+    (batch,) = CriticalPathPolicy().select(plan, 1)
+    plan.remove_trial("a")
+    assert plan.needed_until(batch.batch_id) == (batch.stages[-1].node, 100)
+    plan.remove_trial("b")
+    (request,) = plan.open_requests()
+    assert request.state is RequestState.SCHED and request.cancellable
+    assert plan.needed_until(batch.batch_id) is None
+    assert plan.release_batch(batch.batch_id) == []
+    assert not list(plan.open_requests())
+
+
+def test_a_fork_keeps_a_batch_needed_up_to_the_fork():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 100)
+    plan.add_trial("b", {"lr": LR_50}, 100)
+    batches = CriticalPathPolicy().select(plan, 2)
+    assert len(batches) == 1, "the fork's branch waits for the shared prefix"
+    (batch,) = batches
+    trunk = batch.stages[0].node
+    running_trial = next(iter(batch.requests[-1].trials))
+    plan.remove_trial(running_trial)
+    # the other trial still needs the prefix up to the fork at 50
+    assert plan.needed_until(batch.batch_id) == (trunk, 50)
+
+
+def test_request_reached_by_a_running_batch_is_served_by_it():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 100)
+    (batch,) = CriticalPathPolicy().select(plan, 1)
+    late = plan.add_trial("late", {"lr": LR_80}, 60)
+    assert late.state is RequestState.SCHED and late.batch_id == batch.batch_id
+    assert build_stage_tree(plan).stages == []
+
+
+def test_fork_from_a_running_batch_waits_for_its_checkpoint():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 100)
+    (batch,) = CriticalPathPolicy().select(plan, 1)
+    plan.add_trial("b", {"lr": LR_50}, 100)
+    (stage,) = build_stage_tree(plan).stages
+    assert (stage.start, stage.waits_for, stage.ready) == (50, batch.batch_id, False)
+    assert [(n.node_id, s) for n, s in plan.checkpoints_needed(batch.batch_id)] == [(0, 50), (0, 100)]
+    assert CriticalPathPolicy().select(plan, 1) == []
+    plan.record_checkpoint(0, 50, CheckpointInfo(path="x"))
+    (stage,) = build_stage_tree(plan).stages
+    assert stage.ready and stage.source.step == 50
+
+
+def test_released_batch_puts_unanswered_requests_back():
+    plan = SearchPlan()
+    request = plan.add_trial("a", {"lr": LR_80}, 100)
+    (batch,) = CriticalPathPolicy().select(plan, 1)
+    assert request.state is RequestState.SCHED
+    plan.record_checkpoint(request.node.node_id, 40, CheckpointInfo(path="x"))
+    assert plan.release_batch(batch.batch_id) == [request]
+    assert request.state is RequestState.NOT_SCHED
+    (stage,) = build_stage_tree(plan).stages
+    assert stage.start == 40, "a failed batch resumes from its latest checkpoint"
+
+
+def test_extend_trial_continues_from_its_checkpoint():
+    plan = SearchPlan()
+    request = plan.add_trial("a", {"lr": LR_80}, 40)
+    plan.record_metrics(request.node.node_id, 40, {"acc": 0.5})
+    plan.record_checkpoint(request.node.node_id, 40, CheckpointInfo(path="x"))
+    longer = plan.extend_trial("a", 100)
+    assert not longer.answered
+    (stage,) = build_stage_tree(plan).stages
+    assert (stage.start, stage.stop) == (40, 100)
+
+
+@pytest.mark.parametrize("step", [0, -1, 1.5, True, "10"])
+def test_bad_step_is_rejected(step):
+    with pytest.raises(ValueError, match="step must be an int >= 1"):
+        SearchPlan().add_trial("a", {"lr": 0.1}, step)
+
+
+def test_bad_configs_are_rejected_with_the_key_named():
+    plan = SearchPlan()
+    with pytest.raises(ValueError, match=r"config\['model'\].*JSON"):
+        plan.add_trial("a", {"model": object()}, 10)
+    with pytest.raises(TypeError, match="config must be a dict"):
+        plan.add_trial("b", [("lr", 0.1)], 10)
+    plan.add_trial("c", {"lr": 0.1}, 10)
+    with pytest.raises(ValueError, match="already in the plan"):
+        plan.add_trial("c", {"lr": 0.1}, 10)
+
+
+def test_checkpoint_must_lie_after_the_fork():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 100)
+    child = plan.add_trial("b", {"lr": LR_50}, 100).node
+    with pytest.raises(ValueError, match="after its fork step 50"):
+        plan.record_checkpoint(child.node_id, 50, CheckpointInfo())
