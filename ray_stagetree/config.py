@@ -15,12 +15,20 @@ Nested dicts are flattened with ``/`` (Tune's separator), so
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from ray_stagetree.sequences import Sequence, as_sequence, from_json, is_sequence_spec
+from ray_stagetree.sequences import (
+    Sequence,
+    as_sequence,
+    first_difference_unchecked,
+    from_json,
+    is_sequence_spec,
+)
 
 PATH_SEPARATOR = "/"
 
@@ -31,6 +39,13 @@ def _is_scalar(value: Any) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def _constant(kind: type, value: Any) -> Sequence:
+    # Plain values repeat across trials (every trial has momentum=0.9): build
+    # each Constant once. The type is part of the key: 1 and 1.0 and True differ.
+    return as_sequence(value)
+
+
 def _flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key, value in config.items():
         if not isinstance(key, str):
@@ -39,7 +54,7 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
                 f"under {prefix or 'the top level'!r}"
             )
         path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and not is_sequence_spec(value):
+        if isinstance(value, dict | Mapping) and not is_sequence_spec(value):
             yield from _flatten(value, path + PATH_SEPARATOR)
         else:
             yield path, value
@@ -102,7 +117,7 @@ class TrialConfig:
                 tunable[path] = sequence
                 declared.add(path)
             elif _is_scalar(value):
-                tunable[path] = as_sequence(value)
+                tunable[path] = _constant(type(value), value)
             else:
                 _static_json(path, value)
                 static[path] = value
@@ -126,7 +141,7 @@ class TrialConfig:
         for mine, theirs in zip(self.sequences, other.sequences):
             if mine is theirs:
                 continue
-            difference = mine.first_difference(theirs, stop, start)
+            difference = first_difference_unchecked(mine, theirs, stop, start)
             if difference is not None:
                 earliest = stop = difference
                 if difference == start:
@@ -134,8 +149,23 @@ class TrialConfig:
         return earliest
 
     def values_at(self, iteration: int) -> tuple:
-        """The tunable values at one iteration, in `names` order (hashable)."""
+        """The tunable values at one iteration, in `names` order."""
         return tuple(sequence.value(iteration) for sequence in self.sequences)
+
+    def observed_at(self, iteration: int) -> tuple:
+        """Hashable key of what a trainable observes at one iteration: equal
+        keys exactly when no value differs in value or type (``128`` and
+        ``128.0`` differ), the rule `first_difference` applies."""
+        return (self.static_key, self.names) + tuple(
+            (type(value), value) for value in self.values_at(iteration)
+        )
+
+    def interned(self, table: dict[Sequence, Sequence]) -> "TrialConfig":
+        """The same config whose sequences are the instances held in ``table``
+        (added if new), so equal sequences are compared by identity and share
+        one value cache."""
+        sequences = tuple(table.setdefault(sequence, sequence) for sequence in self.sequences)
+        return dataclasses.replace(self, sequences=sequences)
 
     def hparams_at(self, iteration: int) -> dict[str, Any]:
         """Values of the user-declared sequences at one iteration, by flattened name."""

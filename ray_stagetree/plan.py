@@ -173,6 +173,7 @@ class SearchPlan:
         self.trials: dict[str, TrialRecord] = {}
         self.timings: list[Timing] = []
         self._roots: dict[tuple, PlanNode] = {}
+        self._sequences: dict = {}
         self._batches: dict[int, RunningBatch] = {}
         self._next_batch_id = 0
 
@@ -195,7 +196,7 @@ class SearchPlan:
 
     def locate(self, config: TrialConfig, step: int) -> PlanNode:
         """The node that trains iteration ``step - 1`` of ``config``, adding at most one node."""
-        root_key = (config.static_key, config.values_at(0))
+        root_key = config.observed_at(0)
         node = self._roots.get(root_key)
         if node is None:
             node = self._roots[root_key] = self._new_node(config, None, 0)
@@ -204,7 +205,7 @@ class SearchPlan:
             fork = config.first_difference(node.config, step, node.fork_step)
             if fork is None:
                 return node
-            child_key = (fork, config.values_at(fork))
+            child_key = (fork, config.observed_at(fork))
             child = node.children.get(child_key)
             if child is None:
                 child = node.children[child_key] = self._new_node(config, node, fork)
@@ -228,7 +229,7 @@ class SearchPlan:
         if trial_id in self.trials:
             raise ValueError(f"trial {trial_id!r} is already in the plan; use extend_trial")
         _check_step(step)
-        trial_config = TrialConfig.from_config(config, study=study)
+        trial_config = TrialConfig.from_config(config, study=study).interned(self._sequences)
         request = self._request(trial_id, trial_config, step)
         self.trials[trial_id] = TrialRecord(trial_id, trial_config, study, request)
         return request
@@ -391,8 +392,9 @@ class SearchPlan:
         return list(self._batches)
 
     def _needed_points(self, batch_id: int) -> list[tuple[PlanNode, int, bool]]:
-        """``(node, step, is_fork)`` points of a running batch that live trials
-        need: their requests, and fork points towards their requests."""
+        """``(node, step, is_branch)`` points of a running batch that live
+        trials need: their requests, and branch points other trials continue
+        from (a child's fork, or the node itself going on past the segment)."""
         points = []
         for node, start, stop in self._batch(batch_id).segments:
             points += [
@@ -405,7 +407,15 @@ class SearchPlan:
                 for child in node.children.values()
                 if start < child.fork_step <= stop and self._has_live_request(child)
             ]
+            if self._continues_past(node, stop):
+                points.append((node, stop, True))
         return points
+
+    def _continues_past(self, node: PlanNode, step: int) -> bool:
+        """Does a live trial train ``node`` beyond ``step``?"""
+        if any(s > step and request.trials for s, request in node.requests.items()):
+            return True
+        return any(child.fork_step > step and self._has_live_request(child) for child in node.children.values())
 
     def needed_until(self, batch_id: int) -> tuple[PlanNode, int] | None:
         """The furthest point of a running batch that some live trial still
@@ -414,22 +424,22 @@ class SearchPlan:
         position = {node.node_id: index for index, (node, _, _) in enumerate(segments)}
         points = [
             (node, step)
-            for node, step, is_fork in self._needed_points(batch_id)
-            if not (is_fork and step in node.checkpoints)
+            for node, step, is_branch in self._needed_points(batch_id)
+            if not (is_branch and step in node.checkpoints)
         ]
         if not points:
             return None
         return max(points, key=lambda point: (position[point[0].node_id], point[1]))
 
     def checkpoints_needed(self, batch_id: int) -> list[tuple[PlanNode, int]]:
-        """Fork points on a running batch that other trials start from and that
-        have no checkpoint yet, plus the batch's end. Trials added after the
+        """Branch points on a running batch that other trials continue from and
+        that have no checkpoint yet, plus the batch's end. Trials added after the
         batch was dispatched can add points: the runtime asks again."""
         segments = self._batch(batch_id).segments
         forks = {
             (node.node_id, step): (node, step)
-            for node, step, is_fork in self._needed_points(batch_id)
-            if is_fork and step not in node.checkpoints
+            for node, step, is_branch in self._needed_points(batch_id)
+            if is_branch and step not in node.checkpoints
         }
         last_node, _, last_stop = segments[-1]
         forks.setdefault((last_node.node_id, last_stop), (last_node, last_stop))
@@ -487,9 +497,9 @@ class SearchPlan:
         parent = None if parent_id is None else self.nodes[parent_id]
         node = self._new_node(config, parent, fork_step)
         if parent is None:
-            self._roots[(config.static_key, config.values_at(0))] = node
+            self._roots[config.observed_at(0)] = node
         else:
-            parent.children[(fork_step, config.values_at(fork_step))] = node
+            parent.children[(fork_step, config.observed_at(fork_step))] = node
         return node
 
     def _restore_trial(self, trial_id: str, config: TrialConfig, study: str, node_id: int, step: int) -> None:

@@ -95,11 +95,18 @@ FAMILIES: dict[str, type[Sequence]] = {}
 # The "kind" of a sequence is the type of all its values; it fixes the dtype of
 # values() and the Python type value() returns.
 _DTYPES: dict[str, Any] = {"int": np.int64, "float": np.float64, "bool": np.bool_, "object": object}
+_EMPTY = np.empty(0)
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # first_difference compares in growing chunks so that an early difference on a
 # long horizon costs little, while equal sequences still take few numpy calls.
 _FIRST_CHUNK = 1024
+
+# Values of iterations [0, n) are cached on the (immutable) instance for n up to
+# this bound: trials are compared and queried over the same horizons again and
+# again, and a slice is ~50x cheaper than recomputing. Longer ranges (step-level
+# horizons) are computed each time rather than held in memory.
+_CACHE_LIMIT = 1 << 14
 
 
 # --------------------------------------------------------------------------
@@ -333,6 +340,7 @@ class Sequence(abc.ABC):
             unresolved.extend(_unresolved_paths(name, params[name]))
         object.__setattr__(self, "_unresolved", tuple(unresolved))
         object.__setattr__(self, "_key", None)
+        object.__setattr__(self, "_cache", _EMPTY)
         if not unresolved:
             object.__setattr__(self, "_kind", self._prepare())
 
@@ -359,6 +367,13 @@ class Sequence(abc.ABC):
         if params is None or name not in params:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return params[name]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The value cache is rebuilt on demand; don't ship it to Ray workers.
+        return {name: value for name, value in self.__dict__.items() if name != "_cache"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _cache=_EMPTY)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{self.family} is immutable; build a new sequence instead")
@@ -388,8 +403,24 @@ class Sequence(abc.ABC):
         Computed through :meth:`values`, so that what a trainable observes can
         never disagree with what the planner compared.
         """
-        i = _iteration(f"{self.family}.value", "iteration", iteration)
-        return _to_python(self.values(i, i + 1)[0])
+        if type(iteration) is not int or not 0 <= iteration < _CACHE_LIMIT:
+            iteration = _iteration(f"{self.family}.value", "iteration", iteration)
+            return _to_python(self.values(iteration, iteration + 1)[0])
+        cache = self._cache
+        if iteration >= len(cache):
+            cache = self._cached_prefix(iteration + 1)
+        return _to_python(cache[iteration])
+
+    def _cached_prefix(self, stop: int) -> np.ndarray:
+        """Values of [0, n) for some n >= stop (stop <= _CACHE_LIMIT), cached."""
+        cache = self._cache
+        if stop > len(cache):
+            self._require_resolved("compute values")
+            length = min(_CACHE_LIMIT, max(stop, 2 * len(cache), 256))
+            cache = self._range(0, length).astype(_DTYPES[self._kind], copy=False)
+            cache.flags.writeable = False
+            object.__setattr__(self, "_cache", cache)
+        return cache
 
     def values(self, start: int, stop: int) -> np.ndarray:
         """Values for iterations ``[start, stop)``.
@@ -403,6 +434,8 @@ class Sequence(abc.ABC):
         stop = _iteration(where, "stop", stop)
         if stop < start:
             raise ValueError(f"{where}: stop must be >= start, got start={start}, stop={stop}")
+        if stop <= _CACHE_LIMIT:
+            return self._cached_prefix(stop)[start:stop].copy()
         return self._range(start, stop).astype(_DTYPES[self._kind], copy=False)
 
     def first_difference(self, other: Sequence | Any, stop: int, start: int = 0) -> int | None:
@@ -429,16 +462,8 @@ class Sequence(abc.ABC):
         stop = _iteration(where, "stop", stop)
         self._require_resolved("compare values")
         other._require_resolved("compare values")
-        if start >= stop or self == other:
-            return None
-        chunk = _FIRST_CHUNK
-        while start < stop:
-            end = min(stop, start + chunk)
-            differs = _differs(self.values(start, end), self._kind, other.values(start, end), other._kind)
-            if differs.any():
-                return start + int(differs.argmax())
-            start, chunk = end, chunk * 4
-        return None
+        return first_difference_unchecked(self, other, stop, start)
+
 
     # -- composition ------------------------------------------------------
 
@@ -519,6 +544,25 @@ class Sequence(abc.ABC):
                 continue
             shown.append(f"{name}={_repr_value(value)}")
         return f"{self.family}({', '.join(shown)})"
+
+
+
+def first_difference_unchecked(a: Sequence, b: Sequence, stop: int, start: int = 0) -> int | None:
+    """`Sequence.first_difference` for two resolved sequences and valid ints,
+    without the argument checks: the planner's inner loop."""
+    if start >= stop or a is b or a == b:
+        return None
+    if stop <= _CACHE_LIMIT:
+        differs = _differs(a._cached_prefix(stop)[start:stop], a._kind, b._cached_prefix(stop)[start:stop], b._kind)
+        return start + int(differs.argmax()) if differs.any() else None
+    chunk = _FIRST_CHUNK
+    while start < stop:
+        end = min(stop, start + chunk)
+        differs = _differs(a.values(start, end), a._kind, b.values(start, end), b._kind)
+        if differs.any():
+            return start + int(differs.argmax())
+        start, chunk = end, chunk * 4
+    return None
 
 
 def _unresolved_paths(name: str, value: Any) -> list[str]:

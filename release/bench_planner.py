@@ -1,0 +1,139 @@
+"""Planning-core benchmark: plan, build the stage tree and order stage batches
+for 1k, 10k and 100k trials drawn from the Hippo paper's ResNet56 space
+(Table 2), with randomised milestones, periods and rates so that trials share
+some prefixes and not others, as in a real study.
+
+Prints, per size: seconds for each phase, peak traced memory, merge rate, and
+the growth of time and memory against the previous size (1.0 per 10x would be
+linear). Target: 10,000 trials planned and batched in under 1 second.
+
+    python release/bench_planner.py            # 1k, 10k, 100k
+    python release/bench_planner.py --quick    # 1k, 10k (CI smoke test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import platform
+import random
+import time
+import tracemalloc
+
+from ray_stagetree import (
+    Cosine,
+    CriticalPathPolicy,
+    CyclicLR,
+    Exponential,
+    MultiStep,
+    SearchPlan,
+    Warmup,
+    build_stage_tree,
+)
+
+HORIZON = 120  # ResNet56 studies of Table 1: max=120 epochs
+WORKERS = 40  # the paper's cluster
+
+
+def resnet56_trial(rnd: random.Random) -> dict:
+    """One draw from Table 2's space, parameters randomised around its values."""
+    milestones = sorted(rnd.sample([60, 80, 90, 100, 110, 135], 2))
+    warmup = rnd.choice([5, 10])
+    family = rnd.randrange(5)
+    if family == 0:
+        lr = MultiStep(0.1, milestones, rnd.choice([0.1, 0.2]))
+    elif family == 1:
+        lr = Warmup(0.01, warmup, MultiStep(0.1, milestones, 0.1))
+    elif family == 2:
+        lr = Warmup(0.01, warmup, Exponential(0.1, rnd.choice([0.9, 0.95, 0.97])))
+    elif family == 3:
+        lr = Warmup(0.01, warmup, Cosine(0.1, 0.0, rnd.choice([10, 20, 30]), rnd.choice([1, 2])))
+    else:
+        lr = CyclicLR(0.001, rnd.choice([0.05, 0.1]), rnd.choice([10, 20]))
+    return {
+        "lr": lr,
+        "batch_size": rnd.choice([128, MultiStep(values=(128, 256), milestones=[rnd.choice([50, 70, 90])])]),
+        "momentum": rnd.choice([0.9, MultiStep(values=(0.7, 0.8, 0.9), milestones=[40, 80])]),
+        "weight_decay": rnd.choice([1e-4, 1e-3]),
+        "optimizer": rnd.choice(["adam", "sgd", "sgd_momentum"]),
+    }
+
+
+def run(configs: list[dict]) -> dict:
+    timings = {}
+    start = time.perf_counter()
+    plan = SearchPlan()
+    for index, config in enumerate(configs):
+        plan.add_trial(f"trial_{index}", config, HORIZON)
+    timings["plan"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    tree = build_stage_tree(plan)
+    timings["stage_tree"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    policy = CriticalPathPolicy()
+    batches = policy.order(tree)
+    timings["policy"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    dispatched = policy.select(plan, WORKERS)
+    timings["select"] = time.perf_counter() - start
+    timings["total"] = sum(timings.values())
+    return {
+        "timings": timings,
+        "nodes": len(plan.nodes),
+        "stages": len(tree.stages),
+        "batches": len(batches),
+        "dispatched": len(dispatched),
+        "merge_rate": plan.total_iterations() / plan.unique_iterations(),
+    }
+
+
+def peak_memory(configs: list[dict]) -> int:
+    gc.collect()
+    tracemalloc.start()
+    run(configs)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1k and 10k trials only")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+
+    print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
+    header = (
+        f"{'trials':>8} {'plan s':>8} {'tree s':>8} {'policy s':>8} {'select s':>8} {'total s':>8}"
+        f" {'peak MiB':>9} {'nodes':>7} {'stages':>7} {'merge':>6} {'t growth':>8} {'mem growth':>10}"
+    )
+    print(header)
+    previous = None
+    for size in sizes:
+        rnd = random.Random(args.seed)
+        configs = [resnet56_trial(rnd) for _ in range(size)]
+        result = run(configs)
+        memory = peak_memory(configs)
+        t = result["timings"]
+        growth = mem_growth = ""
+        if previous is not None:
+            factor = math.log10(size / previous[0])
+            growth = f"{math.log10(t['total'] / previous[1]) / factor:.2f}"
+            mem_growth = f"{math.log10(memory / previous[2]) / factor:.2f}"
+        print(
+            f"{size:>8} {t['plan']:>8.3f} {t['stage_tree']:>8.3f} {t['policy']:>8.3f} {t['select']:>8.3f}"
+            f" {t['total']:>8.3f} {memory / 2**20:>9.1f} {result['nodes']:>7} {result['stages']:>7}"
+            f" {result['merge_rate']:>6.2f} {growth:>8} {mem_growth:>10}"
+        )
+        previous = (size, t["total"], memory)
+    print("growth: log10(ratio of totals) per decade of trials; 1.00 is linear")
+    print("target: 10,000 trials planned and batched in under 1 s")
+
+
+if __name__ == "__main__":
+    main()
