@@ -54,7 +54,7 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
                 f"under {prefix or 'the top level'!r}"
             )
         path = f"{prefix}{key}"
-        if isinstance(value, dict | Mapping) and not is_sequence_spec(value):
+        if (type(value) is dict or isinstance(value, Mapping)) and not is_sequence_spec(value):
             yield from _flatten(value, path + PATH_SEPARATOR)
         else:
             yield path, value
@@ -96,17 +96,30 @@ class TrialConfig:
     static: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], study: str = "default") -> "TrialConfig":
-        """Split ``config``; raises a ValueError naming any value that cannot be planned."""
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        study: str = "default",
+        intern: dict[Sequence, Sequence] | None = None,
+    ) -> "TrialConfig":
+        """Split ``config``; raises a ValueError naming any value that cannot be planned.
+
+        With ``intern``, equal sequences are replaced by the instance held there
+        (added if new), so they compare by identity and share one value cache.
+        """
         if isinstance(config, TrialConfig):
-            return config
+            if intern is None:
+                return config
+            return dataclasses.replace(config, sequences=tuple(intern.setdefault(s, s) for s in config.sequences))
         if not isinstance(config, Mapping):
             raise TypeError(f"config must be a dict, got {type(config).__name__}: {config!r}")
         tunable: dict[str, Sequence] = {}
         static: dict[str, Any] = {}
         declared = set()
         for path, value in _flatten(config):
-            if isinstance(value, Sequence) or is_sequence_spec(value):
+            if _is_scalar(value):
+                tunable[path] = _constant(type(value), value)
+            elif isinstance(value, Sequence) or is_sequence_spec(value):
                 sequence = value if isinstance(value, Sequence) else from_json(value)
                 if not sequence.is_resolved:
                     raise ValueError(
@@ -116,16 +129,17 @@ class TrialConfig:
                     )
                 tunable[path] = sequence
                 declared.add(path)
-            elif _is_scalar(value):
-                tunable[path] = _constant(type(value), value)
             else:
                 _static_json(path, value)
                 static[path] = value
         names = tuple(sorted(tunable))
         key = json.dumps({"study": study, "static": static}, sort_keys=True)
+        sequences = [tunable[name] for name in names]
+        if intern is not None:
+            sequences = [intern.setdefault(sequence, sequence) for sequence in sequences]
         return cls(
             names=names,
-            sequences=tuple(tunable[name] for name in names),
+            sequences=tuple(sequences),
             static_key=key,
             declared=frozenset(declared),
             static=static,
@@ -156,16 +170,7 @@ class TrialConfig:
         """Hashable key of what a trainable observes at one iteration: equal
         keys exactly when no value differs in value or type (``128`` and
         ``128.0`` differ), the rule `first_difference` applies."""
-        return (self.static_key, self.names) + tuple(
-            (type(value), value) for value in self.values_at(iteration)
-        )
-
-    def interned(self, table: dict[Sequence, Sequence]) -> "TrialConfig":
-        """The same config whose sequences are the instances held in ``table``
-        (added if new), so equal sequences are compared by identity and share
-        one value cache."""
-        sequences = tuple(table.setdefault(sequence, sequence) for sequence in self.sequences)
-        return dataclasses.replace(self, sequences=sequences)
+        return (self.static_key, self.names) + tuple(sequence.observed(iteration) for sequence in self.sequences)
 
     def hparams_at(self, iteration: int) -> dict[str, Any]:
         """Values of the user-declared sequences at one iteration, by flattened name."""
@@ -183,8 +188,10 @@ class TrialConfig:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], study: str = "default") -> "TrialConfig":
-        return cls.from_config(unflatten(data), study=study)
+    def from_json(
+        cls, data: Mapping[str, Any], study: str = "default", intern: dict[Sequence, Sequence] | None = None
+    ) -> "TrialConfig":
+        return cls.from_config(unflatten(data), study=study, intern=intern)
 
 
 def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:

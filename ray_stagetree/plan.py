@@ -20,6 +20,7 @@ will reach is served by that batch instead of training the prefix again.
 from __future__ import annotations
 
 import enum
+import gc
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -174,6 +175,7 @@ class SearchPlan:
         self.timings: list[Timing] = []
         self._roots: dict[tuple, PlanNode] = {}
         self._sequences: dict = {}
+        self._located: dict[tuple, PlanNode] = {}
         self._batches: dict[int, RunningBatch] = {}
         self._next_batch_id = 0
 
@@ -196,6 +198,16 @@ class SearchPlan:
 
     def locate(self, config: TrialConfig, step: int) -> PlanNode:
         """The node that trains iteration ``step - 1`` of ``config``, adding at most one node."""
+        # Paths never change once made, so a config seen before (num_samples
+        # repeats, a trial extended back and forth) lands where it did.
+        # Interned sequences make their identities a complete signature.
+        signature = (config.static_key, config.names, tuple(map(id, config.sequences)), step)
+        node = self._located.get(signature)
+        if node is None:
+            node = self._located[signature] = self._descend(config, step)
+        return node
+
+    def _descend(self, config: TrialConfig, step: int) -> PlanNode:
         root_key = config.observed_at(0)
         node = self._roots.get(root_key)
         if node is None:
@@ -229,10 +241,23 @@ class SearchPlan:
         if trial_id in self.trials:
             raise ValueError(f"trial {trial_id!r} is already in the plan; use extend_trial")
         _check_step(step)
-        trial_config = TrialConfig.from_config(config, study=study).interned(self._sequences)
+        trial_config = TrialConfig.from_config(config, study, self._sequences)
         request = self._request(trial_id, trial_config, step)
         self.trials[trial_id] = TrialRecord(trial_id, trial_config, study, request)
         return request
+
+    def add_trials(self, trials: Iterable[tuple[str, Mapping[str, Any] | TrialConfig, int]], study: str = "default") -> list[Request]:
+        """`add_trial` for many ``(trial_id, config, step)`` at once, as a
+        searcher emits them. The cyclic garbage collector is paused meanwhile:
+        the plan only grows, and collector passes over its fresh objects would
+        otherwise cost about a third of the time."""
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return [self.add_trial(trial_id, config, step, study) for trial_id, config, step in trials]
+        finally:
+            if paused:
+                gc.enable()
 
     def extend_trial(self, trial_id: str, step: int) -> Request:
         """Move a trial's request to another step (continue, or evaluate earlier)."""

@@ -160,7 +160,7 @@ def load(url: str, storage_filesystem: Any = None) -> "SearchPlan":
     filesystem, root = resolve_filesystem(url, storage_filesystem)
     plan = SearchPlan()
     for row in sorted(_read(filesystem, root, "nodes"), key=lambda row: row["node_id"]):
-        config = TrialConfig.from_json(json.loads(row["config"]), study=row["study"]).interned(plan._sequences)
+        config = TrialConfig.from_json(json.loads(row["config"]), row["study"], plan._sequences)
         plan._restore_node(row["node_id"], config, row["parent_id"], row["fork_step"])
     for row in _read(filesystem, root, "checkpoints"):
         plan.nodes[row["node_id"]].checkpoints[row["step"]] = CheckpointInfo(
@@ -169,7 +169,7 @@ def load(url: str, storage_filesystem: Any = None) -> "SearchPlan":
     for row in _read(filesystem, root, "metrics"):
         plan.nodes[row["node_id"]].metrics[row["step"]] = json.loads(row["metrics"])
     for row in _read(filesystem, root, "trials"):
-        config = TrialConfig.from_json(json.loads(row["config"]), study=row["study"]).interned(plan._sequences)
+        config = TrialConfig.from_json(json.loads(row["config"]), row["study"], plan._sequences)
         plan._restore_trial(row["trial_id"], config, row["study"], row["node_id"], row["step"])
     for row in _read(filesystem, root, "timings"):
         plan.record_timing(row["node_id"], row["start"], row["stop"], row["seconds"])

@@ -96,6 +96,7 @@ FAMILIES: dict[str, type[Sequence]] = {}
 # values() and the Python type value() returns.
 _DTYPES: dict[str, Any] = {"int": np.int64, "float": np.float64, "bool": np.bool_, "object": object}
 _EMPTY = np.empty(0)
+_SCALAR_TYPES = frozenset((float, int, str, bool, type(None)))
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # first_difference compares in growing chunks so that an early difference on a
@@ -518,24 +519,41 @@ class Sequence(abc.ABC):
         """
         return self._form(spec=True)
 
-    def _canonical_key(self) -> str:
-        # Sequences are immutable, so the key is computed once.
+    def _canonical_key(self) -> tuple:
+        # Sequences are immutable, so the key is computed once. Scalars carry
+        # their type: Constant(1), Constant(1.0) and Constant(True) differ.
         if self._key is None:
             if self.is_resolved:
-                key = "json:" + json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+                key = (self.family,) + tuple(_key_of(value) for value in self._params.values())
             else:
                 # Domains have no canonical form; their repr keeps distinct ones apart.
-                key = "repr:" + repr(self)
+                key = ("repr", repr(self))
             object.__setattr__(self, "_key", key)
+            object.__setattr__(self, "_hash", hash(key))
         return self._key
 
     def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
         if not isinstance(other, Sequence):
             return NotImplemented
         return self._canonical_key() == other._canonical_key()
 
     def __hash__(self) -> int:
-        return hash(self._canonical_key())
+        self._canonical_key()
+        return self._hash
+
+    def observed(self, iteration: int) -> tuple:
+        """Hashable token of the value at ``iteration``: equal tokens exactly
+        when `first_difference` sees no difference there (value and type)."""
+        cache = self._cache
+        if iteration >= len(cache):
+            if iteration >= _CACHE_LIMIT:
+                value = self.value(iteration)
+                return (type(value), value)
+            cache = self._cached_prefix(iteration + 1)
+        value = cache[iteration]
+        return (type(value), value) if self._kind == "object" else (self._kind, value)
 
     def __repr__(self) -> str:
         shown = []
@@ -563,6 +581,16 @@ def first_difference_unchecked(a: Sequence, b: Sequence, stop: int, start: int =
             return start + int(differs.argmax())
         start, chunk = end, chunk * 4
     return None
+
+
+def _key_of(value: Any) -> Any:
+    if type(value) in _SCALAR_TYPES:
+        return (type(value), value)
+    if isinstance(value, Sequence):
+        return value._canonical_key()
+    if isinstance(value, tuple):
+        return ("list",) + tuple(_key_of(item) for item in value)
+    return (type(value), value)
 
 
 def _unresolved_paths(name: str, value: Any) -> list[str]:
