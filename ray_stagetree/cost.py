@@ -83,9 +83,12 @@ class CostModel:
         scales = design[:, 1:].std(axis=0)
         scales[scales == 0] = 1.0
         design[:, 1:] = (design[:, 1:] - means) / scales
-        penalty = self.ridge * np.eye(design.shape[1])
-        penalty[0, 0] = 0.0
-        solution = np.linalg.solve(design.T @ design + penalty, design.T @ targets)
+        # Ridge as least squares on rows augmented with sqrt(ridge) * I; lstsq
+        # also copes with collinear features (one-hot columns summing to one).
+        penalty = np.sqrt(self.ridge) * np.eye(design.shape[1])[1:]
+        solution, *_ = np.linalg.lstsq(
+            np.vstack([design, penalty]), np.concatenate([targets, np.zeros(len(penalty))]), rcond=None
+        )
         self._feature_names = names
         self._means, self._scales = means, scales
         self._coefficients = solution

@@ -20,10 +20,10 @@ will reach is served by that batch instead of training the prefix again.
 from __future__ import annotations
 
 import enum
-import gc
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
 
+from ray_stagetree._gc import gc_paused
 from ray_stagetree.config import TrialConfig
 
 
@@ -248,16 +248,9 @@ class SearchPlan:
 
     def add_trials(self, trials: Iterable[tuple[str, Mapping[str, Any] | TrialConfig, int]], study: str = "default") -> list[Request]:
         """`add_trial` for many ``(trial_id, config, step)`` at once, as a
-        searcher emits them. The cyclic garbage collector is paused meanwhile:
-        the plan only grows, and collector passes over its fresh objects would
-        otherwise cost about a third of the time."""
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        searcher emits them (with the garbage collector paused, see `_gc`)."""
+        with gc_paused():
             return [self.add_trial(trial_id, config, step, study) for trial_id, config, step in trials]
-        finally:
-            if paused:
-                gc.enable()
 
     def extend_trial(self, trial_id: str, step: int) -> Request:
         """Move a trial's request to another step (continue, or evaluate earlier)."""

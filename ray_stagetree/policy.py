@@ -23,6 +23,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ray_stagetree._gc import without_gc
 from ray_stagetree.cost import CostModel
 from ray_stagetree.stage_tree import Source, Stage, StageTree, build_stage_tree
 
@@ -120,6 +121,7 @@ class ExecutionPolicy(abc.ABC):
     def _priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
         """Higher runs first; a batch follows the highest-priority child."""
 
+    @without_gc
     def order(self, tree: StageTree) -> list[StageBatch]:
         """Every stage of ``tree`` in batches, highest priority first."""
         costs = {

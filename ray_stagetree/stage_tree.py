@@ -20,6 +20,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
+from ray_stagetree._gc import without_gc
 from ray_stagetree.plan import PlanNode, Request, RequestState
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ def _reach(plan_targets: dict[PlanNode, set[int]], node: PlanNode, step: int, fr
         node, step = node.parent, node.fork_step
 
 
+@without_gc
 def build_stage_tree(plan: "SearchPlan") -> StageTree:
     """Stages serving every unscheduled request of ``plan`` that some trial needs."""
     targets: dict[PlanNode, set[int]] = {}

@@ -88,7 +88,34 @@ def generate_trials(
     trials = []
     for _ in range(num_samples):
         for _, resolved in generate_variants(spec, random_state=random_state):
-            config = from_tune_config(resolved)
+            config = _resolve_nested(from_tune_config(resolved), random_state)
             if filter is None or filter(config):
                 trials.append(config)
     return trials
+
+
+def _has_unresolved(config: Any) -> bool:
+    if isinstance(config, Sequence):
+        return not config.is_resolved
+    if isinstance(config, Mapping):
+        return any(_has_unresolved(value) for value in config.values())
+    if isinstance(config, list):
+        return any(_has_unresolved(value) for value in config)
+    return False
+
+
+def _resolve_nested(config: dict[str, Any], random_state: Any) -> dict[str, Any]:
+    """Resolve domains inside a sampled value (``tune.choice([CyclicLR(0.001,
+    tune.choice([0.05, 0.1]), 20), ...])``): Tune samples the outer choice
+    without looking inside the sequence it picked."""
+    from ray.tune.search.variant_generator import generate_variants
+
+    while _has_unresolved(config):
+        variants = list(generate_variants(to_tune_space(config), random_state=random_state))
+        if len(variants) != 1:
+            raise ValueError(
+                "a tune.grid_search inside a sampled value (e.g. inside tune.choice) has no "
+                "defined number of trials; move the grid_search to the top level of param_space"
+            )
+        config = from_tune_config(variants[0][1])
+    return config

@@ -1,0 +1,49 @@
+import pytest
+
+from ray_stagetree import CostModel, MultiStep, SearchPlan
+
+
+def plan_with_timings(per_iteration):
+    plan = SearchPlan()
+    for batch_size, seconds in per_iteration.items():
+        node = plan.add_trial(f"bs{batch_size}", {"lr": 0.1, "batch_size": batch_size}, 100).node
+        plan.record_timing(node.node_id, 0, 20, 20 * seconds)
+    return plan
+
+
+def test_default_is_one_unit_per_iteration():
+    plan = SearchPlan()
+    node = plan.add_trial("a", {"lr": 0.1}, 10).node
+    model = CostModel().fit(plan)
+    assert not model.is_fitted and model.stage_seconds(node, 0, 10) == 10.0
+
+
+def test_linear_regression_recovers_cost_per_batch_size():
+    # seconds per iteration = 0.1 + 0.01 * batch_size
+    plan = plan_with_timings({32: 0.42, 64: 0.74, 128: 1.38})
+    model = CostModel(ridge=0.0).fit(plan)
+    node = plan.add_trial("bs256", {"lr": 0.1, "batch_size": 256}, 100).node
+    assert model.seconds_per_iteration(node, 0, 10) == pytest.approx(2.66, rel=1e-6)
+
+
+def test_stage_cost_follows_values_that_change_inside_the_stage():
+    plan = plan_with_timings({64: 0.74, 128: 1.38})
+    model = CostModel(ridge=0.0).fit(plan)
+    node = plan.add_trial("steps", {"lr": 0.1, "batch_size": MultiStep(values=(64, 128), milestones=[50])}, 100).node
+    assert model.stage_seconds(node, 0, 100) == pytest.approx(50 * 0.74 + 50 * 1.38, rel=1e-6)
+
+
+def test_categorical_values_are_features_and_predictions_stay_positive():
+    plan = SearchPlan()
+    for optimizer, seconds in (("adam", 2.0), ("sgd", 1.0)):
+        node = plan.add_trial(optimizer, {"optimizer": optimizer}, 10).node
+        plan.record_timing(node.node_id, 0, 10, 10 * seconds)
+    model = CostModel(ridge=0.0).fit(plan)
+    assert model.seconds_per_iteration(plan.trials["adam"].request.node, 0, 10) == pytest.approx(2.0)
+    assert model.seconds_per_iteration(plan.trials["sgd"].request.node, 0, 10) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("kwargs", [{"default_seconds_per_iteration": 0}, {"ridge": -1}])
+def test_bad_parameters(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        CostModel(**kwargs)

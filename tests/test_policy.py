@@ -1,0 +1,100 @@
+import pytest
+from paper_examples import FIGURE_4_HORIZON, FIGURE_4_TRIALS, figure_6_plan
+
+from ray_stagetree import (
+    BreadthFirstPolicy,
+    CostModel,
+    CriticalPathPolicy,
+    MultiStep,
+    RequestState,
+    SearchPlan,
+    ThroughputPolicy,
+    build_stage_tree,
+    get_policy,
+)
+
+
+def spans(batch):
+    return [(s.node.node_id, s.start, s.stop) for s in batch.stages]
+
+
+def test_critical_path_dispatches_longest_path_first_on_figure_7():
+    plan, h = figure_6_plan()
+    batches = CriticalPathPolicy().select(plan, 4)
+    assert [spans(b) for b in batches] == [
+        [(h["H3"], 30, 35), (h["H3"], 35, 40), (h["H4"], 40, 50)],
+        [(h["H1"], 20, 30)],
+        [(h["H1"], 10, 15)],
+        [(h["H2"], 20, 25)],
+    ]
+    assert batches[0].segments == [(plan.nodes[h["H3"]], 30, 40), (plan.nodes[h["H4"]], 40, 50)]
+    assert batches[0].source.node is plan.nodes[h["H3"]] and batches[0].source.step == 30
+    assert all(r.state is RequestState.SCHED for r in plan.open_requests())
+    assert build_stage_tree(plan).stages == [], "everything is scheduled"
+
+
+def test_critical_path_batches_a_whole_root_to_leaf_path():
+    plan = SearchPlan()
+    for trial_id, config in FIGURE_4_TRIALS.items():
+        plan.add_trial(trial_id, config, FIGURE_4_HORIZON)
+    order = CriticalPathPolicy().order(build_stage_tree(plan))
+    first = order[0]
+    assert first.stages[0].start == 0 and not first.stages[-1].children
+    assert first.iterations == 300
+    # the other branches start from checkpoints this batch saves
+    assert all(batch.after is not None and not batch.ready for batch in order[1:])
+    points = {(n.node_id, step) for n, step in first.checkpoint_points}
+    assert (first.stages[0].node.node_id, 100) in points
+    assert sum(batch.iterations for batch in order) == plan.unique_iterations()
+
+
+def test_idle_workers_get_only_ready_batches():
+    plan = SearchPlan()
+    for trial_id, config in FIGURE_4_TRIALS.items():
+        plan.add_trial(trial_id, config, FIGURE_4_HORIZON)
+    assert len(CriticalPathPolicy().select(plan, 8)) == 1, "one shared prefix: one ready batch"
+
+
+def test_throughput_policy_prefers_the_stage_with_most_descendants():
+    plan = SearchPlan()
+    # a long lone trial and a short shared prefix with three branches
+    plan.add_trial("long", {"lr": 0.5}, 500)
+    for index, milestone in enumerate((20, 30, 40)):
+        plan.add_trial(f"branch{index}", {"lr": MultiStep(0.1, [milestone], 0.1)}, 50)
+    tree = build_stage_tree(plan)
+    thr = ThroughputPolicy().order(tree)
+    critical = CriticalPathPolicy().order(tree)
+    assert spans(thr[0])[0][1:] == (0, 20) and len(thr[0].stages) == 1, "THR runs single stages"
+    assert spans(critical[0]) == [(0, 0, 500)]
+
+
+def test_breadth_first_policy_runs_shallow_stages_first():
+    plan = SearchPlan()
+    for trial_id, config in FIGURE_4_TRIALS.items():
+        plan.add_trial(trial_id, config, FIGURE_4_HORIZON)
+    order = BreadthFirstPolicy().order(build_stage_tree(plan))
+    starts = [batch.stages[0].start for batch in order]
+    assert starts == sorted(starts) and all(len(batch.stages) == 1 for batch in order)
+
+
+def test_cost_model_changes_the_critical_path():
+    plan = SearchPlan()
+    slow = plan.add_trial("slow", {"lr": 0.1, "batch_size": 512}, 40).node
+    fast = plan.add_trial("fast", {"lr": 0.1, "batch_size": 32}, 60).node
+    by_iterations = CriticalPathPolicy().order(build_stage_tree(plan))
+    assert by_iterations[0].stages[0].node is fast
+    plan.record_timing(slow.node_id, 0, 10, 10 * 4.0)
+    plan.record_timing(fast.node_id, 0, 10, 10 * 0.5)
+    policy = CriticalPathPolicy(cost_model=CostModel())
+    (first,) = policy.select(plan, 1)
+    assert first.stages[0].node is slow
+    assert first.estimated_seconds == pytest.approx(40 * 4.0, rel=0.05)
+
+
+def test_select_validates_workers_and_get_policy_names():
+    with pytest.raises(ValueError, match="idle_workers must be an int >= 0"):
+        CriticalPathPolicy().select(SearchPlan(), -1)
+    assert isinstance(get_policy("thr"), ThroughputPolicy)
+    with pytest.raises(ValueError, match=r"one of \['bfs', 'critical_path', 'thr'\]"):
+        get_policy("fastest")
+    assert CriticalPathPolicy(batch_stages=False).batch_stages is False
