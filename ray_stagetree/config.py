@@ -20,7 +20,8 @@ import functools
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ray_stagetree.sequences import (
     Sequence,
@@ -37,6 +38,16 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, (bool, int, float, str)) and not (
         isinstance(value, float) and not math.isfinite(value)
     )
+
+
+def _static_key(study: str, static: Mapping[str, Any]) -> str:
+    return json.dumps({"study": study, "static": static}, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def _bare_static_key(study: str) -> str:
+    # Most configs have no static values: one key per study, built once.
+    return _static_key(study, {})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -133,7 +144,7 @@ class TrialConfig:
                 _static_json(path, value)
                 static[path] = value
         names = tuple(sorted(tunable))
-        key = json.dumps({"study": study, "static": static}, sort_keys=True)
+        key = _static_key(study, static) if static else _bare_static_key(study)
         sequences = [tunable[name] for name in names]
         if intern is not None:
             sequences = [intern.setdefault(sequence, sequence) for sequence in sequences]

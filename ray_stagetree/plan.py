@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from ray_stagetree._gc import gc_paused
 from ray_stagetree.config import TrialConfig
@@ -409,6 +410,10 @@ class SearchPlan:
     def running_batches(self) -> list[int]:
         return list(self._batches)
 
+    def scheduled_requests(self, batch_id: int) -> list[Request]:
+        """The unanswered requests a running batch serves (late ones included)."""
+        return list(self._batch(batch_id).requests)
+
     def _needed_points(self, batch_id: int) -> list[tuple[PlanNode, int, bool]]:
         """``(node, step, is_branch)`` points of a running batch that live
         trials need: their requests, and branch points other trials continue
@@ -532,14 +537,17 @@ class SearchPlan:
         self.trials[trial_id] = TrialRecord(trial_id, config, study, request)
 
     def describe(self) -> str:
-        """A readable dump of the plan, one node per line."""
+        """A readable dump of the plan: one node per line, children indented
+        under their parent."""
         lines = []
-        for node in self.nodes:
-            indent = "  " * sum(1 for _ in node.ancestors())
+        pending = [(root, 0) for root in reversed(self.roots)]
+        while pending:
+            node, depth = pending.pop()
             lines.append(
-                f"{indent}H{node.node_id} from {node.fork_step}: "
+                f"{'  ' * depth}H{node.node_id} from {node.fork_step}: "
                 f"ckpt={sorted(node.checkpoints)} metrics={sorted(node.metrics)} "
                 f"requests={[(r.step, r.state.value) for r in node.requests.values()]}"
             )
+            children = sorted(node.children.values(), key=lambda child: (child.fork_step, child.node_id))
+            pending.extend((child, depth + 1) for child in reversed(children))
         return "\n".join(lines)
-

@@ -118,7 +118,7 @@ class ExecutionPolicy(abc.ABC):
         self.batch_stages = self.default_batch_stages if batch_stages is None else bool(batch_stages)
 
     @abc.abstractmethod
-    def _priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
+    def priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
         """Higher runs first; a batch follows the highest-priority child."""
 
     @without_gc
@@ -127,7 +127,7 @@ class ExecutionPolicy(abc.ABC):
         costs = {
             stage: self.cost_model.stage_seconds(stage.node, stage.start, stage.stop) for stage in tree.stages
         }
-        priority = self._priorities(tree, costs)
+        priority = self.priorities(tree, costs)
         tie_break = itertools.count()
         heap = [(-priority[root], next(tie_break), root, None) for root in tree.roots]
         heapq.heapify(heap)
@@ -168,7 +168,7 @@ class CriticalPathPolicy(ExecutionPolicy):
 
     name = "critical_path"
 
-    def _priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
+    def priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
         longest: dict[Stage, float] = {}
         for stage in reversed(_top_down(tree)):
             longest[stage] = costs[stage] + max((longest[c] for c in stage.children), default=0.0)
@@ -181,7 +181,7 @@ class ThroughputPolicy(ExecutionPolicy):
     name = "thr"
     default_batch_stages = False
 
-    def _priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
+    def priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
         descendants: dict[Stage, float] = {}
         for stage in reversed(_top_down(tree)):
             descendants[stage] = sum(1 + descendants[c] for c in stage.children)
@@ -194,7 +194,7 @@ class BreadthFirstPolicy(ExecutionPolicy):
     name = "bfs"
     default_batch_stages = False
 
-    def _priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
+    def priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
         order = _top_down(tree)
         return {stage: -float(position) for position, stage in enumerate(order)}
 
