@@ -173,10 +173,6 @@ class TrialConfig:
                     break
         return earliest
 
-    def values_at(self, iteration: int) -> tuple:
-        """The tunable values at one iteration, in `names` order."""
-        return tuple(sequence.value(iteration) for sequence in self.sequences)
-
     def observed_at(self, iteration: int) -> tuple:
         """Hashable key of what a trainable observes at one iteration: equal
         keys exactly when no value differs in value or type (``128`` and

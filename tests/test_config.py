@@ -1,0 +1,67 @@
+import json
+
+import pyarrow.fs as pafs
+import pytest
+
+from ray_stagetree import Constant, MultiStep, SearchPlan, TrialConfig
+from ray_stagetree.config import unflatten
+
+
+def test_split_flattens_nested_dicts_and_keeps_static_values():
+    config = TrialConfig.from_config(
+        {"optim": {"lr": MultiStep(0.1, [30], 0.1), "name": "sgd"}, "layers": [64, 64], "seed": 3}
+    )
+    assert config.names == ("optim/lr", "optim/name", "seed")
+    assert config.declared == {"optim/lr"}
+    assert config.static == {"layers": [64, 64]}
+    assert config.hparams_at(30) == {"optim/lr": pytest.approx(0.01)}
+
+
+def test_json_round_trip_rebuilds_the_nested_config():
+    original = {"optim": {"lr": MultiStep(0.1, [30], 0.1), "name": "sgd"}, "layers": [64, 64], "seed": 3}
+    config = TrialConfig.from_config(original)
+    data = json.loads(json.dumps(config.to_json()))
+    assert unflatten(data)["optim"]["name"] == "sgd"
+    again = TrialConfig.from_json(data)
+    assert again.names == config.names and again.sequences == config.sequences
+    assert again.static_key == config.static_key
+
+
+def test_values_of_different_types_never_share():
+    ints = TrialConfig.from_config({"batch_size": 128})
+    floats = TrialConfig.from_config({"batch_size": 128.0})
+    assert ints.first_difference(floats, 10) == 0
+    plan = SearchPlan()
+    plan.add_trial("int", {"batch_size": 128}, 10)
+    plan.add_trial("float", {"batch_size": 128.0}, 10)
+    assert len(plan.roots) == 2
+
+
+def test_different_hyper_parameter_names_never_share():
+    a = TrialConfig.from_config({"lr": 0.1})
+    b = TrialConfig.from_config({"lr": 0.1, "momentum": 0.9})
+    assert a.first_difference(b, 10) == 0
+
+
+def test_bad_keys_and_values_are_named():
+    with pytest.raises(TypeError, match="config keys must be strings, got 1"):
+        TrialConfig.from_config({1: 0.1})
+    with pytest.raises(ValueError, match=r"config\['lr'\] = nan"):
+        TrialConfig.from_config({"lr": float("nan")})
+
+
+def test_plan_saves_to_a_local_directory_and_a_pyarrow_filesystem(tmp_path):
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": MultiStep(0.1, [30], 0.1), "layers": [8]}, 50)
+    plan.add_trial("b", {"lr": Constant(0.1), "layers": [8]}, 50, study="other")
+    plan.save(str(tmp_path / "plan"))
+    plan.save("plan2", storage_filesystem=pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()))
+    for loaded in (SearchPlan.load(str(tmp_path / "plan")), SearchPlan.load(f"file://{tmp_path}/plan2")):
+        assert loaded.trials["b"].study == "other"
+        assert loaded.describe() == plan.describe()
+        assert loaded.unique_iterations() == plan.unique_iterations()
+
+
+def test_loading_something_that_is_not_a_plan_fails_clearly(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no search plan at"):
+        SearchPlan.load(str(tmp_path / "missing"))
