@@ -35,11 +35,31 @@ from ray_stagetree.sequences import (
     as_sequence,
     from_json,
 )
+from ray_stagetree.session import get_checkpoint, get_hparams, get_iteration, report, should_checkpoint
 from ray_stagetree.stage_tree import Source, Stage, StageTree, build_stage_tree
 
 __version__ = "0.1.0"
 
+# The runtime imports Ray; load it on first use so the planning core stays light.
+_RUNTIME = {"Tuner": "ray_stagetree.tuner", "ResultGrid": "ray_stagetree.results"}
+
+
+def __getattr__(name: str):
+    if name in _RUNTIME:
+        import importlib
+
+        return getattr(importlib.import_module(_RUNTIME[name]), name)
+    raise AttributeError(f"module 'ray_stagetree' has no attribute {name!r}")
+
 __all__ = [
+    # runtime
+    "Tuner",
+    "ResultGrid",
+    "report",
+    "get_checkpoint",
+    "get_hparams",
+    "get_iteration",
+    "should_checkpoint",
     # sequences
     "Sequence",
     "Constant",

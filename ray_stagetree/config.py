@@ -180,12 +180,9 @@ class TrialConfig:
         return (self.static_key, self.names) + tuple(sequence.observed(iteration) for sequence in self.sequences)
 
     def hparams_at(self, iteration: int) -> dict[str, Any]:
-        """Values of the user-declared sequences at one iteration, by flattened name."""
-        return {
-            name: sequence.value(iteration)
-            for name, sequence in zip(self.names, self.sequences)
-            if name in self.declared
-        }
+        """Every tunable value (sequences, and plain scalars as constants) at
+        one iteration, by flattened name."""
+        return {name: sequence.value(iteration) for name, sequence in zip(self.names, self.sequences)}
 
     def to_json(self) -> dict[str, Any]:
         """Flattened declarative form: sequences as their JSON, static values as given."""

@@ -14,7 +14,7 @@ def test_split_flattens_nested_dicts_and_keeps_static_values():
     assert config.names == ("optim/lr", "optim/name", "seed")
     assert config.declared == {"optim/lr"}
     assert config.static == {"layers": [64, 64]}
-    assert config.hparams_at(30) == {"optim/lr": pytest.approx(0.01)}
+    assert config.hparams_at(30) == {"optim/lr": pytest.approx(0.01), "optim/name": "sgd", "seed": 3}
 
 
 def test_json_round_trip_rebuilds_the_nested_config():

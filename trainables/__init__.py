@@ -1,5 +1,9 @@
 """Trainable APIs for stage execution (installed as ``ray_stagetree.trainables``).
 
-The class API (``StageTrainable``) and the PyTorch helpers arrive with the Ray
-runtime; the planning core does not depend on them.
+`StageTrainable` is the class API; PyTorch helpers are in
+``ray_stagetree.trainables.torch`` (imported on demand, so torch stays optional).
 """
+
+from ray_stagetree.trainables.stage_trainable import StageTrainable
+
+__all__ = ["StageTrainable"]

@@ -1,0 +1,132 @@
+"""Checkpoints of a study: Ray objects owned by the controller, written behind
+to fsspec storage, evicted from memory by cost-benefit, reloaded on demand.
+
+Checkpoint bytes never pass through the driver or the controller's Python
+heap: workers put them into the object store with the controller as owner,
+and Ray tasks copy them to and from storage. The controller only holds
+references and the plan's `CheckpointInfo` records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import ray
+
+from ray_stagetree.plan import CheckpointInfo, PlanNode, SearchPlan
+from ray_stagetree.storage import (
+    CheckpointCache,
+    CheckpointStorage,
+    CheckpointUnavailableError,
+    StoredCheckpoint,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@ray.remote(num_cpus=0)
+def _write_behind(storage: CheckpointStorage, key: str, payload: Any) -> StoredCheckpoint:
+    import pickle
+
+    return storage.write(key, pickle.dumps(payload, protocol=5))
+
+
+@ray.remote(num_cpus=0, num_returns=2)
+def _reload(storage: CheckpointStorage, stored: StoredCheckpoint) -> tuple[str | None, Any]:
+    """(None, payload), or (the reason, None) when the copy is lost or corrupt.
+    Two returns, so the controller reads the verdict without the bytes."""
+    import pickle
+
+    try:
+        data = storage.read(stored)
+    except CheckpointUnavailableError as error:
+        return str(error), None
+    # Written by this study under the user's storage_path; checksum verified above.
+    return None, pickle.loads(data)
+
+
+class CheckpointStore:
+    """Parameters
+    ----------
+    storage:
+        Durable storage under the experiment directory.
+    budget_bytes:
+        Object-store memory the study's checkpoints may hold; beyond it, the
+        ones with the least recompute-cost x expected-reuse per byte are
+        dropped from memory once their durable copy exists.
+    """
+
+    def __init__(self, storage: CheckpointStorage, budget_bytes: int) -> None:
+        self.storage = storage
+        self.cache = CheckpointCache(budget_bytes)
+        self._writes: dict[Any, tuple[int, int]] = {}
+
+    @staticmethod
+    def key(node_id: int, step: int) -> str:
+        return f"checkpoints/node{node_id:06d}_step{step:07d}.ckpt"
+
+    def add(self, plan: SearchPlan, node: PlanNode, step: int, ref: Any, size_bytes: int, recompute: float) -> None:
+        """Register a worker's checkpoint and start its durable copy."""
+        plan.record_checkpoint(node.node_id, step, CheckpointInfo(size_bytes=size_bytes, handle=ref))
+        if (node.node_id, step) in self.cache:  # retrained after a loss
+            self.cache.remove((node.node_id, step))
+        self.cache.add((node.node_id, step), size_bytes, recompute, self._reuse(plan, node, step), pinned=True)
+        write = _write_behind.remote(self.storage, self.key(node.node_id, step), ref)
+        self._writes[write] = (node.node_id, step)
+
+    @staticmethod
+    def _reuse(plan: SearchPlan, node: PlanNode, step: int) -> float:
+        return float(len(plan.trials_through(node, step)))
+
+    @property
+    def pending_writes(self) -> list[Any]:
+        return list(self._writes)
+
+    def finish_write(self, plan: SearchPlan, write: Any) -> None:
+        """A durable copy landed: record it, unpin, and evict if over budget."""
+        node_id, step = self._writes.pop(write)
+        try:
+            stored = ray.get(write)
+        except Exception as error:  # the in-memory copy stays the only one
+            logger.warning("could not store checkpoint of node %d step %d: %s", node_id, step, error)
+            return
+        info = plan.nodes[node_id].checkpoints.get(step)
+        if info is None:
+            return
+        plan.nodes[node_id].checkpoints[step] = dataclasses.replace(
+            info, path=stored.path, size_bytes=stored.size_bytes, checksum=stored.checksum
+        )
+        self.cache.update((node_id, step), pinned=False)
+        self.evict(plan)
+
+    def evict(self, plan: SearchPlan) -> None:
+        for key in list(self.cache):
+            node = plan.nodes[key[0]]
+            if self.cache.is_resident(key):
+                self.cache.update(key, expected_reuse=self._reuse(plan, node, key[1]))
+        for node_id, step in self.cache.evictions():
+            info = plan.nodes[node_id].checkpoints.get(step)
+            if info is not None and info.path is not None:
+                plan.nodes[node_id].checkpoints[step] = dataclasses.replace(info, handle=None)
+                self.cache.mark_evicted((node_id, step))
+
+    async def handle(self, plan: SearchPlan, node: PlanNode, step: int) -> Any:
+        """A reference to the checkpoint's payload, reloading an evicted one
+        from storage. Raises `CheckpointUnavailableError` (after dropping it
+        from the plan) when it is lost or corrupt: the caller replans."""
+        info = node.checkpoints[step]
+        if info.handle is not None:
+            self.cache.touch((node.node_id, step))
+            return info.handle
+        stored = StoredCheckpoint(path=info.path, size_bytes=info.size_bytes, checksum=info.checksum)
+        verdict, ref = _reload.remote(self.storage, stored)
+        problem = await verdict
+        if problem is not None:
+            plan.drop_checkpoint(node.node_id, step)
+            self.cache.remove((node.node_id, step))
+            raise CheckpointUnavailableError(problem)
+        node.checkpoints[step] = dataclasses.replace(info, handle=ref)
+        self.cache.mark_resident((node.node_id, step))
+        return ref

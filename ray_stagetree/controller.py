@@ -1,0 +1,314 @@
+"""The study controller: one Ray actor that owns the search plan, the
+execution policy and the checkpoints of a study, and drives the workers.
+
+It is a thin loop over the pure planning core: admit trials into the plan,
+ask the policy for batches for idle workers, turn each batch into a
+`BatchSpec`, and fold what workers report back into the plan (metrics fan
+out to every trial whose path passes the reported point). All scheduling
+decisions live in `plan`, `stage_tree` and `policy`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from ray_stagetree.checkpoint_store import CheckpointStore
+from ray_stagetree.config import TrialConfig
+from ray_stagetree.plan import SearchPlan
+from ray_stagetree.policy import StageBatch, get_policy
+from ray_stagetree.storage import CheckpointStorage, CheckpointUnavailableError
+from ray_stagetree.worker import BatchOutcome, BatchSpec, StageWorker
+
+logger = logging.getLogger(__name__)
+
+PENDING, RUNNING, TERMINATED, ERROR = "PENDING", "RUNNING", "TERMINATED", "ERROR"
+
+
+@dataclass
+class StudySpec:
+    """Everything the controller needs, validated by the Tuner on the driver."""
+
+    trainable: Any
+    trials: list[tuple[str, dict[str, Any]]]
+    horizon: int
+    experiment_path: str
+    storage_filesystem: Any = None
+    num_workers: int = 1
+    worker_options: dict[str, Any] = field(default_factory=dict)
+    max_concurrent_trials: int | None = None
+    stage_sharing: bool = True
+    max_failures: int = 0
+    policy: str = "critical_path"
+    checkpoint_budget_bytes: int = 2 * 1024**3
+
+
+@dataclass
+class TrialState:
+    trial_id: str
+    config: dict[str, Any]
+    config_json: dict[str, Any]
+    status: str = PENDING
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    failures: int = 0
+    error: str | None = None
+    checkpoint_path: str | None = None
+
+
+class StudyController:
+    def __init__(self, spec: StudySpec) -> None:
+        self.spec = spec
+        self.plan = SearchPlan()
+        self.policy = get_policy(spec.policy)
+        self.store = CheckpointStore(
+            CheckpointStorage(spec.experiment_path, spec.storage_filesystem), spec.checkpoint_budget_bytes
+        )
+        self.trials: dict[str, TrialState] = {}
+        self._queue = list(spec.trials)
+        self._node_configs: dict[int, dict[str, Any]] = {}
+        self._workers: list[Any] = []
+        self._idle: list[Any] = []
+        self._running: dict[Any, tuple[Any, StageBatch, BatchSpec]] = {}
+        self._attempts: dict[int, int] = {}
+        self._wake = asyncio.Event()
+        self._iterations = 0
+        self._started = time.time()
+        self._new_rows: list[dict[str, Any]] = []
+
+    # -- trials ----------------------------------------------------------------
+
+    def _live(self) -> int:
+        return sum(1 for t in self.trials.values() if t.status in (PENDING, RUNNING))
+
+    def _admit(self) -> None:
+        limit = self.spec.max_concurrent_trials or len(self._queue) + len(self.trials)
+        while self._queue and self._live() < limit:
+            trial_id, config = self._queue.pop(0)
+            study = "study" if self.spec.stage_sharing else trial_id
+            config_json = TrialConfig.from_config(config).to_json()
+            state = self.trials[trial_id] = TrialState(trial_id, config, config_json)
+            request = self.plan.add_trial(trial_id, config, self.spec.horizon, study=study)
+            self._node_configs.setdefault(request.node.node_id, config)
+            for step, metrics in self.plan.history(trial_id).items():
+                self._add_row(state, step, metrics)
+            if request.answered:
+                self._finish(state)
+
+    def _add_row(self, state: TrialState, step: int, metrics: dict[str, Any]) -> None:
+        row = dict(metrics)
+        row["trial_id"] = state.trial_id
+        row["training_iteration"] = step
+        row["done"] = step >= self.spec.horizon
+        row["config"] = state.config_json
+        previous = state.rows.get(step - 1, {})
+        row["time_total_s"] = previous.get("time_total_s", 0.0) + row.get("time_this_iter_s", 0.0)
+        state.rows[step] = row
+        if state.status == PENDING:
+            state.status = RUNNING
+        self._new_rows.append(row)
+
+    def _finish(self, state: TrialState) -> None:
+        state.status = TERMINATED
+
+    # -- reports from workers ---------------------------------------------------
+
+    def worker_report(self, outcome: BatchOutcome) -> tuple[list[int], int]:
+        """Fold a worker's records into the plan; reply with the batch's
+        current checkpoint steps and the step it may stop at."""
+        self._ingest(outcome)
+        batch_id = outcome.batch_id
+        if batch_id not in self.plan.running_batches:
+            return [], 0
+        save_steps = [step for _, step in self.plan.checkpoints_needed(batch_id)]
+        needed = self.plan.needed_until(batch_id)
+        return save_steps, needed[1] if needed is not None else 0
+
+    def _ingest(self, outcome: BatchOutcome) -> None:
+        for node_id, step, metrics in outcome.records:
+            node = self.plan.nodes[node_id]
+            self._iterations += 1
+            for trial_id in self.plan.trials_through(node, step):
+                self._add_row(self.trials[trial_id], step, metrics)
+            for request in self.plan.record_metrics(node_id, step, metrics):
+                for trial_id in list(request.trials):
+                    self._finish(self.trials[trial_id])
+        for node_id, step, ref, size in outcome.checkpoints:
+            node = self.plan.nodes[node_id]
+            recompute = sum(row.get("time_this_iter_s", 0.0) for _, _, row in outcome.records) or 1.0
+            self.store.add(self.plan, node, step, ref, size, recompute)
+        if outcome.records or outcome.checkpoints:
+            self._wake.set()
+
+    # -- the loop ------------------------------------------------------------------
+
+    def _worker(self) -> Any:
+        if self._idle:
+            return self._idle.pop()
+        actor = ray.remote(StageWorker).options(**self.spec.worker_options)
+        worker = actor.remote(self.spec.trainable, ray.get_runtime_context().current_actor)
+        self._workers.append(worker)
+        return worker
+
+    def _idle_count(self) -> int:
+        return self.spec.num_workers - len(self._running)
+
+    async def _dispatch(self) -> None:
+        for batch in self.policy.select(self.plan, self._idle_count()):
+            try:
+                spec = await self._batch_spec(batch)
+            except CheckpointUnavailableError as error:
+                logger.warning("%s; retraining it", error)
+                self.plan.release_batch(batch.batch_id)
+                self._wake.set()
+                continue
+            worker = self._worker()
+            ref = worker.run_batch.remote(spec)
+            self._running[ref] = (worker, batch, spec)
+
+    async def _batch_spec(self, batch: StageBatch) -> BatchSpec:
+        leaf = batch.stages[-1].node
+        config = self._node_configs[leaf.node_id]
+        source = batch.source
+        handle = None
+        if source is not None and not source.is_initialization:
+            handle = await self.store.handle(self.plan, source.node, source.step)
+        return BatchSpec(
+            batch_id=batch.batch_id,
+            config=config,
+            segments=[(node.node_id, start, stop) for node, start, stop in batch.segments],
+            save_steps={step for _, step in self.plan.checkpoints_needed(batch.batch_id)},
+            source=handle,
+            attempt=self._attempts.get(batch.batch_id, 0),
+        )
+
+    def _complete(self, ref: Any) -> None:
+        worker, batch, spec = self._running.pop(ref)
+        try:
+            outcome: BatchOutcome = ray.get(ref)
+        except ray.exceptions.RayActorError as error:
+            self._workers.remove(worker)
+            affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
+            self._fail(affected, f"the worker running batch {batch.batch_id} died: {error}")
+            self.plan.release_batch(batch.batch_id)
+            return
+        self._ingest(outcome)
+        if outcome.error is not None:
+            node = self.plan.nodes[outcome.error_node]
+            self._fail(self.plan.trials_through(node, outcome.error_step), outcome.error)
+        self.plan.release_batch(batch.batch_id)
+        self._idle.append(worker)
+
+    def _fail(self, trial_ids: set[str], error: str) -> None:
+        for trial_id in trial_ids:
+            state = self.trials[trial_id]
+            state.failures += 1
+            if state.failures > self.spec.max_failures:
+                state.status, state.error = ERROR, error
+                self.plan.remove_trial(trial_id)
+
+    def _unfinished(self) -> bool:
+        return bool(self._queue) or any(t.status in (PENDING, RUNNING) for t in self.trials.values())
+
+    async def run(self) -> None:
+        self._admit()
+        while True:
+            await self._dispatch()
+            if not self._running and not self.store.pending_writes:
+                if not self._unfinished():
+                    break
+                if not self.plan.running_batches:
+                    self._stuck()
+            waiting = list(self._running) + self.store.pending_writes
+            self._wake.clear()
+            wake = asyncio.ensure_future(self._wake.wait())
+            futures = {asyncio.ensure_future(_as_future(ref)): ref for ref in waiting}
+            done, _ = await asyncio.wait([wake, *futures], return_when=asyncio.FIRST_COMPLETED)
+            wake.cancel()
+            for future in done:
+                ref = futures.get(future)
+                if ref is None:
+                    continue
+                if ref in self._running:
+                    self._complete(ref)
+                else:
+                    self.store.finish_write(self.plan, ref)
+            for future in futures:
+                future.cancel()
+            self._admit()
+        await self._finalize()
+
+    def _stuck(self) -> None:
+        open_requests = [r for r in self.plan.open_requests() if r.trials]
+        raise RuntimeError(f"no batch can be dispatched but {len(open_requests)} requests are open: {open_requests}")
+
+    async def _finalize(self) -> None:
+        from ray_stagetree.results import write_trial_outputs
+
+        writes = []
+        for state in self.trials.values():
+            request_node = None
+            if state.status == TERMINATED:
+                request_node = self.plan.trials[state.trial_id].request.node
+            ref = None
+            if request_node is not None and self.spec.horizon in request_node.checkpoints:
+                try:
+                    ref = await self.store.handle(self.plan, request_node, self.spec.horizon)
+                except CheckpointUnavailableError:
+                    ref = None
+            writes.append(
+                write_trial_outputs.remote(
+                    self.store.storage, state.trial_id, state.config_json, list(state.rows.values()), ref
+                )
+            )
+        for state, path in zip(self.trials.values(), await asyncio.gather(*writes)):
+            state.checkpoint_path = path
+        self.plan.save(f"{self.spec.experiment_path}/plan", self.spec.storage_filesystem)
+
+    # -- driver queries --------------------------------------------------------------
+
+    def progress(self) -> dict[str, Any]:
+        rows, self._new_rows = self._new_rows, []
+        counts: dict[str, int] = {}
+        for state in self.trials.values():
+            counts[state.status] = counts.get(state.status, 0) + 1
+        counts[PENDING] = counts.get(PENDING, 0) + len(self._queue)
+        return {
+            "status": counts,
+            "iterations": self._iterations,
+            "unique_iterations": self.plan.unique_iterations(),
+            "total_iterations": self.spec.horizon * (len(self.trials) + len(self._queue)),
+            "rows": rows,
+            "elapsed": time.time() - self._started,
+        }
+
+    def results(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "trial_id": state.trial_id,
+                "config": state.config,
+                "config_json": state.config_json,
+                "status": state.status,
+                "error": state.error,
+                "rows": [state.rows[step] for step in sorted(state.rows)],
+                "checkpoint_path": state.checkpoint_path,
+            }
+            for state in self.trials.values()
+        ]
+
+    def shutdown_workers(self) -> None:
+        for worker in self._workers:
+            ray.kill(worker)
+        self._workers.clear()
+
+
+async def _as_future(ref: Any) -> Any:
+    try:
+        return await ref
+    except Exception:  # surfaced by ray.get in _complete / finish_write
+        return None
+

@@ -1,0 +1,82 @@
+"""Live progress of a study, in a terminal or a Jupyter notebook.
+
+Shows trials running / done / errored, iterations executed next to the
+unique iterations (what sharing needs) and the trial-by-trial total (what
+Ray Tune would run), and the best metric so far.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+
+def _in_notebook() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
+
+
+class ProgressReporter:
+    """Parameters
+    ----------
+    metric, mode:
+        The metric to show the best value of (from ``TuneConfig``), if any.
+    interval_seconds:
+        Minimum time between two terminal lines (a notebook updates in place).
+    verbose:
+        0 prints nothing; anything else prints progress (Tune's convention).
+    """
+
+    def __init__(self, metric: str | None, mode: str | None, interval_seconds: float = 5.0, verbose: int = 1):
+        self.metric, self.mode = metric, mode
+        self.interval_seconds = interval_seconds
+        self.verbose = verbose
+        self.best: float | None = None
+        self._last_print = 0.0
+        self._notebook = _in_notebook()
+        self._handle = None
+
+    def observe(self, rows: list[dict[str, Any]]) -> None:
+        if self.metric is None or self.mode is None:
+            return
+        for row in rows:
+            value = row.get(self.metric)
+            if isinstance(value, (int, float)) and value == value:
+                if self.best is None or (value > self.best if self.mode == "max" else value < self.best):
+                    self.best = float(value)
+
+    def line(self, progress: dict[str, Any]) -> str:
+        status = progress["status"]
+        trials = ", ".join(f"{count} {name.lower()}" for name, count in sorted(status.items()) if count)
+        executed, unique, total = progress["iterations"], progress["unique_iterations"], progress["total_iterations"]
+        saved = f"{total / executed:.2f}x fewer than trial by trial" if executed else "nothing trained yet"
+        best = ""
+        if self.best is not None:
+            best = f" | best {self.metric}: {self.best:.4g}"
+        return (
+            f"[{progress['elapsed']:.0f}s] trials: {trials} | iterations executed {executed} "
+            f"(unique {unique}, trial by trial {total}: {saved}){best}"
+        )
+
+    def update(self, progress: dict[str, Any], final: bool = False) -> None:
+        self.observe(progress["rows"])
+        if not self.verbose:
+            return
+        text = self.line(progress)
+        if self._notebook:
+            from IPython.display import display
+
+            if self._handle is None:
+                self._handle = display({"text/plain": text}, raw=True, display_id=True)
+            else:
+                self._handle.update({"text/plain": text}, raw=True)
+            return
+        now = time.monotonic()
+        if final or now - self._last_print >= self.interval_seconds:
+            self._last_print = now
+            print(text, file=sys.stderr, flush=True)

@@ -1,0 +1,172 @@
+"""Study results with Ray Tune's interface: a `ResultGrid` of ``ray.tune.Result``.
+
+Each trial gets a directory under the experiment path, laid out as Tune lays
+it out: ``params.json`` (the config, sequences in their declarative form),
+``result.json`` (one JSON line per iteration) and ``checkpoint_<step>/`` (the
+final checkpoint). The search plan is saved beside them in ``plan/``, so a
+later restore finds plan, results and checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import tempfile
+from typing import Any, Iterator
+
+import ray
+
+from ray_stagetree.storage import CheckpointStorage, unpack_directory
+
+STATE_FILE = "stage_state.pkl"
+
+
+@ray.remote(num_cpus=0)
+def write_trial_outputs(
+    storage: CheckpointStorage,
+    trial_id: str,
+    config_json: dict[str, Any],
+    rows: list[dict[str, Any]],
+    payload: Any,
+) -> str | None:
+    """Write a trial's directory; returns the final checkpoint's path, if any.
+
+    ``payload`` arrives as the resolved object (Ray passes the referenced
+    checkpoint to this task directly), so its bytes never visit the driver.
+    """
+    storage.write_text(f"{trial_id}/params.json", json.dumps(config_json, indent=2, sort_keys=True, default=str))
+    storage.write_text(
+        f"{trial_id}/result.json", "".join(json.dumps(row, sort_keys=True, default=str) + "\n" for row in rows)
+    )
+    if payload is None:
+        return None
+    directory = f"{trial_id}/checkpoint_{payload.step:06d}"
+    with tempfile.TemporaryDirectory(prefix="stagetree_final_") as local:
+        if payload.directory is not None:
+            unpack_directory(payload.directory, local)
+        else:
+            with open(f"{local}/{STATE_FILE}", "wb") as file:
+                pickle.dump(payload.state, file, protocol=5)
+        return storage.upload_directory(local, directory)
+
+
+class ResultGrid:
+    """The results of `Tuner.fit`, with the interface of ``ray.tune.ResultGrid``.
+
+    Example
+    -------
+    >>> grid = tuner.fit()                                  # doctest: +SKIP
+    >>> best = grid.get_best_result("accuracy", "max")      # doctest: +SKIP
+    >>> best.config, best.metrics["accuracy"], best.checkpoint   # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        results: list[ray.tune.Result],
+        experiment_path: str,
+        default_metric: str | None = None,
+        default_mode: str | None = None,
+        iterations: int = 0,
+        unique_iterations: int = 0,
+        total_iterations: int = 0,
+    ) -> None:
+        self._results = results
+        self._experiment_path = experiment_path
+        self._default_metric = default_metric
+        self._default_mode = default_mode
+        self.iterations_executed = iterations
+        self.unique_iterations = unique_iterations
+        self.trial_by_trial_iterations = total_iterations
+
+    @property
+    def experiment_path(self) -> str:
+        return self._experiment_path
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def __getitem__(self, index: int) -> ray.tune.Result:
+        return self._results[index]
+
+    def __iter__(self) -> Iterator[ray.tune.Result]:
+        return iter(self._results)
+
+    @property
+    def errors(self) -> list[Exception]:
+        return [result.error for result in self._results if result.error is not None]
+
+    @property
+    def num_errors(self) -> int:
+        return len(self.errors)
+
+    @property
+    def num_terminated(self) -> int:
+        return sum(1 for result in self._results if result.error is None and result.metrics is not None)
+
+    def get_best_result(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        scope: str = "last",
+        filter_nan_and_inf: bool = True,
+    ) -> ray.tune.Result:
+        """The best trial by ``metric``; ``scope`` is "last", "avg", "last-5-avg",
+        "last-10-avg" or "all" (best value over the trial's whole history)."""
+        import math
+
+        metric = metric or self._default_metric
+        mode = mode or self._default_mode
+        if not metric or not mode:
+            raise ValueError(
+                "get_best_result needs a metric and a mode: pass them here, or to TuneConfig(metric=..., mode=...)"
+            )
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        scopes = ("last", "avg", "last-5-avg", "last-10-avg", "all")
+        if scope not in scopes:
+            raise ValueError(f"scope must be one of {scopes}, got {scope!r}")
+
+        def score(result: ray.tune.Result) -> float | None:
+            frame = result.metrics_dataframe
+            if frame is None or metric not in frame:
+                return None
+            values = [float(v) for v in frame[metric].tolist() if v is not None]
+            if filter_nan_and_inf:
+                values = [v for v in values if math.isfinite(v)]
+            if not values:
+                return None
+            if scope == "last":
+                return values[-1]
+            if scope == "all":
+                return max(values) if mode == "max" else min(values)
+            window = {"avg": len(values), "last-5-avg": 5, "last-10-avg": 10}[scope]
+            tail = values[-window:]
+            return sum(tail) / len(tail)
+
+        scored = [(score(result), result) for result in self._results if result.error is None]
+        scored = [(value, result) for value, result in scored if value is not None]
+        if not scored:
+            raise RuntimeError(f"no finished trial reported {metric!r}; cannot pick the best result")
+        pick = max if mode == "max" else min
+        return pick(scored, key=lambda item: item[0])[1]
+
+    def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None):
+        """One row per trial: its last metrics (or its best row by ``filter_metric``)."""
+        import pandas as pd
+
+        rows = []
+        for result in self._results:
+            frame = result.metrics_dataframe
+            if frame is None or frame.empty:
+                continue
+            if filter_metric is not None and filter_metric in frame:
+                index = frame[filter_metric].idxmax() if filter_mode == "max" else frame[filter_metric].idxmin()
+                row = frame.loc[index].to_dict()
+            else:
+                row = frame.iloc[-1].to_dict()
+            row["logdir"] = result.path
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def __repr__(self) -> str:
+        return f"ResultGrid<{len(self)} trials, {self.num_errors} errors, path={self._experiment_path!r}>"

@@ -1,0 +1,95 @@
+"""The function-trainable API: `report`, `get_checkpoint`, `get_hparams`,
+`should_checkpoint`.
+
+A Tune function trainable ports by changing its imports::
+
+    from ray_stagetree import get_checkpoint, get_hparams, report
+
+    def train(config):
+        model = make_model(config)
+        checkpoint = get_checkpoint()          # a ray.tune.Checkpoint or None
+        if checkpoint:
+            with checkpoint.as_directory() as path:
+                model.load(path)
+        while True:
+            hparams = get_hparams()            # this iteration's sequence values
+            train_one_epoch(model, lr=hparams["lr"])
+            with tempfile.TemporaryDirectory() as path:
+                model.save(path)
+                report({"loss": loss}, checkpoint=tune.Checkpoint.from_directory(path))
+
+A stage worker runs the function for one stage batch: from the batch's
+starting checkpoint to its last iteration, where `report` ends the function
+(it raises `BatchEnd`, a BaseException, so ``except Exception`` in user code
+does not swallow it). Each `report` is one iteration.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from ray.tune import Checkpoint
+
+    from ray_stagetree.worker import StageContext
+
+_local = threading.local()
+
+
+class BatchEnd(BaseException):
+    """Raised by `report` when the stage batch is complete; the worker catches it."""
+
+
+def _context() -> "StageContext":
+    context = getattr(_local, "context", None)
+    if context is None:
+        raise RuntimeError(
+            "ray_stagetree.report/get_checkpoint/get_hparams/should_checkpoint can only be "
+            "called inside a trainable run by ray_stagetree.Tuner"
+        )
+    return context
+
+
+def _activate(context: "StageContext | None") -> None:
+    _local.context = context
+
+
+def report(metrics: Mapping[str, Any], *, checkpoint: "Checkpoint | None" = None) -> None:
+    """Report one iteration's metrics, and a checkpoint of the state after it.
+
+    Parameters
+    ----------
+    metrics:
+        A dict of JSON-able values (numbers, strings); ``training_iteration``
+        is added by the library.
+    checkpoint:
+        A ``ray.tune.Checkpoint`` of the state after this iteration. Pass one
+        at least where `should_checkpoint` is true: other trials fork from it.
+    """
+    _context().report(metrics, checkpoint)
+
+
+def get_checkpoint() -> "Checkpoint | None":
+    """The checkpoint to resume from (a ``ray.tune.Checkpoint``), or None for a
+    fresh start. Calling it also restores the Python, NumPy and torch random
+    states saved with the checkpoint, so call it after any seeding."""
+    return _context().get_checkpoint()
+
+
+def get_hparams() -> dict[str, Any]:
+    """Every hyper-parameter's value at the current iteration: sequences at
+    this iteration, plain numbers and strings as they are; keyed as in the
+    config (nested keys joined with ``/``)."""
+    return _context().hparams()
+
+
+def should_checkpoint() -> bool:
+    """True when the runtime needs a checkpoint with the next `report`:
+    other trials branch off here, a result is requested, or the batch ends."""
+    return _context().should_checkpoint()
+
+
+def get_iteration() -> int:
+    """Iterations completed so far (the iteration about to be trained, 0-based)."""
+    return _context().step

@@ -1,0 +1,596 @@
+"""Durable checkpoint copies and the accounting that decides evictions.
+
+Shared training prefixes are trained once and every trial forked from them
+starts from their checkpoints, so a checkpoint is worth keeping exactly as
+long as it saves recomputation. This module holds the parts of the checkpoint
+store that need no Ray:
+
+* **Payloads.** `pack_directory` / `unpack_directory` turn a checkpoint
+  directory into one uncompressed, deterministic tar archive and back (with
+  safe extraction), and `checksum` names the bytes.
+* **Durable copies.** `CheckpointStorage` writes payloads atomically under a
+  Tune-style ``storage_path`` (any fsspec URL, or a given fsspec/pyarrow
+  filesystem) and verifies size and checksum on every read. A missing or
+  corrupt copy raises a `CheckpointUnavailableError` so the caller recomputes
+  it instead of training on from damaged state.
+* **Eviction accounting.** `CheckpointCache` tracks what the object store
+  holds and, when over budget, names the checkpoints whose loss costs least
+  per byte freed: recompute seconds x expected reuse / size, as in Nectar
+  (Gunda et al., OSDI 2010). It holds keys and numbers, never the objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import itertools
+import math
+import numbers
+import os
+import posixpath
+import stat
+import tarfile
+import uuid
+from collections.abc import Hashable, Iterator
+from typing import Any
+
+import fsspec
+import pyarrow.fs as pafs
+from fsspec.implementations.arrow import ArrowFSWrapper
+
+__all__ = [
+    "CheckpointCache",
+    "CheckpointCorruptError",
+    "CheckpointMissingError",
+    "CheckpointStorage",
+    "CheckpointUnavailableError",
+    "StoredCheckpoint",
+    "checksum",
+    "pack_directory",
+    "unpack_directory",
+]
+
+_CHECKSUM_ALGORITHM = "sha256"
+
+# --------------------------------------------------------------------------
+# Payloads
+# --------------------------------------------------------------------------
+
+
+def checksum(data: bytes) -> str:
+    """Checksum of ``data`` as ``"sha256:<hex digest>"``."""
+    return f"{_CHECKSUM_ALGORITHM}:{hashlib.sha256(data).hexdigest()}"
+
+
+def _tree(path: str, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(archive name, local path) of everything under ``path``, depth first in
+    name order, a directory just before its contents. Does not follow links."""
+    with os.scandir(path) as scan:
+        entries = sorted(scan, key=lambda entry: entry.name)
+    for entry in entries:
+        arcname = f"{prefix}{entry.name}"
+        yield arcname, entry.path
+        if entry.is_dir(follow_symlinks=False):
+            yield from _tree(entry.path, f"{arcname}/")
+
+
+def pack_directory(path: str) -> bytes:
+    """Pack the directory tree at ``path`` into an uncompressed tar archive.
+
+    Entries are added in sorted order with owner and modification time
+    cleared, so equal trees give equal bytes (and equal checksums). Empty
+    subdirectories are kept.
+
+    Parameters
+    ----------
+    path:
+        A local directory, e.g. a ``ray.tune.Checkpoint``'s ``path``.
+
+    Raises
+    ------
+    NotADirectoryError
+        ``path`` is not a directory.
+    ValueError
+        The tree holds a symbolic link or a special file (device, FIFO,
+        socket); such entries cannot be restored safely, so they are refused
+        here rather than lost silently.
+    """
+    if not os.path.isdir(path):
+        raise NotADirectoryError(f"cannot pack {path!r}: not a directory")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for arcname, full in _tree(path):
+            mode = os.lstat(full).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                kind = "symbolic link" if stat.S_ISLNK(mode) else "special file"
+                raise ValueError(
+                    f"cannot pack {path!r}: {arcname!r} is a {kind}; "
+                    "checkpoint directories may hold only regular files and directories"
+                )
+            info = archive.gettarinfo(full, arcname=arcname)
+            info.mtime = 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if info.isfile():
+                with open(full, "rb") as handle:
+                    archive.addfile(info, handle)
+            else:
+                archive.addfile(info)
+    return buffer.getvalue()
+
+
+def _check_member(member: tarfile.TarInfo) -> None:
+    name = member.name
+    if name.startswith("/") or name.startswith("\\"):
+        raise ValueError(f"refusing to unpack checkpoint: absolute path {name!r} in archive")
+    if ".." in name.replace("\\", "/").split("/"):
+        raise ValueError(f"refusing to unpack checkpoint: {name!r} leaves the target directory ('..')")
+    if not (member.isfile() or member.isdir()):
+        kind = "link" if (member.issym() or member.islnk()) else "device or special file"
+        raise ValueError(f"refusing to unpack checkpoint: {name!r} is a {kind}")
+
+
+def unpack_directory(data: bytes, path: str) -> None:
+    """Restore an archive made by `pack_directory` into ``path``.
+
+    Every member is checked before anything is written: absolute names,
+    ``..`` components, links and devices are refused. Extraction also uses
+    tarfile's ``"data"`` filter where the Python version has it.
+
+    Parameters
+    ----------
+    data:
+        Archive bytes.
+    path:
+        Target directory; created if missing. Existing files with the same
+        names are overwritten.
+
+    Raises
+    ------
+    ValueError
+        ``data`` is not a tar archive, or it holds an unsafe member.
+    """
+    try:
+        archive = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
+    except tarfile.TarError as error:
+        raise ValueError(f"cannot unpack checkpoint into {path!r}: not a tar archive ({error})") from error
+    with archive:
+        members = archive.getmembers()
+        for member in members:
+            _check_member(member)
+        os.makedirs(path, exist_ok=True)
+        if hasattr(tarfile, "data_filter"):
+            try:
+                archive.extractall(path, members=members, filter="data")
+            except tarfile.FilterError as error:
+                raise ValueError(f"refusing to unpack checkpoint into {path!r}: {error}") from error
+        else:  # pragma: no cover - Python without extraction filters
+            archive.extractall(path, members=members)
+
+
+# --------------------------------------------------------------------------
+# Durable storage
+# --------------------------------------------------------------------------
+
+
+class CheckpointUnavailableError(RuntimeError):
+    """A durable checkpoint copy cannot be used; the caller should recompute it."""
+
+
+class CheckpointMissingError(CheckpointUnavailableError):
+    """The durable copy does not exist."""
+
+
+class CheckpointCorruptError(CheckpointUnavailableError):
+    """The durable copy exists but its size or checksum is not what was written."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredCheckpoint:
+    """Where a payload was written and what it must read back as.
+
+    Parameters
+    ----------
+    path:
+        Path of the file inside the storage's filesystem (no URL scheme).
+    size_bytes:
+        Payload length.
+    checksum:
+        ``"sha256:<hex>"`` of the payload.
+    """
+
+    path: str
+    size_bytes: int
+    checksum: str
+
+
+def _to_fsspec(filesystem: Any) -> fsspec.AbstractFileSystem:
+    if isinstance(filesystem, fsspec.AbstractFileSystem):
+        return filesystem
+    if isinstance(filesystem, pafs.FileSystem):
+        return ArrowFSWrapper(filesystem)
+    raise TypeError(
+        "storage_filesystem must be a pyarrow.fs.FileSystem, an fsspec.AbstractFileSystem or None, "
+        f"got {type(filesystem).__name__}"
+    )
+
+
+class CheckpointStorage:
+    """Checkpoint payloads under a directory of any fsspec or pyarrow filesystem.
+
+    Writes are atomic (temporary name, then move), and every read checks the
+    size and checksum recorded at write time. Instances pickle (they travel to
+    Ray tasks) as long as the filesystem does; note that ``memory://`` is a
+    per-process store, so files written in one process are invisible in
+    another.
+
+    Parameters
+    ----------
+    storage_path:
+        Root directory: a local path, ``file://...``, ``memory://...``,
+        ``s3://...`` or any URL with an installed fsspec driver. With
+        ``storage_filesystem`` given, a path inside that filesystem.
+    storage_filesystem:
+        Optional filesystem, as in Tune's ``RunConfig``: a
+        ``pyarrow.fs.FileSystem`` (wrapped with fsspec's ``ArrowFSWrapper``)
+        or an ``fsspec.AbstractFileSystem``.
+
+    Example
+    -------
+    >>> storage = CheckpointStorage("memory://doc-example")
+    >>> stored = storage.write("checkpoints/a.ckpt", b"state")
+    >>> storage.read(stored)
+    b'state'
+    """
+
+    def __init__(self, storage_path: str, storage_filesystem: Any = None) -> None:
+        if not isinstance(storage_path, str):
+            raise TypeError(f"storage_path must be a str, got {type(storage_path).__name__}")
+        self.storage_path = storage_path
+        if storage_filesystem is None:
+            filesystem, root = fsspec.core.url_to_fs(storage_path)
+        else:
+            filesystem = _to_fsspec(storage_filesystem)
+            root = filesystem._strip_protocol(storage_path)
+        self.filesystem: fsspec.AbstractFileSystem = filesystem
+        self.root: str = root.rstrip("/") if root.strip("/") else root
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.storage_path!r}, filesystem={type(self.filesystem).__name__})"
+
+    def path(self, key: str) -> str:
+        """Filesystem path of ``key`` (a relative, ``/``-separated name)."""
+        parts = key.split("/") if isinstance(key, str) else None
+        if not key or parts is None or key.startswith("/") or "\\" in key or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(
+                f"key must be a relative '/'-separated path without empty, '.' or '..' parts, got {key!r}"
+            )
+        if not self.root:
+            return key
+        return f"{self.root}/{key}" if self.root != "/" else f"/{key}"
+
+    def write(self, key: str, data: bytes) -> StoredCheckpoint:
+        """Write ``data`` to ``<storage_path>/<key>`` atomically.
+
+        The bytes go to a temporary sibling first and are then moved into
+        place, so a reader never sees a partial file under ``key`` (on object
+        stores the move is a copy, but an upload is all-or-nothing anyway).
+
+        Parameters
+        ----------
+        key:
+            Relative path under the storage root, e.g. ``"checkpoints/n1_s10.ckpt"``.
+        data:
+            Payload bytes.
+
+        Returns
+        -------
+        StoredCheckpoint
+            The path, size and checksum that `read` verifies against.
+        """
+        data = bytes(data)
+        target = self.path(key)
+        parent = posixpath.dirname(target)
+        if parent:
+            self.filesystem.makedirs(parent, exist_ok=True)
+        temporary = f"{target}.tmp-{uuid.uuid4().hex}"
+        try:
+            self.filesystem.pipe_file(temporary, data)
+            self.filesystem.mv(temporary, target)
+        except BaseException:
+            try:
+                if self.filesystem.exists(temporary):
+                    self.filesystem.rm_file(temporary)
+            except Exception:  # the original error matters more
+                pass
+            raise
+        return StoredCheckpoint(path=target, size_bytes=len(data), checksum=checksum(data))
+
+    def read(self, stored: StoredCheckpoint) -> bytes:
+        """Read a payload and verify it against ``stored``.
+
+        Raises
+        ------
+        CheckpointMissingError
+            No file at ``stored.path``.
+        CheckpointCorruptError
+            The file's size or checksum differs from ``stored``.
+        """
+        try:
+            data = self.filesystem.cat_file(stored.path)
+        except FileNotFoundError as error:
+            raise CheckpointMissingError(
+                f"checkpoint {stored.path!r} is missing from {self.storage_path!r} "
+                f"(expected {stored.size_bytes} bytes, {stored.checksum})"
+            ) from error
+        if len(data) != stored.size_bytes:
+            raise CheckpointCorruptError(
+                f"checkpoint {stored.path!r} is corrupt: expected {stored.size_bytes} bytes, found {len(data)}"
+            )
+        found = checksum(data)
+        if found != stored.checksum:
+            raise CheckpointCorruptError(
+                f"checkpoint {stored.path!r} is corrupt: expected checksum {stored.checksum}, found {found}"
+            )
+        return data
+
+    def write_text(self, key: str, text: str) -> str:
+        """Write a text file (a trial's ``result.json``, ``params.json``)
+        atomically; returns its path."""
+        return self.write(key, text.encode()).path
+
+    def upload_directory(self, local_path: str, key: str) -> str:
+        """Copy a local directory to ``<storage_path>/<key>``; returns its path
+        in the storage's own terms (as ``storage_path`` was given), which is
+        what ``ray.tune.Checkpoint(path, storage_filesystem)`` expects."""
+        target = self.path(key)
+        for relative, source in _tree(local_path):
+            destination = f"{target}/{relative}"
+            if os.path.isdir(source):
+                self.filesystem.makedirs(destination, exist_ok=True)
+            else:
+                self.filesystem.makedirs(posixpath.dirname(destination), exist_ok=True)
+                self.filesystem.put_file(source, destination)
+        self.filesystem.makedirs(target, exist_ok=True)
+        protocol = fsspec.core.split_protocol(self.storage_path)[0]
+        return f"{protocol}://{target}" if protocol and protocol != "file" else target
+
+    def delete(self, stored: StoredCheckpoint) -> None:
+        """Delete the file of ``stored``; a file already gone is not an error."""
+        try:
+            self.filesystem.rm_file(stored.path)
+        except FileNotFoundError:
+            pass
+
+
+# --------------------------------------------------------------------------
+# Eviction accounting
+# --------------------------------------------------------------------------
+
+
+def _check_size(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return int(value)
+
+
+def _check_amount(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return float(value)
+
+
+@dataclasses.dataclass
+class _Entry:
+    size_bytes: int
+    recompute_seconds: float
+    expected_reuse: float
+    pinned: bool
+    resident: bool
+    last_used: int
+
+    @property
+    def density(self) -> float:
+        """Benefit per byte of keeping the entry in memory."""
+        if self.size_bytes == 0:
+            return math.inf
+        return self.recompute_seconds * self.expected_reuse / self.size_bytes
+
+
+class CheckpointCache:
+    """Memory accounting for checkpoints, and which to evict when over budget.
+
+    Each entry is known by an opaque hashable key and is either resident (in
+    the object store, counted against the budget) or evicted (durable copy
+    only, still known so it can be reloaded with `mark_resident`).
+    `evictions` names resident, unpinned entries in order of increasing
+    benefit density ``recompute_seconds * expected_reuse / size_bytes`` --
+    entries nobody will reuse first, least recently used first among equals
+    -- until the resident total fits the budget. It changes nothing; the
+    caller drops the objects and calls `mark_evicted`.
+
+    Parameters
+    ----------
+    budget_bytes:
+        Bytes the resident entries may hold. ``0`` keeps nothing in memory
+        beyond pinned entries.
+
+    Example
+    -------
+    >>> cache = CheckpointCache(budget_bytes=100)
+    >>> cache.add("a", 60, recompute_seconds=10.0, expected_reuse=1)
+    >>> cache.add("b", 60, recompute_seconds=50.0, expected_reuse=1)
+    >>> cache.evictions()
+    ['a']
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self._entries: dict[Hashable, _Entry] = {}
+        self._resident_bytes = 0
+        self._clock = itertools.count()
+
+    @property
+    def budget_bytes(self) -> int:
+        """Bytes the resident entries may hold (settable; validated)."""
+        return self._budget_bytes
+
+    @budget_bytes.setter
+    def budget_bytes(self, value: int) -> None:
+        self._budget_bytes = _check_size("budget_bytes", value)
+
+    def _entry(self, key: Hashable) -> _Entry:
+        try:
+            return self._entries[key]
+        except KeyError:
+            raise KeyError(f"checkpoint {key!r} is not in the cache") from None
+
+    def add(
+        self,
+        key: Hashable,
+        size_bytes: int,
+        recompute_seconds: float,
+        expected_reuse: float,
+        pinned: bool = False,
+    ) -> None:
+        """Track a checkpoint that has just been put in memory.
+
+        Parameters
+        ----------
+        key:
+            Any hashable identifier; must not be tracked already.
+        size_bytes:
+            Bytes it holds in memory (int >= 0).
+        recompute_seconds:
+            Seconds to recompute it if it were lost (>= 0).
+        expected_reuse:
+            How many future trials are expected to start from it (>= 0).
+        pinned:
+            Never evict while pinned, e.g. while a batch is loading it or a
+            live request needs it and it has no durable copy yet.
+        """
+        if key in self._entries:
+            raise ValueError(f"checkpoint {key!r} is already in the cache; use update()")
+        entry = _Entry(
+            size_bytes=_check_size("size_bytes", size_bytes),
+            recompute_seconds=_check_amount("recompute_seconds", recompute_seconds),
+            expected_reuse=_check_amount("expected_reuse", expected_reuse),
+            pinned=bool(pinned),
+            resident=True,
+            last_used=next(self._clock),
+        )
+        self._entries[key] = entry
+        self._resident_bytes += entry.size_bytes
+
+    def update(
+        self,
+        key: Hashable,
+        *,
+        recompute_seconds: float | None = None,
+        expected_reuse: float | None = None,
+        pinned: bool | None = None,
+    ) -> None:
+        """Change the given fields of a tracked checkpoint; ``None`` leaves one as is."""
+        entry = self._entry(key)
+        if recompute_seconds is not None:
+            entry.recompute_seconds = _check_amount("recompute_seconds", recompute_seconds)
+        if expected_reuse is not None:
+            entry.expected_reuse = _check_amount("expected_reuse", expected_reuse)
+        if pinned is not None:
+            entry.pinned = bool(pinned)
+
+    def remove(self, key: Hashable) -> None:
+        """Forget a checkpoint entirely (deleted, lost, or no longer needed)."""
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            raise KeyError(f"checkpoint {key!r} is not in the cache")
+        if entry.resident:
+            self._resident_bytes -= entry.size_bytes
+
+    def touch(self, key: Hashable) -> None:
+        """Record a use of ``key``; among equal densities the least recently used goes first."""
+        self._entry(key).last_used = next(self._clock)
+
+    def mark_evicted(self, key: Hashable) -> None:
+        """The checkpoint left memory but can be reloaded; stop counting its bytes.
+
+        Raises
+        ------
+        ValueError
+            The entry is pinned.
+        """
+        entry = self._entry(key)
+        if entry.pinned:
+            raise ValueError(f"checkpoint {key!r} is pinned and must not be evicted")
+        if entry.resident:
+            entry.resident = False
+            self._resident_bytes -= entry.size_bytes
+
+    def mark_resident(self, key: Hashable) -> None:
+        """The checkpoint was reloaded into memory; count its bytes again."""
+        entry = self._entry(key)
+        if not entry.resident:
+            entry.resident = True
+            self._resident_bytes += entry.size_bytes
+        entry.last_used = next(self._clock)
+
+    def is_resident(self, key: Hashable) -> bool:
+        """Whether ``key`` is currently counted as in memory."""
+        return self._entry(key).resident
+
+    def is_pinned(self, key: Hashable) -> bool:
+        """Whether ``key`` is currently pinned."""
+        return self._entry(key).pinned
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes held by resident entries, pinned ones included."""
+        return self._resident_bytes
+
+    def over_budget(self) -> int:
+        """Bytes by which the resident entries exceed the budget (0 when within it)."""
+        return max(0, self._resident_bytes - self.budget_bytes)
+
+    def evictions(self) -> list[Hashable]:
+        """Keys to evict, lowest benefit density first, until within budget.
+
+        Pinned entries are never chosen and zero-byte entries are skipped
+        (evicting them frees nothing), so the list may fall short of the
+        budget when only those remain. Returns ``[]`` when within budget.
+        """
+        excess = self.over_budget()
+        if excess == 0:
+            return []
+        candidates = [
+            (key, entry)
+            for key, entry in self._entries.items()
+            if entry.resident and not entry.pinned and entry.size_bytes > 0
+        ]
+        candidates.sort(key=lambda item: (item[1].expected_reuse > 0, item[1].density, item[1].last_used))
+        chosen: list[Hashable] = []
+        for key, entry in candidates:
+            if excess <= 0:
+                break
+            chosen.append(key)
+            excess -= entry.size_bytes
+        return chosen
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(list(self._entries))
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(budget_bytes={self.budget_bytes}, entries={len(self)}, "
+            f"resident_bytes={self.resident_bytes})"
+        )

@@ -1,0 +1,280 @@
+"""`ray_stagetree.Tuner`: Ray Tune's ``Tuner`` with stage sharing.
+
+Same arguments (Ray's own ``TuneConfig`` and ``RunConfig``), same result
+objects. Everything is validated on the driver before anything trains: the
+trainable, the horizon, the resources, and every drawn trial's config.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import uuid
+from typing import Any, Callable
+
+import ray
+from ray import tune
+
+from ray_stagetree.config import TrialConfig
+from ray_stagetree.controller import ERROR, StudyController, StudySpec
+from ray_stagetree.policy import POLICIES
+from ray_stagetree.progress import ProgressReporter
+from ray_stagetree.results import ResultGrid
+from ray_stagetree.searchers import generate_trials
+from ray_stagetree.trainables import StageTrainable
+
+POLL_SECONDS = 0.5
+
+
+class Tuner:
+    """Run a hyper-parameter study where trials share their common prefixes.
+
+    Parameters
+    ----------
+    trainable:
+        A function ``train(config)`` using `ray_stagetree.report`, or a
+        `StageTrainable` subclass; ``tune.with_resources`` and
+        ``tune.with_parameters`` wrappers work as in Tune.
+    param_space:
+        Tune's search space; values may be sequences (`Exponential`, ...).
+    tune_config:
+        ``ray.tune.TuneConfig``: ``metric``, ``mode``, ``num_samples``,
+        ``max_concurrent_trials`` are honoured.
+    run_config:
+        ``ray.tune.RunConfig``: ``stop={"training_iteration": N}`` sets the
+        horizon; ``name``, ``storage_path``, ``storage_filesystem``,
+        ``failure_config.max_failures`` and ``verbose`` are honoured.
+    stage_sharing:
+        False runs every trial on its own (the paper's "Hippo-trial"
+        baseline), for comparisons.
+    execution_policy:
+        "critical_path" (default), "thr" or "bfs".
+    checkpoint_budget_bytes:
+        Object-store memory for checkpoints before the least valuable ones
+        are dropped to storage.
+
+    Example
+    -------
+    >>> from ray import tune
+    >>> from ray_stagetree import Tuner, MultiStep
+    >>> tuner = Tuner(train, param_space={"lr": tune.grid_search(
+    ...     [MultiStep(0.1, [m], 0.1) for m in (30, 60)])},
+    ...     run_config=tune.RunConfig(stop={"training_iteration": 90}))   # doctest: +SKIP
+    >>> results = tuner.fit()                                             # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        trainable: Callable | type | None = None,
+        *,
+        param_space: dict[str, Any] | None = None,
+        tune_config: tune.TuneConfig | None = None,
+        run_config: tune.RunConfig | None = None,
+        stage_sharing: bool = True,
+        execution_policy: str = "critical_path",
+        checkpoint_budget_bytes: int = 2 * 1024**3,
+    ) -> None:
+        self.trainable = trainable
+        self.param_space = param_space or {}
+        self.tune_config = tune_config or tune.TuneConfig()
+        self.run_config = run_config or tune.RunConfig()
+        self.stage_sharing = bool(stage_sharing)
+        self.execution_policy = execution_policy
+        self.checkpoint_budget_bytes = checkpoint_budget_bytes
+        self._validate_arguments()
+
+    # -- validation (driver side, before anything runs) --------------------------
+
+    def _validate_arguments(self) -> None:
+        trainable = self.trainable
+        if isinstance(trainable, type):
+            if issubclass(trainable, tune.Trainable):
+                raise TypeError(
+                    f"{trainable.__name__} subclasses ray.tune.Trainable; subclass "
+                    "ray_stagetree.trainables.StageTrainable instead (same setup/step/save_checkpoint/"
+                    "load_checkpoint methods, plus update_hparams)"
+                )
+            if not issubclass(trainable, StageTrainable):
+                raise TypeError(f"a class trainable must subclass StageTrainable, got {trainable.__name__}")
+        elif not callable(trainable):
+            raise TypeError(f"trainable must be a function or a StageTrainable subclass, got {trainable!r}")
+        if not isinstance(self.param_space, dict):
+            raise TypeError(f"param_space must be a dict, got {type(self.param_space).__name__}")
+        if not isinstance(self.tune_config, tune.TuneConfig):
+            raise TypeError(f"tune_config must be a ray.tune.TuneConfig, got {type(self.tune_config).__name__}")
+        if not isinstance(self.run_config, tune.RunConfig):
+            raise TypeError(f"run_config must be a ray.tune.RunConfig, got {type(self.run_config).__name__}")
+        if self.execution_policy not in POLICIES:
+            raise ValueError(f"execution_policy must be one of {sorted(POLICIES)}, got {self.execution_policy!r}")
+        if isinstance(self.checkpoint_budget_bytes, bool) or not isinstance(self.checkpoint_budget_bytes, int) or (
+            self.checkpoint_budget_bytes < 0
+        ):
+            raise ValueError(f"checkpoint_budget_bytes must be an int >= 0, got {self.checkpoint_budget_bytes!r}")
+        config = self.tune_config
+        if config.mode not in (None, "min", "max"):
+            raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {config.mode!r}")
+        if config.scheduler is not None and type(config.scheduler).__name__ != "FIFOScheduler":
+            raise NotImplementedError(
+                f"TuneConfig.scheduler={type(config.scheduler).__name__} is not supported yet; "
+                "run without a scheduler (FIFO) for now"
+            )
+        if config.search_alg is not None and type(config.search_alg).__name__ != "BasicVariantGenerator":
+            raise NotImplementedError(
+                f"TuneConfig.search_alg={type(config.search_alg).__name__} is not supported yet; "
+                "grid search and random sampling of param_space work without one"
+            )
+        self.horizon = self._horizon()
+
+    def _horizon(self) -> int:
+        stop = self.run_config.stop
+        if stop is None:
+            raise ValueError(
+                'ray_stagetree needs each trial\'s length: pass RunConfig(stop={"training_iteration": N})'
+            )
+        if not isinstance(stop, dict):
+            raise ValueError(
+                f"RunConfig.stop must be a dict with 'training_iteration' for ray_stagetree, got {stop!r}; "
+                "stoppers and stop functions would make a trial's length unknown before it runs"
+            )
+        unknown = sorted(set(stop) - {"training_iteration"})
+        if unknown:
+            raise ValueError(
+                f"RunConfig.stop supports only 'training_iteration' for now, got {unknown}; "
+                "stopping on a metric needs a trial scheduler"
+            )
+        horizon = stop.get("training_iteration")
+        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+            raise ValueError(f"RunConfig.stop['training_iteration'] must be an int >= 1, got {horizon!r}")
+        return horizon
+
+    def _resources(self) -> dict[str, float]:
+        request = getattr(self.trainable, "_resources", None)
+        if request is None:
+            return {"CPU": 1.0}
+        bundles = getattr(request, "bundles", None) or [request.required_resources]
+        if len(bundles) != 1:
+            raise ValueError(
+                f"stage workers run in one resource bundle; with_resources gave {len(bundles)} bundles: {bundles}"
+            )
+        return {key: float(value) for key, value in bundles[0].items() if value}
+
+    def _trials(self) -> list[tuple[str, dict[str, Any]]]:
+        configs = generate_trials(self.param_space, self.tune_config.num_samples)
+        prefix = uuid.uuid4().hex[:5]
+        trials = []
+        for index, config in enumerate(configs):
+            trial_id = f"{prefix}_{index:05d}"
+            try:
+                TrialConfig.from_config(config)
+                ray.cloudpickle.dumps(config)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"trial {index} ({config!r}) cannot run: {error}") from None
+            trials.append((trial_id, config))
+        return trials
+
+    # -- running -------------------------------------------------------------------
+
+    def _experiment_path(self) -> str:
+        run_config = self.run_config
+        storage = run_config.storage_path or os.path.expanduser("~/ray_results")
+        name = run_config.name or f"stagetree_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}_{uuid.uuid4().hex[:4]}"
+        return f"{str(storage).rstrip('/')}/{name}"
+
+    def _num_workers(self, resources: dict[str, float], trials: int) -> int:
+        total = ray.cluster_resources()
+        fits = []
+        for key, amount in resources.items():
+            available = total.get(key, 0.0)
+            if amount > available:
+                raise ValueError(
+                    f"each trial asks for {amount:g} {key} but the Ray cluster has {available:g}: "
+                    "no worker can ever start (check tune.with_resources)"
+                )
+            fits.append(math.floor(available / amount))
+        workers = min([trials, *fits]) if fits else trials
+        if self.tune_config.max_concurrent_trials:
+            workers = min(workers, self.tune_config.max_concurrent_trials)
+        return max(1, workers)
+
+    def fit(self) -> ResultGrid:
+        """Run the study; returns a `ResultGrid`."""
+        trials = self._trials()
+        resources = self._resources()
+        if not ray.is_initialized():
+            ray.init()
+        worker_options: dict[str, Any] = {
+            "num_cpus": resources.get("CPU", 0.0),
+            "num_gpus": resources.get("GPU", 0.0),
+        }
+        custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory")}
+        if custom:
+            worker_options["resources"] = custom
+        if "memory" in resources:
+            worker_options["memory"] = resources["memory"]
+        failure = self.run_config.failure_config
+        experiment_path = self._experiment_path()
+        spec = StudySpec(
+            trainable=self.trainable,
+            trials=trials,
+            horizon=self.horizon,
+            experiment_path=experiment_path,
+            storage_filesystem=self.run_config.storage_filesystem,
+            num_workers=self._num_workers(resources, len(trials)),
+            worker_options=worker_options,
+            max_concurrent_trials=self.tune_config.max_concurrent_trials,
+            stage_sharing=self.stage_sharing,
+            max_failures=failure.max_failures if failure is not None else 0,
+            policy=self.execution_policy,
+            checkpoint_budget_bytes=self.checkpoint_budget_bytes,
+        )
+        controller = ray.remote(StudyController).options(num_cpus=0, max_concurrency=1000).remote(spec)
+        reporter = ProgressReporter(
+            self.tune_config.metric, self.tune_config.mode, verbose=0 if self.run_config.verbose == 0 else 1
+        )
+        run = controller.run.remote()
+        try:
+            while not ray.wait([run], timeout=POLL_SECONDS)[0]:
+                reporter.update(ray.get(controller.progress.remote()))
+            ray.get(run)
+            progress = ray.get(controller.progress.remote())
+            reporter.update(progress, final=True)
+            summaries = ray.get(controller.results.remote())
+        finally:
+            try:
+                ray.get(controller.shutdown_workers.remote())
+            finally:
+                ray.kill(controller)
+        return self._result_grid(summaries, experiment_path, progress)
+
+    def _result_grid(self, summaries: list[dict[str, Any]], experiment_path: str, progress: dict) -> ResultGrid:
+        import pandas as pd
+        from ray.tune.error import TuneError
+
+        results = []
+        for summary in summaries:
+            rows = summary["rows"]
+            checkpoint = None
+            if summary["checkpoint_path"]:
+                checkpoint = tune.Checkpoint(summary["checkpoint_path"], self.run_config.storage_filesystem)
+            error = None
+            if summary["status"] == ERROR:
+                error = TuneError(f"trial {summary['trial_id']} failed:\n{summary['error']}")
+            results.append(
+                tune.Result(
+                    metrics=rows[-1] if rows else {"config": summary["config_json"]},
+                    checkpoint=checkpoint,
+                    error=error,
+                    path=f"{experiment_path}/{summary['trial_id']}",
+                    metrics_dataframe=pd.DataFrame(rows) if rows else None,
+                )
+            )
+        return ResultGrid(
+            results,
+            experiment_path,
+            self.tune_config.metric,
+            self.tune_config.mode,
+            iterations=progress["iterations"],
+            unique_iterations=progress["unique_iterations"],
+            total_iterations=progress["total_iterations"],
+        )

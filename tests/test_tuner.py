@@ -1,0 +1,157 @@
+"""The Ray runtime end to end on a local Ray (2 CPUs, 4 fake GPUs)."""
+
+import os
+
+import pytest
+from ray import tune
+from trainables_for_tests import Counter, NoisyDescent, noisy_descent
+
+from ray_stagetree import Exponential, MultiStep, Tuner
+
+HORIZON = 12
+# Three trials sharing lr=0.1 for 4 iterations; two of them for 8.
+LRS = [MultiStep(0.1, [4], 0.5), MultiStep(0.1, [8], 0.5), MultiStep(0.1, [8], 0.2)]
+
+
+def run(trainable, tmp_path, name, lrs=LRS, sharing=True, extra=None, max_failures=0, **tuner_kwargs):
+    space = {"lr": tune.grid_search(lrs), **(extra or {})}
+    tuner = Tuner(
+        trainable,
+        param_space=space,
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=str(tmp_path),
+            stop={"training_iteration": HORIZON},
+            failure_config=tune.FailureConfig(max_failures=max_failures),
+            verbose=0,
+        ),
+        stage_sharing=sharing,
+        **tuner_kwargs,
+    )
+    return tuner.fit()
+
+
+def losses(grid):
+    return {repr(r.config["lr"]): r.metrics_dataframe["loss"].tolist() for r in grid}
+
+
+@pytest.fixture
+def counter(ray_session):
+    """Name of a Ray actor that counts step() calls across all workers."""
+    name = f"counter_{os.urandom(4).hex()}"
+    actor = Counter.options(name=name).remote()
+    yield name
+    ray_session.kill(actor)
+
+
+def count_of(name):
+    import ray
+
+    return ray.get(ray.get_actor(name).get.remote())
+
+
+def test_shared_prefix_executes_once_and_results_match_trial_by_trial(tmp_path, counter):
+    shared = run(noisy_descent, tmp_path, "shared", extra={"counter": counter})
+    executed = count_of(counter)
+    # unique iterations: 4 shared + (8 + 4 + 4) after the forks = 20, against 36
+    assert executed == 20 == shared.iterations_executed
+    assert shared.trial_by_trial_iterations == 36
+    alone = run(noisy_descent, tmp_path, "alone", sharing=False, extra={"counter": counter})
+    assert count_of(counter) - executed == 36
+    # DESIGN invariant 4: the same metrics as training each trial alone
+    assert losses(shared) == losses(alone)
+    assert all(len(r.metrics_dataframe) == HORIZON for r in shared)
+
+
+def test_result_grid_has_tunes_interface(tmp_path, ray_session):
+    grid = run(noisy_descent, tmp_path, "grid")
+    assert len(grid) == 3 and grid.num_errors == 0 and grid.num_terminated == 3
+    best = grid.get_best_result()
+    assert best.metrics["loss"] == min(r.metrics["loss"] for r in grid)
+    assert best.config["lr"]["family"] == "MultiStep"
+    assert best.metrics["training_iteration"] == HORIZON
+    with best.checkpoint.as_directory() as path:
+        assert os.path.exists(os.path.join(path, "state.json"))
+    frame = grid.get_dataframe()
+    assert len(frame) == 3 and "loss" in frame
+    assert os.path.exists(os.path.join(best.path, "result.json"))
+    assert os.path.exists(os.path.join(grid.experiment_path, "plan", "nodes.parquet"))
+    assert best.metrics_dataframe["training_iteration"].tolist() == list(range(1, HORIZON + 1))
+
+
+def test_class_trainable_gets_hparam_updates_and_matches_trial_by_trial(tmp_path, ray_session):
+    shared = run(NoisyDescent, tmp_path, "class_shared")
+    alone = run(NoisyDescent, tmp_path, "class_alone", sharing=False)
+    assert losses(shared) == losses(alone)
+
+
+def test_a_raising_trainable_errors_its_trial_only(tmp_path, ray_session):
+    grid = run(
+        noisy_descent,
+        tmp_path,
+        "raising",
+        lrs=[Exponential(0.1, 0.9)],
+        extra={"explode_at": tune.grid_search([None, 6])},
+    )
+    assert grid.num_errors == 1 and grid.num_terminated == 1
+    (error,) = grid.errors
+    assert "exploded on purpose" in str(error)
+    good = next(r for r in grid if r.error is None)
+    assert len(good.metrics_dataframe) == HORIZON
+
+
+def test_a_worker_killed_mid_batch_is_retried_with_identical_results(tmp_path, ray_session):
+    marker = str(tmp_path / "died")
+    reference = run(noisy_descent, tmp_path, "undisturbed")
+    survived = run(
+        noisy_descent, tmp_path, "killed", extra={"die_once_at": 6, "marker": marker}, max_failures=1
+    )
+    assert os.path.exists(marker), "the worker did die"
+    assert survived.num_errors == 0
+    assert losses(survived) == losses(reference)
+
+
+def test_evicted_checkpoints_reload_from_storage(tmp_path, ray_session):
+    reference = run(noisy_descent, tmp_path, "in_memory")
+    evicting = run(noisy_descent, tmp_path, "evicting", checkpoint_budget_bytes=0)
+    assert losses(evicting) == losses(reference)
+
+
+def test_fake_gpus_are_assigned_per_worker(tmp_path, ray_session):
+    grid = run(tune.with_resources(noisy_descent, {"cpu": 1, "gpu": 1}), tmp_path, "gpus")
+    devices = {row for r in grid for row in r.metrics_dataframe["gpus"]}
+    assert devices and all(device != "" for device in devices)
+
+
+def test_with_parameters_passes_large_objects(tmp_path, ray_session):
+    def train(config, offset):
+        from ray_stagetree import get_hparams, report
+
+        while True:
+            report({"loss": get_hparams()["lr"] + offset})
+
+    grid = run(tune.with_parameters(train, offset=100.0), tmp_path, "params", lrs=[Exponential(0.1, 0.5)])
+    assert grid[0].metrics["loss"] == pytest.approx(100.0 + 0.1 * 0.5 ** (HORIZON - 1))
+
+
+def test_bad_input_fails_before_training(tmp_path, ray_session):
+    with pytest.raises(TypeError, match="gama"):
+        Exponential(0.1, gama=0.9)
+    with pytest.raises(ValueError, match="training_iteration"):
+        Tuner(noisy_descent, param_space={"lr": 0.1})
+    with pytest.raises(ValueError, match="asks for 8 GPU but the Ray cluster has 4"):
+        Tuner(
+            tune.with_resources(noisy_descent, {"gpu": 8}),
+            param_space={"lr": 0.1},
+            run_config=tune.RunConfig(stop={"training_iteration": 2}, storage_path=str(tmp_path)),
+        ).fit()
+    with pytest.raises(ValueError, match=r"config\['model'\]"):
+        Tuner(
+            noisy_descent,
+            param_space={"lr": 0.1, "model": object()},
+            run_config=tune.RunConfig(stop={"training_iteration": 2}, storage_path=str(tmp_path)),
+        ).fit()
+    with pytest.raises(TypeError, match="StageTrainable"):
+        Tuner(tune.Trainable, run_config=tune.RunConfig(stop={"training_iteration": 2}))
+

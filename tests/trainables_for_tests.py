@@ -1,0 +1,87 @@
+"""Small deterministic trainables for runtime tests (numpy only, fast)."""
+
+import json
+import os
+import random
+import tempfile
+
+import numpy as np
+import ray
+from ray import tune
+
+from ray_stagetree import get_checkpoint, get_hparams, get_iteration, report, should_checkpoint
+from ray_stagetree.trainables import StageTrainable
+
+
+def count_step(config):
+    counter = config.get("counter")
+    if counter:
+        ray.get(ray.get_actor(counter).add.remote(1))
+
+
+@ray.remote(num_cpus=0)
+class Counter:
+    def __init__(self):
+        self.value = 0
+
+    def add(self, amount):
+        self.value += amount
+
+    def get(self):
+        return self.value
+
+
+def noisy_descent(config):
+    """w <- w - lr * (w + noise); the noise comes from the global RNGs, so the
+    result is only reproducible if RNG state travels with checkpoints."""
+    random.seed(0)
+    np.random.seed(0)
+    weights = np.ones(4)
+    checkpoint = get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as path:
+            with open(os.path.join(path, "state.json")) as file:
+                weights = np.array(json.load(file)["weights"])
+    while True:
+        lr = get_hparams()["lr"]
+        noise = np.random.normal(size=4) * 0.01 + random.random() * 0.001
+        weights = weights - lr * (weights + noise)
+        count_step(config)
+        explode = config.get("explode_at")
+        if explode is not None and get_iteration() + 1 == explode:
+            raise ValueError("exploded on purpose")
+        die = config.get("die_once_at")
+        if die is not None and get_iteration() + 1 == die and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            os._exit(1)
+        metrics = {"loss": float(np.sum(weights**2)), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+        if should_checkpoint():
+            with tempfile.TemporaryDirectory() as path:
+                with open(os.path.join(path, "state.json"), "w") as file:
+                    json.dump({"weights": weights.tolist()}, file)
+                report(metrics, checkpoint=tune.Checkpoint.from_directory(path))
+        else:
+            report(metrics)
+
+
+class NoisyDescent(StageTrainable):
+    def setup(self, config):
+        np.random.seed(0)
+        self.weights = np.ones(4)
+        self.lr = None
+        self.updates = []
+
+    def update_hparams(self, changed):
+        self.updates.append((self.iteration, dict(changed)))
+        self.lr = self.hparams["lr"]
+
+    def step(self):
+        count_step(self.config)
+        self.weights = self.weights - self.lr * (self.weights + np.random.normal(size=4) * 0.01)
+        return {"loss": float(np.sum(self.weights**2)), "updates": len(self.updates)}
+
+    def get_state(self):
+        return {"weights": self.weights.copy()}
+
+    def set_state(self, state):
+        self.weights = state["weights"]
