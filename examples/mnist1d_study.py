@@ -73,7 +73,7 @@ def train_mnist1d(config, data):
         apply_hparams(optimizer, hparams)
         loader.set_batch_size(hparams["batch_size"])
         model.train()
-        for inputs, targets in loader.epoch():
+        for inputs, targets in loader:
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(inputs), targets).backward()
             optimizer.step()

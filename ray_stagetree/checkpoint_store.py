@@ -84,13 +84,17 @@ class CheckpointStore:
     def pending_writes(self) -> list[Any]:
         return list(self._writes)
 
-    def finish_write(self, plan: SearchPlan, write: Any) -> None:
+    async def finish_write(self, plan: SearchPlan, write: Any) -> None:
         """A durable copy landed: record it, unpin, and evict if over budget."""
         node_id, step = self._writes.pop(write)
         try:
-            stored = ray.get(write)
-        except Exception as error:  # the in-memory copy stays the only one
-            logger.warning("could not store checkpoint of node %d step %d: %s", node_id, step, error)
+            stored = await write
+        except Exception as error:
+            # The payload never arrived (its worker died first) or could not be
+            # stored: forget it, so nothing starts from it; it is retrained.
+            logger.warning("checkpoint of node %d step %d is lost: %s", node_id, step, error)
+            plan.drop_checkpoint(node_id, step)
+            self.cache.remove((node_id, step))
             return
         info = plan.nodes[node_id].checkpoints.get(step)
         if info is None:

@@ -75,6 +75,7 @@ class StudyController:
         self._idle: list[Any] = []
         self._running: dict[Any, tuple[Any, StageBatch, BatchSpec]] = {}
         self._attempts: dict[int, int] = {}
+        self._batch_workers: dict[int, Any] = {}
         self._wake = asyncio.Event()
         self._iterations = 0
         self._started = time.time()
@@ -137,9 +138,12 @@ class StudyController:
             for request in self.plan.record_metrics(node_id, step, metrics):
                 for trial_id in list(request.trials):
                     self._finish(self.trials[trial_id])
-        for node_id, step, ref, size in outcome.checkpoints:
+        worker = self._batch_workers.get(outcome.batch_id)
+        for node_id, step, key, size in outcome.checkpoints:
             node = self.plan.nodes[node_id]
             recompute = sum(row.get("time_this_iter_s", 0.0) for _, _, row in outcome.records) or 1.0
+            # The call's return value is the payload: an object this actor owns.
+            ref = worker.take_checkpoint.remote(key)
             self.store.add(self.plan, node, step, ref, size, recompute)
         if outcome.records or outcome.checkpoints:
             self._wake.set()
@@ -149,7 +153,7 @@ class StudyController:
     def _worker(self) -> Any:
         if self._idle:
             return self._idle.pop()
-        actor = ray.remote(StageWorker).options(**self.spec.worker_options)
+        actor = ray.remote(StageWorker).options(max_concurrency=2, **self.spec.worker_options)
         worker = actor.remote(self.spec.trainable, ray.get_runtime_context().current_actor)
         self._workers.append(worker)
         return worker
@@ -167,6 +171,7 @@ class StudyController:
                 self._wake.set()
                 continue
             worker = self._worker()
+            self._batch_workers[batch.batch_id] = worker
             ref = worker.run_batch.remote(spec)
             self._running[ref] = (worker, batch, spec)
 
@@ -186,17 +191,19 @@ class StudyController:
             attempt=self._attempts.get(batch.batch_id, 0),
         )
 
-    def _complete(self, ref: Any) -> None:
+    async def _complete(self, ref: Any) -> None:
         worker, batch, spec = self._running.pop(ref)
         try:
-            outcome: BatchOutcome = ray.get(ref)
+            outcome: BatchOutcome = await ref
         except ray.exceptions.RayActorError as error:
+            self._batch_workers.pop(batch.batch_id, None)
             self._workers.remove(worker)
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
             self._fail(affected, f"the worker running batch {batch.batch_id} died: {error}")
             self.plan.release_batch(batch.batch_id)
             return
         self._ingest(outcome)
+        self._batch_workers.pop(batch.batch_id, None)
         if outcome.error is not None:
             node = self.plan.nodes[outcome.error_node]
             self._fail(self.plan.trials_through(node, outcome.error_step), outcome.error)
@@ -234,9 +241,9 @@ class StudyController:
                 if ref is None:
                     continue
                 if ref in self._running:
-                    self._complete(ref)
+                    await self._complete(ref)
                 else:
-                    self.store.finish_write(self.plan, ref)
+                    await self.store.finish_write(self.plan, ref)
             for future in futures:
                 future.cancel()
             self._admit()

@@ -4,10 +4,15 @@ A worker receives a `BatchSpec` (the config of the batch's deepest plan node,
 which describes the whole path; the checkpoint to start from; the segments
 to train; the steps to checkpoint at), runs the user's trainable through it
 and streams records back to the controller in small batches: metrics of
-every iteration, checkpoints where asked. Checkpoints go into the object
-store owned by the controller, so they outlive this worker. The controller's
-reply to a flush can add checkpoint steps (a trial arrived that forks here)
-or move the end of the batch earlier (no live trial needs the rest).
+every iteration, checkpoints where asked. The controller's reply to a flush
+can add checkpoint steps (a trial arrived that forks here) or move the end
+of the batch earlier (no live trial needs the rest).
+
+A checkpoint waits in the worker's outbox until the controller calls
+`StageWorker.take_checkpoint`: the payload becomes that call's return value,
+an object the controller owns, so it outlives this worker, and its bytes go
+from this process to the object store without passing through anyone else.
+Workers are threaded actors so that call is served while a batch runs.
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ class BatchOutcome:
 class StageContext:
     """Per-batch state behind the function API and the class-API driver."""
 
-    def __init__(self, spec: BatchSpec, controller: Any, put: Callable[[Any], Any]) -> None:
+    def __init__(self, spec: BatchSpec, controller: Any, put: Callable[[str, Any], None]) -> None:
         self.spec = spec
         self.step = spec.start
         self.stop = spec.stop
@@ -153,8 +158,9 @@ class StageContext:
         node_id = self.node_at(self.step)
         self._pending.records.append((node_id, self.step, row))
         if payload is not None:
-            ref = self._put(payload)
-            self._pending.checkpoints.append((node_id, self.step, ref, len(payload.directory or b"")))
+            key = f"{self.spec.batch_id}:{self.step}"
+            self._put(key, payload)
+            self._pending.checkpoints.append((node_id, self.step, key, _size(payload)))
         if payload is not None or now - self._last_flush >= FLUSH_SECONDS:
             self.flush()
         if self.step >= self.stop:
@@ -232,6 +238,14 @@ def run_class(trainable_cls: type, context: StageContext) -> None:
         instance.cleanup()
 
 
+def _size(payload: CheckpointPayload) -> int:
+    if payload.directory is not None:
+        return len(payload.directory)
+    import pickle
+
+    return len(pickle.dumps(payload.state, protocol=5))
+
+
 def _class_payload(instance: Any, step: int) -> CheckpointPayload:
     state = instance.get_state()
     if state is not None:
@@ -245,23 +259,23 @@ def _class_payload(instance: Any, step: int) -> CheckpointPayload:
 
 
 class StageWorker:
-    """Ray actor body: keeps the trainable loaded, runs one batch at a time."""
+    """Ray actor body (run with ``max_concurrency=2``): runs one batch at a
+    time and hands out its checkpoints."""
 
     def __init__(self, trainable: Any, controller: Any) -> None:
         self._trainable = trainable
         self._controller = controller
         self._is_class = isinstance(trainable, type)
+        self._outbox: dict[str, CheckpointPayload] = {}
 
     def pid(self) -> int:
         return os.getpid()
 
+    def take_checkpoint(self, key: str) -> CheckpointPayload:
+        return self._outbox.pop(key)
+
     def run_batch(self, spec: BatchSpec) -> BatchOutcome:
-        import ray
-
-        def put(payload: CheckpointPayload) -> Any:
-            return ray.put(payload, _owner=self._controller)
-
-        context = StageContext(spec, self._controller, put)
+        context = StageContext(spec, self._controller, self._outbox.__setitem__)
         try:
             if self._is_class:
                 run_class(self._trainable, context)

@@ -5,8 +5,13 @@ import pytest
 def ray_session():
     """One local Ray for the whole session: 2 CPUs and 4 fake GPUs (Ray still
     sets CUDA_VISIBLE_DEVICES per actor, so placement is testable)."""
+    import os
+
     import ray
 
+    # Ray's workers import the trainables defined in this folder by name.
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
     ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, configure_logging=False)
     yield ray
     ray.shutdown()

@@ -54,8 +54,9 @@ def count_of(name):
 def test_shared_prefix_executes_once_and_results_match_trial_by_trial(tmp_path, counter):
     shared = run(noisy_descent, tmp_path, "shared", extra={"counter": counter})
     executed = count_of(counter)
-    # unique iterations: 4 shared + (8 + 4 + 4) after the forks = 20, against 36
-    assert executed == 20 == shared.iterations_executed
+    # unique iterations: [0,4) shared by all, then A alone (8), B and C share
+    # [4,8) (4), then B and C alone (4 + 4): 24, against 3 x 12 = 36
+    assert executed == 24 == shared.iterations_executed == shared.unique_iterations
     assert shared.trial_by_trial_iterations == 36
     alone = run(noisy_descent, tmp_path, "alone", sharing=False, extra={"counter": counter})
     assert count_of(counter) - executed == 36
