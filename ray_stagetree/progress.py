@@ -54,13 +54,13 @@ class ProgressReporter:
         status = progress["status"]
         trials = ", ".join(f"{count} {name.lower()}" for name, count in sorted(status.items()) if count)
         executed, unique, total = progress["iterations"], progress["unique_iterations"], progress["total_iterations"]
-        saved = f"{total / executed:.2f}x fewer than trial by trial" if executed else "nothing trained yet"
+        saving = f", {total / unique:.2f}x fewer" if unique else ""
         best = ""
         if self.best is not None:
             best = f" | best {self.metric}: {self.best:.4g}"
         return (
-            f"[{progress['elapsed']:.0f}s] trials: {trials} | iterations executed {executed} "
-            f"(unique {unique}, trial by trial {total}: {saved}){best}"
+            f"[{progress['elapsed']:.0f}s] trials: {trials} | iterations executed {executed} of {unique} unique "
+            f"(trial by trial: {total}{saving}){best}"
         )
 
     def update(self, progress: dict[str, Any], final: bool = False) -> None:

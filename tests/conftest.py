@@ -1,4 +1,9 @@
+import os
+import sys
+
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 
 
 @pytest.fixture(scope="session")
@@ -9,9 +14,10 @@ def ray_session():
 
     import ray
 
-    # Ray's workers import the trainables defined in this folder by name.
+    # Ray's workers import the trainables defined in tests/ and examples/ by name.
     here = os.path.dirname(os.path.abspath(__file__))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    examples = os.path.join(os.path.dirname(here), "examples")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, examples, os.environ.get("PYTHONPATH")]))
     ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, configure_logging=False)
     yield ray
     ray.shutdown()

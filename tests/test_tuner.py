@@ -65,8 +65,9 @@ def test_shared_prefix_executes_once_and_results_match_trial_by_trial(tmp_path, 
     assert all(len(r.metrics_dataframe) == HORIZON for r in shared)
 
 
-def test_result_grid_has_tunes_interface(tmp_path, ray_session):
-    grid = run(noisy_descent, tmp_path, "grid")
+@pytest.mark.parametrize("url", [False, True], ids=["path", "file-url"])
+def test_result_grid_has_tunes_interface(tmp_path, ray_session, url):
+    grid = run(noisy_descent, f"file://{tmp_path}" if url else tmp_path, "grid")
     assert len(grid) == 3 and grid.num_errors == 0 and grid.num_terminated == 3
     best = grid.get_best_result()
     assert best.metrics["loss"] == min(r.metrics["loss"] for r in grid)
@@ -76,8 +77,9 @@ def test_result_grid_has_tunes_interface(tmp_path, ray_session):
         assert os.path.exists(os.path.join(path, "state.json"))
     frame = grid.get_dataframe()
     assert len(frame) == 3 and "loss" in frame
-    assert os.path.exists(os.path.join(best.path, "result.json"))
-    assert os.path.exists(os.path.join(grid.experiment_path, "plan", "nodes.parquet"))
+    local = grid.experiment_path.removeprefix("file://")
+    assert os.path.exists(os.path.join(local, best.path.rsplit("/", 1)[-1], "result.json"))
+    assert os.path.exists(os.path.join(local, "plan", "nodes.parquet"))
     assert best.metrics_dataframe["training_iteration"].tolist() == list(range(1, HORIZON + 1))
 
 
