@@ -44,6 +44,7 @@ class StudySpec:
     max_concurrent_trials: int | None = None
     stage_sharing: bool = True
     max_failures: int = 0
+    stop_thresholds: dict[str, float] = field(default_factory=dict)
     policy: str = "critical_path"
     checkpoint_budget_bytes: int = 2 * 1024**3
 
@@ -58,6 +59,7 @@ class TrialState:
     failures: int = 0
     error: str | None = None
     checkpoint_path: str | None = None
+    node: Any = None  # the plan node of the trial's request
 
 
 class StudyController:
@@ -94,6 +96,7 @@ class StudyController:
             config_json = TrialConfig.from_config(config).to_json()
             state = self.trials[trial_id] = TrialState(trial_id, config, config_json)
             request = self.plan.add_trial(trial_id, config, self.spec.horizon, study=study)
+            state.node = request.node
             self._node_configs.setdefault(request.node.node_id, config)
             for step, metrics in self.plan.history(trial_id).items():
                 self._add_row(state, step, metrics)
@@ -101,6 +104,8 @@ class StudyController:
                 self._finish(state)
 
     def _add_row(self, state: TrialState, step: int, metrics: dict[str, Any]) -> None:
+        if state.status in (TERMINATED, ERROR):
+            return
         row = dict(metrics)
         row["trial_id"] = state.trial_id
         row["training_iteration"] = step
@@ -112,6 +117,25 @@ class StudyController:
         if state.status == PENDING:
             state.status = RUNNING
         self._new_rows.append(row)
+        if step < self.spec.horizon and self._reached_threshold(row):
+            self.stop_trial(state.trial_id)
+
+    def _reached_threshold(self, row: dict[str, Any]) -> bool:
+        return any(
+            isinstance(row.get(key), (int, float)) and row[key] >= threshold
+            for key, threshold in self.spec.stop_thresholds.items()
+        )
+
+    def stop_trial(self, trial_id: str) -> None:
+        """End a trial now (a stop criterion or a trial scheduler decided so).
+        Its requests are cancelled; a batch no other trial needs is
+        pre-empted when its worker next reports."""
+        state = self.trials[trial_id]
+        if state.status in (TERMINATED, ERROR):
+            return
+        state.status = TERMINATED
+        self.plan.remove_trial(trial_id)
+        self._wake.set()
 
     def _finish(self, state: TrialState) -> None:
         state.status = TERMINATED
@@ -249,6 +273,19 @@ class StudyController:
             self._admit()
         await self._finalize()
 
+    def _final_checkpoint(self, state: TrialState) -> tuple[Any, int] | None:
+        """The latest checkpoint on a finished trial's path, up to its last step."""
+        if state.status != TERMINATED or not state.rows:
+            return None
+        last = max(state.rows)
+        node, upper = state.node, last
+        while node is not None:
+            saved = [step for step in node.checkpoints if node.fork_step < step <= upper]
+            if saved:
+                return node, max(saved)
+            node, upper = node.parent, node.fork_step
+        return None
+
     def _stuck(self) -> None:
         open_requests = [r for r in self.plan.open_requests() if r.trials]
         raise RuntimeError(f"no batch can be dispatched but {len(open_requests)} requests are open: {open_requests}")
@@ -258,13 +295,11 @@ class StudyController:
 
         writes = []
         for state in self.trials.values():
-            request_node = None
-            if state.status == TERMINATED:
-                request_node = self.plan.trials[state.trial_id].request.node
             ref = None
-            if request_node is not None and self.spec.horizon in request_node.checkpoints:
+            point = self._final_checkpoint(state)
+            if point is not None:
                 try:
-                    ref = await self.store.handle(self.plan, request_node, self.spec.horizon)
+                    ref = await self.store.handle(self.plan, *point)
                 except CheckpointUnavailableError:
                     ref = None
             writes.append(

@@ -43,7 +43,8 @@ class Tuner:
         ``max_concurrent_trials`` are honoured.
     run_config:
         ``ray.tune.RunConfig``: ``stop={"training_iteration": N}`` sets the
-        horizon; ``name``, ``storage_path``, ``storage_filesystem``,
+        horizon, other ``stop`` keys are metric thresholds (a trial stops once
+        its metric reaches one, as in Tune); ``name``, ``storage_path``, ``storage_filesystem``,
         ``failure_config.max_failures`` and ``verbose`` are honoured.
     stage_sharing:
         False runs every trial on its own (the paper's "Hippo-trial"
@@ -137,13 +138,20 @@ class Tuner:
                 f"RunConfig.stop must be a dict with 'training_iteration' for ray_stagetree, got {stop!r}; "
                 "stoppers and stop functions would make a trial's length unknown before it runs"
             )
-        unknown = sorted(set(stop) - {"training_iteration"})
-        if unknown:
+        for key, threshold in stop.items():
+            if key != "training_iteration" and (
+                isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold != threshold
+            ):
+                raise ValueError(
+                    f"RunConfig.stop[{key!r}] must be a number (a trial stops once its {key!r} reaches it), "
+                    f"got {threshold!r}"
+                )
+        if "training_iteration" not in stop:
             raise ValueError(
-                f"RunConfig.stop supports only 'training_iteration' for now, got {unknown}; "
-                "stopping on a metric needs a trial scheduler"
+                f"RunConfig.stop={stop!r} has no 'training_iteration': ray_stagetree needs each trial's "
+                "length (metric thresholds may stop trials earlier)"
             )
-        horizon = stop.get("training_iteration")
+        horizon = stop["training_iteration"]
         if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
             raise ValueError(f"RunConfig.stop['training_iteration'] must be an int >= 1, got {horizon!r}")
         return horizon
@@ -225,6 +233,7 @@ class Tuner:
             max_concurrent_trials=self.tune_config.max_concurrent_trials,
             stage_sharing=self.stage_sharing,
             max_failures=failure.max_failures if failure is not None else 0,
+            stop_thresholds={k: v for k, v in self.run_config.stop.items() if k != "training_iteration"},
             policy=self.execution_policy,
             checkpoint_budget_bytes=self.checkpoint_budget_bytes,
         )

@@ -121,6 +121,22 @@ def test_evicted_checkpoints_reload_from_storage(tmp_path, ray_session):
     assert losses(evicting) == losses(reference)
 
 
+def test_metric_stop_ends_a_trial_and_preempts_its_batch(tmp_path, counter):
+    space = {"lr": Exponential(0.1, 0.9), "signal_at": tune.grid_search([3, 10**9]), "sleep": 0.3, "counter": counter}
+    grid = Tuner(
+        noisy_descent,
+        param_space=space,
+        run_config=tune.RunConfig(
+            name="stopping", storage_path=str(tmp_path), stop={"training_iteration": HORIZON, "signal": 1}, verbose=0
+        ),
+    ).fit()
+    stopped = next(r for r in grid if r.config["signal_at"] == 3)
+    assert stopped.metrics["training_iteration"] == 3 and stopped.error is None
+    assert len(next(r for r in grid if r.config["signal_at"] != 3).metrics_dataframe) == HORIZON
+    # its batch was pre-empted well before the horizon (reports are flushed every 0.5 s)
+    assert count_of(counter) <= HORIZON + 3 + 3
+
+
 def test_fake_gpus_are_assigned_per_worker(tmp_path, ray_session):
     grid = run(tune.with_resources(noisy_descent, {"cpu": 1, "gpu": 1}), tmp_path, "gpus")
     devices = {row for r in grid for row in r.metrics_dataframe["gpus"]}

@@ -4,6 +4,7 @@ import json
 import os
 import random
 import tempfile
+import time
 
 import numpy as np
 import ray
@@ -55,6 +56,8 @@ def noisy_descent(config):
             open(config["marker"], "w").close()
             os._exit(1)
         metrics = {"loss": float(np.sum(weights**2)), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+        metrics["signal"] = int(get_iteration() + 1 >= config.get("signal_at", 10**9))
+        time.sleep(config.get("sleep", 0))
         if should_checkpoint():
             with tempfile.TemporaryDirectory() as path:
                 with open(os.path.join(path, "state.json"), "w") as file:
