@@ -34,7 +34,7 @@ PENDING, RUNNING, TERMINATED, ERROR = "PENDING", "RUNNING", "TERMINATED", "ERROR
 class StudySpec:
     """Everything the controller needs, validated by the Tuner on the driver."""
 
-    trainable: Any
+    trainable: bytes  # cloudpickled; unpickled by each worker
     trials: list[tuple[str, dict[str, Any]]]
     horizon: int
     experiment_path: str
@@ -76,7 +76,6 @@ class StudyController:
         self._workers: list[Any] = []
         self._idle: list[Any] = []
         self._running: dict[Any, tuple[Any, StageBatch, BatchSpec]] = {}
-        self._attempts: dict[int, int] = {}
         self._batch_workers: dict[int, Any] = {}
         self._wake = asyncio.Event()
         self._iterations = 0
@@ -212,7 +211,6 @@ class StudyController:
             segments=[(node.node_id, start, stop) for node, start, stop in batch.segments],
             save_steps={step for _, step in self.plan.checkpoints_needed(batch.batch_id)},
             source=handle,
-            attempt=self._attempts.get(batch.batch_id, 0),
         )
 
     async def _complete(self, ref: Any) -> None:

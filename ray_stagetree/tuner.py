@@ -205,6 +205,15 @@ class Tuner:
             workers = min(workers, self.tune_config.max_concurrent_trials)
         return max(1, workers)
 
+    def _pickled_trainable(self) -> bytes:
+        try:
+            return ray.cloudpickle.dumps(self.trainable)
+        except Exception as error:
+            raise ValueError(
+                f"the trainable cannot be sent to Ray workers ({type(error).__name__}: {error}); pass large or "
+                "unpicklable objects with tune.with_parameters(...) or create them inside the trainable"
+            ) from None
+
     def fit(self) -> ResultGrid:
         """Run the study; returns a `ResultGrid`."""
         trials = self._trials()
@@ -223,7 +232,7 @@ class Tuner:
         failure = self.run_config.failure_config
         experiment_path = self._experiment_path()
         spec = StudySpec(
-            trainable=self.trainable,
+            trainable=self._pickled_trainable(),
             trials=trials,
             horizon=self.horizon,
             experiment_path=experiment_path,

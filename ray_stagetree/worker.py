@@ -53,7 +53,6 @@ class BatchSpec:
     segments: list[tuple[int, int, int]]  # (node_id, start, stop)
     save_steps: set[int]
     source: Any = None  # ObjectRef of a CheckpointPayload, or None for a fresh start
-    attempt: int = 0
 
     @property
     def start(self) -> int:
@@ -258,11 +257,44 @@ def _class_payload(instance: Any, step: int) -> CheckpointPayload:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _sequence_hint(error: Exception) -> str:
+    """A pointer to get_hparams() when code used a sequence as a plain value."""
+    from ray_stagetree.sequences import FAMILIES
+
+    if isinstance(error, TypeError) and any(f"'{family}'" in str(error) for family in FAMILIES):
+        return (
+            "\nHint: config values that are sequences are objects, not numbers; read this "
+            "iteration's value with ray_stagetree.get_hparams()[name] (or StageTrainable.update_hparams)."
+        )
+    return ""
+
+
+def _install_tune_shims() -> None:
+    """Make Tune's own ``report`` / ``get_checkpoint`` (``ray.tune`` and
+    ``ray.train``) ours in this worker process. Outside a Tune session they
+    silently do nothing, so an unported ``while True: tune.report(...)``
+    trainable would spin forever; with the shims it simply works."""
+    import ray.train
+    import ray.tune
+
+    for module in (ray.tune, ray.train):
+        module.report = session.report
+        module.get_checkpoint = session.get_checkpoint
+
+
 class StageWorker:
     """Ray actor body (run with ``max_concurrency=2``): runs one batch at a
-    time and hands out its checkpoints."""
+    time and hands out its checkpoints.
 
-    def __init__(self, trainable: Any, controller: Any) -> None:
+    The trainable arrives pickled and is loaded after the Tune shims are in
+    place, so names it imported from ``ray.tune`` resolve to ours.
+    """
+
+    def __init__(self, trainable_bytes: bytes, controller: Any) -> None:
+        import ray.cloudpickle
+
+        _install_tune_shims()
+        trainable = ray.cloudpickle.loads(trainable_bytes)
         self._trainable = trainable
         self._controller = controller
         self._is_class = isinstance(trainable, type)
@@ -281,9 +313,9 @@ class StageWorker:
                 run_class(self._trainable, context)
             else:
                 run_function(self._trainable, context)
-        except Exception:
+        except Exception as error:
             outcome = context.finish()
-            outcome.error = traceback.format_exc()
+            outcome.error = traceback.format_exc() + _sequence_hint(error)
             outcome.error_step = context.step + 1
             outcome.error_node = context.node_at(min(context.step + 1, spec.stop))
             return outcome

@@ -1,6 +1,7 @@
 """The Ray runtime end to end on a local Ray (2 CPUs, 4 fake GPUs)."""
 
 import os
+import tempfile
 
 import pytest
 from ray import tune
@@ -174,3 +175,25 @@ def test_bad_input_fails_before_training(tmp_path, ray_session):
     with pytest.raises(TypeError, match="StageTrainable"):
         Tuner(tune.Trainable, run_config=tune.RunConfig(stop={"training_iteration": 2}))
 
+
+
+def test_an_unported_tune_trainable_runs_unchanged(tmp_path, ray_session):
+    """Written for Ray Tune (tune.report, tune.get_checkpoint, a for loop over
+    epochs resuming from the checkpoint): only the Tuner import differs."""
+
+    def train(config):
+        start, value = 0, 0.0
+        checkpoint = tune.get_checkpoint()
+        if checkpoint:
+            with checkpoint.as_directory() as path:
+                with open(os.path.join(path, "state.txt")) as file:
+                    start, value = map(float, file.read().split())
+        for epoch in range(int(start), 1000):
+            value += config["lr"]
+            with tempfile.TemporaryDirectory() as path:
+                with open(os.path.join(path, "state.txt"), "w") as file:
+                    file.write(f"{epoch + 1} {value}")
+                tune.report({"value": value}, checkpoint=tune.Checkpoint.from_directory(path))
+
+    grid = run(train, tmp_path, "unported", lrs=[0.5, 0.25])
+    assert sorted(r.metrics["value"] for r in grid) == [0.25 * HORIZON, 0.5 * HORIZON]
