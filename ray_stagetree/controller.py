@@ -22,6 +22,8 @@ from ray_stagetree.checkpoint_store import CheckpointStore
 from ray_stagetree.config import TrialConfig
 from ray_stagetree.plan import SearchPlan
 from ray_stagetree.policy import StageBatch, get_policy
+from ray_stagetree.schedulers import STOP, SchedulerHost
+from ray_stagetree.searchers.sources import WAIT
 from ray_stagetree.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.worker import BatchOutcome, BatchSpec, StageWorker
 
@@ -35,7 +37,7 @@ class StudySpec:
     """Everything the controller needs, validated by the Tuner on the driver."""
 
     trainable: bytes  # cloudpickled; unpickled by each worker
-    trials: list[tuple[str, dict[str, Any]]]
+    source: Any  # a VariantSource or SearcherSource (ray_stagetree.searchers.sources)
     horizon: int
     experiment_path: str
     storage_filesystem: Any = None
@@ -45,6 +47,10 @@ class StudySpec:
     stage_sharing: bool = True
     max_failures: int = 0
     stop_thresholds: dict[str, float] = field(default_factory=dict)
+    scheduler: Any = None  # a ray.tune TrialScheduler, hosted by SchedulerHost
+    metric: str | None = None
+    mode: str | None = None
+    time_budget_s: float | None = None
     policy: str = "critical_path"
     checkpoint_budget_bytes: int = 2 * 1024**3
 
@@ -71,7 +77,8 @@ class StudyController:
             CheckpointStorage(spec.experiment_path, spec.storage_filesystem), spec.checkpoint_budget_bytes
         )
         self.trials: dict[str, TrialState] = {}
-        self._queue = list(spec.trials)
+        self.source = spec.source
+        self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, spec.horizon)
         self._node_configs: dict[int, dict[str, Any]] = {}
         self._workers: list[Any] = []
         self._idle: list[Any] = []
@@ -87,20 +94,31 @@ class StudyController:
     def _live(self) -> int:
         return sum(1 for t in self.trials.values() if t.status in (PENDING, RUNNING))
 
+    def _over_budget(self) -> bool:
+        budget = self.spec.time_budget_s
+        return budget is not None and time.time() - self._started > budget
+
     def _admit(self) -> None:
-        limit = self.spec.max_concurrent_trials or len(self._queue) + len(self.trials)
-        while self._queue and self._live() < limit:
-            trial_id, config = self._queue.pop(0)
-            study = "study" if self.spec.stage_sharing else trial_id
-            config_json = TrialConfig.from_config(config).to_json()
+        limit = self.spec.max_concurrent_trials or float("inf")
+        while self._live() < limit and not self._over_budget():
+            proposal = self.source.next_trial()
+            if proposal is None or proposal == WAIT:
+                return
+            trial_id, config = proposal
+            try:
+                config_json = TrialConfig.from_config(config).to_json()
+            except (TypeError, ValueError) as error:
+                self.trials[trial_id] = TrialState(trial_id, config, {}, status=ERROR, error=str(error))
+                self.source.on_complete(trial_id, None, error=True)
+                continue
             state = self.trials[trial_id] = TrialState(trial_id, config, config_json)
-            request = self.plan.add_trial(trial_id, config, self.spec.horizon, study=study)
+            self.host.on_add(trial_id, config)
+            study = "study" if self.spec.stage_sharing else trial_id
+            request = self.plan.add_trial(trial_id, config, self.host.next_decision(trial_id, 0), study=study)
             state.node = request.node
             self._node_configs.setdefault(request.node.node_id, config)
             for step, metrics in self.plan.history(trial_id).items():
                 self._add_row(state, step, metrics)
-            if request.answered:
-                self._finish(state)
 
     def _add_row(self, state: TrialState, step: int, metrics: dict[str, Any]) -> None:
         if state.status in (TERMINATED, ERROR):
@@ -116,8 +134,19 @@ class StudyController:
         if state.status == PENDING:
             state.status = RUNNING
         self._new_rows.append(row)
-        if step < self.spec.horizon and self._reached_threshold(row):
+        self.source.on_result(state.trial_id, row)
+        if step >= self.spec.horizon:
+            self._finish(state)
+        elif self.host.on_result(state.trial_id, row) == STOP or self._reached_threshold(row):
             self.stop_trial(state.trial_id)
+        elif step >= self.plan.trials[state.trial_id].request.step:
+            # A decision point passed with CONTINUE: ask for the next one, and
+            # take what the plan already holds beyond it (shared iterations).
+            self.plan.extend_trial(state.trial_id, self.host.next_decision(state.trial_id, step))
+            self._wake.set()
+            for later, metrics in self.plan.history(state.trial_id).items():
+                if later > step:
+                    self._add_row(state, later, metrics)
 
     def _reached_threshold(self, row: dict[str, Any]) -> bool:
         return any(
@@ -132,12 +161,21 @@ class StudyController:
         state = self.trials[trial_id]
         if state.status in (TERMINATED, ERROR):
             return
-        state.status = TERMINATED
-        self.plan.remove_trial(trial_id)
+        self._finish(state)
+        if state.rows:
+            # The request moves back to the last reported step, which the plan
+            # has answered: nothing more is requested, and the accounting keeps
+            # the iterations the trial did train.
+            self.plan.extend_trial(trial_id, max(state.rows))
+        else:
+            self.plan.remove_trial(trial_id)
         self._wake.set()
 
     def _finish(self, state: TrialState) -> None:
         state.status = TERMINATED
+        last = state.rows[max(state.rows)] if state.rows else None
+        self.host.on_complete(state.trial_id, last)
+        self.source.on_complete(state.trial_id, last)
 
     # -- reports from workers ---------------------------------------------------
 
@@ -156,11 +194,9 @@ class StudyController:
         for node_id, step, metrics in outcome.records:
             node = self.plan.nodes[node_id]
             self._iterations += 1
-            for trial_id in self.plan.trials_through(node, step):
+            self.plan.record_metrics(node_id, step, metrics)
+            for trial_id in sorted(self.plan.trials_through(node, step)):
                 self._add_row(self.trials[trial_id], step, metrics)
-            for request in self.plan.record_metrics(node_id, step, metrics):
-                for trial_id in list(request.trials):
-                    self._finish(self.trials[trial_id])
         worker = self._batch_workers.get(outcome.batch_id)
         for node_id, step, key, size in outcome.checkpoints:
             node = self.plan.nodes[node_id]
@@ -239,13 +275,23 @@ class StudyController:
             if state.failures > self.spec.max_failures:
                 state.status, state.error = ERROR, error
                 self.plan.remove_trial(trial_id)
+                self.host.on_error(trial_id)
+                self.source.on_complete(trial_id, None, error=True)
 
     def _unfinished(self) -> bool:
-        return bool(self._queue) or any(t.status in (PENDING, RUNNING) for t in self.trials.values())
+        live = any(t.status in (PENDING, RUNNING) for t in self.trials.values())
+        return live or (self.source.remaining != 0 and not self._over_budget())
+
+    def _enforce_budget(self) -> None:
+        if self._over_budget():
+            for state in list(self.trials.values()):
+                if state.status in (PENDING, RUNNING):
+                    self.stop_trial(state.trial_id)
 
     async def run(self) -> None:
         self._admit()
         while True:
+            self._enforce_budget()
             await self._dispatch()
             if not self._running and not self.store.pending_writes:
                 if not self._unfinished():
@@ -316,12 +362,11 @@ class StudyController:
         counts: dict[str, int] = {}
         for state in self.trials.values():
             counts[state.status] = counts.get(state.status, 0) + 1
-        counts[PENDING] = counts.get(PENDING, 0) + len(self._queue)
         return {
             "status": counts,
             "iterations": self._iterations,
             "unique_iterations": self.plan.unique_iterations(),
-            "total_iterations": self.spec.horizon * (len(self.trials) + len(self._queue)),
+            "total_iterations": self.plan.total_iterations(),
             "rows": rows,
             "elapsed": time.time() - self._started,
         }

@@ -15,13 +15,16 @@ from typing import Any, Callable
 
 import ray
 from ray import tune
+from ray.tune.search import BasicVariantGenerator, Searcher
 
 from ray_stagetree.config import TrialConfig
 from ray_stagetree.controller import ERROR, StudyController, StudySpec
 from ray_stagetree.policy import POLICIES
 from ray_stagetree.progress import ProgressReporter
 from ray_stagetree.results import ResultGrid
+from ray_stagetree.schedulers import check_scheduler
 from ray_stagetree.searchers import generate_trials
+from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.trainables import StageTrainable
 
 POLL_SECONDS = 0.5
@@ -115,23 +118,27 @@ class Tuner:
         config = self.tune_config
         if config.mode not in (None, "min", "max"):
             raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {config.mode!r}")
-        if config.scheduler is not None and type(config.scheduler).__name__ != "FIFOScheduler":
-            raise NotImplementedError(
-                f"TuneConfig.scheduler={type(config.scheduler).__name__} is not supported yet; "
-                "run without a scheduler (FIFO) for now"
+        check_scheduler(config.scheduler)
+        if config.search_alg is not None and not isinstance(config.search_alg, (Searcher, BasicVariantGenerator)):
+            raise TypeError(
+                f"TuneConfig.search_alg must be a ray.tune Searcher, got {type(config.search_alg).__name__}"
             )
-        if config.search_alg is not None and type(config.search_alg).__name__ != "BasicVariantGenerator":
-            raise NotImplementedError(
-                f"TuneConfig.search_alg={type(config.search_alg).__name__} is not supported yet; "
-                "grid search and random sampling of param_space work without one"
-            )
+        if config.time_budget_s is not None:
+            budget = config.time_budget_s
+            seconds = budget.total_seconds() if isinstance(budget, datetime.timedelta) else budget
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+                raise ValueError(f"TuneConfig.time_budget_s must be > 0 seconds, got {budget!r}")
         self.horizon = self._horizon()
 
     def _horizon(self) -> int:
         stop = self.run_config.stop
+        max_t = getattr(self.tune_config.scheduler, "_max_t", None)
+        if stop is None and max_t is not None:
+            stop = {"training_iteration": int(max_t)}
         if stop is None:
             raise ValueError(
-                'ray_stagetree needs each trial\'s length: pass RunConfig(stop={"training_iteration": N})'
+                "ray_stagetree needs each trial's length: pass RunConfig(stop={\"training_iteration\": N}) "
+                "or a trial scheduler with max_t"
             )
         if not isinstance(stop, dict):
             raise ValueError(
@@ -146,6 +153,8 @@ class Tuner:
                     f"RunConfig.stop[{key!r}] must be a number (a trial stops once its {key!r} reaches it), "
                     f"got {threshold!r}"
                 )
+        if "training_iteration" not in stop and max_t is not None:
+            stop = {**stop, "training_iteration": int(max_t)}
         if "training_iteration" not in stop:
             raise ValueError(
                 f"RunConfig.stop={stop!r} has no 'training_iteration': ray_stagetree needs each trial's "
@@ -167,19 +176,20 @@ class Tuner:
             )
         return {key: float(value) for key, value in bundles[0].items() if value}
 
-    def _trials(self) -> list[tuple[str, dict[str, Any]]]:
-        configs = generate_trials(self.param_space, self.tune_config.num_samples)
-        prefix = uuid.uuid4().hex[:5]
-        trials = []
-        for index, config in enumerate(configs):
-            trial_id = f"{prefix}_{index:05d}"
+    def _source(self) -> VariantSource | SearcherSource:
+        """Where trials come from; drawn variants are validated here, before
+        anything runs (a searcher's suggestions are validated as they come)."""
+        config = self.tune_config
+        if isinstance(config.search_alg, Searcher):
+            return SearcherSource(config.search_alg, self.param_space, config.metric, config.mode, config.num_samples)
+        configs = generate_trials(self.param_space, config.num_samples)
+        for index, trial_config in enumerate(configs):
             try:
-                TrialConfig.from_config(config)
-                ray.cloudpickle.dumps(config)
+                TrialConfig.from_config(trial_config)
+                ray.cloudpickle.dumps(trial_config)
             except (TypeError, ValueError) as error:
-                raise ValueError(f"trial {index} ({config!r}) cannot run: {error}") from None
-            trials.append((trial_id, config))
-        return trials
+                raise ValueError(f"trial {index} ({trial_config!r}) cannot run: {error}") from None
+        return VariantSource(configs)
 
     # -- running -------------------------------------------------------------------
 
@@ -205,6 +215,10 @@ class Tuner:
             workers = min(workers, self.tune_config.max_concurrent_trials)
         return max(1, workers)
 
+    def _time_budget(self) -> float | None:
+        budget = self.tune_config.time_budget_s
+        return budget.total_seconds() if isinstance(budget, datetime.timedelta) else budget
+
     def _pickled_trainable(self) -> bytes:
         try:
             return ray.cloudpickle.dumps(self.trainable)
@@ -216,7 +230,7 @@ class Tuner:
 
     def fit(self) -> ResultGrid:
         """Run the study; returns a `ResultGrid`."""
-        trials = self._trials()
+        source = self._source()
         resources = self._resources()
         if not ray.is_initialized():
             ray.init()
@@ -233,16 +247,20 @@ class Tuner:
         experiment_path = self._experiment_path()
         spec = StudySpec(
             trainable=self._pickled_trainable(),
-            trials=trials,
+            source=source,
             horizon=self.horizon,
             experiment_path=experiment_path,
             storage_filesystem=self.run_config.storage_filesystem,
-            num_workers=self._num_workers(resources, len(trials)),
+            num_workers=self._num_workers(resources, source.remaining or self.tune_config.num_samples),
             worker_options=worker_options,
             max_concurrent_trials=self.tune_config.max_concurrent_trials,
             stage_sharing=self.stage_sharing,
             max_failures=failure.max_failures if failure is not None else 0,
-            stop_thresholds={k: v for k, v in self.run_config.stop.items() if k != "training_iteration"},
+            stop_thresholds={k: v for k, v in (self.run_config.stop or {}).items() if k != "training_iteration"},
+            scheduler=self.tune_config.scheduler,
+            metric=self.tune_config.metric,
+            mode=self.tune_config.mode,
+            time_budget_s=self._time_budget(),
             policy=self.execution_policy,
             checkpoint_budget_bytes=self.checkpoint_budget_bytes,
         )

@@ -1,0 +1,99 @@
+"""Where a study's trials come from: a fixed list (grid / random variants), or
+a Ray Tune ``Searcher`` hosted on sequences.
+
+A Tune searcher never sees a sequence: the search space it gets is the
+param_space with every sequence flattened into its declarative spec (nested
+dicts whose leaves are Tune domains, which every Tune searcher understands),
+and each suggestion is merged back into that spec and rebuilt into
+sequences. Results and completions are forwarded as Tune forwards them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import Any
+
+from ray_stagetree.searchers.variants import _resolve_nested, from_tune_config, to_tune_space
+
+WAIT = "WAIT"  # the searcher has nothing to suggest right now
+
+
+class VariantSource:
+    """Trials drawn up front (grid search and random sampling)."""
+
+    def __init__(self, configs: list[dict[str, Any]]) -> None:
+        prefix = uuid.uuid4().hex[:5]
+        self._queue = [(f"{prefix}_{index:05d}", config) for index, config in enumerate(configs)]
+
+    def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
+        return self._queue.pop(0) if self._queue else None
+
+    @property
+    def remaining(self) -> int | None:
+        return len(self._queue)
+
+    def on_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        pass
+
+    def on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool = False) -> None:
+        pass
+
+
+class SearcherSource:
+    """A Tune ``Searcher`` proposing up to ``num_samples`` trials.
+
+    Parameters
+    ----------
+    searcher:
+        Any ``ray.tune.search.Searcher`` (OptunaSearch, HyperOptSearch,
+        ConcurrencyLimiter, Repeater, ...).
+    param_space:
+        The Tuner's param_space, sequences included.
+    metric, mode:
+        From ``TuneConfig``; given to the searcher unless it has its own.
+    num_samples:
+        Total trials to run (Tune's meaning when a searcher is used).
+    """
+
+    def __init__(self, searcher: Any, param_space: dict[str, Any], metric: str | None, mode: str | None, num_samples: int):
+        self.searcher = searcher
+        self._space = to_tune_space(param_space)
+        self._num_samples = num_samples
+        self._suggested = 0
+        self._finished = False
+        self._ids = (f"{uuid.uuid4().hex[:5]}_{index:05d}" for index in itertools.count())
+        if not searcher.set_search_properties(metric, mode, self._space):
+            if searcher.metric is None and metric is None:
+                raise ValueError(
+                    f"{type(searcher).__name__} needs a metric: pass TuneConfig(metric=..., mode=...) "
+                    "or give it to the searcher"
+                )
+
+    @property
+    def remaining(self) -> int | None:
+        return None if self._finished else self._num_samples - self._suggested
+
+    def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
+        from ray.tune.search import Searcher
+        from ray.tune.utils.util import merge_dicts
+
+        if self._finished or self._suggested >= self._num_samples:
+            return None
+        trial_id = next(self._ids)
+        suggestion = self.searcher.suggest(trial_id)
+        if suggestion == Searcher.FINISHED:
+            self._finished = True
+            return None
+        if suggestion is None:
+            return WAIT
+        self._suggested += 1
+        # Suggestions hold the searched leaves; constants come from the space.
+        config = from_tune_config(merge_dicts(self._space, suggestion))
+        return trial_id, _resolve_nested(config, None)
+
+    def on_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self.searcher.on_trial_result(trial_id, result)
+
+    def on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool = False) -> None:
+        self.searcher.on_trial_complete(trial_id, result=result, error=error)
