@@ -142,7 +142,9 @@ class StudyController:
         elif step >= self.plan.trials[state.trial_id].request.step:
             # A decision point passed with CONTINUE: ask for the next one, and
             # take what the plan already holds beyond it (shared iterations).
-            self.plan.extend_trial(state.trial_id, self.host.next_decision(state.trial_id, step))
+            request = self.plan.extend_trial(state.trial_id, self.host.next_decision(state.trial_id, step))
+            state.node = request.node
+            self._node_configs.setdefault(request.node.node_id, state.config)
             self._wake.set()
             for later, metrics in self.plan.history(state.trial_id).items():
                 if later > step:
@@ -166,7 +168,7 @@ class StudyController:
             # The request moves back to the last reported step, which the plan
             # has answered: nothing more is requested, and the accounting keeps
             # the iterations the trial did train.
-            self.plan.extend_trial(trial_id, max(state.rows))
+            state.node = self.plan.extend_trial(trial_id, max(state.rows)).node
         else:
             self.plan.remove_trial(trial_id)
         self._wake.set()
@@ -327,7 +329,7 @@ class StudyController:
             saved = [step for step in node.checkpoints if node.fork_step < step <= upper]
             if saved:
                 return node, max(saved)
-            node, upper = node.parent, node.fork_step
+            node, upper = node.parent, min(node.fork_step, last)
         return None
 
     def _stuck(self) -> None:

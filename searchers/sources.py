@@ -10,7 +10,6 @@ sequences. Results and completions are forwarded as Tune forwards them.
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from typing import Any
 
@@ -62,7 +61,7 @@ class SearcherSource:
         self._num_samples = num_samples
         self._suggested = 0
         self._finished = False
-        self._ids = (f"{uuid.uuid4().hex[:5]}_{index:05d}" for index in itertools.count())
+        self._prefix = uuid.uuid4().hex[:5]
         if not searcher.set_search_properties(metric, mode, self._space):
             if searcher.metric is None and metric is None:
                 raise ValueError(
@@ -80,7 +79,7 @@ class SearcherSource:
 
         if self._finished or self._suggested >= self._num_samples:
             return None
-        trial_id = next(self._ids)
+        trial_id = f"{self._prefix}_{self._suggested:05d}"
         suggestion = self.searcher.suggest(trial_id)
         if suggestion == Searcher.FINISHED:
             self._finished = True

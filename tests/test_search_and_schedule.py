@@ -1,0 +1,88 @@
+"""Tune's schedulers and searchers driving studies of sequences, end to end."""
+
+import os
+import tempfile
+
+import pytest
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler
+
+from ray_stagetree import Exponential, MultiStep, Tuner
+
+HORIZON = 8
+
+
+def tune_docs_trainable(config):
+    """Written the way Ray Tune's docs write a function trainable."""
+    step, loss = 0, 10.0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as path:
+            with open(os.path.join(path, "state.txt")) as file:
+                step, loss = int(file.readline()), float(file.readline())
+    while True:
+        lr = config["lr"] if isinstance(config["lr"], float) else __import__("ray_stagetree").get_hparams()["lr"]
+        loss = loss * (1 - lr) + config["noise"]
+        step += 1
+        with tempfile.TemporaryDirectory() as path:
+            with open(os.path.join(path, "state.txt"), "w") as file:
+                file.write(f"{step}\n{loss}\n")
+            tune.report({"loss": loss}, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+def test_asha_study_written_for_tune_runs_with_the_import_changed(tmp_path, ray_session):
+    tuner = Tuner(  # the only change: `from ray_stagetree import Tuner`
+        tune_docs_trainable,
+        param_space={"lr": tune.grid_search([0.05, 0.1, 0.2, 0.3, 0.4, 0.5]), "noise": 0.01},
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", scheduler=ASHAScheduler(max_t=HORIZON, grace_period=1, reduction_factor=2)
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="asha", verbose=0),
+    )
+    grid = tuner.fit()
+    assert grid.num_errors == 0 and len(grid) == 6
+    lengths = sorted(len(r.metrics_dataframe) for r in grid)
+    assert lengths[0] < HORIZON and lengths[-1] == HORIZON, "ASHA stopped some trials early"
+    # requests stop at rungs: nothing is trained past the point a trial stopped
+    assert grid.iterations_executed == sum(lengths)
+    assert grid.get_best_result().config["lr"] == 0.5
+
+
+def test_asha_on_shared_sequences_trains_shared_prefixes_once(tmp_path, ray_session):
+    lrs = [MultiStep(0.3, [m], g) for m in (2, 4, 6) for g in (0.5, 0.1)]
+    grid = Tuner(
+        tune_docs_trainable,
+        param_space={"lr": tune.grid_search(lrs), "noise": 0.01},
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", scheduler=ASHAScheduler(max_t=HORIZON, grace_period=2, reduction_factor=2)
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="asha_shared", verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    trial_by_trial = sum(len(r.metrics_dataframe) for r in grid)
+    assert grid.iterations_executed < trial_by_trial
+
+
+@pytest.mark.parametrize("searcher_name", ["optuna", "hyperopt"])
+def test_model_based_searchers_tune_sequence_parameters(tmp_path, ray_session, searcher_name):
+    if searcher_name == "optuna":
+        pytest.importorskip("optuna")
+        from ray.tune.search.optuna import OptunaSearch as Search
+    else:
+        pytest.importorskip("hyperopt")
+        from ray.tune.search.hyperopt import HyperOptSearch as Search
+    space = {
+        "lr": Exponential(tune.uniform(0.05, 0.5), tune.choice([0.8, 0.95])),
+        "noise": 0.01,
+    }
+    grid = Tuner(
+        tune_docs_trainable,
+        param_space=space,
+        tune_config=tune.TuneConfig(metric="loss", mode="min", search_alg=Search(), num_samples=6, max_concurrent_trials=2),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name=searcher_name, stop={"training_iteration": 4}, verbose=0),
+    ).fit()
+    assert len(grid) == 6 and grid.num_errors == 0
+    for result in grid:
+        lr = result.config["lr"]
+        assert lr["family"] == "Exponential" and 0.05 <= lr["init"] <= 0.5 and lr["gamma"] in (0.8, 0.95)
+        assert len(result.metrics_dataframe) == 4
