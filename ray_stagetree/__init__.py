@@ -41,7 +41,7 @@ from ray_stagetree.stage_tree import Source, Stage, StageTree, build_stage_tree
 __version__ = "0.1.0"
 
 # The runtime imports Ray; load it on first use so the planning core stays light.
-_RUNTIME = {"Tuner": "ray_stagetree.tuner", "ResultGrid": "ray_stagetree.results"}
+_RUNTIME = {"Tuner": "ray_stagetree.tuner", "ResultGrid": "ray_stagetree.results", "Study": "ray_stagetree.study"}
 
 
 def __getattr__(name: str):
@@ -55,6 +55,7 @@ __all__ = [
     # runtime
     "Tuner",
     "ResultGrid",
+    "Study",
     "report",
     "get_checkpoint",
     "get_hparams",

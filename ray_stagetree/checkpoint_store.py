@@ -127,10 +127,15 @@ class CheckpointStore:
         stored = StoredCheckpoint(path=info.path, size_bytes=info.size_bytes, checksum=info.checksum)
         verdict, ref = _reload.remote(self.storage, stored)
         problem = await verdict
+        key = (node.node_id, step)
         if problem is not None:
             plan.drop_checkpoint(node.node_id, step)
-            self.cache.remove((node.node_id, step))
+            if key in self.cache:
+                self.cache.remove(key)
             raise CheckpointUnavailableError(problem)
         node.checkpoints[step] = dataclasses.replace(info, handle=ref)
-        self.cache.mark_resident((node.node_id, step))
+        if key in self.cache:
+            self.cache.mark_resident(key)
+        else:  # a checkpoint of a restored plan, loaded for the first time
+            self.cache.add(key, info.size_bytes, 1.0, self._reuse(plan, node, step))
         return ref

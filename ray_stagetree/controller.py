@@ -19,10 +19,11 @@ from typing import Any
 import ray
 
 from ray_stagetree.checkpoint_store import CheckpointStore
-from ray_stagetree.config import TrialConfig
+from ray_stagetree.config import TrialConfig, unflatten
 from ray_stagetree.plan import SearchPlan
 from ray_stagetree.policy import StageBatch, get_policy
 from ray_stagetree.schedulers import STOP, SchedulerHost
+from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import WAIT
 from ray_stagetree.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.worker import BatchOutcome, BatchSpec, StageWorker
@@ -53,6 +54,7 @@ class StudySpec:
     time_budget_s: float | None = None
     policy: str = "critical_path"
     checkpoint_budget_bytes: int = 2 * 1024**3
+    resume: bool = False  # continue the plan saved under experiment_path/plan
 
 
 @dataclass
@@ -71,7 +73,7 @@ class TrialState:
 class StudyController:
     def __init__(self, spec: StudySpec) -> None:
         self.spec = spec
-        self.plan = SearchPlan()
+        self.plan = SearchPlan.load(self._plan_path, spec.storage_filesystem) if spec.resume else SearchPlan()
         self.policy = get_policy(spec.policy)
         self.store = CheckpointStore(
             CheckpointStorage(spec.experiment_path, spec.storage_filesystem), spec.checkpoint_budget_bytes
@@ -79,7 +81,10 @@ class StudyController:
         self.trials: dict[str, TrialState] = {}
         self.source = spec.source
         self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, spec.horizon)
-        self._node_configs: dict[int, dict[str, Any]] = {}
+        # Configs as the trainable takes them (sequences as objects), per node.
+        self._node_configs: dict[int, dict[str, Any]] = {
+            node.node_id: from_tune_config(unflatten(node.config.to_json())) for node in self.plan.nodes
+        }
         self._workers: list[Any] = []
         self._idle: list[Any] = []
         self._running: dict[Any, tuple[Any, StageBatch, BatchSpec]] = {}
@@ -93,6 +98,10 @@ class StudyController:
 
     def _live(self) -> int:
         return sum(1 for t in self.trials.values() if t.status in (PENDING, RUNNING))
+
+    @property
+    def _plan_path(self) -> str:
+        return f"{self.spec.experiment_path}/plan"
 
     def _over_budget(self) -> bool:
         budget = self.spec.time_budget_s
@@ -114,7 +123,11 @@ class StudyController:
             state = self.trials[trial_id] = TrialState(trial_id, config, config_json)
             self.host.on_add(trial_id, config)
             study = "study" if self.spec.stage_sharing else trial_id
-            request = self.plan.add_trial(trial_id, config, self.host.next_decision(trial_id, 0), study=study)
+            step = self.host.next_decision(trial_id, 0)
+            if trial_id in self.plan.trials:  # a trial of a restored plan, extended
+                request = self.plan.extend_trial(trial_id, step)
+            else:
+                request = self.plan.add_trial(trial_id, config, step, study=study)
             state.node = request.node
             self._node_configs.setdefault(request.node.node_id, config)
             for step, metrics in self.plan.history(trial_id).items():
@@ -355,7 +368,7 @@ class StudyController:
             )
         for state, path in zip(self.trials.values(), await asyncio.gather(*writes)):
             state.checkpoint_path = path
-        self.plan.save(f"{self.spec.experiment_path}/plan", self.spec.storage_filesystem)
+        self.plan.save(self._plan_path, self.spec.storage_filesystem)
 
     # -- driver queries --------------------------------------------------------------
 

@@ -230,7 +230,13 @@ class Tuner:
 
     def fit(self) -> ResultGrid:
         """Run the study; returns a `ResultGrid`."""
-        source = self._source()
+        return self._execute(self._source(), self.horizon, self._experiment_path(), resume=False)
+
+    def _execute(
+        self, source: VariantSource | SearcherSource, horizon: int, experiment_path: str, resume: bool
+    ) -> ResultGrid:
+        """Run the trials of ``source`` to ``horizon`` under ``experiment_path``,
+        starting from the plan saved there when ``resume``."""
         resources = self._resources()
         if not ray.is_initialized():
             ray.init()
@@ -244,11 +250,10 @@ class Tuner:
         if "memory" in resources:
             worker_options["memory"] = resources["memory"]
         failure = self.run_config.failure_config
-        experiment_path = self._experiment_path()
         spec = StudySpec(
             trainable=self._pickled_trainable(),
             source=source,
-            horizon=self.horizon,
+            horizon=horizon,
             experiment_path=experiment_path,
             storage_filesystem=self.run_config.storage_filesystem,
             num_workers=self._num_workers(resources, source.remaining or self.tune_config.num_samples),
@@ -263,6 +268,7 @@ class Tuner:
             time_budget_s=self._time_budget(),
             policy=self.execution_policy,
             checkpoint_budget_bytes=self.checkpoint_budget_bytes,
+            resume=resume,
         )
         controller = ray.remote(StudyController).options(num_cpus=0, max_concurrency=1000).remote(spec)
         reporter = ProgressReporter(

@@ -21,9 +21,11 @@ WAIT = "WAIT"  # the searcher has nothing to suggest right now
 class VariantSource:
     """Trials drawn up front (grid search and random sampling)."""
 
-    def __init__(self, configs: list[dict[str, Any]]) -> None:
-        prefix = uuid.uuid4().hex[:5]
-        self._queue = [(f"{prefix}_{index:05d}", config) for index, config in enumerate(configs)]
+    def __init__(self, configs: list[dict[str, Any]], trial_ids: list[str] | None = None) -> None:
+        if trial_ids is None:
+            prefix = uuid.uuid4().hex[:5]
+            trial_ids = [f"{prefix}_{index:05d}" for index in range(len(configs))]
+        self._queue = list(zip(trial_ids, configs))
 
     def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
         return self._queue.pop(0) if self._queue else None

@@ -21,3 +21,15 @@ def ray_session():
     ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def counter(ray_session):
+    """Name of a Ray actor that counts step() calls across all workers
+    (trainables_for_tests count when their config names it)."""
+    from trainables_for_tests import Counter
+
+    name = f"counter_{os.urandom(4).hex()}"
+    actor = Counter.options(name=name).remote()
+    yield name
+    ray_session.kill(actor)

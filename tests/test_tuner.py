@@ -5,7 +5,7 @@ import tempfile
 
 import pytest
 from ray import tune
-from trainables_for_tests import Counter, NoisyDescent, noisy_descent
+from trainables_for_tests import NoisyDescent, count_of, noisy_descent
 
 from ray_stagetree import Exponential, MultiStep, Tuner
 
@@ -35,21 +35,6 @@ def run(trainable, tmp_path, name, lrs=LRS, sharing=True, extra=None, max_failur
 
 def losses(grid):
     return {repr(r.config["lr"]): r.metrics_dataframe["loss"].tolist() for r in grid}
-
-
-@pytest.fixture
-def counter(ray_session):
-    """Name of a Ray actor that counts step() calls across all workers."""
-    name = f"counter_{os.urandom(4).hex()}"
-    actor = Counter.options(name=name).remote()
-    yield name
-    ray_session.kill(actor)
-
-
-def count_of(name):
-    import ray
-
-    return ray.get(ray.get_actor(name).get.remote())
 
 
 def test_shared_prefix_executes_once_and_results_match_trial_by_trial(tmp_path, counter):

@@ -20,6 +20,11 @@ def count_step(config):
         ray.get(ray.get_actor(counter).add.remote(1))
 
 
+def count_of(name):
+    """Iterations counted by the Counter actor ``name``."""
+    return ray.get(ray.get_actor(name).get.remote())
+
+
 @ray.remote(num_cpus=0)
 class Counter:
     def __init__(self):

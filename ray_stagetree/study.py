@@ -1,0 +1,95 @@
+"""Study operations from the Hippo paper, on a finished study's directory:
+evaluate any configuration at any iteration, and extend a trial.
+
+Both reuse everything the study already trained: the saved search plan
+answers what it knows at once, and what it does not know trains from the
+nearest stored checkpoint, with the same stage sharing as the study itself.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+from typing import Any, Callable
+
+from ray import tune
+
+from ray_stagetree.config import TrialConfig, unflatten
+from ray_stagetree.plan import SearchPlan
+from ray_stagetree.searchers import from_tune_config
+from ray_stagetree.searchers.sources import VariantSource
+from ray_stagetree.tuner import Tuner
+
+
+class Study:
+    """A study directory written by `Tuner.fit`, opened for more work.
+
+    Parameters
+    ----------
+    experiment_path:
+        ``ResultGrid.experiment_path`` of the study.
+    trainable:
+        The study's trainable (with the same ``tune.with_resources`` /
+        ``tune.with_parameters`` wrapping).
+    storage_filesystem:
+        As given to the study's ``RunConfig``.
+
+    Example
+    -------
+    >>> study = Study(results.experiment_path, train)          # doctest: +SKIP
+    >>> study.evaluate({"lr": Exponential(0.1, 0.9)}, 30)       # doctest: +SKIP
+    >>> study.extend(results[0].metrics["trial_id"], 200)       # doctest: +SKIP
+    """
+
+    def __init__(self, experiment_path: str, trainable: Callable | type, storage_filesystem: Any = None) -> None:
+        self.experiment_path = experiment_path.rstrip("/")
+        self.trainable = trainable
+        self.storage_filesystem = storage_filesystem
+
+    def _plan(self) -> SearchPlan:
+        return SearchPlan.load(f"{self.experiment_path}/plan", self.storage_filesystem)
+
+    def _tuner(self, horizon: int) -> Tuner:
+        storage, name = posixpath.split(self.experiment_path)
+        return Tuner(
+            self.trainable,
+            run_config=tune.RunConfig(
+                name=name,
+                storage_path=storage,
+                storage_filesystem=self.storage_filesystem,
+                stop={"training_iteration": horizon},
+                verbose=0,
+            ),
+        )
+
+    def evaluate(self, config: dict[str, Any], iteration: int) -> dict[str, Any]:
+        """Metrics of ``config`` after ``iteration`` iterations: from the plan
+        when the study (or an earlier call) trained that point, else trained
+        from the nearest checkpoint on its path."""
+        tuner = self._tuner(iteration)
+        probe = f"evaluate_{uuid.uuid4().hex[:8]}"
+        request = self._plan().add_trial(probe, config, iteration)
+        if request.answered:
+            return dict(request.node.metrics[iteration])
+        grid = tuner._execute(VariantSource([config], [probe]), iteration, self.experiment_path, resume=True)
+        result = grid[0]
+        if result.error is not None:
+            raise result.error
+        return result.metrics
+
+    def extend(self, trial_id: str, iteration: int) -> tune.Result:
+        """Train a study's trial on to ``iteration``, from its last checkpoint."""
+        plan = self._plan()
+        if trial_id not in plan.trials:
+            raise KeyError(f"no trial {trial_id!r} in the study at {self.experiment_path!r}")
+        record = plan.trials[trial_id]
+        if iteration <= record.request.step:
+            raise ValueError(
+                f"trial {trial_id!r} already ran {record.request.step} iterations; extend it beyond that, "
+                f"got {iteration}"
+            )
+        config = from_tune_config(unflatten(record.config.to_json()))
+        grid = self._tuner(iteration)._execute(
+            VariantSource([config], [trial_id]), iteration, self.experiment_path, resume=True
+        )
+        return grid[0]
