@@ -22,7 +22,7 @@ from ray_stagetree.checkpoint_store import CheckpointStore
 from ray_stagetree.config import TrialConfig, unflatten
 from ray_stagetree.plan import SearchPlan
 from ray_stagetree.policy import StageBatch, get_policy
-from ray_stagetree.schedulers import STOP, SchedulerHost
+from ray_stagetree.schedulers import PAUSE, STOP, SchedulerHost
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import WAIT
 from ray_stagetree.storage import CheckpointStorage, CheckpointUnavailableError
@@ -30,7 +30,7 @@ from ray_stagetree.worker import BatchOutcome, BatchSpec, StageWorker
 
 logger = logging.getLogger(__name__)
 
-PENDING, RUNNING, TERMINATED, ERROR = "PENDING", "RUNNING", "TERMINATED", "ERROR"
+PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 
 
 @dataclass
@@ -80,7 +80,7 @@ class StudyController:
         )
         self.trials: dict[str, TrialState] = {}
         self.source = spec.source
-        self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, spec.horizon)
+        self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, spec.horizon, on_stop=self.stop_trial)
         # Configs as the trainable takes them (sequences as objects), per node.
         self._node_configs: dict[int, dict[str, Any]] = {
             node.node_id: from_tune_config(unflatten(node.config.to_json())) for node in self.plan.nodes
@@ -150,18 +150,29 @@ class StudyController:
         self.source.on_result(state.trial_id, row)
         if step >= self.spec.horizon:
             self._finish(state)
-        elif self.host.on_result(state.trial_id, row) == STOP or self._reached_threshold(row):
+            return
+        decision = self.host.on_result(state.trial_id, row)
+        if decision == STOP or self._reached_threshold(row):
             self.stop_trial(state.trial_id)
+        elif decision == PAUSE:
+            state.status = PAUSED  # its request ends here; the scheduler resumes it
         elif step >= self.plan.trials[state.trial_id].request.step:
-            # A decision point passed with CONTINUE: ask for the next one, and
-            # take what the plan already holds beyond it (shared iterations).
-            request = self.plan.extend_trial(state.trial_id, self.host.next_decision(state.trial_id, step))
-            state.node = request.node
-            self._node_configs.setdefault(request.node.node_id, state.config)
-            self._wake.set()
-            for later, metrics in self.plan.history(state.trial_id).items():
-                if later > step:
-                    self._add_row(state, later, metrics)
+            self._continue(state, step)
+        for trial_id in self.host.resumable():
+            resumed = self.trials[trial_id]
+            resumed.status = RUNNING
+            self._continue(resumed, max(resumed.rows))
+
+    def _continue(self, state: TrialState, step: int) -> None:
+        """A decision point passed with CONTINUE: request up to the next one,
+        and take what the plan already holds beyond ``step`` (shared work)."""
+        request = self.plan.extend_trial(state.trial_id, self.host.next_decision(state.trial_id, step))
+        state.node = request.node
+        self._node_configs.setdefault(request.node.node_id, state.config)
+        self._wake.set()
+        for later, metrics in self.plan.history(state.trial_id).items():
+            if later > step:
+                self._add_row(state, later, metrics)
 
     def _reached_threshold(self, row: dict[str, Any]) -> bool:
         return any(
@@ -351,6 +362,10 @@ class StudyController:
 
     async def _finalize(self) -> None:
         from ray_stagetree.results import write_trial_outputs
+
+        for state in self.trials.values():
+            if state.status == PAUSED:  # its scheduler never resumed it
+                state.status = TERMINATED
 
         writes = []
         for state in self.trials.values():

@@ -9,8 +9,12 @@ decision point (its next ASHA rung), so no iteration past a rung is spent on
 a trial that will be stopped there, and trials that share a prefix train it
 once.
 
-Schedulers that pause trials to run others (synchronous HyperBand, PBT) are
-not hosted yet; they are rejected with a clear error.
+A scheduler that pauses trials (synchronous HyperBand) pauses them at their
+rung, where their request ends anyway; when it picks a paused trial to run
+again (``choose_trial_to_run``), the trial's request moves on to its next
+decision point and training resumes from the rung's checkpoint. PBT and the
+schedulers that change configs or resources are not hosted yet and are
+rejected with a clear error.
 """
 
 from __future__ import annotations
@@ -18,13 +22,13 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 CONTINUE, STOP, PAUSE = "CONTINUE", "STOP", "PAUSE"
 
-#: Schedulers known to decide only with CONTINUE / STOP and the hooks below.
-HOSTED = ("FIFOScheduler", "AsyncHyperBandScheduler", "MedianStoppingRule")
-NOT_YET = ("HyperBandScheduler", "HyperBandForBOHB", "PopulationBasedTraining", "PopulationBasedTrainingReplay", "PB2", "ResourceChangingScheduler")
+#: Schedulers hosted and tested against Ray's own decisions.
+HOSTED = ("FIFOScheduler", "AsyncHyperBandScheduler", "HyperBandScheduler", "MedianStoppingRule")
+NOT_YET = ("HyperBandForBOHB", "PopulationBasedTraining", "PopulationBasedTrainingReplay", "PB2", "ResourceChangingScheduler")
 
 
 @dataclass(eq=False)
@@ -35,6 +39,7 @@ class TrialProxy:
     config: dict[str, Any]
     status: str = "RUNNING"
     last_result: dict[str, Any] = field(default_factory=dict)
+    is_saving: bool = False
 
     def __hash__(self) -> int:
         return hash(self.trial_id)
@@ -44,10 +49,14 @@ class TrialProxy:
 
 
 class _ControllerFacade:
-    """The few ``TuneController`` queries schedulers make."""
+    """The few ``TuneController`` calls schedulers make."""
 
-    def __init__(self, trials: dict[str, TrialProxy]) -> None:
+    def __init__(self, trials: dict[str, TrialProxy], on_stop: Callable[[str], None]) -> None:
         self._trials = trials
+        self._on_stop = on_stop
+
+    def stop_trial(self, trial: TrialProxy) -> None:
+        self._on_stop(trial.trial_id)
 
     def get_live_trials(self) -> list[TrialProxy]:
         return [trial for trial in self._trials.values() if trial.status == "RUNNING"]
@@ -67,8 +76,8 @@ def check_scheduler(scheduler: Any) -> None:
     name = type(scheduler).__name__
     if name in NOT_YET:
         raise NotImplementedError(
-            f"{name} pauses trials to run others, which ray_stagetree does not host yet; "
-            f"supported: {', '.join(HOSTED)} and custom TrialSchedulers that answer CONTINUE or STOP"
+            f"{name} changes trials' configs or resources, which ray_stagetree does not host yet; "
+            f"supported: {', '.join(HOSTED)} and custom TrialSchedulers"
         )
 
 
@@ -83,16 +92,26 @@ class SchedulerHost:
         From ``TuneConfig``, given to the scheduler if it has none.
     horizon:
         The most iterations a trial runs.
+    on_stop:
+        Called with a trial id when the scheduler stops a trial other than
+        the one whose result it is processing (a paused one).
     """
 
-    def __init__(self, scheduler: Any, metric: str | None, mode: str | None, horizon: int) -> None:
+    def __init__(
+        self,
+        scheduler: Any,
+        metric: str | None,
+        mode: str | None,
+        horizon: int,
+        on_stop: Callable[[str], None] = lambda trial_id: None,
+    ) -> None:
         from ray.tune.schedulers import FIFOScheduler
 
         check_scheduler(scheduler)
         self.scheduler = scheduler or FIFOScheduler()
         self.horizon = horizon
         self._trials: dict[str, TrialProxy] = {}
-        self._facade = _ControllerFacade(self._trials)
+        self._facade = _ControllerFacade(self._trials, on_stop)
         if metric is not None or mode is not None:
             self.scheduler.set_search_properties(metric, mode)
         self._time_attr = getattr(self.scheduler, "_time_attr", "training_iteration")
@@ -106,23 +125,29 @@ class SchedulerHost:
         proxy.last_result = row
         decision = self.scheduler.on_trial_result(self._facade, proxy, row)
         if decision == PAUSE:
-            raise NotImplementedError(
-                f"{type(self.scheduler).__name__} paused trial {trial_id}; pausing is not supported yet "
-                "(answer CONTINUE or STOP)"
-            )
+            proxy.status = "PAUSED"
         return decision
 
     def on_complete(self, trial_id: str, row: dict[str, Any] | None) -> None:
+        """The trial ended (finished, or stopped): tell the scheduler as Tune's
+        controller does, ``on_trial_complete`` for a running trial with a
+        result, ``on_trial_remove`` otherwise."""
         proxy = self._trials[trial_id]
-        proxy.status = "TERMINATED"
-        if row:
+        status, proxy.status = proxy.status, "TERMINATED"
+        if row and status == "RUNNING":
             self.scheduler.on_trial_complete(self._facade, proxy, row)
         else:
             self.scheduler.on_trial_remove(self._facade, proxy)
 
-    def on_stopped(self, trial_id: str) -> None:
-        """A trial the scheduler (or a stop criterion) stopped."""
-        self._trials[trial_id].status = "TERMINATED"
+    def resumable(self) -> list[str]:
+        """Paused trials the scheduler wants to run again, now marked running."""
+        chosen = []
+        while True:
+            proxy = self.scheduler.choose_trial_to_run(self._facade)
+            if proxy is None or proxy.status != "PAUSED":
+                return chosen
+            proxy.status = "RUNNING"
+            chosen.append(proxy.trial_id)
 
     def on_error(self, trial_id: str) -> None:
         proxy = self._trials[trial_id]
@@ -137,11 +162,17 @@ class SchedulerHost:
         return milestones[position] if position < len(milestones) else self.horizon
 
     def _milestones(self, trial_id: str) -> list[int]:
+        """Decision points of a trial, from its scheduler bracket: ASHA's rungs,
+        or synchronous HyperBand's current milestone."""
         if self._time_attr != "training_iteration":
             return []
-        bracket = getattr(self.scheduler, "_trial_info", {}).get(trial_id)
-        rungs = getattr(bracket, "_rungs", None)
-        if not rungs:
-            return []
+        info = getattr(self.scheduler, "_trial_info", {})
+        bracket = info.get(trial_id) or info.get(self._trials.get(trial_id))
+        if isinstance(bracket, tuple):  # HyperBand keeps (bracket, band index)
+            bracket = bracket[0]
+        if hasattr(bracket, "_cumul_r"):
+            milestones = [bracket._cumul_r]
+        else:
+            milestones = [milestone for milestone, _ in getattr(bracket, "_rungs", None) or []]
         # A rung at t decides on the first result with training_iteration >= t.
-        return sorted(math.ceil(milestone) for milestone, _ in rungs if 0 < milestone < self.horizon)
+        return sorted(math.ceil(m) for m in milestones if 0 < m < self.horizon)

@@ -132,7 +132,8 @@ class Tuner:
 
     def _horizon(self) -> int:
         stop = self.run_config.stop
-        max_t = getattr(self.tune_config.scheduler, "_max_t", None)
+        scheduler = self.tune_config.scheduler
+        max_t = getattr(scheduler, "_max_t", None) or getattr(scheduler, "_max_t_attr", None)  # ASHA / HyperBand
         if stop is None and max_t is not None:
             stop = {"training_iteration": int(max_t)}
         if stop is None:

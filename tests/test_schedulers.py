@@ -92,22 +92,106 @@ def test_requests_are_sized_to_the_next_asha_rung():
     assert fifo.next_decision("t", 0) == HORIZON
 
 
-@pytest.mark.parametrize(
-    "make",
-    [lambda: HyperBandScheduler(), lambda: PopulationBasedTraining(hyperparam_mutations={"lr": [0.1, 0.01]})],
-    ids=["hyperband", "pbt"],
-)
-def test_schedulers_that_pause_are_rejected_clearly(make):
-    with pytest.raises(NotImplementedError, match="pauses trials"):
-        SchedulerHost(make(), "loss", "min", HORIZON)
+def test_schedulers_that_change_configs_are_rejected_clearly():
+    with pytest.raises(NotImplementedError, match="PopulationBasedTraining changes trials' configs"):
+        SchedulerHost(PopulationBasedTraining(hyperparam_mutations={"lr": [0.1, 0.01]}), "loss", "min", HORIZON)
 
 
-def test_a_custom_scheduler_that_pauses_fails_clearly():
-    class Pausing(FIFOScheduler):
-        def on_trial_result(self, tune_controller, trial, result):
-            return TrialScheduler.PAUSE
+def loss_of(trial_id, step):
+    return (int(trial_id[1:]) % 7 + 1) / step
 
-    host = SchedulerHost(Pausing(), "loss", "min", HORIZON)
-    host.on_add("t", {})
-    with pytest.raises(NotImplementedError, match="pausing is not supported"):
-        host.on_result("t", {"training_iteration": 1, "loss": 1.0})
+
+class FakeTuneController:
+    """What Ray's TuneController does with a scheduler's answers (its
+    stop_trial and choose_trial_to_run use), for trials stepping in turn."""
+
+    def __init__(self, scheduler, trial_ids):
+        self.scheduler = scheduler
+        self.trials = {t: TrialProxy(t, {}, status="RUNNING") for t in trial_ids}
+        self.log = []
+        for proxy in self.trials.values():
+            scheduler.on_trial_add(self, proxy)
+
+    def get_live_trials(self):
+        return [t for t in self.trials.values() if t.status == "RUNNING"]
+
+    def stop_trial(self, trial):
+        if trial.status in ("PENDING", "PAUSED"):
+            self.scheduler.on_trial_remove(self, trial)
+        elif trial.status == "RUNNING":
+            self.scheduler.on_trial_complete(self, trial, trial.last_result)
+        trial.status = "TERMINATED"
+        self.log.append(("stop", trial.trial_id))
+
+    def run(self):
+        steps = {t: 0 for t in self.trials}
+        while True:
+            running = [t for t, p in self.trials.items() if p.status == "RUNNING" and steps[t] < HORIZON]
+            if not running:
+                return self.log
+            trial_id = running[0]
+            steps[trial_id] += 1
+            proxy = self.trials[trial_id]
+            proxy.last_result = {"training_iteration": steps[trial_id], "loss": loss_of(trial_id, steps[trial_id])}
+            decision = self.scheduler.on_trial_result(self, proxy, proxy.last_result)
+            self.log.append((trial_id, steps[trial_id], decision))
+            if decision == TrialScheduler.STOP:
+                self.stop_trial(proxy)
+            elif decision == TrialScheduler.PAUSE:
+                proxy.status = "PAUSED"
+            elif steps[trial_id] == HORIZON:
+                self.stop_trial(proxy)
+            while (chosen := self.scheduler.choose_trial_to_run(self)) is not None and chosen.status == "PAUSED":
+                chosen.status = "RUNNING"
+                self.log.append(("resume", chosen.trial_id))
+
+
+def hosted_run(scheduler, trial_ids):
+    log = []
+    statuses = {t: "RUNNING" for t in trial_ids}
+
+    def on_stop(trial_id):
+        host.on_complete(trial_id, None)
+        statuses[trial_id] = "TERMINATED"
+        log.append(("stop", trial_id))
+
+    host = SchedulerHost(scheduler, "loss", "min", HORIZON, on_stop=on_stop)
+    for trial_id in trial_ids:
+        host.on_add(trial_id, {})
+    steps = {t: 0 for t in trial_ids}
+    while True:
+        running = [t for t in trial_ids if statuses[t] == "RUNNING" and steps[t] < HORIZON]
+        if not running:
+            return log
+        trial_id = running[0]
+        steps[trial_id] += 1
+        row = {"training_iteration": steps[trial_id], "loss": loss_of(trial_id, steps[trial_id])}
+        decision = host.on_result(trial_id, row)
+        log.append((trial_id, steps[trial_id], decision))
+        if decision == TrialScheduler.STOP or (decision == TrialScheduler.CONTINUE and steps[trial_id] == HORIZON):
+            host.on_complete(trial_id, row)
+            statuses[trial_id] = "TERMINATED"
+            log.append(("stop", trial_id))
+        elif decision == TrialScheduler.PAUSE:
+            statuses[trial_id] = "PAUSED"
+        for resumed in host.resumable():
+            statuses[resumed] = "RUNNING"
+            log.append(("resume", resumed))
+
+
+def test_synchronous_hyperband_pauses_stops_and_promotes_as_in_ray():
+    trial_ids = [f"t{i}" for i in range(9)]
+    make = lambda: HyperBandScheduler(metric="loss", mode="min", max_t=HORIZON, reduction_factor=3)  # noqa: E731
+    expected = FakeTuneController(make(), trial_ids).run()
+    assert {d for *_, d in expected if d in ("PAUSE", "STOP")} == {"PAUSE", "STOP"}
+    assert any(event[0] == "resume" for event in expected)
+    assert hosted_run(make(), trial_ids) == expected
+
+
+def test_hyperband_requests_end_at_the_bracket_milestone():
+    host = SchedulerHost(HyperBandScheduler(max_t=HORIZON, reduction_factor=3), "loss", "min", HORIZON)
+    for index in range(9):
+        host.on_add(f"t{index}", {})
+    milestones = {host.next_decision(f"t{index}", 0) for index in range(9)}
+    assert HORIZON in milestones, "the first bracket runs its trials to max_t"
+    assert min(milestones) < HORIZON, "later brackets halve at earlier milestones"

@@ -86,3 +86,20 @@ def test_model_based_searchers_tune_sequence_parameters(tmp_path, ray_session, s
         lr = result.config["lr"]
         assert lr["family"] == "Exponential" and 0.05 <= lr["init"] <= 0.5 and lr["gamma"] in (0.8, 0.95)
         assert len(result.metrics_dataframe) == 4
+
+
+def test_synchronous_hyperband_study_pauses_and_promotes(tmp_path, ray_session):
+    from ray.tune.schedulers import HyperBandScheduler
+
+    grid = Tuner(
+        tune_docs_trainable,
+        param_space={"lr": tune.grid_search([0.05 * k for k in range(1, 10)]), "noise": 0.01},
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", scheduler=HyperBandScheduler(max_t=9, reduction_factor=3)
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="hyperband", verbose=0),
+    ).fit()
+    assert grid.num_errors == 0 and len(grid) == 9
+    lengths = sorted(len(r.metrics_dataframe) for r in grid)
+    assert lengths[0] < 9 and lengths[-1] == 9
+    assert grid.iterations_executed == sum(lengths), "no iteration past a trial's last decision"
