@@ -33,7 +33,8 @@ def tune_docs_trainable(config):
 def test_asha_study_written_for_tune_runs_with_the_import_changed(tmp_path, ray_session):
     tuner = Tuner(  # the only change: `from ray_stagetree import Tuner`
         tune_docs_trainable,
-        param_space={"lr": tune.grid_search([0.05, 0.1, 0.2, 0.3, 0.4, 0.5]), "noise": 0.01},
+        # best first: ASHA compares a trial with those that reached its rung before it
+        param_space={"lr": tune.grid_search([0.5, 0.4, 0.3, 0.2, 0.1, 0.05]), "noise": 0.01},
         tune_config=tune.TuneConfig(
             metric="loss", mode="min", scheduler=ASHAScheduler(max_t=HORIZON, grace_period=1, reduction_factor=2)
         ),
@@ -93,7 +94,7 @@ def test_synchronous_hyperband_study_pauses_and_promotes(tmp_path, ray_session):
 
     grid = Tuner(
         tune_docs_trainable,
-        param_space={"lr": tune.grid_search([0.05 * k for k in range(1, 10)]), "noise": 0.01},
+        param_space={"lr": tune.grid_search([0.05 * k for k in range(9, 0, -1)]), "noise": 0.01},
         tune_config=tune.TuneConfig(
             metric="loss", mode="min", scheduler=HyperBandScheduler(max_t=9, reduction_factor=3)
         ),
