@@ -293,6 +293,7 @@ class Tuner:
     def _result_grid(self, summaries: list[dict[str, Any]], experiment_path: str, progress: dict) -> ResultGrid:
         import pandas as pd
         from ray.tune.error import TuneError
+        from ray.tune.utils import flatten_dict
 
         results = []
         for summary in summaries:
@@ -309,7 +310,8 @@ class Tuner:
                     checkpoint=checkpoint,
                     error=error,
                     path=f"{experiment_path}/{summary['trial_id']}",
-                    metrics_dataframe=pd.DataFrame(rows) if rows else None,
+                    # flattened as Tune flattens them: "config/lr/init", ...
+                    metrics_dataframe=pd.DataFrame([flatten_dict(row) for row in rows]) if rows else None,
                 )
             )
         return ResultGrid(

@@ -7,13 +7,22 @@ import pytest
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 
-from ray_stagetree import Exponential, MultiStep, Tuner
+from ray_stagetree import Exponential, MultiStep, Tuner, get_hparams
 
 HORIZON = 8
 
 
 def tune_docs_trainable(config):
     """Written the way Ray Tune's docs write a function trainable."""
+    descend(config, lambda: config["lr"])
+
+
+def sequence_trainable(config):
+    """The same, reading the learning rate of this iteration from a sequence."""
+    descend(config, lambda: get_hparams()["lr"])
+
+
+def descend(config, learning_rate):
     step, loss = 0, 10.0
     checkpoint = tune.get_checkpoint()
     if checkpoint:
@@ -21,8 +30,7 @@ def tune_docs_trainable(config):
             with open(os.path.join(path, "state.txt")) as file:
                 step, loss = int(file.readline()), float(file.readline())
     while True:
-        lr = config["lr"] if isinstance(config["lr"], float) else __import__("ray_stagetree").get_hparams()["lr"]
-        loss = loss * (1 - lr) + config["noise"]
+        loss = loss * (1 - learning_rate()) + config["noise"]
         step += 1
         with tempfile.TemporaryDirectory() as path:
             with open(os.path.join(path, "state.txt"), "w") as file:
@@ -52,7 +60,7 @@ def test_asha_study_written_for_tune_runs_with_the_import_changed(tmp_path, ray_
 def test_asha_on_shared_sequences_trains_shared_prefixes_once(tmp_path, ray_session):
     lrs = [MultiStep(0.3, [m], g) for m in (2, 4, 6) for g in (0.5, 0.1)]
     grid = Tuner(
-        tune_docs_trainable,
+        sequence_trainable,
         param_space={"lr": tune.grid_search(lrs), "noise": 0.01},
         tune_config=tune.TuneConfig(
             metric="loss", mode="min", scheduler=ASHAScheduler(max_t=HORIZON, grace_period=2, reduction_factor=2)
@@ -77,7 +85,7 @@ def test_model_based_searchers_tune_sequence_parameters(tmp_path, ray_session, s
         "noise": 0.01,
     }
     grid = Tuner(
-        tune_docs_trainable,
+        sequence_trainable,
         param_space=space,
         tune_config=tune.TuneConfig(metric="loss", mode="min", search_alg=Search(), num_samples=6, max_concurrent_trials=2),
         run_config=tune.RunConfig(storage_path=str(tmp_path), name=searcher_name, stop={"training_iteration": 4}, verbose=0),
@@ -104,3 +112,20 @@ def test_synchronous_hyperband_study_pauses_and_promotes(tmp_path, ray_session):
     lengths = sorted(len(r.metrics_dataframe) for r in grid)
     assert lengths[0] < 9 and lengths[-1] == 9
     assert grid.iterations_executed == sum(lengths), "no iteration past a trial's last decision"
+
+
+def test_searcher_wrappers_limit_concurrency_and_repeat(tmp_path, ray_session):
+    pytest.importorskip("optuna")
+    from ray.tune.search import ConcurrencyLimiter, Repeater
+    from ray.tune.search.optuna import OptunaSearch
+
+    searcher = ConcurrencyLimiter(Repeater(OptunaSearch(), repeat=2), max_concurrent=2)
+    grid = Tuner(
+        sequence_trainable,
+        param_space={"lr": MultiStep(tune.uniform(0.1, 0.5), [2], 0.5), "noise": 0.01},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", search_alg=searcher, num_samples=4),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="wrappers", stop={"training_iteration": 3}, verbose=0),
+    ).fit()
+    assert len(grid) == 4 and grid.num_errors == 0
+    inits = sorted(r.config["lr"]["init"] for r in grid)
+    assert inits[0] == inits[1] and inits[2] == inits[3], "Repeater ran each suggestion twice"
