@@ -11,6 +11,7 @@ decisions live in `plan`, `stage_tree` and `policy`.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from ray_stagetree.checkpoint_store import CheckpointStore
 from ray_stagetree.config import TrialConfig, unflatten
 from ray_stagetree.plan import SearchPlan
 from ray_stagetree.policy import StageBatch, get_policy
+from ray_stagetree.pbt import Exploit
 from ray_stagetree.schedulers import PAUSE, STOP, SchedulerHost
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import WAIT
@@ -63,7 +65,8 @@ class TrialState:
     config: dict[str, Any]
     config_json: dict[str, Any]
     status: str = PENDING
-    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # the current path, by step
+    reported: list[dict[str, Any]] = field(default_factory=list)  # every row, in order
     failures: int = 0
     error: str | None = None
     checkpoint_path: str | None = None
@@ -141,9 +144,12 @@ class StudyController:
         row["training_iteration"] = step
         row["done"] = step >= self.spec.horizon
         row["config"] = state.config_json
-        previous = state.rows.get(step - 1, {})
+        replaced = state.rows.get(step)  # the same step trained again (a retry)
+        position = next((i for i, r in enumerate(state.reported) if r is replaced), len(state.reported))
+        previous = state.reported[position - 1] if position else {}
         row["time_total_s"] = previous.get("time_total_s", 0.0) + row.get("time_this_iter_s", 0.0)
         state.rows[step] = row
+        state.reported[position : position + 1] = [row]
         if state.status == PENDING:
             state.status = RUNNING
         self._new_rows.append(row)
@@ -151,8 +157,11 @@ class StudyController:
         if step >= self.spec.horizon:
             self._finish(state)
             return
-        decision = self.host.on_result(state.trial_id, row)
-        if decision == STOP or self._reached_threshold(row):
+        values = TrialConfig.from_config(state.config).hparams_at(step - 1)
+        decision = self.host.on_result(state.trial_id, row, values)
+        if isinstance(decision, Exploit):
+            self._exploit(state, decision)
+        elif decision == STOP or self._reached_threshold(row):
             self.stop_trial(state.trial_id)
         elif decision == PAUSE:
             state.status = PAUSED  # its request ends here; the scheduler resumes it
@@ -162,6 +171,28 @@ class StudyController:
             resumed = self.trials[trial_id]
             resumed.status = RUNNING
             self._continue(resumed, max(resumed.rows))
+
+    def _exploit(self, state: TrialState, exploit: Exploit) -> None:
+        """PBT: the trial follows ``exploit.source``'s configuration up to the
+        source's checkpoint at ``exploit.step`` and the explored values after,
+        a new path of the plan that forks from that checkpoint."""
+        source = self.trials[exploit.source]
+        flat = TrialConfig.from_config(source.config)
+        sequences = dict(zip(flat.names, flat.sequences))
+        config = copy.deepcopy(source.config)
+        for name, value in exploit.values.items():
+            sequence = sequences[name].then(value, at=exploit.step) if exploit.step > 0 else value
+            _set_path(config, name, sequence)
+        study = "study" if self.spec.stage_sharing else state.trial_id
+        self.plan.remove_trial(state.trial_id)
+        state.config, state.config_json = config, TrialConfig.from_config(config).to_json()
+        state.rows = {step: row for step, row in state.rows.items() if step <= exploit.step}
+        request = self.plan.add_trial(
+            state.trial_id, config, self.host.next_decision(state.trial_id, exploit.step), study=study
+        )
+        state.node = request.node
+        self._node_configs.setdefault(request.node.node_id, config)
+        self._wake.set()
 
     def _continue(self, state: TrialState, step: int) -> None:
         """A decision point passed with CONTINUE: request up to the next one,
@@ -378,7 +409,7 @@ class StudyController:
                     ref = None
             writes.append(
                 write_trial_outputs.remote(
-                    self.store.storage, state.trial_id, state.config_json, list(state.rows.values()), ref
+                    self.store.storage, state.trial_id, state.config_json, state.reported, ref
                 )
             )
         for state, path in zip(self.trials.values(), await asyncio.gather(*writes)):
@@ -409,7 +440,7 @@ class StudyController:
                 "config_json": state.config_json,
                 "status": state.status,
                 "error": state.error,
-                "rows": [state.rows[step] for step in sorted(state.rows)],
+                "rows": state.reported,
                 "checkpoint_path": state.checkpoint_path,
             }
             for state in self.trials.values()
@@ -419,6 +450,13 @@ class StudyController:
         for worker in self._workers:
             ray.kill(worker)
         self._workers.clear()
+
+
+def _set_path(config: dict[str, Any], path: str, value: Any) -> None:
+    *parents, leaf = path.split("/")
+    for part in parents:
+        config = config[part]
+    config[leaf] = value
 
 
 async def _as_future(ref: Any) -> Any:

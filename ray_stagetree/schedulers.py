@@ -12,9 +12,10 @@ once.
 A scheduler that pauses trials (synchronous HyperBand) pauses them at their
 rung, where their request ends anyway; when it picks a paused trial to run
 again (``choose_trial_to_run``), the trial's request moves on to its next
-decision point and training resumes from the rung's checkpoint. PBT and the
-schedulers that change configs or resources are not hosted yet and are
-rejected with a clear error.
+decision point and training resumes from the rung's checkpoint. Population-based training
+runs on the plan itself (`ray_stagetree.pbt`). Schedulers that change
+resources, or replay or model PBT (PB2, BOHB), are rejected with a clear
+error.
 """
 
 from __future__ import annotations
@@ -24,11 +25,19 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ray_stagetree.pbt import Exploit, PopulationBasedHost
+
 CONTINUE, STOP, PAUSE = "CONTINUE", "STOP", "PAUSE"
 
 #: Schedulers hosted and tested against Ray's own decisions.
-HOSTED = ("FIFOScheduler", "AsyncHyperBandScheduler", "HyperBandScheduler", "MedianStoppingRule")
-NOT_YET = ("HyperBandForBOHB", "PopulationBasedTraining", "PopulationBasedTrainingReplay", "PB2", "ResourceChangingScheduler")
+HOSTED = (
+    "FIFOScheduler",
+    "AsyncHyperBandScheduler",
+    "HyperBandScheduler",
+    "MedianStoppingRule",
+    "PopulationBasedTraining",
+)
+NOT_YET = ("HyperBandForBOHB", "PopulationBasedTrainingReplay", "PB2", "ResourceChangingScheduler")
 
 
 @dataclass(eq=False)
@@ -107,20 +116,32 @@ class SchedulerHost:
     ) -> None:
         from ray.tune.schedulers import FIFOScheduler
 
+        from ray.tune.schedulers import PopulationBasedTraining
+
         check_scheduler(scheduler)
         self.scheduler = scheduler or FIFOScheduler()
         self.horizon = horizon
         self._trials: dict[str, TrialProxy] = {}
         self._facade = _ControllerFacade(self._trials, on_stop)
-        if metric is not None or mode is not None:
+        self.population = None
+        if type(self.scheduler) is PopulationBasedTraining:
+            self.population = PopulationBasedHost(self.scheduler, metric, mode, horizon)
+        elif metric is not None or mode is not None:
             self.scheduler.set_search_properties(metric, mode)
         self._time_attr = getattr(self.scheduler, "_time_attr", "training_iteration")
 
     def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
         proxy = self._trials[trial_id] = TrialProxy(trial_id, config)
-        self.scheduler.on_trial_add(self._facade, proxy)
+        if self.population is not None:
+            self.population.on_add(trial_id)
+        else:
+            self.scheduler.on_trial_add(self._facade, proxy)
 
-    def on_result(self, trial_id: str, row: dict[str, Any]) -> str:
+    def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any] | None = None) -> str | Exploit:
+        """The scheduler's decision; with PBT, an `Exploit` (or CONTINUE).
+        ``values`` are the trial's hyper-parameters at this step (for PBT)."""
+        if self.population is not None:
+            return self.population.on_result(trial_id, row, values or {}) or CONTINUE
         proxy = self._trials[trial_id]
         proxy.last_result = row
         decision = self.scheduler.on_trial_result(self._facade, proxy, row)
@@ -134,29 +155,37 @@ class SchedulerHost:
         result, ``on_trial_remove`` otherwise."""
         proxy = self._trials[trial_id]
         status, proxy.status = proxy.status, "TERMINATED"
-        if row and status == "RUNNING":
+        if self.population is not None:
+            self.population.on_complete(trial_id)
+        elif row and status == "RUNNING":
             self.scheduler.on_trial_complete(self._facade, proxy, row)
         else:
             self.scheduler.on_trial_remove(self._facade, proxy)
 
     def resumable(self) -> list[str]:
         """Paused trials the scheduler wants to run again, now marked running."""
-        chosen = []
-        while True:
+        chosen: list[str] = []
+        while self.population is None:
             proxy = self.scheduler.choose_trial_to_run(self._facade)
             if proxy is None or proxy.status != "PAUSED":
                 return chosen
             proxy.status = "RUNNING"
             chosen.append(proxy.trial_id)
+        return chosen
 
     def on_error(self, trial_id: str) -> None:
         proxy = self._trials[trial_id]
         proxy.status = "ERROR"
-        self.scheduler.on_trial_error(self._facade, proxy)
+        if self.population is not None:
+            self.population.on_complete(trial_id)
+        else:
+            self.scheduler.on_trial_error(self._facade, proxy)
 
     def next_decision(self, trial_id: str, step: int) -> int:
         """The next step after ``step`` at which the scheduler decides about
-        the trial: its next ASHA rung, else the horizon."""
+        the trial: its next ASHA rung or PBT perturbation, else the horizon."""
+        if self.population is not None:
+            return self.population.next_decision(trial_id, step)
         milestones = self._milestones(trial_id)
         position = bisect.bisect_right(milestones, step)
         return milestones[position] if position < len(milestones) else self.horizon

@@ -92,9 +92,36 @@ def test_requests_are_sized_to_the_next_asha_rung():
     assert fifo.next_decision("t", 0) == HORIZON
 
 
-def test_schedulers_that_change_configs_are_rejected_clearly():
-    with pytest.raises(NotImplementedError, match="PopulationBasedTraining changes trials' configs"):
-        SchedulerHost(PopulationBasedTraining(hyperparam_mutations={"lr": [0.1, 0.01]}), "loss", "min", HORIZON)
+def test_schedulers_not_hosted_yet_are_rejected_clearly():
+    from ray.tune.schedulers import ResourceChangingScheduler
+
+    with pytest.raises(NotImplementedError, match="ResourceChangingScheduler changes trials' configs or resources"):
+        SchedulerHost(ResourceChangingScheduler(), "loss", "min", HORIZON)
+    with pytest.raises(NotImplementedError, match="synch=True"):
+        SchedulerHost(
+            PopulationBasedTraining(hyperparam_mutations={"lr": [0.1, 0.01]}, synch=True), "loss", "min", HORIZON
+        )
+
+
+def test_pbt_requests_end_at_perturbation_points_and_exploit_the_top_quantile():
+    host = SchedulerHost(
+        PopulationBasedTraining(
+            time_attr="training_iteration", perturbation_interval=4, hyperparam_mutations={"lr": [0.1, 0.2, 0.4]}
+        ),
+        "loss",
+        "min",
+        HORIZON,
+    )
+    for trial_id in "abcd":
+        host.on_add(trial_id, {})
+    assert [host.next_decision("a", step) for step in (0, 3, 4, 14)] == [4, 4, 8, 16]
+    decisions = {}
+    for trial_id, loss in zip("dcba", (0.1, 0.2, 0.3, 0.4)):  # a is worst and reports last
+        decisions[trial_id] = host.on_result(trial_id, {"training_iteration": 4, "loss": loss}, {"lr": 0.2})
+    # the worst of those scored so far exploits the best: b (of d, c, b), then a
+    assert decisions["d"] == decisions["c"] == "CONTINUE" and decisions["b"].source == "d"
+    exploit = decisions["a"]
+    assert exploit.source == "d" and exploit.step == 4 and exploit.values["lr"] in (0.1, 0.2, 0.4)
 
 
 def loss_of(trial_id, step):

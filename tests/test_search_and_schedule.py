@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+import time
 
 import pytest
 from ray import tune
@@ -31,6 +32,7 @@ def descend(config, learning_rate):
                 step, loss = int(file.readline()), float(file.readline())
     while True:
         loss = loss * (1 - learning_rate()) + config["noise"]
+        time.sleep(config.get("sleep", 0))
         step += 1
         with tempfile.TemporaryDirectory() as path:
             with open(os.path.join(path, "state.txt"), "w") as file:
@@ -129,3 +131,38 @@ def test_searcher_wrappers_limit_concurrency_and_repeat(tmp_path, ray_session):
     assert len(grid) == 4 and grid.num_errors == 0
     inits = sorted(r.config["lr"]["init"] for r in grid)
     assert inits[0] == inits[1] and inits[2] == inits[3], "Repeater ran each suggestion twice"
+
+
+def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_session):
+    import random
+
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    from ray_stagetree import from_json
+
+    random.seed(0)
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": [0.05, 0.1, 0.2, 0.4]}
+    )
+    grid = Tuner(
+        # four workers on the two test CPUs, so the population trains in step
+        tune.with_resources(sequence_trainable, {"cpu": 0.5}),
+        param_space={"lr": tune.grid_search([0.05, 0.1, 0.2, 0.4]), "noise": 0.0, "sleep": 0.2},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=pbt),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="pbt", stop={"training_iteration": HORIZON}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    exploited = [r for r in grid if isinstance(r.config["lr"], dict) and r.config["lr"]["family"] == "Concat"]
+    assert exploited, "the weakest trials exploited stronger ones"
+    for result in exploited:
+        schedule = from_json(result.config["lr"])  # the discovered schedule, replayable
+        fork = schedule.milestones[-1]
+        frame = result.metrics_dataframe
+        assert frame["training_iteration"].tolist()[-1] == HORIZON
+        # the first iteration after the fork continues the source's model:
+        # loss(fork + 1) = loss(fork) * (1 - lr after the fork)
+        first_after = frame[frame["training_iteration"] == fork + 1].iloc[-1]
+        before = 10.0
+        for step in range(fork):
+            before *= 1 - schedule.value(step)
+        assert first_after["loss"] == pytest.approx(before * (1 - schedule.value(fork)))
