@@ -118,8 +118,8 @@ def test_pbt_requests_end_at_perturbation_points_and_exploit_the_top_quantile():
     decisions = {}
     for trial_id, loss in zip("dcba", (0.1, 0.2, 0.3, 0.4)):  # a is worst and reports last
         decisions[trial_id] = host.on_result(trial_id, {"training_iteration": 4, "loss": loss}, {"lr": 0.2})
-    # the worst of those scored so far exploits the best: b (of d, c, b), then a
-    assert decisions["d"] == decisions["c"] == "CONTINUE" and decisions["b"].source == "d"
+    # each newcomer is the worst of those scored so far, so it exploits the best
+    assert decisions["d"] == "CONTINUE" and decisions["c"].source == decisions["b"].source == "d"
     exploit = decisions["a"]
     assert exploit.source == "d" and exploit.step == 4 and exploit.values["lr"] in (0.1, 0.2, 0.4)
 
