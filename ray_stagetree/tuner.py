@@ -23,7 +23,7 @@ from ray_stagetree.policy import POLICIES
 from ray_stagetree.progress import ProgressReporter
 from ray_stagetree.results import ResultGrid
 from ray_stagetree.schedulers import check_scheduler
-from ray_stagetree.searchers import generate_trials
+from ray_stagetree.searchers import SequenceGridSearch, generate_trials
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.trainables import StageTrainable
 
@@ -119,9 +119,12 @@ class Tuner:
         if config.mode not in (None, "min", "max"):
             raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {config.mode!r}")
         check_scheduler(config.scheduler)
-        if config.search_alg is not None and not isinstance(config.search_alg, (Searcher, BasicVariantGenerator)):
+        if config.search_alg is not None and not isinstance(
+            config.search_alg, (Searcher, BasicVariantGenerator, SequenceGridSearch)
+        ):
             raise TypeError(
-                f"TuneConfig.search_alg must be a ray.tune Searcher, got {type(config.search_alg).__name__}"
+                "TuneConfig.search_alg must be a ray.tune Searcher or ray_stagetree.searchers.SequenceGridSearch, "
+                f"got {type(config.search_alg).__name__}"
             )
         if config.time_budget_s is not None:
             budget = config.time_budget_s
@@ -183,7 +186,10 @@ class Tuner:
         config = self.tune_config
         if isinstance(config.search_alg, Searcher):
             return SearcherSource(config.search_alg, self.param_space, config.metric, config.mode, config.num_samples)
-        configs = generate_trials(self.param_space, config.num_samples)
+        if isinstance(config.search_alg, SequenceGridSearch):
+            configs = config.search_alg.generate(self.param_space, config.num_samples)
+        else:
+            configs = generate_trials(self.param_space, config.num_samples)
         for index, trial_config in enumerate(configs):
             try:
                 TrialConfig.from_config(trial_config)

@@ -120,3 +120,26 @@ def _resolve_nested(config: dict[str, Any], random_state: Any) -> dict[str, Any]
             )
         config = from_tune_config(variants[0][1])
     return config
+
+
+class SequenceGridSearch:
+    """Tune's grid / random variant generation with the thesis' filter: pass
+    as ``TuneConfig(search_alg=SequenceGridSearch(filter=...))``.
+
+    Parameters
+    ----------
+    filter:
+        Keep only drawn configs for which ``filter(config)`` is true, e.g.
+        ``lambda c: not (c["optimizer"] == "adam" and c["momentum"] != 0.9)``.
+    seed:
+        Seed for random domains.
+    """
+
+    def __init__(self, filter: Callable[[dict[str, Any]], bool] | None = None, seed: int | None = None) -> None:
+        if filter is not None and not callable(filter):
+            raise TypeError(f"filter must be callable(config) -> bool, got {filter!r}")
+        self.filter = filter
+        self.seed = seed
+
+    def generate(self, param_space: Mapping[str, Any], num_samples: int) -> list[dict[str, Any]]:
+        return generate_trials(param_space, num_samples, seed=self.seed, filter=self.filter)

@@ -166,3 +166,44 @@ def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_ses
         for step in range(fork):
             before *= 1 - schedule.value(step)
         assert first_after["loss"] == pytest.approx(before * (1 - schedule.value(fork)))
+
+
+def test_grid_with_a_filter_and_a_custom_scheduler(tmp_path, ray_session):
+    from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+    from ray_stagetree.searchers import SequenceGridSearch
+
+    class StopAboveThreshold(FIFOScheduler):
+        """A user's own scheduler: stop any trial whose loss is above 9.5 at iteration 2."""
+
+        def on_trial_result(self, tune_controller, trial, result):
+            if result["training_iteration"] == 2 and result["loss"] > 9.5:
+                return TrialScheduler.STOP
+            return TrialScheduler.CONTINUE
+
+    grid = Tuner(
+        tune_docs_trainable,
+        param_space={"lr": tune.grid_search([0.01, 0.1, 0.3]), "noise": tune.grid_search([0.0, 0.5])},
+        tune_config=tune.TuneConfig(
+            metric="loss",
+            mode="min",
+            scheduler=StopAboveThreshold(),
+            search_alg=SequenceGridSearch(filter=lambda config: not (config["noise"] > 0 and config["lr"] > 0.2)),
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="custom", stop={"training_iteration": 4}, verbose=0),
+    ).fit()
+    assert len(grid) == 5, "the filter dropped lr=0.3 with noise"
+    lengths = {(r.config["lr"], r.config["noise"]): len(r.metrics_dataframe) for r in grid}
+    assert lengths[(0.01, 0.0)] == 2 and lengths[(0.1, 0.0)] == 4
+
+
+def test_time_budget_stops_the_study(tmp_path, ray_session):
+    started = time.monotonic()
+    grid = Tuner(
+        tune_docs_trainable,
+        param_space={"lr": tune.grid_search([0.1, 0.2]), "noise": 0.0, "sleep": 0.5},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", time_budget_s=3),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="budget", stop={"training_iteration": 100}, verbose=0),
+    ).fit()
+    assert time.monotonic() - started < 30
+    assert grid.num_errors == 0 and all(len(r.metrics_dataframe) < 100 for r in grid)
