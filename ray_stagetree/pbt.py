@@ -39,6 +39,7 @@ class Exploit:
 class _PopulationMember:
     last_score: float | None = None
     last_perturbation: int = 0
+    checkpoint_step: int | None = None  # set while the trial is a top one, as in Ray
     finished: bool = False
     values: dict[str, Any] = field(default_factory=dict)
 
@@ -87,13 +88,19 @@ class PopulationBasedHost:
         member.last_perturbation = step
         member.values = values
         lower, upper = self._quantiles()
-        if trial_id not in lower or not upper:
+        # Ray checkpoints a top trial at its perturbation; only those can be cloned.
+        member.checkpoint_step = step if trial_id in upper else None
+        if trial_id not in lower:
             return None
-        source = random.choice(upper)
-        # As in Ray: the exploiting trial takes over the source's state.
-        member.last_score = self._members[source].last_score
-        member.last_perturbation = self._members[source].last_perturbation
-        return self._explore(source)
+        source = self._members[random.choice(upper)]
+        if source.checkpoint_step is None:
+            return None
+        exploit = self._explore(source)
+        # As in Ray: the trial takes the source's config, explored, and its
+        # last perturbation time.
+        member.values = {**source.values, **exploit.values}
+        member.last_perturbation = source.last_perturbation
+        return exploit
 
     def _quantiles(self) -> tuple[list[str], list[str]]:
         """Ray's rule: bottom and top ``quantile_fraction`` of the scored,
@@ -111,11 +118,11 @@ class PopulationBasedHost:
             count = int(math.floor(len(scored) / 2))
         return scored[:count], scored[len(scored) - count :]
 
-    def _explore(self, source: str) -> Exploit:
+    def _explore(self, member: _PopulationMember) -> Exploit:
         from ray.tune.schedulers.pbt import _explore
         from ray.tune.utils import flatten_dict
 
-        member = self._members[source]
+        source = next(trial_id for trial_id, other in self._members.items() if other is member)
         pbt = self.pbt
         explored = _explore(
             unflatten(member.values),
@@ -126,4 +133,5 @@ class PopulationBasedHost:
         )
         new_config = explored[0] if isinstance(explored, tuple) else explored
         flat = flatten_dict(new_config, delimiter="/")
-        return Exploit(source, member.last_perturbation, {name: flat[name] for name in self._mutated if name in flat})
+        values = {name: flat[name] for name in self._mutated if name in flat}
+        return Exploit(source, member.checkpoint_step, values)

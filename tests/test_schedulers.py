@@ -4,6 +4,7 @@ import random
 
 import numpy as np
 import pytest
+from ray import tune
 from ray.tune.schedulers import (
     ASHAScheduler,
     FIFOScheduler,
@@ -103,25 +104,87 @@ def test_schedulers_not_hosted_yet_are_rejected_clearly():
         )
 
 
-def test_pbt_requests_end_at_perturbation_points_and_exploit_the_top_quantile():
-    host = SchedulerHost(
-        PopulationBasedTraining(
-            time_attr="training_iteration", perturbation_interval=4, hyperparam_mutations={"lr": [0.1, 0.2, 0.4]}
-        ),
-        "loss",
-        "min",
-        HORIZON,
+def pbt(**overrides):
+    settings = dict(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": [0.05, 0.1, 0.2, 0.4], "momentum": tune.uniform(0.8, 0.99)},
+        quantile_fraction=0.25,
+        log_config=False,
     )
-    for trial_id in "abcd":
-        host.on_add(trial_id, {})
+    return PopulationBasedTraining(**{**settings, **overrides}, metric="loss", mode="min")
+
+
+def test_pbt_requests_end_at_perturbation_points():
+    host = SchedulerHost(pbt(perturbation_interval=4), "loss", "min", HORIZON)
+    host.on_add("a", {})
     assert [host.next_decision("a", step) for step in (0, 3, 4, 14)] == [4, 4, 8, 16]
-    decisions = {}
-    for trial_id, loss in zip("dcba", (0.1, 0.2, 0.3, 0.4)):  # a is worst and reports last
-        decisions[trial_id] = host.on_result(trial_id, {"training_iteration": 4, "loss": loss}, {"lr": 0.2})
-    # each newcomer is the worst of those scored so far, so it exploits the best
-    assert decisions["d"] == "CONTINUE" and decisions["c"].source == decisions["b"].source == "d"
-    exploit = decisions["a"]
-    assert exploit.source == "d" and exploit.step == 4 and exploit.values["lr"] in (0.1, 0.2, 0.4)
+
+
+def pbt_stream(trials=6, steps=12, seed=0):
+    rnd = random.Random(seed)
+    quality = {f"t{i}": 0.5 + rnd.random() for i in range(trials)}
+    return [(t, step, quality[t] / step + rnd.random() * 0.01) for step in range(1, steps + 1) for t in quality]
+
+
+def exploits_by_ray(stream, seed):
+    """Ray's PBT object on the stream, with the controller calls it makes."""
+    from unittest import mock
+
+    scheduler = pbt()
+    controller = mock.MagicMock(search_alg=None)
+    trials, out, current = {}, [], {}
+
+    def set_config(config, trial):
+        current["config"] = (trial, config)
+        trial.config = config
+
+    for trial_id in dict.fromkeys(t for t, _, _ in stream):
+        trial = mock.MagicMock(trial_id=trial_id, status="RUNNING", config={"lr": 0.1, "momentum": 0.9})
+        trial.is_finished.return_value = False
+        trial.temporary_state.saving_to = None
+        trial.run_metadata.checkpoint_manager.checkpoint_config.num_to_keep = None
+        trial.set_config.side_effect = lambda config, trial=trial: set_config(config, trial)
+        trials[trial_id] = trial
+        scheduler.on_trial_add(controller, trial)
+    controller.get_trials.return_value = list(trials.values())
+    controller._schedule_trial_save.side_effect = lambda trial, result: f"checkpoint of {trial.trial_id}"
+    random.seed(seed)
+    np.random.seed(seed)
+    for trial_id, step, loss in stream:
+        trial = trials[trial_id]
+        current.clear()
+        scheduler.on_trial_result(controller, trial, {"training_iteration": step, "loss": loss})
+        if current:
+            cloned = trial.run_metadata.checkpoint_manager._latest_checkpoint_result.checkpoint
+            source = cloned.removeprefix("checkpoint of ")
+            out.append((trial_id, step, source, trial.config["lr"], round(trial.config["momentum"], 12)))
+    return out
+
+
+def exploits_hosted(stream, seed):
+    host = SchedulerHost(pbt(), "loss", "min", HORIZON)
+    values = {}
+    for trial_id in dict.fromkeys(t for t, _, _ in stream):
+        host.on_add(trial_id, {})
+        values[trial_id] = {"lr": 0.1, "momentum": 0.9}
+    random.seed(seed)
+    np.random.seed(seed)
+    out = []
+    for trial_id, step, loss in stream:
+        decision = host.on_result(trial_id, {"training_iteration": step, "loss": loss}, values[trial_id])
+        if decision != "CONTINUE":
+            values[trial_id] = {**values[decision.source], **decision.values}
+            out.append((trial_id, step, decision.source, decision.values["lr"], round(decision.values["momentum"], 12)))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, 4])
+def test_pbt_exploits_and_explores_as_rays_own(seed):
+    stream = pbt_stream(seed=seed)
+    expected = exploits_by_ray(stream, seed)
+    assert expected, "the stream makes PBT exploit"
+    assert exploits_hosted(stream, seed) == expected
 
 
 def loss_of(trial_id, step):
