@@ -206,4 +206,6 @@ def test_time_budget_stops_the_study(tmp_path, ray_session):
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="budget", stop={"training_iteration": 100}, verbose=0),
     ).fit()
     assert time.monotonic() - started < 30
-    assert grid.num_errors == 0 and all(len(r.metrics_dataframe) < 100 for r in grid)
+    # a slow machine may stop a trial before its first report: no rows at all
+    reported = [0 if r.metrics_dataframe is None else len(r.metrics_dataframe) for r in grid]
+    assert grid.num_errors == 0 and len(grid) == 2 and max(reported) < 100
