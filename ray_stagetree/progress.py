@@ -37,7 +37,7 @@ class ProgressReporter:
         self.interval_seconds = interval_seconds
         self.verbose = verbose
         self.best: float | None = None
-        self._last_print = 0.0
+        self._last_print = -float("inf")  # monotonic time may start near 0 after boot
         self._notebook = _in_notebook()
         self._handle = None
 

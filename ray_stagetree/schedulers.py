@@ -9,13 +9,13 @@ decision point (its next ASHA rung), so no iteration past a rung is spent on
 a trial that will be stopped there, and trials that share a prefix train it
 once.
 
-A scheduler that pauses trials (synchronous HyperBand) pauses them at their
-rung, where their request ends anyway; when it picks a paused trial to run
-again (``choose_trial_to_run``), the trial's request moves on to its next
-decision point and training resumes from the rung's checkpoint. Population-based training
-runs on the plan itself (`ray_stagetree.pbt`). Schedulers that change
-resources, or replay or model PBT (PB2, BOHB), are rejected with a clear
-error.
+A scheduler that pauses trials (synchronous HyperBand, synchronous PBT)
+pauses them at a decision point, where their request ends anyway; when it
+picks a paused trial to run again (``choose_trial_to_run``), the trial's
+request moves on to its next decision point and training resumes from the
+checkpoint there. Population-based training runs on the plan itself
+(`ray_stagetree.pbt`). Schedulers that change resources, or replay or model
+PBT (PB2, BOHB), are rejected with a clear error.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ray_stagetree.pbt import Exploit, PopulationBasedHost
+from ray_stagetree.pbt import PAUSE, Exploit, PopulationBasedHost
 
-CONTINUE, STOP, PAUSE = "CONTINUE", "STOP", "PAUSE"
+CONTINUE, STOP = "CONTINUE", "STOP"
 
 #: Schedulers hosted and tested against Ray's own decisions.
 HOSTED = (
@@ -74,8 +74,9 @@ class _ControllerFacade:
         return list(self._trials.values())
 
 
-def check_scheduler(scheduler: Any) -> None:
-    """Raise a clear error for schedulers that cannot be hosted yet."""
+def check_scheduler(scheduler: Any, metric: str | None = None, mode: str | None = None) -> None:
+    """Raise a clear error for schedulers that cannot be hosted yet, or that
+    would fail at their first trial for want of a metric and mode."""
     from ray.tune.schedulers import TrialScheduler
 
     if scheduler is None:
@@ -88,6 +89,11 @@ def check_scheduler(scheduler: Any) -> None:
             f"{name} changes trials' configs or resources, which ray_stagetree does not host yet; "
             f"supported: {', '.join(HOSTED)} and custom TrialSchedulers"
         )
+    needs_metric = name in HOSTED and name != "FIFOScheduler"
+    if needs_metric and (getattr(scheduler, "_metric", None) or metric) is None:
+        raise ValueError(f"{name} needs a metric: pass metric= and mode= to TuneConfig or to the scheduler")
+    if needs_metric and (getattr(scheduler, "_mode", None) or mode) is None:
+        raise ValueError(f"{name} needs a mode ('min' or 'max'): pass mode= to TuneConfig or to the scheduler")
 
 
 class SchedulerHost:
@@ -118,7 +124,7 @@ class SchedulerHost:
 
         from ray.tune.schedulers import PopulationBasedTraining
 
-        check_scheduler(scheduler)
+        check_scheduler(scheduler, metric, mode)
         self.scheduler = scheduler or FIFOScheduler()
         self.horizon = horizon
         self._trials: dict[str, TrialProxy] = {}
@@ -131,14 +137,17 @@ class SchedulerHost:
         self._time_attr = getattr(self.scheduler, "_time_attr", "training_iteration")
 
     def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
+        """A new trial; PBT samples the hyper-parameters it mutates that
+        ``config`` lacks into it, as Ray's does."""
         proxy = self._trials[trial_id] = TrialProxy(trial_id, config)
         if self.population is not None:
-            self.population.on_add(trial_id)
+            self.population.on_add(trial_id, config)
         else:
             self.scheduler.on_trial_add(self._facade, proxy)
 
     def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any] | None = None) -> str | Exploit:
-        """The scheduler's decision; with PBT, an `Exploit` (or CONTINUE).
+        """The scheduler's decision; with PBT, an `Exploit`, PAUSE (synchronous
+        PBT) or CONTINUE.
         ``values`` are the trial's hyper-parameters at this step (for PBT)."""
         if self.population is not None:
             return self.population.on_result(trial_id, row, values or {}) or CONTINUE
@@ -162,16 +171,18 @@ class SchedulerHost:
         else:
             self.scheduler.on_trial_remove(self._facade, proxy)
 
-    def resumable(self) -> list[str]:
-        """Paused trials the scheduler wants to run again, now marked running."""
-        chosen: list[str] = []
-        while self.population is None:
+    def resumable(self) -> list[tuple[str, Exploit | None]]:
+        """Paused trials the scheduler wants to run again, now marked running,
+        each with the `Exploit` it resumes with (synchronous PBT) or None."""
+        if self.population is not None:
+            return self.population.resumable()
+        chosen: list[tuple[str, Exploit | None]] = []
+        while True:
             proxy = self.scheduler.choose_trial_to_run(self._facade)
             if proxy is None or proxy.status != "PAUSED":
                 return chosen
             proxy.status = "RUNNING"
-            chosen.append(proxy.trial_id)
-        return chosen
+            chosen.append((proxy.trial_id, None))
 
     def on_error(self, trial_id: str) -> None:
         proxy = self._trials[trial_id]

@@ -118,7 +118,7 @@ class Tuner:
         config = self.tune_config
         if config.mode not in (None, "min", "max"):
             raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {config.mode!r}")
-        check_scheduler(config.scheduler)
+        check_scheduler(config.scheduler, config.metric, config.mode)
         if config.search_alg is not None and not isinstance(
             config.search_alg, (Searcher, BasicVariantGenerator, SequenceGridSearch)
         ):
@@ -328,4 +328,5 @@ class Tuner:
             iterations=progress["iterations"],
             unique_iterations=progress["unique_iterations"],
             total_iterations=progress["total_iterations"],
+            worker_seconds=progress["worker_seconds"],
         )

@@ -98,10 +98,21 @@ def test_schedulers_not_hosted_yet_are_rejected_clearly():
 
     with pytest.raises(NotImplementedError, match="ResourceChangingScheduler changes trials' configs or resources"):
         SchedulerHost(ResourceChangingScheduler(), "loss", "min", HORIZON)
-    with pytest.raises(NotImplementedError, match="synch=True"):
-        SchedulerHost(
-            PopulationBasedTraining(hyperparam_mutations={"lr": [0.1, 0.01]}, synch=True), "loss", "min", HORIZON
-        )
+
+
+def test_schedulers_without_a_metric_are_rejected_before_the_study_starts():
+    with pytest.raises(ValueError, match="AsyncHyperBandScheduler needs a metric"):
+        SchedulerHost(ASHAScheduler(), None, None, HORIZON)
+    with pytest.raises(ValueError, match=r"PopulationBasedTraining needs a mode \('min' or 'max'\)"):
+        SchedulerHost(PopulationBasedTraining(hyperparam_mutations={"lr": [0.1]}), "loss", None, HORIZON)
+    SchedulerHost(FIFOScheduler(), None, None, HORIZON)
+
+
+def test_pbt_samples_the_mutated_hyperparameters_a_config_lacks_as_ray_does():
+    host = SchedulerHost(pbt(), "loss", "min", HORIZON)
+    config = {"lr": 0.1}
+    host.on_add("t", config)
+    assert config["lr"] == 0.1 and 0.8 <= config["momentum"] <= 0.99
 
 
 def pbt(**overrides):
@@ -116,9 +127,12 @@ def pbt(**overrides):
 
 
 def test_pbt_requests_end_at_perturbation_points():
-    host = SchedulerHost(pbt(perturbation_interval=4), "loss", "min", HORIZON)
+    host = SchedulerHost(pbt(perturbation_interval=4, burn_in_period=6), "loss", "min", HORIZON)
     host.on_add("a", {})
-    assert [host.next_decision("a", step) for step in (0, 3, 4, 14)] == [4, 4, 8, 16]
+    assert [host.next_decision("a", step) for step in (0, 3)] == [6, 6], "Ray perturbs first after the burn-in"
+    host.on_result("a", {"training_iteration": 6, "loss": 1.0}, {"lr": 0.1})
+    assert [host.next_decision("a", step) for step in (6, 9, 14)] == [10, 10, 15]
+    assert host.next_decision("a", 15) == HORIZON
 
 
 def pbt_stream(trials=6, steps=12, seed=0):
@@ -264,7 +278,7 @@ def hosted_run(scheduler, trial_ids):
             log.append(("stop", trial_id))
         elif decision == TrialScheduler.PAUSE:
             statuses[trial_id] = "PAUSED"
-        for resumed in host.resumable():
+        for resumed, _ in host.resumable():
             statuses[resumed] = "RUNNING"
             log.append(("resume", resumed))
 
@@ -285,3 +299,119 @@ def test_hyperband_requests_end_at_the_bracket_milestone():
     milestones = {host.next_decision(f"t{index}", 0) for index in range(9)}
     assert HORIZON in milestones, "the first bracket runs its trials to max_t"
     assert min(milestones) < HORIZON, "later brackets halve at earlier milestones"
+
+
+def synch_loss(trial_id, step, lr):
+    """Depends on the trial's current learning rate, so exploits show."""
+    return (1 + abs(np.log10(lr) + 1) + int(trial_id[1:]) * 0.01) / step
+
+
+def synch_pbt_by_ray(trial_ids, seed):
+    """Ray's synchronous PBT with the controller calls it makes: trials step
+    in turn, pause at perturbation points and resume as it chooses."""
+    from unittest import mock
+
+    scheduler = pbt(synch=True, perturbation_interval=4)
+    controller = mock.MagicMock(search_alg=None)
+    trials, log, exploits = {}, [], []
+    for trial_id in trial_ids:
+        trial = mock.MagicMock(trial_id=trial_id, status="RUNNING", config={"lr": 0.1, "momentum": 0.9})
+        trial.is_finished.side_effect = lambda trial=trial: trial.status == "TERMINATED"
+        trial.temporary_state.saving_to = None
+        trial.checkpoint = f"checkpoint of {trial_id}"
+        trial.run_metadata.checkpoint_manager.checkpoint_config.num_to_keep = None
+        trials[trial_id] = trial
+        scheduler.on_trial_add(controller, trial)
+
+    def exploit(config, trial):
+        exploits.append((trial.trial_id, trial, config["lr"], round(config["momentum"], 12)))
+        trial.config = config
+
+    for trial in trials.values():
+        trial.set_config.side_effect = lambda config, trial=trial: exploit(config, trial)
+    controller.get_trials.return_value = list(trials.values())
+    controller.get_live_trials.side_effect = lambda: [t for t in trials.values() if t.status != "TERMINATED"]
+    controller._schedule_trial_save.side_effect = lambda trial, result: f"checkpoint of {trial.trial_id}"
+    controller.pause_trial.side_effect = lambda trial, should_checkpoint: setattr(trial, "status", "PAUSED")
+    random.seed(seed)
+    np.random.seed(seed)
+    steps = dict.fromkeys(trial_ids, 0)
+    while running := [t for t in trial_ids if trials[t].status == "RUNNING"]:
+        trial_id = running[0]
+        trial = trials[trial_id]
+        steps[trial_id] += 1
+        if steps[trial_id] == HORIZON:
+            trial.status = "TERMINATED"
+            scheduler.on_trial_complete(controller, trial, {})
+            log.append(("done", trial_id))
+        else:
+            loss = synch_loss(trial_id, steps[trial_id], trial.config["lr"])
+            decision = scheduler.on_trial_result(controller, trial, {"training_iteration": steps[trial_id], "loss": loss})
+            for index, (exploited, cloned, *values) in enumerate(exploits):
+                if not isinstance(cloned, str):  # Ray hands over the checkpoint after the config
+                    checkpoint = cloned.run_metadata.checkpoint_manager._latest_checkpoint_result.checkpoint
+                    exploits[index] = (exploited, checkpoint, *values)
+            if decision in (TrialScheduler.PAUSE, TrialScheduler.NOOP):
+                trial.status = "PAUSED"
+            log.append((trial_id, steps[trial_id], "PAUSE" if trial.status == "PAUSED" else decision))
+        while (chosen := scheduler.choose_trial_to_run(controller)) is not None and chosen.status == "PAUSED":
+            chosen.status = "RUNNING"
+            log.append(("resume", chosen.trial_id, chosen.config["lr"]))
+    return log, sorted(exploits)
+
+
+def synch_pbt_hosted(trial_ids, seed):
+    host = SchedulerHost(pbt(synch=True, perturbation_interval=4), "loss", "min", HORIZON)
+    values, statuses, log, exploits = {}, {}, [], []
+    for trial_id in trial_ids:
+        host.on_add(trial_id, {})
+        values[trial_id], statuses[trial_id] = {"lr": 0.1, "momentum": 0.9}, "RUNNING"
+    random.seed(seed)
+    np.random.seed(seed)
+    steps = dict.fromkeys(trial_ids, 0)
+    while running := [t for t in trial_ids if statuses[t] == "RUNNING"]:
+        trial_id = running[0]
+        steps[trial_id] += 1
+        if steps[trial_id] == HORIZON:
+            statuses[trial_id] = "TERMINATED"
+            host.on_complete(trial_id, {})
+            log.append(("done", trial_id))
+        else:
+            row = {"training_iteration": steps[trial_id], "loss": synch_loss(trial_id, steps[trial_id], values[trial_id]["lr"])}
+            decision = host.on_result(trial_id, row, values[trial_id])
+            if decision == TrialScheduler.PAUSE:
+                statuses[trial_id] = "PAUSED"
+            log.append((trial_id, steps[trial_id], decision))
+        for resumed, exploit in host.resumable():
+            statuses[resumed] = "RUNNING"
+            if exploit is not None:
+                values[resumed] = {**values[exploit.source], **exploit.values}
+                steps[resumed] = exploit.step
+                exploits.append((resumed, f"checkpoint of {exploit.source}", exploit.values["lr"], round(exploit.values["momentum"], 12)))
+            log.append(("resume", resumed, values[resumed]["lr"]))
+    return log, sorted(exploits)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_synchronous_pbt_pauses_ranks_and_exploits_as_rays_own(seed):
+    trial_ids = [f"t{i}" for i in range(6)]
+    expected_log, expected_exploits = synch_pbt_by_ray(trial_ids, seed)
+    assert expected_exploits, "the population exploits"
+    assert sum(1 for event in expected_log if event[-1] == "PAUSE") >= 3 * len(trial_ids)
+    log, exploits = synch_pbt_hosted(trial_ids, seed)
+    assert exploits == expected_exploits
+    assert log == expected_log
+
+
+def test_synchronous_pbt_goes_on_when_the_trial_it_waits_for_ends():
+    host = SchedulerHost(pbt(synch=True, perturbation_interval=4), "loss", "min", HORIZON)
+    for trial_id in ("a", "b", "c"):
+        host.on_add(trial_id, {})
+    for trial_id, loss in (("a", 1.0), ("b", 2.0)):
+        assert host.on_result(trial_id, {"training_iteration": 4, "loss": loss}, {"lr": 0.1, "momentum": 0.9}) == "PAUSE"
+    assert host.resumable() == [], "a and b wait for c at the perturbation point"
+    host.on_error("c")
+    resumed = dict(host.resumable())
+    assert sorted(resumed) == ["a", "b"]
+    assert resumed["b"] is not None and resumed["b"].source == "a" and resumed["b"].step == 4
+    assert host.next_decision("a", 4) == 8

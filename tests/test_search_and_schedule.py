@@ -133,7 +133,8 @@ def test_searcher_wrappers_limit_concurrency_and_repeat(tmp_path, ray_session):
     assert inits[0] == inits[1] and inits[2] == inits[3], "Repeater ran each suggestion twice"
 
 
-def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_session):
+@pytest.mark.parametrize("synch", [False, True])
+def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_session, synch):
     import random
 
     from ray.tune.schedulers import PopulationBasedTraining
@@ -142,7 +143,10 @@ def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_ses
 
     random.seed(0)
     pbt = PopulationBasedTraining(
-        time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": [0.05, 0.1, 0.2, 0.4]}
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": [0.05, 0.1, 0.2, 0.4]},
+        synch=synch,
     )
     grid = Tuner(
         # four workers on the two test CPUs, so the population trains in step
@@ -157,6 +161,8 @@ def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_ses
     for result in exploited:
         schedule = from_json(result.config["lr"])  # the discovered schedule, replayable
         fork = schedule.milestones[-1]
+        if synch:  # the whole population perturbs together at every interval
+            assert all(milestone % 2 == 0 for milestone in schedule.milestones)
         frame = result.metrics_dataframe
         assert frame["training_iteration"].tolist()[-1] == HORIZON
         # the first iteration after the fork continues the source's model:
