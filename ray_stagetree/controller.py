@@ -83,17 +83,18 @@ class StudyController:
         )
         self.trials: dict[str, TrialState] = {}
         self.source = spec.source
-        self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, spec.horizon, on_stop=self.stop_trial)
+        self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, spec.horizon, on_stop=self._stop)
         # Configs as the trainable takes them (sequences as objects), per node.
         self._node_configs: dict[int, dict[str, Any]] = {
             node.node_id: from_tune_config(unflatten(node.config.to_json())) for node in self.plan.nodes
         }
         self._workers: list[Any] = []
         self._idle: list[Any] = []
-        self._running: dict[Any, tuple[Any, StageBatch, BatchSpec]] = {}
+        self._running: dict[Any, tuple[Any, StageBatch, BatchSpec, float]] = {}
         self._batch_workers: dict[int, Any] = {}
         self._wake = asyncio.Event()
         self._iterations = 0
+        self._worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
         self._started = time.time()
         self._new_rows: list[dict[str, Any]] = []
 
@@ -117,14 +118,15 @@ class StudyController:
             if proposal is None or proposal == WAIT:
                 return
             trial_id, config = proposal
+            self.host.on_add(trial_id, config)
             try:
                 config_json = TrialConfig.from_config(config).to_json()
             except (TypeError, ValueError) as error:
                 self.trials[trial_id] = TrialState(trial_id, config, {}, status=ERROR, error=str(error))
+                self.host.on_error(trial_id)
                 self.source.on_complete(trial_id, None, error=True)
                 continue
             state = self.trials[trial_id] = TrialState(trial_id, config, config_json)
-            self.host.on_add(trial_id, config)
             study = "study" if self.spec.stage_sharing else trial_id
             step = self.host.next_decision(trial_id, 0)
             if trial_id in self.plan.trials:  # a trial of a restored plan, extended
@@ -156,6 +158,7 @@ class StudyController:
         self.source.on_result(state.trial_id, row)
         if step >= self.spec.horizon:
             self._finish(state)
+            self._resume()
             return
         values = TrialConfig.from_config(state.config).hparams_at(step - 1)
         decision = self.host.on_result(state.trial_id, row, values)
@@ -164,13 +167,27 @@ class StudyController:
         elif decision == STOP or self._reached_threshold(row):
             self.stop_trial(state.trial_id)
         elif decision == PAUSE:
-            state.status = PAUSED  # its request ends here; the scheduler resumes it
+            self._pause(state, step)
         elif step >= self.plan.trials[state.trial_id].request.step:
             self._continue(state, step)
-        for trial_id in self.host.resumable():
+        self._resume()
+
+    def _resume(self) -> None:
+        """Run again the paused trials the scheduler chooses."""
+        for trial_id, exploit in self.host.resumable():
             resumed = self.trials[trial_id]
             resumed.status = RUNNING
-            self._continue(resumed, max(resumed.rows))
+            if exploit is None:
+                self._continue(resumed, max(resumed.rows))
+            else:
+                self._exploit(resumed, exploit)
+
+    def _pause(self, state: TrialState, step: int) -> None:
+        """The scheduler resumes the trial later. Its request ends here (at a
+        decision point it ends here anyway), so it keeps a checkpoint here."""
+        state.status = PAUSED
+        if self.plan.trials[state.trial_id].request.step > step:
+            state.node = self.plan.extend_trial(state.trial_id, step).node
 
     def _exploit(self, state: TrialState, exploit: Exploit) -> None:
         """PBT: the trial follows ``exploit.source``'s configuration up to the
@@ -190,14 +207,16 @@ class StudyController:
         request = self.plan.add_trial(
             state.trial_id, config, self.host.next_decision(state.trial_id, exploit.step), study=study
         )
-        state.node = request.node
-        self._node_configs.setdefault(request.node.node_id, config)
-        self._wake.set()
+        self._requested(state, request, exploit.step)
 
     def _continue(self, state: TrialState, step: int) -> None:
-        """A decision point passed with CONTINUE: request up to the next one,
-        and take what the plan already holds beyond ``step`` (shared work)."""
+        """A decision point passed with CONTINUE: request up to the next one."""
         request = self.plan.extend_trial(state.trial_id, self.host.next_decision(state.trial_id, step))
+        self._requested(state, request, step)
+
+    def _requested(self, state: TrialState, request: Any, step: int) -> None:
+        """The trial's request moved on from ``step``: take what the plan
+        already holds beyond it (work shared with other trials)."""
         state.node = request.node
         self._node_configs.setdefault(request.node.node_id, state.config)
         self._wake.set()
@@ -215,6 +234,12 @@ class StudyController:
         """End a trial now (a stop criterion or a trial scheduler decided so).
         Its requests are cancelled; a batch no other trial needs is
         pre-empted when its worker next reports."""
+        self._stop(trial_id)
+        self._resume()  # trials a scheduler held for this one may go on
+
+    def _stop(self, trial_id: str) -> None:
+        """`stop_trial`, leaving paused trials paused: what a scheduler calls
+        while it decides, before it is asked what to resume."""
         state = self.trials[trial_id]
         if state.status in (TERMINATED, ERROR):
             return
@@ -289,7 +314,7 @@ class StudyController:
             worker = self._worker()
             self._batch_workers[batch.batch_id] = worker
             ref = worker.run_batch.remote(spec)
-            self._running[ref] = (worker, batch, spec)
+            self._running[ref] = (worker, batch, spec, time.monotonic())
 
     async def _batch_spec(self, batch: StageBatch) -> BatchSpec:
         leaf = batch.stages[-1].node
@@ -307,16 +332,18 @@ class StudyController:
         )
 
     async def _complete(self, ref: Any) -> None:
-        worker, batch, spec = self._running.pop(ref)
+        worker, batch, spec, dispatched = self._running.pop(ref)
         try:
             outcome: BatchOutcome = await ref
         except ray.exceptions.RayActorError as error:
+            self._worker_seconds += time.monotonic() - dispatched
             self._batch_workers.pop(batch.batch_id, None)
             self._workers.remove(worker)
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
             self._fail(affected, f"the worker running batch {batch.batch_id} died: {error}")
             self.plan.release_batch(batch.batch_id)
             return
+        self._worker_seconds += time.monotonic() - dispatched
         self._ingest(outcome)
         self._batch_workers.pop(batch.batch_id, None)
         if outcome.error is not None:
@@ -334,6 +361,7 @@ class StudyController:
                 self.plan.remove_trial(trial_id)
                 self.host.on_error(trial_id)
                 self.source.on_complete(trial_id, None, error=True)
+                self._resume()
 
     def _unfinished(self) -> bool:
         live = any(t.status in (PENDING, RUNNING) for t in self.trials.values())
@@ -426,6 +454,7 @@ class StudyController:
         return {
             "status": counts,
             "iterations": self._iterations,
+            "worker_seconds": self._worker_seconds,
             "unique_iterations": self.plan.unique_iterations(),
             "total_iterations": self.plan.total_iterations(),
             "rows": rows,

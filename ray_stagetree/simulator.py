@@ -1,11 +1,19 @@
 """A discrete-event simulation of stage execution on W workers.
 
 It drives the real planner: the execution policy dispatches stage batches to
-idle simulated workers; a worker saves the checkpoints the plan asks for as it
-passes them (so a waiting branch starts as soon as its fork is trained, not
-when the whole batch ends); answered requests, checkpoints, timings and
-released batches go back into the plan as the Ray runtime reports them. Only
-time is simulated: an iteration costs what ``seconds_per_iteration`` says.
+idle simulated workers; a worker goes through its batch one iteration at a
+time, records each iteration's metrics in the plan, and saves the
+checkpoints the plan asks for as it passes them (so a waiting branch starts
+as soon as its fork is trained, not when the whole batch ends). Answered
+requests, checkpoints, timings and released batches go back into the plan as
+the Ray runtime reports them, and a batch that no live trial needs any more
+is pre-empted, as the controller does (`SearchPlan.needed_until`). Only time
+is simulated: an iteration costs what ``seconds_per_iteration`` says.
+
+With ``on_answered``, whatever drives the study (a trial scheduler, see
+`ray_stagetree.simulated_study`) sees every answered request at the
+simulated instant it is answered and may add, extend or stop trials; the
+simulation then dispatches what the changed plan needs.
 
 Use it to compare execution policies, or sharing against trial-by-trial
 execution, at a scale no test machine has.
@@ -16,11 +24,17 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
-from ray_stagetree.plan import CheckpointInfo, PlanNode, SearchPlan
-from ray_stagetree.policy import CriticalPathPolicy, ExecutionPolicy, StageBatch, get_policy
+from ray_stagetree.cost import CostModel
+from ray_stagetree.plan import CheckpointInfo, PlanNode, Request, SearchPlan
+from ray_stagetree.policy import POLICIES, CriticalPathPolicy, ExecutionPolicy, StageBatch, get_policy
 from ray_stagetree.stage_tree import build_stage_tree
+
+#: Event times are rounded to this many decimals, so that the same point
+#: reached through differently cut stages (sums of float costs in another
+#: order) is the same instant, and same-instant answers are fed together.
+_TIME_DECIMALS = 6
 
 
 @dataclass(frozen=True)
@@ -30,7 +44,11 @@ class SimulationResult:
     iterations: int
     batches: int
     lower_bound: float
-    """max(longest root-to-leaf path, unique work / workers): no schedule is faster."""
+    """max(longest root-to-leaf path, unique work / workers) of the requests
+    open when the run started: no schedule of those is faster."""
+    checkpoint_loads: int = 0
+    checkpoint_saves: int = 0
+    preempted: int = 0
 
     @property
     def makespan_ratio(self) -> float:
@@ -39,6 +57,57 @@ class SimulationResult:
 
 def _unit_cost(node: PlanNode, step: int) -> float:
     return 1.0
+
+
+class KnownCosts(CostModel):
+    """A cost model that knows the simulated per-iteration costs: the thesis'
+    scheduler profiles a configuration's time per step when its plan node is
+    added, which is what a simulation knows exactly. (Fitting `CostModel` on
+    every new timing is quadratic in the batches of a long simulation.)"""
+
+    def __init__(self, seconds_per_iteration: Callable[[PlanNode, int], float]) -> None:
+        super().__init__()
+        self._cost = seconds_per_iteration
+
+    def fit(self, plan: SearchPlan) -> "KnownCosts":
+        return self
+
+    @property
+    def is_fitted(self) -> bool:
+        return True
+
+    def seconds_per_iteration(self, node: PlanNode, start: int, stop: int) -> float:
+        return self.stage_seconds(node, start, stop) / (stop - start) if stop > start else 0.0
+
+    def stage_seconds(self, node: PlanNode, start: int, stop: int) -> float:
+        return sum(self._cost(node, step) for step in range(start, stop))
+
+
+@dataclass(eq=False)
+class _Progress:
+    """A dispatched batch as its worker goes through it. ``times[i]`` is when
+    the worker finishes the ``i``-th iteration of the batch; ``index`` maps a
+    plan node to (first step trained on it, position of that step)."""
+
+    batch: StageBatch
+    started: float
+    steps: list[tuple[PlanNode, int]]
+    times: list[float]
+    index: dict[int, tuple[int, int]]
+    passed: int = 0
+    queued: set[int] = field(default_factory=set)
+    released: bool = False
+
+    def position(self, node: PlanNode, step: int) -> int | None:
+        """Position of the iteration that ends at ``(node, step)``, if the batch trains it."""
+        found = self.index.get(node.node_id)
+        if found is None:
+            return None
+        start, offset = found
+        position = offset + step - start - 1
+        if 0 <= position < len(self.steps) and self.steps[position] == (node, step):
+            return position
+        return None
 
 
 @dataclass
@@ -53,29 +122,50 @@ class Simulation:
         Cost of iteration ``step`` of plan node ``node``; one unit by default.
     checkpoint_load_seconds:
         Paid when a batch starts from a stored checkpoint rather than from scratch.
+    checkpoint_save_seconds:
+        Paid at the end of a batch, whose final checkpoint the worker writes
+        before it is free. Checkpoints at branch points inside a batch are
+        written in the background while training goes on (thesis section
+        4.3), so they cost no worker time.
+    metrics:
+        ``metrics(node, step)``: what the trainable reports after iteration
+        ``step`` of ``node``'s path (beside ``time_total_s``); nothing by default.
+    profiled_costs:
+        Policies given by name estimate stage times with the simulated costs
+        (`KnownCosts`); otherwise they use their default `CostModel`.
 
     Example
     -------
     >>> from ray_stagetree import MultiStep, SearchPlan
     >>> plan = SearchPlan()
     >>> _ = plan.add_trials([(f"t{m}", {"lr": MultiStep(0.1, [m], 0.1)}, 100) for m in (30, 60, 90)])
-    >>> Simulation(workers=2).run(plan).makespan
+    >>> Simulation(workers=3).run(plan).makespan  # one worker per branch, each from its fork
     100.0
     """
 
     workers: int
     seconds_per_iteration: Callable[[PlanNode, int], float] = _unit_cost
     checkpoint_load_seconds: float = 0.0
-    _events: list = field(default_factory=list, init=False, repr=False)
+    checkpoint_save_seconds: float = 0.0
+    metrics: Callable[[PlanNode, int], dict[str, Any]] | None = None
+    profiled_costs: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ValueError(f"workers must be an int >= 1, got {self.workers!r}")
-        if not self.checkpoint_load_seconds >= 0:
-            raise ValueError(f"checkpoint_load_seconds must be >= 0, got {self.checkpoint_load_seconds!r}")
+        for name in ("checkpoint_load_seconds", "checkpoint_save_seconds"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
     def _seconds(self, node: PlanNode, start: int, stop: int) -> float:
         return sum(self.seconds_per_iteration(node, step) for step in range(start, stop))
+
+    def policy(self, name: str, batch_stages: bool | None = None) -> ExecutionPolicy:
+        """The named execution policy, estimating stage times with the
+        simulated costs (see `KnownCosts`)."""
+        if name not in POLICIES:
+            return get_policy(name)  # raises the usual error
+        return POLICIES[name](cost_model=KnownCosts(self.seconds_per_iteration), batch_stages=batch_stages)
 
     def lower_bound(self, plan: SearchPlan) -> float:
         """max(longest root-to-leaf path, unique work / workers) of the open requests."""
@@ -84,55 +174,181 @@ class Simulation:
         longest = CriticalPathPolicy().priorities(tree, costs)
         return max(max(longest.values(), default=0.0), sum(costs.values()) / self.workers)
 
-    def run(self, plan: SearchPlan, policy: str | ExecutionPolicy = "critical_path") -> SimulationResult:
-        """Train every open request of ``plan`` on the simulated workers."""
-        policy = get_policy(policy)
-        bound = self.lower_bound(plan)
-        events: list[tuple[float, int, Callable[[], None]]] = []
-        tie_break = itertools.count()
-        now = busy = 0.0
-        idle, iterations, batches = self.workers, 0, 0
+    def run(
+        self,
+        plan: SearchPlan,
+        policy: str | ExecutionPolicy = "critical_path",
+        on_answered: Callable[[list[Request], float], None] | None = None,
+    ) -> SimulationResult:
+        """Train every open request of ``plan`` on the simulated workers.
 
-        def finish(batch: StageBatch) -> None:
-            nonlocal idle
-            for node, step in plan.checkpoints_needed(batch.batch_id):
-                _save(plan, node.node_id, step)
-            for request in plan.scheduled_requests(batch.batch_id):
-                plan.record_metrics(request.node.node_id, request.step, {"time_total_s": now})
-            for node, start, stop in batch.segments:
-                plan.record_timing(node.node_id, start, stop, self._seconds(node, start, stop))
-            plan.release_batch(batch.batch_id)
-            idle += 1
+        Parameters
+        ----------
+        plan:
+            The search plan; its open requests are what gets trained.
+        policy:
+            An execution policy or its name.
+        on_answered:
+            Called with the requests answered at one simulated instant and
+            that instant, after their metrics are in the plan; it may change
+            the plan (add, extend or remove trials). The run ends when no
+            batch runs and the policy dispatches nothing.
+        """
+        if isinstance(policy, str) and self.profiled_costs:
+            policy = self.policy(policy)
+        return _Run(self, plan, get_policy(policy), on_answered).go()
 
+
+class _Run:
+    """One `Simulation.run`: the event loop and its bookkeeping."""
+
+    def __init__(
+        self,
+        simulation: Simulation,
+        plan: SearchPlan,
+        policy: ExecutionPolicy,
+        on_answered: Callable[[list[Request], float], None] | None,
+    ) -> None:
+        self.sim, self.plan, self.policy, self.on_answered = simulation, plan, policy, on_answered
+        self.events: list[tuple[float, int, int, int]] = []  # (time, tie, batch id, position or -1 = release)
+        self.tie_break = itertools.count()
+        self.running: dict[int, _Progress] = {}
+        self.now = self.busy = 0.0
+        self.idle = simulation.workers
+        self.iterations = self.batches = self.loads = self.saves = self.preempted = 0
+
+    def go(self) -> SimulationResult:
+        bound = self.sim.lower_bound(self.plan)
         while True:
-            for batch in policy.select(plan, idle):
-                idle -= 1
-                batches += 1
-                iterations += batch.iterations
-                end = self._queue_checkpoints(plan, batch, now, events, tie_break)
-                busy += end - now
-                heapq.heappush(events, (end, next(tie_break), lambda batch=batch: finish(batch)))
-            if not events:
+            self._dispatch()
+            if not self.events:
                 break
-            now, _, action = heapq.heappop(events)
-            action()
-        return SimulationResult(now, busy, iterations, batches, bound)
+            self.now = self.events[0][0]
+            answered: list[Request] = []
+            touched: set[int] = set()
+            while self.events and self.events[0][0] <= self.now:
+                _, _, batch_id, position = heapq.heappop(self.events)
+                progress = self.running.get(batch_id)
+                if progress is None:
+                    continue  # pre-empted after this event was queued
+                if position < 0:
+                    self._release(progress)
+                else:
+                    answered += self._advance(progress)
+                    touched.add(batch_id)
+            if answered and self.on_answered is not None:
+                self.on_answered(answered, self.now)
+                touched = set(self.running)  # the plan changed: any batch may need more, or less
+            for batch_id in touched:
+                progress = self.running.get(batch_id)
+                if progress is not None and not progress.released:
+                    self._review(progress)
+        return SimulationResult(
+            self.now,
+            self.busy,
+            self.iterations,
+            self.batches,
+            bound,
+            checkpoint_loads=self.loads,
+            checkpoint_saves=self.saves,
+            preempted=self.preempted,
+        )
 
-    def _queue_checkpoints(self, plan: SearchPlan, batch: StageBatch, now: float, events: list, tie_break) -> float:
-        """Queue a save at each stage end the plan needs when the worker gets
-        there; returns when the batch ends."""
-        source = batch.source
-        elapsed = now + (0.0 if source is None or source.is_initialization else self.checkpoint_load_seconds)
-        for stage in batch.stages:
-            elapsed += self._seconds(stage.node, stage.start, stage.stop)
+    # -- dispatch ------------------------------------------------------------
 
-            def save(node: PlanNode = stage.node, step: int = stage.stop, batch_id: int = batch.batch_id) -> None:
-                if batch_id in plan.running_batches and (node, step) in plan.checkpoints_needed(batch_id):
-                    _save(plan, node.node_id, step)
+    def _dispatch(self) -> None:
+        for batch in self.policy.select(self.plan, self.idle):
+            self.idle -= 1
+            self.batches += 1
+            source = batch.source
+            elapsed = self.now
+            if source is not None and not source.is_initialization:
+                elapsed += self.sim.checkpoint_load_seconds
+                self.loads += 1
+            steps, times, index = [], [], {}
+            for node, start, stop in batch.segments:
+                index[node.node_id] = (start, len(steps))
+                for step in range(start, stop):
+                    elapsed += self.sim.seconds_per_iteration(node, step)
+                    steps.append((node, step + 1))
+                    times.append(round(elapsed, _TIME_DECIMALS))
+            progress = self.running[batch.batch_id] = _Progress(batch, self.now, steps, times, index)
+            # Every stage end (requests and branch points as dispatched) and
+            # the batch's end get an event; points that appear later are
+            # queued by `_review`.
+            for stage in batch.stages:
+                self._queue(progress, progress.position(stage.node, stage.stop))
+            self._review(progress)
 
-            heapq.heappush(events, (elapsed, next(tie_break), save))
-        return elapsed
+    def _queue(self, progress: _Progress, position: int | None) -> None:
+        if position is None or position < progress.passed or position in progress.queued:
+            return
+        progress.queued.add(position)
+        heapq.heappush(
+            self.events, (progress.times[position], next(self.tie_break), progress.batch.batch_id, position)
+        )
 
+    # -- a worker going through its batch ------------------------------------------
 
-def _save(plan: SearchPlan, node_id: int, step: int) -> None:
-    plan.record_checkpoint(node_id, step, CheckpointInfo(path=f"simulated://{node_id}/{step}"))
+    def _advance(self, progress: _Progress) -> list[Request]:
+        """Record every iteration the worker has finished by now; save the
+        checkpoints the plan needs at the points passed."""
+        plan, batch_id = self.plan, progress.batch.batch_id
+        wanted = {(node.node_id, step) for node, step in plan.checkpoints_needed(batch_id)}
+        answered: list[Request] = []
+        while progress.passed < len(progress.steps) and progress.times[progress.passed] <= self.now:
+            node, step = progress.steps[progress.passed]
+            progress.passed += 1
+            self.iterations += 1
+            metrics = {"time_total_s": progress.times[progress.passed - 1]}
+            if self.sim.metrics is not None:
+                metrics.update(self.sim.metrics(node, step))
+            answered += plan.record_metrics(node.node_id, step, metrics)
+            if (node.node_id, step) in wanted:
+                self._save(node, step)
+        if progress.passed == len(progress.steps):
+            self._finish(progress)
+        return answered
+
+    def _review(self, progress: _Progress) -> None:
+        """After the plan changed: pre-empt a batch nothing needs any more,
+        and queue events at the points it must now reach (requests attached
+        after dispatch, new branch points)."""
+        batch_id = progress.batch.batch_id
+        needed = self.plan.needed_until(batch_id)
+        furthest = None if needed is None else progress.position(*needed)
+        if furthest is None or furthest < progress.passed:
+            self._preempt(progress)
+            return
+        self._queue(progress, furthest)
+        for node, step in self.plan.checkpoints_needed(batch_id):
+            self._queue(progress, progress.position(node, step))
+        for request in self.plan.scheduled_requests(batch_id):
+            self._queue(progress, progress.position(request.node, request.step))
+
+    def _save(self, node: PlanNode, step: int) -> None:
+        self.plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"simulated://{node.node_id}/{step}"))
+        self.saves += 1
+
+    def _finish(self, progress: _Progress) -> None:
+        """The last iteration is done: the worker writes the final checkpoint
+        (saved above) and is free once it is written."""
+        progress.released = True
+        for node, start, stop in progress.batch.segments:
+            seconds = sum(self.sim.seconds_per_iteration(node, step) for step in range(start, stop))
+            self.plan.record_timing(node.node_id, start, stop, seconds)
+        done = round(self.now + self.sim.checkpoint_save_seconds, _TIME_DECIMALS)
+        heapq.heappush(self.events, (done, next(self.tie_break), progress.batch.batch_id, -1))
+
+    def _preempt(self, progress: _Progress) -> None:
+        """Nothing ahead of the worker is needed: it stops now, saving nothing more."""
+        self.preempted += 1
+        progress.released = True
+        self._release(progress)
+
+    def _release(self, progress: _Progress) -> None:
+        batch_id = progress.batch.batch_id
+        del self.running[batch_id]
+        self.plan.release_batch(batch_id)
+        self.busy += self.now - progress.started
+        self.idle += 1

@@ -1,0 +1,566 @@
+"""Simulated studies: the real planner, execution policies and Ray Tune trial
+schedulers on W simulated GPUs, with learning curves that depend on the
+whole hyper-parameter schedule.
+
+`simulate` submits one or more studies (trials drawn from a search space,
+each with its own Tune scheduler) into one search plan and runs them on a
+`Simulation`. It applies the scheduler's decisions the way
+`ray_stagetree.controller` does: a trial is requested only up to its next
+decision point (its next rung); when the request is answered the scheduler
+sees the row ``{"training_iteration": step, metric: value}`` and answers
+CONTINUE (the request moves on to the next decision point), STOP (nothing
+more is requested) or PAUSE (synchronous schedulers; the trial resumes when
+the scheduler picks it). Trial-based execution (Ray Tune, the paper's
+"Hippo-trial") is the same run with every trial in a plan tree of its own.
+
+Learning curves
+---------------
+`LearningCurve` turns a schedule into metrics: a deterministic state
+(progress, noise temperature, regularisation quality, a hash of the values
+seen) is advanced one iteration at a time from the hyper-parameter values of
+that iteration, so the metric after ``k`` iterations is a function of the
+values of iterations ``0 .. k-1`` only: trials sharing a prefix have equal
+metrics on it (the invariant stage sharing relies on). Per iteration, with
+``eta`` the effective step size relative to the model's standard recipe
+(``lr / (1 - momentum)`` for SGD with momentum, ``lr * adam_scale`` for Adam,
+times ``reference_batch_size / batch_size``):
+
+* progress grows by ``eta / (eta + 0.3)``, less ``0.5 * (eta - 2)`` above a
+  divergence threshold of twice the recipe's step;
+* the temperature (SGD noise) follows ``eta`` with a 2-epoch memory and costs
+  accuracy in proportion, so decaying the learning rate or growing the
+  batch pays off within a few epochs, as in real step-decay curves;
+* every other hyper-parameter (weight decay, cutout, sequence length, ...)
+  shifts the attainable score by a small hash-derived amount, averaged over
+  the iterations it was in effect;
+* the reported score is ``floor + (ceiling - floor) * (1 - exp(-progress /
+  progress_scale)) - temperature_cost * temperature`` plus evaluation noise
+  drawn from the hash of the schedule so far (a per-schedule seed).
+
+Costs
+-----
+`ModelProfile` gives the GPU-seconds of an iteration (one epoch, or 100
+steps of BERT) at the reference batch size, calibrated so that the paper's
+trial-based GPU-hours (Table 5, "trial" column) divided by the epochs those
+studies train give the per-epoch cost of the paper's K80 GPUs. A larger batch
+makes an epoch cheaper: a fixed share of each step's time (launches,
+optimizer step, input pipeline) is paid per step, so an epoch costs
+``seconds * ((1 - f) + f * reference_batch_size / batch_size)`` with
+``f = 0.4`` (batch 256: 0.8x). A longer BERT input costs proportionally more.
+Loading a checkpoint costs seconds that cover restarting the model and the
+input pipeline and reading the checkpoint from the shared file system;
+writing the final checkpoint of a batch holds its worker as long.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, Mapping
+
+from ray_stagetree.plan import PlanNode, Request, SearchPlan
+from ray_stagetree.schedulers import PAUSE, STOP, SchedulerHost
+from ray_stagetree.simulator import Simulation, SimulationResult
+
+#: Hyper-parameters the curve models explicitly; the rest enter as offsets.
+_STEP_KEYS = frozenset({"lr", "batch_size", "momentum", "optimizer", "model"})
+
+
+def _unit(text: str) -> float:
+    """A uniform number in [0, 1) from a stable hash (Python's ``hash`` of a
+    string changes from process to process)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") / 2**64
+
+
+@lru_cache(maxsize=4096)
+def _offset(name: str, value: Any) -> float:
+    return 2 * _unit(f"{name}={value!r}") - 1
+
+
+@dataclass(frozen=True)
+class CurveState:
+    """Where training stands after some iterations of one schedule."""
+
+    progress: float = 0.0
+    temperature: float = 0.0
+    quality: float = 0.0
+    digest: bytes = b""
+
+
+@dataclass(frozen=True)
+class LearningCurve:
+    """Metric of a schedule (see the module docstring for the model).
+
+    Parameters
+    ----------
+    floor, ceiling:
+        Score of an untrained model (chance) and the best score reachable.
+    progress_scale:
+        Progress (about 0.77 per epoch at the recipe's step) that closes
+        ``1 - 1/e`` of the gap between floor and ceiling.
+    temperature_cost:
+        Score lost per unit of temperature (the recipe's step is 1).
+    recipe:
+        The model's standard hyper-parameters; step sizes are relative to
+        this recipe's, and missing hyper-parameters take its values.
+    adam_scale:
+        Adam's step relative to SGD's at the same learning rate.
+    offset_scale:
+        Largest shift of the score by one other hyper-parameter.
+    noise:
+        Half-width of the evaluation noise.
+    """
+
+    floor: float
+    ceiling: float
+    progress_scale: float
+    temperature_cost: float
+    recipe: Mapping[str, Any]
+    adam_scale: float = 30.0
+    offset_scale: float = 0.003
+    noise: float = 0.003
+
+    def step_size(self, values: Mapping[str, Any]) -> float:
+        """Effective step of one iteration, relative to the recipe's."""
+        return self._raw_step({**self.recipe, **values}) / self._raw_step(self.recipe)
+
+    def _raw_step(self, values: Mapping[str, Any]) -> float:
+        optimizer = values.get("optimizer", "sgd_momentum")
+        if optimizer == "adam":
+            step = float(values["lr"]) * self.adam_scale
+        else:
+            momentum = float(values.get("momentum", 0.0)) if optimizer == "sgd_momentum" else 0.0
+            step = float(values["lr"]) / (1.0 - momentum)
+        if "batch_size" in values:
+            step *= float(self.recipe.get("batch_size", values["batch_size"])) / float(values["batch_size"])
+        return step
+
+    def initial(self, static: Mapping[str, Any]) -> CurveState:
+        """State before training; non-tunable values seed the schedule hash."""
+        digest = hashlib.blake2b(repr(sorted(static.items())).encode(), digest_size=8).digest()
+        return CurveState(digest=digest)
+
+    def advance(self, state: CurveState, values: Mapping[str, Any]) -> CurveState:
+        """State after one more iteration trained with ``values``."""
+        eta = self.step_size(values)
+        gain = eta / (eta + 0.3) - 0.5 * max(0.0, eta - 2.0)
+        offsets = sum(_offset(k, v) for k, v in values.items() if k not in _STEP_KEYS) * self.offset_scale
+        digest = hashlib.blake2b(state.digest + repr(sorted(values.items())).encode(), digest_size=8).digest()
+        return CurveState(
+            progress=max(0.0, state.progress + gain),
+            temperature=state.temperature + 0.5 * (eta - state.temperature),
+            quality=state.quality + 0.05 * (offsets - state.quality),
+            digest=digest,
+        )
+
+    def score(self, state: CurveState) -> float:
+        trained = 1.0 - math.exp(-state.progress / self.progress_scale)
+        value = self.floor + (self.ceiling - self.floor) * trained
+        value += state.quality - self.temperature_cost * state.temperature
+        value += self.noise * (2 * int.from_bytes(state.digest, "big") / 2**64 - 1)
+        return min(max(value, self.floor), 1.0)
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Costs and learning curve of one model.
+
+    Parameters
+    ----------
+    name:
+        Model name; trials of different models never share a stage.
+    metric:
+        Name of the reported score.
+    seconds_per_iteration:
+        GPU-seconds of one iteration at the reference batch size (and
+        sequence length).
+    curve:
+        The `LearningCurve` of its score.
+    checkpoint_load_seconds, checkpoint_save_seconds:
+        Paid when a batch starts from a checkpoint, and for the final
+        checkpoint of a batch.
+    reference_batch_size, step_overhead:
+        An epoch at batch size ``b`` costs ``(1 - step_overhead) +
+        step_overhead * reference_batch_size / b`` times the reference.
+    reference_sequence_length:
+        An iteration at input length ``n`` costs ``n /
+        reference_sequence_length`` times the reference.
+    gpus_per_trial:
+        GPUs a trial trains on (synchronous data parallel, for models that
+        do not fit one GPU); an iteration takes ``1 / gpus_per_trial`` of its
+        GPU-seconds of wall-clock time (linear scaling).
+    """
+
+    name: str
+    metric: str
+    seconds_per_iteration: float
+    curve: LearningCurve
+    checkpoint_load_seconds: float
+    checkpoint_save_seconds: float
+    reference_batch_size: int = 128
+    step_overhead: float = 0.4
+    reference_sequence_length: int = 384
+    gpus_per_trial: int = 1
+
+    def iteration_seconds(self, values: Mapping[str, Any]) -> float:
+        seconds = self.seconds_per_iteration
+        if "batch_size" in values:
+            share = self.step_overhead
+            seconds *= (1 - share) + share * self.reference_batch_size / float(values["batch_size"])
+        if "max_seq_length" in values:
+            seconds *= float(values["max_seq_length"]) / self.reference_sequence_length
+        return seconds / self.gpus_per_trial
+
+
+_CIFAR_RECIPE = {"lr": 0.1, "momentum": 0.9, "optimizer": "sgd_momentum", "batch_size": 128}
+
+# Per-epoch seconds: Table 5's trial-based GPU-hours over the epochs each study
+# trains (SHA: 448 x 15 + 112 x 45 + 28 x 60 + 100 = 13,540 epochs in 404.95
+# GPU-hours: 108 s; MobileNetV2: 240 x 120 + 100 epochs in 944.88: 118 s;
+# BERT-Base: 40 x 27,000 + 100 steps in 808.21: 2.7 GPU-seconds a step).
+# BERT-Base at sequence length 384 does not fit one 12 GB K80 die: the paper
+# trains it data parallel; 4 GPUs a trial matches Table 5's trial-based run
+# (808 GPU-hours over 24.1 hours keep 34 of 40 GPUs busy: 10 trials at a
+# time). ResNet20 is about a third of ResNet56's compute. CIFAR checkpoints
+# are a few MB: a load is mostly restarting the model and input pipeline
+# (10 s); BERT-Base with its Adam state is 1.3 GB from GlusterFS at ~100 MB/s
+# (30 s).
+RESNET56 = ModelProfile(
+    "resnet56", "accuracy", 105.0, LearningCurve(0.1, 0.94, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0
+)
+RESNET20 = ModelProfile(
+    "resnet20", "accuracy", 35.0, LearningCurve(0.1, 0.925, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0
+)
+MOBILENETV2 = ModelProfile(
+    "mobilenetv2", "accuracy", 118.0, LearningCurve(0.1, 0.955, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0
+)
+BERT_BASE = ModelProfile(
+    "bert_base",
+    "f1",
+    270.0,  # one iteration = 100 steps
+    LearningCurve(0.0, 0.80, 40.0, 0.02, {"lr": 5e-5, "optimizer": "adam"}, noise=0.005),
+    30.0,
+    15.0,
+    gpus_per_trial=4,
+)
+PROFILES = {profile.name: profile for profile in (RESNET56, RESNET20, MOBILENETV2, BERT_BASE)}
+
+
+class Curves:
+    """Learning-curve states of a plan's nodes, computed once per trained
+    iteration: the state at ``(node, step)`` continues the parent's at the
+    fork, so it depends only on the values along the path.
+
+    Parameters
+    ----------
+    profiles:
+        Model profiles by name; a config's ``"model"`` value picks one.
+    """
+
+    def __init__(self, profiles: Mapping[str, ModelProfile] = PROFILES) -> None:
+        self.profiles = profiles
+        self._states: dict[int, list[CurveState]] = {}
+
+    def profile(self, node: PlanNode) -> ModelProfile:
+        return self.profiles[node.config.hparams_at(0)["model"]]
+
+    def state(self, node: PlanNode, step: int) -> CurveState:
+        """State after ``step`` iterations of ``node``'s path."""
+        states = self._states.get(node.node_id)
+        if states is None:
+            curve = self.profile(node).curve
+            if node.parent is None:
+                first = curve.initial(node.config.static)
+            else:
+                first = self.state(node.parent, node.fork_step)
+            states = self._states[node.node_id] = [first]
+        if len(states) <= step - node.fork_step:
+            curve = self.profile(node).curve
+            while len(states) <= step - node.fork_step:
+                iteration = node.fork_step + len(states) - 1
+                states.append(curve.advance(states[-1], node.config.hparams_at(iteration)))
+        return states[step - node.fork_step]
+
+    def metrics(self, node: PlanNode, step: int) -> dict[str, float]:
+        profile = self.profile(node)
+        return {profile.metric: profile.curve.score(self.state(node, step))}
+
+    def seconds(self, node: PlanNode, step: int) -> float:
+        """GPU-seconds of iteration ``step`` of ``node``."""
+        return self.profile(node).iteration_seconds(node.config.hparams_at(step))
+
+
+@dataclass
+class StudyDefinition:
+    """One study of a simulated run.
+
+    Parameters
+    ----------
+    name:
+        Study name (prefix of its trial ids).
+    trials:
+        Resolved trial configs (e.g. `ray_stagetree.searchers.generate_trials`).
+    profile:
+        The model the trials train.
+    horizon:
+        Most iterations a trial trains.
+    scheduler:
+        Builds a fresh Ray Tune ``TrialScheduler`` for each run (schedulers
+        are stateful); None runs every trial to the horizon (grid search).
+    mode:
+        "max" or "min" for the profile's metric.
+    final_iterations:
+        When the study ends, its best trial trains this many iterations more
+        (the paper adds 100 epochs, or 100 steps, and counts them).
+    max_concurrent_trials:
+        Live trials at once (None: all, as the controller admits them).
+    """
+
+    name: str
+    trials: list[dict[str, Any]]
+    profile: ModelProfile
+    horizon: int
+    scheduler: Callable[[], Any] | None = None
+    mode: str = "max"
+    final_iterations: int = 0
+    max_concurrent_trials: int | None = None
+
+
+@dataclass
+class StudyOutcome:
+    """What one study of a run did."""
+
+    best: float = float("nan")
+    best_trial: str | None = None
+    stopped: set[str] = field(default_factory=set)
+    finished: set[str] = field(default_factory=set)
+
+
+@dataclass
+class StudyRun:
+    """A simulated run: timing of the whole run, outcome per study.
+
+    ``explored_merge_rate`` is total over unique iterations of what the
+    trials were finally requested up to: the merge rate of the part of the
+    space the schedulers explored."""
+
+    result: SimulationResult
+    studies: dict[str, StudyOutcome]
+    explored_merge_rate: float
+    gpus_per_worker: int = 1
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.result.worker_seconds * self.gpus_per_worker / 3600
+
+    @property
+    def hours(self) -> float:
+        return self.result.makespan / 3600
+
+
+_RUNNING, _PAUSED, _DONE, _FINAL = "RUNNING", "PAUSED", "DONE", "FINAL"
+
+
+@dataclass(eq=False)
+class _Trial:
+    trial_id: str
+    study: StudyDefinition
+    config: dict[str, Any]
+    status: str = _RUNNING
+    last_step: int = 0
+    last_value: float | None = None
+
+
+class _Driver:
+    """Admits trials, feeds answered requests to each study's scheduler and
+    applies its decisions to the plan (the controller's loop, without Ray)."""
+
+    def __init__(self, plan: SearchPlan, studies: list[StudyDefinition], share: bool) -> None:
+        self.plan, self.share = plan, share
+        self.trials: dict[str, _Trial] = {}
+        self.hosts: dict[str, SchedulerHost] = {}
+        self.pending: dict[str, deque[tuple[str, dict[str, Any]]]] = {}
+        self.outcomes = {study.name: StudyOutcome() for study in studies}
+        self.studies = {study.name: study for study in studies}
+        for study in studies:
+            scheduler = study.scheduler() if study.scheduler is not None else None
+            self.hosts[study.name] = SchedulerHost(
+                scheduler, study.profile.metric, study.mode, study.horizon, on_stop=self.stop
+            )
+            self.pending[study.name] = deque(
+                (f"{study.name}/{index:04d}", {**config, "model": study.profile.name})
+                for index, config in enumerate(study.trials)
+            )
+
+    # -- admission -------------------------------------------------------------
+
+    def admit(self) -> None:
+        for name, study in self.studies.items():
+            limit = study.max_concurrent_trials or math.inf
+            pending = self.pending[name]
+            while pending and self._live(name) < limit:
+                trial_id, config = pending.popleft()
+                trial = self.trials[trial_id] = _Trial(trial_id, study, config)
+                host = self.hosts[name]
+                host.on_add(trial_id, config)
+                # One plan key for every study when sharing (studies of one
+                # model share stages); a key per trial gives each its own tree.
+                key = "shared" if self.share else trial_id
+                request = self.plan.add_trial(trial_id, config, host.next_decision(trial_id, 0), study=key)
+                if request.answered:
+                    self._report(trial, request.step)
+
+    def _live(self, study: str) -> int:
+        return sum(1 for t in self.trials.values() if t.study.name == study and t.status == _RUNNING)
+
+    # -- results -------------------------------------------------------------------
+
+    def on_answered(self, requests: list[Request], now: float) -> None:
+        """`Simulation.run`'s hook. Answers of one instant reach the
+        schedulers in trial-id order, so a scheduler sees the same sequence
+        whether or not the stages were shared."""
+        answered = sorted({(trial_id, request.step) for request in requests for trial_id in request.trials})
+        for trial_id, step in answered:
+            trial = self.trials[trial_id]
+            if trial.status == _FINAL:
+                trial.status = _DONE
+            elif trial.status == _RUNNING and self.plan.trials[trial_id].request.step == step:
+                self._report(trial, step)
+        self.admit()
+        self._final_training()
+
+    def _value(self, trial_id: str, step: int) -> float:
+        node = self.plan.trials[trial_id].request.node
+        return node.metrics[step][self.trials[trial_id].study.profile.metric]
+
+    def _report(self, trial: _Trial, step: int) -> None:
+        study, host = trial.study, self.hosts[trial.study.name]
+        trial.last_step, trial.last_value = step, self._value(trial.trial_id, step)
+        row = {"training_iteration": step, study.profile.metric: trial.last_value}
+        if step >= study.horizon:
+            trial.status = _DONE
+            self.outcomes[study.name].finished.add(trial.trial_id)
+            host.on_complete(trial.trial_id, row)
+            return
+        decision = host.on_result(trial.trial_id, row)
+        if decision == STOP:
+            self.stop(trial.trial_id)
+        elif decision == PAUSE:
+            trial.status = _PAUSED  # its request ends here; the scheduler resumes it
+        else:
+            self._continue(trial)
+        for trial_id, _ in host.resumable():
+            resumed = self.trials[trial_id]
+            resumed.status = _RUNNING
+            self._continue(resumed)
+
+    def _continue(self, trial: _Trial) -> None:
+        """Request the trial up to its next decision point; the plan may
+        already hold it (another trial trained that path)."""
+        step = self.hosts[trial.study.name].next_decision(trial.trial_id, trial.last_step)
+        request = self.plan.extend_trial(trial.trial_id, step)
+        if request.answered:
+            self._report(trial, step)
+
+    def stop(self, trial_id: str) -> None:
+        """The scheduler stopped the trial: nothing more is requested for it;
+        the plan keeps its last answered step for the accounting."""
+        trial = self.trials[trial_id]
+        if trial.status not in (_RUNNING, _PAUSED):
+            return
+        trial.status = _DONE
+        self.outcomes[trial.study.name].stopped.add(trial_id)
+        row = {"training_iteration": trial.last_step, trial.study.profile.metric: trial.last_value}
+        self.hosts[trial.study.name].on_complete(trial_id, row if trial.last_step else None)
+        if trial.last_step:
+            self.plan.extend_trial(trial_id, trial.last_step)
+        else:
+            self.plan.remove_trial(trial_id)
+
+    # -- the end -----------------------------------------------------------------------
+
+    def _final_training(self) -> None:
+        """A study with nothing left to run: its best trial trains
+        ``final_iterations`` more (once)."""
+        for name, study in self.studies.items():
+            outcome = self.outcomes[name]
+            if outcome.best_trial is not None or self.pending[name]:
+                continue
+            mine = [t for t in self.trials.values() if t.study.name == name]
+            if any(t.status == _RUNNING for t in mine):
+                continue
+            scored = [t for t in mine if t.last_value is not None]
+            if not scored:
+                continue
+            sign = 1 if study.mode == "max" else -1
+            best = max(scored, key=lambda t: (t.last_step, sign * t.last_value, t.trial_id))
+            outcome.best, outcome.best_trial = best.last_value, best.trial_id
+            if study.final_iterations:
+                best.status = _FINAL
+                request = self.plan.extend_trial(best.trial_id, best.last_step + study.final_iterations)
+                if request.answered:
+                    best.status = _DONE
+
+
+def simulate(
+    studies: list[StudyDefinition],
+    gpus: int,
+    share: bool = True,
+    policy: str = "critical_path",
+    batch_stages: bool | None = None,
+) -> StudyRun:
+    """Run ``studies`` together in one plan on ``workers`` simulated GPUs.
+
+    Parameters
+    ----------
+    studies:
+        The studies; several make a multi-study run (they share stages
+        across studies when ``share``).
+    gpus:
+        Simulated GPUs; a worker holds the ``gpus_per_trial`` of the model.
+    share:
+        Stage-based execution (True) or trial-based: every trial in a tree of
+        its own, nothing shared, same schedulers and policy.
+    policy, batch_stages:
+        Execution policy name ("critical_path", "thr", "bfs") and whether it
+        dispatches whole root-to-leaf paths (default: the policy's own).
+
+    Example
+    -------
+    >>> from ray_stagetree import MultiStep
+    >>> trials = [{"lr": MultiStep(0.1, [m], 0.1)} for m in (5, 8)]
+    >>> run = simulate([StudyDefinition("s", trials, RESNET20, horizon=10)], gpus=2)
+    >>> run.result.iterations, run.explored_merge_rate
+    (15, 1.3333333333333333)
+    """
+    names = [study.name for study in studies]
+    if len(set(names)) != len(names):
+        raise ValueError(f"study names must be unique, got {names}")
+    profiles = {study.profile.name: study.profile for study in studies}
+    per_worker = {profile.gpus_per_trial for profile in profiles.values()}
+    if len(per_worker) != 1:
+        raise ValueError(f"studies of one run must use the same GPUs per trial, got {sorted(per_worker)}")
+    gpus_per_worker = per_worker.pop()
+    if gpus < gpus_per_worker:
+        raise ValueError(f"{gpus} GPUs cannot hold one trial of {gpus_per_worker}")
+    # Checkpoint costs are the cluster's: the largest model's bound them.
+    load = max(profile.checkpoint_load_seconds for profile in profiles.values())
+    save = max(profile.checkpoint_save_seconds for profile in profiles.values())
+    curves = Curves(profiles)
+    simulation = Simulation(
+        gpus // gpus_per_worker,
+        seconds_per_iteration=curves.seconds,
+        checkpoint_load_seconds=load,
+        checkpoint_save_seconds=save,
+        metrics=curves.metrics,
+    )
+    plan = SearchPlan()
+    driver = _Driver(plan, studies, share)
+    driver.admit()
+    result = simulation.run(plan, simulation.policy(policy, batch_stages), on_answered=driver.on_answered)
+    unique = plan.unique_iterations()
+    rate = plan.total_iterations() / unique if unique else 1.0
+    return StudyRun(result, driver.outcomes, rate, gpus_per_worker)

@@ -1,0 +1,160 @@
+"""Simulated studies: schedule-dependent learning curves, Ray Tune schedulers
+driven on the simulator, stage-based against trial-based execution."""
+
+import importlib.util
+import os
+import sys
+
+import pytest
+from ray.tune.schedulers import ASHAScheduler
+
+from ray_stagetree import MultiStep, SearchPlan, Warmup
+from ray_stagetree.simulated_study import (
+    RESNET20,
+    Curves,
+    LearningCurve,
+    ModelProfile,
+    StudyDefinition,
+    simulate,
+)
+from ray_stagetree.simulator import Simulation
+from ray_stagetree.studies import SuccessiveHalving
+
+# Every iteration costs one second and checkpoints are free, so the same
+# rung is reached at the same instant however the stages are cut.
+UNIT = ModelProfile(
+    "unit",
+    "accuracy",
+    1.0,
+    LearningCurve(0.1, 0.94, 10.0, 0.06, {"lr": 0.1, "momentum": 0.9, "batch_size": 128}),
+    checkpoint_load_seconds=0.0,
+    checkpoint_save_seconds=0.0,
+    step_overhead=0.0,
+)
+
+
+def small_space(model: str = "unit") -> list[dict]:
+    """16 trials that share prefixes of different lengths."""
+    return [
+        {
+            "lr": lr,
+            "batch_size": batch_size,
+            "momentum": momentum,
+            "model": model,
+        }
+        for lr in (
+            MultiStep(0.1, [20], 0.1),
+            MultiStep(0.1, [30], 0.1),
+            Warmup(0.01, 5, MultiStep(0.1, [25], 0.1)),
+            MultiStep(0.05, [20], 0.1),
+        )
+        for batch_size in (128, MultiStep(values=(128, 256), milestones=[15]))
+        for momentum in (0.9, 0.5)
+    ]
+
+
+def test_learning_curves_equal_on_shared_prefixes():
+    configs = small_space()
+    shared, alone = SearchPlan(), SearchPlan()
+    for index, config in enumerate(configs):
+        shared.add_trial(f"t{index}", config, 40)
+        alone.add_trial(f"t{index}", config, 40, study=f"t{index}")  # a tree per trial
+    profiles = {"unit": UNIT}
+    curves_shared, curves_alone = Curves(profiles), Curves(profiles)
+
+    def curve(plan, curves, trial_id):
+        path = plan.path(trial_id)
+        node = path[-1]
+        points = []
+        for step in range(1, 41):
+            # the node of the path that trains iteration step - 1
+            owner = next(n for n in reversed(path) if n.fork_step < step)
+            points.append(curves.metrics(owner, step)["accuracy"])
+        assert points[-1] == curves.metrics(node, 40)["accuracy"]
+        return points
+
+    for index in range(len(configs)):
+        assert curve(shared, curves_shared, f"t{index}") == curve(alone, curves_alone, f"t{index}")
+    # lr decays at 20 for t0 and at 30 for t4: equal up to 20, different after.
+    first, second = curve(shared, curves_shared, "t0"), curve(shared, curves_shared, "t4")
+    assert first[:20] == second[:20]
+    assert first[20] != second[20]
+    # ...and the decay pays off within a few epochs, as in real step-decay curves.
+    assert first[23] > second[23]
+
+
+def test_simulation_records_the_same_metrics_shared_and_alone():
+    profiles = {"unit": UNIT}
+    histories = []
+    for share in (True, False):
+        plan = SearchPlan()
+        for index, config in enumerate(small_space()):
+            plan.add_trial(f"t{index}", config, 30, study="s" if share else f"t{index}")
+        curves = Curves(profiles)
+        Simulation(4, seconds_per_iteration=curves.seconds, metrics=curves.metrics).run(plan)
+        histories.append({t: {s: m["accuracy"] for s, m in plan.history(t).items()} for t in plan.trials})
+    assert histories[0] == histories[1]
+    assert all(len(history) == 30 for history in histories[0].values())
+
+
+def test_asha_stops_the_same_trials_stage_based_and_trial_based():
+    trials = small_space()
+    study = StudyDefinition(
+        "asha",
+        trials,
+        UNIT,
+        horizon=40,
+        scheduler=lambda: ASHAScheduler(max_t=40, grace_period=5, reduction_factor=2),
+    )
+    # As many workers as trials: every rung is reached at the same instant both ways.
+    stage = simulate([study], gpus=len(trials), share=True)
+    trial = simulate([study], gpus=len(trials), share=False)
+    assert stage.studies["asha"].stopped == trial.studies["asha"].stopped
+    assert stage.studies["asha"].finished == trial.studies["asha"].finished
+    assert 0 < len(stage.studies["asha"].stopped) < len(trials)
+    assert stage.result.worker_seconds < trial.result.worker_seconds
+    assert stage.result.makespan <= trial.result.makespan
+    assert trial.explored_merge_rate == 1.0 < stage.explored_merge_rate
+
+
+@pytest.mark.parametrize("scheduler", ["sha", "asha", None])
+def test_stage_based_uses_no_more_gpu_seconds_than_trial_based(scheduler):
+    trials = [{**config, "model": "resnet20"} for config in small_space()]
+    schedulers = {
+        "sha": lambda: SuccessiveHalving(len(trials), grace_period=5, max_t=40, reduction_factor=4),
+        "asha": lambda: ASHAScheduler(max_t=40, grace_period=5, reduction_factor=4),
+        None: None,
+    }
+    study = StudyDefinition("s", trials, RESNET20, 40, schedulers[scheduler], final_iterations=10)
+    stage = simulate([study], gpus=4, share=True)
+    trial = simulate([study], gpus=4, share=False)
+    assert stage.result.worker_seconds <= trial.result.worker_seconds
+    assert stage.studies["s"].best_trial is not None
+    if scheduler == "sha":
+        # 16 trials, rungs 5, 20, 40: 4 go on to 20 and one to the end.
+        assert len(stage.studies["s"].finished) == 1
+        assert len(stage.studies["s"].stopped) == 15
+        assert stage.studies["s"].stopped == trial.studies["s"].stopped
+
+
+def test_multi_study_shares_across_studies():
+    first, second = small_space("resnet20")[:8], small_space("resnet20")[4:12]
+    studies = [StudyDefinition(f"s{i}", trials, RESNET20, 30) for i, trials in enumerate((first, second))]
+    together = simulate(studies, gpus=4)
+    apart = sum(simulate([study], gpus=4).result.iterations for study in studies)
+    assert together.result.iterations < apart
+
+
+def test_quick_benchmark_runs(capsys, monkeypatch):
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "release", "bench_simulator.py")
+    spec = importlib.util.spec_from_file_location("bench_simulator", path)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    studies = bench.single_studies(every=32)
+    runs = bench.report_single(studies)
+    bench.report_multi(every=32, sizes=[1, 2])
+    out = capsys.readouterr().out
+    assert "ResNet56 ASHA" in out and "k-wise" in out
+    for trial, stage in runs.values():
+        assert stage.result.worker_seconds <= trial.result.worker_seconds
