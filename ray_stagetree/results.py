@@ -69,6 +69,7 @@ class ResultGrid:
         iterations: int = 0,
         unique_iterations: int = 0,
         total_iterations: int = 0,
+        worker_seconds: float = 0.0,
     ) -> None:
         self._results = results
         self._experiment_path = experiment_path
@@ -77,6 +78,9 @@ class ResultGrid:
         self.iterations_executed = iterations
         self.unique_iterations = unique_iterations
         self.trial_by_trial_iterations = total_iterations
+        #: Seconds workers spent on stage batches (dispatch to completion,
+        #: summed over workers): the resources the study used.
+        self.worker_seconds = worker_seconds
 
     @property
     def experiment_path(self) -> str:

@@ -44,6 +44,7 @@ def test_shared_prefix_executes_once_and_results_match_trial_by_trial(tmp_path, 
     # [4,8) (4), then B and C alone (4 + 4): 24, against 3 x 12 = 36
     assert executed == 24 == shared.iterations_executed == shared.unique_iterations
     assert shared.trial_by_trial_iterations == 36
+    assert shared.worker_seconds > 0, "the workers' busy time is reported"
     alone = run(noisy_descent, tmp_path, "alone", sharing=False, extra={"counter": counter})
     assert count_of(counter) - executed == 36
     # DESIGN invariant 4: the same metrics as training each trial alone
