@@ -62,7 +62,11 @@ class CNN(nn.Module):
         return self.head(self.features(x).flatten(1))
 
 
-def train_mnist1d(config, data):
+def train_mnist1d(config, data, hparams_at=None):
+    """``hparams_at(config, epoch)``: how this epoch's hyper-parameters are
+    found; ray_stagetree's ``get_hparams()`` by default. (The release
+    benchmark passes its own to train the same trials on vanilla Ray Tune,
+    which knows nothing of sequences.)"""
     torch.set_num_threads(1)
     torch.manual_seed(config["seed"])
     (x_train, y_train), (x_test, y_test) = data
@@ -79,7 +83,7 @@ def train_mnist1d(config, data):
         loader.load_state_dict(state["loader"])
 
     while True:
-        hparams = get_hparams()
+        hparams = get_hparams() if hparams_at is None else hparams_at(config, loader.epoch)
         apply_hparams(optimizer, hparams)
         loader.set_batch_size(hparams["batch_size"])
         model.train()

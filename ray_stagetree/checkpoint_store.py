@@ -3,8 +3,8 @@ to fsspec storage, evicted from memory by cost-benefit, reloaded on demand.
 
 Checkpoint bytes never pass through the driver or the controller's Python
 heap: workers put them into the object store with the controller as owner,
-and Ray tasks copy them to and from storage. The controller only holds
-references and the plan's `CheckpointInfo` records.
+and the study's `StorageIO` actor copies them to and from storage. The
+controller only holds references and the plan's `CheckpointInfo` records.
 """
 
 from __future__ import annotations
@@ -26,25 +26,47 @@ from ray_stagetree.storage import (
 logger = logging.getLogger(__name__)
 
 
-@ray.remote(num_cpus=0)
-def _write_behind(storage: CheckpointStorage, key: str, payload: Any) -> StoredCheckpoint:
-    import pickle
+class StorageIO:
+    """A study's storage I/O in one threaded Ray actor: checkpoint write-behind,
+    reloads, and the trial directories at the end.
 
-    return storage.write(key, pickle.dumps(payload, protocol=5))
+    One long-lived process rather than a Ray task per write: every task that
+    finds no idle worker process starts one (seconds of CPU on a small
+    machine), and a study's end writes every trial at once. Payloads arrive
+    as resolved objects (Ray passes a referenced checkpoint to the method
+    directly), so their bytes never visit the driver or the controller.
+    """
+
+    def __init__(self, storage: CheckpointStorage) -> None:
+        self.storage = storage
+
+    def write(self, key: str, payload: Any) -> StoredCheckpoint:
+        import pickle
+
+        return self.storage.write(key, pickle.dumps(payload, protocol=5))
+
+    @ray.method(num_returns=2)
+    def reload(self, stored: StoredCheckpoint) -> tuple[str | None, Any]:
+        """(None, payload), or (the reason, None) when the copy is lost or
+        corrupt. Two returns, so the controller reads the verdict without
+        the bytes."""
+        import pickle
+
+        try:
+            data = self.storage.read(stored)
+        except CheckpointUnavailableError as error:
+            return str(error), None
+        # Written by this study under the user's storage_path; checksum verified above.
+        return None, pickle.loads(data)
+
+    def write_trial_outputs(self, trial_id: str, config_json: dict[str, Any], rows: list, payload: Any) -> str | None:
+        from ray_stagetree.results import write_trial_outputs
+
+        return write_trial_outputs(self.storage, trial_id, config_json, rows, payload)
 
 
-@ray.remote(num_cpus=0, num_returns=2)
-def _reload(storage: CheckpointStorage, stored: StoredCheckpoint) -> tuple[str | None, Any]:
-    """(None, payload), or (the reason, None) when the copy is lost or corrupt.
-    Two returns, so the controller reads the verdict without the bytes."""
-    import pickle
-
-    try:
-        data = storage.read(stored)
-    except CheckpointUnavailableError as error:
-        return str(error), None
-    # Written by this study under the user's storage_path; checksum verified above.
-    return None, pickle.loads(data)
+#: Storage calls in flight at once: enough to overlap file-system latency.
+IO_THREADS = 4
 
 
 class CheckpointStore:
@@ -62,6 +84,16 @@ class CheckpointStore:
         self.storage = storage
         self.cache = CheckpointCache(budget_bytes)
         self._writes: dict[Any, tuple[int, int]] = {}
+        self._io: Any = None
+
+    @property
+    def io(self) -> Any:
+        """The `StorageIO` actor, started at the first write: not while the
+        workers start, which is CPU-bound. Owned by whoever builds the store
+        (the controller), it ends with it."""
+        if self._io is None:
+            self._io = ray.remote(StorageIO).options(num_cpus=0, max_concurrency=IO_THREADS).remote(self.storage)
+        return self._io
 
     @staticmethod
     def key(node_id: int, step: int) -> str:
@@ -73,7 +105,7 @@ class CheckpointStore:
         if (node.node_id, step) in self.cache:  # retrained after a loss
             self.cache.remove((node.node_id, step))
         self.cache.add((node.node_id, step), size_bytes, recompute, self._reuse(plan, node, step), pinned=True)
-        write = _write_behind.remote(self.storage, self.key(node.node_id, step), ref)
+        write = self.io.write.remote(self.key(node.node_id, step), ref)
         self._writes[write] = (node.node_id, step)
 
     @staticmethod
@@ -125,7 +157,7 @@ class CheckpointStore:
             self.cache.touch((node.node_id, step))
             return info.handle
         stored = StoredCheckpoint(path=info.path, size_bytes=info.size_bytes, checksum=info.checksum)
-        verdict, ref = _reload.remote(self.storage, stored)
+        verdict, ref = self.io.reload.remote(stored)
         problem = await verdict
         key = (node.node_id, step)
         if problem is not None:

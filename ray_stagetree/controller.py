@@ -71,6 +71,7 @@ class TrialState:
     error: str | None = None
     checkpoint_path: str | None = None
     node: Any = None  # the plan node of the trial's request
+    flat: TrialConfig | None = None  # `config` flattened, for its hyper-parameters by step
 
 
 class StudyController:
@@ -120,13 +121,13 @@ class StudyController:
             trial_id, config = proposal
             self.host.on_add(trial_id, config)
             try:
-                config_json = TrialConfig.from_config(config).to_json()
+                flat = TrialConfig.from_config(config)
             except (TypeError, ValueError) as error:
                 self.trials[trial_id] = TrialState(trial_id, config, {}, status=ERROR, error=str(error))
                 self.host.on_error(trial_id)
                 self.source.on_complete(trial_id, None, error=True)
                 continue
-            state = self.trials[trial_id] = TrialState(trial_id, config, config_json)
+            state = self.trials[trial_id] = TrialState(trial_id, config, flat.to_json(), flat=flat)
             study = "study" if self.spec.stage_sharing else trial_id
             step = self.host.next_decision(trial_id, 0)
             if trial_id in self.plan.trials:  # a trial of a restored plan, extended
@@ -147,7 +148,9 @@ class StudyController:
         row["done"] = step >= self.spec.horizon
         row["config"] = state.config_json
         replaced = state.rows.get(step)  # the same step trained again (a retry)
-        position = next((i for i, r in enumerate(state.reported) if r is replaced), len(state.reported))
+        position = len(state.reported)
+        if replaced is not None:
+            position = next(i for i, r in enumerate(state.reported) if r is replaced)
         previous = state.reported[position - 1] if position else {}
         row["time_total_s"] = previous.get("time_total_s", 0.0) + row.get("time_this_iter_s", 0.0)
         state.rows[step] = row
@@ -160,7 +163,8 @@ class StudyController:
             self._finish(state)
             self._resume()
             return
-        values = TrialConfig.from_config(state.config).hparams_at(step - 1)
+        # Only PBT reads the hyper-parameters (the values it explores from).
+        values = state.flat.hparams_at(step - 1) if self.host.population is not None else None
         decision = self.host.on_result(state.trial_id, row, values)
         if isinstance(decision, Exploit):
             self._exploit(state, decision)
@@ -202,7 +206,8 @@ class StudyController:
             _set_path(config, name, sequence)
         study = "study" if self.spec.stage_sharing else state.trial_id
         self.plan.remove_trial(state.trial_id)
-        state.config, state.config_json = config, TrialConfig.from_config(config).to_json()
+        state.config, state.flat = config, TrialConfig.from_config(config)
+        state.config_json = state.flat.to_json()
         state.rows = {step: row for step, row in state.rows.items() if step <= exploit.step}
         request = self.plan.add_trial(
             state.trial_id, config, self.host.next_decision(state.trial_id, exploit.step), study=study
@@ -292,8 +297,9 @@ class StudyController:
     # -- the loop ------------------------------------------------------------------
 
     def _worker(self) -> Any:
-        if self._idle:
-            return self._idle.pop()
+        return self._idle.pop() if self._idle else self._start_worker()
+
+    def _start_worker(self) -> Any:
         actor = ray.remote(StageWorker).options(max_concurrency=2, **self.spec.worker_options)
         worker = actor.remote(self.spec.trainable, ray.get_runtime_context().current_actor)
         self._workers.append(worker)
@@ -374,6 +380,9 @@ class StudyController:
                     self.stop_trial(state.trial_id)
 
     async def run(self) -> None:
+        # Every worker starts (a process that imports the trainable's
+        # modules: seconds) at once, while the first batches are planned.
+        self._idle = [self._start_worker() for _ in range(self.spec.num_workers)]
         self._admit()
         while True:
             self._enforce_budget()
@@ -420,8 +429,6 @@ class StudyController:
         raise RuntimeError(f"no batch can be dispatched but {len(open_requests)} requests are open: {open_requests}")
 
     async def _finalize(self) -> None:
-        from ray_stagetree.results import write_trial_outputs
-
         for state in self.trials.values():
             if state.status == PAUSED:  # its scheduler never resumed it
                 state.status = TERMINATED
@@ -436,9 +443,7 @@ class StudyController:
                 except CheckpointUnavailableError:
                     ref = None
             writes.append(
-                write_trial_outputs.remote(
-                    self.store.storage, state.trial_id, state.config_json, state.reported, ref
-                )
+                self.store.io.write_trial_outputs.remote(state.trial_id, state.config_json, state.reported, ref)
             )
         for state, path in zip(self.trials.values(), await asyncio.gather(*writes)):
             state.checkpoint_path = path

@@ -21,7 +21,6 @@ from ray_stagetree.storage import CheckpointStorage, unpack_directory
 STATE_FILE = "stage_state.pkl"
 
 
-@ray.remote(num_cpus=0)
 def write_trial_outputs(
     storage: CheckpointStorage,
     trial_id: str,
@@ -30,10 +29,7 @@ def write_trial_outputs(
     payload: Any,
 ) -> str | None:
     """Write a trial's directory; returns the final checkpoint's path, if any.
-
-    ``payload`` arrives as the resolved object (Ray passes the referenced
-    checkpoint to this task directly), so its bytes never visit the driver.
-    """
+    Called in the study's `StorageIO` actor."""
     storage.write_text(f"{trial_id}/params.json", json.dumps(config_json, indent=2, sort_keys=True, default=str))
     storage.write_text(
         f"{trial_id}/result.json", "".join(json.dumps(row, sort_keys=True, default=str) + "\n" for row in rows)

@@ -128,6 +128,7 @@ class SchedulerHost:
         self.scheduler = scheduler or FIFOScheduler()
         self.horizon = horizon
         self._trials: dict[str, TrialProxy] = {}
+        self._paused: set[str] = set()
         self._facade = _ControllerFacade(self._trials, on_stop)
         self.population = None
         if type(self.scheduler) is PopulationBasedTraining:
@@ -156,6 +157,7 @@ class SchedulerHost:
         decision = self.scheduler.on_trial_result(self._facade, proxy, row)
         if decision == PAUSE:
             proxy.status = "PAUSED"
+            self._paused.add(trial_id)
         return decision
 
     def on_complete(self, trial_id: str, row: dict[str, Any] | None) -> None:
@@ -164,6 +166,7 @@ class SchedulerHost:
         result, ``on_trial_remove`` otherwise."""
         proxy = self._trials[trial_id]
         status, proxy.status = proxy.status, "TERMINATED"
+        self._paused.discard(trial_id)
         if self.population is not None:
             self.population.on_complete(trial_id)
         elif row and status == "RUNNING":
@@ -177,16 +180,21 @@ class SchedulerHost:
         if self.population is not None:
             return self.population.resumable()
         chosen: list[tuple[str, Exploit | None]] = []
-        while True:
+        # Tune's choose_trial_to_run scans every trial: asked only while one
+        # is paused, it costs nothing per result in studies that never pause.
+        while self._paused:
             proxy = self.scheduler.choose_trial_to_run(self._facade)
             if proxy is None or proxy.status != "PAUSED":
-                return chosen
+                break
             proxy.status = "RUNNING"
+            self._paused.discard(proxy.trial_id)
             chosen.append((proxy.trial_id, None))
+        return chosen
 
     def on_error(self, trial_id: str) -> None:
         proxy = self._trials[trial_id]
         proxy.status = "ERROR"
+        self._paused.discard(trial_id)
         if self.population is not None:
             self.population.on_complete(trial_id)
         else:

@@ -22,6 +22,10 @@ A stage worker runs the function for one stage batch: from the batch's
 starting checkpoint to its last iteration, where `report` ends the function
 (it raises `BatchEnd`, a BaseException, so ``except Exception`` in user code
 does not swallow it). Each `report` is one iteration.
+
+Run by ``ray.tune.Tuner`` instead, `report` and `get_checkpoint` are Tune's
+own, so a ported trainable can still be compared against vanilla Tune (it
+must then find its hyper-parameters without `get_hparams`).
 """
 
 from __future__ import annotations
@@ -55,6 +59,20 @@ def _activate(context: "StageContext | None") -> None:
     _local.context = context
 
 
+def _tune_session_function(name: str) -> Any:
+    """Ray Tune's own ``report`` or ``get_checkpoint`` when the caller is a
+    trainable that ``ray.tune.Tuner`` runs, else None. (Taken from where Tune
+    defines them: a stage worker replaces the ``ray.tune`` names with ours.)"""
+    if getattr(_local, "context", None) is not None:
+        return None
+    try:
+        from ray.tune.trainable import trainable_fn_utils
+    except ImportError:
+        return None
+    in_session = getattr(trainable_fn_utils, "_in_tune_session", None)
+    return getattr(trainable_fn_utils, name) if in_session is not None and in_session() else None
+
+
 def report(metrics: Mapping[str, Any], *, checkpoint: "Checkpoint | None" = None) -> None:
     """Report one iteration's metrics, and a checkpoint of the state after it.
 
@@ -67,6 +85,10 @@ def report(metrics: Mapping[str, Any], *, checkpoint: "Checkpoint | None" = None
         A ``ray.tune.Checkpoint`` of the state after this iteration. Pass one
         at least where `should_checkpoint` is true: other trials fork from it.
     """
+    tune_report = _tune_session_function("report")
+    if tune_report is not None:
+        tune_report(dict(metrics), checkpoint=checkpoint)
+        return
     _context().report(metrics, checkpoint)
 
 
@@ -74,6 +96,9 @@ def get_checkpoint() -> "Checkpoint | None":
     """The checkpoint to resume from (a ``ray.tune.Checkpoint``), or None for a
     fresh start. Calling it also restores the Python, NumPy and torch random
     states saved with the checkpoint, so call it after any seeding."""
+    tune_get_checkpoint = _tune_session_function("get_checkpoint")
+    if tune_get_checkpoint is not None:
+        return tune_get_checkpoint()
     return _context().get_checkpoint()
 
 

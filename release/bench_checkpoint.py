@@ -20,10 +20,10 @@ Every path below is the library's own code where one exists:
                     ``.read(stored)`` on the local filesystem through fsspec;
                     both include the SHA-256 checksum (computed on write,
                     verified on read) and the write its temp-name + rename.
-* spill task /      the runtime's ``_write_behind`` and ``_reload`` Ray tasks
-  reload task       of `ray_stagetree.checkpoint_store`, end to end: the task
+* spill task /      the runtime's `StorageIO` actor of
+  reload task       `ray_stagetree.checkpoint_store`, end to end: its ``write``
                     fetches the payload from the object store, pickles it and
-                    spills it; the reload task reads, verifies and unpickles it
+                    spills it; its ``reload`` reads, verifies and unpickles it
                     and puts it back, and the caller gets it.
 * pack / unpack     `pack_directory` / `unpack_directory` of a directory
                     holding one torch state file of the size.
@@ -63,7 +63,7 @@ import ray
 import ray.cloudpickle
 import torch
 
-from ray_stagetree.checkpoint_store import _reload, _write_behind
+from ray_stagetree.checkpoint_store import IO_THREADS, StorageIO
 from ray_stagetree.storage import CheckpointStorage, pack_directory, unpack_directory
 from ray_stagetree.worker import BatchSpec, StageWorker
 
@@ -145,6 +145,7 @@ class Runtime:
 
     def __init__(self, storage: CheckpointStorage) -> None:
         self.storage = storage
+        self.io = ray.remote(StorageIO).options(num_cpus=0, max_concurrency=IO_THREADS).remote(storage)
         self.controller = ray.remote(ControllerStub).options(num_cpus=0).remote()
         actor = ray.remote(StageWorker).options(max_concurrency=2)  # as the controller starts it
         self.worker = actor.remote(ray.cloudpickle.dumps(checkpointing_trainable), self.controller)
@@ -174,12 +175,12 @@ class Runtime:
         del payload  # the caller's copy; the object store keeps the one the spill task reads
 
         start = time.perf_counter()
-        stored = ray.get(_write_behind.remote(self.storage, key, ref))
+        stored = ray.get(self.io.write.remote(key, ref))
         seconds["spill_task"] = time.perf_counter() - start
         del ref
 
         start = time.perf_counter()
-        verdict, reloaded = _reload.remote(self.storage, stored)
+        verdict, reloaded = self.io.reload.remote(stored)
         assert ray.get(verdict) is None
         payload = ray.get(reloaded)
         seconds["reload_task"] = time.perf_counter() - start
@@ -285,7 +286,7 @@ MB = 10**6 bytes. memcpy = bytearray(data); put+get = ray.get(ray.put(data)) in 
 hand-off = ray.get(StageWorker.take_checkpoint.remote(key)) of a packed torch checkpoint (payload B bytes);
 f.write / f.read = plain open+write+close / open+read: no fsync, page cache warm;
 spill / reload = CheckpointStorage.write / .read on a local path, SHA-256 included;
-spill tk / reload tk = the runtime's _write_behind / _reload tasks end to end (object store fetch,
+spill tk / reload tk = the runtime's StorageIO.write / .reload actor calls end to end (object store fetch,
 pickle, storage; storage, unpickle, put back, get); pack / unpack = pack_directory / unpack_directory."""
 
 
