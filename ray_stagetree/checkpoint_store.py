@@ -84,16 +84,8 @@ class CheckpointStore:
         self.storage = storage
         self.cache = CheckpointCache(budget_bytes)
         self._writes: dict[Any, tuple[int, int]] = {}
-        self._io: Any = None
-
-    @property
-    def io(self) -> Any:
-        """The `StorageIO` actor, started at the first write: not while the
-        workers start, which is CPU-bound. Owned by whoever builds the store
-        (the controller), it ends with it."""
-        if self._io is None:
-            self._io = ray.remote(StorageIO).options(num_cpus=0, max_concurrency=IO_THREADS).remote(self.storage)
-        return self._io
+        # Owned by whoever builds the store (the controller), it ends with it.
+        self.io = ray.remote(StorageIO).options(num_cpus=0, max_concurrency=IO_THREADS).remote(storage)
 
     @staticmethod
     def key(node_id: int, step: int) -> str:

@@ -297,11 +297,10 @@ class StudyController:
     # -- the loop ------------------------------------------------------------------
 
     def _worker(self) -> Any:
-        return self._idle.pop() if self._idle else self._start_worker()
-
-    def _start_worker(self) -> Any:
-        actor = ray.remote(StageWorker).options(max_concurrency=2, **self.spec.worker_options)
-        worker = actor.remote(self.spec.trainable, ray.get_runtime_context().current_actor)
+        """An idle worker, or a new one in place of one that died."""
+        if self._idle:
+            return self._idle.pop()
+        worker = start_worker(self.spec, ray.get_runtime_context().current_actor)
         self._workers.append(worker)
         return worker
 
@@ -379,10 +378,10 @@ class StudyController:
                 if state.status in (PENDING, RUNNING):
                     self.stop_trial(state.trial_id)
 
-    async def run(self) -> None:
-        # Every worker starts (a process that imports the trainable's
-        # modules: seconds) at once, while the first batches are planned.
-        self._idle = [self._start_worker() for _ in range(self.spec.num_workers)]
+    async def run(self, workers: list[Any]) -> None:
+        """Run the study on ``workers`` (from `start_worker`, started by the
+        driver with this actor so that both start up at once)."""
+        self._workers, self._idle = list(workers), list(workers)
         self._admit()
         while True:
             self._enforce_budget()
@@ -484,6 +483,14 @@ class StudyController:
         for worker in self._workers:
             ray.kill(worker)
         self._workers.clear()
+
+
+def start_worker(spec: StudySpec, controller: Any) -> Any:
+    """A stage worker actor running ``spec``'s trainable for ``controller``.
+    It starts at once: a process that imports the trainable's modules, which
+    takes seconds."""
+    actor = ray.remote(StageWorker).options(max_concurrency=2, **spec.worker_options)
+    return actor.remote(spec.trainable, controller)
 
 
 def _set_path(config: dict[str, Any], path: str, value: Any) -> None:

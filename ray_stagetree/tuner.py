@@ -18,7 +18,7 @@ from ray import tune
 from ray.tune.search import BasicVariantGenerator, Searcher
 
 from ray_stagetree.config import TrialConfig
-from ray_stagetree.controller import ERROR, StudyController, StudySpec
+from ray_stagetree.controller import ERROR, StudyController, StudySpec, start_worker
 from ray_stagetree.policy import POLICIES
 from ray_stagetree.progress import ProgressReporter
 from ray_stagetree.results import ResultGrid
@@ -281,7 +281,9 @@ class Tuner:
         reporter = ProgressReporter(
             self.tune_config.metric, self.tune_config.mode, verbose=0 if self.run_config.verbose == 0 else 1
         )
-        run = controller.run.remote()
+        # The workers start with the controller rather than after it.
+        workers = [start_worker(spec, controller) for _ in range(spec.num_workers)]
+        run = controller.run.remote(workers)
         try:
             while not ray.wait([run], timeout=POLL_SECONDS)[0]:
                 reporter.update(ray.get(controller.progress.remote()))
@@ -293,7 +295,8 @@ class Tuner:
             try:
                 ray.get(controller.shutdown_workers.remote())
             finally:
-                ray.kill(controller)
+                for actor in [*workers, controller]:  # also when the controller died
+                    ray.kill(actor)
         return self._result_grid(summaries, experiment_path, progress)
 
     def _result_grid(self, summaries: list[dict[str, Any]], experiment_path: str, progress: dict) -> ResultGrid:
