@@ -13,8 +13,8 @@ import time
 
 from ray_stagetree import SearchPlan, build_stage_tree, merge_rate
 from ray_stagetree.searchers import generate_trials
-from ray_stagetree.simulator import Simulation
-from ray_stagetree.studies import RESNET56_HORIZON, resnet56_space
+from ray_stagetree.simulation.simulator import Simulation
+from ray_stagetree.simulation.paper_spaces import RESNET56_HORIZON, resnet56_space
 
 WORKERS = 4
 

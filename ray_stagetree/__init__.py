@@ -5,11 +5,11 @@ The planning core (sequences, search plan, stage trees, execution policies)
 imports no Ray and starts nothing.
 """
 
-from ray_stagetree.config import TrialConfig
-from ray_stagetree.cost import CostModel
-from ray_stagetree.merge import kwise_merge_rate, merge_rate
-from ray_stagetree.plan import CheckpointInfo, PlanNode, Request, RequestState, SearchPlan
-from ray_stagetree.policy import (
+from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.planning.cost import CostModel
+from ray_stagetree.planning.merge import kwise_merge_rate, merge_rate
+from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, Request, RequestState, SearchPlan
+from ray_stagetree.planning.policies import (
     BreadthFirstPolicy,
     CriticalPathPolicy,
     ExecutionPolicy,
@@ -35,13 +35,13 @@ from ray_stagetree.sequences import (
     as_sequence,
     from_json,
 )
-from ray_stagetree.session import get_checkpoint, get_hparams, get_iteration, report, should_checkpoint
-from ray_stagetree.stage_tree import Source, Stage, StageTree, build_stage_tree
+from ray_stagetree.runtime.session import get_checkpoint, get_hparams, get_iteration, report, should_checkpoint
+from ray_stagetree.planning.stage_tree import Source, Stage, StageTree, build_stage_tree
 
 __version__ = "0.1.0"
 
 # The runtime imports Ray; load it on first use so the planning core stays light.
-_RUNTIME = {"Tuner": "ray_stagetree.tuner", "ResultGrid": "ray_stagetree.results", "Study": "ray_stagetree.study"}
+_RUNTIME = {"Tuner": "ray_stagetree.runtime.tuner", "ResultGrid": "ray_stagetree.runtime.results", "Study": "ray_stagetree.runtime.study"}
 
 
 def __getattr__(name: str):

@@ -19,7 +19,7 @@ prints every ratio next to the paper's figure for it:
    studies of 144 ResNet20 trials submitted together into one plan, for the
    high- and the low-overlap set; k-wise merge rate, GPU-hours, end-to-end.
 
-What the model assumes (details in `ray_stagetree.simulated_study`):
+What the model assumes (details in `ray_stagetree.simulation.simulated_study`):
 
 * GPU-seconds per epoch at batch size 128: ResNet56 105, MobileNetV2 118,
   ResNet20 35; BERT-Base 2.7 per step at sequence length 384 (one iteration
@@ -68,9 +68,9 @@ from typing import Any, Callable
 
 from ray.tune.schedulers import ASHAScheduler
 
-from ray_stagetree.merge import kwise_merge_rate, merge_rate
+from ray_stagetree.planning.merge import kwise_merge_rate, merge_rate
 from ray_stagetree.searchers import generate_trials
-from ray_stagetree.simulated_study import (
+from ray_stagetree.simulation.simulated_study import (
     BERT_BASE,
     MOBILENETV2,
     RESNET20,
@@ -79,7 +79,7 @@ from ray_stagetree.simulated_study import (
     StudyRun,
     simulate,
 )
-from ray_stagetree.studies import (
+from ray_stagetree.simulation.paper_spaces import (
     BERT_BASE_HORIZON,
     MOBILENETV2_HORIZON,
     RESNET20_HORIZON,

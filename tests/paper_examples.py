@@ -7,7 +7,7 @@ and metrics already recorded, turned into a stage tree.
 """
 
 from ray_stagetree import Constant, Cosine, Exponential, Linear, MultiStep, SearchPlan
-from ray_stagetree.plan import CheckpointInfo
+from ray_stagetree.planning.plan import CheckpointInfo
 
 FIGURE_4_TRIALS = {
     "trial_1": {"lr": MultiStep(values=(0.1, 0.01), milestones=[200])},

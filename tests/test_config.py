@@ -4,7 +4,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from ray_stagetree import Constant, MultiStep, SearchPlan, TrialConfig
-from ray_stagetree.config import unflatten
+from ray_stagetree.planning.config import unflatten
 
 
 def test_split_flattens_nested_dicts_and_keeps_static_values():

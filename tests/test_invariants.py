@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ray_stagetree import CheckpointInfo, MultiStep, SearchPlan, TrialConfig, build_stage_tree, merge_rate
-from ray_stagetree.policy import POLICIES
+from ray_stagetree.planning.policies import POLICIES
 
 MAX_HORIZON = 60
 

@@ -3,7 +3,7 @@ from paper_examples import FIGURE_4_HORIZON, FIGURE_4_TRIALS
 
 from ray_stagetree import Constant, MultiStep, kwise_merge_rate, merge_rate
 from ray_stagetree.searchers import generate_trials
-from ray_stagetree.studies import RESNET56_HORIZON, resnet56_space
+from ray_stagetree.simulation.paper_spaces import RESNET56_HORIZON, resnet56_space
 
 
 def test_merge_rate_of_figure_4():

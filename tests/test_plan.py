@@ -1,8 +1,8 @@
 import pytest
 
 from ray_stagetree import Constant, MultiStep, RequestState, SearchPlan, build_stage_tree
-from ray_stagetree.plan import CheckpointInfo
-from ray_stagetree.policy import CriticalPathPolicy
+from ray_stagetree.planning.plan import CheckpointInfo
+from ray_stagetree.planning.policies import CriticalPathPolicy
 
 LR_80 = MultiStep(0.1, [80], 0.1)
 LR_50 = MultiStep(0.1, [50], 0.1)

@@ -1,4 +1,4 @@
-from ray_stagetree.progress import ProgressReporter
+from ray_stagetree.runtime.progress import ProgressReporter
 
 
 def progress(rows=()):

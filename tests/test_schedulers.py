@@ -14,7 +14,7 @@ from ray.tune.schedulers import (
     TrialScheduler,
 )
 
-from ray_stagetree.schedulers import SchedulerHost, TrialProxy
+from ray_stagetree.trial_schedulers.host import SchedulerHost, TrialProxy
 
 HORIZON = 16
 

@@ -9,7 +9,7 @@ import pytest
 from ray.tune.schedulers import ASHAScheduler
 
 from ray_stagetree import MultiStep, SearchPlan, Warmup
-from ray_stagetree.simulated_study import (
+from ray_stagetree.simulation.simulated_study import (
     RESNET20,
     Curves,
     LearningCurve,
@@ -17,8 +17,8 @@ from ray_stagetree.simulated_study import (
     StudyDefinition,
     simulate,
 )
-from ray_stagetree.simulator import Simulation
-from ray_stagetree.studies import SuccessiveHalving
+from ray_stagetree.simulation.simulator import Simulation
+from ray_stagetree.simulation.paper_spaces import SuccessiveHalving
 
 # Every iteration costs one second and checkpoints are free, so the same
 # rung is reached at the same instant however the stages are cut.

@@ -10,7 +10,7 @@ from paper_examples import (
 )
 
 from ray_stagetree import MultiStep, SearchPlan, build_stage_tree
-from ray_stagetree.plan import CheckpointInfo
+from ray_stagetree.planning.plan import CheckpointInfo
 
 
 def shape(tree):

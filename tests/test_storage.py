@@ -1,4 +1,4 @@
-"""Tests of ray_stagetree.storage: payload packing, durable storage, eviction accounting."""
+"""Tests of ray_stagetree.runtime.storage: payload packing, durable storage, eviction accounting."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ray_stagetree.storage import (
+from ray_stagetree.runtime.storage import (
     CheckpointCache,
     CheckpointCorruptError,
     CheckpointMissingError,

@@ -13,7 +13,7 @@ things make that work with PyTorch:
   boundary (the data pipeline of the TreeML thesis, section 5.1).
 
 Together with ``model.state_dict()``, ``optimizer.state_dict()`` and
-`ray_stagetree.rng.capture_rng_state` they make a complete checkpoint.
+`ray_stagetree.runtime.rng.capture_rng_state` they make a complete checkpoint.
 
 Example: one logical training iteration is one epoch
 ----------------------------------------------------
@@ -447,7 +447,7 @@ class ResumableLoader:
     workers, seeded per internal DataLoader (which is recreated after
     `set_batch_size` / `load_state_dict`); such randomness is not resume-exact.
     With ``num_workers=0`` it uses the main process' generators, which
-    `ray_stagetree.rng.capture_rng_state` covers.
+    `ray_stagetree.runtime.rng.capture_rng_state` covers.
 
     Example
     -------

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:
     from ray.tune import Checkpoint
 
-    from ray_stagetree.worker import StageContext
+    from ray_stagetree.runtime.worker import StageContext
 
 _local = threading.local()
 

@@ -19,16 +19,16 @@ from typing import Any
 
 import ray
 
-from ray_stagetree.checkpoint_store import CheckpointStore
-from ray_stagetree.config import TrialConfig, unflatten
-from ray_stagetree.plan import SearchPlan
-from ray_stagetree.policy import StageBatch, get_policy
-from ray_stagetree.pbt import Exploit
-from ray_stagetree.schedulers import PAUSE, STOP, SchedulerHost
+from ray_stagetree.runtime.checkpoint_store import CheckpointStore
+from ray_stagetree.planning.config import TrialConfig, unflatten
+from ray_stagetree.planning.plan import SearchPlan
+from ray_stagetree.planning.policies import StageBatch, get_policy
+from ray_stagetree.trial_schedulers.pbt import Exploit
+from ray_stagetree.trial_schedulers.host import PAUSE, STOP, SchedulerHost
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import WAIT
-from ray_stagetree.storage import CheckpointStorage, CheckpointUnavailableError
-from ray_stagetree.worker import BatchOutcome, BatchSpec, StageWorker
+from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
+from ray_stagetree.runtime.worker import BatchOutcome, BatchSpec, StageWorker
 
 logger = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ray_stagetree import session
-from ray_stagetree.config import TrialConfig
-from ray_stagetree.rng import capture_rng_state, restore_rng_state
-from ray_stagetree.storage import pack_directory, unpack_directory
+from ray_stagetree.runtime import session
+from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.runtime.rng import capture_rng_state, restore_rng_state
+from ray_stagetree.runtime.storage import pack_directory, unpack_directory
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ pauses them at a decision point, where their request ends anyway; when it
 picks a paused trial to run again (``choose_trial_to_run``), the trial's
 request moves on to its next decision point and training resumes from the
 checkpoint there. Population-based training runs on the plan itself
-(`ray_stagetree.pbt`). Schedulers that change resources, or replay or model
+(`ray_stagetree.trial_schedulers.pbt`). Schedulers that change resources, or replay or model
 PBT (PB2, BOHB), are rejected with a clear error.
 """
 
@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ray_stagetree.pbt import PAUSE, Exploit, PopulationBasedHost
+from ray_stagetree.trial_schedulers.pbt import PAUSE, Exploit, PopulationBasedHost
 
 CONTINUE, STOP = "CONTINUE", "STOP"
 

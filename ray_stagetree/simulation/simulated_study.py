@@ -5,7 +5,7 @@ whole hyper-parameter schedule.
 `simulate` submits one or more studies (trials drawn from a search space,
 each with its own Tune scheduler) into one search plan and runs them on a
 `Simulation`. It applies the scheduler's decisions the way
-`ray_stagetree.controller` does: a trial is requested only up to its next
+`ray_stagetree.runtime.controller` does: a trial is requested only up to its next
 decision point (its next rung); when the request is answered the scheduler
 sees the row ``{"training_iteration": step, metric: value}`` and answers
 CONTINUE (the request moves on to the next decision point), STOP (nothing
@@ -61,9 +61,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
-from ray_stagetree.plan import PlanNode, Request, SearchPlan
-from ray_stagetree.schedulers import PAUSE, STOP, SchedulerHost
-from ray_stagetree.simulator import Simulation, SimulationResult
+from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
+from ray_stagetree.trial_schedulers.host import PAUSE, STOP, SchedulerHost
+from ray_stagetree.simulation.simulator import Simulation, SimulationResult
 
 #: Hyper-parameters the curve models explicitly; the rest enter as offsets.
 _STEP_KEYS = frozenset({"lr", "batch_size", "momentum", "optimizer", "model"})

@@ -15,8 +15,8 @@ from typing import Any
 
 import ray
 
-from ray_stagetree.plan import CheckpointInfo, PlanNode, SearchPlan
-from ray_stagetree.storage import (
+from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, SearchPlan
+from ray_stagetree.runtime.storage import (
     CheckpointCache,
     CheckpointStorage,
     CheckpointUnavailableError,
@@ -60,7 +60,7 @@ class StorageIO:
         return None, pickle.loads(data)
 
     def write_trial_outputs(self, trial_id: str, config_json: dict[str, Any], rows: list, payload: Any) -> str | None:
-        from ray_stagetree.results import write_trial_outputs
+        from ray_stagetree.runtime.results import write_trial_outputs
 
         return write_trial_outputs(self.storage, trial_id, config_json, rows, payload)
 

@@ -20,13 +20,13 @@ import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
-from ray_stagetree._gc import without_gc
-from ray_stagetree.plan import PlanNode, Request, RequestState
+from ray_stagetree.planning._gc import without_gc
+from ray_stagetree.planning.plan import PlanNode, Request, RequestState
 
 if TYPE_CHECKING:
     import networkx
 
-    from ray_stagetree.plan import SearchPlan
+    from ray_stagetree.planning.plan import SearchPlan
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,12 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ray_stagetree._gc import without_gc
-from ray_stagetree.cost import CostModel
-from ray_stagetree.stage_tree import Source, Stage, StageTree, build_stage_tree
+from ray_stagetree.planning._gc import without_gc
+from ray_stagetree.planning.cost import CostModel
+from ray_stagetree.planning.stage_tree import Source, Stage, StageTree, build_stage_tree
 
 if TYPE_CHECKING:
-    from ray_stagetree.plan import PlanNode, Request, SearchPlan
+    from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
 
 
 @dataclass(eq=False)

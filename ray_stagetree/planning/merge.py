@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence as SequenceType
 
-from ray_stagetree.plan import SearchPlan
+from ray_stagetree.planning.plan import SearchPlan
 
 
 def _horizons(horizon: int | SequenceType[int], count: int, what: str) -> list[int]:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ray_stagetree._gc import gc_paused
-from ray_stagetree.config import TrialConfig
+from ray_stagetree.planning._gc import gc_paused
+from ray_stagetree.planning.config import TrialConfig
 
 
 class RequestState(str, enum.Enum):
@@ -500,17 +500,17 @@ class SearchPlan:
 
     def save(self, url: str, storage_filesystem: Any = None) -> None:
         """Write the plan as Parquet tables under ``url`` (any fsspec URL)."""
-        from ray_stagetree import plan_io
+        from ray_stagetree.planning import persistence
 
-        plan_io.save(self, url, storage_filesystem)
+        persistence.save(self, url, storage_filesystem)
 
     @classmethod
     def load(cls, url: str, storage_filesystem: Any = None) -> "SearchPlan":
         """Read a plan written by `save`. Scheduled requests come back unscheduled:
         no batch survives a restore."""
-        from ray_stagetree import plan_io
+        from ray_stagetree.planning import persistence
 
-        return plan_io.load(url, storage_filesystem)
+        return persistence.load(url, storage_filesystem)
 
     def _restore_node(
         self, node_id: int, config: TrialConfig, parent_id: int | None, fork_step: int

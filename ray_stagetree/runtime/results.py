@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import ray
 
-from ray_stagetree.storage import CheckpointStorage, unpack_directory
+from ray_stagetree.runtime.storage import CheckpointStorage, unpack_directory
 
 STATE_FILE = "stage_state.pkl"
 

@@ -11,7 +11,7 @@ is pre-empted, as the controller does (`SearchPlan.needed_until`). Only time
 is simulated: an iteration costs what ``seconds_per_iteration`` says.
 
 With ``on_answered``, whatever drives the study (a trial scheduler, see
-`ray_stagetree.simulated_study`) sees every answered request at the
+`ray_stagetree.simulation.simulated_study`) sees every answered request at the
 simulated instant it is answered and may add, extend or stop trials; the
 simulation then dispatches what the changed plan needs.
 
@@ -26,10 +26,10 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ray_stagetree.cost import CostModel
-from ray_stagetree.plan import CheckpointInfo, PlanNode, Request, SearchPlan
-from ray_stagetree.policy import POLICIES, CriticalPathPolicy, ExecutionPolicy, StageBatch, get_policy
-from ray_stagetree.stage_tree import build_stage_tree
+from ray_stagetree.planning.cost import CostModel
+from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, Request, SearchPlan
+from ray_stagetree.planning.policies import POLICIES, CriticalPathPolicy, ExecutionPolicy, StageBatch, get_policy
+from ray_stagetree.planning.stage_tree import build_stage_tree
 
 #: Event times are rounded to this many decimals, so that the same point
 #: reached through differently cut stages (sums of float costs in another

@@ -17,13 +17,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ray_stagetree.config import TrialConfig
-from ray_stagetree.plan import CheckpointInfo
+from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.planning.plan import CheckpointInfo
 
 if TYPE_CHECKING:
-    from ray_stagetree.plan import SearchPlan
+    from ray_stagetree.planning.plan import SearchPlan
 
-FORMAT = "ray_stagetree.plan"
+FORMAT = "ray_stagetree.planning.plan"
 VERSION = 1
 
 SCHEMAS = {
@@ -155,7 +155,7 @@ def _read(filesystem: pafs.FileSystem, root: str, name: str) -> list[dict[str, A
 
 
 def load(url: str, storage_filesystem: Any = None) -> "SearchPlan":
-    from ray_stagetree.plan import SearchPlan
+    from ray_stagetree.planning.plan import SearchPlan
 
     filesystem, root = resolve_filesystem(url, storage_filesystem)
     plan = SearchPlan()

@@ -28,7 +28,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray_stagetree.config import unflatten
+from ray_stagetree.planning.config import unflatten
 
 PAUSE = "PAUSE"
 

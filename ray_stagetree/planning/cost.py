@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from ray_stagetree.plan import PlanNode, SearchPlan
+    from ray_stagetree.planning.plan import PlanNode, SearchPlan
 
 
 def stage_features(node: "PlanNode", start: int, stop: int) -> dict[str, float]:
