@@ -8,7 +8,13 @@ imports no Ray and starts nothing.
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.merge import kwise_merge_rate, merge_rate
-from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, Request, RequestState, SearchPlan
+from ray_stagetree.planning.plan import (
+    CheckpointInfo,
+    PlanNode,
+    Request,
+    RequestState,
+    SearchPlan,
+)
 from ray_stagetree.planning.policies import (
     BreadthFirstPolicy,
     CriticalPathPolicy,
@@ -16,6 +22,14 @@ from ray_stagetree.planning.policies import (
     StageBatch,
     ThroughputPolicy,
     get_policy,
+)
+from ray_stagetree.planning.stage_tree import Source, Stage, StageTree, build_stage_tree
+from ray_stagetree.runtime.session import (
+    get_checkpoint,
+    get_hparams,
+    get_iteration,
+    report,
+    should_checkpoint,
 )
 from ray_stagetree.sequences import (
     Concat,
@@ -35,8 +49,6 @@ from ray_stagetree.sequences import (
     as_sequence,
     from_json,
 )
-from ray_stagetree.runtime.session import get_checkpoint, get_hparams, get_iteration, report, should_checkpoint
-from ray_stagetree.planning.stage_tree import Source, Stage, StageTree, build_stage_tree
 
 __version__ = "0.1.0"
 

@@ -64,8 +64,10 @@ import ray.cloudpickle
 import torch
 
 from ray_stagetree.runtime.checkpoint_store import IO_THREADS, StorageIO
-from ray_stagetree.runtime.storage import CheckpointStorage, pack_directory, unpack_directory
-from ray_stagetree.runtime.worker import BatchSpec, StageWorker
+from ray_stagetree.runtime.batches import BatchSpec
+from ray_stagetree.runtime.payload import pack_directory, unpack_directory
+from ray_stagetree.runtime.storage import CheckpointStorage
+from ray_stagetree.runtime.worker import StageWorker
 
 MB = 10**6
 OBJECT_STORE_BYTES = 4 * 2**30  # room for a 1 GB object in flight plus one not yet freed

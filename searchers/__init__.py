@@ -1,5 +1,10 @@
 """Searchers over sequence search spaces (installed as ``ray_stagetree.searchers``)."""
 
-from ray_stagetree.searchers.variants import SequenceGridSearch, from_tune_config, generate_trials, to_tune_space
+from ray_stagetree.searchers.variants import (
+    SequenceGridSearch,
+    from_tune_config,
+    generate_trials,
+    to_tune_space,
+)
 
 __all__ = ["generate_trials", "SequenceGridSearch", "to_tune_space", "from_tune_config"]

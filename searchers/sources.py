@@ -13,7 +13,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ray_stagetree.searchers.variants import _resolve_nested, from_tune_config, to_tune_space
+from ray_stagetree.searchers.variants import (
+    _resolve_nested,
+    from_tune_config,
+    to_tune_space,
+)
 
 WAIT = "WAIT"  # the searcher has nothing to suggest right now
 

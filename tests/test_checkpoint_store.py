@@ -9,7 +9,7 @@ import ray
 from ray_stagetree import SearchPlan, build_stage_tree
 from ray_stagetree.runtime.checkpoint_store import CheckpointStore
 from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
-from ray_stagetree.runtime.worker import CheckpointPayload
+from ray_stagetree.runtime.payload import CheckpointPayload
 
 
 def store_with_checkpoint(tmp_path, budget):

@@ -24,10 +24,8 @@ from ray_stagetree.runtime.storage import (
     CheckpointStorage,
     CheckpointUnavailableError,
     StoredCheckpoint,
-    checksum,
-    pack_directory,
-    unpack_directory,
 )
+from ray_stagetree.runtime.payload import checksum, pack_directory, unpack_directory
 
 # ---------------------------------------------------------------- payloads
 

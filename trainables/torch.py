@@ -388,7 +388,7 @@ class _PlannedBatches:
 
     def __iter__(self) -> Iterator[list[int]]:
         loader, sampler = self.loader, self.loader.sampler
-        batch_size, drop_last = loader.batch_size, loader.drop_last
+        batch_size = loader.batch_size
         epoch, position = self.start
         while True:
             perm = sampler.permutation(epoch)

@@ -19,8 +19,8 @@ import dataclasses
 import functools
 import json
 import math
-from dataclasses import dataclass, field
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ray_stagetree.sequences import (

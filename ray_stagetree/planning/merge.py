@@ -8,7 +8,8 @@ merges the trials of several studies into one plan.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence as SequenceType
+from typing import Any, Iterable, Mapping
+from typing import Sequence as SequenceType
 
 from ray_stagetree.planning.plan import SearchPlan
 

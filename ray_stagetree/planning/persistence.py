@@ -2,14 +2,16 @@
 
 Nothing is pickled: configurations are stored in their declarative JSON form,
 so a plan written by one version can be read (and audited) by anything that
-reads Parquet. Each table is written to a temporary name and moved into place,
+reads Parquet. `SearchPlan.save` and `SearchPlan.load` call into this module,
+which takes the plan as an argument and never imports it (no import circle).
+Each table is written to a temporary name and moved into place,
 so a crash mid-save leaves the previous table intact.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import fsspec
 import numpy as np
@@ -18,10 +20,6 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ray_stagetree.planning.config import TrialConfig
-from ray_stagetree.planning.plan import CheckpointInfo
-
-if TYPE_CHECKING:
-    from ray_stagetree.planning.plan import SearchPlan
 
 FORMAT = "ray_stagetree.planning.plan"
 VERSION = 1
@@ -85,7 +83,7 @@ def resolve_filesystem(url: str, storage_filesystem: Any = None) -> tuple[pafs.F
     return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), path
 
 
-def _rows(plan: "SearchPlan") -> dict[str, list[dict[str, Any]]]:
+def _rows(plan: Any) -> dict[str, list[dict[str, Any]]]:
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in SCHEMAS}
     for node in plan.nodes:
         rows["nodes"].append(
@@ -126,7 +124,7 @@ def _rows(plan: "SearchPlan") -> dict[str, list[dict[str, Any]]]:
     return rows
 
 
-def save(plan: "SearchPlan", url: str, storage_filesystem: Any = None) -> None:
+def save(plan: Any, url: str, storage_filesystem: Any = None) -> None:
     filesystem, root = resolve_filesystem(url, storage_filesystem)
     filesystem.create_dir(root, recursive=True)
     for name, rows in _rows(plan).items():
@@ -154,18 +152,14 @@ def _read(filesystem: pafs.FileSystem, root: str, name: str) -> list[dict[str, A
     return table.to_pylist()
 
 
-def load(url: str, storage_filesystem: Any = None) -> "SearchPlan":
-    from ray_stagetree.planning.plan import SearchPlan
-
+def load_into(plan: Any, url: str, storage_filesystem: Any = None) -> None:
+    """Fill an empty plan with the tables written by `save`."""
     filesystem, root = resolve_filesystem(url, storage_filesystem)
-    plan = SearchPlan()
     for row in sorted(_read(filesystem, root, "nodes"), key=lambda row: row["node_id"]):
         config = TrialConfig.from_json(json.loads(row["config"]), row["study"], plan._sequences)
         plan._restore_node(row["node_id"], config, row["parent_id"], row["fork_step"])
     for row in _read(filesystem, root, "checkpoints"):
-        plan.nodes[row["node_id"]].checkpoints[row["step"]] = CheckpointInfo(
-            row["path"], row["size_bytes"], row["checksum"]
-        )
+        plan._restore_checkpoint(row["node_id"], row["step"], row["path"], row["size_bytes"], row["checksum"])
     for row in _read(filesystem, root, "metrics"):
         plan.nodes[row["node_id"]].metrics[row["step"]] = json.loads(row["metrics"])
     for row in _read(filesystem, root, "trials"):
@@ -173,4 +167,3 @@ def load(url: str, storage_filesystem: Any = None) -> "SearchPlan":
         plan._restore_trial(row["trial_id"], config, row["study"], row["node_id"], row["step"])
     for row in _read(filesystem, root, "timings"):
         plan.record_timing(row["node_id"], row["start"], row["stop"], row["seconds"])
-    return plan

@@ -20,10 +20,11 @@ will reach is served by that batch instead of training the prefix again.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from ray_stagetree.planning import persistence
 from ray_stagetree.planning._gc import gc_paused
 from ray_stagetree.planning.config import TrialConfig
 
@@ -500,17 +501,15 @@ class SearchPlan:
 
     def save(self, url: str, storage_filesystem: Any = None) -> None:
         """Write the plan as Parquet tables under ``url`` (any fsspec URL)."""
-        from ray_stagetree.planning import persistence
-
         persistence.save(self, url, storage_filesystem)
 
     @classmethod
     def load(cls, url: str, storage_filesystem: Any = None) -> "SearchPlan":
         """Read a plan written by `save`. Scheduled requests come back unscheduled:
         no batch survives a restore."""
-        from ray_stagetree.planning import persistence
-
-        return persistence.load(url, storage_filesystem)
+        plan = cls()
+        persistence.load_into(plan, url, storage_filesystem)
+        return plan
 
     def _restore_node(
         self, node_id: int, config: TrialConfig, parent_id: int | None, fork_step: int
@@ -524,6 +523,9 @@ class SearchPlan:
         else:
             parent.children[(fork_step, config.observed_at(fork_step))] = node
         return node
+
+    def _restore_checkpoint(self, node_id: int, step: int, path: str, size_bytes: int, checksum: str) -> None:
+        self.nodes[node_id].checkpoints[step] = CheckpointInfo(path, size_bytes, checksum)
 
     def _restore_trial(self, trial_id: str, config: TrialConfig, study: str, node_id: int, step: int) -> None:
         node = self.nodes[node_id]

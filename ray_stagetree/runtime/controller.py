@@ -19,16 +19,17 @@ from typing import Any
 
 import ray
 
-from ray_stagetree.runtime.checkpoint_store import CheckpointStore
 from ray_stagetree.planning.config import TrialConfig, unflatten
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
-from ray_stagetree.trial_schedulers.pbt import Exploit
-from ray_stagetree.trial_schedulers.host import PAUSE, STOP, SchedulerHost
+from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
+from ray_stagetree.runtime.checkpoint_store import CheckpointStore
+from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
+from ray_stagetree.runtime.worker import StageWorker
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import WAIT
-from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
-from ray_stagetree.runtime.worker import BatchOutcome, BatchSpec, StageWorker
+from ray_stagetree.trial_schedulers.host import PAUSE, STOP, SchedulerHost
+from ray_stagetree.trial_schedulers.pbt import Exploit
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from typing import Any, Iterator
 
 import ray
 
-from ray_stagetree.runtime.storage import CheckpointStorage, unpack_directory
+from ray_stagetree.runtime.payload import unpack_directory
+from ray_stagetree.runtime.storage import CheckpointStorage
 
 STATE_FILE = "stage_state.pkl"
 

@@ -20,8 +20,7 @@ A Tune function trainable ports by changing its imports::
 
 A stage worker runs the function for one stage batch: from the batch's
 starting checkpoint to its last iteration, where `report` ends the function
-(it raises `BatchEnd`, a BaseException, so ``except Exception`` in user code
-does not swallow it). Each `report` is one iteration.
+(see `ray_stagetree.runtime.context`). Each `report` is one iteration.
 
 Run by ``ray.tune.Tuner`` instead, `report` and `get_checkpoint` are Tune's
 own, so a ported trainable can still be compared against vanilla Tune (it
@@ -30,23 +29,16 @@ must then find its hyper-parameters without `get_hparams`).
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any, Mapping
+
+from ray_stagetree.runtime.context import StageContext, current
 
 if TYPE_CHECKING:
     from ray.tune import Checkpoint
 
-    from ray_stagetree.runtime.worker import StageContext
 
-_local = threading.local()
-
-
-class BatchEnd(BaseException):
-    """Raised by `report` when the stage batch is complete; the worker catches it."""
-
-
-def _context() -> "StageContext":
-    context = getattr(_local, "context", None)
+def _context() -> StageContext:
+    context = current()
     if context is None:
         raise RuntimeError(
             "ray_stagetree.report/get_checkpoint/get_hparams/should_checkpoint can only be "
@@ -55,15 +47,11 @@ def _context() -> "StageContext":
     return context
 
 
-def _activate(context: "StageContext | None") -> None:
-    _local.context = context
-
-
 def _tune_session_function(name: str) -> Any:
     """Ray Tune's own ``report`` or ``get_checkpoint`` when the caller is a
     trainable that ``ray.tune.Tuner`` runs, else None. (Taken from where Tune
     defines them: a stage worker replaces the ``ray.tune`` names with ours.)"""
-    if getattr(_local, "context", None) is not None:
+    if current() is not None:
         return None
     try:
         from ray.tune.trainable import trainable_fn_utils

@@ -5,9 +5,6 @@ starts from their checkpoints, so a checkpoint is worth keeping exactly as
 long as it saves recomputation. This module holds the parts of the checkpoint
 store that need no Ray:
 
-* **Payloads.** `pack_directory` / `unpack_directory` turn a checkpoint
-  directory into one uncompressed, deterministic tar archive and back (with
-  safe extraction), and `checksum` names the bytes.
 * **Durable copies.** `CheckpointStorage` writes payloads atomically under a
   Tune-style ``storage_path`` (any fsspec URL, or a given fsspec/pyarrow
   filesystem) and verifies size and checksum on every read. A missing or
@@ -22,15 +19,11 @@ store that need no Ray:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import io
 import itertools
 import math
 import numbers
 import os
 import posixpath
-import stat
-import tarfile
 import uuid
 from collections.abc import Hashable, Iterator
 from typing import Any
@@ -39,6 +32,8 @@ import fsspec
 import pyarrow.fs as pafs
 from fsspec.implementations.arrow import ArrowFSWrapper
 
+from ray_stagetree.runtime.payload import checksum, tree_entries
+
 __all__ = [
     "CheckpointCache",
     "CheckpointCorruptError",
@@ -46,128 +41,7 @@ __all__ = [
     "CheckpointStorage",
     "CheckpointUnavailableError",
     "StoredCheckpoint",
-    "checksum",
-    "pack_directory",
-    "unpack_directory",
 ]
-
-_CHECKSUM_ALGORITHM = "sha256"
-
-# --------------------------------------------------------------------------
-# Payloads
-# --------------------------------------------------------------------------
-
-
-def checksum(data: bytes) -> str:
-    """Checksum of ``data`` as ``"sha256:<hex digest>"``."""
-    return f"{_CHECKSUM_ALGORITHM}:{hashlib.sha256(data).hexdigest()}"
-
-
-def _tree(path: str, prefix: str = "") -> Iterator[tuple[str, str]]:
-    """(archive name, local path) of everything under ``path``, depth first in
-    name order, a directory just before its contents. Does not follow links."""
-    with os.scandir(path) as scan:
-        entries = sorted(scan, key=lambda entry: entry.name)
-    for entry in entries:
-        arcname = f"{prefix}{entry.name}"
-        yield arcname, entry.path
-        if entry.is_dir(follow_symlinks=False):
-            yield from _tree(entry.path, f"{arcname}/")
-
-
-def pack_directory(path: str) -> bytes:
-    """Pack the directory tree at ``path`` into an uncompressed tar archive.
-
-    Entries are added in sorted order with owner and modification time
-    cleared, so equal trees give equal bytes (and equal checksums). Empty
-    subdirectories are kept.
-
-    Parameters
-    ----------
-    path:
-        A local directory, e.g. a ``ray.tune.Checkpoint``'s ``path``.
-
-    Raises
-    ------
-    NotADirectoryError
-        ``path`` is not a directory.
-    ValueError
-        The tree holds a symbolic link or a special file (device, FIFO,
-        socket); such entries cannot be restored safely, so they are refused
-        here rather than lost silently.
-    """
-    if not os.path.isdir(path):
-        raise NotADirectoryError(f"cannot pack {path!r}: not a directory")
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        for arcname, full in _tree(path):
-            mode = os.lstat(full).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                kind = "symbolic link" if stat.S_ISLNK(mode) else "special file"
-                raise ValueError(
-                    f"cannot pack {path!r}: {arcname!r} is a {kind}; "
-                    "checkpoint directories may hold only regular files and directories"
-                )
-            info = archive.gettarinfo(full, arcname=arcname)
-            info.mtime = 0
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            if info.isfile():
-                with open(full, "rb") as handle:
-                    archive.addfile(info, handle)
-            else:
-                archive.addfile(info)
-    return buffer.getvalue()
-
-
-def _check_member(member: tarfile.TarInfo) -> None:
-    name = member.name
-    if name.startswith("/") or name.startswith("\\"):
-        raise ValueError(f"refusing to unpack checkpoint: absolute path {name!r} in archive")
-    if ".." in name.replace("\\", "/").split("/"):
-        raise ValueError(f"refusing to unpack checkpoint: {name!r} leaves the target directory ('..')")
-    if not (member.isfile() or member.isdir()):
-        kind = "link" if (member.issym() or member.islnk()) else "device or special file"
-        raise ValueError(f"refusing to unpack checkpoint: {name!r} is a {kind}")
-
-
-def unpack_directory(data: bytes, path: str) -> None:
-    """Restore an archive made by `pack_directory` into ``path``.
-
-    Every member is checked before anything is written: absolute names,
-    ``..`` components, links and devices are refused. Extraction also uses
-    tarfile's ``"data"`` filter where the Python version has it.
-
-    Parameters
-    ----------
-    data:
-        Archive bytes.
-    path:
-        Target directory; created if missing. Existing files with the same
-        names are overwritten.
-
-    Raises
-    ------
-    ValueError
-        ``data`` is not a tar archive, or it holds an unsafe member.
-    """
-    try:
-        archive = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
-    except tarfile.TarError as error:
-        raise ValueError(f"cannot unpack checkpoint into {path!r}: not a tar archive ({error})") from error
-    with archive:
-        members = archive.getmembers()
-        for member in members:
-            _check_member(member)
-        os.makedirs(path, exist_ok=True)
-        if hasattr(tarfile, "data_filter"):
-            try:
-                archive.extractall(path, members=members, filter="data")
-            except tarfile.FilterError as error:
-                raise ValueError(f"refusing to unpack checkpoint into {path!r}: {error}") from error
-        else:  # pragma: no cover - Python without extraction filters
-            archive.extractall(path, members=members)
-
 
 # --------------------------------------------------------------------------
 # Durable storage
@@ -345,7 +219,7 @@ class CheckpointStorage:
         in the storage's own terms (as ``storage_path`` was given), which is
         what ``ray.tune.Checkpoint(path, storage_filesystem)`` expects."""
         target = self.path(key)
-        for relative, source in _tree(local_path):
+        for relative, source in tree_entries(local_path):
             destination = f"{target}/{relative}"
             if os.path.isdir(source):
                 self.filesystem.makedirs(destination, exist_ok=True)

@@ -14,11 +14,11 @@ from typing import Any, Callable
 
 from ray import tune
 
-from ray_stagetree.planning.config import TrialConfig, unflatten
+from ray_stagetree.planning.config import unflatten
 from ray_stagetree.planning.plan import SearchPlan
+from ray_stagetree.runtime.tuner import Tuner
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import VariantSource
-from ray_stagetree.runtime.tuner import Tuner
 
 
 class Study:

@@ -18,14 +18,19 @@ from ray import tune
 from ray.tune.search import BasicVariantGenerator, Searcher
 
 from ray_stagetree.planning.config import TrialConfig
-from ray_stagetree.runtime.controller import ERROR, StudyController, StudySpec, start_worker
 from ray_stagetree.planning.policies import POLICIES
+from ray_stagetree.runtime.controller import (
+    ERROR,
+    StudyController,
+    StudySpec,
+    start_worker,
+)
 from ray_stagetree.runtime.progress import ProgressReporter
 from ray_stagetree.runtime.results import ResultGrid
-from ray_stagetree.trial_schedulers.host import check_scheduler
 from ray_stagetree.searchers import SequenceGridSearch, generate_trials
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.trainables import StageTrainable
+from ray_stagetree.trial_schedulers.host import check_scheduler
 
 POLL_SECONDS = 0.5
 

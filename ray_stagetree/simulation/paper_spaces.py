@@ -30,7 +30,15 @@ from ray.tune.schedulers import HyperBandScheduler
 # Ray's synchronous bracket; `SuccessiveHalving` only chooses its size.
 from ray.tune.schedulers.hyperband import _Bracket as _HyperBandBracket
 
-from ray_stagetree.sequences import Cosine, CyclicLR, Exponential, Linear, MultiStep, Sequence, Warmup
+from ray_stagetree.sequences import (
+    Cosine,
+    CyclicLR,
+    Exponential,
+    Linear,
+    MultiStep,
+    Sequence,
+    Warmup,
+)
 
 #: Max training iterations (epochs) of the ResNet56 studies (Table 1).
 RESNET56_HORIZON = 120

@@ -62,8 +62,8 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
-from ray_stagetree.trial_schedulers.host import PAUSE, STOP, SchedulerHost
 from ray_stagetree.simulation.simulator import Simulation, SimulationResult
+from ray_stagetree.trial_schedulers.host import PAUSE, STOP, SchedulerHost
 
 #: Hyper-parameters the curve models explicitly; the rest enter as offsets.
 _STEP_KEYS = frozenset({"lr", "batch_size", "momentum", "optimizer", "model"})

@@ -28,7 +28,13 @@ from typing import Any, Callable
 
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, Request, SearchPlan
-from ray_stagetree.planning.policies import POLICIES, CriticalPathPolicy, ExecutionPolicy, StageBatch, get_policy
+from ray_stagetree.planning.policies import (
+    POLICIES,
+    CriticalPathPolicy,
+    ExecutionPolicy,
+    StageBatch,
+    get_policy,
+)
 from ray_stagetree.planning.stage_tree import build_stage_tree
 
 #: Event times are rounded to this many decimals, so that the same point

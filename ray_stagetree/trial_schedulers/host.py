@@ -120,9 +120,7 @@ class SchedulerHost:
         horizon: int,
         on_stop: Callable[[str], None] = lambda trial_id: None,
     ) -> None:
-        from ray.tune.schedulers import FIFOScheduler
-
-        from ray.tune.schedulers import PopulationBasedTraining
+        from ray.tune.schedulers import FIFOScheduler, PopulationBasedTraining
 
         check_scheduler(scheduler, metric, mode)
         self.scheduler = scheduler or FIFOScheduler()
