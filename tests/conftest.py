@@ -3,21 +3,33 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(os.path.dirname(TESTS), "examples")
+# Shared helpers (trainables_for_tests) live here and the examples are imported
+# by name, from every test folder.
+sys.path[:0] = [TESTS, EXAMPLES]
+
+# Fixtures that start Ray: a test using one (directly or through another
+# fixture) is slow, so `pytest -m "not slow"` is the fast loop without them.
+RAY_FIXTURES = frozenset({"ray_session", "counter"})
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray for the whole session: 2 CPUs and 4 fake GPUs (Ray still
     sets CUDA_VISIBLE_DEVICES per actor, so placement is testable)."""
-    import os
-
     import ray
 
-    # Ray's workers import the trainables defined in tests/ and examples/ by name.
-    here = os.path.dirname(os.path.abspath(__file__))
-    examples = os.path.join(os.path.dirname(here), "examples")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, examples, os.environ.get("PYTHONPATH")]))
+    # Ray's workers import the trainables defined in test modules and examples by
+    # name, as pytest imported them: from the folder of each test module.
+    folders = [TESTS, EXAMPLES] + [entry.path for entry in os.scandir(TESTS) if entry.is_dir() and entry.name[0] not in "._"]
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, folders + [os.environ.get("PYTHONPATH")]))
     ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, configure_logging=False)
     yield ray
     ray.shutdown()

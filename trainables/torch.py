@@ -15,6 +15,9 @@ things make that work with PyTorch:
 Together with ``model.state_dict()``, ``optimizer.state_dict()`` and
 `ray_stagetree.runtime.rng.capture_rng_state` they make a complete checkpoint.
 
+(One module of about 600 lines on purpose: the sampler, the loader and its
+batch iterator share one cursor invariant and are read together.)
+
 Example: one logical training iteration is one epoch
 ----------------------------------------------------
 

@@ -383,6 +383,7 @@ def _checkpoint(model, optimizer, loader) -> bytes:
     return buffer.getvalue()
 
 
+@pytest.mark.slow  # trains a CNN with DataLoader workers
 @pytest.mark.parametrize("interrupt_after", [1, 2])
 def test_interrupted_training_resumes_bit_exactly(interrupt_after):
     model, optimizer, loader = _setup()
