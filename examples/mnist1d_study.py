@@ -62,11 +62,12 @@ class CNN(nn.Module):
         return self.head(self.features(x).flatten(1))
 
 
-def train_mnist1d(config, data, hparams_at=None):
+def train_mnist1d(config, data, hparams_at=None, checkpoints=True):
     """``hparams_at(config, epoch)``: how this epoch's hyper-parameters are
     found; ray_stagetree's ``get_hparams()`` by default. (The release
     benchmark passes its own to train the same trials on vanilla Ray Tune,
-    which knows nothing of sequences.)"""
+    which knows nothing of sequences, and ``checkpoints=False`` to measure a
+    trainable that keeps none.)"""
     torch.set_num_threads(1)
     torch.manual_seed(config["seed"])
     (x_train, y_train), (x_test, y_test) = data
@@ -96,13 +97,16 @@ def train_mnist1d(config, data, hparams_at=None):
             logits = model(x_test)
             accuracy = (logits.argmax(1) == y_test).float().mean().item()
             loss = nn.functional.cross_entropy(logits, y_test).item()
+        if not checkpoints:
+            report({"accuracy": accuracy, "loss": loss})
+            continue
         with tempfile.TemporaryDirectory() as path:
             state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader.state_dict()}
             torch.save(state, os.path.join(path, "state.pt"))
             report({"accuracy": accuracy, "loss": loss}, checkpoint=tune.Checkpoint.from_directory(path))
 
 
-def param_space():
+def param_space(epochs: int = EPOCHS):
     step_decay = tune.grid_search([0.1, 0.3])  # decay factor
     return {
         "lr": tune.grid_search(
@@ -110,7 +114,7 @@ def param_space():
                 MultiStep(0.1, [8], step_decay),
                 MultiStep(0.1, [12], step_decay),
                 Warmup(0.02, 2, MultiStep(0.1, [8], 0.1)),
-                Warmup(0.02, 2, Cosine(0.1, 0.001, EPOCHS - 2)),
+                Warmup(0.02, 2, Cosine(0.1, 0.001, epochs - 2)),
                 Warmup(0.02, 2, Exponential(0.1, 0.85)),
             ]
         ),
@@ -119,13 +123,13 @@ def param_space():
     }
 
 
-def run(stage_sharing: bool):
+def run(stage_sharing: bool, epochs: int = EPOCHS):
     tuner = Tuner(
         tune.with_parameters(train_mnist1d, data=make_data()),
-        param_space=param_space(),
+        param_space=param_space(epochs),
         tune_config=tune.TuneConfig(metric="accuracy", mode="max"),
         run_config=tune.RunConfig(name=f"mnist1d_{'shared' if stage_sharing else 'trial'}_{int(time.time())}",
-                                  stop={"training_iteration": EPOCHS}),
+                                  stop={"training_iteration": epochs}),
         stage_sharing=stage_sharing,
     )
     started = time.perf_counter()
@@ -136,12 +140,18 @@ def run(stage_sharing: bool):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--compare", action="store_true", help="also run every trial on its own")
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help=f"epochs per trial (default {EPOCHS}; >= 3)")
     args = parser.parse_args()
 
     import ray
 
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False)
-    results, seconds = run(stage_sharing=True)
+    # Joins the Ray cluster running on this machine (as under `ray job submit`),
+    # or starts a local one on every core; never ray.init(num_cpus=...), which
+    # fails when a cluster is already running.
+    ray.init(include_dashboard=False)
+    if args.epochs < 3:
+        parser.error(f"--epochs must be >= 3 (the warm-up takes 2), got {args.epochs}")
+    results, seconds = run(stage_sharing=True, epochs=args.epochs)
     best = results.get_best_result()
     print(f"\n{len(results)} trials, {results.num_errors} errors, {seconds:.1f} s")
     lr, batch_size = (from_json(v) if isinstance(v, dict) else v for v in (best.config["lr"], best.config["batch_size"]))
@@ -152,7 +162,7 @@ def main():
         f"({results.trial_by_trial_iterations / results.iterations_executed:.2f}x more)"
     )
     if args.compare:
-        baseline, baseline_seconds = run(stage_sharing=False)
+        baseline, baseline_seconds = run(stage_sharing=False, epochs=args.epochs)
         print(f"trial by trial: {baseline_seconds:.1f} s, {baseline.iterations_executed} epochs "
               f"({baseline_seconds / seconds:.2f}x the time); best accuracy "
               f"{baseline.get_best_result().metrics['accuracy']:.4f}")

@@ -42,7 +42,7 @@ from ray import tune
 
 import ray_stagetree
 
-WORKERS = 2
+WORKERS = os.cpu_count() or 1  # --workers
 
 
 def sleepy(config: dict[str, Any]) -> None:
@@ -116,12 +116,17 @@ def throughput(trials: int, iterations: int, storage: str) -> dict[str, float]:
 
 
 def main() -> None:
+    global WORKERS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="20 short trials; 4 trials x 500 results")
     parser.add_argument("--trials", type=int, default=200, help="short trials (default 200)")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="workers (default: CPUs)")
     args = parser.parse_args()
     if args.trials < 1:
         parser.error(f"--trials must be at least 1, got {args.trials}")
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
+    WORKERS = args.workers
     short = (20, 5, 0.02) if args.quick else (args.trials, 10, 0.05)
     bulk = (4, 500) if args.quick else (20, 1000)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__}")

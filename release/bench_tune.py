@@ -7,9 +7,11 @@ The same study three ways, one after the other on one local Ray instance:
 (c) ``ray_stagetree.Tuner``: shared prefixes trained once.
 
 Every run trains the example's 1-D CNN (`examples/mnist1d_study.py`) on
-MNIST-1D, generated offline, on 2 workers of one CPU each, once as a grid
-search and once under ``ASHAScheduler``, over the example's 14 learning-rate
-x batch-size sequences. The trainable is the example's for all three; under
+MNIST-1D, generated offline, on one worker per CPU (``--workers``), over the
+example's 20 learning-rate x batch-size sequences: as a grid search, under
+``ASHAScheduler``, and under ASHA with a trainable that keeps no checkpoint
+(study 1c: live continuation must keep every prefix from being retrained,
+so stagetree never executes more epochs than Tune). The trainable is the example's for all three; under
 Tune, to which ray_stagetree's ``report`` and ``get_checkpoint`` forward, it
 computes each epoch's hyper-parameters from the sequences itself (Tune knows
 nothing of sequences; ray_stagetree's ``get_hparams()`` does it otherwise).
@@ -30,8 +32,9 @@ Targets (issue 5): worker-seconds ratio (a)/(c) at least 0.9 x the merge rate
 on the grid and above it on ASHA; makespan at most 1.2 x the lower bound;
 best accuracy equal to Tune's.
 
-    python release/bench_tune.py            # 16 epochs, 20,000 samples (about 12 minutes on 2 CPUs)
-    python release/bench_tune.py --quick    # 4 trials, 3 epochs, small data (CI smoke test)
+    python release/bench_tune.py              # 16 epochs, 20,000 samples (about 18 minutes on 2 CPUs)
+    python release/bench_tune.py --quick      # 4 trials, 3 epochs, small data (CI smoke test)
+    python release/bench_tune.py --workers 16 # on a 16-core machine
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ import mnist1d_study as example  # noqa: E402
 from ray_stagetree import MultiStep, Sequence, Tuner, from_json, merge_rate  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
 
-WORKERS = 2
+WORKERS = os.cpu_count() or 1  # --workers
 METRIC, MODE = "accuracy", "max"
 
 
@@ -140,10 +143,12 @@ def _fit(tuner: Any, system: str) -> tuple[Any, float]:
     return results, wall
 
 
-def run_tune(space: dict[str, Any], data: Any, epochs: int, asha: bool, storage: str) -> Run:
+def run_tune(space: dict[str, Any], data: Any, epochs: int, asha: bool, storage: str, checkpoints: bool) -> Run:
     occupancy = TrialOccupancy()
     tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(example.train_mnist1d, data=data, hparams_at=values_at), {"cpu": 1}),
+        tune.with_resources(tune.with_parameters(example.train_mnist1d, data=data, hparams_at=values_at, checkpoints=checkpoints),
+            {"cpu": 1},
+        ),
         param_space=declarative(space),
         tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, scheduler=_scheduler(asha, epochs)),
         run_config=tune.RunConfig(
@@ -155,9 +160,11 @@ def run_tune(space: dict[str, Any], data: Any, epochs: int, asha: bool, storage:
     return Run("(a) Ray Tune", wall, occupancy.seconds, executed, _best(results))
 
 
-def run_stagetree(space: dict[str, Any], data: Any, epochs: int, asha: bool, storage: str, sharing: bool) -> Run:
+def run_stagetree(
+    space: dict[str, Any], data: Any, epochs: int, asha: bool, storage: str, sharing: bool, checkpoints: bool = True
+) -> Run:
     tuner = Tuner(
-        tune.with_resources(tune.with_parameters(example.train_mnist1d, data=data), {"cpu": 1}),
+        tune.with_resources(tune.with_parameters(example.train_mnist1d, data=data, checkpoints=checkpoints), {"cpu": 1}),
         param_space=space,
         tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, scheduler=_scheduler(asha, epochs)),
         run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": epochs}, verbose=0),
@@ -185,13 +192,15 @@ def fixed_seconds(space: dict[str, Any], data: Any, storage: str) -> float:
     return run.wall - run.epoch_seconds
 
 
-def study(label: str, space: dict[str, Any], data: Any, epochs: int, asha: bool, storage: str, fixed: float) -> dict:
+def study(
+    label: str, space: dict[str, Any], data: Any, epochs: int, asha: bool, storage: str, fixed: float, checkpoints: bool = True
+) -> dict:
     trials = generate_trials(space)
     print(f"\n{label}: {len(trials)} trials x {epochs} epochs, {WORKERS} workers")
     runs = [
-        run_tune(space, data, epochs, asha, storage),
-        run_stagetree(space, data, epochs, asha, storage, sharing=False),
-        run_stagetree(space, data, epochs, asha, storage, sharing=True),
+        run_tune(space, data, epochs, asha, storage, checkpoints),
+        run_stagetree(space, data, epochs, asha, storage, sharing=False, checkpoints=checkpoints),
+        run_stagetree(space, data, epochs, asha, storage, sharing=True, checkpoints=checkpoints),
     ]
     tune_run, alone, shared = runs
     print(f"{'system':<22} {'wall s':>7} {'worker-s':>9} {'epochs':>7} {'best acc':>9}")
@@ -207,6 +216,7 @@ def study(label: str, space: dict[str, Any], data: Any, epochs: int, asha: bool,
         "makespan_ratio": shared.wall / bound,
         "makespan_ratio_without_fixed": (shared.wall - fixed) / bound,
         "best_equal": shared.best == tune_run.best,
+        "epochs_ratio": tune_run.epochs / shared.epochs,
     }
     print(f"merge rate of the trials at the horizon: {figures['merge_rate']:.2f}")
     print(
@@ -234,9 +244,14 @@ def quick_space() -> dict[str, Any]:
 
 
 def main() -> None:
+    global WORKERS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="4 trials, 3 epochs, 1,000 samples")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="stage workers and Tune trials at once (default: CPUs)")
     args = parser.parse_args()
+    if args.workers < 1:
+        parser.error(f"--workers must be >= 1, got {args.workers}")
+    WORKERS = args.workers
     epochs, samples = (3, 1000) if args.quick else (example.EPOCHS, 20_000)
     space = quick_space() if args.quick else example.param_space()
     print(
@@ -251,6 +266,7 @@ def main() -> None:
         fixed = fixed_seconds(space, data, storage)
         grid = study("1a. Grid search", space, data, epochs, asha=False, storage=storage, fixed=fixed)
         asha = study("1b. ASHA", space, data, epochs, asha=True, storage=storage, fixed=fixed)
+        bare = study("1c. ASHA, no checkpoints", space, data, epochs, True, storage, fixed, checkpoints=False)
     print("\nTargets: worker-seconds ratio >= 0.9 x merge rate (grid), > merge rate (ASHA); makespan <= 1.2 x bound")
     for name, figures, target in (("grid", grid, 0.9 * grid["merge_rate"]), ("ASHA", asha, asha["merge_rate"])):
         print(
@@ -259,6 +275,10 @@ def main() -> None:
             f" {figures['makespan_ratio_without_fixed']:.2f}x without the fixed cost;"
             f" best accuracy equal to Tune's: {figures['best_equal']}"
         )
+    print(
+        f"no checkpoints (1c): epochs Tune/stagetree {bare['epochs_ratio']:.2f}x (target >= 1.00),"
+        f" worker-seconds {bare['worker_seconds_ratio']:.2f}x (target >= 1.00)"
+    )
     ray.shutdown()
 
 

@@ -10,6 +10,7 @@ sequences. Results and completions are forwarded as Tune forwards them.
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Any
 
@@ -35,8 +36,12 @@ class VariantSource:
         return self._queue.pop(0) if self._queue else None
 
     @property
-    def remaining(self) -> int | None:
+    def remaining(self) -> int:
         return len(self._queue)
+
+    def peek(self) -> dict[str, Any] | None:
+        """The next trial's config, if one is queued."""
+        return self._queue[0][1] if self._queue else None
 
     def on_result(self, trial_id: str, result: dict[str, Any]) -> None:
         pass
@@ -58,13 +63,14 @@ class SearcherSource:
     metric, mode:
         From ``TuneConfig``; given to the searcher unless it has its own.
     num_samples:
-        Total trials to run (Tune's meaning when a searcher is used).
+        Total trials to run (Tune's meaning when a searcher is used; -1 runs
+        until the searcher returns ``Searcher.FINISHED`` or the time budget ends).
     """
 
     def __init__(self, searcher: Any, param_space: dict[str, Any], metric: str | None, mode: str | None, num_samples: int):
         self.searcher = searcher
         self._space = to_tune_space(param_space)
-        self._num_samples = num_samples
+        self._num_samples = math.inf if num_samples < 0 else num_samples
         self._suggested = 0
         self._finished = False
         self._prefix = uuid.uuid4().hex[:5]
@@ -76,8 +82,10 @@ class SearcherSource:
                 )
 
     @property
-    def remaining(self) -> int | None:
-        return None if self._finished else self._num_samples - self._suggested
+    def remaining(self) -> float:
+        """Trials still to propose: 0 once the searcher said FINISHED, infinite
+        for ``num_samples=-1`` (Tune's "until the searcher or the time budget ends")."""
+        return 0 if self._finished else self._num_samples - self._suggested
 
     def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
         from ray.tune.search import Searcher

@@ -1,11 +1,13 @@
-"""The class-trainable API, shaped like ``ray.tune.Trainable``."""
+"""The class-trainable API: a ``ray.tune.Trainable`` with sequence values."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ray import tune
 
-class StageTrainable:
+
+class StageTrainable(tune.Trainable):
     """Subclass and implement `setup`, `step`, and either the directory pair
     `save_checkpoint` / `load_checkpoint` or the in-memory pair `get_state` /
     `set_state` (faster: the state goes to the Ray object store without
@@ -29,22 +31,23 @@ class StageTrainable:
     ...         return {"model": self.model.state_dict()}
     ...     def set_state(self, state):
     ...         self.model.load_state_dict(state["model"])
+
+    It is a ``ray.tune.Trainable``, so ``tune.with_resources`` and
+    ``tune.with_parameters`` take it, but a light one: the stage worker runs
+    it, with no Tune logger or trial folder (``logdir`` is None).
+    Plain ``ray.tune.Trainable`` subclasses run unchanged too.
     """
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.config = config
+    def __init__(self, config: dict[str, Any] | None = None, storage: Any = None) -> None:
+        from ray.tune.trainable.trainable import TRIAL_INFO
+
+        self.config = dict(config or {})
+        self._trial_info = self.config.pop(TRIAL_INFO, None)
+        self._logdir = None
+        self._storage = storage
         self.hparams: dict[str, Any] = {}
         self._iteration = 0
-        self.setup(config)
-
-    @property
-    def iteration(self) -> int:
-        """Iterations completed so far."""
-        return self._iteration
-
-    @property
-    def training_iteration(self) -> int:
-        return self._iteration
+        self.setup(self.config)
 
     def setup(self, config: dict[str, Any]) -> None:
         """Build the model, data and optimizer (called once per stage batch)."""
@@ -64,7 +67,8 @@ class StageTrainable:
         )
 
     def load_checkpoint(self, checkpoint: str | dict[str, Any]) -> None:
-        """Restore what `save_checkpoint` wrote (the directory path)."""
+        """Restore what `save_checkpoint` wrote: the directory path, or the
+        dict it returned (Tune's two forms)."""
         raise NotImplementedError(f"{type(self).__name__} must implement load_checkpoint()")
 
     def get_state(self) -> Any:

@@ -180,6 +180,8 @@ class SearchPlan:
         self._located: dict[tuple, PlanNode] = {}
         self._batches: dict[int, RunningBatch] = {}
         self._next_batch_id = 0
+        # (node id, trial id) -> (the trial's config, step checked up to, first step it differs from the node)
+        self._divergence: dict[tuple[int, str], tuple[TrialConfig | None, int, int | None]] = {}
 
     # -- structure ---------------------------------------------------------
 
@@ -407,6 +409,38 @@ class SearchPlan:
                 request.node.requests.pop(request.step, None)
         return again
 
+    def extend_batch(self, batch_id: int) -> int | None:
+        """Live continuation: a running batch that reached the end of its last
+        segment goes on along the same node, through the work live trials
+        still want there (their requests beyond it, and branch points their
+        forks need), instead of ending and leaving that work to a new batch
+        that would restart from a checkpoint, or from scratch without one.
+        Returns the new end, or None when nothing on the node is wanted or
+        another batch already trains it."""
+        batch = self._batch(batch_id)
+        node, start, stop = batch.segments[-1]
+        if any(other != batch_id and end > stop for other, (_, end) in node.running.items()):
+            return None
+        wanted = [step for step, request in node.requests.items() if step > stop and request.trials]
+        wanted += [
+            child.fork_step
+            for child in node.children.values()
+            if child.fork_step > stop and self._has_live_request(child)
+        ]
+        if not wanted:
+            return None
+        end = max(wanted)
+        batch.segments[-1] = (node, start, end)
+        node.running[batch_id] = (start, end)
+        for step, request in node.requests.items():
+            if stop < step <= end and request.state is RequestState.NOT_SCHED:
+                self._attach_to_batch(request, batch_id)
+        return end
+
+    def batch_segments(self, batch_id: int) -> list[tuple[PlanNode, int, int]]:
+        """The ``(node, start, stop)`` segments of a running batch, as extended."""
+        return list(self._batch(batch_id).segments)
+
     @property
     def running_batches(self) -> list[int]:
         return list(self._batches)
@@ -433,7 +467,27 @@ class SearchPlan:
             ]
             if self._continues_past(node, stop):
                 points.append((node, stop, True))
+            points += [(node, fork, True) for fork in self._forks_ahead(node, start, stop)]
         return points
+
+    def _forks_ahead(self, node: PlanNode, start: int, stop: int) -> set[int]:
+        """Steps in ``(start, stop]`` where a trial now requested on ``node``
+        will leave it once its request moves on (a trial requested a few
+        iterations at a time, whose fork the plan has not reached yet)."""
+        forks = set()
+        for trial_id in node.trials:
+            key = (node.node_id, trial_id)
+            config = self.trials[trial_id].config
+            known, checked, fork = self._divergence.get(key, (None, node.fork_step, None))
+            if known is not config:  # new, or PBT gave the trial another config
+                checked, fork = node.fork_step, None
+            if fork is None and checked < stop:
+                fork = config.first_difference(node.config, stop, checked)
+                checked = stop
+            self._divergence[key] = (config, checked, fork)
+            if fork is not None and start < fork <= stop:
+                forks.add(fork)
+        return forks
 
     def _continues_past(self, node: PlanNode, step: int) -> bool:
         """Does a live trial train ``node`` beyond ``step``?"""

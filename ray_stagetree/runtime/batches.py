@@ -14,6 +14,13 @@ class BatchSpec:
     segments: list[tuple[int, int, int]]  # (node_id, start, stop)
     save_steps: set[int]
     source: Any = None  # ObjectRef of a CheckpointPayload, or None for a fresh start
+    # Flattened names the trainable reads from ``config`` as plain values: the
+    # user gave plain values there, and PBT made them sequences.
+    plain: frozenset[str] = frozenset()
+    # The trial the deepest node was made for, as a class trainable's trial_id / trial_name.
+    trial_id: str = "default"
+    trial_name: str = "default"
+    experiment_name: str = ""
 
     @property
     def start(self) -> int:
@@ -22,6 +29,14 @@ class BatchSpec:
     @property
     def stop(self) -> int:
         return self.segments[-1][2]
+
+    def node_at(self, step: int) -> int:
+        """The plan node that trains iteration ``step`` (1-based: the step
+        a report after it carries) on this batch's path."""
+        for node_id, start, stop in self.segments:
+            if start < step <= stop:
+                return node_id
+        raise ValueError(f"step {step} is outside batch {self.batch_id}")
 
 
 @dataclass
@@ -33,3 +48,6 @@ class BatchOutcome:
     error: str | None = None
     error_step: int | None = None
     error_node: int | None = None
+    returned_at: int | None = None  # the function trainable returned after this many iterations
+    missing_checkpoint: int | None = None  # a step where report() got no checkpoint the plan needed
+    trainable_unloadable: bool = False  # the worker could not unpickle the trainable: no batch can run

@@ -10,14 +10,13 @@ does not swallow it.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import tempfile
 import threading
 import time
 from typing import Any, Callable
 
-from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.planning.config import PATH_SEPARATOR, TrialConfig
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.payload import (
     CheckpointPayload,
@@ -27,8 +26,6 @@ from ray_stagetree.runtime.payload import (
 )
 from ray_stagetree.runtime.rng import capture_rng_state, restore_rng_state
 
-logger = logging.getLogger(__name__)
-
 FLUSH_SECONDS = 0.5
 
 _local = threading.local()
@@ -36,6 +33,12 @@ _local = threading.local()
 
 class BatchEnd(BaseException):
     """Raised by `report` when the stage batch is complete; the worker catches it."""
+
+
+class ConfigChange(BaseException):
+    """Raised by `report` where a plain config value changes inside the batch
+    (PBT explored it): the worker restarts the function with the new config
+    from the checkpoint just reported, as Tune restarts an exploited trial."""
 
 
 def current() -> "StageContext | None":
@@ -55,15 +58,37 @@ class StageContext:
         self.step = spec.start
         self.stop = spec.stop
         self.save_steps = set(spec.save_steps)
+        self.returned_at: int | None = None  # set when a function trainable returns before `stop`
         self._controller = controller
         self._put = put
         self._config = TrialConfig.from_config(spec.config)
+        self._config_changes = self._plain_value_changes()
+        self.save_steps |= self._config_changes
+        self._restart_payload: CheckpointPayload | None = None
         self._pending = BatchOutcome(spec.batch_id)
         self._last_flush = self._started = self._iteration_started = time.monotonic()
         self._restored_dir: str | None = None
-        self._warned_missing_checkpoint = False
+        self._ended = False  # a report said done
+        self.missing_checkpoint: int | None = None  # first step a needed checkpoint was not passed to report()
+
+    def _plain_value_changes(self) -> set[int]:
+        """Steps inside the batch where a value handed over as plain changes."""
+        changes: set[int] = set()
+        sequences = dict(zip(self._config.names, self._config.sequences))
+        for name in self.spec.plain:
+            values = [sequences[name].value(step) for step in range(self.spec.start, self.spec.stop)]
+            changes.update(self.spec.start + k for k in range(1, len(values)) if values[k] != values[k - 1])
+        return changes
 
     # -- function API ------------------------------------------------------
+
+    def trainable_config(self) -> dict[str, Any]:
+        """The config the trainable gets: sequences as objects, except where the
+        user gave a plain value (then this iteration's value, as Tune has it)."""
+        if not self.spec.plain:
+            return self.spec.config
+        values = self._config.hparams_at(self.step)
+        return _replaced(self.spec.config, {name: values[name] for name in self.spec.plain})
 
     def hparams(self) -> dict[str, Any]:
         return self._config.hparams_at(self.step)
@@ -74,6 +99,8 @@ class StageContext:
     def source_payload(self) -> CheckpointPayload | None:
         import ray
 
+        if self._restart_payload is not None:
+            return self._restart_payload
         if self.spec.source is None:
             return None
         payload = ray.get(self.spec.source)
@@ -98,29 +125,26 @@ class StageContext:
     def report(self, metrics: Any, checkpoint: Any = None) -> None:
         if not isinstance(metrics, dict):
             raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r}")
-        payload = None
-        if self.step + 1 in self.save_steps:
-            if checkpoint is not None:
-                with checkpoint.as_directory() as path:
-                    payload = CheckpointPayload(self.step + 1, capture_rng_state(), directory=pack_directory(path))
-            elif not self._warned_missing_checkpoint:
-                self._warned_missing_checkpoint = True
-                logger.warning(
-                    "iteration %d needs a checkpoint (should_checkpoint() was True) but report() got none; "
-                    "trials that branch off here will retrain the prefix",
-                    self.step + 1,
-                )
-        self._record(metrics, payload)
+
+        def payload(step: int) -> CheckpointPayload | None:
+            if checkpoint is None:
+                self.missing_checkpoint = self.missing_checkpoint or step
+                return None
+            with checkpoint.as_directory() as path:
+                return CheckpointPayload(step, capture_rng_state(), directory=pack_directory(path))
+
+        self.record(metrics, payload)
 
     # -- shared by both APIs ------------------------------------------------
 
     def node_at(self, step: int) -> int:
-        for node_id, start, stop in self.spec.segments:
-            if start < step <= stop:
-                return node_id
-        raise ValueError(f"step {step} is outside batch {self.spec.batch_id}")
+        return self.spec.node_at(step)
 
-    def _record(self, metrics: dict[str, Any], payload: CheckpointPayload | None) -> None:
+    def record(self, metrics: dict[str, Any], make_payload: Callable[[int], CheckpointPayload | None]) -> None:
+        """One iteration done: stream its metrics, and a checkpoint (made by
+        ``make_payload(step)``) where the plan needs one. At the batch's end
+        the controller's reply says whether the batch goes on (live
+        continuation); the end's checkpoint is made only if it does not."""
         now = time.monotonic()
         self.step += 1
         row = dict(metrics)
@@ -129,33 +153,79 @@ class StageContext:
         self._iteration_started = now
         node_id = self.node_at(self.step)
         self._pending.records.append((node_id, self.step, row))
+        if row.get("done") is True:  # the trial ends here, as Tune ends it: so does the batch
+            self.stop = self.step
+            self._ended = True
+        if self.step >= self.stop:
+            self.flush()
+        payload = make_payload(self.step) if self.step in self.save_steps else None
         if payload is not None:
             key = f"{self.spec.batch_id}:{self.step}"
             self._put(key, payload)
             self._pending.checkpoints.append((node_id, self.step, key, size_of(payload)))
-        if payload is not None or now - self._last_flush >= FLUSH_SECONDS:
+        if self.step < self.stop and (payload is not None or now - self._last_flush >= FLUSH_SECONDS):
             self.flush()
         if self.step >= self.stop:
             raise BatchEnd()
+        if self.step in self._config_changes:
+            self._restart(payload)
+
+    def _restart(self, payload: CheckpointPayload | None) -> None:
+        if payload is None:
+            raise RuntimeError(
+                f"a plain config value changes at iteration {self.step} (PBT explored it) and the function "
+                "must restart there from a checkpoint, but report() got none: pass "
+                "checkpoint=tune.Checkpoint.from_directory(...) to report() where should_checkpoint() is True"
+            )
+        self._restart_payload = payload
+        if self._restored_dir is not None:
+            shutil.rmtree(self._restored_dir, ignore_errors=True)
+            self._restored_dir = None
+        raise ConfigChange()
 
     def flush(self) -> None:
-        """Send pending records; take the controller's updated instructions."""
+        """Send pending records; take the controller's updated instructions:
+        where to checkpoint, and where the batch now ends (earlier when no
+        live trial needs the rest, later when it continues live)."""
         import ray
 
         if not self._pending.records and not self._pending.checkpoints:
             return
         outcome, self._pending = self._pending, BatchOutcome(self.spec.batch_id)
         outcome.seconds = time.monotonic() - self._last_flush
+        outcome.missing_checkpoint = self.missing_checkpoint
         self._last_flush = time.monotonic()
         if self._controller is None:
             return
-        save_steps, stop = ray.get(self._controller.worker_report.remote(outcome))
-        self.save_steps |= set(save_steps)
-        self.stop = min(self.stop, max(stop, self.step))
+        save_steps, needed, batch_stop = ray.get(self._controller.worker_report.remote(outcome))
+        self.save_steps = set(save_steps) | self._config_changes
+        if batch_stop > self.spec.stop:
+            node_id, start, _ = self.spec.segments[-1]
+            self.spec.segments[-1] = (node_id, start, batch_stop)
+            self._config_changes = self._plain_value_changes()
+            self.save_steps |= self._config_changes
+        if not self._ended:
+            self.stop = max(min(needed, batch_stop), self.step)
 
     def finish(self) -> BatchOutcome:
         outcome = self._pending
+        outcome.returned_at = self.returned_at
+        outcome.missing_checkpoint = self.missing_checkpoint
         outcome.seconds = time.monotonic() - self._last_flush
         if self._restored_dir is not None:
             shutil.rmtree(self._restored_dir, ignore_errors=True)
         return outcome
+
+
+def _replaced(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the values at the given flattened paths replaced,
+    copying only the dicts on those paths."""
+    out = dict(config)
+    for path, value in values.items():
+        *parents, leaf = path.split(PATH_SEPARATOR)
+        level = out
+        for part in parents:
+            level[part] = dict(level[part])
+            level = level[part]
+        level[leaf] = value
+    return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.checkpoint_store import CheckpointStore
 from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
+from ray_stagetree.runtime.trials import TrialInfo, trial_name
 from ray_stagetree.runtime.worker import StageWorker
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import WAIT
@@ -42,7 +44,7 @@ class StudySpec:
 
     trainable: bytes  # cloudpickled; unpickled by each worker
     source: Any  # a VariantSource or SearcherSource (ray_stagetree.searchers.sources)
-    horizon: int
+    horizon: int | None  # None: open-ended trials, ended by stop criteria, schedulers or the trainable
     experiment_path: str
     storage_filesystem: Any = None
     num_workers: int = 1
@@ -51,6 +53,7 @@ class StudySpec:
     stage_sharing: bool = True
     max_failures: int = 0
     stop_thresholds: dict[str, float] = field(default_factory=dict)
+    stopper: Any = None  # a ray.tune Stopper (a stop function arrives wrapped in Tune's FunctionStopper)
     scheduler: Any = None  # a ray.tune TrialScheduler, hosted by SchedulerHost
     metric: str | None = None
     mode: str | None = None
@@ -58,13 +61,17 @@ class StudySpec:
     policy: str = "critical_path"
     checkpoint_budget_bytes: int = 2 * 1024**3
     resume: bool = False  # continue the plan saved under experiment_path/plan
+    fail_fast: bool | str = False  # FailureConfig.fail_fast: True or "raise" stop the study at the first error
+    trainable_name: str = "trainable"
+    trial_name_creator: Any = None  # TuneConfig's hooks, called with a TrialInfo
+    trial_dirname_creator: Any = None
 
 
 @dataclass
 class TrialState:
     trial_id: str
     config: dict[str, Any]
-    config_json: dict[str, Any]
+    config_json: dict[str, Any]  # nested, as Tune's result.config; sequences in their JSON form
     status: str = PENDING
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # the current path, by step
     reported: list[dict[str, Any]] = field(default_factory=list)  # every row, in order
@@ -73,6 +80,9 @@ class TrialState:
     checkpoint_path: str | None = None
     node: Any = None  # the plan node of the trial's request
     flat: TrialConfig | None = None  # `config` flattened, for its hyper-parameters by step
+    plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
+    name: str = ""  # TuneConfig.trial_name_creator's, for messages
+    dirname: str = ""  # the trial's folder under the experiment path
 
 
 class StudyController:
@@ -85,11 +95,20 @@ class StudyController:
         )
         self.trials: dict[str, TrialState] = {}
         self.source = spec.source
-        self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, spec.horizon, on_stop=self._stop)
+        horizon = math.inf if spec.horizon is None else spec.horizon
+        self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, on_stop=self._stop)
+        # Stop criteria, and schedulers other than ASHA/HyperBand/PBT/FIFO, may
+        # end a trial at any result: its request then runs one iteration ahead
+        # (the batch continues live), so nothing trains past a stopping result.
+        self._every_result = (
+            spec.stopper is not None or bool(spec.stop_thresholds) or not self.host.decides_at_milestones
+        )
         # Configs as the trainable takes them (sequences as objects), per node.
         self._node_configs: dict[int, dict[str, Any]] = {
             node.node_id: from_tune_config(unflatten(node.config.to_json())) for node in self.plan.nodes
         }
+        self._node_plain: dict[int, frozenset[str]] = {}  # TrialState.plain of the config above
+        self._node_owner: dict[int, str] = {}  # the trial a node was made for
         self._workers: list[Any] = []
         self._idle: list[Any] = []
         self._running: dict[Any, tuple[Any, StageBatch, BatchSpec, float]] = {}
@@ -99,6 +118,10 @@ class StudyController:
         self._worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
         self._started = time.time()
         self._new_rows: list[dict[str, Any]] = []
+        self._halted = False  # fail_fast, a stopper's stop_all, or abort: nothing more runs
+        self._warned_missing_checkpoint = False
+        self._warnings: list[str] = []  # for the driver to show, once each
+        self.study_error: str | None = None  # why the whole study stopped
 
     # -- trials ----------------------------------------------------------------
 
@@ -115,7 +138,7 @@ class StudyController:
 
     def _admit(self) -> None:
         limit = self.spec.max_concurrent_trials or float("inf")
-        while self._live() < limit and not self._over_budget():
+        while self._live() < limit and not self._over_budget() and not self._halted:
             proposal = self.source.next_trial()
             if proposal is None or proposal == WAIT:
                 return
@@ -123,45 +146,63 @@ class StudyController:
             self.host.on_add(trial_id, config)
             try:
                 flat = TrialConfig.from_config(config)
-            except (TypeError, ValueError) as error:
-                self.trials[trial_id] = TrialState(trial_id, config, {}, status=ERROR, error=str(error))
+                info = TrialInfo(trial_id, config, self.spec.trainable_name)
+                name = trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False)
+                dirname = trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True)
+            except Exception as error:  # a bad config, or a user hook that raised
+                self.trials[trial_id] = TrialState(
+                    trial_id, config, {}, status=ERROR, error=f"{type(error).__name__}: {error}", dirname=trial_id
+                )
                 self.host.on_error(trial_id)
                 self.source.on_complete(trial_id, None, error=True)
+                self._after_error()
                 continue
-            state = self.trials[trial_id] = TrialState(trial_id, config, flat.to_json(), flat=flat)
+            state = self.trials[trial_id] = TrialState(
+                trial_id,
+                config,
+                unflatten(flat.to_json()),
+                flat=flat,
+                plain=frozenset(flat.names) - flat.declared,
+                name=name,
+                dirname=dirname,
+            )
             study = "study" if self.spec.stage_sharing else trial_id
-            step = self.host.next_decision(trial_id, 0)
+            step = self._next_request(trial_id, 0)
             if trial_id in self.plan.trials:  # a trial of a restored plan, extended
                 request = self.plan.extend_trial(trial_id, step)
             else:
                 request = self.plan.add_trial(trial_id, config, step, study=study)
-            state.node = request.node
-            self._node_configs.setdefault(request.node.node_id, config)
+            self._requested_node(state, request.node)
             for step, metrics in self.plan.history(trial_id).items():
                 self._add_row(state, step, metrics)
 
     def _add_row(self, state: TrialState, step: int, metrics: dict[str, Any]) -> None:
-        if state.status in (TERMINATED, ERROR):
+        # An iteration trained again (a retry, an evicted checkpoint) was
+        # already reported: searchers and schedulers see each iteration once.
+        if state.status in (TERMINATED, ERROR) or step in state.rows:
             return
         row = dict(metrics)
         row["trial_id"] = state.trial_id
         row["training_iteration"] = step
-        row["done"] = step >= self.spec.horizon
+        ended = bool(row.get("done", False))
+        row["done"] = ended or step >= self.host.horizon
         row["config"] = state.config_json
-        replaced = state.rows.get(step)  # the same step trained again (a retry)
-        position = len(state.reported)
-        if replaced is not None:
-            position = next(i for i, r in enumerate(state.reported) if r is replaced)
-        previous = state.reported[position - 1] if position else {}
+        previous = state.reported[-1] if state.reported else {}
         row["time_total_s"] = previous.get("time_total_s", 0.0) + row.get("time_this_iter_s", 0.0)
         state.rows[step] = row
-        state.reported[position : position + 1] = [row]
+        state.reported.append(row)
         if state.status == PENDING:
             state.status = RUNNING
         self._new_rows.append(row)
+        if not row["done"] and self._stop_criteria_met(state.trial_id, row):
+            row["done"] = ended = True  # Tune's stop criteria end a trial without asking its scheduler
         self.source.on_result(state.trial_id, row)
-        if step >= self.spec.horizon:
-            self._finish(state)
+        if self.spec.stopper is not None and self.spec.stopper.stop_all():
+            row["done"] = ended = True
+            self._halt()
+        if row["done"]:
+            # The horizon, or the trainable reported done (Tune ends the trial).
+            self._stop(state.trial_id) if ended else self._finish(state)
             self._resume()
             return
         # Only PBT reads the hyper-parameters (the values it explores from).
@@ -169,7 +210,7 @@ class StudyController:
         decision = self.host.on_result(state.trial_id, row, values)
         if isinstance(decision, Exploit):
             self._exploit(state, decision)
-        elif decision == STOP or self._reached_threshold(row):
+        elif decision == STOP:
             self.stop_trial(state.trial_id)
         elif decision == PAUSE:
             self._pause(state, step)
@@ -208,33 +249,45 @@ class StudyController:
         study = "study" if self.spec.stage_sharing else state.trial_id
         self.plan.remove_trial(state.trial_id)
         state.config, state.flat = config, TrialConfig.from_config(config)
-        state.config_json = state.flat.to_json()
+        state.config_json = unflatten(state.flat.to_json())
         state.rows = {step: row for step, row in state.rows.items() if step <= exploit.step}
-        request = self.plan.add_trial(
-            state.trial_id, config, self.host.next_decision(state.trial_id, exploit.step), study=study
-        )
+        request = self.plan.add_trial(state.trial_id, config, self._next_request(state.trial_id, exploit.step), study=study)
         self._requested(state, request, exploit.step)
 
     def _continue(self, state: TrialState, step: int) -> None:
         """A decision point passed with CONTINUE: request up to the next one."""
-        request = self.plan.extend_trial(state.trial_id, self.host.next_decision(state.trial_id, step))
+        request = self.plan.extend_trial(state.trial_id, self._next_request(state.trial_id, step))
         self._requested(state, request, step)
 
     def _requested(self, state: TrialState, request: Any, step: int) -> None:
         """The trial's request moved on from ``step``: take what the plan
         already holds beyond it (work shared with other trials)."""
-        state.node = request.node
-        self._node_configs.setdefault(request.node.node_id, state.config)
+        self._requested_node(state, request.node)
         self._wake.set()
         for later, metrics in self.plan.history(state.trial_id).items():
             if later > step:
                 self._add_row(state, later, metrics)
 
-    def _reached_threshold(self, row: dict[str, Any]) -> bool:
-        return any(
+    def _requested_node(self, state: TrialState, node: Any) -> None:
+        state.node = node
+        if node.node_id not in self._node_configs:
+            self._node_configs[node.node_id] = state.config
+            self._node_plain[node.node_id] = state.plain
+            self._node_owner[node.node_id] = state.trial_id
+
+    def _next_request(self, trial_id: str, step: int) -> int:
+        """The step a trial at ``step`` is requested to: its scheduler's next
+        decision point, or the next iteration where any result may end it."""
+        decision = self.host.next_decision(trial_id, step)
+        return step + 1 if self._every_result or math.isinf(decision) else decision
+
+    def _stop_criteria_met(self, trial_id: str, row: dict[str, Any]) -> bool:
+        """RunConfig.stop: a metric reached its threshold, or the stopper says so."""
+        reached = any(
             isinstance(row.get(key), (int, float)) and row[key] >= threshold
             for key, threshold in self.spec.stop_thresholds.items()
         )
+        return reached or (self.spec.stopper is not None and bool(self.spec.stopper(trial_id, row)))
 
     def stop_trial(self, trial_id: str) -> None:
         """End a trial now (a stop criterion or a trial scheduler decided so).
@@ -267,18 +320,30 @@ class StudyController:
 
     # -- reports from workers ---------------------------------------------------
 
-    def worker_report(self, outcome: BatchOutcome) -> tuple[list[int], int]:
-        """Fold a worker's records into the plan; reply with the batch's
-        current checkpoint steps and the step it may stop at."""
+    def worker_report(self, outcome: BatchOutcome) -> tuple[list[int], int, int]:
+        """Fold a worker's records into the plan (trials' schedulers decide on
+        them here); reply with the batch's checkpoint steps, the step it may
+        stop at, and its end, later than before where it continues live."""
         self._ingest(outcome)
         batch_id = outcome.batch_id
         if batch_id not in self.plan.running_batches:
-            return [], 0
+            return [], 0, 0
+        _, _, stop = self.plan.batch_segments(batch_id)[-1]
+        if outcome.records and outcome.records[-1][1] == stop:
+            stop = self.plan.extend_batch(batch_id) or stop
         save_steps = [step for _, step in self.plan.checkpoints_needed(batch_id)]
         needed = self.plan.needed_until(batch_id)
-        return save_steps, needed[1] if needed is not None else 0
+        return save_steps, needed[1] if needed is not None else 0, stop
 
     def _ingest(self, outcome: BatchOutcome) -> None:
+        if outcome.missing_checkpoint is not None and not self._warned_missing_checkpoint:
+            self._warned_missing_checkpoint = True
+            self._warnings.append(
+                f"iteration {outcome.missing_checkpoint} needs a checkpoint (should_checkpoint() was True) but "
+                "report() got none. Trials that branch off a shared prefix will train it again, and a trial "
+                "resumed after a pause restarts from scratch: pass checkpoint=tune.Checkpoint.from_directory(...) "
+                "to report() where should_checkpoint() is True (this warning is shown once per study)"
+            )
         for node_id, step, metrics in outcome.records:
             node = self.plan.nodes[node_id]
             self._iterations += 1
@@ -335,7 +400,17 @@ class StudyController:
             segments=[(node.node_id, start, stop) for node, start, stop in batch.segments],
             save_steps={step for _, step in self.plan.checkpoints_needed(batch.batch_id)},
             source=handle,
+            plain=self._node_plain.get(leaf.node_id, frozenset()),
+            **self._owner(leaf.node_id),
         )
+
+    def _owner(self, node_id: int) -> dict[str, str]:
+        """The trial a class trainable's ``trial_id`` / ``trial_name`` name."""
+        owner = self.trials.get(self._node_owner.get(node_id, ""))
+        experiment_name = self.spec.experiment_path.rstrip("/").rsplit("/", 1)[-1]
+        if owner is None:  # a node of a restored plan
+            return {"experiment_name": experiment_name}
+        return {"trial_id": owner.trial_id, "trial_name": owner.name, "experiment_name": experiment_name}
 
     async def _complete(self, ref: Any) -> None:
         worker, batch, spec, dispatched = self._running.pop(ref)
@@ -350,28 +425,80 @@ class StudyController:
             self.plan.release_batch(batch.batch_id)
             return
         self._worker_seconds += time.monotonic() - dispatched
+        if outcome.trainable_unloadable:
+            self._abort(outcome.error)
+            self.plan.release_batch(batch.batch_id)
+            self._batch_workers.pop(batch.batch_id, None)
+            return
         self._ingest(outcome)
         self._batch_workers.pop(batch.batch_id, None)
         if outcome.error is not None:
             node = self.plan.nodes[outcome.error_node]
             self._fail(self.plan.trials_through(node, outcome.error_step), outcome.error)
+        if outcome.returned_at is not None:
+            self._trainable_returned(batch.batch_id, outcome.returned_at)
         self.plan.release_batch(batch.batch_id)
         self._idle.append(worker)
+
+    def _trainable_returned(self, batch_id: int, step: int) -> None:
+        """The function returned after ``step`` iterations instead of training
+        the next one (a finite loop): every trial that needs that next
+        iteration on this path observes what the function saw, so it ends
+        here, as Tune ends a trial whose function returns."""
+        after = [node for node, start, stop in self.plan.batch_segments(batch_id) if start <= step < stop]
+        if not after:
+            return
+        node = after[0]
+        for trial_id in sorted(self.plan.trials_through(node, step + 1)):
+            state = self.trials[trial_id]
+            if state.status not in (TERMINATED, ERROR):
+                if state.reported:
+                    state.reported[-1]["done"] = True
+                self._stop(trial_id)
+        self._resume()
 
     def _fail(self, trial_ids: set[str], error: str) -> None:
         for trial_id in trial_ids:
             state = self.trials[trial_id]
+            if state.status in (TERMINATED, ERROR):
+                continue
             state.failures += 1
             if state.failures > self.spec.max_failures:
                 state.status, state.error = ERROR, error
                 self.plan.remove_trial(trial_id)
                 self.host.on_error(trial_id)
                 self.source.on_complete(trial_id, None, error=True)
+                self._after_error()
                 self._resume()
+
+    def _abort(self, error: str) -> None:
+        """No worker can run the trainable: every live trial ends in error
+        and the study stops (the Tuner raises ``error``)."""
+        self.study_error = error
+        self._halted = True
+        for state in self.trials.values():
+            if state.status in (PENDING, RUNNING, PAUSED):
+                state.status, state.error = ERROR, error
+                self.plan.remove_trial(state.trial_id)
+
+    def _after_error(self) -> None:
+        """With ``fail_fast``, the first errored trial ends the study."""
+        if self.spec.fail_fast:
+            self._halt()
+
+    def _halt(self) -> None:
+        """End the study: no new trial, and the others stop where they are,
+        as Tune stops them (fail_fast, a stopper's ``stop_all``)."""
+        if self._halted:
+            return
+        self._halted = True
+        for state in list(self.trials.values()):
+            if state.status in (PENDING, RUNNING, PAUSED):
+                self._stop(state.trial_id)
 
     def _unfinished(self) -> bool:
         live = any(t.status in (PENDING, RUNNING) for t in self.trials.values())
-        return live or (self.source.remaining != 0 and not self._over_budget())
+        return live or (self.source.remaining != 0 and not self._over_budget() and not self._halted)
 
     def _enforce_budget(self) -> None:
         if self._over_budget():
@@ -443,7 +570,7 @@ class StudyController:
                 except CheckpointUnavailableError:
                     ref = None
             writes.append(
-                self.store.io.write_trial_outputs.remote(state.trial_id, state.config_json, state.reported, ref)
+                self.store.io.write_trial_outputs.remote(state.dirname, state.config_json, state.reported, ref)
             )
         for state, path in zip(self.trials.values(), await asyncio.gather(*writes)):
             state.checkpoint_path = path
@@ -453,6 +580,7 @@ class StudyController:
 
     def progress(self) -> dict[str, Any]:
         rows, self._new_rows = self._new_rows, []
+        warnings, self._warnings = self._warnings, []
         counts: dict[str, int] = {}
         for state in self.trials.values():
             counts[state.status] = counts.get(state.status, 0) + 1
@@ -464,12 +592,16 @@ class StudyController:
             "total_iterations": self.plan.total_iterations(),
             "rows": rows,
             "elapsed": time.time() - self._started,
+            "study_error": self.study_error,
+            "warnings": warnings,
         }
 
     def results(self) -> list[dict[str, Any]]:
         return [
             {
                 "trial_id": state.trial_id,
+                "name": state.name,
+                "dirname": state.dirname,
                 "config": state.config,
                 "config_json": state.config_json,
                 "status": state.status,

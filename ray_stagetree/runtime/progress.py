@@ -2,14 +2,18 @@
 
 Shows trials running / done / errored, iterations executed next to the
 unique iterations (what sharing needs) and the trial-by-trial total (what
-Ray Tune would run), and the best metric so far.
+Ray Tune would run; the final line compares it with what was executed), and
+the best metric so far.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import Any
+
+logger = logging.getLogger("ray_stagetree")
 
 
 def _in_notebook() -> bool:
@@ -50,24 +54,25 @@ class ProgressReporter:
                 if self.best is None or (value > self.best if self.mode == "max" else value < self.best):
                     self.best = float(value)
 
-    def line(self, progress: dict[str, Any]) -> str:
+    def line(self, progress: dict[str, Any], final: bool = False) -> str:
         status = progress["status"]
         trials = ", ".join(f"{count} {name.lower()}" for name, count in sorted(status.items()) if count)
         executed, unique, total = progress["iterations"], progress["unique_iterations"], progress["total_iterations"]
-        saving = f", {total / unique:.2f}x fewer" if unique else ""
         best = ""
         if self.best is not None:
             best = f" | best {self.metric}: {self.best:.4g}"
         return (
-            f"[{progress['elapsed']:.0f}s] trials: {trials} | iterations executed {executed} of {unique} unique "
-            f"(trial by trial: {total}{saving}){best}"
+            f"[{progress['elapsed']:.0f}s] trials: {trials} | iterations: {executed} executed, {unique} unique, "
+            f"{total} trial by trial{_saving(executed, total) if final else ''}{best}"
         )
 
     def update(self, progress: dict[str, Any], final: bool = False) -> None:
         self.observe(progress["rows"])
+        for warning in progress.get("warnings", ()):  # shown whatever the verbosity, once each
+            logger.warning(warning)
         if not self.verbose:
             return
-        text = self.line(progress)
+        text = self.line(progress, final)
         if self._notebook:
             from IPython.display import display
 
@@ -80,3 +85,14 @@ class ProgressReporter:
         if final or now - self._last_print >= self.interval_seconds:
             self._last_print = now
             print(text, file=sys.stderr, flush=True)
+
+
+def _saving(executed: int, trial_by_trial: int) -> str:
+    """Executed iterations against what trial-by-trial execution would run."""
+    if not executed or not trial_by_trial:
+        return ""
+    if executed == trial_by_trial:
+        return " (no shared prefix)"
+    if executed < trial_by_trial:
+        return f" ({trial_by_trial / executed:.2f}x fewer executed)"
+    return f" ({executed / trial_by_trial:.2f}x more executed: prefixes retrained)"

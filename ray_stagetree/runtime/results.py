@@ -24,20 +24,20 @@ STATE_FILE = "stage_state.pkl"
 
 def write_trial_outputs(
     storage: CheckpointStorage,
-    trial_id: str,
+    trial_dir: str,
     config_json: dict[str, Any],
     rows: list[dict[str, Any]],
     payload: Any,
 ) -> str | None:
     """Write a trial's directory; returns the final checkpoint's path, if any.
     Called in the study's `StorageIO` actor."""
-    storage.write_text(f"{trial_id}/params.json", json.dumps(config_json, indent=2, sort_keys=True, default=str))
+    storage.write_text(f"{trial_dir}/params.json", json.dumps(config_json, indent=2, sort_keys=True, default=str))
     storage.write_text(
-        f"{trial_id}/result.json", "".join(json.dumps(row, sort_keys=True, default=str) + "\n" for row in rows)
+        f"{trial_dir}/result.json", "".join(json.dumps(row, sort_keys=True, default=str) + "\n" for row in rows)
     )
     if payload is None:
         return None
-    directory = f"{trial_id}/checkpoint_{payload.step:06d}"
+    directory = f"{trial_dir}/checkpoint_{payload.step:06d}"
     with tempfile.TemporaryDirectory(prefix="stagetree_final_") as local:
         if payload.directory is not None:
             unpack_directory(payload.directory, local)

@@ -98,16 +98,22 @@ class Tuner:
     def _validate_arguments(self) -> None:
         trainable = self.trainable
         if isinstance(trainable, type):
-            if issubclass(trainable, tune.Trainable):
+            if trainable in (tune.Trainable, StageTrainable):
+                raise TypeError(f"{trainable.__name__} is the base class: subclass it and implement step()")
+            if not issubclass(trainable, tune.Trainable):
                 raise TypeError(
-                    f"{trainable.__name__} subclasses ray.tune.Trainable; subclass "
-                    "ray_stagetree.trainables.StageTrainable instead (same setup/step/save_checkpoint/"
-                    "load_checkpoint methods, plus update_hparams)"
+                    f"a class trainable must subclass ray.tune.Trainable or ray_stagetree.trainables.StageTrainable, "
+                    f"got {trainable.__name__}"
                 )
-            if not issubclass(trainable, StageTrainable):
-                raise TypeError(f"a class trainable must subclass StageTrainable, got {trainable.__name__}")
+        elif isinstance(trainable, str):
+            raise TypeError(
+                f"trainable must be the function or class itself, got the name {trainable!r} "
+                "(registered trainables are not supported)"
+            )
         elif not callable(trainable):
-            raise TypeError(f"trainable must be a function or a StageTrainable subclass, got {trainable!r}")
+            raise TypeError(
+                f"trainable must be a function, a ray.tune.Trainable or a StageTrainable subclass, got {trainable!r}"
+            )
         if not isinstance(self.param_space, dict):
             raise TypeError(f"param_space must be a dict, got {type(self.param_space).__name__}")
         if not isinstance(self.tune_config, tune.TuneConfig):
@@ -136,54 +142,91 @@ class Tuner:
             seconds = budget.total_seconds() if isinstance(budget, datetime.timedelta) else budget
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
                 raise ValueError(f"TuneConfig.time_budget_s must be > 0 seconds, got {budget!r}")
-        self.horizon = self._horizon()
+        num_samples = config.num_samples
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or not (
+            num_samples >= 1 or (num_samples == -1 and isinstance(config.search_alg, Searcher))
+        ):
+            raise ValueError(
+                f"TuneConfig.num_samples must be an int >= 1, or -1 with a searcher (run until it is finished "
+                f"or time_budget_s ends), got {num_samples!r}"
+            )
+        storage = self.run_config.storage_path
+        if storage and "://" not in str(storage) and self.run_config.storage_filesystem is None and not (
+            os.path.isabs(storage)
+        ):
+            raise ValueError(
+                f"RunConfig.storage_path must be an absolute path or a URI (s3://, gs://, file://, ...), got "
+                f"{storage!r}: a relative path would land in the working directory of whichever process writes it "
+                f"(under `ray job submit`, a temporary one); pass os.path.abspath({storage!r}) to mean this one"
+            )
+        self._stop_criteria()
 
-    def _horizon(self) -> int:
+    def _stop_criteria(self) -> None:
+        """``RunConfig.stop`` as Tune takes it (None, a dict, a ``Stopper``, a
+        function) into the horizon, when known, the metric thresholds and the
+        stopper. The horizon only sizes requests: open-ended trials run until
+        a criterion, their scheduler or the trainable ends them."""
+        from ray.tune.stopper import FunctionStopper, MaximumIterationStopper, Stopper
+
         stop = self.run_config.stop
         scheduler = self.tune_config.scheduler
         max_t = getattr(scheduler, "_max_t", None) or getattr(scheduler, "_max_t_attr", None)  # ASHA / HyperBand
-        if stop is None and max_t is not None:
-            stop = {"training_iteration": int(max_t)}
+        self.horizon = int(max_t) if max_t is not None else None
+        self.stop_thresholds: dict[str, float] = {}
+        self.stopper = None
         if stop is None:
-            raise ValueError(
-                "ray_stagetree needs each trial's length: pass RunConfig(stop={\"training_iteration\": N}) "
-                "or a trial scheduler with max_t"
-            )
+            return
+        if type(stop) is MaximumIterationStopper:  # {"training_iteration": max_iter}, which plans better
+            self.horizon = stop._max_iter
+            return
+        if isinstance(stop, Stopper):
+            self.stopper = stop
+            return
+        if callable(stop):
+            self.stopper = FunctionStopper(stop)
+            return
         if not isinstance(stop, dict):
             raise ValueError(
-                f"RunConfig.stop must be a dict with 'training_iteration' for ray_stagetree, got {stop!r}; "
-                "stoppers and stop functions would make a trial's length unknown before it runs"
+                f"RunConfig.stop must be None, a dict, a ray.tune.Stopper or a function (trial_id, result) -> bool, "
+                f"got {stop!r}"
             )
         for key, threshold in stop.items():
             if key != "training_iteration" and (
-                isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold != threshold
+                not isinstance(threshold, (int, float)) or threshold != threshold
             ):
                 raise ValueError(
-                    f"RunConfig.stop[{key!r}] must be a number (a trial stops once its {key!r} reaches it), "
-                    f"got {threshold!r}"
+                    f"RunConfig.stop[{key!r}] must be a number or a bool (a trial stops once its {key!r} "
+                    f"reaches it), got {threshold!r}"
                 )
-        if "training_iteration" not in stop and max_t is not None:
-            stop = {**stop, "training_iteration": int(max_t)}
-        if "training_iteration" not in stop:
-            raise ValueError(
-                f"RunConfig.stop={stop!r} has no 'training_iteration': ray_stagetree needs each trial's "
-                "length (metric thresholds may stop trials earlier)"
-            )
-        horizon = stop["training_iteration"]
-        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-            raise ValueError(f"RunConfig.stop['training_iteration'] must be an int >= 1, got {horizon!r}")
-        return horizon
+        self.stop_thresholds = {key: value for key, value in stop.items() if key != "training_iteration"}
+        if "training_iteration" in stop:
+            horizon = stop["training_iteration"]
+            if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+                raise ValueError(f"RunConfig.stop['training_iteration'] must be an int >= 1, got {horizon!r}")
+            self.horizon = horizon
 
-    def _resources(self) -> dict[str, float]:
+    def _resources(self, source: VariantSource | SearcherSource) -> dict[str, float]:
+        """One stage worker's resources: ``tune.with_resources``, or a class's
+        ``default_resource_request``, for the first trial's config (workers are
+        alike: every trial of a study asks for the same)."""
+        first = source.peek() if isinstance(source, VariantSource) else None
+        config = first if first is not None else self.param_space
         request = getattr(self.trainable, "_resources", None)
+        if isinstance(self.trainable, type):
+            request = self.trainable.default_resource_request(config)
+        elif callable(request) and not hasattr(request, "bundles"):  # with_resources(fn, lambda config: ...)
+            request = request(config)
         if request is None:
             return {"CPU": 1.0}
-        bundles = getattr(request, "bundles", None) or [request.required_resources]
-        if len(bundles) != 1:
-            raise ValueError(
-                f"stage workers run in one resource bundle; with_resources gave {len(bundles)} bundles: {bundles}"
-            )
-        return {key: float(value) for key, value in bundles[0].items() if value}
+        if isinstance(request, dict):
+            return {key.upper() if key in ("cpu", "gpu") else key: float(v) for key, v in request.items() if v}
+        # A worker is one actor: a multi-bundle request (a trainer and its
+        # workers, in Tune) is reserved as the sum of its bundles.
+        total: dict[str, float] = {}
+        for bundle in getattr(request, "bundles", None) or [request.required_resources]:
+            for key, value in bundle.items():
+                total[key] = total.get(key, 0.0) + float(value)
+        return {key: value for key, value in total.items() if value}
 
     def _source(self) -> VariantSource | SearcherSource:
         """Where trials come from; drawn variants are validated here, before
@@ -225,7 +268,9 @@ class Tuner:
         workers = min([trials, *fits]) if fits else trials
         if self.tune_config.max_concurrent_trials:
             workers = min(workers, self.tune_config.max_concurrent_trials)
-        return max(1, workers)
+        if math.isinf(workers):  # num_samples=-1 and a trainable that asks for no resource
+            workers = int(total.get("CPU", 1))
+        return max(1, int(workers))
 
     def _time_budget(self) -> float | None:
         budget = self.tune_config.time_budget_s
@@ -245,11 +290,11 @@ class Tuner:
         return self._execute(self._source(), self.horizon, self._experiment_path(), resume=False)
 
     def _execute(
-        self, source: VariantSource | SearcherSource, horizon: int, experiment_path: str, resume: bool
+        self, source: VariantSource | SearcherSource, horizon: int | None, experiment_path: str, resume: bool
     ) -> ResultGrid:
         """Run the trials of ``source`` to ``horizon`` under ``experiment_path``,
         starting from the plan saved there when ``resume``."""
-        resources = self._resources()
+        resources = self._resources(source)
         if not ray.is_initialized():
             ray.init()
         worker_options: dict[str, Any] = {
@@ -263,6 +308,10 @@ class Tuner:
             worker_options["memory"] = resources["memory"]
         failure = self.run_config.failure_config
         spec = StudySpec(
+            fail_fast=failure.fail_fast if failure is not None else False,
+            trainable_name=_trainable_name(self.trainable),
+            trial_name_creator=self.tune_config.trial_name_creator,
+            trial_dirname_creator=self.tune_config.trial_dirname_creator,
             trainable=self._pickled_trainable(),
             source=source,
             horizon=horizon,
@@ -273,7 +322,8 @@ class Tuner:
             max_concurrent_trials=self.tune_config.max_concurrent_trials,
             stage_sharing=self.stage_sharing,
             max_failures=failure.max_failures if failure is not None else 0,
-            stop_thresholds={k: v for k, v in (self.run_config.stop or {}).items() if k != "training_iteration"},
+            stop_thresholds=self.stop_thresholds,
+            stopper=self.stopper,
             scheduler=self.tune_config.scheduler,
             metric=self.tune_config.metric,
             mode=self.tune_config.mode,
@@ -294,6 +344,8 @@ class Tuner:
                 reporter.update(ray.get(controller.progress.remote()))
             ray.get(run)
             progress = ray.get(controller.progress.remote())
+            if progress["study_error"] is not None:
+                raise RuntimeError(progress["study_error"])
             reporter.update(progress, final=True)
             summaries = ray.get(controller.results.remote())
         finally:
@@ -302,7 +354,10 @@ class Tuner:
             finally:
                 for actor in [*workers, controller]:  # also when the controller died
                     ray.kill(actor)
-        return self._result_grid(summaries, experiment_path, progress)
+        grid = self._result_grid(summaries, experiment_path, progress)
+        if failure is not None and failure.fail_fast == "raise" and grid.errors:
+            raise grid.errors[0]
+        return grid
 
     def _result_grid(self, summaries: list[dict[str, Any]], experiment_path: str, progress: dict) -> ResultGrid:
         import pandas as pd
@@ -317,13 +372,13 @@ class Tuner:
                 checkpoint = tune.Checkpoint(summary["checkpoint_path"], self.run_config.storage_filesystem)
             error = None
             if summary["status"] == ERROR:
-                error = TuneError(f"trial {summary['trial_id']} failed:\n{summary['error']}")
+                error = TuneError(f"trial {summary['name']} failed:\n{summary['error']}")
             results.append(
                 tune.Result(
                     metrics=rows[-1] if rows else {"config": summary["config_json"]},
                     checkpoint=checkpoint,
                     error=error,
-                    path=f"{experiment_path}/{summary['trial_id']}",
+                    path=f"{experiment_path}/{summary['dirname']}",
                     # flattened as Tune flattens them: "config/lr/init", ...
                     metrics_dataframe=pd.DataFrame([flatten_dict(row) for row in rows]) if rows else None,
                 )
@@ -338,3 +393,8 @@ class Tuner:
             total_iterations=progress["total_iterations"],
             worker_seconds=progress["worker_seconds"],
         )
+
+
+def _trainable_name(trainable: Any) -> str:
+    """Tune's name for a trainable: the function's or class's name, through with_parameters/with_resources."""
+    return getattr(trainable, "__name__", type(trainable).__name__)

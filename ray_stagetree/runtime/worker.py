@@ -18,81 +18,45 @@ Workers are threaded actors so that call is served while a batch runs.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import traceback
 from typing import Any, Callable
 
 from ray_stagetree.runtime import session
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
-from ray_stagetree.runtime.context import BatchEnd, StageContext, activate
-from ray_stagetree.runtime.payload import (
-    CheckpointPayload,
-    pack_directory,
-    unpack_directory,
-)
-from ray_stagetree.runtime.rng import capture_rng_state, restore_rng_state
+from ray_stagetree.runtime.class_trainables import run_class
+from ray_stagetree.runtime.context import BatchEnd, ConfigChange, StageContext, activate
+from ray_stagetree.runtime.payload import CheckpointPayload
 
 
 def run_function(trainable: Callable, context: StageContext) -> None:
+    """Run the function through the batch. It ends at the batch's last
+    iteration (`report` raises `BatchEnd`), restarts where PBT changed a plain
+    config value, and may return early, which ends the trials it serves."""
     activate(context)
     try:
-        trainable(context.spec.config)
-    except BatchEnd:
-        return
+        while True:
+            try:
+                trainable(context.trainable_config())
+            except ConfigChange:
+                continue
+            except BatchEnd:
+                return
+            break
     finally:
         activate(None)
     if context.step < context.stop:
-        raise RuntimeError(
-            f"the trainable returned after {context.step} iterations; the batch needs {context.stop}: "
-            "keep calling report() until training ends (a loop that runs until the runtime stops it)"
-        )
+        context.returned_at = context.step
 
 
-def run_class(trainable_cls: type, context: StageContext) -> None:
-    payload = context.source_payload()
-    instance = trainable_cls(context.spec.config)
-    try:
-        if payload is not None:
-            instance._iteration = payload.step
-            if payload.state is not None:
-                instance.set_state(payload.state)
-            else:
-                with tempfile.TemporaryDirectory(prefix="stagetree_restore_") as path:
-                    unpack_directory(payload.directory, path)
-                    instance.load_checkpoint(path)
-            restore_rng_state(payload.rng)
-        previous: dict[str, Any] = {}
-        while context.step < context.stop:
-            values = context.hparams()
-            changed = {k: v for k, v in values.items() if k not in previous or previous[k] != v}
-            if changed:
-                instance.hparams = values
-                instance.update_hparams(changed)
-            previous = values
-            metrics = instance.step()
-            instance._iteration += 1
-            checkpoint = None
-            if context.step + 1 in context.save_steps:
-                checkpoint = _class_payload(instance, context.step + 1)
-            try:
-                context._record(dict(metrics or {}), checkpoint)
-            except BatchEnd:
-                return
-    finally:
-        instance.cleanup()
-
-
-def _class_payload(instance: Any, step: int) -> CheckpointPayload:
-    state = instance.get_state()
-    if state is not None:
-        return CheckpointPayload(step, capture_rng_state(), state=state)
-    path = tempfile.mkdtemp(prefix="stagetree_save_")
-    try:
-        instance.save_checkpoint(path)
-        return CheckpointPayload(step, capture_rng_state(), directory=pack_directory(path))
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def _load_error_message(error: Exception) -> str:
+    missing = f"module {error.name!r}" if isinstance(error, ModuleNotFoundError) and error.name else "a module"
+    return (
+        f"the stage workers cannot load the trainable ({type(error).__name__}: {error}). Ray workers import "
+        f"the modules a trainable was defined in by name, and {missing} is not importable on them. Make it "
+        "importable on every worker: ray.init(runtime_env={'working_dir': '.'}) or "
+        "runtime_env={'py_modules': [...]} for code next to the script or notebook (a sys.path change in the "
+        "driver does not reach workers), or install the package on the cluster"
+    )
 
 
 def _sequence_hint(error: Exception) -> str:
@@ -132,11 +96,17 @@ class StageWorker:
         import ray.cloudpickle
 
         _install_tune_shims()
-        trainable = ray.cloudpickle.loads(trainable_bytes)
-        self._trainable = trainable
         self._controller = controller
-        self._is_class = isinstance(trainable, type)
         self._outbox: dict[str, CheckpointPayload] = {}
+        self._trainable: Any = None
+        # Raising here would kill the actor with a C++ stack trace per worker
+        # and restart; the controller ends the study with this message instead.
+        self._load_error: str | None = None
+        try:
+            self._trainable = ray.cloudpickle.loads(trainable_bytes)
+        except Exception as error:
+            self._load_error = _load_error_message(error)
+        self._is_class = isinstance(self._trainable, type)
 
     def pid(self) -> int:
         return os.getpid()
@@ -145,6 +115,8 @@ class StageWorker:
         return self._outbox.pop(key)
 
     def run_batch(self, spec: BatchSpec) -> BatchOutcome:
+        if self._load_error is not None:
+            return BatchOutcome(spec.batch_id, error=self._load_error, trainable_unloadable=True)
         context = StageContext(spec, self._controller, self._outbox.__setitem__)
         try:
             if self._is_class:

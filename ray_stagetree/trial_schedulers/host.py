@@ -106,7 +106,7 @@ class SchedulerHost:
     metric, mode:
         From ``TuneConfig``, given to the scheduler if it has none.
     horizon:
-        The most iterations a trial runs.
+        The most iterations a trial runs (``math.inf`` when trials are open-ended).
     on_stop:
         Called with a trial id when the scheduler stops a trial other than
         the one whose result it is processing (a paused one).
@@ -117,10 +117,15 @@ class SchedulerHost:
         scheduler: Any,
         metric: str | None,
         mode: str | None,
-        horizon: int,
+        horizon: float,
         on_stop: Callable[[str], None] = lambda trial_id: None,
     ) -> None:
-        from ray.tune.schedulers import FIFOScheduler, PopulationBasedTraining
+        from ray.tune.schedulers import (
+            AsyncHyperBandScheduler,
+            FIFOScheduler,
+            HyperBandScheduler,
+            PopulationBasedTraining,
+        )
 
         check_scheduler(scheduler, metric, mode)
         self.scheduler = scheduler or FIFOScheduler()
@@ -134,6 +139,12 @@ class SchedulerHost:
         elif metric is not None or mode is not None:
             self.scheduler.set_search_properties(metric, mode)
         self._time_attr = getattr(self.scheduler, "_time_attr", "training_iteration")
+        # Only these decide at points known in advance (rungs, milestones,
+        # perturbations); any other scheduler may stop a trial at any result.
+        milestone_types = (FIFOScheduler, AsyncHyperBandScheduler, HyperBandScheduler, PopulationBasedTraining)
+        self.decides_at_milestones = type(self.scheduler) in milestone_types and (
+            self._time_attr == "training_iteration" or type(self.scheduler) is FIFOScheduler
+        )
 
     def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
         """A new trial; PBT samples the hyper-parameters it mutates that

@@ -186,3 +186,55 @@ def test_checkpoint_must_lie_after_the_fork():
     child = plan.add_trial("b", {"lr": LR_50}, 100).node
     with pytest.raises(ValueError, match="after its fork step 50"):
         plan.record_checkpoint(child.node_id, 50, CheckpointInfo())
+
+
+def test_a_batch_continues_live_along_its_node_when_a_request_moves_on():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 10)
+    (batch,) = CriticalPathPolicy().select(plan, 1)
+    plan.record_metrics(0, 10, {"loss": 1.0})
+    assert plan.extend_batch(batch.batch_id) is None, "nothing wants more of the node yet"
+    moved = plan.extend_trial("a", 30)  # the scheduler said CONTINUE at the rung
+    assert plan.extend_batch(batch.batch_id) == 30
+    assert moved.state is RequestState.SCHED and moved.batch_id == batch.batch_id
+    assert [(n.node_id, start, stop) for n, start, stop in plan.batch_segments(batch.batch_id)] == [(0, 0, 30)]
+    assert build_stage_tree(plan).stages == [], "no new batch retrains or restores the prefix"
+
+
+def test_a_batch_does_not_continue_over_another_batchs_segment():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 10)
+    (first,) = CriticalPathPolicy().select(plan, 1)
+    plan.record_checkpoint(0, 20, CheckpointInfo(path="x"))  # kept from an earlier study
+    plan.add_trial("b", {"lr": LR_80}, 40)
+    (second,) = CriticalPathPolicy().select(plan, 1)
+    assert second.source.step == 20
+    plan.record_metrics(0, 10, {})
+    assert plan.extend_batch(first.batch_id) is None
+
+
+def test_a_fork_beyond_a_trials_request_gets_a_checkpoint_before_the_request_reaches_it():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 10)
+    plan.add_trial("b", {"lr": LR_50}, 10)  # both still on the shared node: b forks at 50, later
+    (batch,) = CriticalPathPolicy().select(plan, 1)
+    for trial_id in ("a", "b"):
+        plan.extend_trial(trial_id, 40)
+    plan.record_metrics(0, 10, {})
+    assert plan.extend_batch(batch.batch_id) == 40
+    for trial_id in ("a", "b"):
+        plan.extend_trial(trial_id, 60)  # b's request now lives on its own node, forked at 50
+    plan.record_metrics(0, 40, {})
+    assert plan.extend_batch(batch.batch_id) == 60
+    assert (0, 50) in [(n.node_id, s) for n, s in plan.checkpoints_needed(batch.batch_id)]
+
+
+def test_forks_ahead_of_a_request_are_known_before_the_request_moves():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 10)
+    plan.add_trial("b", {"lr": LR_50}, 10)
+    (batch,) = CriticalPathPolicy().select(plan, 1)
+    plan.extend_trial("a", 60)  # the batch now runs past b's fork at 50 while b waits at 10
+    plan.record_metrics(0, 10, {})
+    assert plan.extend_batch(batch.batch_id) == 60
+    assert (0, 50) in [(n.node_id, s) for n, s in plan.checkpoints_needed(batch.batch_id)]

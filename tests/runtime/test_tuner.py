@@ -144,8 +144,8 @@ def test_with_parameters_passes_large_objects(tmp_path, ray_session):
 def test_bad_input_fails_before_training(tmp_path, ray_session):
     with pytest.raises(TypeError, match="gama"):
         Exponential(0.1, gama=0.9)
-    with pytest.raises(ValueError, match="training_iteration"):
-        Tuner(noisy_descent, param_space={"lr": 0.1})
+    with pytest.raises(ValueError, match="RunConfig.stop must be None, a dict, a ray.tune.Stopper or a function"):
+        Tuner(noisy_descent, param_space={"lr": 0.1}, run_config=tune.RunConfig(stop=5))
     with pytest.raises(ValueError, match="asks for 8 GPU but the Ray cluster has 4"):
         Tuner(
             tune.with_resources(noisy_descent, {"gpu": 8}),
@@ -158,8 +158,10 @@ def test_bad_input_fails_before_training(tmp_path, ray_session):
             param_space={"lr": 0.1, "model": object()},
             run_config=tune.RunConfig(stop={"training_iteration": 2}, storage_path=str(tmp_path)),
         ).fit()
-    with pytest.raises(TypeError, match="StageTrainable"):
+    with pytest.raises(TypeError, match="Trainable is the base class: subclass it and implement step"):
         Tuner(tune.Trainable, run_config=tune.RunConfig(stop={"training_iteration": 2}))
+    with pytest.raises(TypeError, match="must subclass ray.tune.Trainable or ray_stagetree.trainables.StageTrainable"):
+        Tuner(dict, run_config=tune.RunConfig(stop={"training_iteration": 2}))
 
 
 

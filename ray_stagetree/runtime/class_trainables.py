@@ -1,0 +1,158 @@
+"""Running class trainables through a stage batch: `StageTrainable`
+subclasses and plain ``ray.tune.Trainable`` subclasses, unchanged.
+
+One object lives through the whole batch (and through its live extensions):
+it is restored from the batch's starting checkpoint, gets the iteration's
+sequence values (``update_hparams`` when it defines it; `get_hparams` works
+inside ``step``), and saves where the plan needs a checkpoint. Where PBT
+changes a plain config value inside the batch the object gets the new config
+through ``reset_config``, as Tune gives it to a reused actor; if that returns
+False it is rebuilt from the checkpoint just saved, as Tune restarts a trial.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import tempfile
+from typing import Any
+
+from ray_stagetree.runtime.context import BatchEnd, ConfigChange, StageContext, activate
+from ray_stagetree.runtime.payload import CheckpointPayload, pack_directory, unpack_directory
+from ray_stagetree.runtime.rng import capture_rng_state, restore_rng_state
+
+# Ray Tune's name for a checkpoint that save_checkpoint returned as a dict.
+DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
+
+
+class _BatchTrialInfo:
+    """What ``Trainable.trial_id`` / ``trial_name`` read (Tune's ``_TrialInfo``):
+    the trial the batch's deepest plan node was made for."""
+
+    def __init__(self, trial_id: str, trial_name: str, experiment_name: str) -> None:
+        self.trial_id, self.trial_name, self.experiment_name = trial_id, trial_name, experiment_name
+        self.trial_resources = None
+
+
+def run_class(trainable_cls: type, context: StageContext) -> None:
+    """Train ``context``'s batch with one ``trainable_cls`` object."""
+    activate(context)
+    try:
+        instance = _create(trainable_cls, context)
+        try:
+            _restore(instance, context.source_payload())
+            while True:
+                try:
+                    _train(instance, context)
+                    return
+                except ConfigChange:
+                    if not _reset(instance, context):
+                        _stop(instance)
+                        instance = _create(trainable_cls, context)
+                        _restore(instance, context.source_payload())
+        finally:
+            _stop(instance)
+    finally:
+        activate(None)
+
+
+def _create(trainable_cls: type, context: StageContext) -> Any:
+    from ray.tune.trainable.trainable import TRIAL_INFO
+
+    spec = context.spec
+    config = dict(context.trainable_config())
+    config[TRIAL_INFO] = _BatchTrialInfo(spec.trial_id, spec.trial_name, spec.experiment_name)
+    return trainable_cls(config)
+
+
+def _is_stage_trainable(instance: Any) -> bool:
+    from ray_stagetree.trainables import StageTrainable
+
+    return isinstance(instance, StageTrainable)
+
+
+def _restore(instance: Any, payload: CheckpointPayload | None) -> None:
+    if payload is None:
+        return
+    instance._iteration = payload.step
+    if payload.state is not None:
+        instance.set_state(payload.state)
+    else:
+        with tempfile.TemporaryDirectory(prefix="stagetree_restore_") as path:
+            unpack_directory(payload.directory, path)
+            instance.load_checkpoint(_saved_checkpoint(path))
+    restore_rng_state(payload.rng)
+
+
+def _reset(instance: Any, context: StageContext) -> bool:
+    """Give a live object the config PBT changed; False if it cannot take it."""
+    from ray.tune import Trainable
+
+    if type(instance).reset_config is Trainable.reset_config:  # not implemented: Tune restarts the trial
+        return False
+    config = context.trainable_config()
+    if not instance.reset_config(config):
+        return False
+    instance.config = config
+    return True
+
+
+def _train(instance: Any, context: StageContext) -> None:
+    stage_trainable = _is_stage_trainable(instance)
+    previous: dict[str, Any] = {}
+    while True:
+        values = context.hparams()
+        changed = {k: v for k, v in values.items() if k not in previous or previous[k] != v}
+        if changed:
+            instance.hparams = values
+            if hasattr(instance, "update_hparams"):
+                instance.update_hparams(changed)
+        previous = values
+        if stage_trainable:
+            metrics = dict(instance.step() or {})
+            instance._iteration += 1
+        else:  # Tune's own bookkeeping (done, time and iteration fields), as under Tune
+            metrics = instance.train()
+            metrics.pop("config", None)
+        try:
+            context.record(metrics, lambda step: _payload(instance, step, stage_trainable))
+        except BatchEnd:
+            return
+
+
+def _stop(instance: Any) -> None:
+    if _is_stage_trainable(instance):
+        instance.cleanup()
+        return
+    from ray.tune.trainable.trainable import DEFAULT_STORAGE_PATH
+
+    logdir = instance.logdir
+    instance.stop()  # cleanup(), and Tune's log files closed
+    if logdir and os.path.dirname(os.path.abspath(logdir)) == os.path.abspath(DEFAULT_STORAGE_PATH):
+        shutil.rmtree(logdir, ignore_errors=True)  # the temporary folder Trainable made outside Tune
+
+
+def _payload(instance: Any, step: int, stage_trainable: bool) -> CheckpointPayload:
+    # Tune's own Trainable.get_state() is its bookkeeping, not the model.
+    state = instance.get_state() if stage_trainable else None
+    if state is not None:
+        return CheckpointPayload(step, capture_rng_state(), state=state)
+    path = tempfile.mkdtemp(prefix="stagetree_save_")
+    try:
+        saved = instance.save_checkpoint(path)
+        if isinstance(saved, dict):  # Tune's dict form: kept in the directory as Tune keeps it
+            with open(os.path.join(path, DICT_CHECKPOINT_FILE), "wb") as file:
+                pickle.dump(saved, file)
+        return CheckpointPayload(step, capture_rng_state(), directory=pack_directory(path))
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _saved_checkpoint(path: str) -> str | dict[str, Any]:
+    """What `load_checkpoint` takes: the dict `save_checkpoint` returned, else the directory."""
+    dict_file = os.path.join(path, DICT_CHECKPOINT_FILE)
+    if not os.path.exists(dict_file):
+        return path
+    with open(dict_file, "rb") as file:  # written by this trial's own save_checkpoint
+        return pickle.load(file)

@@ -1,0 +1,239 @@
+"""Issue 11: Tune scripts run unchanged. Finite loops, open-ended trials and
+Tune's stop criteria, ``ray.tune.Trainable`` classes, GPUs for class
+trainables, and live continuation: never more iterations executed than the
+trials report, with or without checkpoints."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from ray import tune
+from ray.tune.schedulers import (
+    ASHAScheduler,
+    FIFOScheduler,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+)
+from ray.tune.stopper import CombinedStopper, MaximumIterationStopper, TrialPlateauStopper
+
+from ray_stagetree import MultiStep, Tuner, get_hparams
+from ray_stagetree.trainables import StageTrainable
+
+
+def counting_loop(config):
+    """A finite loop with no checkpoint, as Tune's hyperband_function example."""
+    x = 0.0
+    for _ in range(config.get("steps", 10**9)):
+        x += get_hparams()["lr"] if isinstance(config["lr"], MultiStep) else config["lr"]
+        tune.report({"x": x})
+
+
+def checkpointing_loop(config):
+    """An endless loop that checkpoints where asked and resumes from it."""
+    import json
+    import tempfile
+
+    from ray_stagetree import should_checkpoint
+
+    x = 0.0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(os.path.join(path, "x.json")) as file:
+            x = json.load(file)
+    while True:
+        x += get_hparams()["lr"]
+        if should_checkpoint():
+            with tempfile.TemporaryDirectory() as path:
+                with open(os.path.join(path, "x.json"), "w") as file:
+                    json.dump(x, file)
+                tune.report({"x": x}, checkpoint=tune.Checkpoint.from_directory(path))
+        else:
+            tune.report({"x": x})
+
+
+def reported(grid) -> int:
+    return sum(len(result.metrics_dataframe) for result in grid if result.metrics_dataframe is not None)
+
+
+@pytest.mark.parametrize(
+    "stop, lengths",
+    [
+        (None, [4, 8, 12]),  # no stop: the function's own loop ends each trial
+        ({"x": 1.0}, [4, 4, 4]),  # a metric threshold
+        (lambda trial_id, result: result["x"] >= 1.0, [4, 4, 4]),  # a stop function
+        (CombinedStopper(MaximumIterationStopper(6), TrialPlateauStopper("x", num_results=100)), [4, 6, 6]),
+        ({"done": True}, [4, 8, 12]),
+    ],
+    ids=["none", "threshold", "function", "stopper", "done"],
+)
+def test_open_ended_trials_end_where_tune_ends_them(tmp_path, ray_session, stop, lengths):
+    grid = Tuner(
+        counting_loop,
+        param_space={"lr": 0.25, "steps": tune.grid_search([4, 8, 12])},
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="open", stop=stop, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    assert sorted(len(result.metrics_dataframe) for result in grid) == lengths
+    assert grid.iterations_executed == reported(grid) == sum(lengths)
+
+
+def test_a_stoppers_stop_all_ends_the_study(tmp_path, ray_session):
+    class StopAllAtThree(tune.Stopper):
+        def __init__(self):
+            self.seen = 0
+
+        def __call__(self, trial_id, result):
+            self.seen += 1
+            return False
+
+        def stop_all(self):
+            return self.seen >= 3
+
+    grid = Tuner(
+        counting_loop,
+        param_space={"lr": tune.grid_search([0.1, 0.2])},
+        tune_config=tune.TuneConfig(max_concurrent_trials=1),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="all", stop=StopAllAtThree(), verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    assert reported(grid) == 3, "the study ended at the third result"
+
+
+class TuneStyleTrainable(tune.Trainable):
+    """A plain ray.tune.Trainable: dict checkpoints, reset_config, the
+    attributes Tune gives it; it reads sequence values with get_hparams()."""
+
+    def setup(self, config):
+        self.x = 0.0
+        self.resets = 0
+
+    def step(self):
+        self.x += get_hparams()["lr"]
+        return {"x": self.x, "iteration_seen": self.iteration, "trial_seen": self.trial_id}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"x": self.x}
+
+    def load_checkpoint(self, checkpoint):
+        self.x = checkpoint["x"]
+
+    def reset_config(self, new_config):
+        self.resets += 1
+        return True
+
+
+def test_tune_trainable_subclasses_run_unchanged_and_share_prefixes(tmp_path, ray_session):
+    grid = Tuner(
+        TuneStyleTrainable,
+        param_space={"lr": tune.grid_search([MultiStep(1.0, [3], 0.5), MultiStep(1.0, [5], 0.5)])},
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="cls", stop={"training_iteration": 8}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    by_milestone = {r.config["lr"]["milestones"][0]: r for r in grid}
+    assert by_milestone[3].metrics["x"] == pytest.approx(3 + 5 * 0.5)
+    assert by_milestone[5].metrics["x"] == pytest.approx(5 + 3 * 0.5)
+    assert grid.iterations_executed == 13, "the 3 shared iterations ran once"
+    frame = by_milestone[5].metrics_dataframe
+    assert frame["iteration_seen"].tolist() == list(range(8)), "self.iteration counts through the fork"
+    assert set(frame["trial_seen"]) <= {r.metrics["trial_id"] for r in grid}
+    # A Tune Trainable's bookkeeping comes through, as under Tune.
+    assert {"time_this_iter_s", "time_total_s", "date"} <= set(frame.columns)
+
+
+def test_a_tune_trainable_under_pbt_gets_plain_values_through_reset_config(tmp_path, ray_session):
+    class PlainLr(TuneStyleTrainable):
+        def step(self):
+            import time
+
+            time.sleep(0.2)  # the population reaches each perturbation together
+            self.x += self.config["lr"]
+            return {"x": self.x, "lr_type": type(self.config["lr"]).__name__, "resets": self.resets}
+
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": tune.uniform(0.01, 1.0)}
+    )
+    grid = Tuner(
+        tune.with_resources(PlainLr, {"cpu": 0.5}),
+        param_space={"lr": tune.grid_search([0.01, 0.1, 0.5, 0.9])},
+        tune_config=tune.TuneConfig(metric="x", mode="max", scheduler=pbt),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="pbt", stop={"training_iteration": 8}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    assert {t for r in grid for t in r.metrics_dataframe["lr_type"]} == {"float"}
+    assert any(isinstance(r.config["lr"], dict) for r in grid), "PBT exploited no trial"
+
+
+class GpuTrainable(StageTrainable):
+    def step(self):
+        return {"devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+
+    def get_state(self):
+        return {}
+
+    def set_state(self, state):
+        pass
+
+
+@pytest.mark.parametrize("wrap", ["with_resources", "default_resource_request"])
+def test_a_class_trainable_gets_its_gpu(tmp_path, ray_session, wrap):
+    if wrap == "with_resources":
+        trainable = tune.with_resources(GpuTrainable, {"cpu": 1, "gpu": 1})
+    else:
+
+        class trainable(GpuTrainable):  # noqa: N801 - Tune's own idiom
+            @classmethod
+            def default_resource_request(cls, config):
+                return tune.PlacementGroupFactory([{"CPU": 1, "GPU": 1}])
+
+    grid = Tuner(
+        trainable,
+        param_space={"lr": tune.grid_search([0.1, 0.2])},
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="gpu", stop={"training_iteration": 2}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    assert all(row not in ("", None) for r in grid for row in r.metrics_dataframe["devices"])
+
+
+def test_the_missing_checkpoint_warning_is_shown_once_per_study(tmp_path, ray_session, caplog):
+    with caplog.at_level("WARNING", logger="ray_stagetree"):
+        Tuner(
+            counting_loop,
+            param_space={"lr": tune.grid_search([MultiStep(0.1, [m], 0.5) for m in (2, 3, 4)])},
+            run_config=tune.RunConfig(storage_path=str(tmp_path), name="warn", stop={"training_iteration": 6}, verbose=0),
+        ).fit()
+    warnings = [record.message for record in caplog.records if "needs a checkpoint" in record.message]
+    assert len(warnings) == 1, warnings
+    assert "train it again" in warnings[0]
+
+
+SCHEDULERS = {
+    "fifo": lambda: FIFOScheduler(),
+    "asha": lambda: ASHAScheduler(max_t=12, grace_period=1, reduction_factor=2),
+    "hyperband": lambda: HyperBandScheduler(max_t=12, reduction_factor=2),
+    "median": lambda: MedianStoppingRule(grace_period=2, min_samples_required=2),
+    "pbt": lambda: PopulationBasedTraining(
+        time_attr="training_iteration", perturbation_interval=3, hyperparam_mutations={"noise": [0.0, 0.5]}
+    ),
+}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_never_more_iterations_executed_than_reported(tmp_path, ray_session, seed):
+    """The invariant of live continuation, over random schedulers, trainables
+    (checkpointing or not) and sequence spaces."""
+    rng = random.Random(seed)
+    scheduler_name = rng.choice(sorted(SCHEDULERS))
+    trainable = rng.choice([counting_loop, checkpointing_loop]) if scheduler_name != "pbt" else checkpointing_loop
+    milestones = rng.sample(range(1, 12), 4)
+    space = {"lr": tune.grid_search([MultiStep(1.0, [m], rng.choice([0.5, 0.9])) for m in milestones]), "noise": 0.0}
+    grid = Tuner(
+        trainable,
+        param_space=space,
+        tune_config=tune.TuneConfig(metric="x", mode="max", scheduler=SCHEDULERS[scheduler_name]()),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="inv", stop={"training_iteration": 12}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0, [str(r.error) for r in grid if r.error]
+    assert grid.iterations_executed <= reported(grid), (scheduler_name, trainable.__name__)

@@ -1,0 +1,337 @@
+"""Tune behaviours a script relies on, each found broken by running Ray Tune's
+own examples with the import changed (issue 19)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+from ray import tune
+from ray.tune.schedulers import PopulationBasedTraining
+from ray.tune.search import Searcher
+
+from ray_stagetree import Tuner
+from ray_stagetree.trainables import StageTrainable
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
+
+
+def finite_loop(config):
+    """Tune's example shape: a loop of config["steps"] reports, then return."""
+    for step in range(config["steps"]):
+        tune.report({"score": config["slope"] * (step + 1), "done_seen": 0})
+
+
+def reporter_of_done(config):
+    for step in range(100):
+        tune.report({"score": step, "done": step + 1 >= config["end"]})
+
+
+def plain_lr_trainable(config, report=tune.report, get_checkpoint=tune.get_checkpoint):
+    """Tune's pbt_function shape: config["lr"] used as a number, checkpoints by hand."""
+    import json
+
+    state = {"x": 0.0, "step": 0}
+    checkpoint = get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as path:
+            with open(os.path.join(path, "state.json")) as file:
+                state = json.load(file)
+    while True:
+        lr = max(config["lr"], 1e-4)  # fails if config["lr"] is not a number
+        state["x"] += lr
+        state["step"] += 1
+        time.sleep(config.get("sleep", 0.0))
+        with tempfile.TemporaryDirectory() as path:
+            with open(os.path.join(path, "state.json"), "w") as file:
+                json.dump(state, file)
+            report(
+                {"x": state["x"], "lr_type": type(config["lr"]).__name__, "lr_seen": config["lr"]},
+                checkpoint=tune.Checkpoint.from_directory(path),
+            )
+
+
+class ListSearcher(Searcher):
+    """Proposes a fixed list, then FINISHED, as BayesOptSearch does when done.
+    Logs the results it sees to a file (it runs inside the controller actor)."""
+
+    def __init__(self, configs, log, **kwargs):
+        super().__init__(**kwargs)
+        self.configs, self.log = list(configs), str(log)
+
+    def suggest(self, trial_id):
+        return self.configs.pop(0) if self.configs else Searcher.FINISHED
+
+    def on_trial_result(self, trial_id, result):
+        with open(self.log, "a") as file:
+            file.write(f"{trial_id} {result['training_iteration']}\n")
+
+    def seen(self):
+        with open(self.log) as file:
+            return [(trial_id, int(step)) for trial_id, step in (line.split() for line in file)]
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        pass
+
+
+def test_a_searcher_that_finishes_ends_the_study(ray_session, tmp_path):
+    searcher = ListSearcher(
+        [{"slope": 1.0, "steps": 3}, {"slope": 2.0, "steps": 3}], tmp_path / "log", metric="score", mode="max"
+    )
+    grid = Tuner(
+        finite_loop,
+        param_space={"slope": tune.uniform(0, 1), "steps": 3},
+        tune_config=tune.TuneConfig(search_alg=searcher, num_samples=10),
+        run_config=tune.RunConfig(stop={"training_iteration": 3}, verbose=0),
+    ).fit()
+    assert sorted(r.config["slope"] for r in grid) == [1.0, 2.0]
+    assert grid.num_errors == 0
+    # Each iteration reaches the searcher once.
+    assert len(searcher.seen()) == len(set(searcher.seen())) == 6
+
+
+def test_num_samples_minus_one_runs_until_the_searcher_is_finished(ray_session, tmp_path):
+    searcher = ListSearcher([{"slope": float(s), "steps": 2} for s in range(3)], tmp_path / "log", metric="score", mode="max")
+    grid = Tuner(
+        finite_loop,
+        tune_config=tune.TuneConfig(search_alg=searcher, num_samples=-1),
+        run_config=tune.RunConfig(stop={"training_iteration": 2}, verbose=0),
+    ).fit()
+    assert len(grid) == 3 and grid.num_errors == 0
+
+
+def test_a_finite_loop_ends_its_trial_without_error(ray_session):
+    grid = Tuner(
+        finite_loop,
+        param_space={"steps": tune.grid_search([2, 5]), "slope": 1.0},
+        run_config=tune.RunConfig(stop={"training_iteration": 5}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    lengths = {r.config["steps"]: len(r.metrics_dataframe) for r in grid}
+    assert lengths == {2: 2, 5: 5}
+    assert all(r.metrics["done"] for r in grid)
+
+
+def test_result_config_is_nested_as_in_tune(ray_session):
+    grid = Tuner(
+        finite_loop,
+        param_space={"opt": {"slope": tune.grid_search([1.0, 3.0])}, "steps": 2, "slope": 0.5},
+        run_config=tune.RunConfig(stop={"training_iteration": 2}, verbose=0),
+    ).fit()
+    assert sorted(r.config["opt"]["slope"] for r in grid) == [1.0, 3.0]
+    assert all(r.config["steps"] == 2 for r in grid)
+    assert "config/opt/slope" in grid[0].metrics_dataframe.columns  # flattened only in the dataframe
+
+
+def test_reporting_done_ends_the_trial_and_stop_on_done_works(ray_session):
+    grid = Tuner(
+        reporter_of_done,
+        param_space={"end": tune.grid_search([3, 6])},
+        run_config=tune.RunConfig(stop={"training_iteration": 20}, verbose=0),
+    ).fit()
+    assert {r.config["end"]: len(r.metrics_dataframe) for r in grid} == {3: 3, 6: 6}
+    assert grid.num_errors == 0
+    assert all(r.metrics["done"] is True for r in grid)
+    assert list(grid[0].metrics_dataframe["done"])[:-1] == [False] * (len(grid[0].metrics_dataframe) - 1)
+
+
+def test_pbt_hands_a_plain_trainable_plain_values(ray_session):
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": tune.uniform(0.001, 1.0)},
+    )
+    grid = Tuner(
+        # four workers on the two test CPUs, so the population trains in step
+        tune.with_resources(plain_lr_trainable, {"cpu": 0.5}),
+        # slow enough iterations that the population reaches each perturbation together
+        param_space={"lr": tune.grid_search([0.01, 0.1, 0.5, 0.9]), "sleep": 0.2},
+        tune_config=tune.TuneConfig(metric="x", mode="max", scheduler=pbt),
+        run_config=tune.RunConfig(stop={"training_iteration": 8}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    types = {t for r in grid for t in r.metrics_dataframe["lr_type"]}
+    assert types == {"float"}
+    exploited = [r for r in grid if isinstance(r.config["lr"], dict) and r.config["lr"]["family"] == "Concat"]
+    assert exploited, "PBT exploited no trial; the test would not cover the change of config"
+
+
+def test_a_plain_value_changing_inside_a_batch_restarts_the_function_from_its_checkpoint():
+    """A batch that crosses the point where PBT changed a plain value (its
+    source checkpoint was lost, say) restarts the function there, Ray-free."""
+    from ray_stagetree import Constant, get_checkpoint, report
+    from ray_stagetree.runtime.batches import BatchSpec
+    from ray_stagetree.runtime.context import StageContext
+    from ray_stagetree.runtime.worker import run_function
+
+    config = {"lr": Constant(0.25).then(Constant(0.5), at=3)}
+    spec = BatchSpec(batch_id=1, config=config, segments=[(0, 0, 3), (1, 3, 5)], save_steps=set(), plain=frozenset({"lr"}))
+    outbox: dict = {}
+    context = StageContext(spec, controller=None, put=outbox.__setitem__)
+    context.flush = lambda: None  # no controller here: keep every record for the assertions
+    # Outside a worker, Tune's own report/get_checkpoint are not ours: pass ours.
+    run_function(lambda config: plain_lr_trainable(config, report, get_checkpoint), context)
+    rows = [row for _, _, row in context.finish().records]
+    assert [row["lr_seen"] for row in rows] == [0.25, 0.25, 0.25, 0.5, 0.5]
+    # The restarted function resumed from the checkpoint at 3: x keeps growing.
+    assert [round(row["x"], 6) for row in rows] == [0.25, 0.5, 0.75, 1.25, 1.75]
+    assert context.returned_at is None
+
+
+class DictCheckpointTrainable(StageTrainable):
+    """Tune's idiom: save_checkpoint returns a dict, load_checkpoint gets it back."""
+
+    def setup(self, config):
+        self.total = 0.0
+
+    def step(self):
+        self.total += self.hparams["lr"]
+        return {"total": self.total}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"total": self.total}
+
+    def load_checkpoint(self, checkpoint):
+        assert isinstance(checkpoint, dict), f"load_checkpoint got {checkpoint!r}"
+        self.total = checkpoint["total"]
+
+
+def test_a_dict_returned_by_save_checkpoint_reaches_load_checkpoint(ray_session):
+    from ray_stagetree import MultiStep
+
+    grid = Tuner(
+        DictCheckpointTrainable,
+        param_space={"lr": tune.grid_search([MultiStep(1.0, [3], 0.5), MultiStep(1.0, [3], 0.1)])},
+        run_config=tune.RunConfig(stop={"training_iteration": 5}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0, grid.errors
+    # The shared prefix (3 x 1.0) is loaded from the dict checkpoint by the fork.
+    assert sorted(round(r.metrics["total"], 6) for r in grid) == [3.2, 4.0]
+    assert grid.iterations_executed == 3 + 2 + 2
+
+
+def flaky_once(config):
+    """Fails once at iteration 3 (a marker file remembers), then trains through."""
+    for step in range(100):
+        if step == 2 and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError("transient failure")
+        tune.report({"score": step})
+
+
+def test_a_retrained_iteration_is_reported_once(ray_session, tmp_path):
+    searcher = ListSearcher([{"marker": str(tmp_path / "marker")}], tmp_path / "log", metric="score", mode="max")
+    grid = Tuner(
+        flaky_once,
+        tune_config=tune.TuneConfig(search_alg=searcher, num_samples=1),
+        run_config=tune.RunConfig(
+            stop={"training_iteration": 4}, failure_config=tune.FailureConfig(max_failures=1), verbose=0
+        ),
+    ).fit()
+    assert grid.num_errors == 0
+    assert searcher.seen() == [(grid[0].metrics["trial_id"], step) for step in (1, 2, 3, 4)]
+    assert list(grid[0].metrics_dataframe["training_iteration"]) == [1, 2, 3, 4]
+
+
+def exploding(config):
+    for step in range(100):
+        if config["explode"] and step == 1:
+            raise ValueError("boom")
+        tune.report({"score": step})
+
+
+@pytest.mark.parametrize("fail_fast", [True, "raise"])
+def test_fail_fast_stops_the_study_at_the_first_error(ray_session, fail_fast):
+    tuner = Tuner(
+        exploding,
+        param_space={"explode": tune.grid_search([True, False, False, False])},
+        tune_config=tune.TuneConfig(max_concurrent_trials=1),
+        run_config=tune.RunConfig(
+            stop={"training_iteration": 3}, failure_config=tune.FailureConfig(fail_fast=fail_fast), verbose=0
+        ),
+    )
+    if fail_fast == "raise":
+        with pytest.raises(Exception, match="boom"):
+            tuner.fit()
+        return
+    grid = tuner.fit()
+    assert grid.num_errors == 1
+    assert len(grid) == 1  # the trials after the error never started
+
+
+def test_trial_names_and_folders_come_from_the_creators(ray_session, tmp_path):
+    grid = Tuner(
+        finite_loop,
+        param_space={"slope": tune.grid_search([1.0, 2.0]), "steps": 1},
+        tune_config=tune.TuneConfig(
+            trial_dirname_creator=lambda trial: f"slope_{trial.config['slope']}",
+            trial_name_creator=lambda trial: f"named_{trial.trial_id}",
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="exp", stop={"training_iteration": 1}, verbose=0),
+    ).fit()
+    assert sorted(os.path.basename(r.path) for r in grid) == ["slope_1.0", "slope_2.0"]
+    assert sorted(os.listdir(tmp_path / "exp")) == ["checkpoints", "plan", "slope_1.0", "slope_2.0"] or {
+        "slope_1.0",
+        "slope_2.0",
+    } <= set(os.listdir(tmp_path / "exp"))
+    assert (tmp_path / "exp" / "slope_1.0" / "result.json").exists()
+
+
+def test_a_dirname_creator_returning_a_path_errors_its_trial_clearly(ray_session, tmp_path):
+    grid = Tuner(
+        finite_loop,
+        param_space={"slope": 1.0, "steps": 1},
+        tune_config=tune.TuneConfig(trial_dirname_creator=lambda trial: "a/b"),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), stop={"training_iteration": 1}, verbose=0),
+    ).fit()
+    assert "trial_dirname_creator must return a non-empty str usable as a folder name" in str(grid.errors[0])
+
+
+def test_a_relative_storage_path_is_refused_before_anything_runs():
+    with pytest.raises(ValueError, match=r"storage_path must be an absolute path or a URI.*'results'"):
+        Tuner(finite_loop, run_config=tune.RunConfig(storage_path="results", stop={"training_iteration": 1}))
+
+
+@pytest.mark.parametrize("num_samples", [0, -2, 1.5])
+def test_bad_num_samples_is_refused(num_samples):
+    with pytest.raises(ValueError, match="num_samples must be an int >= 1, or -1 with a searcher"):
+        Tuner(finite_loop, tune_config=tune.TuneConfig(num_samples=num_samples))
+
+
+def test_a_trainable_workers_cannot_import_fails_once_with_the_remedy(ray_session, tmp_path, capfd):
+    module = tmp_path / "only_on_the_driver_xyz.py"
+    module.write_text("from ray import tune\n\ndef train(config):\n    while True:\n        tune.report({'a': 1})\n")
+    sys.path.insert(0, str(tmp_path))  # the driver's path only: workers were started without it
+    try:
+        from only_on_the_driver_xyz import train
+
+        tuner = Tuner(
+            train,
+            param_space={"x": tune.grid_search([1, 2, 3])},
+            run_config=tune.RunConfig(stop={"training_iteration": 2}, verbose=0),
+        )
+        with pytest.raises(RuntimeError, match=r"module 'only_on_the_driver_xyz'.*runtime_env"):
+            tuner.fit()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("only_on_the_driver_xyz", None)
+    assert capfd.readouterr().err.count("Traceback") <= 1
+
+
+def test_the_example_joins_a_running_cluster_as_under_ray_job_submit(ray_session):
+    """`ray job submit` runs the script with RAY_ADDRESS set to a running cluster."""
+    address = ray_session.get_runtime_context().gcs_address
+    env = {**os.environ, "RAY_ADDRESS": address}
+    result = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, "mnist1d_study.py"), "--epochs", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "14 trials, 0 errors" in result.stdout
