@@ -132,9 +132,11 @@ class ControllerStub:
     def __init__(self) -> None:
         self.checkpoints: list[tuple[int, int, str, int]] = []
 
-    def worker_report(self, outcome: Any) -> tuple[list[int], int]:
+    def worker_report(self, outcome: Any) -> tuple[list[int], int, int]:
         self.checkpoints.extend(outcome.checkpoints)
-        return [], 0  # no further checkpoint steps; end the batch where it stands
+        # Checkpoint the batch's end (the step just reported), end it there, no continuation.
+        end = outcome.records[-1][1] if outcome.records else 0
+        return [end], end, end
 
     def take_notes(self) -> list[tuple[int, int, str, int]]:
         notes, self.checkpoints = self.checkpoints, []
@@ -161,7 +163,8 @@ class Runtime:
         outcome = ray.get(self.worker.run_batch.remote(spec))
         if outcome.error:
             raise RuntimeError(outcome.error)
-        [(_, _, key, payload_bytes)] = ray.get(self.controller.take_notes.remote())
+        # A batch's last checkpoint comes back with its outcome, the others with flushes.
+        [(_, _, key, payload_bytes)] = ray.get(self.controller.take_notes.remote()) + outcome.checkpoints
         return key, payload_bytes
 
     def measure(self, size: int, key: str) -> dict[str, float]:

@@ -128,7 +128,8 @@ class StageContext:
 
         def payload(step: int) -> CheckpointPayload | None:
             if checkpoint is None:
-                self.missing_checkpoint = self.missing_checkpoint or step
+                if step < self.stop:  # a branch point: forks will retrain (the end only serves a later resume)
+                    self.missing_checkpoint = self.missing_checkpoint or step
                 return None
             with checkpoint.as_directory() as path:
                 return CheckpointPayload(step, capture_rng_state(), directory=pack_directory(path))

@@ -103,6 +103,10 @@ class StudyController:
         self._every_result = (
             spec.stopper is not None or bool(spec.stop_thresholds) or not self.host.decides_at_milestones
         )
+        # A batch continuing live past a scheduler's decision point still
+        # checkpoints there: PBT exploits fork from it, and a worker lost later
+        # resumes from it. (Not at every iteration of a one-ahead request.)
+        self._keeps_decision_points = not self._every_result or self.host.population is not None
         # Configs as the trainable takes them (sequences as objects), per node.
         self._node_configs: dict[int, dict[str, Any]] = {
             node.node_id: from_tune_config(unflatten(node.config.to_json())) for node in self.plan.nodes
@@ -329,9 +333,13 @@ class StudyController:
         if batch_id not in self.plan.running_batches:
             return [], 0, 0
         _, _, stop = self.plan.batch_segments(batch_id)[-1]
+        save_steps = []
         if outcome.records and outcome.records[-1][1] == stop:
-            stop = self.plan.extend_batch(batch_id) or stop
-        save_steps = [step for _, step in self.plan.checkpoints_needed(batch_id)]
+            extended = self.plan.extend_batch(batch_id)
+            if extended is not None and self._keeps_decision_points:
+                save_steps.append(stop)
+            stop = extended or stop
+        save_steps += [step for _, step in self.plan.checkpoints_needed(batch_id)]
         needed = self.plan.needed_until(batch_id)
         return save_steps, needed[1] if needed is not None else 0, stop
 

@@ -8,6 +8,7 @@ trainable, the horizon, the resources, and every drawn trial's config.
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import os
 import uuid
@@ -33,6 +34,8 @@ from ray_stagetree.trainables import StageTrainable
 from ray_stagetree.trial_schedulers.host import check_scheduler
 
 POLL_SECONDS = 0.5
+
+logger = logging.getLogger("ray_stagetree")
 
 
 class Tuner:
@@ -160,6 +163,11 @@ class Tuner:
                 f"(under `ray job submit`, a temporary one); pass os.path.abspath({storage!r}) to mean this one"
             )
         self._stop_criteria()
+        if self.run_config.callbacks:
+            logger.warning(
+                "RunConfig.callbacks are not called by ray_stagetree yet (%s); the study runs without them",
+                ", ".join(type(callback).__name__ for callback in self.run_config.callbacks),
+            )
 
     def _stop_criteria(self) -> None:
         """``RunConfig.stop`` as Tune takes it (None, a dict, a ``Stopper``, a

@@ -5,8 +5,10 @@ which describes the whole path; the checkpoint to start from; the segments
 to train; the steps to checkpoint at), runs the user's trainable through it
 and streams records back to the controller in small batches: metrics of
 every iteration, checkpoints where asked. The controller's reply to a flush
-can add checkpoint steps (a trial arrived that forks here) or move the end
-of the batch earlier (no live trial needs the rest).
+can add checkpoint steps (a trial arrived that forks here), move the end
+of the batch earlier (no live trial needs the rest), or, at the batch's end,
+later: the trial goes on, and so does the live function (live continuation).
+Class trainables run through `ray_stagetree.runtime.class_trainables`.
 
 A checkpoint waits in the worker's outbox until the controller calls
 `StageWorker.take_checkpoint`: the payload becomes that call's return value,

@@ -237,3 +237,28 @@ def test_never_more_iterations_executed_than_reported(tmp_path, ray_session, see
     ).fit()
     assert grid.num_errors == 0, [str(r.error) for r in grid if r.error]
     assert grid.iterations_executed <= reported(grid), (scheduler_name, trainable.__name__)
+
+
+def test_stop_criteria_become_a_horizon_thresholds_or_a_stopper():
+    """Ray-free: how RunConfig.stop is read before anything runs."""
+
+    def run_config(stop):
+        return tune.RunConfig(stop=stop)
+
+    plain = Tuner(counting_loop, param_space={"lr": 0.1}, run_config=run_config({"training_iteration": 5, "x": 2}))
+    assert (plain.horizon, plain.stop_thresholds, plain.stopper) == (5, {"x": 2}, None)
+    capped = Tuner(counting_loop, param_space={"lr": 0.1}, run_config=run_config(MaximumIterationStopper(7)))
+    assert (capped.horizon, capped.stopper) == (7, None), "a plain iteration cap plans like training_iteration"
+    open_ended = Tuner(counting_loop, param_space={"lr": 0.1})
+    assert (open_ended.horizon, open_ended.stopper) == (None, None)
+    asha = Tuner(
+        counting_loop, param_space={"lr": 0.1}, tune_config=tune.TuneConfig(scheduler=ASHAScheduler(max_t=9), metric="x", mode="max")
+    )
+    assert asha.horizon == 9
+    function = Tuner(counting_loop, param_space={"lr": 0.1}, run_config=run_config(lambda trial_id, result: False))
+    assert function.horizon is None and function.stopper is not None
+    for bad, message in ((5, "RunConfig.stop must be None, a dict"), ({"x": "high"}, r"RunConfig.stop\['x'\] must be a number")):
+        with pytest.raises(ValueError, match=message):
+            Tuner(counting_loop, param_space={"lr": 0.1}, run_config=run_config(bad))
+    with pytest.raises(ValueError, match=r"stop\['training_iteration'\] must be an int >= 1, got 0"):
+        Tuner(counting_loop, param_space={"lr": 0.1}, run_config=run_config({"training_iteration": 0}))

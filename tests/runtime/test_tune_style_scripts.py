@@ -4,6 +4,8 @@
 must run every trial without error and find the same best configuration."""
 
 import importlib.util
+import json
+import math
 import os
 import sys
 
@@ -112,3 +114,133 @@ def test_hyperband_function_with_trials_returning_before_max_t(tmp_path, ray_ses
         # the short trials returned after their last step, before max_t
         assert any(r.config["steps"] < script.MAX_T and n == r.config["steps"] for n, r in zip(lengths, grid)), who
         assert script.MAX_T in lengths, who
+
+
+def test_hyperband_class_trainable_dict_checkpoints(tmp_path, ray_session):
+    script, vanilla, ours = run_both("hyperband_class", tmp_path)
+    assert vanilla[0][0] == {"width": 5, "height": 100}
+    assert vanilla[0][1] == pytest.approx(100 * math.tanh(script.MAX_T / 5))
+    assert_same_best(vanilla, ours)
+    for who, (_, grid) in (("ray.tune.Tuner", vanilla), ("ray_stagetree.Tuner", ours)):
+        assert len(grid) == 6, who
+        lengths = [result.metrics["training_iteration"] for result in grid]
+        assert max(lengths) == script.MAX_T and min(lengths) < script.MAX_T, (who, lengths)
+        for result in grid:
+            # the trainable's own step counter survived every pause/resume:
+            # load_checkpoint got the dict save_checkpoint returned
+            frame = result.metrics_dataframe
+            assert list(frame["timestep"]) == list(frame["training_iteration"]), (who, result.config)
+
+
+def test_pbt_class_trainable_directory_checkpoints_and_reset_config(tmp_path, ray_session):
+    script, vanilla, ours = run_both("pbt_class", tmp_path)
+    top = script.TRAINING_ITERATIONS  # nobody gains more than a point per step
+    for who, ((best_config, best_value), grid) in (("ray.tune.Tuner", vanilla), ("ray_stagetree.Tuner", ours)):
+        assert len(grid) == 4, who
+        # PBT is random: the best lands in the same range, not on the same value
+        assert top / 2 <= best_value <= top + 1e-9, (who, best_config, best_value)
+        for result in grid:
+            assert result.metrics["training_iteration"] == top, (who, result.config)
+            # at most a point per step: no accuracy carried over to a trial
+            # that started on (or was reset onto) a reused actor
+            assert result.metrics["mean_accuracy"] <= top + 1e-9, (who, result.config)
+    for who, (_, grid) in (("ray.tune.Tuner", vanilla), ("ray_stagetree.Tuner", ours)):
+        for result in grid:
+            # the result's config ends with the values PBT last handed the
+            # trainable (through reset_config, or a restart)
+            assert set(result.config) == {"lr", "some_other_factor"}, (who, result.config)
+            iteration = result.metrics["training_iteration"]
+            lr = value_at(result.config["lr"], iteration)
+            assert isinstance(lr, float), (who, result.config)
+            assert value_at(result.config["some_other_factor"], iteration) in (1, 2), (who, result.config)
+            assert result.metrics["cur_lr"] == pytest.approx(lr), (who, result.config)
+    assert all(not isinstance(value, dict) for result in vanilla[1] for value in result.config.values())
+
+
+def value_at(value, iteration):
+    """A config value as the trainable saw it at ``iteration``. Vanilla Tune's
+    ``result.config`` holds the last plain value; ray_stagetree's holds, for a
+    trial that exploited another, the schedule PBT discovered as a sequence in
+    its JSON form (a ``Concat``; see the README)."""
+    if isinstance(value, dict) and "family" in value:
+        return ray_stagetree.from_json(value).value(iteration - 1)
+    return value
+
+
+def test_async_hyperband_without_checkpoints(tmp_path, ray_session):
+    script, vanilla, ours = run_both("async_hyperband_no_checkpoint", tmp_path)
+    for who, (_, grid) in (("ray.tune.Tuner", vanilla), ("ray_stagetree.Tuner", ours)):
+        assert len(grid) == script.NUM_SAMPLES, who
+        lengths = [result.metrics["training_iteration"] for result in grid]
+        assert all(n <= script.MAX_T for n in lengths), (who, lengths)
+        # ASHA stopped some trials early and let some finish their loop
+        assert min(lengths) < script.MAX_T and script.MAX_T in lengths, (who, lengths)
+        for result in grid:
+            assert result.checkpoint is None, (who, result.config)
+            assert len(result.metrics_dataframe) == result.metrics["training_iteration"], (who, result.config)
+    grid = ours[1]
+    # without checkpoints nothing can be resumed: no iteration is ever trained
+    # twice (or past what the trials reported)
+    assert grid.iterations_executed <= sum(len(result.metrics_dataframe) for result in grid)
+    # BasicVariantGenerator(random_state=...) draws the same configurations,
+    # and the best dominates at every rung, so ASHA keeps it whatever the order
+    sampled = {
+        who: sorted((r.config["width"], r.config["height"]) for r in grid)
+        for who, (_, grid) in (("tune", vanilla), ("ours", ours))
+    }
+    assert sampled["ours"] == sampled["tune"], sampled
+    assert_same_best(vanilla, ours)
+
+
+def test_tune_basic_stopper_object_with_endless_loop(tmp_path, ray_session):
+    script, vanilla, ours = run_both("tune_basic_stopper", tmp_path)
+    assert vanilla[0][0] == {"width": 50.0, "height": -10.0}
+    assert_same_best(vanilla, ours)
+    lengths = {}
+    for who, (_, grid) in (("ray.tune.Tuner", vanilla), ("ray_stagetree.Tuner", ours)):
+        assert len(grid) == 6, who
+        lengths[who] = {(r.config["width"], r.config["height"]): r.metrics["training_iteration"] for r in grid}
+        # the iteration cap ended some trials, the plateau stopper the others
+        assert script.MAX_ITER in lengths[who].values(), (who, lengths[who])
+        assert min(lengths[who].values()) < script.MAX_ITER, (who, lengths[who])
+        assert all(len(r.metrics_dataframe) == r.metrics["training_iteration"] for r in grid), who
+    # each trial stopped where its own curve says, under either Tuner
+    assert lengths["ray_stagetree.Tuner"] == lengths["ray.tune.Tuner"]
+
+
+def test_optuna_define_by_run_search_space(tmp_path, ray_session):
+    pytest.importorskip("optuna")
+    script, vanilla, ours = run_both("optuna_define_by_run", tmp_path)
+    configs = {}
+    for who, (_, grid) in (("ray.tune.Tuner", vanilla), ("ray_stagetree.Tuner", ours)):
+        assert len(grid) == script.NUM_SAMPLES, who
+        for result in grid:
+            config = result.config
+            # conditional: "mult" exists only for relu; the constant came back from the function
+            assert config["activation"] in ("relu", "tanh"), (who, config)
+            assert ("mult" in config) == (config["activation"] == "relu"), (who, config)
+            assert config["steps"] == script.STEPS, (who, config)
+            assert result.metrics["training_iteration"] == script.STEPS, (who, config)
+        configs[who] = sorted(sorted(r.config.items()) for r in grid)
+    # a seeded sampler below n_startup_trials hands both Tuners the same configurations
+    assert configs["ray_stagetree.Tuner"] == configs["ray.tune.Tuner"]
+    assert_same_best(vanilla, ours)
+
+
+def test_custom_func_checkpointing(tmp_path, ray_session):
+    script, vanilla, ours = run_both("custom_func_checkpointing", tmp_path)
+    assert vanilla[0][0] == {"steps": script.STEPS, "width": 100, "height": 10.0}
+    assert_same_best(vanilla, ours)
+    for who, (_, grid) in (("ray.tune.Tuner", vanilla), ("ray_stagetree.Tuner", ours)):
+        assert len(grid) == 6, who
+        assert all(result.checkpoint is not None for result in grid), who
+        best = grid.get_best_result()
+        assert best.checkpoint is not None, who
+        with (
+            best.checkpoint.as_directory() as checkpoint_dir,
+            open(os.path.join(checkpoint_dir, "checkpoint.json")) as f,
+        ):
+            state = json.load(f)
+        # the last checkpoint the trainable wrote, at its last step
+        assert state["step"] == script.STEPS - 1, (who, state)
+        assert state["mean_loss"] == pytest.approx(best.metrics["mean_loss"]), (who, state)

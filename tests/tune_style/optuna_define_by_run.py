@@ -13,7 +13,7 @@ Requires Optuna (``pip install optuna``).
 """
 
 import argparse
-from typing import Any, Dict, Optional
+from typing import Any
 
 import optuna
 import ray
@@ -39,7 +39,7 @@ def easy_objective(config):
         tune.report({"iterations": step, "mean_loss": intermediate_score})
 
 
-def define_by_run_func(trial) -> Optional[Dict[str, Any]]:
+def define_by_run_func(trial) -> dict[str, Any] | None:
     """Define-by-run function to create the search space: suggest on the
     Optuna ``trial`` (no computation here), return the constants."""
     activation = trial.suggest_categorical("activation", ["relu", "tanh"])

@@ -50,7 +50,10 @@ class PBTBenchmarkExample(tune.Trainable):
             self.accuracy = json.load(f)["accuracy"]
 
     def reset_config(self, new_config):
+        # A reused actor starts a trial afresh (PBT then restores the
+        # checkpoint it exploits), so reset the state as setup() does.
         self.lr = new_config["lr"]
+        self.accuracy = 0.0
         self.config = new_config
         return True
 
