@@ -14,7 +14,12 @@ branches). Nodes are never removed: paths are invariant to other trials.
 
 The plan also tracks which requests are scheduled (``SCHED``) and the segments
 that running stage batches are training, so a new request that a running batch
-will reach is served by that batch instead of training the prefix again.
+will reach is served by that batch instead of training the prefix again, and
+a batch that reaches its end continues live when a trial goes on there.
+
+(About 600 lines on purpose: the tree, the requests and the running batches
+keep one set of invariants, and every method here reads or updates them;
+persistence and policies live in their own modules.)
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ class BatchSpec:
     trial_id: str = "default"
     trial_name: str = "default"
     experiment_name: str = ""
+    trial_dir: str = ""  # that trial's folder when the experiment path is local, else ""
 
     @property
     def start(self) -> int:

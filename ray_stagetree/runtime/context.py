@@ -10,6 +10,7 @@ does not swallow it.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import threading
@@ -81,6 +82,11 @@ class StageContext:
         return changes
 
     # -- function API ------------------------------------------------------
+
+    def trial_dir(self) -> str:
+        path = self.spec.trial_dir or os.path.join(tempfile.gettempdir(), "stagetree_trials", self.spec.trial_id)
+        os.makedirs(path, exist_ok=True)
+        return path
 
     def trainable_config(self) -> dict[str, Any]:
         """The config the trainable gets: sequences as objects, except where the

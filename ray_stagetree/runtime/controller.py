@@ -6,6 +6,10 @@ ask the policy for batches for idle workers, turn each batch into a
 `BatchSpec`, and fold what workers report back into the plan (metrics fan
 out to every trial whose path passes the reported point). All scheduling
 decisions live in `plan`, `stage_tree` and `policy`.
+
+(Over 600 lines, for now: the trial lifecycle (admit, report, stop, pause,
+exploit, fail) and the dispatch loop share the trial states; issue 20 moves
+the lifecycle into its own module.)
 """
 
 from __future__ import annotations
@@ -418,7 +422,13 @@ class StudyController:
         experiment_name = self.spec.experiment_path.rstrip("/").rsplit("/", 1)[-1]
         if owner is None:  # a node of a restored plan
             return {"experiment_name": experiment_name}
-        return {"trial_id": owner.trial_id, "trial_name": owner.name, "experiment_name": experiment_name}
+        local = "://" not in self.spec.experiment_path and self.spec.storage_filesystem is None
+        return {
+            "trial_id": owner.trial_id,
+            "trial_name": owner.name,
+            "experiment_name": experiment_name,
+            "trial_dir": f"{self.spec.experiment_path}/{owner.dirname}" if local else "",
+        }
 
     async def _complete(self, ref: Any) -> None:
         worker, batch, spec, dispatched = self._running.pop(ref)

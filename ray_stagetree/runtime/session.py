@@ -106,3 +106,53 @@ def should_checkpoint() -> bool:
 def get_iteration() -> int:
     """Iterations completed so far (the iteration about to be trained, 0-based)."""
     return _context().step
+
+
+class StageTuneContext:
+    """What ``ray.tune.get_context()`` gives a trainable on a stage worker.
+    A batch serves every trial whose path passes through it; the trial named
+    is the one its deepest plan node was made for."""
+
+    def get_trial_id(self) -> str:
+        return _context().spec.trial_id
+
+    def get_trial_name(self) -> str:
+        return _context().spec.trial_name
+
+    def get_experiment_name(self) -> str:
+        return _context().spec.experiment_name
+
+    def get_trial_dir(self) -> str:
+        """A local folder for the trial's own files (the trial's folder under
+        a local experiment path, else a temporary one)."""
+        return _context().trial_dir()
+
+    def get_trial_resources(self) -> Any:
+        return None
+
+    def get_metadata(self) -> dict[str, Any]:
+        return {}
+
+    def get_storage(self) -> Any:
+        return None
+
+    def get_world_rank(self) -> int:
+        return 0
+
+    def get_local_rank(self) -> int:
+        return 0
+
+    def get_node_rank(self) -> int:
+        return 0
+
+    def get_world_size(self) -> int:
+        return 1
+
+    def get_local_world_size(self) -> int:
+        return 1
+
+
+def get_context() -> StageTuneContext:
+    """``ray.tune.get_context()`` inside a trainable that ray_stagetree runs."""
+    _context()
+    return StageTuneContext()

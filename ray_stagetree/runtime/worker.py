@@ -84,6 +84,7 @@ def _install_tune_shims() -> None:
     for module in (ray.tune, ray.train):
         module.report = session.report
         module.get_checkpoint = session.get_checkpoint
+        module.get_context = session.get_context
 
 
 class StageWorker:

@@ -220,23 +220,49 @@ SCHEDULERS = {
 }
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_never_more_iterations_executed_than_reported(tmp_path, ray_session, seed):
-    """The invariant of live continuation, over random schedulers, trainables
-    (checkpointing or not) and sequence spaces."""
-    rng = random.Random(seed)
-    scheduler_name = rng.choice(sorted(SCHEDULERS))
-    trainable = rng.choice([counting_loop, checkpointing_loop]) if scheduler_name != "pbt" else checkpointing_loop
+# Synchronous HyperBand and PBT resume a paused or exploited trial from a
+# checkpoint: a trainable that keeps none retrains there, as under Tune.
+INVARIANT_CASES = [
+    (scheduler, trainable)
+    for scheduler in sorted(SCHEDULERS)
+    for trainable in ("counting_loop", "checkpointing_loop")
+    if trainable == "checkpointing_loop" or scheduler not in ("hyperband", "pbt")
+]
+
+
+@pytest.mark.parametrize("scheduler_name, trainable_name", INVARIANT_CASES)
+def test_never_more_iterations_executed_than_reported(tmp_path, ray_session, scheduler_name, trainable_name):
+    """The invariant of live continuation, over schedulers, trainables that
+    checkpoint or not, and random sequence spaces."""
+    rng = random.Random(f"{scheduler_name}-{trainable_name}")
     milestones = rng.sample(range(1, 12), 4)
     space = {"lr": tune.grid_search([MultiStep(1.0, [m], rng.choice([0.5, 0.9])) for m in milestones]), "noise": 0.0}
     grid = Tuner(
-        trainable,
+        globals()[trainable_name],
         param_space=space,
         tune_config=tune.TuneConfig(metric="x", mode="max", scheduler=SCHEDULERS[scheduler_name]()),
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="inv", stop={"training_iteration": 12}, verbose=0),
     ).fit()
     assert grid.num_errors == 0, [str(r.error) for r in grid if r.error]
-    assert grid.iterations_executed <= reported(grid), (scheduler_name, trainable.__name__)
+    assert grid.iterations_executed <= reported(grid)
+
+
+def test_a_searcher_under_asha_without_checkpoints_executes_only_what_it_reports(tmp_path, ray_session):
+    pytest.importorskip("optuna")
+    from ray.tune.search.optuna import OptunaSearch
+
+    grid = Tuner(
+        counting_loop,
+        param_space={"lr": tune.uniform(0.0, 1.0), "steps": 10},
+        tune_config=tune.TuneConfig(
+            num_samples=6,
+            scheduler=ASHAScheduler(metric="x", mode="max", max_t=10, grace_period=1),
+            search_alg=OptunaSearch(metric="x", mode="max"),  # metric and mode given to them only
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="optuna", verbose=0),
+    ).fit()
+    assert grid.num_errors == 0 and len(grid) == 6
+    assert grid.iterations_executed == reported(grid)
 
 
 def test_stop_criteria_become_a_horizon_thresholds_or_a_stopper():
@@ -262,3 +288,23 @@ def test_stop_criteria_become_a_horizon_thresholds_or_a_stopper():
             Tuner(counting_loop, param_space={"lr": 0.1}, run_config=run_config(bad))
     with pytest.raises(ValueError, match=r"stop\['training_iteration'\] must be an int >= 1, got 0"):
         Tuner(counting_loop, param_space={"lr": 0.1}, run_config=run_config({"training_iteration": 0}))
+
+
+def test_tunes_get_context_names_the_trial_and_gives_a_folder(tmp_path, ray_session):
+    def train(config):
+        context = tune.get_context()
+        with open(os.path.join(context.get_trial_dir(), "note.txt"), "w") as file:
+            file.write("written by the trial")
+        for _ in range(2):
+            tune.report({"trial": context.get_trial_id(), "experiment": context.get_experiment_name()})
+
+    grid = Tuner(
+        train,
+        param_space={"lr": tune.grid_search([0.1, 0.2])},
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="ctx", verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    for result in grid:
+        assert result.metrics["trial"] == result.metrics["trial_id"]
+        assert result.metrics["experiment"] == "ctx"
+        assert os.path.exists(os.path.join(result.path, "note.txt"))
