@@ -8,7 +8,7 @@ The same study three ways, one after the other on one local Ray instance:
 
 Every run trains the example's 1-D CNN (`examples/mnist1d_study.py`) on
 MNIST-1D, generated offline, on one worker per CPU (``--workers``), over the
-example's 20 learning-rate x batch-size sequences: as a grid search, under
+example's 14 learning-rate x batch-size sequences: as a grid search, under
 ``ASHAScheduler``, and under ASHA with a trainable that keeps no checkpoint
 (study 1c: live continuation must keep every prefix from being retrained,
 so stagetree never executes more epochs than Tune). The trainable is the example's for all three; under

@@ -89,6 +89,7 @@ class PlanNode:
         "metrics",
         "requests",
         "running",
+        "trained",
         "trials",
     )
 
@@ -103,13 +104,16 @@ class PlanNode:
         self.requests: dict[int, Request] = {}
         # batch id -> (start, stop) segment of this node a running batch trains
         self.running: dict[int, tuple[int, int]] = {}
+        # batch id -> the last step that batch has trained on this node so far
+        self.trained: dict[int, int] = {}
         # trials whose current request is on this node
         self.trials: set[str] = set()
 
     def running_batch_through(self, step: int) -> int | None:
-        """A running batch that will reach ``step`` on this node, if any."""
+        """A running batch that will reach ``step`` on this node, if any (one
+        that passed it already serves it only with the checkpoint it left)."""
         for batch_id, (start, stop) in self.running.items():
-            if start < step <= stop:
+            if start < step <= stop and (self.trained.get(batch_id, start) < step or step in self.checkpoints):
                 return batch_id
         return None
 
@@ -349,6 +353,14 @@ class SearchPlan:
             self._batches[request.batch_id].requests.remove(request)
         return [request]
 
+    def record_progress(self, batch_id: int, node_id: int, step: int) -> None:
+        """A running batch trained ``node`` up to ``step``: a point it passed
+        without leaving a checkpoint (a trainable that keeps none) is no
+        longer one to wait for."""
+        node = self.node(node_id)
+        if batch_id in node.running:
+            node.trained[batch_id] = max(step, node.trained.get(batch_id, step))
+
     def record_checkpoint(self, node_id: int, step: int, info: CheckpointInfo) -> None:
         node = self.node(node_id)
         if not node.fork_step < step:
@@ -403,6 +415,7 @@ class SearchPlan:
         del self._batches[batch_id]
         for node, _, _ in batch.segments:
             node.running.pop(batch_id, None)
+            node.trained.pop(batch_id, None)
         again = []
         for request in batch.requests:
             request.state, request.batch_id = RequestState.NOT_SCHED, None

@@ -360,6 +360,7 @@ class StudyController:
             node = self.plan.nodes[node_id]
             self._iterations += 1
             self.plan.record_metrics(node_id, step, metrics)
+            self.plan.record_progress(outcome.batch_id, node_id, step)
             for trial_id in sorted(self.plan.trials_through(node, step)):
                 self._add_row(self.trials[trial_id], step, metrics)
         worker = self._batch_workers.get(outcome.batch_id)

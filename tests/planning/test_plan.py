@@ -238,3 +238,16 @@ def test_forks_ahead_of_a_request_are_known_before_the_request_moves():
     plan.record_metrics(0, 10, {})
     assert plan.extend_batch(batch.batch_id) == 60
     assert (0, 50) in [(n.node_id, s) for n, s in plan.checkpoints_needed(batch.batch_id)]
+
+
+def test_a_fork_a_running_batch_passed_without_a_checkpoint_stops_waiting_for_it():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 100)
+    (batch,) = CriticalPathPolicy().select(plan, 1)
+    plan.add_trial("b", {"lr": LR_50}, 100)
+    assert build_stage_tree(plan).stages[0].waits_for == batch.batch_id
+    plan.record_progress(batch.batch_id, 0, 60)  # trained past 50; the trainable kept no checkpoint there
+    tree = build_stage_tree(plan)
+    assert all(stage.waits_for is None for stage in tree.stages)
+    (root,) = tree.roots
+    assert root.ready and root.source.is_initialization, "b retrains its prefix now, not when the batch ends"
