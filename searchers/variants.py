@@ -48,8 +48,9 @@ def generate_trials(
     param_space: Mapping[str, Any],
     num_samples: int = 1,
     *,
-    seed: int | None = None,
+    seed: int | np.random.Generator | np.random.RandomState | None = None,
     filter: Callable[[dict[str, Any]], bool] | None = None,
+    constant_grid_search: bool = False,
 ) -> list[dict[str, Any]]:
     """Resolved trial configs drawn from ``param_space``, as Tune would draw them.
 
@@ -62,7 +63,8 @@ def generate_trials(
     num_samples:
         Repeats of the grid (Tune's ``TuneConfig.num_samples``).
     seed:
-        Seed for the random domains; None draws fresh values.
+        Seed (or NumPy generator) for the random domains; None draws from
+        NumPy's global state, as Tune's ``BasicVariantGenerator`` does.
     filter:
         Keep only configs for which ``filter(config)`` is true (the thesis'
         grid-search filter, e.g. to drop combinations that make no sense).
@@ -84,11 +86,11 @@ def generate_trials(
         raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
     if filter is not None and not callable(filter):
         raise TypeError(f"filter must be callable(config) -> bool, got {filter!r}")
-    random_state = np.random.default_rng(seed)
+    random_state = np.random.default_rng(seed) if isinstance(seed, int) else seed
     spec = to_tune_space(dict(param_space))
     trials = []
     for _ in range(num_samples):
-        for _, resolved in generate_variants(spec, random_state=random_state):
+        for _, resolved in generate_variants(spec, constant_grid_search, random_state):
             config = _resolve_nested(from_tune_config(resolved), random_state)
             if filter is None or filter(config):
                 trials.append(config)

@@ -245,7 +245,7 @@ class Tuner:
         if isinstance(config.search_alg, SequenceGridSearch):
             configs = config.search_alg.generate(self.param_space, config.num_samples)
         else:
-            configs = generate_trials(self.param_space, config.num_samples)
+            configs = _variants(self.param_space, config.num_samples, config.search_alg)
         for index, trial_config in enumerate(configs):
             try:
                 TrialConfig.from_config(trial_config)
@@ -274,11 +274,18 @@ class Tuner:
                 )
             fits.append(math.floor(available / amount))
         workers = min([trials, *fits]) if fits else trials
-        if self.tune_config.max_concurrent_trials:
-            workers = min(workers, self.tune_config.max_concurrent_trials)
+        if self._max_concurrent:
+            workers = min(workers, self._max_concurrent)
         if math.isinf(workers):  # num_samples=-1 and a trainable that asks for no resource
             workers = int(total.get("CPU", 1))
         return max(1, int(workers))
+
+    @property
+    def _max_concurrent(self) -> int | None:
+        """TuneConfig.max_concurrent_trials, or a BasicVariantGenerator's max_concurrent."""
+        generator = self.tune_config.search_alg
+        own = generator.max_concurrent if isinstance(generator, BasicVariantGenerator) else 0
+        return self.tune_config.max_concurrent_trials or own or None
 
     def _time_budget(self) -> float | None:
         budget = self.tune_config.time_budget_s
@@ -327,7 +334,7 @@ class Tuner:
             storage_filesystem=self.run_config.storage_filesystem,
             num_workers=self._num_workers(resources, source.remaining or self.tune_config.num_samples),
             worker_options=worker_options,
-            max_concurrent_trials=self.tune_config.max_concurrent_trials,
+            max_concurrent_trials=self._max_concurrent,
             stage_sharing=self.stage_sharing,
             max_failures=failure.max_failures if failure is not None else 0,
             stop_thresholds=self.stop_thresholds,
@@ -401,6 +408,29 @@ class Tuner:
             total_iterations=progress["total_iterations"],
             worker_seconds=progress["worker_seconds"],
         )
+
+
+def _variants(param_space: dict[str, Any], num_samples: int, generator: BasicVariantGenerator | None) -> list[dict]:
+    """Tune's grid and random variants, drawn as ``generator`` (Tune's
+    ``BasicVariantGenerator``: its ``random_state``, ``points_to_evaluate``
+    run first, ``constant_grid_search``) would draw them."""
+    if generator is None:
+        return generate_trials(param_space, num_samples)
+    random_state = generator._random_state._rng  # an int seed became a Generator; None: NumPy's global state
+    points = [
+        generate_trials(_merged(param_space, point), 1, seed=random_state)[0] for point in generator._points_to_evaluate
+    ]
+    constant = generator._constant_grid_search
+    return points + generate_trials(param_space, num_samples, seed=random_state, constant_grid_search=constant)
+
+
+def _merged(space: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
+    """``space`` with the values of ``point`` (nested dicts merged)."""
+    out = dict(space)
+    for key, value in point.items():
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if nested else value
+    return out
 
 
 def _trainable_name(trainable: Any) -> str:
