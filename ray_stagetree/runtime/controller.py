@@ -110,7 +110,9 @@ class StudyController:
         # A batch continuing live past a scheduler's decision point still
         # checkpoints there: PBT exploits fork from it, and a worker lost later
         # resumes from it. (Not at every iteration of a one-ahead request.)
-        self._keeps_decision_points = not self._every_result or self.host.population is not None
+        self._keeps_decision_points = self.host.population is not None or (
+            not self._every_result and spec.horizon is not None
+        )
         # Configs as the trainable takes them (sequences as objects), per node.
         self._node_configs: dict[int, dict[str, Any]] = {
             node.node_id: from_tune_config(unflatten(node.config.to_json())) for node in self.plan.nodes
