@@ -115,6 +115,10 @@ class PlanNode:
         for batch_id, (start, stop) in self.running.items():
             if start < step <= stop and (self.trained.get(batch_id, start) < step or step in self.checkpoints):
                 return batch_id
+            # At the end of its segment a batch hears first whether it goes
+            # on, and then saves the end's checkpoint if it stops there.
+            if step == stop == self.trained.get(batch_id):
+                return batch_id
         return None
 
     def latest_running_stop(self, before: int) -> tuple[int, int] | None:

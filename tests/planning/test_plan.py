@@ -251,3 +251,13 @@ def test_a_fork_a_running_batch_passed_without_a_checkpoint_stops_waiting_for_it
     assert all(stage.waits_for is None for stage in tree.stages)
     (root,) = tree.roots
     assert root.ready and root.source.is_initialization, "b retrains its prefix now, not when the batch ends"
+
+
+def test_a_fork_at_a_batchs_end_waits_for_the_checkpoint_saved_after_the_last_report():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 50)
+    (batch,) = CriticalPathPolicy().select(plan, 1)
+    plan.record_progress(batch.batch_id, 0, 50)  # the end is reported; its checkpoint follows the reply
+    plan.add_trial("b", {"lr": LR_50}, 100)
+    stages = build_stage_tree(plan).stages
+    assert [stage.waits_for for stage in stages] == [batch.batch_id]
