@@ -50,5 +50,6 @@ class BatchOutcome:
     error_step: int | None = None
     error_node: int | None = None
     returned_at: int | None = None  # the function trainable returned after this many iterations
-    missing_checkpoint: int | None = None  # a step where report() got no checkpoint the plan needed
+    missing_checkpoint: int | None = None  # a branch point where report() got no checkpoint the plan needed
+    can_checkpoint: bool = True  # the last report came with a checkpoint (or a class that saves one)
     trainable_unloadable: bool = False  # the worker could not unpickle the trainable: no batch can run

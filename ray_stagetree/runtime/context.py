@@ -70,7 +70,7 @@ class StageContext:
         self._last_flush = self._started = self._iteration_started = time.monotonic()
         self._restored_dir: str | None = None
         self._ended = False  # a report said done
-        self.missing_checkpoint: int | None = None  # first step a needed checkpoint was not passed to report()
+        self.missing_checkpoint: int | None = None  # first branch point whose checkpoint report() did not get
 
     def _plain_value_changes(self) -> set[int]:
         """Steps inside the batch where a value handed over as plain changes."""
@@ -140,14 +140,19 @@ class StageContext:
             with checkpoint.as_directory() as path:
                 return CheckpointPayload(step, capture_rng_state(), directory=pack_directory(path))
 
-        self.record(metrics, payload)
+        self.record(metrics, payload, can_checkpoint=checkpoint is not None)
 
     # -- shared by both APIs ------------------------------------------------
 
     def node_at(self, step: int) -> int:
         return self.spec.node_at(step)
 
-    def record(self, metrics: dict[str, Any], make_payload: Callable[[int], CheckpointPayload | None]) -> None:
+    def record(
+        self,
+        metrics: dict[str, Any],
+        make_payload: Callable[[int], CheckpointPayload | None],
+        can_checkpoint: bool = True,
+    ) -> None:
         """One iteration done: stream its metrics, and a checkpoint (made by
         ``make_payload(step)``) where the plan needs one. At the batch's end
         the controller's reply says whether the batch goes on (live
@@ -164,6 +169,8 @@ class StageContext:
             self.stop = self.step
             self._ended = True
         if self.step >= self.stop:
+            # Without a checkpoint here, stopping would mean retraining: the controller continues live.
+            self._pending.can_checkpoint = can_checkpoint
             self.flush()
         payload = make_payload(self.step) if self.step in self.save_steps else None
         if payload is not None:

@@ -25,7 +25,7 @@ from typing import Any
 import ray
 
 from ray_stagetree.planning.config import TrialConfig, unflatten
-from ray_stagetree.planning.plan import SearchPlan
+from ray_stagetree.planning.plan import RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.checkpoint_store import CheckpointStore
@@ -338,9 +338,9 @@ class StudyController:
         batch_id = outcome.batch_id
         if batch_id not in self.plan.running_batches:
             return [], 0, 0
-        _, _, stop = self.plan.batch_segments(batch_id)[-1]
+        node, _, stop = self.plan.batch_segments(batch_id)[-1]
         save_steps = []
-        if outcome.records and outcome.records[-1][1] == stop:
+        if outcome.records and outcome.records[-1][1] == stop and self._continue_live(node, stop, outcome.can_checkpoint):
             extended = self.plan.extend_batch(batch_id)
             if extended is not None and self._keeps_decision_points:
                 save_steps.append(stop)
@@ -348,6 +348,18 @@ class StudyController:
         save_steps += [step for _, step in self.plan.checkpoints_needed(batch_id)]
         needed = self.plan.needed_until(batch_id)
         return save_steps, needed[1] if needed is not None else 0, stop
+
+    def _continue_live(self, node: Any, stop: int, can_checkpoint: bool) -> bool:
+        """Should a batch at a scheduler's decision point go on live? Yes,
+        unless the policy should choose again: every worker is busy, other
+        work waits for one, and the trainable checkpoints (so stopping here
+        costs a checkpoint, not a retrained prefix)."""
+        if not self._keeps_decision_points or not can_checkpoint or self._idle_count() > 0:
+            return True
+        return not any(
+            request.trials and request.state is RequestState.NOT_SCHED and not (request.node is node and request.step > stop)
+            for request in self.plan.open_requests()
+        )
 
     def _ingest(self, outcome: BatchOutcome) -> None:
         if outcome.missing_checkpoint is not None and not self._warned_missing_checkpoint:
