@@ -362,6 +362,8 @@ class StudyController:
         )
 
     def _ingest(self, outcome: BatchOutcome) -> None:
+        if self.host.population is not None and (outcome.missing_checkpoint is not None or not outcome.can_checkpoint):
+            self.host.population.trainable_checkpoints = False  # before PBT decides on these records
         if outcome.missing_checkpoint is not None and not self._warned_missing_checkpoint:
             self._warned_missing_checkpoint = True
             self._warnings.append(

@@ -71,6 +71,9 @@ class PopulationBasedHost:
         self._members: dict[str, _PopulationMember] = {}
         self._mutated = sorted(flatten_dict(pbt._hyperparam_mutations, delimiter="/"))
         self._next_sync = max(pbt._perturbation_interval, pbt._burn_in_period)
+        # False once the trainable reports no checkpoint where PBT needs one:
+        # as in Ray, a trial with no checkpoint is never cloned.
+        self.trainable_checkpoints = True
 
     def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
         from ray.tune.schedulers.pbt import _fill_config
@@ -156,7 +159,7 @@ class PopulationBasedHost:
     def _checkpoint_or_exploit(self, trial_id: str, lower: list[str], upper: list[str]) -> Exploit | None:
         member = self._members[trial_id]
         # Ray checkpoints a top trial at its perturbation; only those can be cloned.
-        member.checkpoint_step = member.iteration if trial_id in upper else None
+        member.checkpoint_step = member.iteration if trial_id in upper and self.trainable_checkpoints else None
         if trial_id not in lower:
             return None
         source_id = random.choice(upper)

@@ -220,13 +220,14 @@ SCHEDULERS = {
 }
 
 
-# Synchronous HyperBand and PBT resume a paused or exploited trial from a
-# checkpoint: a trainable that keeps none retrains there, as under Tune.
+# Synchronous HyperBand resumes a paused trial from its checkpoint: a
+# trainable that keeps none retrains there, as under Tune. (PBT, as Ray's,
+# never clones a trial that has no checkpoint.)
 INVARIANT_CASES = [
     (scheduler, trainable)
     for scheduler in sorted(SCHEDULERS)
     for trainable in ("counting_loop", "checkpointing_loop")
-    if trainable == "checkpointing_loop" or scheduler not in ("hyperband", "pbt")
+    if trainable == "checkpointing_loop" or scheduler != "hyperband"
 ]
 
 
