@@ -74,6 +74,7 @@ class SearcherSource:
         self._suggested = 0
         self._finished = False
         self._prefix = uuid.uuid4().hex[:5]
+        self._completed: set[str] = set()
         if not searcher.set_search_properties(metric, mode, self._space):
             if searcher.metric is None and metric is None:
                 raise ValueError(
@@ -105,8 +106,14 @@ class SearcherSource:
         config = from_tune_config(merge_dicts(self._space, suggestion))
         return trial_id, _resolve_nested(config, None)
 
+    # A trial the searcher was told is complete (an errored one that a
+    # restore runs again) is not reported to it a second time: searchers
+    # forget completed trials.
     def on_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        self.searcher.on_trial_result(trial_id, result)
+        if trial_id not in self._completed:
+            self.searcher.on_trial_result(trial_id, result)
 
     def on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool = False) -> None:
-        self.searcher.on_trial_complete(trial_id, result=result, error=error)
+        if trial_id not in self._completed:
+            self._completed.add(trial_id)
+            self.searcher.on_trial_complete(trial_id, result=result, error=error)

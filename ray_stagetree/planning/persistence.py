@@ -83,7 +83,10 @@ def resolve_filesystem(url: str, storage_filesystem: Any = None) -> tuple[pafs.F
     return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), path
 
 
-def _rows(plan: Any) -> dict[str, list[dict[str, Any]]]:
+def records(plan: Any) -> dict[str, list[dict[str, Any]]]:
+    """The plan as plain rows, one list per table: what `save` writes, and
+    what a running study's snapshot pickles. Only durable checkpoints (with
+    a storage path) are kept: the others die with the study's processes."""
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in SCHEMAS}
     for node in plan.nodes:
         rows["nodes"].append(
@@ -96,6 +99,8 @@ def _rows(plan: Any) -> dict[str, list[dict[str, Any]]]:
             }
         )
         for step, info in node.checkpoints.items():
+            if info.path is None:
+                continue
             rows["checkpoints"].append(
                 {
                     "node_id": node.node_id,
@@ -127,7 +132,7 @@ def _rows(plan: Any) -> dict[str, list[dict[str, Any]]]:
 def save(plan: Any, url: str, storage_filesystem: Any = None) -> None:
     filesystem, root = resolve_filesystem(url, storage_filesystem)
     filesystem.create_dir(root, recursive=True)
-    for name, rows in _rows(plan).items():
+    for name, rows in records(plan).items():
         table = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
         table = table.replace_schema_metadata({"format": FORMAT, "version": str(VERSION)})
         final = f"{root}/{name}.parquet"
@@ -155,15 +160,20 @@ def _read(filesystem: pafs.FileSystem, root: str, name: str) -> list[dict[str, A
 def load_into(plan: Any, url: str, storage_filesystem: Any = None) -> None:
     """Fill an empty plan with the tables written by `save`."""
     filesystem, root = resolve_filesystem(url, storage_filesystem)
-    for row in sorted(_read(filesystem, root, "nodes"), key=lambda row: row["node_id"]):
+    fill(plan, {name: _read(filesystem, root, name) for name in SCHEMAS})
+
+
+def fill(plan: Any, tables: dict[str, list[dict[str, Any]]]) -> None:
+    """Fill an empty plan with `records`' rows."""
+    for row in sorted(tables["nodes"], key=lambda row: row["node_id"]):
         config = TrialConfig.from_json(json.loads(row["config"]), row["study"], plan._sequences)
         plan._restore_node(row["node_id"], config, row["parent_id"], row["fork_step"])
-    for row in _read(filesystem, root, "checkpoints"):
+    for row in tables["checkpoints"]:
         plan._restore_checkpoint(row["node_id"], row["step"], row["path"], row["size_bytes"], row["checksum"])
-    for row in _read(filesystem, root, "metrics"):
+    for row in tables["metrics"]:
         plan.nodes[row["node_id"]].metrics[row["step"]] = json.loads(row["metrics"])
-    for row in _read(filesystem, root, "trials"):
+    for row in tables["trials"]:
         config = TrialConfig.from_json(json.loads(row["config"]), row["study"], plan._sequences)
         plan._restore_trial(row["trial_id"], config, row["study"], row["node_id"], row["step"])
-    for row in _read(filesystem, root, "timings"):
+    for row in tables["timings"]:
         plan.record_timing(row["node_id"], row["start"], row["stop"], row["seconds"])

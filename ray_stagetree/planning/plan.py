@@ -587,6 +587,17 @@ class SearchPlan:
         persistence.load_into(plan, url, storage_filesystem)
         return plan
 
+    def records(self) -> dict[str, list[dict[str, Any]]]:
+        """The plan as plain rows (what `save` writes), for a study snapshot."""
+        return persistence.records(self)
+
+    @classmethod
+    def from_records(cls, records: dict[str, list[dict[str, Any]]]) -> "SearchPlan":
+        """The plan `records` came from, requests unscheduled as in `load`."""
+        plan = cls()
+        persistence.fill(plan, records)
+        return plan
+
     def _restore_node(
         self, node_id: int, config: TrialConfig, parent_id: int | None, fork_step: int
     ) -> PlanNode:

@@ -59,6 +59,10 @@ class StorageIO:
         # Written by this study under the user's storage_path; checksum verified above.
         return None, pickle.loads(data)
 
+    def write_state(self, key: str, data: bytes) -> None:
+        """A study snapshot, written atomically (see `runtime.experiment_state`)."""
+        self.storage.write(key, data)
+
     def write_trial_outputs(self, trial_dir: str, config_json: dict[str, Any], rows: list, payload: Any) -> str | None:
         from ray_stagetree.runtime.results import write_trial_outputs
 
@@ -123,8 +127,10 @@ class CheckpointStore:
         info = plan.nodes[node_id].checkpoints.get(step)
         if info is None:
             return
+        # The plan keeps the key, relative to the experiment directory, so a
+        # study moved or renamed between runs still finds its checkpoints.
         plan.nodes[node_id].checkpoints[step] = dataclasses.replace(
-            info, path=stored.path, size_bytes=stored.size_bytes, checksum=stored.checksum
+            info, path=self.key(node_id, step), size_bytes=stored.size_bytes, checksum=stored.checksum
         )
         self.cache.update((node_id, step), pinned=False)
         self.evict(plan)
@@ -148,7 +154,9 @@ class CheckpointStore:
         if info.handle is not None:
             self.cache.touch((node.node_id, step))
             return info.handle
-        stored = StoredCheckpoint(path=info.path, size_bytes=info.size_bytes, checksum=info.checksum)
+        stored = StoredCheckpoint(
+            path=self.storage.path(info.path), size_bytes=info.size_bytes, checksum=info.checksum
+        )
         verdict, ref = self.io.reload.remote(stored)
         problem = await verdict
         key = (node.node_id, step)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import logging
 import math
 import time
@@ -29,6 +30,7 @@ from ray_stagetree.planning.plan import RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.checkpoint_store import CheckpointStore
+from ray_stagetree.runtime.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
 from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.runtime.trials import TrialInfo, trial_name
 from ray_stagetree.runtime.worker import StageWorker
@@ -65,6 +67,7 @@ class StudySpec:
     policy: str = "critical_path"
     checkpoint_budget_bytes: int = 2 * 1024**3
     resume: bool = False  # continue the plan saved under experiment_path/plan
+    restore: Restore | None = None  # continue a study's snapshot (Tuner.restore)
     fail_fast: bool | str = False  # FailureConfig.fail_fast: True or "raise" stop the study at the first error
     trainable_name: str = "trainable"
     trial_name_creator: Any = None  # TuneConfig's hooks, called with a TrialInfo
@@ -92,7 +95,13 @@ class TrialState:
 class StudyController:
     def __init__(self, spec: StudySpec) -> None:
         self.spec = spec
-        self.plan = SearchPlan.load(self._plan_path, spec.storage_filesystem) if spec.resume else SearchPlan()
+        restore = spec.restore
+        if restore is not None:
+            self.plan = SearchPlan.from_records(restore.state.plan)
+        elif spec.resume:
+            self.plan = SearchPlan.load(self._plan_path, spec.storage_filesystem)
+        else:
+            self.plan = SearchPlan()
         self.policy = get_policy(spec.policy)
         self.store = CheckpointStore(
             CheckpointStorage(spec.experiment_path, spec.storage_filesystem), spec.checkpoint_budget_bytes
@@ -100,7 +109,11 @@ class StudyController:
         self.trials: dict[str, TrialState] = {}
         self.source = spec.source
         horizon = math.inf if spec.horizon is None else spec.horizon
-        self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, on_stop=self._stop)
+        if restore is not None:
+            self.source, self.host = restore.state.source, restore.state.host
+            self.host.attach(self._stop)
+        else:
+            self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, on_stop=self._stop)
         # Stop criteria, and schedulers other than ASHA/HyperBand/PBT/FIFO, may
         # end a trial at any result: its request then runs one iteration ahead
         # (the batch continues live), so nothing trains past a stopping result.
@@ -132,6 +145,54 @@ class StudyController:
         self._warned_missing_checkpoint = False
         self._warnings: list[str] = []  # for the driver to show, once each
         self.study_error: str | None = None  # why the whole study stopped
+        self._state_write: Any = None  # the snapshot being written, if any
+        self._state_changed = True
+        self._next_state_at = 0.0  # time.monotonic() before which no snapshot is taken
+        if restore is not None:
+            self._restore(restore)
+
+    # -- restore ---------------------------------------------------------------
+
+    def _restore(self, restore: Restore) -> None:
+        """Continue a snapshot: trials come back as they stood, then Tune's
+        restore options apply to each (`Restore.action`)."""
+        state = restore.state
+        self._iterations, self._worker_seconds = state.iterations, state.worker_seconds
+        self._started -= state.elapsed
+        for trial in state.trials:
+            self.trials[trial.trial_id] = trial
+            if trial.config_json:  # admitted with a valid config
+                trial.flat = TrialConfig.from_config(trial.config)
+            record = self.plan.trials.get(trial.trial_id)
+            if record is not None:
+                trial.node = record.request.node
+                # The trainable gets the user's config objects, not their JSON round trip.
+                self._node_configs[trial.node.node_id] = trial.config
+                self._node_plain[trial.node.node_id] = trial.plain
+                self._node_owner[trial.node.node_id] = trial.trial_id
+        for trial in list(self.trials.values()):
+            action = restore.action(trial.status)
+            if action == "end":
+                self._stop(trial.trial_id)
+            elif action in ("resume", "restart") and trial.flat is not None:
+                self._rerun(trial, restart=action == "restart")
+
+    def _rerun(self, state: TrialState, restart: bool) -> None:
+        """An errored trial runs again: from its latest checkpoint, or with
+        its results starting over (the plan still answers what it stored:
+        retraining would give the same values)."""
+        state.status, state.error, state.failures = PENDING, None, 0
+        if restart:
+            state.rows, state.reported = {}, []
+        self.host.on_add(state.trial_id, state.config)
+        step = max(state.rows, default=0)
+        target = self._next_request(state.trial_id, step)
+        if state.trial_id in self.plan.trials:
+            request = self.plan.extend_trial(state.trial_id, target)
+        else:
+            study = "study" if self.spec.stage_sharing else state.trial_id
+            request = self.plan.add_trial(state.trial_id, state.config, target, study=study)
+        self._requested(state, request, step)
 
     # -- trials ----------------------------------------------------------------
 
@@ -261,7 +322,9 @@ class StudyController:
         state.config, state.flat = config, TrialConfig.from_config(config)
         state.config_json = unflatten(state.flat.to_json())
         state.rows = {step: row for step, row in state.rows.items() if step <= exploit.step}
-        request = self.plan.add_trial(state.trial_id, config, self._next_request(state.trial_id, exploit.step), study=study)
+        request = self.plan.add_trial(
+            state.trial_id, config, self._next_request(state.trial_id, exploit.step), study=study
+        )
         self._requested(state, request, exploit.step)
 
     def _continue(self, state: TrialState, step: int) -> None:
@@ -340,7 +403,11 @@ class StudyController:
             return [], 0, 0
         node, _, stop = self.plan.batch_segments(batch_id)[-1]
         save_steps = []
-        if outcome.records and outcome.records[-1][1] == stop and self._continue_live(node, stop, outcome.can_checkpoint):
+        if (
+            outcome.records
+            and outcome.records[-1][1] == stop
+            and self._continue_live(node, stop, outcome.can_checkpoint)
+        ):
             extended = self.plan.extend_batch(batch_id)
             if extended is not None and self._keeps_decision_points:
                 save_steps.append(stop)
@@ -357,7 +424,9 @@ class StudyController:
         if not self._keeps_decision_points or not can_checkpoint or self._idle_count() > 0:
             return True
         return not any(
-            request.trials and request.state is RequestState.NOT_SCHED and not (request.node is node and request.step > stop)
+            request.trials
+            and request.state is RequestState.NOT_SCHED
+            and not (request.node is node and request.step > stop)
             for request in self.plan.open_requests()
         )
 
@@ -554,14 +623,24 @@ class StudyController:
                     break
                 if not self.plan.running_batches:
                     self._stuck()
+            self._save_state_soon()
             waiting = list(self._running) + self.store.pending_writes
+            if self._state_write is not None:
+                waiting.append(self._state_write)
             self._wake.clear()
             wake = asyncio.ensure_future(self._wake.wait())
             futures = {asyncio.ensure_future(_as_future(ref)): ref for ref in waiting}
-            done, _ = await asyncio.wait([wake, *futures], return_when=asyncio.FIRST_COMPLETED)
+            timeout = None
+            if self._state_changed and self._state_write is None:  # a snapshot is due then
+                timeout = max(0.0, self._next_state_at - time.monotonic())
+            done, _ = await asyncio.wait([wake, *futures], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             wake.cancel()
             for future in done:
                 ref = futures.get(future)
+                if ref is not None and ref is self._state_write:
+                    await self._state_written()
+                    continue
+                self._state_changed = True  # woken (results, stops), a batch ended or a checkpoint landed
                 if ref is None:
                     continue
                 if ref in self._running:
@@ -585,6 +664,58 @@ class StudyController:
                 return node, max(saved)
             node, upper = node.parent, min(node.fork_step, last)
         return None
+
+    # -- study state ---------------------------------------------------------------
+
+    def _state(self) -> StudyState:
+        return StudyState(
+            plan=self.plan.records(),
+            trials=[dataclasses.replace(trial, node=None, flat=None) for trial in self.trials.values()],
+            source=self.source,
+            host=self.host,
+            iterations=self._iterations,
+            worker_seconds=self._worker_seconds,
+            elapsed=time.time() - self._started,
+        )
+
+    def _save_state_soon(self) -> None:
+        """Start writing a snapshot when something changed since the last,
+        none is being written, and the last one's cost has been paid for
+        (`STATE_COST_FACTOR`)."""
+        now = time.monotonic()
+        if self._state_write is not None or not self._state_changed or now < self._next_state_at:
+            return
+        self._start_state_write()
+        self._next_state_at = now + STATE_COST_FACTOR * (time.monotonic() - now)
+
+    def _start_state_write(self) -> None:
+        self._state_changed = False
+        try:
+            data = dumps(self._state())
+        except Exception as error:  # an unpicklable searcher or scheduler: the study runs, unrestorable
+            self._next_state_at = math.inf
+            self._warnings.append(
+                f"the study cannot be saved for Tuner.restore ({type(error).__name__}: {error}); it runs on, "
+                "but a driver lost now loses the study"
+            )
+            return
+        self._state_write = self.store.io.write_state.remote(STATE_FILE, data)
+
+    async def _state_written(self) -> None:
+        write, self._state_write = self._state_write, None
+        try:
+            await write
+        except Exception as error:
+            logger.warning("the study's snapshot could not be written: %s", error)
+            self._state_changed = True
+
+    async def save_state(self) -> None:
+        """Write a snapshot now (the driver asks before it stops)."""
+        if self._state_write is not None:
+            await self._state_written()
+        self._start_state_write()
+        if self._state_write is not None:
+            await self._state_written()
 
     def _stuck(self) -> None:
         open_requests = [r for r in self.plan.open_requests() if r.trials]
@@ -610,6 +741,7 @@ class StudyController:
         for state, path in zip(self.trials.values(), await asyncio.gather(*writes)):
             state.checkpoint_path = path
         self.plan.save(self._plan_path, self.spec.storage_filesystem)
+        await self.save_state()
 
     # -- driver queries --------------------------------------------------------------
 
@@ -673,4 +805,3 @@ async def _as_future(ref: Any) -> Any:
         return await ref
     except Exception:  # surfaced by ray.get in _complete / finish_write
         return None
-

@@ -209,6 +209,20 @@ class CheckpointStorage:
             )
         return data
 
+    def read_key(self, key: str) -> bytes:
+        """The bytes of ``<storage_path>/<key>``, unverified (files whose
+        integrity the caller checks itself, such as a pickled study state).
+
+        Raises
+        ------
+        CheckpointMissingError
+            No file at ``key``.
+        """
+        try:
+            return self.filesystem.cat_file(self.path(key))
+        except FileNotFoundError as error:
+            raise CheckpointMissingError(f"{key!r} is missing from {self.storage_path!r}") from error
+
     def write_text(self, key: str, text: str) -> str:
         """Write a text file (a trial's ``result.json``, ``params.json``)
         atomically; returns its path."""

@@ -7,10 +7,15 @@ trainable, the horizon, the resources, and every drawn trial's config.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import datetime
 import logging
 import math
 import os
+import posixpath
+import signal
+import threading
 import uuid
 from typing import Any, Callable
 
@@ -26,8 +31,16 @@ from ray_stagetree.runtime.controller import (
     StudySpec,
     start_worker,
 )
+from ray_stagetree.runtime.experiment_state import (
+    Restore,
+    can_restore,
+    read_state,
+    read_tuner_settings,
+    write_tuner_settings,
+)
 from ray_stagetree.runtime.progress import ProgressReporter
 from ray_stagetree.runtime.results import ResultGrid
+from ray_stagetree.runtime.storage import CheckpointStorage
 from ray_stagetree.searchers import SequenceGridSearch, generate_trials
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.trainables import StageTrainable
@@ -94,7 +107,104 @@ class Tuner:
         self.stage_sharing = bool(stage_sharing)
         self.execution_policy = execution_policy
         self.checkpoint_budget_bytes = checkpoint_budget_bytes
+        self._restore_options: tuple[bool, bool, bool] | None = None  # set by Tuner.restore
         self._validate_arguments()
+
+    # -- restore ----------------------------------------------------------------------
+
+    @classmethod
+    def restore(
+        cls,
+        path: str,
+        trainable: Callable | type,
+        *,
+        resume_unfinished: bool = True,
+        resume_errored: bool = False,
+        restart_errored: bool = False,
+        param_space: dict[str, Any] | None = None,
+        storage_filesystem: Any = None,
+    ) -> "Tuner":
+        """A Tuner that continues the study saved at ``path`` when ``fit()`` is called.
+
+        Everything the study stored is kept: finished trials' results, and
+        every stage trained up to its latest stored checkpoint. What never
+        reached storage trains again.
+
+        Parameters
+        ----------
+        path:
+            The experiment directory (``ResultGrid.experiment_path``; a
+            local path or a URI). It may have moved since the study ran.
+        trainable:
+            The study's trainable, wrapped as it was (``tune.with_resources``,
+            ``tune.with_parameters``): code and object refs are not saved.
+        resume_unfinished:
+            Continue trials that were pending, running or paused; if False
+            they end where they stood.
+        resume_errored:
+            Run errored trials again from their latest checkpoint.
+        restart_errored:
+            Start errored trials' results over (takes precedence over
+            ``resume_errored``); iterations the plan stored are not trained again.
+        param_space:
+            Given again when the original cannot be restored (it held object refs).
+        storage_filesystem:
+            The filesystem ``path`` is in, as in ``RunConfig``.
+
+        Example
+        -------
+        >>> if Tuner.can_restore(path):                                 # doctest: +SKIP
+        ...     tuner = Tuner.restore(path, train, resume_errored=True)
+        ... else:
+        ...     tuner = Tuner(train, param_space=space, run_config=run_config)
+        >>> results = tuner.fit()                                       # doctest: +SKIP
+        """
+        for name, value in (
+            ("resume_unfinished", resume_unfinished),
+            ("resume_errored", resume_errored),
+            ("restart_errored", restart_errored),
+        ):
+            if not isinstance(value, bool):
+                raise TypeError(f"Tuner.restore's {name} must be a bool, got {value!r}")
+        path = _absolute(str(path), storage_filesystem).rstrip("/")
+        settings = read_tuner_settings(CheckpointStorage(path, storage_filesystem))
+        run_config = copy.copy(settings["run_config"])
+        run_config.storage_path, run_config.name = posixpath.split(path)
+        run_config.storage_filesystem = storage_filesystem
+        tuner = cls(
+            trainable,
+            param_space=settings["param_space"] if param_space is None else param_space,
+            tune_config=settings["tune_config"],
+            run_config=run_config,
+            **settings["options"],
+        )
+        tuner._restore_options = (resume_unfinished, resume_errored, restart_errored)
+        return tuner
+
+    @classmethod
+    def can_restore(cls, path: str, storage_filesystem: Any = None) -> bool:
+        """True when ``path`` is a study's experiment directory that
+        `restore` can continue (its trial folders are not)."""
+        return can_restore(CheckpointStorage(_absolute(str(path), storage_filesystem), storage_filesystem))
+
+    def _save_settings(self, experiment_path: str) -> None:
+        """What `restore` rebuilds this Tuner from, at the experiment root."""
+        settings = {
+            "param_space": self.param_space,
+            "tune_config": self.tune_config,
+            "run_config": self.run_config,
+            "options": {
+                "stage_sharing": self.stage_sharing,
+                "execution_policy": self.execution_policy,
+                "checkpoint_budget_bytes": self.checkpoint_budget_bytes,
+            },
+        }
+        storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
+        if not write_tuner_settings(storage, settings):
+            logger.warning(
+                "the Tuner's param_space, TuneConfig or RunConfig cannot be pickled: the study runs, but "
+                "Tuner.restore will not be able to continue it"
+            )
 
     # -- validation (driver side, before anything runs) --------------------------
 
@@ -125,8 +235,10 @@ class Tuner:
             raise TypeError(f"run_config must be a ray.tune.RunConfig, got {type(self.run_config).__name__}")
         if self.execution_policy not in POLICIES:
             raise ValueError(f"execution_policy must be one of {sorted(POLICIES)}, got {self.execution_policy!r}")
-        if isinstance(self.checkpoint_budget_bytes, bool) or not isinstance(self.checkpoint_budget_bytes, int) or (
-            self.checkpoint_budget_bytes < 0
+        if (
+            isinstance(self.checkpoint_budget_bytes, bool)
+            or not isinstance(self.checkpoint_budget_bytes, int)
+            or (self.checkpoint_budget_bytes < 0)
         ):
             raise ValueError(f"checkpoint_budget_bytes must be an int >= 0, got {self.checkpoint_budget_bytes!r}")
         config = self.tune_config
@@ -146,16 +258,21 @@ class Tuner:
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
                 raise ValueError(f"TuneConfig.time_budget_s must be > 0 seconds, got {budget!r}")
         num_samples = config.num_samples
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or not (
-            num_samples >= 1 or (num_samples == -1 and isinstance(config.search_alg, Searcher))
+        if (
+            isinstance(num_samples, bool)
+            or not isinstance(num_samples, int)
+            or not (num_samples >= 1 or (num_samples == -1 and isinstance(config.search_alg, Searcher)))
         ):
             raise ValueError(
                 f"TuneConfig.num_samples must be an int >= 1, or -1 with a searcher (run until it is finished "
                 f"or time_budget_s ends), got {num_samples!r}"
             )
         storage = self.run_config.storage_path
-        if storage and "://" not in str(storage) and self.run_config.storage_filesystem is None and not (
-            os.path.isabs(storage)
+        if (
+            storage
+            and "://" not in str(storage)
+            and self.run_config.storage_filesystem is None
+            and not (os.path.isabs(storage))
         ):
             raise ValueError(
                 f"RunConfig.storage_path must be an absolute path or a URI (s3://, gs://, file://, ...), got "
@@ -199,9 +316,7 @@ class Tuner:
                 f"got {stop!r}"
             )
         for key, threshold in stop.items():
-            if key != "training_iteration" and (
-                not isinstance(threshold, (int, float)) or threshold != threshold
-            ):
+            if key != "training_iteration" and (not isinstance(threshold, (int, float)) or threshold != threshold):
                 raise ValueError(
                     f"RunConfig.stop[{key!r}] must be a number or a bool (a trial stops once its {key!r} "
                     f"reaches it), got {threshold!r}"
@@ -301,14 +416,31 @@ class Tuner:
             ) from None
 
     def fit(self) -> ResultGrid:
-        """Run the study; returns a `ResultGrid`."""
-        return self._execute(self._source(), self.horizon, self._experiment_path(), resume=False)
+        """Run the study; returns a `ResultGrid`.
+
+        The study's state is saved in its experiment directory as it runs:
+        after Ctrl-C (or SIGUSR1), a crash or a lost driver, `Tuner.restore`
+        continues it. Ctrl-C stops the study and returns the results so far."""
+        experiment_path = self._experiment_path()
+        if self._restore_options is not None:
+            state = read_state(CheckpointStorage(experiment_path, self.run_config.storage_filesystem))
+            restore = Restore(state, *self._restore_options)
+            return self._execute(state.source, self.horizon, experiment_path, resume=False, restore=restore)
+        source = self._source()
+        self._save_settings(experiment_path)
+        return self._execute(source, self.horizon, experiment_path, resume=False)
 
     def _execute(
-        self, source: VariantSource | SearcherSource, horizon: int | None, experiment_path: str, resume: bool
+        self,
+        source: VariantSource | SearcherSource,
+        horizon: int | None,
+        experiment_path: str,
+        resume: bool,
+        restore: Restore | None = None,
     ) -> ResultGrid:
         """Run the trials of ``source`` to ``horizon`` under ``experiment_path``,
-        starting from the plan saved there when ``resume``."""
+        starting from the plan saved there when ``resume``, or from a
+        snapshot's whole study with ``restore``."""
         resources = self._resources(source)
         if not ray.is_initialized():
             ray.init()
@@ -332,7 +464,7 @@ class Tuner:
             horizon=horizon,
             experiment_path=experiment_path,
             storage_filesystem=self.run_config.storage_filesystem,
-            num_workers=self._num_workers(resources, source.remaining or self.tune_config.num_samples),
+            num_workers=self._num_workers(resources, _trials_to_run(source, restore) or self.tune_config.num_samples),
             worker_options=worker_options,
             max_concurrent_trials=self._max_concurrent,
             stage_sharing=self.stage_sharing,
@@ -346,6 +478,7 @@ class Tuner:
             policy=self.execution_policy,
             checkpoint_budget_bytes=self.checkpoint_budget_bytes,
             resume=resume,
+            restore=restore,
         )
         controller = ray.remote(StudyController).options(num_cpus=0, max_concurrency=1000).remote(spec)
         reporter = ProgressReporter(
@@ -355,9 +488,17 @@ class Tuner:
         workers = [start_worker(spec, controller) for _ in range(spec.num_workers)]
         run = controller.run.remote(workers)
         try:
-            while not ray.wait([run], timeout=POLL_SECONDS)[0]:
-                reporter.update(ray.get(controller.progress.remote()))
-            ray.get(run)
+            try:
+                with _interrupt_on_sigusr1():
+                    while not ray.wait([run], timeout=POLL_SECONDS)[0]:
+                        reporter.update(ray.get(controller.progress.remote()))
+                ray.get(run)
+            except KeyboardInterrupt:
+                ray.get(controller.save_state.remote())
+                logger.warning(
+                    "The study was interrupted; its state is saved. Continue it with Tuner.restore(%r, trainable)",
+                    experiment_path,
+                )
             progress = ray.get(controller.progress.remote())
             if progress["study_error"] is not None:
                 raise RuntimeError(progress["study_error"])
@@ -431,6 +572,41 @@ def _merged(space: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
         nested = isinstance(value, dict) and isinstance(out.get(key), dict)
         out[key] = _merged(out[key], value) if nested else value
     return out
+
+
+@contextlib.contextmanager
+def _interrupt_on_sigusr1():
+    """SIGUSR1 interrupts ``fit()`` as Ctrl-C does (Tune's convention, for
+    drivers whose SIGINT is filtered, as in a Ray task)."""
+    usable = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1")
+    if not usable:
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def _trials_to_run(source: VariantSource | SearcherSource, restore: Restore | None) -> float:
+    """Trials still to come, and those a restore continues."""
+    if restore is None:
+        return source.remaining
+    return source.remaining + sum(
+        restore.action(trial.status) != "end" and trial.status != "TERMINATED" for trial in restore.state.trials
+    )
+
+
+def _absolute(path: str, storage_filesystem: Any) -> str:
+    """A local path made absolute (URIs and paths in a given filesystem as they are)."""
+    if "://" in path or storage_filesystem is not None:
+        return path
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def _trainable_name(trainable: Any) -> str:

@@ -74,6 +74,10 @@ class _ControllerFacade:
         return list(self._trials.values())
 
 
+def _ignore_stop(trial_id: str) -> None:
+    pass
+
+
 def check_scheduler(scheduler: Any, metric: str | None = None, mode: str | None = None) -> None:
     """Raise a clear error for schedulers that cannot be hosted yet, or that
     would fail at their first trial for want of a metric and mode."""
@@ -118,7 +122,7 @@ class SchedulerHost:
         metric: str | None,
         mode: str | None,
         horizon: float,
-        on_stop: Callable[[str], None] = lambda trial_id: None,
+        on_stop: Callable[[str], None] | None = None,
     ) -> None:
         from ray.tune.schedulers import (
             AsyncHyperBandScheduler,
@@ -132,7 +136,7 @@ class SchedulerHost:
         self.horizon = horizon
         self._trials: dict[str, TrialProxy] = {}
         self._paused: set[str] = set()
-        self._facade = _ControllerFacade(self._trials, on_stop)
+        self._facade = _ControllerFacade(self._trials, on_stop or _ignore_stop)
         self.population = None
         if type(self.scheduler) is PopulationBasedTraining:
             self.population = PopulationBasedHost(self.scheduler, metric, mode, horizon)
@@ -145,6 +149,17 @@ class SchedulerHost:
         self.decides_at_milestones = type(self.scheduler) in milestone_types and (
             self._time_attr == "training_iteration" or type(self.scheduler) is FIFOScheduler
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled into a study's snapshot without the controller it reports
+        # to; the restoring controller reconnects it with `attach`.
+        state = dict(self.__dict__)
+        state["_facade"] = _ControllerFacade(self._trials, _ignore_stop)
+        return state
+
+    def attach(self, on_stop: Callable[[str], None]) -> None:
+        """Report the scheduler's stops of paused trials to ``on_stop``."""
+        self._facade._on_stop = on_stop
 
     def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
         """A new trial; PBT samples the hyper-parameters it mutates that

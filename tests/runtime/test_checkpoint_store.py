@@ -27,7 +27,7 @@ def test_durable_copy_is_recorded_and_kept_in_memory_within_budget(tmp_path, ray
     plan, node, store = store_with_checkpoint(tmp_path, budget=10**9)
     info = node.checkpoints[10]
     assert info.handle is not None and info.checksum.startswith("sha256:")
-    assert os.path.exists(info.path)
+    assert os.path.exists(tmp_path / info.path), "the plan records the key relative to the experiment directory"
 
 
 def test_evicted_checkpoint_reloads_from_storage(tmp_path, ray_session):
@@ -41,7 +41,7 @@ def test_evicted_checkpoint_reloads_from_storage(tmp_path, ray_session):
 @pytest.mark.parametrize("damage", ["corrupt", "delete"])
 def test_a_corrupt_or_missing_copy_is_detected_and_retrained(tmp_path, ray_session, damage):
     plan, node, store = store_with_checkpoint(tmp_path, budget=0)
-    path = node.checkpoints[10].path
+    path = tmp_path / node.checkpoints[10].path
     if damage == "corrupt":
         with open(path, "r+b") as file:
             file.seek(100)

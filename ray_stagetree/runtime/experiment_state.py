@@ -1,0 +1,130 @@
+"""A study's state in its experiment directory, kept current while it runs,
+so that `Tuner.restore` continues it after the driver dies.
+
+Two files sit at the experiment root:
+
+* ``stagetree_tuner.pkl``: how the study was set up (param_space,
+  TuneConfig, RunConfig and the Tuner's own options), written by the driver
+  when ``fit()`` starts; `Tuner.restore` rebuilds the Tuner from it.
+* ``stagetree_state.pkl``: a `StudyState` snapshot written by the controller
+  whenever something changed (a result, a durable checkpoint, a trial's
+  status): the search plan with its metrics and durable checkpoints, every
+  trial's state and results, and the searcher and scheduler objects, all
+  taken at one instant, so they agree with each other. Each write replaces
+  the file atomically (temporary name, then move): a kill mid-write leaves
+  the previous snapshot.
+
+What a restore loses is only what no snapshot recorded: iterations trained
+since the last snapshot and not checkpointed by then are trained again.
+Snapshots are pickled (the searcher and scheduler are arbitrary Python
+objects, as in Tune's ``experiment_state``): restore only directories you
+trust.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from typing import Any
+
+import ray
+
+from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
+
+TUNER_FILE = "stagetree_tuner.pkl"
+STATE_FILE = "stagetree_state.pkl"
+FORMAT_VERSION = 1
+
+#: A snapshot may cost the controller at most 1/STATE_COST_FACTOR of its
+#: time: after one that took s seconds to take, the next waits STATE_COST_FACTOR * s.
+STATE_COST_FACTOR = 20
+
+
+@dataclasses.dataclass
+class StudyState:
+    """Everything a controller needs to continue a study."""
+
+    plan: dict[str, list[dict[str, Any]]]  # SearchPlan.records()
+    trials: list[Any]  # the controller's TrialStates, without their plan nodes
+    source: Any  # the VariantSource / SearcherSource, with the searcher's own state
+    host: Any  # the SchedulerHost, with the scheduler's own state
+    iterations: int = 0
+    worker_seconds: float = 0.0
+    elapsed: float = 0.0
+    version: int = FORMAT_VERSION
+
+
+@dataclasses.dataclass(frozen=True)
+class Restore:
+    """A snapshot to continue from, and Tune's restore options
+    (``Tuner.restore``'s arguments of the same names)."""
+
+    state: StudyState
+    resume_unfinished: bool = True
+    resume_errored: bool = False
+    restart_errored: bool = False
+
+    def action(self, status: str) -> str:
+        """What happens to a trial restored in ``status``: "keep" (its
+        results stand), "resume" (from its latest checkpoint), "restart"
+        (its results start over) or "end" (an unfinished trial not resumed
+        is terminated where it stood)."""
+        if status == "ERROR":
+            if self.restart_errored:
+                return "restart"
+            return "resume" if self.resume_errored else "keep"
+        if status in ("PENDING", "RUNNING", "PAUSED"):
+            return "keep" if self.resume_unfinished else "end"
+        return "keep"
+
+
+def dumps(state: StudyState) -> bytes:
+    return ray.cloudpickle.dumps(state, protocol=5)
+
+
+def read_state(storage: CheckpointStorage) -> StudyState:
+    """The latest snapshot under ``storage``'s root; raises ValueError when
+    there is none or it is not one this version reads."""
+    data = _read(storage, STATE_FILE)
+    state = pickle.loads(data)  # written by this library in a directory the user chose to restore
+    if not isinstance(state, StudyState):
+        raise ValueError(f"{storage.path(STATE_FILE)!r} is not a ray_stagetree study state")
+    if state.version > FORMAT_VERSION:
+        raise ValueError(
+            f"{storage.path(STATE_FILE)!r} was written by a newer ray_stagetree (state version {state.version}, "
+            f"this one reads {FORMAT_VERSION}); upgrade to restore it"
+        )
+    return state
+
+
+def write_tuner_settings(storage: CheckpointStorage, settings: dict[str, Any]) -> bool:
+    """Save the Tuner's set-up; False (nothing written) when some part of it
+    cannot be pickled, in which case the study runs but cannot be restored."""
+    try:
+        data = ray.cloudpickle.dumps(settings, protocol=5)
+    except Exception:
+        return False
+    storage.write(TUNER_FILE, data)
+    return True
+
+
+def read_tuner_settings(storage: CheckpointStorage) -> dict[str, Any]:
+    return pickle.loads(_read(storage, TUNER_FILE))
+
+
+def can_restore(storage: CheckpointStorage) -> bool:
+    """True when ``storage``'s root is a study's experiment directory (not
+    one of its trial folders) that has a snapshot to continue from."""
+    filesystem = storage.filesystem
+    return all(filesystem.isfile(storage.path(name)) for name in (TUNER_FILE, STATE_FILE))
+
+
+def _read(storage: CheckpointStorage, name: str) -> bytes:
+    try:
+        return storage.read_key(name)
+    except CheckpointUnavailableError:
+        raise ValueError(
+            f"no ray_stagetree study to restore at {storage.storage_path!r}: {name} is missing. Pass the experiment "
+            "directory itself (ResultGrid.experiment_path, the folder holding stagetree_tuner.pkl), not a trial "
+            "folder; Tuner.can_restore(path) tells"
+        ) from None
