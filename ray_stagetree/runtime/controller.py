@@ -523,7 +523,8 @@ class StudyController:
         except ray.exceptions.RayActorError as error:
             self._worker_seconds += time.monotonic() - dispatched
             self._batch_workers.pop(batch.batch_id, None)
-            self._workers.remove(worker)
+            if worker in self._workers:  # not when the driver shut the workers down (an interrupted fit)
+                self._workers.remove(worker)
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
             self._fail(affected, f"the worker running batch {batch.batch_id} died: {error}")
             self.plan.release_batch(batch.batch_id)

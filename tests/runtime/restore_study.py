@@ -1,0 +1,100 @@
+"""A small study for the restore tests, and the driver the kill-and-restore
+stress test runs in a subprocess (``python -c "import restore_study;
+restore_study.main(path, address, results_file)"``).
+
+Its trainable carries state through its checkpoints (``x`` depends on every
+earlier iteration), so a restore that resumed from the wrong checkpoint, or
+skipped or repeated an iteration, changes the final metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+
+from ray import tune
+
+from ray_stagetree import MultiStep, Tuner, get_hparams, report
+
+HORIZON = 12
+SECONDS_PER_ITERATION = 0.05
+
+
+def accumulate(config):
+    x, start = 0.0, 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(f"{path}/state.json") as file:
+            x, start = json.load(file)
+    flag = config.get("fail_flag")  # a file: while it exists, the trial fails at iteration fail_at
+    iteration = start
+    while True:
+        iteration += 1
+        if iteration == config.get("fail_at") and flag and os.path.exists(flag):
+            raise RuntimeError(f"failing at iteration {iteration} while {flag} exists")
+        hparams = get_hparams()
+        x = x * hparams["decay"] + hparams["lr"] * iteration
+        time.sleep(SECONDS_PER_ITERATION)
+        with tempfile.TemporaryDirectory() as path:
+            with open(f"{path}/state.json", "w") as file:
+                json.dump([x, iteration], file)
+            report({"x": x, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+def param_space(fail_at: int | None = None, fail_flag: str | None = None) -> dict:
+    space = {
+        "lr": tune.grid_search([MultiStep(1.0, [milestone], 0.5) for milestone in (3, 6, 9)]),
+        "decay": tune.grid_search([0.9, MultiStep(values=(0.9, 0.8), milestones=[7])]),
+    }
+    if fail_at is not None:
+        space["fail_at"], space["fail_flag"] = fail_at, fail_flag
+    return space
+
+
+def build_tuner(
+    storage_path: str, name: str, fail_at: int | None = None, fail_flag: str | None = None, **tune_config
+) -> Tuner:
+    return Tuner(
+        accumulate,
+        param_space=param_space(fail_at, fail_flag),
+        tune_config=tune.TuneConfig(metric="x", mode="max", **tune_config),
+        run_config=tune.RunConfig(
+            name=name, storage_path=storage_path, stop={"training_iteration": HORIZON}, verbose=0
+        ),
+    )
+
+
+def key(config: dict) -> str:
+    """A trial's identity across runs (trial ids differ between two studies)."""
+    return json.dumps({name: repr(config[name]) for name in ("lr", "decay")}, sort_keys=True)
+
+
+def summary(grid) -> dict:
+    """Per trial: its id, final metrics and the training iterations it reported."""
+    return {
+        key(result.config): {
+            "trial_id": result.metrics["trial_id"],
+            "x": result.metrics.get("x"),
+            "done": bool(result.metrics.get("done")),
+            "iterations": result.metrics_dataframe["training_iteration"].tolist()
+            if result.metrics_dataframe is not None
+            else [],
+        }
+        for result in grid
+    }
+
+
+def main(storage_path: str, name: str, address: str, results_file: str) -> None:
+    """Run or continue the study; write its summary once every trial is done."""
+    import ray
+
+    ray.init(address=address, include_dashboard=False, configure_logging=False)
+    path = f"{storage_path}/{name}"
+    tuner = Tuner.restore(path, accumulate) if Tuner.can_restore(path) else build_tuner(storage_path, name)
+    grid = tuner.fit()
+    results = summary(grid)
+    if all(trial["done"] for trial in results.values()):
+        with open(results_file, "w") as file:
+            json.dump(results, file)

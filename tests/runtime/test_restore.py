@@ -1,0 +1,241 @@
+"""Studies that survive the driver: `Tuner.restore` and `Tuner.can_restore`
+with Tune's semantics, on the study state the controller keeps current."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import ray
+from ray import tune
+from ray.tune.schedulers import FIFOScheduler
+from ray.tune.search import Searcher
+from restore_study import HORIZON, accumulate, build_tuner, summary
+
+from ray_stagetree import Tuner
+from ray_stagetree.runtime.experiment_state import STATE_FILE, read_state
+from ray_stagetree.runtime.storage import CheckpointStorage
+
+
+def stored_rows(path: str) -> int:
+    """Results the latest snapshot at ``path`` holds, over all trials."""
+    try:
+        state = read_state(CheckpointStorage(path))
+    except Exception:  # not written yet, or being replaced
+        return 0
+    return sum(len(trial.reported) for trial in state.trials)
+
+
+def interrupt_when(path: str, rows: int) -> threading.Thread:
+    """Send this process SIGUSR1 (which interrupts ``fit()`` as Ctrl-C does)
+    once the study's snapshot holds ``rows`` results."""
+
+    def watch():
+        while stored_rows(path) < rows:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def interrupted(tmp_path, name: str, rows: int = 20, **kwargs):
+    """A study stopped part way, as a lost driver leaves it; its ResultGrid."""
+    tuner = build_tuner(str(tmp_path), name, **kwargs)
+    watcher = interrupt_when(f"{tmp_path}/{name}", rows)
+    grid = tuner.fit()
+    watcher.join()
+    return grid
+
+
+@pytest.fixture(scope="module")
+def reference(ray_session, tmp_path_factory):
+    """The uninterrupted study's results."""
+    return summary(build_tuner(str(tmp_path_factory.mktemp("reference")), "reference").fit())
+
+
+def test_an_interrupted_study_restores_to_the_uninterrupted_results(tmp_path, reference):
+    grid = interrupted(tmp_path, "study")
+    stopped = summary(grid)
+    assert not all(trial["done"] for trial in stopped.values()), "fit() returned at the interruption"
+    path = grid.experiment_path
+    assert Tuner.can_restore(path)
+    restored = Tuner.restore(path, accumulate).fit()
+    results = summary(restored)
+    assert results == {
+        key: dict(trial, trial_id=stopped[key]["trial_id"]) for key, trial in reference.items()
+    }, "same metrics, every iteration reported once, and the trials keep their ids"
+    resumed = [row for result in restored for row in result.metrics_dataframe["resumed_from"].tolist() if row > 0]
+    assert resumed, "training went on from stored checkpoints, not from scratch"
+
+
+def test_a_moved_directory_restores_and_newest_checkpoints_may_be_lost(tmp_path, reference):
+    grid = interrupted(tmp_path, "before")
+    moved = tmp_path / "elsewhere" / "after"
+    shutil.move(grid.experiment_path, moved)
+    checkpoints = sorted((moved / "checkpoints").iterdir(), key=lambda entry: entry.name)
+    for newest in sorted(checkpoints, key=lambda entry: int(entry.name.split("_step")[1].split(".")[0]))[-3:]:
+        newest.unlink()
+    assert not Tuner.can_restore(grid.experiment_path)
+    results = summary(Tuner.restore(str(moved), accumulate).fit())
+    assert {key: trial["x"] for key, trial in results.items()} == {key: trial["x"] for key, trial in reference.items()}
+
+
+def test_unfinished_trials_end_where_they_stood_without_resume_unfinished(tmp_path, ray_session):
+    grid = interrupted(tmp_path, "study")
+    before = summary(grid)
+    restored = Tuner.restore(grid.experiment_path, accumulate, resume_unfinished=False).fit()
+    after = summary(restored)
+    assert {key: trial["iterations"] for key, trial in after.items()} == {
+        key: trial["iterations"] for key, trial in before.items()
+    }, "nothing more trained"
+    assert all(result.error is None for result in restored)
+    assert restored.iterations_executed == grid.iterations_executed, "counted over the whole study"
+
+
+def test_errored_trials_stay_resume_or_restart_as_asked(tmp_path, reference):
+    flag = tmp_path / "fail"
+    flag.touch()
+    grid = build_tuner(str(tmp_path), "study", fail_at=5, fail_flag=str(flag)).fit()
+    assert len(grid.errors) == len(reference), "every trial failed at iteration 5"
+    path = grid.experiment_path
+
+    kept = Tuner.restore(path, accumulate).fit()
+    assert len(kept.errors) == len(reference), "errored trials stay errored by default"
+
+    flag.unlink()
+    resumed = Tuner.restore(path, accumulate, resume_errored=True).fit()
+    assert not resumed.errors
+    results = summary(resumed)
+    assert {key: trial["x"] for key, trial in results.items()} == {key: trial["x"] for key, trial in reference.items()}
+    assert all(trial["iterations"] == list(range(1, HORIZON + 1)) for trial in results.values())
+    assert all(
+        result.metrics_dataframe["resumed_from"].tolist()[4] > 0 for result in resumed
+    ), "iteration 5 trained from a stored checkpoint, not from scratch"
+
+
+def test_restart_errored_starts_results_over(tmp_path, reference):
+    flag = tmp_path / "fail"
+    flag.touch()
+    path = build_tuner(str(tmp_path), "study", fail_at=5, fail_flag=str(flag)).fit().experiment_path
+    flag.unlink()
+    restarted = Tuner.restore(path, accumulate, restart_errored=True, resume_errored=True).fit()
+    results = summary(restarted)
+    assert not restarted.errors
+    assert all(trial["iterations"] == list(range(1, HORIZON + 1)) for trial in results.values())
+    assert {key: trial["x"] for key, trial in results.items()} == {key: trial["x"] for key, trial in reference.items()}
+
+
+def test_can_restore_only_at_the_experiment_root(tmp_path, ray_session):
+    grid = build_tuner(str(tmp_path), "study").fit()
+    path = grid.experiment_path
+    assert Tuner.can_restore(path)
+    assert not Tuner.can_restore(grid[0].path), "a trial folder is not a study"
+    assert not Tuner.can_restore(str(tmp_path / "nothing"))
+    with pytest.raises(ValueError, match="stagetree_tuner.pkl is missing.*experiment directory"):
+        Tuner.restore(grid[0].path, accumulate)
+    with pytest.raises(TypeError, match="resume_errored must be a bool, got 'yes'"):
+        Tuner.restore(path, accumulate, resume_errored="yes")
+    # A finished study restores to its results, training nothing.
+    again = Tuner.restore(path, accumulate).fit()
+    assert again.iterations_executed == grid.iterations_executed
+    assert summary(again) == summary(grid)
+
+
+class CountingSearcher(Searcher):
+    """Suggests lr values in turn; its state is the count of suggestions."""
+
+    def __init__(self):
+        super().__init__(metric="x", mode="max")
+        self.suggested = 0
+
+    def suggest(self, trial_id):
+        self.suggested += 1
+        return {"lr": 0.5 + 0.1 * self.suggested}
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        pass
+
+
+class CountingScheduler(FIFOScheduler):
+    def __init__(self):
+        super().__init__()
+        self.results = 0
+
+    def on_trial_result(self, tune_controller, trial, result):
+        self.results += 1
+        return super().on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller, trial, result):
+        self.results += 1  # Tune hands a trial's last result here, not to on_trial_result
+
+
+def test_searcher_and_scheduler_state_is_restored(tmp_path, ray_session):
+    name = "study"
+    tuner = Tuner(
+        accumulate,
+        param_space={"lr": tune.uniform(0.5, 1.5), "decay": 0.9},
+        tune_config=tune.TuneConfig(
+            search_alg=CountingSearcher(), scheduler=CountingScheduler(), num_samples=6, max_concurrent_trials=2
+        ),
+        run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), stop={"training_iteration": HORIZON}, verbose=0),
+    )
+    watcher = interrupt_when(f"{tmp_path}/{name}", 30)
+    first = tuner.fit()
+    watcher.join()
+    assert len(first) < 6 or not all(r.metrics.get("done") for r in first)
+    restored = Tuner.restore(first.experiment_path, accumulate).fit()
+    ids = [result.metrics["trial_id"] for result in restored]
+    assert len(ids) == len(set(ids)) == 6, "no trial id assigned twice"
+    lrs = sorted(result.config["lr"] for result in restored)
+    assert np.allclose(lrs, [0.5 + 0.1 * k for k in range(1, 7)]), "the searcher went on where it stood"
+    state = read_state(CheckpointStorage(restored.experiment_path))
+    assert state.source.searcher.suggested == 6
+    assert state.host.scheduler.results == 6 * HORIZON, "the scheduler saw every iteration once, across the restore"
+
+
+# -- the stress test: SIGKILL / SIGINT at random points until the study completes --
+
+
+def test_killed_at_random_points_and_restored_until_complete(tmp_path, reference):
+    address = ray.get_runtime_context().gcs_address
+    name, results_file = "study", tmp_path / "results.json"
+    path = tmp_path / name
+    rng = np.random.default_rng(7)
+    code = "import sys, restore_study; restore_study.main(*sys.argv[1:])"
+    seen_metrics: set = set()
+    trial_ids: set = set()
+    kills = 0
+    for round_ in range(8):
+        driver = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), name, address, str(results_file)])
+        if round_ < 3:  # the short form: three kills, then it runs to the end
+            deadline = time.monotonic() + 120
+            while not (path / STATE_FILE).exists() and driver.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(rng.uniform(1.0, 4.0))
+            if driver.poll() is None:
+                driver.send_signal(signal.SIGKILL if round_ % 2 == 0 else signal.SIGINT)
+                kills += 1
+        assert driver.wait(timeout=300) in (0, -signal.SIGKILL, -signal.SIGINT)
+        if (path / STATE_FILE).exists():
+            state = read_state(CheckpointStorage(str(path)))
+            metrics = {(row["node_id"], row["step"]) for row in state.plan["metrics"]}
+            assert seen_metrics <= metrics, "progress never goes back beyond what was stored"
+            seen_metrics = metrics
+            trial_ids |= {trial.trial_id for trial in state.trials}
+        if results_file.exists():
+            break
+    assert kills >= 1
+    results = json.loads(results_file.read_text())
+    assert {key: trial["x"] for key, trial in results.items()} == {key: trial["x"] for key, trial in reference.items()}
+    assert all(trial["iterations"] == list(range(1, HORIZON + 1)) for trial in results.values())
+    assert trial_ids == {trial["trial_id"] for trial in results.values()}, "no trial id assigned twice"
