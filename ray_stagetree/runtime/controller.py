@@ -471,19 +471,23 @@ class StudyController:
     def _idle_count(self) -> int:
         return self.spec.num_workers - len(self._running)
 
-    async def _dispatch(self) -> None:
+    async def _dispatch(self) -> bool:
+        """Start batches on idle workers; True when a checkpoint some batch
+        was to start from turned out lost (the plan dropped it: select again)."""
+        lost = False
         for batch in self.policy.select(self.plan, self._idle_count()):
             try:
                 spec = await self._batch_spec(batch)
             except CheckpointUnavailableError as error:
                 logger.warning("%s; retraining it", error)
                 self.plan.release_batch(batch.batch_id)
-                self._wake.set()
+                lost = True
                 continue
             worker = self._worker()
             self._batch_workers[batch.batch_id] = worker
             ref = worker.run_batch.remote(spec)
             self._running[ref] = (worker, batch, spec, time.monotonic())
+        return lost
 
     async def _batch_spec(self, batch: StageBatch) -> BatchSpec:
         leaf = batch.stages[-1].node
@@ -618,7 +622,8 @@ class StudyController:
         self._admit()
         while True:
             self._enforce_budget()
-            await self._dispatch()
+            if await self._dispatch():
+                continue
             if not self._running and not self.store.pending_writes:
                 if not self._unfinished():
                     break
