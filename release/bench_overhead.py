@@ -21,8 +21,13 @@ machinery, not stage sharing.
    its results). Everything a worker reports goes through the controller,
    so this is a lower bound on the controller's throughput.
 
+3. Persistence: the short-trial study by ray_stagetree with its study
+   snapshots for ``Tuner.restore`` as by default, and with only the final one
+   (``TUNE_GLOBAL_CHECKPOINT_S=inf``), alternated; the controller's seconds
+   spent taking snapshots against the workers' seconds.
+
 Targets (issue 5): overhead per trial at most Tune's; at least 5,000
-results/s through the controller.
+results/s through the controller. Issue 12: persistence under 5% of worker time.
 
     python release/bench_overhead.py            # about 15 minutes on 2 CPUs
     python release/bench_overhead.py --quick    # 20 short trials, 4 x 500 results (CI smoke test)
@@ -57,6 +62,12 @@ def sleepy(config: dict[str, Any]) -> None:
 
 def _fit(system: str, trials: int, iterations: int, sleep: float, storage: str) -> tuple[float, int]:
     """Wall seconds of one study, and the results it reported."""
+    wall, results = _run(system, trials, iterations, sleep, storage)
+    return wall, sum(len(result.metrics_dataframe) for result in results)
+
+
+def _run(system: str, trials: int, iterations: int, sleep: float, storage: str) -> tuple[float, Any]:
+    """Wall seconds of one study, and its results."""
     tuner_class, options = SYSTEMS[system]
     tuner = tuner_class(
         tune.with_resources(sleepy, {"cpu": 1}),
@@ -72,7 +83,7 @@ def _fit(system: str, trials: int, iterations: int, sleep: float, storage: str) 
     reported = sum(len(result.metrics_dataframe) for result in results)
     if reported != trials * iterations:
         raise RuntimeError(f"{system}: {reported} results, expected {trials * iterations}")
-    return wall, reported
+    return wall, results
 
 
 #: Tune as configured by default (a new actor per trial) and at its fastest
@@ -94,7 +105,9 @@ def short_trials(trials: int, iterations: int, sleep: float, storage: str) -> di
         overhead[name] = (wall - ideal) * WORKERS / trials
         print(f"{name:<14} {wall:>8.1f} {overhead[name]:>17.3f} {reported / wall:>10.0f}")
     tune_best = min(overhead["Ray Tune"], overhead["Ray Tune reuse"])
-    print(f"overhead per trial, ray_stagetree / Ray Tune's best: {overhead['ray_stagetree'] / tune_best:.2f} (target <= 1)")
+    print(
+        f"overhead per trial, ray_stagetree / Ray Tune's best: {overhead['ray_stagetree'] / tune_best:.2f} (target <= 1)"
+    )
     return overhead
 
 
@@ -115,6 +128,36 @@ def throughput(trials: int, iterations: int, storage: str) -> dict[str, float]:
     return rates
 
 
+def persistence(trials: int, iterations: int, sleep: float, storage: str, rounds: int) -> float:
+    print(f"\n3. Persistence: {trials} trials x {iterations} iterations x {sleep} s, {rounds} rounds alternated")
+    print(f"{'snapshots':<22} {'wall s':>8} {'worker s':>9} {'snapshot s':>11} {'snapshot/worker':>16}")
+    walls: dict[str, list[float]] = {"continuous (default)": [], "final only": []}
+    fractions = []
+    for _ in range(rounds):
+        for setting, period in (("continuous (default)", None), ("final only", "inf")):
+            if period is None:
+                os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
+            else:
+                os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = period
+            wall, results = _run("ray_stagetree", trials, iterations, sleep, storage)
+            walls[setting].append(wall)
+            fraction = results.state_seconds / results.worker_seconds
+            if period is None:
+                fractions.append(fraction)
+            print(
+                f"{setting:<22} {wall:>8.1f} {results.worker_seconds:>9.1f} {results.state_seconds:>11.3f} "
+                f"{fraction:>15.2%}"
+            )
+    os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
+    ratio = sum(walls["continuous (default)"]) / sum(walls["final only"])
+    worst = max(fractions)
+    print(
+        f"snapshot seconds / worker seconds: at most {worst:.2%} (target < 5%); wall time with continuous "
+        f"snapshots / final only: {ratio:.3f}"
+    )
+    return worst
+
+
 def main() -> None:
     global WORKERS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -129,11 +172,14 @@ def main() -> None:
     WORKERS = args.workers
     short = (20, 5, 0.02) if args.quick else (args.trials, 10, 0.05)
     bulk = (4, 500) if args.quick else (20, 1000)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__}"
+    )
     ray.init(num_cpus=WORKERS, include_dashboard=False, configure_logging=False, log_to_driver=False)
     with tempfile.TemporaryDirectory(prefix="bench_overhead_") as storage:
         short_trials(*short, storage)
         throughput(*bulk, storage)
+        persistence(*short, storage, rounds=1 if args.quick else 3)
     ray.shutdown()
 
 

@@ -68,6 +68,7 @@ class StudySpec:
     checkpoint_budget_bytes: int = 2 * 1024**3
     resume: bool = False  # continue the plan saved under experiment_path/plan
     restore: Restore | None = None  # continue a study's snapshot (Tuner.restore)
+    state_period_s: float | None = None  # seconds between snapshots; None: as often as their cost allows
     fail_fast: bool | str = False  # FailureConfig.fail_fast: True or "raise" stop the study at the first error
     trainable_name: str = "trainable"
     trial_name_creator: Any = None  # TuneConfig's hooks, called with a TrialInfo
@@ -148,6 +149,7 @@ class StudyController:
         self._state_write: Any = None  # the snapshot being written, if any
         self._state_changed = True
         self._next_state_at = 0.0  # time.monotonic() before which no snapshot is taken
+        self._state_seconds = 0.0  # spent taking snapshots
         if restore is not None:
             self._restore(restore)
 
@@ -692,10 +694,13 @@ class StudyController:
         if self._state_write is not None or not self._state_changed or now < self._next_state_at:
             return
         self._start_state_write()
-        self._next_state_at = now + STATE_COST_FACTOR * (time.monotonic() - now)
+        cost = time.monotonic() - now
+        period = self.spec.state_period_s
+        self._next_state_at = now + (STATE_COST_FACTOR * cost if period is None else max(period, cost))
 
     def _start_state_write(self) -> None:
         self._state_changed = False
+        started = time.perf_counter()
         try:
             data = dumps(self._state())
         except Exception as error:  # an unpicklable searcher or scheduler: the study runs, unrestorable
@@ -706,6 +711,7 @@ class StudyController:
             )
             return
         self._state_write = self.store.io.write_state.remote(STATE_FILE, data)
+        self._state_seconds += time.perf_counter() - started
 
     async def _state_written(self) -> None:
         write, self._state_write = self._state_write, None
@@ -761,6 +767,7 @@ class StudyController:
             "status": counts,
             "iterations": self._iterations,
             "worker_seconds": self._worker_seconds,
+            "state_seconds": self._state_seconds,
             "unique_iterations": self.plan.unique_iterations(),
             "total_iterations": self.plan.total_iterations(),
             "rows": rows,

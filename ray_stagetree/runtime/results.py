@@ -67,6 +67,7 @@ class ResultGrid:
         unique_iterations: int = 0,
         total_iterations: int = 0,
         worker_seconds: float = 0.0,
+        state_seconds: float = 0.0,
     ) -> None:
         self._results = results
         self._experiment_path = experiment_path
@@ -78,6 +79,9 @@ class ResultGrid:
         #: Seconds workers spent on stage batches (dispatch to completion,
         #: summed over workers): the resources the study used.
         self.worker_seconds = worker_seconds
+        #: Seconds the controller spent taking the study's snapshots for
+        #: `Tuner.restore` (their writes run beside it, in the storage actor).
+        self.state_seconds = state_seconds
 
     @property
     def experiment_path(self) -> str:

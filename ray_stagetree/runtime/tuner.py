@@ -479,6 +479,7 @@ class Tuner:
             checkpoint_budget_bytes=self.checkpoint_budget_bytes,
             resume=resume,
             restore=restore,
+            state_period_s=_state_period(),
         )
         controller = ray.remote(StudyController).options(num_cpus=0, max_concurrency=1000).remote(spec)
         reporter = ProgressReporter(
@@ -548,6 +549,7 @@ class Tuner:
             unique_iterations=progress["unique_iterations"],
             total_iterations=progress["total_iterations"],
             worker_seconds=progress["worker_seconds"],
+            state_seconds=progress["state_seconds"],
         )
 
 
@@ -591,6 +593,21 @@ def _interrupt_on_sigusr1():
         yield
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+def _state_period() -> float | None:
+    """Seconds between study snapshots from Tune's ``TUNE_GLOBAL_CHECKPOINT_S``
+    ("auto", the default: as often as costs the controller at most 5% of its time)."""
+    value = os.environ.get("TUNE_GLOBAL_CHECKPOINT_S", "auto")
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        period = float(value)
+    except ValueError:
+        period = -1.0
+    if not period >= 0:
+        raise ValueError(f"TUNE_GLOBAL_CHECKPOINT_S must be 'auto' or seconds >= 0, got {value!r}")
+    return period
 
 
 def _trials_to_run(source: VariantSource | SearcherSource, restore: Restore | None) -> float:

@@ -71,9 +71,9 @@ def test_an_interrupted_study_restores_to_the_uninterrupted_results(tmp_path, re
     assert Tuner.can_restore(path)
     restored = Tuner.restore(path, accumulate).fit()
     results = summary(restored)
-    assert results == {
-        key: dict(trial, trial_id=stopped[key]["trial_id"]) for key, trial in reference.items()
-    }, "same metrics, every iteration reported once, and the trials keep their ids"
+    assert results == {key: dict(trial, trial_id=stopped[key]["trial_id"]) for key, trial in reference.items()}, (
+        "same metrics, every iteration reported once, and the trials keep their ids"
+    )
     resumed = [row for result in restored for row in result.metrics_dataframe["resumed_from"].tolist() if row > 0]
     assert resumed, "training went on from stored checkpoints, not from scratch"
 
@@ -118,9 +118,9 @@ def test_errored_trials_stay_resume_or_restart_as_asked(tmp_path, reference):
     results = summary(resumed)
     assert {key: trial["x"] for key, trial in results.items()} == {key: trial["x"] for key, trial in reference.items()}
     assert all(trial["iterations"] == list(range(1, HORIZON + 1)) for trial in results.values())
-    assert all(
-        result.metrics_dataframe["resumed_from"].tolist()[4] > 0 for result in resumed
-    ), "iteration 5 trained from a stored checkpoint, not from scratch"
+    assert all(result.metrics_dataframe["resumed_from"].tolist()[4] > 0 for result in resumed), (
+        "iteration 5 trained from a stored checkpoint, not from scratch"
+    )
 
 
 def test_restart_errored_starts_results_over(tmp_path, reference):
@@ -187,7 +187,9 @@ def test_searcher_and_scheduler_state_is_restored(tmp_path, ray_session):
         tune_config=tune.TuneConfig(
             search_alg=CountingSearcher(), scheduler=CountingScheduler(), num_samples=6, max_concurrent_trials=2
         ),
-        run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), stop={"training_iteration": HORIZON}, verbose=0),
+        run_config=tune.RunConfig(
+            name=name, storage_path=str(tmp_path), stop={"training_iteration": HORIZON}, verbose=0
+        ),
     )
     watcher = interrupt_when(f"{tmp_path}/{name}", 30)
     first = tuner.fit()

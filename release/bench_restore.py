@@ -1,0 +1,156 @@
+"""Restore after a killed driver, against Ray Tune, side by side in one run.
+
+A study of learning-rate sequences (a grid whose trials share prefixes; the
+trainable checkpoints every iteration, as Tune's examples do) runs once
+uninterrupted, then again in a driver process that is killed with SIGKILL
+half way and continued with ``Tuner.restore`` until it completes. The same
+for ``ray.tune.Tuner`` and ``ray_stagetree.Tuner``. Every executed iteration
+appends a line to a log, so the counts are exact:
+
+* executed before the kill, and after the restore;
+* lost: executed in all, minus the uninterrupted run's executed iterations
+  (work the kill cost; what never reached storage, trained again);
+* the final metrics of every trial equal the uninterrupted run's.
+
+    python release/bench_restore.py            # about 3 minutes on 2 CPUs
+    python release/bench_restore.py --quick    # smaller study (CI smoke test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import ray
+from ray import tune
+
+import ray_stagetree
+from ray_stagetree import MultiStep
+
+SECONDS_PER_ITERATION = 0.1
+
+
+def accumulate(config: dict[str, Any]) -> None:
+    """State carried through checkpoints; one log line per executed iteration."""
+    x, iteration = 0.0, 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(f"{path}/state.json") as file:
+            x, iteration = json.load(file)
+    while True:
+        iteration += 1
+        lr = config["lr"].value(iteration - 1) if hasattr(config["lr"], "value") else config["lr"]
+        x = 0.9 * x + lr * iteration
+        time.sleep(SECONDS_PER_ITERATION)
+        with open(config["log"], "a") as log:
+            log.write("1\n")
+        with tempfile.TemporaryDirectory() as path:
+            with open(f"{path}/state.json", "w") as file:
+                json.dump([x, iteration], file)
+            tune.report({"x": x}, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+SYSTEMS = {"Ray Tune": tune.Tuner, "ray_stagetree": ray_stagetree.Tuner}
+
+
+def _tuner(system: str, storage: str, name: str, log: str, milestones: list[int], horizon: int) -> Any:
+    return SYSTEMS[system](
+        tune.with_resources(accumulate, {"cpu": 1}),
+        param_space={"lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in milestones]), "log": log},
+        tune_config=tune.TuneConfig(metric="x", mode="max"),
+        run_config=tune.RunConfig(name=name, storage_path=storage, stop={"training_iteration": horizon}, verbose=0),
+    )
+
+
+def _finals(grid: Any) -> dict[str, float]:
+    return {repr(result.config["lr"]): round(result.metrics["x"], 9) for result in grid}
+
+
+def _lines(path: str) -> int:
+    try:
+        with open(path) as file:
+            return sum(1 for _ in file)
+    except FileNotFoundError:
+        return 0
+
+
+def drive(system: str, storage: str, name: str, log: str, milestones: str, horizon: str) -> None:
+    """The killed driver: run or continue the study (in a subprocess)."""
+    ray.init(address=os.environ["BENCH_RAY_ADDRESS"], include_dashboard=False, configure_logging=False)
+    path = f"{storage}/{name}"
+    tuner_class = SYSTEMS[system]
+    if tuner_class.can_restore(path):
+        tuner = tuner_class.restore(path, tune.with_resources(accumulate, {"cpu": 1}))
+    else:
+        tuner = _tuner(system, storage, name, log, json.loads(milestones), int(horizon))
+    tuner.fit()
+
+
+def compare(system: str, storage: str, milestones: list[int], horizon: int) -> dict[str, Any]:
+    reference_log = f"{storage}/{system}-reference.log"
+    started = time.perf_counter()
+    reference = _finals(_tuner(system, storage, f"{system}-reference", reference_log, milestones, horizon).fit())
+    wall = time.perf_counter() - started
+    name, log = f"{system}-killed", f"{storage}/{system}-killed.log"
+    command = [sys.executable, __file__, "--drive", system, storage, name, log, json.dumps(milestones), str(horizon)]
+    driver = subprocess.Popen(command)
+    time.sleep(wall / 2)  # half the uninterrupted run, start-up included
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    time.sleep(3)  # Ray ends the dead driver's actors
+    before = _lines(log)
+    path = f"{storage}/{name}"
+    restored = SYSTEMS[system].restore(path, tune.with_resources(accumulate, {"cpu": 1})).fit()
+    executed = _lines(log)
+    return {
+        "reference": _lines(reference_log),
+        "before": before,
+        "after": executed - before,
+        "lost": executed - _lines(reference_log),
+        "equal": _finals(restored) == reference,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="4 trials x 10 iterations")
+    parser.add_argument("--drive", nargs=6, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.drive:
+        drive(*args.drive)
+        return
+    milestones, horizon = ([2, 4, 6, 8], 10) if args.quick else ([3, 6, 9, 12, 15, 18], 24)
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__}"
+    )
+    print(
+        f"{len(milestones)} trials x {horizon} iterations x {SECONDS_PER_ITERATION} s, checkpoint every iteration; "
+        "driver SIGKILLed half way, then Tuner.restore"
+    )
+    context = ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    os.environ["BENCH_RAY_ADDRESS"] = context.address_info["gcs_address"]
+    print(
+        f"{'system':<14} {'uninterrupted':>13} {'before kill':>12} {'after restore':>14} {'lost':>6} {'same results':>13}"
+    )
+    with tempfile.TemporaryDirectory(prefix="bench_restore_") as storage:
+        for system in SYSTEMS:
+            row = compare(system, storage, milestones, horizon)
+            print(
+                f"{system:<14} {row['reference']:>13} {row['before']:>12} {row['after']:>14} {row['lost']:>6} "
+                f"{'yes' if row['equal'] else 'NO':>13}"
+            )
+            if not row["equal"]:
+                raise SystemExit(f"{system}: the restored study's results differ from the uninterrupted run's")
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
