@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import posixpath
+import shutil
 import tempfile
 import time
 from types import SimpleNamespace
@@ -102,6 +103,10 @@ class TrialView:
     @property
     def error_file(self) -> str | None:
         return os.path.join(self.local_path, ERROR_FILE) if self.error_msg is not None else None
+
+    def get_ray_actor_ip(self) -> str | None:
+        """A trial's iterations may run on several workers: no one address."""
+        return None
 
     def init_local_path(self) -> None:
         os.makedirs(self.local_path, exist_ok=True)
@@ -336,6 +341,9 @@ class CallbackRunner:
         self._call("on_experiment_end", trials=self._trial_list)
         if self._remote:
             self.sync()
+            # Everything is in the trials' folders now; a later driver (a
+            # restore) fetches what it continues from there.
+            shutil.rmtree(self.local_experiment_path, ignore_errors=True)
 
     # -- remote experiment paths ----------------------------------------------------
 

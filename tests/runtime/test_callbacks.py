@@ -54,13 +54,24 @@ class Recorder(tune.Callback):
 
 
 def start(trial_id, dirname=None):
-    return {"event": "start", "trial_id": trial_id, "name": f"t_{trial_id}", "dirname": dirname or trial_id,
-            "config": CONFIG}
+    return {
+        "event": "start",
+        "trial_id": trial_id,
+        "name": f"t_{trial_id}",
+        "dirname": dirname or trial_id,
+        "config": CONFIG,
+    }
 
 
 def row(trial_id, step, loss):
-    return {"trial_id": trial_id, "training_iteration": step, "loss": loss, "done": False, "config": CONFIG,
-            "time_this_iter_s": 0.1}
+    return {
+        "trial_id": trial_id,
+        "training_iteration": step,
+        "loss": loss,
+        "done": False,
+        "config": CONFIG,
+        "time_this_iter_s": 0.1,
+    }
 
 
 def progress(rows=(), events=()):
@@ -101,13 +112,19 @@ def test_hooks_are_called_in_tunes_order_with_trial_views(tmp_path):
     runner = CallbackRunner([recorder], str(tmp_path / "exp"), param_space={"lr": tune.grid_search([1, 2])})
     runner.setup(num_samples=1, total_num_samples=2)
     runner.update(progress([row("a", 1, 0.9), row("b", 1, 0.8)], [start("a"), start("b")]))
-    runner.update(progress([row("a", 2, 0.7)], [
-        {"event": "complete", "trial_id": "a", "name": "t_a", "dirname": "a"},
-        {"event": "error", "trial_id": "b", "name": "t_b", "dirname": "b", "error": "ValueError: boom"},
-    ]))
+    runner.update(
+        progress(
+            [row("a", 2, 0.7)],
+            [
+                {"event": "complete", "trial_id": "a", "name": "t_a", "dirname": "a"},
+                {"event": "error", "trial_id": "b", "name": "t_b", "dirname": "b", "error": "ValueError: boom"},
+            ],
+        )
+    )
     checkpoint = str(tmp_path / "exp" / "a" / "checkpoint_000002")
-    runner.update(progress(events=[{"event": "checkpoint", "trial_id": "a", "name": "t_a", "dirname": "a",
-                                    "path": checkpoint}]))
+    runner.update(
+        progress(events=[{"event": "checkpoint", "trial_id": "a", "name": "t_a", "dirname": "a", "path": checkpoint}])
+    )
     runner.end()
     assert recorder.calls[0] == ("setup", 1, 2)
     assert recorder.of("start") == [("a", "RUNNING", 1), ("b", "RUNNING", 2)]
@@ -120,8 +137,13 @@ def test_hooks_are_called_in_tunes_order_with_trial_views(tmp_path):
     assert str(trial) == "t_a" and trial.trial_id == "a" and trial.config == CONFIG
     assert trial.path == f"{tmp_path}/exp/a" and trial.local_path == str(tmp_path / "exp" / "a")
     assert trial.last_result["training_iteration"] == 2 and trial.checkpoint.path == checkpoint
-    assert trial.evaluated_params == {"lr/family": "MultiStep", "lr/init": 0.1, "lr/milestones": [4],
-                                      "lr/gamma": 0.5, "lr/values": None}
+    assert trial.evaluated_params == {
+        "lr/family": "MultiStep",
+        "lr/init": 0.1,
+        "lr/milestones": [4],
+        "lr/gamma": 0.5,
+        "lr/values": None,
+    }
     with open(runner.trials["b"].error_file) as file:
         assert file.read() == "ValueError: boom"
 
@@ -131,12 +153,21 @@ def test_default_loggers_write_tunes_files_once_per_iteration(tmp_path):
     runner.setup()
     # Shared-stage metrics fan out to each trial; an iteration trained again
     # (a retry) comes a second time and is logged once.
-    runner.update(progress([row("a", 1, 0.9), row("b", 1, 0.9), row("a", 2, 0.8), row("b", 2, 0.8)],
-                           [start("a"), start("b", dirname="b_dir")]))
-    runner.update(progress([row("a", 2, 0.8), row("a", 3, 0.5), row("b", 3, 0.6)], [
-        {"event": "complete", "trial_id": "a", "name": "t_a", "dirname": "a"},
-        {"event": "complete", "trial_id": "b", "name": "t_b", "dirname": "b_dir"},
-    ]))
+    runner.update(
+        progress(
+            [row("a", 1, 0.9), row("b", 1, 0.9), row("a", 2, 0.8), row("b", 2, 0.8)],
+            [start("a"), start("b", dirname="b_dir")],
+        )
+    )
+    runner.update(
+        progress(
+            [row("a", 2, 0.8), row("a", 3, 0.5), row("b", 3, 0.6)],
+            [
+                {"event": "complete", "trial_id": "a", "name": "t_a", "dirname": "a"},
+                {"event": "complete", "trial_id": "b", "name": "t_b", "dirname": "b_dir"},
+            ],
+        )
+    )
     runner.end()
     for folder, last in ((tmp_path / "a", 0.5), (tmp_path / "b_dir", 0.6)):
         assert result_steps(folder) == csv_steps(folder) == [1, 2, 3]
@@ -230,8 +261,14 @@ def fit(storage, name, callbacks=None, **run_kwargs):
         noisy_descent,
         param_space={"lr": tune.grid_search(LRS)},
         tune_config=tune.TuneConfig(metric="loss", mode="min"),
-        run_config=tune.RunConfig(name=name, storage_path=storage, stop={"training_iteration": HORIZON},
-                                  callbacks=callbacks, verbose=0, **run_kwargs),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=storage,
+            stop={"training_iteration": HORIZON},
+            callbacks=callbacks,
+            verbose=0,
+            **run_kwargs,
+        ),
     )
     return tuner.fit()
 

@@ -65,9 +65,20 @@ def test_a_notebook_shows_one_display_updated_in_place(tmp_path, ray_session):
         "STAGETREE_TEST_STORAGE": str(tmp_path),
     }
     subprocess.run(
-        [sys.executable, "-m", "nbconvert", "--to", "notebook", "--execute", "--inplace",
-         "--ExecutePreprocessor.timeout=300", str(path)],
-        check=True, env=env, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "--inplace",
+            "--ExecutePreprocessor.timeout=300",
+            str(path),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
     )
     with open(path) as file:
         cells = json.load(file)["cells"]

@@ -45,8 +45,12 @@ def test_terminal_output_is_rate_limited(capsys):
 def test_best_is_over_trials_last_results_as_get_best_result_picks():
     reporter = ProgressReporter("accuracy", "max", verbose=0)
     # trial a peaked at 0.9413 and ended at 0.9350; b errored at 0.99
-    rows = [{"trial_id": "a", "accuracy": 0.9413}, {"trial_id": "a", "accuracy": 0.9350},
-            {"trial_id": "b", "accuracy": 0.99}, {"trial_id": "c", "accuracy": 0.92}]
+    rows = [
+        {"trial_id": "a", "accuracy": 0.9413},
+        {"trial_id": "a", "accuracy": 0.9350},
+        {"trial_id": "b", "accuracy": 0.99},
+        {"trial_id": "c", "accuracy": 0.92},
+    ]
     reporter.update({**progress(rows), "events": [{"event": "error", "trial_id": "b"}]})
     assert reporter.best == 0.935
     assert "best accuracy: 0.935" in reporter.line(progress())
@@ -57,8 +61,10 @@ def table_trials(tmp_path):
     config = {"lr": {"family": "MultiStep", "init": 0.1, "milestones": [4], "gamma": 0.5}, "seed": 0}
     runner = CallbackRunner([], str(tmp_path), param_space={"lr": tune.grid_search([])})
     events = [{"event": "start", "trial_id": t, "name": f"train_{t}", "dirname": t, "config": config} for t in "abc"]
-    rows = [{"trial_id": t, "training_iteration": 2, "loss": loss, "config": config}
-            for t, loss in zip("abc", (0.5, 0.2, 0.9))]
+    rows = [
+        {"trial_id": t, "training_iteration": 2, "loss": loss, "config": config}
+        for t, loss in zip("abc", (0.5, 0.2, 0.9))
+    ]
     ends = [{"event": "complete", "trial_id": t, "name": f"train_{t}", "dirname": t} for t in "abc"]
     runner.update({"rows": rows, "events": events + ends})
     return list(runner.trials.values())
@@ -66,8 +72,13 @@ def table_trials(tmp_path):
 
 def test_tunes_cli_reporter_renders_the_trials_with_the_sharing_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    table = CLIReporter(metric_columns=["loss"], parameter_columns=["lr/milestones"], max_progress_rows=2,
-                        sort_by_metric=True, max_report_frequency=3600)
+    table = CLIReporter(
+        metric_columns=["loss"],
+        parameter_columns=["lr/milestones"],
+        max_progress_rows=2,
+        sort_by_metric=True,
+        max_report_frequency=3600,
+    )
     table.setup(start_time=0, total_samples=3, metric="loss", mode="min")
     reporter = ProgressReporter("loss", "min", table=table)
     trials = table_trials(tmp_path)
@@ -104,8 +115,7 @@ def fit(tmp_path, name, **run_kwargs):
         noisy_descent,
         param_space={"lr": tune.grid_search(LRS)},
         tune_config=tune.TuneConfig(metric="loss", mode="min"),
-        run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), stop={"training_iteration": 6},
-                                  **run_kwargs),
+        run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), stop={"training_iteration": 6}, **run_kwargs),
     ).fit()
 
 
@@ -120,7 +130,7 @@ def test_a_study_reports_through_tunes_cli_reporter(tmp_path, ray_session, capsy
     reporter = CLIReporter(metric_columns=["loss"], parameter_columns=["lr/milestones", "lr/gamma"])
     grid = fit(tmp_path, "cli", progress_reporter=reporter)
     out = capsys.readouterr().out
-    final = out[out.rindex("== Status =="):]
+    final = out[out.rindex("== Status ==") :]
     assert "trial by trial (" in final, "the stage-sharing figures"
     assert "lr/milestones" in final and "lr/gamma" in final
     for result in grid:
