@@ -231,6 +231,15 @@ def test_a_remote_experiment_path_gets_the_staged_logs(tmp_path):
     assert [json.loads(line)["training_iteration"] for line in lines] == [1, 2, 3]
 
 
+def test_a_remote_study_uploads_while_it_runs_every_sync_period(tmp_path):
+    path = f"memory://callbacks-sync-{os.getpid()}/exp"
+    runner = CallbackRunner(None, path, sync_period=0)
+    runner.update(progress([row("a", 1, 0.9)], [start("a")]))
+    runner.update(progress([row("a", 2, 0.8)]))
+    lines = fsspec.filesystem("memory").cat_file(f"/callbacks-sync-{os.getpid()}/exp/a/result.json").splitlines()
+    assert [json.loads(line)["training_iteration"] for line in lines] == [1, 2], "the trial still runs"
+
+
 def test_searched_paths_name_what_the_space_draws():
     space = {
         "lr": tune.grid_search([MultiStep(0.1, [4], 0.5), MultiStep(0.1, [8], 0.5)]),
@@ -256,10 +265,10 @@ HORIZON = 6
 LRS = [MultiStep(0.1, [2], 0.5), MultiStep(0.1, [4], 0.5), MultiStep(0.1, [4], 0.2)]
 
 
-def fit(storage, name, callbacks=None, **run_kwargs):
+def fit(storage, name, callbacks=None, space=None, **run_kwargs):
     tuner = Tuner(
         noisy_descent,
-        param_space={"lr": tune.grid_search(LRS)},
+        param_space=space or {"lr": tune.grid_search(LRS)},
         tune_config=tune.TuneConfig(metric="loss", mode="min"),
         run_config=tune.RunConfig(
             name=name,
@@ -291,6 +300,20 @@ def test_a_study_calls_callbacks_and_logs_every_trial(tmp_path, ray_session):
             assert json.load(file) == result.config
         assert [step for step, _ in tensorboard_scalars(folder)["ray/tune/loss"]] == list(range(1, HORIZON + 1))
         assert (trial_id, result.checkpoint.path) in recorder.of("checkpoint")
+
+
+def test_an_errored_trial_calls_on_trial_error_and_keeps_its_logs(tmp_path, ray_session):
+    recorder = Recorder()
+    space = {"lr": LRS[0], "explode_at": tune.grid_search([None, 3])}
+    grid = fit(str(tmp_path), "errors", [recorder], space=space)
+    failed = next(result for result in grid if result.error is not None)
+    trial_id = failed.metrics["trial_id"]
+    ((errored, status, message),) = recorder.of("error")
+    assert errored == trial_id and status == "ERROR" and "exploded on purpose" in message
+    assert result_steps(failed.path) == csv_steps(failed.path) == [1, 2]
+    with open(os.path.join(failed.path, "error.txt")) as file:
+        assert "exploded on purpose" in file.read()
+    assert [t for t, _ in recorder.of("complete")] == [r.metrics["trial_id"] for r in grid if r.error is None]
 
 
 def test_a_remote_study_uploads_its_logs(tmp_path, ray_session):
