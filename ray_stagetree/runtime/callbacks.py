@@ -255,6 +255,10 @@ class CallbackRunner:
                 self._end(event, failed=False)
             elif kind == "error":
                 self._end(event, failed=True)
+            elif kind == "recover":
+                view = self._view(event)
+                view.run_metadata.num_failures += 1
+                self._call("on_trial_recover", iteration=self.iteration, trials=self._trial_list, trial=view)
             elif kind == "checkpoint":
                 self._checkpoint(event)
         if self._remote and time.monotonic() - self._last_sync >= self.sync_period:

@@ -502,7 +502,9 @@ class StudyController:
             if state.status in (TERMINATED, ERROR):
                 continue
             state.failures += 1
-            if state.failures > self.spec.max_failures:
+            if state.failures <= self.spec.max_failures:
+                self._event("recover", state, error=error)
+            else:
                 state.status, state.error = ERROR, error
                 self._event("error", state, error=error)
                 self.plan.remove_trial(trial_id)
@@ -630,8 +632,8 @@ class StudyController:
         callbacks. ``rows`` are the new results, in order; ``events`` the
         trials' lifecycle since the last call, in order, each a dict with
         ``event`` ("start" with the trial's ``config``, "complete", "error"
-        with its ``error`` text, "checkpoint" with the final checkpoint's
-        ``path``), ``trial_id``, ``name`` and ``dirname``. A trial's "start"
+        with its ``error`` text, "recover" (it failed with ``error`` and is
+        retried), "checkpoint" with the final checkpoint's ``path``), ``trial_id``, ``name`` and ``dirname``. A trial's "start"
         comes before its rows, which come before its "complete" or "error"."""
         rows, self._new_rows = self._new_rows, []
         events, self._events = self._events, []

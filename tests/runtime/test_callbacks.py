@@ -42,6 +42,9 @@ class Recorder(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         self.calls.append(("error", trial.trial_id, trial.status, trial.error_msg))
 
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        self.calls.append(("recover", trial.trial_id, trial.run_metadata.num_failures))
+
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         assert trial.checkpoint is checkpoint
         self.calls.append(("checkpoint", trial.trial_id, checkpoint.path))
@@ -112,6 +115,7 @@ def test_hooks_are_called_in_tunes_order_with_trial_views(tmp_path):
     runner = CallbackRunner([recorder], str(tmp_path / "exp"), param_space={"lr": tune.grid_search([1, 2])})
     runner.setup(num_samples=1, total_num_samples=2)
     runner.update(progress([row("a", 1, 0.9), row("b", 1, 0.8)], [start("a"), start("b")]))
+    runner.update(progress(events=[{"event": "recover", "trial_id": "b", "name": "t_b", "dirname": "b"}]))
     runner.update(
         progress(
             [row("a", 2, 0.7)],
@@ -130,6 +134,7 @@ def test_hooks_are_called_in_tunes_order_with_trial_views(tmp_path):
     assert recorder.of("start") == [("a", "RUNNING", 1), ("b", "RUNNING", 2)]
     assert recorder.of("result") == [("a", 1, 0.9), ("b", 1, 0.8), ("a", 2, 0.7)]
     assert recorder.of("complete") == [("a", "TERMINATED")]
+    assert recorder.of("recover") == [("b", 1)]
     assert recorder.of("error") == [("b", "ERROR", "ValueError: boom")]
     assert recorder.of("checkpoint") == [("a", checkpoint)]
     assert recorder.calls[-1] == ("end", ["a", "b"])
@@ -314,6 +319,16 @@ def test_an_errored_trial_calls_on_trial_error_and_keeps_its_logs(tmp_path, ray_
     with open(os.path.join(failed.path, "error.txt")) as file:
         assert "exploded on purpose" in file.read()
     assert [t for t, _ in recorder.of("complete")] == [r.metrics["trial_id"] for r in grid if r.error is None]
+
+
+def test_a_retried_trial_calls_on_trial_recover_and_logs_each_iteration_once(tmp_path, ray_session):
+    recorder = Recorder()
+    space = {"lr": LRS[0], "die_once_at": 4, "marker": str(tmp_path / "died")}
+    (result,) = fit(
+        str(tmp_path), "retried", [recorder], space=space, failure_config=tune.FailureConfig(max_failures=1)
+    )
+    assert result.error is None and recorder.of("recover") == [(result.metrics["trial_id"], 1)]
+    assert result_steps(result.path) == csv_steps(result.path) == list(range(1, HORIZON + 1))
 
 
 def test_a_remote_study_uploads_its_logs(tmp_path, ray_session):
