@@ -63,10 +63,10 @@ class StorageIO:
         """A study snapshot, written atomically (see `runtime.experiment_state`)."""
         self.storage.write(key, data)
 
-    def write_trial_outputs(self, trial_dir: str, config_json: dict[str, Any], rows: list, payload: Any) -> str | None:
+    def write_trial_outputs(self, trial_dir: str, payload: Any) -> str | None:
         from ray_stagetree.runtime.results import write_trial_outputs
 
-        return write_trial_outputs(self.storage, trial_dir, config_json, rows, payload)
+        return write_trial_outputs(self.storage, trial_dir, payload)
 
 
 #: Storage calls in flight at once: enough to overlap file-system latency.

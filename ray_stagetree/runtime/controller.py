@@ -142,6 +142,7 @@ class StudyController:
         self._worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
         self._started = time.time()
         self._new_rows: list[dict[str, Any]] = []
+        self._events: list[dict[str, Any]] = []  # trial lifecycle, for the driver's callbacks (see `progress`)
         self._halted = False  # fail_fast, a stopper's stop_all, or abort: nothing more runs
         self._warned_missing_checkpoint = False
         self._warnings: list[str] = []  # for the driver to show, once each
@@ -174,6 +175,8 @@ class StudyController:
                 self._node_owner[trial.node.node_id] = trial.trial_id
         for trial in list(self.trials.values()):
             action = restore.action(trial.status)
+            if trial.status in (PENDING, RUNNING, PAUSED) or action in ("resume", "restart"):
+                self._event("start", trial, config=trial.config_json)  # the driver's loggers find its folder
             if action == "end":
                 self._stop(trial.trial_id)
             elif action in ("resume", "restart") and trial.flat is not None:
@@ -223,9 +226,10 @@ class StudyController:
                 name = trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False)
                 dirname = trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True)
             except Exception as error:  # a bad config, or a user hook that raised
-                self.trials[trial_id] = TrialState(
+                failed = self.trials[trial_id] = TrialState(
                     trial_id, config, {}, status=ERROR, error=f"{type(error).__name__}: {error}", dirname=trial_id
                 )
+                self._event("error", failed, error=failed.error)
                 self.host.on_error(trial_id)
                 self.source.on_complete(trial_id, None, error=True)
                 self._after_error()
@@ -239,6 +243,7 @@ class StudyController:
                 name=name,
                 dirname=dirname,
             )
+            self._event("start", state, config=state.config_json)
             study = "study" if self.spec.stage_sharing else trial_id
             step = self._next_request(trial_id, 0)
             if trial_id in self.plan.trials:  # a trial of a restored plan, extended
@@ -389,6 +394,7 @@ class StudyController:
 
     def _finish(self, state: TrialState) -> None:
         state.status = TERMINATED
+        self._event("complete", state)
         last = state.rows[max(state.rows)] if state.rows else None
         self.host.on_complete(state.trial_id, last)
         self.source.on_complete(state.trial_id, last)
@@ -574,8 +580,11 @@ class StudyController:
             if state.status in (TERMINATED, ERROR):
                 continue
             state.failures += 1
-            if state.failures > self.spec.max_failures:
+            if state.failures <= self.spec.max_failures:
+                self._event("recover", state, error=error)
+            else:
                 state.status, state.error = ERROR, error
+                self._event("error", state, error=error)
                 self.plan.remove_trial(trial_id)
                 self.host.on_error(trial_id)
                 self.source.on_complete(trial_id, None, error=True)
@@ -590,6 +599,7 @@ class StudyController:
         for state in self.trials.values():
             if state.status in (PENDING, RUNNING, PAUSED):
                 state.status, state.error = ERROR, error
+                self._event("error", state, error=error)
                 self.plan.remove_trial(state.trial_id)
 
     def _after_error(self) -> None:
@@ -737,6 +747,7 @@ class StudyController:
         for state in self.trials.values():
             if state.status == PAUSED:  # its scheduler never resumed it
                 state.status = TERMINATED
+                self._event("complete", state)
 
         writes = []
         for state in self.trials.values():
@@ -747,18 +758,31 @@ class StudyController:
                     ref = await self.store.handle(self.plan, *point)
                 except CheckpointUnavailableError:
                     ref = None
-            writes.append(
-                self.store.io.write_trial_outputs.remote(state.dirname, state.config_json, state.reported, ref)
-            )
+            writes.append(self.store.io.write_trial_outputs.remote(state.dirname, ref))
         for state, path in zip(self.trials.values(), await asyncio.gather(*writes)):
             state.checkpoint_path = path
+            if path is not None:
+                self._event("checkpoint", state, path=path)
         self.plan.save(self._plan_path, self.spec.storage_filesystem)
         await self.save_state()
 
     # -- driver queries --------------------------------------------------------------
 
+    def _event(self, kind: str, state: TrialState, **fields: Any) -> None:
+        self._events.append(
+            {"event": kind, "trial_id": state.trial_id, "name": state.name, "dirname": state.dirname, **fields}
+        )
+
     def progress(self) -> dict[str, Any]:
+        """What happened since the last call, for the driver's reporter and
+        callbacks. ``rows`` are the new results, in order; ``events`` the
+        trials' lifecycle since the last call, in order, each a dict with
+        ``event`` ("start" with the trial's ``config``, "complete", "error"
+        with its ``error`` text, "recover" (it failed with ``error`` and is
+        retried), "checkpoint" with the final checkpoint's ``path``), ``trial_id``, ``name`` and ``dirname``. A trial's "start"
+        comes before its rows, which come before its "complete" or "error"."""
         rows, self._new_rows = self._new_rows, []
+        events, self._events = self._events, []
         warnings, self._warnings = self._warnings, []
         counts: dict[str, int] = {}
         for state in self.trials.values():
@@ -771,6 +795,7 @@ class StudyController:
             "unique_iterations": self.plan.unique_iterations(),
             "total_iterations": self.plan.total_iterations(),
             "rows": rows,
+            "events": events,
             "elapsed": time.time() - self._started,
             "study_error": self.study_error,
             "warnings": warnings,

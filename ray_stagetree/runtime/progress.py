@@ -3,12 +3,19 @@
 Shows trials running / done / errored, iterations executed next to the
 unique iterations (what sharing needs) and the trial-by-trial total (what
 Ray Tune would run; the final line compares it with what was executed), and
-the best metric so far.
+the best metric so far: the best of the trials' last results, the trial
+``ResultGrid.get_best_result()`` picks by default (Tune's scope "last").
+
+``RunConfig(progress_reporter=...)`` (Tune's ``CLIReporter``,
+``JupyterNotebookReporter`` or any ``ray.tune.ProgressReporter``) renders
+Tune's trial table instead, asked as Tune's loop asks it (``should_report``,
+then ``report``), with that line as its system information.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from typing import Any
@@ -34,25 +41,44 @@ class ProgressReporter:
         Minimum time between two terminal lines (a notebook updates in place).
     verbose:
         0 prints nothing; anything else prints progress (Tune's convention).
+    table:
+        ``RunConfig.progress_reporter``: a ``ray.tune.ProgressReporter`` that
+        renders the trials (`update` then takes them), or None for the line.
     """
 
-    def __init__(self, metric: str | None, mode: str | None, interval_seconds: float = 5.0, verbose: int = 1):
+    def __init__(
+        self,
+        metric: str | None,
+        mode: str | None,
+        interval_seconds: float = 5.0,
+        verbose: int = 1,
+        table: Any = None,
+    ):
         self.metric, self.mode = metric, mode
         self.interval_seconds = interval_seconds
         self.verbose = verbose
-        self.best: float | None = None
+        self.table = table
+        self._last: dict[Any, float] = {}  # trial id -> its last finite metric value
+        self._errored: set[Any] = set()  # get_best_result leaves errored trials out
         self._last_print = -float("inf")  # monotonic time may start near 0 after boot
         self._notebook = _in_notebook()
         self._handle = None
 
-    def observe(self, rows: list[dict[str, Any]]) -> None:
+    @property
+    def best(self) -> float | None:
+        values = [value for trial, value in self._last.items() if trial not in self._errored]
+        if not values:
+            return None
+        return max(values) if self.mode == "max" else min(values)
+
+    def observe(self, rows: list[dict[str, Any]], events: list[dict[str, Any]] = ()) -> None:
+        self._errored.update(event["trial_id"] for event in events if event["event"] == "error")
         if self.metric is None or self.mode is None:
             return
         for row in rows:
             value = row.get(self.metric)
-            if isinstance(value, (int, float)) and value == value:
-                if self.best is None or (value > self.best if self.mode == "max" else value < self.best):
-                    self.best = float(value)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self._last[row.get("trial_id")] = float(value)
 
     def line(self, progress: dict[str, Any], final: bool = False) -> str:
         status = progress["status"]
@@ -66,13 +92,18 @@ class ProgressReporter:
             f"{total} trial by trial{_saving(executed, total) if final else ''}{best}"
         )
 
-    def update(self, progress: dict[str, Any], final: bool = False) -> None:
-        self.observe(progress["rows"])
+    def update(self, progress: dict[str, Any], final: bool = False, trials: list[Any] | None = None) -> None:
+        self.observe(progress["rows"], progress.get("events", ()))
         for warning in progress.get("warnings", ()):  # shown whatever the verbosity, once each
             logger.warning(warning)
         if not self.verbose:
             return
         text = self.line(progress, final)
+        if self.table is not None:
+            trials = list(trials or ())
+            if self.table.should_report(trials, done=final):
+                self.table.report(trials, final, text)
+            return
         if self._notebook:
             from IPython.display import display
 

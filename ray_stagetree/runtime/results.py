@@ -1,15 +1,15 @@
 """Study results with Ray Tune's interface: a `ResultGrid` of ``ray.tune.Result``.
 
 Each trial gets a directory under the experiment path, laid out as Tune lays
-it out: ``params.json`` (the config, sequences in their declarative form),
-``result.json`` (one JSON line per iteration) and ``checkpoint_<step>/`` (the
-final checkpoint). The search plan is saved beside them in ``plan/``, so a
+it out: the logs of Tune's logger callbacks, written on the driver
+(``params.json``: the config, sequences in their declarative form;
+``result.json``, ``progress.csv``, TensorBoard events), and
+``checkpoint_<step>/`` (the final checkpoint). The search plan is saved beside them in ``plan/``, so a
 later restore finds plan, results and checkpoints.
 """
 
 from __future__ import annotations
 
-import json
 import pickle
 import tempfile
 from typing import Any, Iterator
@@ -22,19 +22,10 @@ from ray_stagetree.runtime.storage import CheckpointStorage
 STATE_FILE = "stage_state.pkl"
 
 
-def write_trial_outputs(
-    storage: CheckpointStorage,
-    trial_dir: str,
-    config_json: dict[str, Any],
-    rows: list[dict[str, Any]],
-    payload: Any,
-) -> str | None:
-    """Write a trial's directory; returns the final checkpoint's path, if any.
-    Called in the study's `StorageIO` actor."""
-    storage.write_text(f"{trial_dir}/params.json", json.dumps(config_json, indent=2, sort_keys=True, default=str))
-    storage.write_text(
-        f"{trial_dir}/result.json", "".join(json.dumps(row, sort_keys=True, default=str) + "\n" for row in rows)
-    )
+def write_trial_outputs(storage: CheckpointStorage, trial_dir: str, payload: Any) -> str | None:
+    """Write a trial's final checkpoint directory; returns its path, if any.
+    Called in the study's `StorageIO` actor. (``params.json``, ``result.json``
+    and the other logs are the driver's loggers' alone: see `callbacks`.)"""
     if payload is None:
         return None
     directory = f"{trial_dir}/checkpoint_{payload.step:06d}"

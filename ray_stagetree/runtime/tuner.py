@@ -16,6 +16,7 @@ import os
 import posixpath
 import signal
 import threading
+import time
 import uuid
 from typing import Any, Callable
 
@@ -25,6 +26,7 @@ from ray.tune.search import BasicVariantGenerator, Searcher
 
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.policies import POLICIES
+from ray_stagetree.runtime.callbacks import CallbackRunner, check_driver_hooks
 from ray_stagetree.runtime.controller import (
     ERROR,
     StudyController,
@@ -280,11 +282,7 @@ class Tuner:
                 f"(under `ray job submit`, a temporary one); pass os.path.abspath({storage!r}) to mean this one"
             )
         self._stop_criteria()
-        if self.run_config.callbacks:
-            logger.warning(
-                "RunConfig.callbacks are not called by ray_stagetree yet (%s); the study runs without them",
-                ", ".join(type(callback).__name__ for callback in self.run_config.callbacks),
-            )
+        check_driver_hooks(self.run_config)
 
     def _stop_criteria(self) -> None:
         """``RunConfig.stop`` as Tune takes it (None, a dict, a ``Stopper``, a
@@ -481,10 +479,9 @@ class Tuner:
             restore=restore,
             state_period_s=_state_period(),
         )
+        callbacks = self._callback_runner(source, experiment_path)
+        reporter = self._progress_reporter(source)
         controller = ray.remote(StudyController).options(num_cpus=0, max_concurrency=1000).remote(spec)
-        reporter = ProgressReporter(
-            self.tune_config.metric, self.tune_config.mode, verbose=0 if self.run_config.verbose == 0 else 1
-        )
         # The workers start with the controller rather than after it.
         workers = [start_worker(spec, controller) for _ in range(spec.num_workers)]
         run = controller.run.remote(workers)
@@ -492,7 +489,9 @@ class Tuner:
             try:
                 with _interrupt_on_sigusr1():
                     while not ray.wait([run], timeout=POLL_SECONDS)[0]:
-                        reporter.update(ray.get(controller.progress.remote()))
+                        progress = ray.get(controller.progress.remote())
+                        callbacks.update(progress)
+                        reporter.update(progress, trials=list(callbacks.trials.values()))
                 ray.get(run)
             except KeyboardInterrupt:
                 ray.get(controller.save_state.remote())
@@ -501,10 +500,12 @@ class Tuner:
                     experiment_path,
                 )
             progress = ray.get(controller.progress.remote())
+            callbacks.update(progress)
             if progress["study_error"] is not None:
                 raise RuntimeError(progress["study_error"])
-            reporter.update(progress, final=True)
+            reporter.update(progress, final=True, trials=list(callbacks.trials.values()))
             summaries = ray.get(controller.results.remote())
+            callbacks.end()
         finally:
             try:
                 ray.get(controller.shutdown_workers.remote())
@@ -515,6 +516,38 @@ class Tuner:
         if failure is not None and failure.fail_fast == "raise" and grid.errors:
             raise grid.errors[0]
         return grid
+
+    def _callback_runner(self, source: VariantSource | SearcherSource, experiment_path: str) -> CallbackRunner:
+        """``RunConfig.callbacks`` and Tune's default loggers, set up as Tune
+        sets them up."""
+        sync_config = getattr(self.run_config, "sync_config", None)
+        runner = CallbackRunner(
+            self.run_config.callbacks,
+            experiment_path,
+            self.run_config.storage_filesystem,
+            self.param_space,
+            sync_period=getattr(sync_config, "sync_period", 300.0),
+        )
+        runner.setup(
+            stop=self.stopper, num_samples=self.tune_config.num_samples, total_num_samples=_total_samples(source)
+        )
+        return runner
+
+    def _progress_reporter(self, source: VariantSource | SearcherSource) -> ProgressReporter:
+        """The stage-sharing line, or ``RunConfig.progress_reporter``'s
+        table with that line in it; ``verbose=0`` prints neither."""
+        table = self.run_config.progress_reporter
+        if table is not None:
+            # As Tune's loop: the reporter takes TuneConfig's metric and mode
+            # (and refuses them when it was given its own).
+            table.setup(
+                start_time=time.time(),
+                total_samples=_total_samples(source),
+                metric=self.tune_config.metric,
+                mode=self.tune_config.mode,
+            )
+        verbose = 0 if self.run_config.verbose == 0 else 1
+        return ProgressReporter(self.tune_config.metric, self.tune_config.mode, verbose=verbose, table=table)
 
     def _result_grid(self, summaries: list[dict[str, Any]], experiment_path: str, progress: dict) -> ResultGrid:
         import pandas as pd
@@ -624,6 +657,12 @@ def _absolute(path: str, storage_filesystem: Any) -> str:
     if "://" in path or storage_filesystem is not None:
         return path
     return os.path.abspath(os.path.expanduser(path))
+
+
+def _total_samples(source: VariantSource | SearcherSource) -> int | None:
+    """The trials a study will run, where known (not with ``num_samples=-1``)."""
+    remaining = source.remaining
+    return int(remaining) if math.isfinite(remaining) else None
 
 
 def _trainable_name(trainable: Any) -> str:

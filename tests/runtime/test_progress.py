@@ -1,3 +1,9 @@
+from ray import tune
+from ray.tune import CLIReporter
+from trainables_for_tests import noisy_descent
+
+from ray_stagetree import MultiStep, Tuner
+from ray_stagetree.runtime.callbacks import CallbackRunner
 from ray_stagetree.runtime.progress import ProgressReporter
 
 
@@ -34,3 +40,104 @@ def test_terminal_output_is_rate_limited(capsys):
     reporter.update(progress())
     reporter.update(progress(), final=True)
     assert capsys.readouterr().err.count("trials:") == 2
+
+
+def test_best_is_over_trials_last_results_as_get_best_result_picks():
+    reporter = ProgressReporter("accuracy", "max", verbose=0)
+    # trial a peaked at 0.9413 and ended at 0.9350; b errored at 0.99
+    rows = [
+        {"trial_id": "a", "accuracy": 0.9413},
+        {"trial_id": "a", "accuracy": 0.9350},
+        {"trial_id": "b", "accuracy": 0.99},
+        {"trial_id": "c", "accuracy": 0.92},
+    ]
+    reporter.update({**progress(rows), "events": [{"event": "error", "trial_id": "b"}]})
+    assert reporter.best == 0.935
+    assert "best accuracy: 0.935" in reporter.line(progress())
+
+
+def table_trials(tmp_path):
+    """Three trials as Tune's reporters see them, through the callback runner."""
+    config = {"lr": {"family": "MultiStep", "init": 0.1, "milestones": [4], "gamma": 0.5}, "seed": 0}
+    runner = CallbackRunner([], str(tmp_path), param_space={"lr": tune.grid_search([])})
+    events = [{"event": "start", "trial_id": t, "name": f"train_{t}", "dirname": t, "config": config} for t in "abc"]
+    rows = [
+        {"trial_id": t, "training_iteration": 2, "loss": loss, "config": config}
+        for t, loss in zip("abc", (0.5, 0.2, 0.9))
+    ]
+    ends = [{"event": "complete", "trial_id": t, "name": f"train_{t}", "dirname": t} for t in "abc"]
+    runner.update({"rows": rows, "events": events + ends})
+    return list(runner.trials.values())
+
+
+def test_tunes_cli_reporter_renders_the_trials_with_the_sharing_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    table = CLIReporter(
+        metric_columns=["loss"],
+        parameter_columns=["lr/milestones"],
+        max_progress_rows=2,
+        sort_by_metric=True,
+        max_report_frequency=3600,
+    )
+    table.setup(start_time=0, total_samples=3, metric="loss", mode="min")
+    reporter = ProgressReporter("loss", "min", table=table)
+    trials = table_trials(tmp_path)
+    reporter.update(progress(), trials=trials)
+    reporter.update(progress(), trials=trials)  # within max_report_frequency: not shown
+    out = capsys.readouterr().out
+    assert out.count("== Status ==") == 1
+    assert "iterations: 30 executed, 50 unique, 120 trial by trial" in out
+    assert "lr/milestones" in out and "loss" in out
+    # finished trials sorted by loss, two rows at most while running: b (0.2), a (0.5)
+    assert out.index("train_b") < out.index("train_a") and "train_c" not in out
+    reporter.update(progress(), final=True, trials=trials)
+    final = capsys.readouterr().out
+    assert "120 trial by trial (4.00x fewer executed)" in final and "train_c" in final
+
+
+def test_verbose_zero_prints_nothing_even_with_a_reporter(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    table = CLIReporter()
+    table.setup(metric="loss", mode="min")
+    reporter = ProgressReporter("loss", "min", verbose=0, table=table)
+    reporter.update(progress(), final=True, trials=table_trials(tmp_path))
+    captured = capsys.readouterr()
+    assert captured.out == captured.err == ""
+
+
+# -- end to end ------------------------------------------------------------------------
+
+LRS = [MultiStep(0.1, [2], 0.5), MultiStep(0.1, [4], 0.5), MultiStep(0.1, [4], 0.2)]
+
+
+def fit(tmp_path, name, **run_kwargs):
+    return Tuner(
+        noisy_descent,
+        param_space={"lr": tune.grid_search(LRS)},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), stop={"training_iteration": 6}, **run_kwargs),
+    ).fit()
+
+
+def test_the_line_and_get_best_result_agree(tmp_path, ray_session, capsys):
+    grid = fit(tmp_path, "line")
+    last_line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "trial by trial (" in last_line
+    assert last_line.endswith(f"best loss: {grid.get_best_result().metrics['loss']:.4g}")
+
+
+def test_a_study_reports_through_tunes_cli_reporter(tmp_path, ray_session, capsys):
+    reporter = CLIReporter(metric_columns=["loss"], parameter_columns=["lr/milestones", "lr/gamma"])
+    grid = fit(tmp_path, "cli", progress_reporter=reporter)
+    out = capsys.readouterr().out
+    final = out[out.rindex("== Status ==") :]
+    assert "trial by trial (" in final, "the stage-sharing figures"
+    assert "lr/milestones" in final and "lr/gamma" in final
+    for result in grid:
+        assert f"{result.metrics['trial_id']}" in final
+
+
+def test_verbose_zero_prints_nothing(tmp_path, ray_session, capfd):
+    fit(tmp_path, "quiet", verbose=0, progress_reporter=CLIReporter())
+    captured = capfd.readouterr()
+    assert "== Status ==" not in captured.out and "trial by trial" not in captured.err

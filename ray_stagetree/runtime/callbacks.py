@@ -1,0 +1,391 @@
+"""Tune's callbacks and loggers on the driver.
+
+The controller reports what happened since the last poll (``progress()``:
+``events`` for a trial's start, completion, error and final checkpoint, and
+``rows`` for its results); `CallbackRunner` turns that into the hooks of
+``ray.tune.Callback``, called on the driver as Tune calls them, with
+`TrialView` objects that carry what Tune's own callbacks read from a
+``ray.tune.experiment.Trial``. Ray's ``JsonLoggerCallback``,
+``CSVLoggerCallback`` and ``TBXLoggerCallback`` are the default loggers, as
+in Tune, so every trial folder holds ``params.json``, ``params.pkl``,
+``result.json``, ``progress.csv`` and TensorBoard events.
+
+Logs are written where the loggers can open files: the trial folder itself
+for a local experiment path, a local staging folder otherwise, uploaded to
+the trial folder when a trial ends, when the study ends and every
+``SyncConfig.sync_period`` seconds in between (as Tune syncs).
+
+A runner created again for the same experiment path (a restored study)
+continues each trial's logs: it reads the last ``training_iteration`` a
+trial's ``result.json`` holds and skips the results up to it, so the files
+are appended to and no iteration is logged twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import shutil
+import tempfile
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from ray.tune import Callback
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+from ray.tune.utils import flatten_dict
+
+from ray_stagetree.runtime.storage import CheckpointStorage
+from ray_stagetree.sequences._params import _is_unresolved
+
+logger = logging.getLogger("ray_stagetree")
+
+RESULT_FILE = "result.json"
+PROGRESS_FILE = "progress.csv"
+ERROR_FILE = "error.txt"
+# What a restored study downloads to continue: the other logs are rewritten
+# (params) or start a new file (TensorBoard events) anyway.
+CONTINUED_FILES = (RESULT_FILE, PROGRESS_FILE)
+
+
+class TrialView:
+    """A trial as Tune's callbacks, loggers and progress reporters see it:
+    the attributes of ``ray.tune.experiment.Trial`` they read."""
+
+    def __init__(
+        self,
+        trial_id: str,
+        name: str,
+        dirname: str,
+        config: dict[str, Any],
+        experiment_path: str,
+        local_experiment_path: str,
+        searched: tuple[str, ...] | None,
+    ) -> None:
+        self.trial_id = trial_id
+        self.trial_name = name or trial_id
+        self.experiment_tag = self.trial_name
+        self.dirname = dirname
+        self.config = config
+        self.status = "PENDING"
+        self.last_result: dict[str, Any] = {}
+        self.checkpoint = None  # a ray.tune.Checkpoint once the final one is written
+        self.error_msg: str | None = None
+        self.path = f"{experiment_path}/{dirname}"
+        self.local_path = os.path.join(local_experiment_path, dirname)
+        self.local_experiment_path = local_experiment_path
+        self.experiment_dir_name = experiment_path.rstrip("/").rsplit("/", 1)[-1]
+        self.run_metadata = SimpleNamespace(num_failures=0)
+        self.temporary_state = SimpleNamespace(location=_Location())
+        self._searched = searched
+
+    @property
+    def logdir(self) -> str:
+        return self.local_path
+
+    @property
+    def evaluated_params(self) -> dict[str, Any]:
+        """The config's values drawn from the search space (sampled or
+        gridded), flattened with "/": Tune's hyper-parameter columns and
+        TensorBoard's hparams. A sequence contributes its declarative
+        parameters ("lr/init", "lr/milestones", ...)."""
+        flat = flatten_dict(self.config, delimiter="/")
+        if self._searched is None:
+            return flat
+        return {
+            key: value
+            for key, value in flat.items()
+            if any(key == path or key.startswith(path + "/") for path in self._searched)
+        }
+
+    @property
+    def error_file(self) -> str | None:
+        return os.path.join(self.local_path, ERROR_FILE) if self.error_msg is not None else None
+
+    def get_ray_actor_ip(self) -> str | None:
+        """A trial's iterations may run on several workers: no one address."""
+        return None
+
+    def init_local_path(self) -> None:
+        os.makedirs(self.local_path, exist_ok=True)
+
+    def __str__(self) -> str:
+        return self.trial_name
+
+    def __repr__(self) -> str:
+        return self.trial_name
+
+
+class _Location:
+    """Tune's trial location column: unknown on the driver (a trial's
+    iterations may run on several workers)."""
+
+    def __str__(self) -> str:
+        return ""
+
+
+def searched_paths(param_space: dict[str, Any]) -> tuple[str, ...]:
+    """The "/"-joined paths of ``param_space`` that the search space draws
+    (a Tune domain, a grid, a sequence with a domain inside)."""
+    paths = []
+
+    def walk(space: dict[str, Any], prefix: str) -> None:
+        for key, value in space.items():
+            path = f"{prefix}{key}"
+            if isinstance(value, dict) and set(value) != {"grid_search"}:
+                walk(value, path + "/")
+            elif _is_unresolved(value) or isinstance(value, (list, tuple)) and any(map(_is_unresolved, value)):
+                paths.append(path)
+
+    walk(param_space, "")
+    return tuple(paths)
+
+
+def check_driver_hooks(run_config: Any) -> None:
+    """``RunConfig.callbacks`` and ``RunConfig.progress_reporter`` are what
+    Tune takes, checked before anything runs."""
+    from ray.tune import ProgressReporter
+
+    for index, callback in enumerate(run_config.callbacks or ()):
+        if not isinstance(callback, Callback):
+            raise TypeError(
+                f"RunConfig.callbacks[{index}] must be a ray.tune.Callback (or one of its logger classes), "
+                f"got {callback!r}"
+            )
+    reporter = run_config.progress_reporter
+    if reporter is not None and not isinstance(reporter, ProgressReporter):
+        raise TypeError(
+            "RunConfig.progress_reporter must be a ray.tune.ProgressReporter (CLIReporter, "
+            f"JupyterNotebookReporter, ...) or None, got {reporter!r}"
+        )
+
+
+def with_default_loggers(callbacks: list[Callback] | None) -> list[Callback]:
+    """``callbacks`` and Tune's default loggers, added as Tune adds them: the
+    user's own instance of a logger class replaces its default, and
+    ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1`` adds none."""
+    callbacks = list(callbacks or [])
+    if os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "0") == "1":
+        return callbacks
+    for cls in (CSVLoggerCallback, JsonLoggerCallback):
+        if not any(isinstance(callback, cls) for callback in callbacks):
+            callbacks.append(cls())
+    if not any(isinstance(callback, TBXLoggerCallback) for callback in callbacks):
+        try:
+            callbacks.append(TBXLoggerCallback())
+        except ImportError:
+            logger.warning("TensorBoard files are not written: pip install tensorboardX to have them")
+    return callbacks
+
+
+class CallbackRunner:
+    """Calls ``callbacks`` (user callbacks and the default loggers) from the
+    controller's progress, on the driver.
+
+    Parameters
+    ----------
+    callbacks:
+        ``RunConfig.callbacks``; Tune's default loggers are added to them.
+    experiment_path:
+        The study's folder (a local path or a URI); trial folders are
+        ``f"{experiment_path}/{dirname}"``.
+    storage_filesystem:
+        ``RunConfig.storage_filesystem``, if any.
+    param_space:
+        The search space, for each trial's ``evaluated_params``.
+    sync_period:
+        Seconds between two uploads of a remote study's logs while it runs.
+    """
+
+    def __init__(
+        self,
+        callbacks: list[Callback] | None,
+        experiment_path: str,
+        storage_filesystem: Any = None,
+        param_space: dict[str, Any] | None = None,
+        sync_period: float = 300.0,
+    ) -> None:
+        self.callbacks = with_default_loggers(callbacks)
+        self.experiment_path = experiment_path.rstrip("/")
+        self._remote = "://" in experiment_path or storage_filesystem is not None
+        self._storage_filesystem = storage_filesystem
+        self._storage = CheckpointStorage(self.experiment_path, storage_filesystem) if self._remote else None
+        self.local_experiment_path = (
+            tempfile.mkdtemp(prefix="stagetree_logs_") if self._remote else self.experiment_path
+        )
+        self._searched = searched_paths(param_space) if param_space is not None else None
+        self.sync_period = sync_period
+        self._last_sync = time.monotonic()
+        self._uploaded: dict[str, tuple[int, int]] = {}  # local file -> (size, mtime_ns) uploaded
+        self.trials: dict[str, TrialView] = {}
+        self._logged: dict[str, int] = {}  # trial id -> last training_iteration logged
+        self.iteration = 0  # Tune's loop iteration: here, the driver's polls
+
+    @property
+    def _trial_list(self) -> list[TrialView]:
+        return list(self.trials.values())
+
+    def _call(self, hook: str, **info: Any) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(**info)
+
+    def setup(self, stop: Any = None, num_samples: int | None = None, total_num_samples: int | None = None) -> None:
+        self._call("setup", stop=stop, num_samples=num_samples, total_num_samples=total_num_samples)
+
+    # -- progress into hooks --------------------------------------------------------
+
+    def update(self, progress: dict[str, Any]) -> None:
+        """Call the hooks for one poll of ``controller.progress()``.
+
+        A trial's start comes before its results and its results before its
+        end (the controller's order), so starts, then rows, then the other
+        events keep every trial's order."""
+        self.iteration += 1
+        events = progress.get("events", ())
+        for event in events:
+            if event["event"] == "start":
+                self._start(event)
+        for row in progress["rows"]:
+            self._result(row)
+        for event in events:
+            kind = event["event"]
+            if kind == "complete":
+                self._end(event, failed=False)
+            elif kind == "error":
+                self._end(event, failed=True)
+            elif kind == "recover":
+                view = self._view(event)
+                view.run_metadata.num_failures += 1
+                self._call("on_trial_recover", iteration=self.iteration, trials=self._trial_list, trial=view)
+            elif kind == "checkpoint":
+                self._checkpoint(event)
+        if self._remote and time.monotonic() - self._last_sync >= self.sync_period:
+            self.sync()
+
+    def _view(self, event: dict[str, Any]) -> TrialView:
+        view = self.trials.get(event["trial_id"])
+        if view is None:
+            view = self.trials[event["trial_id"]] = TrialView(
+                event["trial_id"],
+                event.get("name") or event["trial_id"],
+                event.get("dirname") or event["trial_id"],
+                event.get("config") or {},
+                self.experiment_path,
+                self.local_experiment_path,
+                self._searched,
+            )
+        return view
+
+    def _start(self, event: dict[str, Any]) -> None:
+        known = event["trial_id"] in self.trials
+        view = self._view(event)
+        view.config = event.get("config", view.config)
+        view.status = "RUNNING"
+        view.init_local_path()  # Tune's trials have their folder before the loggers open files in it
+        if not known:
+            self._continue_logs(view)
+        self._call("on_trial_start", iteration=self.iteration, trials=self._trial_list, trial=view)
+
+    def _continue_logs(self, view: TrialView) -> None:
+        """A study continued under the same path: fetch the trial's logs
+        into staging (a remote study) and note the last iteration they hold."""
+        if self._remote:
+            for name in CONTINUED_FILES:
+                remote = self._storage.path(f"{view.dirname}/{name}")
+                if self._storage.filesystem.exists(remote):
+                    view.init_local_path()
+                    self._storage.filesystem.get_file(remote, os.path.join(view.local_path, name))
+        last = _last_iteration(os.path.join(view.local_path, RESULT_FILE))
+        if last is not None:
+            self._logged[view.trial_id] = last
+
+    def _result(self, row: dict[str, Any]) -> None:
+        view = self.trials.get(row["trial_id"])
+        if view is None:  # a trial announced before this runner existed
+            view = self._view({"trial_id": row["trial_id"], "config": row.get("config")})
+            self._continue_logs(view)
+        step = row.get("training_iteration", 0)
+        if step <= self._logged.get(view.trial_id, 0):
+            return  # already logged: a retrained iteration, or one logged before a restore
+        self._logged[view.trial_id] = step
+        view.status = "RUNNING"
+        view.last_result = row
+        if isinstance(row.get("config"), dict):
+            view.config = row["config"]  # PBT changes a trial's config
+        self._call("on_trial_result", iteration=self.iteration, trials=self._trial_list, trial=view, result=row)
+
+    def _end(self, event: dict[str, Any], failed: bool) -> None:
+        view = self._view(event)
+        if failed:
+            view.status, view.error_msg = "ERROR", event.get("error") or ""
+            view.run_metadata.num_failures += 1
+            view.init_local_path()
+            with open(view.error_file, "w") as file:
+                file.write(view.error_msg)
+            self._call("on_trial_error", iteration=self.iteration, trials=self._trial_list, trial=view)
+        else:
+            view.status = "TERMINATED"
+            self._call("on_trial_complete", iteration=self.iteration, trials=self._trial_list, trial=view)
+        if self._remote:
+            self._upload(view)
+
+    def _checkpoint(self, event: dict[str, Any]) -> None:
+        from ray.tune import Checkpoint
+
+        view = self._view(event)
+        view.checkpoint = Checkpoint(event["path"], self._storage_filesystem)
+        self._call(
+            "on_checkpoint", iteration=self.iteration, trials=self._trial_list, trial=view, checkpoint=view.checkpoint
+        )
+
+    def end(self) -> None:
+        """The study is over: ``on_experiment_end``, then the last upload."""
+        self._call("on_experiment_end", trials=self._trial_list)
+        if self._remote:
+            self.sync()
+            # Everything is in the trials' folders now; a later driver (a
+            # restore) fetches what it continues from there.
+            shutil.rmtree(self.local_experiment_path, ignore_errors=True)
+
+    # -- remote experiment paths ----------------------------------------------------
+
+    def sync(self) -> None:
+        """Upload what changed in the staged logs to the trials' folders."""
+        self._last_sync = time.monotonic()
+        for view in self.trials.values():
+            self._upload(view)
+
+    def _upload(self, view: TrialView) -> None:
+        if not os.path.isdir(view.local_path):
+            return
+        filesystem = self._storage.filesystem
+        for folder, _, files in os.walk(view.local_path):
+            for name in files:
+                local = os.path.join(folder, name)
+                stat = os.stat(local)
+                if self._uploaded.get(local) == (stat.st_size, stat.st_mtime_ns):
+                    continue
+                relative = os.path.relpath(local, view.local_path).replace(os.sep, "/")
+                remote = self._storage.path(f"{view.dirname}/{relative}")
+                filesystem.makedirs(posixpath.dirname(remote), exist_ok=True)
+                filesystem.put_file(local, remote)
+                self._uploaded[local] = (stat.st_size, stat.st_mtime_ns)
+
+
+def _last_iteration(path: str) -> int | None:
+    """The last ``training_iteration`` a ``result.json`` holds (a torn last
+    line, from a driver killed mid-write, is skipped)."""
+    if not os.path.exists(path):
+        return None
+    last = None
+    with open(path) as file:
+        for line in file:
+            try:
+                step = json.loads(line).get("training_iteration")
+            except (json.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(step, int) and (last is None or step > last):
+                last = step
+    return last

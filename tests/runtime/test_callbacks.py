@@ -1,0 +1,364 @@
+"""Tune's callbacks and loggers on the driver (`runtime/callbacks.py`): the
+runner fed with the controller's progress, then end to end through `Tuner`."""
+
+import csv
+import glob
+import json
+import os
+import pickle
+import struct
+
+import fsspec
+import pytest
+from ray import tune
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+from trainables_for_tests import noisy_descent
+
+from ray_stagetree import MultiStep, Tuner
+from ray_stagetree.runtime.callbacks import CallbackRunner, searched_paths, with_default_loggers
+
+CONFIG = {"lr": {"family": "MultiStep", "init": 0.1, "milestones": [4], "gamma": 0.5, "values": None}, "seed": 0}
+
+
+class Recorder(tune.Callback):
+    """Every hook call, with what the trial looked like at the time."""
+
+    def __init__(self):
+        self.calls = []
+
+    def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
+        self.calls.append(("setup", num_samples, total_num_samples))
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.calls.append(("start", trial.trial_id, trial.status, len(trials)))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        assert trial.last_result is result
+        self.calls.append(("result", trial.trial_id, result["training_iteration"], result.get("loss")))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.calls.append(("complete", trial.trial_id, trial.status))
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.calls.append(("error", trial.trial_id, trial.status, trial.error_msg))
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        self.calls.append(("recover", trial.trial_id, trial.run_metadata.num_failures))
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        assert trial.checkpoint is checkpoint
+        self.calls.append(("checkpoint", trial.trial_id, checkpoint.path))
+
+    def on_experiment_end(self, trials, **info):
+        self.calls.append(("end", sorted(t.trial_id for t in trials)))
+
+    def of(self, kind):
+        return [call[1:] for call in self.calls if call[0] == kind]
+
+
+def start(trial_id, dirname=None):
+    return {
+        "event": "start",
+        "trial_id": trial_id,
+        "name": f"t_{trial_id}",
+        "dirname": dirname or trial_id,
+        "config": CONFIG,
+    }
+
+
+def row(trial_id, step, loss):
+    return {
+        "trial_id": trial_id,
+        "training_iteration": step,
+        "loss": loss,
+        "done": False,
+        "config": CONFIG,
+        "time_this_iter_s": 0.1,
+    }
+
+
+def progress(rows=(), events=()):
+    return {"rows": list(rows), "events": list(events)}
+
+
+def result_steps(folder):
+    with open(os.path.join(folder, "result.json")) as file:
+        return [json.loads(line)["training_iteration"] for line in file]
+
+
+def csv_steps(folder):
+    with open(os.path.join(folder, "progress.csv")) as file:
+        return [int(r["training_iteration"]) for r in csv.DictReader(file)]
+
+
+def tensorboard_scalars(folder):
+    """{tag: [(step, value)]} from every TensorBoard event file in ``folder``
+    (TFRecord framing: length, its CRC, the Event proto, its CRC)."""
+    from tensorboardX.proto import event_pb2
+
+    scalars = {}
+    for path in sorted(glob.glob(os.path.join(folder, "events.out.tfevents.*"))):
+        with open(path, "rb") as file:
+            data = file.read()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset : offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
+            offset += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def test_hooks_are_called_in_tunes_order_with_trial_views(tmp_path):
+    recorder = Recorder()
+    runner = CallbackRunner([recorder], str(tmp_path / "exp"), param_space={"lr": tune.grid_search([1, 2])})
+    runner.setup(num_samples=1, total_num_samples=2)
+    runner.update(progress([row("a", 1, 0.9), row("b", 1, 0.8)], [start("a"), start("b")]))
+    runner.update(progress(events=[{"event": "recover", "trial_id": "b", "name": "t_b", "dirname": "b"}]))
+    runner.update(
+        progress(
+            [row("a", 2, 0.7)],
+            [
+                {"event": "complete", "trial_id": "a", "name": "t_a", "dirname": "a"},
+                {"event": "error", "trial_id": "b", "name": "t_b", "dirname": "b", "error": "ValueError: boom"},
+            ],
+        )
+    )
+    checkpoint = str(tmp_path / "exp" / "a" / "checkpoint_000002")
+    runner.update(
+        progress(events=[{"event": "checkpoint", "trial_id": "a", "name": "t_a", "dirname": "a", "path": checkpoint}])
+    )
+    runner.end()
+    assert recorder.calls[0] == ("setup", 1, 2)
+    assert recorder.of("start") == [("a", "RUNNING", 1), ("b", "RUNNING", 2)]
+    assert recorder.of("result") == [("a", 1, 0.9), ("b", 1, 0.8), ("a", 2, 0.7)]
+    assert recorder.of("complete") == [("a", "TERMINATED")]
+    assert recorder.of("recover") == [("b", 1)]
+    assert recorder.of("error") == [("b", "ERROR", "ValueError: boom")]
+    assert recorder.of("checkpoint") == [("a", checkpoint)]
+    assert recorder.calls[-1] == ("end", ["a", "b"])
+    trial = runner.trials["a"]
+    assert str(trial) == "t_a" and trial.trial_id == "a" and trial.config == CONFIG
+    assert trial.path == f"{tmp_path}/exp/a" and trial.local_path == str(tmp_path / "exp" / "a")
+    assert trial.last_result["training_iteration"] == 2 and trial.checkpoint.path == checkpoint
+    assert trial.evaluated_params == {
+        "lr/family": "MultiStep",
+        "lr/init": 0.1,
+        "lr/milestones": [4],
+        "lr/gamma": 0.5,
+        "lr/values": None,
+    }
+    with open(runner.trials["b"].error_file) as file:
+        assert file.read() == "ValueError: boom"
+
+
+def test_default_loggers_write_tunes_files_once_per_iteration(tmp_path):
+    runner = CallbackRunner(None, str(tmp_path))
+    runner.setup()
+    # Shared-stage metrics fan out to each trial; an iteration trained again
+    # (a retry) comes a second time and is logged once.
+    runner.update(
+        progress(
+            [row("a", 1, 0.9), row("b", 1, 0.9), row("a", 2, 0.8), row("b", 2, 0.8)],
+            [start("a"), start("b", dirname="b_dir")],
+        )
+    )
+    runner.update(
+        progress(
+            [row("a", 2, 0.8), row("a", 3, 0.5), row("b", 3, 0.6)],
+            [
+                {"event": "complete", "trial_id": "a", "name": "t_a", "dirname": "a"},
+                {"event": "complete", "trial_id": "b", "name": "t_b", "dirname": "b_dir"},
+            ],
+        )
+    )
+    runner.end()
+    for folder, last in ((tmp_path / "a", 0.5), (tmp_path / "b_dir", 0.6)):
+        assert result_steps(folder) == csv_steps(folder) == [1, 2, 3]
+        with open(folder / "params.json") as file:
+            assert json.load(file) == CONFIG
+        with open(folder / "params.pkl", "rb") as file:
+            assert pickle.load(file) == CONFIG
+        scalars = tensorboard_scalars(folder)
+        assert [step for step, _ in scalars["ray/tune/loss"]] == [1, 2, 3]
+        assert [value for _, value in scalars["ray/tune/loss"]] == pytest.approx([0.9, 0.8, last])  # float32
+
+
+def test_users_logger_replaces_its_default_and_the_variable_disables_them(monkeypatch):
+    mine = JsonLoggerCallback()
+    callbacks = with_default_loggers([mine])
+    assert [type(c) for c in callbacks] == [JsonLoggerCallback, CSVLoggerCallback, TBXLoggerCallback]
+    assert callbacks[0] is mine
+    monkeypatch.setenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    recorder = Recorder()
+    assert with_default_loggers([recorder]) == [recorder]
+
+
+def test_a_runner_created_again_appends_and_never_repeats_an_iteration(tmp_path):
+    first = CallbackRunner(None, str(tmp_path))
+    first.update(progress([row("a", step, 1 / step) for step in (1, 2, 3)], [start("a")]))
+    # The driver dies here (its files close). TensorBoard names event files
+    # by the second they were opened: the new driver's, seconds later, gets
+    # another name, as it would without this rename.
+    for writer in first.callbacks[-1]._trial_writer.values():
+        writer.close()
+    for name in glob.glob(str(tmp_path / "a" / "events.out.tfevents.*")):
+        os.rename(name, name + ".driver1")
+    # a restored study replays the plan's history
+    second = CallbackRunner(None, str(tmp_path))
+    second.update(progress([row("a", step, 1 / step) for step in (1, 2, 3, 4, 5)], [start("a")]))
+    second.update(progress(events=[{"event": "complete", "trial_id": "a", "name": "t_a", "dirname": "a"}]))
+    second.end()
+    assert result_steps(tmp_path / "a") == csv_steps(tmp_path / "a") == [1, 2, 3, 4, 5]
+    with open(tmp_path / "a" / "progress.csv") as file:
+        assert file.read().count("training_iteration") == 1, "one header"
+    assert sorted(step for step, _ in tensorboard_scalars(tmp_path / "a")["ray/tune/loss"]) == [1, 2, 3, 4, 5]
+
+
+def test_a_remote_experiment_path_gets_the_staged_logs(tmp_path):
+    path = f"memory://callbacks-{os.getpid()}/exp"
+    runner = CallbackRunner(None, path)
+    runner.update(progress([row("a", 1, 0.9), row("a", 2, 0.8)], [start("a")]))
+    assert runner.trials["a"].local_path != f"{path}/a" and os.path.isdir(runner.trials["a"].local_path)
+    runner.update(progress(events=[{"event": "complete", "trial_id": "a", "name": "t_a", "dirname": "a"}]))
+    filesystem = fsspec.filesystem("memory")
+    folder = f"/callbacks-{os.getpid()}/exp/a"
+    assert {"result.json", "progress.csv", "params.json", "params.pkl"} <= {
+        name.rsplit("/", 1)[-1] for name in filesystem.ls(folder, detail=False)
+    }, "uploaded when the trial ends"
+    assert any("tfevents" in name for name in filesystem.ls(folder, detail=False))
+    # continued by a new driver (another staging folder): appended, not repeated
+    again = CallbackRunner(None, path)
+    again.update(progress([row("a", 2, 0.8), row("a", 3, 0.7)], [start("a")]))
+    again.end()
+    lines = filesystem.cat_file(f"{folder}/result.json").decode().splitlines()
+    assert [json.loads(line)["training_iteration"] for line in lines] == [1, 2, 3]
+
+
+def test_a_remote_study_uploads_while_it_runs_every_sync_period(tmp_path):
+    path = f"memory://callbacks-sync-{os.getpid()}/exp"
+    runner = CallbackRunner(None, path, sync_period=0)
+    runner.update(progress([row("a", 1, 0.9)], [start("a")]))
+    runner.update(progress([row("a", 2, 0.8)]))
+    lines = fsspec.filesystem("memory").cat_file(f"/callbacks-sync-{os.getpid()}/exp/a/result.json").splitlines()
+    assert [json.loads(line)["training_iteration"] for line in lines] == [1, 2], "the trial still runs"
+
+
+def test_searched_paths_name_what_the_space_draws():
+    space = {
+        "lr": tune.grid_search([MultiStep(0.1, [4], 0.5), MultiStep(0.1, [8], 0.5)]),
+        "wd": MultiStep(tune.loguniform(1e-4, 1e-2), [5], 0.1),
+        "fixed": MultiStep(0.1, [5], 0.1),
+        "model": {"width": tune.choice([8, 16]), "depth": 3},
+        "seed": 0,
+    }
+    assert searched_paths(space) == ("lr", "wd", "model/width")
+
+
+def test_bad_callbacks_and_reporters_are_refused_before_anything_runs():
+    with pytest.raises(TypeError, match=r"RunConfig.callbacks\[1\] must be a ray.tune.Callback.*'not one'"):
+        Tuner(noisy_descent, run_config=tune.RunConfig(callbacks=[Recorder(), "not one"]))
+    with pytest.raises(TypeError, match="RunConfig.progress_reporter must be a ray.tune.ProgressReporter.*print"):
+        Tuner(noisy_descent, run_config=tune.RunConfig(progress_reporter=print))
+
+
+# -- end to end ------------------------------------------------------------------------
+
+HORIZON = 6
+# Three trials sharing lr=0.1 for 2 iterations; two of them for 4.
+LRS = [MultiStep(0.1, [2], 0.5), MultiStep(0.1, [4], 0.5), MultiStep(0.1, [4], 0.2)]
+
+
+def fit(storage, name, callbacks=None, space=None, **run_kwargs):
+    tuner = Tuner(
+        noisy_descent,
+        param_space=space or {"lr": tune.grid_search(LRS)},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=storage,
+            stop={"training_iteration": HORIZON},
+            callbacks=callbacks,
+            verbose=0,
+            **run_kwargs,
+        ),
+    )
+    return tuner.fit()
+
+
+def test_a_study_calls_callbacks_and_logs_every_trial(tmp_path, ray_session):
+    recorder = Recorder()
+    grid = fit(str(tmp_path), "study", [recorder])
+    assert grid.unique_iterations < grid.trial_by_trial_iterations, "the trials share stages"
+    assert recorder.calls[0] == ("setup", 1, 3) and recorder.calls[-1][0] == "end"
+    ids = sorted(result.metrics["trial_id"] for result in grid)
+    assert sorted(trial_id for trial_id, *_ in recorder.of("start")) == ids
+    assert sorted(trial_id for trial_id, _ in recorder.of("complete")) == ids
+    for result in grid:
+        trial_id = result.metrics["trial_id"]
+        logged = [(step, loss) for t, step, loss in recorder.of("result") if t == trial_id]
+        assert logged == list(zip(result.metrics_dataframe["training_iteration"], result.metrics_dataframe["loss"]))
+        folder = result.path
+        assert result_steps(folder) == csv_steps(folder) == list(range(1, HORIZON + 1))
+        with open(os.path.join(folder, "params.json")) as file:
+            assert json.load(file) == result.config
+        assert [step for step, _ in tensorboard_scalars(folder)["ray/tune/loss"]] == list(range(1, HORIZON + 1))
+        assert (trial_id, result.checkpoint.path) in recorder.of("checkpoint")
+
+
+def test_an_errored_trial_calls_on_trial_error_and_keeps_its_logs(tmp_path, ray_session):
+    recorder = Recorder()
+    space = {"lr": LRS[0], "explode_at": tune.grid_search([None, 3])}
+    grid = fit(str(tmp_path), "errors", [recorder], space=space)
+    failed = next(result for result in grid if result.error is not None)
+    trial_id = failed.metrics["trial_id"]
+    ((errored, status, message),) = recorder.of("error")
+    assert errored == trial_id and status == "ERROR" and "exploded on purpose" in message
+    assert result_steps(failed.path) == csv_steps(failed.path) == [1, 2]
+    with open(os.path.join(failed.path, "error.txt")) as file:
+        assert "exploded on purpose" in file.read()
+    assert [t for t, _ in recorder.of("complete")] == [r.metrics["trial_id"] for r in grid if r.error is None]
+
+
+def test_a_retried_trial_calls_on_trial_recover_and_logs_each_iteration_once(tmp_path, ray_session):
+    recorder = Recorder()
+    space = {"lr": LRS[0], "die_once_at": 4, "marker": str(tmp_path / "died")}
+    (result,) = fit(
+        str(tmp_path), "retried", [recorder], space=space, failure_config=tune.FailureConfig(max_failures=1)
+    )
+    assert result.error is None and recorder.of("recover") == [(result.metrics["trial_id"], 1)]
+    assert result_steps(result.path) == csv_steps(result.path) == list(range(1, HORIZON + 1))
+
+
+def test_a_remote_study_uploads_its_logs(tmp_path, ray_session):
+    # A URL is staged locally and uploaded (memory:// would too, but its
+    # checkpoints stay in the controller's process).
+    recorder = Recorder()
+    grid = fit(f"file://{tmp_path}", "remote", [recorder])
+    for result in grid:
+        folder = result.path.removeprefix("file://")
+        assert result_steps(folder) == csv_steps(folder) == list(range(1, HORIZON + 1))
+        assert glob.glob(os.path.join(folder, "events.out.tfevents.*"))
+        assert (result.metrics["trial_id"], result.checkpoint.path) in recorder.of("checkpoint")
+
+
+def test_mlflow_logger_callback_works_unchanged(tmp_path, ray_session, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # a local file tracking URI, no server
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+    uri = f"file://{tmp_path}/mlruns"
+    grid = fit(str(tmp_path), "mlflow", [MLflowLoggerCallback(tracking_uri=uri, experiment_name="stagetree")])
+    client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("stagetree")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == len(grid) == 3
+    by_trial = {run.data.tags["trial_name"]: run for run in runs}
+    for result in grid:
+        run = by_trial[result.metrics["trial_id"]]
+        assert run.info.status == "FINISHED"
+        history = client.get_metric_history(run.info.run_id, "loss")
+        assert [m.step for m in history] == list(range(1, HORIZON + 1))
+        assert [m.value for m in history] == pytest.approx(result.metrics_dataframe["loss"].tolist())
+        assert run.data.params["lr/milestones"] == str(result.config["lr"]["milestones"])
