@@ -74,6 +74,10 @@ def test_an_interrupted_study_restores_to_the_uninterrupted_results(tmp_path, re
     assert results == {key: dict(trial, trial_id=stopped[key]["trial_id"]) for key, trial in reference.items()}, (
         "same metrics, every iteration reported once, and the trials keep their ids"
     )
+    for result in restored:  # the trial logs went on where they stood: each iteration once
+        with open(os.path.join(result.path, "result.json")) as file:
+            logged = [json.loads(line)["training_iteration"] for line in file]
+        assert logged == list(range(1, HORIZON + 1))
     resumed = [row for result in restored for row in result.metrics_dataframe["resumed_from"].tolist() if row > 0]
     assert resumed, "training went on from stored checkpoints, not from scratch"
 
