@@ -31,6 +31,7 @@ results/s through the controller. Issue 12: persistence under 5% of worker time.
 
     python release/bench_overhead.py            # about 15 minutes on 2 CPUs
     python release/bench_overhead.py --quick    # 20 short trials, 4 x 500 results (CI smoke test)
+    python release/bench_overhead.py --sections persistence   # section 3 only
 """
 
 from __future__ import annotations
@@ -164,12 +165,21 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="20 short trials; 4 trials x 500 results")
     parser.add_argument("--trials", type=int, default=200, help="short trials (default 200)")
     parser.add_argument("--workers", type=int, default=WORKERS, help="workers (default: CPUs)")
+    parser.add_argument(
+        "--sections",
+        default="short,throughput,persistence",
+        help="comma-separated sections to run (default: short,throughput,persistence)",
+    )
     args = parser.parse_args()
     if args.trials < 1:
         parser.error(f"--trials must be at least 1, got {args.trials}")
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
     WORKERS = args.workers
+    sections = set(args.sections.split(","))
+    unknown = sections - {"short", "throughput", "persistence"}
+    if unknown:
+        parser.error(f"--sections takes short, throughput and persistence, got {sorted(unknown)}")
     short = (20, 5, 0.02) if args.quick else (args.trials, 10, 0.05)
     bulk = (4, 500) if args.quick else (20, 1000)
     print(
@@ -177,9 +187,12 @@ def main() -> None:
     )
     ray.init(num_cpus=WORKERS, include_dashboard=False, configure_logging=False, log_to_driver=False)
     with tempfile.TemporaryDirectory(prefix="bench_overhead_") as storage:
-        short_trials(*short, storage)
-        throughput(*bulk, storage)
-        persistence(*short, storage, rounds=1 if args.quick else 3)
+        if "short" in sections:
+            short_trials(*short, storage)
+        if "throughput" in sections:
+            throughput(*bulk, storage)
+        if "persistence" in sections:
+            persistence(*short, storage, rounds=1 if args.quick else 3)
     ray.shutdown()
 
 

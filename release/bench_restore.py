@@ -102,7 +102,9 @@ def compare(system: str, storage: str, milestones: list[int], horizon: int) -> d
     name, log = f"{system}-killed", f"{storage}/{system}-killed.log"
     command = [sys.executable, __file__, "--drive", system, storage, name, log, json.dumps(milestones), str(horizon)]
     driver = subprocess.Popen(command)
-    time.sleep(wall / 2)  # half the uninterrupted run, start-up included
+    while not _lines(log) and driver.poll() is None:  # started training
+        time.sleep(0.05)
+    time.sleep(wall / 2)
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     time.sleep(3)  # Ray ends the dead driver's actors

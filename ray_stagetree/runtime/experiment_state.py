@@ -114,9 +114,13 @@ def read_tuner_settings(storage: CheckpointStorage) -> dict[str, Any]:
 
 def can_restore(storage: CheckpointStorage) -> bool:
     """True when ``storage``'s root is a study's experiment directory (not
-    one of its trial folders) that has a snapshot to continue from."""
-    filesystem = storage.filesystem
-    return all(filesystem.isfile(storage.path(name)) for name in (TUNER_FILE, STATE_FILE))
+    one of its trial folders)."""
+    return storage.filesystem.isfile(storage.path(TUNER_FILE))
+
+
+def has_state(storage: CheckpointStorage) -> bool:
+    """False for a study whose driver was lost before its first snapshot."""
+    return storage.filesystem.isfile(storage.path(STATE_FILE))
 
 
 def _read(storage: CheckpointStorage, name: str) -> bytes:

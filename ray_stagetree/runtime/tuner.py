@@ -36,6 +36,7 @@ from ray_stagetree.runtime.controller import (
 from ray_stagetree.runtime.experiment_state import (
     Restore,
     can_restore,
+    has_state,
     read_state,
     read_tuner_settings,
     write_tuner_settings,
@@ -418,10 +419,13 @@ class Tuner:
 
         The study's state is saved in its experiment directory as it runs:
         after Ctrl-C (or SIGUSR1), a crash or a lost driver, `Tuner.restore`
-        continues it. Ctrl-C stops the study and returns the results so far."""
+        continues it (from the start, if the driver was lost before the
+        study's first snapshot). Ctrl-C stops the study and returns the
+        results so far."""
         experiment_path = self._experiment_path()
-        if self._restore_options is not None:
-            state = read_state(CheckpointStorage(experiment_path, self.run_config.storage_filesystem))
+        storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
+        if self._restore_options is not None and has_state(storage):
+            state = read_state(storage)
             restore = Restore(state, *self._restore_options)
             return self._execute(state.source, self.horizon, experiment_path, resume=False, restore=restore)
         source = self._source()

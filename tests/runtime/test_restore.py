@@ -245,3 +245,11 @@ def test_killed_at_random_points_and_restored_until_complete(tmp_path, reference
     assert {key: trial["x"] for key, trial in results.items()} == {key: trial["x"] for key, trial in reference.items()}
     assert all(trial["iterations"] == list(range(1, HORIZON + 1)) for trial in results.values())
     assert trial_ids == {trial["trial_id"] for trial in results.values()}, "no trial id assigned twice"
+
+
+def test_a_study_lost_before_its_first_snapshot_restores_from_the_start(tmp_path, reference):
+    tuner = build_tuner(str(tmp_path), "study")
+    tuner._save_settings(f"{tmp_path}/study")  # what fit() writes before anything runs
+    assert Tuner.can_restore(f"{tmp_path}/study")
+    results = summary(Tuner.restore(f"{tmp_path}/study", accumulate).fit())
+    assert {key: trial["x"] for key, trial in results.items()} == {key: trial["x"] for key, trial in reference.items()}
