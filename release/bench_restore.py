@@ -3,8 +3,9 @@
 A study of learning-rate sequences (a grid whose trials share prefixes; the
 trainable checkpoints every iteration, as Tune's examples do) runs once
 uninterrupted, then again in a driver process that is killed with SIGKILL
-half way and continued with ``Tuner.restore`` until it completes. The same
-for ``ray.tune.Tuner`` and ``ray_stagetree.Tuner``. Every executed iteration
+once it has executed half the uninterrupted run's iterations, and is then
+continued with ``Tuner.restore``. The same for ``ray.tune.Tuner`` and
+``ray_stagetree.Tuner``. Every executed iteration
 appends a line to a log, so the counts are exact:
 
 * executed before the kill, and after the restore;
@@ -96,15 +97,12 @@ def drive(system: str, storage: str, name: str, log: str, milestones: str, horiz
 
 def compare(system: str, storage: str, milestones: list[int], horizon: int) -> dict[str, Any]:
     reference_log = f"{storage}/{system}-reference.log"
-    started = time.perf_counter()
     reference = _finals(_tuner(system, storage, f"{system}-reference", reference_log, milestones, horizon).fit())
-    wall = time.perf_counter() - started
     name, log = f"{system}-killed", f"{storage}/{system}-killed.log"
     command = [sys.executable, __file__, "--drive", system, storage, name, log, json.dumps(milestones), str(horizon)]
     driver = subprocess.Popen(command)
-    while not _lines(log) and driver.poll() is None:  # started training
-        time.sleep(0.05)
-    time.sleep(wall / 2)
+    while _lines(log) < _lines(reference_log) / 2 and driver.poll() is None:  # half the work done
+        time.sleep(0.02)
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     time.sleep(3)  # Ray ends the dead driver's actors
@@ -135,7 +133,7 @@ def main() -> None:
     )
     print(
         f"{len(milestones)} trials x {horizon} iterations x {SECONDS_PER_ITERATION} s, checkpoint every iteration; "
-        "driver SIGKILLed half way, then Tuner.restore"
+        "driver SIGKILLed after half the iterations, then Tuner.restore"
     )
     context = ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     os.environ["BENCH_RAY_ADDRESS"] = context.address_info["gcs_address"]
