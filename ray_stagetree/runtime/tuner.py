@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import datetime
 import logging
 import math
@@ -50,6 +51,9 @@ from ray_stagetree.trainables import StageTrainable
 from ray_stagetree.trial_schedulers.host import check_scheduler
 
 POLL_SECONDS = 0.5
+#: Times a study whose controller's process died continues from its last
+#: snapshot, in the same fit(), before it stops with an error.
+CONTROLLER_RESTARTS = 3
 
 logger = logging.getLogger("ray_stagetree")
 
@@ -485,10 +489,42 @@ class Tuner:
         )
         callbacks = self._callback_runner(source, experiment_path)
         reporter = self._progress_reporter(source)
+        restarts = 0
+        while True:
+            try:
+                progress, summaries = self._run_controller(spec, callbacks, reporter)
+                break
+            except ray.exceptions.RayActorError as error:  # the controller's process died
+                storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
+                restarts += 1
+                if restarts > CONTROLLER_RESTARTS or not has_state(storage):
+                    raise RuntimeError(
+                        f"the study's controller died ({type(error).__name__}) {restarts} times; continue the "
+                        f"study with Tuner.restore({experiment_path!r}, trainable)"
+                    ) from error
+                logger.warning(
+                    "the study's controller died (%s); continuing from its last snapshot (restart %d of %d)",
+                    type(error).__name__,
+                    restarts,
+                    CONTROLLER_RESTARTS,
+                )
+                spec = dataclasses.replace(spec, resume=False, restore=Restore(read_state(storage)))
+        grid = self._result_grid(summaries, experiment_path, progress)
+        if failure is not None and failure.fail_fast == "raise" and grid.errors:
+            raise grid.errors[0]
+        return grid
+
+    def _run_controller(
+        self, spec: StudySpec, callbacks: CallbackRunner, reporter: ProgressReporter
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Run the study's controller and workers to the end (or Ctrl-C);
+        the last progress and the trials' summaries. Raises RayActorError
+        when the controller's process dies."""
         controller = ray.remote(StudyController).options(num_cpus=0, max_concurrency=1000).remote(spec)
         # The workers start with the controller rather than after it.
         workers = [start_worker(spec, controller) for _ in range(spec.num_workers)]
         run = controller.run.remote(workers)
+        experiment_path = spec.experiment_path
         try:
             try:
                 with _interrupt_on_sigusr1():
@@ -513,13 +549,12 @@ class Tuner:
         finally:
             try:
                 ray.get(controller.shutdown_workers.remote())
+            except ray.exceptions.RayActorError:
+                pass  # it died: the workers it started died with it
             finally:
-                for actor in [*workers, controller]:  # also when the controller died
+                for actor in [*workers, controller]:
                     ray.kill(actor)
-        grid = self._result_grid(summaries, experiment_path, progress)
-        if failure is not None and failure.fail_fast == "raise" and grid.errors:
-            raise grid.errors[0]
-        return grid
+        return progress, summaries
 
     def _callback_runner(self, source: VariantSource | SearcherSource, experiment_path: str) -> CallbackRunner:
         """``RunConfig.callbacks`` and Tune's default loggers, set up as Tune

@@ -253,3 +253,43 @@ def test_a_study_lost_before_its_first_snapshot_restores_from_the_start(tmp_path
     assert Tuner.can_restore(f"{tmp_path}/study")
     results = summary(Tuner.restore(f"{tmp_path}/study", accumulate).fit())
     assert {key: trial["x"] for key, trial in results.items()} == {key: trial["x"] for key, trial in reference.items()}
+
+
+def _kill_processes(title: str) -> int:
+    """SIGKILL this Ray session's processes whose title starts with ``title``."""
+    raylet = ray._private.worker.global_worker.node.all_processes["raylet"][0].process.pid
+    killed = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                command = file.read().decode(errors="replace")
+            with open(f"/proc/{entry}/stat") as file:
+                parent = int(file.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if command.startswith(title) and parent == raylet:
+            os.kill(int(entry), signal.SIGKILL)
+            killed += 1
+    return killed
+
+
+def test_a_study_whose_controller_dies_continues_from_its_snapshot(tmp_path, reference, caplog):
+    name = "study"
+    killed = []
+
+    def kill_controller():
+        while stored_rows(f"{tmp_path}/{name}") < 20:
+            time.sleep(0.05)
+        killed.append(_kill_processes("ray::StudyController"))
+
+    watcher = threading.Thread(target=kill_controller, daemon=True)
+    watcher.start()
+    grid = build_tuner(str(tmp_path), name).fit()
+    watcher.join()
+    assert killed == [1]
+    assert "controller died" in caplog.text
+    results = summary(grid)
+    assert {key: trial["x"] for key, trial in results.items()} == {key: trial["x"] for key, trial in reference.items()}
+    assert all(trial["iterations"] == list(range(1, HORIZON + 1)) for trial in results.values())
