@@ -146,6 +146,7 @@ class StudyController:
         self._halted = False  # fail_fast, a stopper's stop_all, or abort: nothing more runs
         self._warned_missing_checkpoint = False
         self._warnings: list[str] = []  # for the driver to show, once each
+        self._shared_retries: set[tuple[int, int]] = set()  # (node, step) of shared stages retried after an error
         self.study_error: str | None = None  # why the whole study stopped
         self._state_write: Any = None  # the snapshot being written, if any
         self._state_changed = True
@@ -550,8 +551,7 @@ class StudyController:
         self._ingest(outcome)
         self._batch_workers.pop(batch.batch_id, None)
         if outcome.error is not None:
-            node = self.plan.nodes[outcome.error_node]
-            self._fail(self.plan.trials_through(node, outcome.error_step), outcome.error)
+            self._batch_failed(outcome)
         if outcome.returned_at is not None:
             self._trainable_returned(batch.batch_id, outcome.returned_at)
         self.plan.release_batch(batch.batch_id)
@@ -573,6 +573,29 @@ class StudyController:
                     state.reported[-1]["done"] = True
                 self._stop(trial_id)
         self._resume()
+
+    def _batch_failed(self, outcome: BatchOutcome) -> None:
+        """The trainable raised. On a stage several live trials share, the
+        first error at a point is retried once before it counts against
+        them: in Tune each of those trials trains the prefix on its own, and
+        a transient error would cost one of them, not all."""
+        node = self.plan.nodes[outcome.error_node]
+        affected = {
+            trial_id
+            for trial_id in self.plan.trials_through(node, outcome.error_step)
+            if self.trials[trial_id].status not in (TERMINATED, ERROR)
+        }
+        point = (outcome.error_node, outcome.error_step)
+        if len(affected) > 1 and point not in self._shared_retries:
+            self._shared_retries.add(point)
+            logger.warning(
+                "iteration %d, shared by %d trials, failed; retrying it once before it counts as their failure:\n%s",
+                outcome.error_step,
+                len(affected),
+                outcome.error,
+            )
+            return
+        self._fail(affected, outcome.error)
 
     def _fail(self, trial_ids: set[str], error: str) -> None:
         for trial_id in trial_ids:
