@@ -308,7 +308,8 @@ class SearchPlan:
         request.trials.discard(record.trial_id)
         request.node.trials.discard(record.trial_id)
         if not request.trials and request.state is RequestState.NOT_SCHED:
-            request.node.requests.pop(request.step, None)
+            if request.node.requests.get(request.step) is request:  # an answered one was never registered
+                del request.node.requests[request.step]
 
     def open_requests(self) -> Iterator[Request]:
         """Requests not yet answered (both states)."""
@@ -372,6 +373,14 @@ class SearchPlan:
                 f"a checkpoint of node {node_id} must be after its fork step {node.fork_step}, got {step}"
             )
         node.checkpoints[step] = info
+
+    def reopen(self, trial_id: str) -> Request:
+        """Train a trial's last point again (its checkpoint was lost and is
+        still wanted): its metrics there are forgotten, so its request is
+        open again and trains from the nearest checkpoint on its path."""
+        request = self._record(trial_id).request
+        request.node.metrics.pop(request.step, None)
+        return self.extend_trial(trial_id, request.step)
 
     def drop_checkpoint(self, node_id: int, step: int) -> None:
         """Forget a checkpoint (lost, corrupt, or evicted with no stored copy):

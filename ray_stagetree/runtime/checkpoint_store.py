@@ -150,24 +150,37 @@ class CheckpointStore:
         """A reference to the checkpoint's payload, reloading an evicted one
         from storage. Raises `CheckpointUnavailableError` (after dropping it
         from the plan) when it is lost or corrupt: the caller replans."""
-        info = node.checkpoints[step]
+        info = node.checkpoints.get(step)
+        if info is None:  # found lost since the policy chose it
+            raise CheckpointUnavailableError(f"the checkpoint of node {node.node_id} at step {step} was lost")
         if info.handle is not None:
             self.cache.touch((node.node_id, step))
             return info.handle
+        ref = await self._reload(plan, node, step)
+        node.checkpoints[step] = dataclasses.replace(info, handle=ref)
+        key = (node.node_id, step)
+        if key in self.cache:
+            self.cache.mark_resident(key)
+        else:  # a checkpoint of a restored plan, loaded for the first time
+            self.cache.add(key, info.size_bytes, 1.0, self._reuse(plan, node, step))
+        return ref
+
+    async def verify(self, plan: SearchPlan, node: PlanNode, step: int) -> None:
+        """Raise as `handle` does when the checkpoint is no longer usable;
+        an evicted one is read back and checked, then dropped from memory again."""
+        if node.checkpoints[step].handle is None:
+            await self._reload(plan, node, step)
+
+    async def _reload(self, plan: SearchPlan, node: PlanNode, step: int) -> Any:
+        info = node.checkpoints[step]
         stored = StoredCheckpoint(
             path=self.storage.path(info.path), size_bytes=info.size_bytes, checksum=info.checksum
         )
         verdict, ref = self.io.reload.remote(stored)
         problem = await verdict
-        key = (node.node_id, step)
         if problem is not None:
             plan.drop_checkpoint(node.node_id, step)
-            if key in self.cache:
-                self.cache.remove(key)
+            if (node.node_id, step) in self.cache:
+                self.cache.remove((node.node_id, step))
             raise CheckpointUnavailableError(problem)
-        node.checkpoints[step] = dataclasses.replace(info, handle=ref)
-        if key in self.cache:
-            self.cache.mark_resident(key)
-        else:  # a checkpoint of a restored plan, loaded for the first time
-            self.cache.add(key, info.size_bytes, 1.0, self._reuse(plan, node, step))
         return ref

@@ -661,6 +661,8 @@ class StudyController:
                 continue
             if not self._running and not self.store.pending_writes:
                 if not self._unfinished():
+                    if await self._final_checkpoints_lost():
+                        continue  # train them again
                     break
                 if not self.plan.running_batches:
                     self._stuck()
@@ -692,6 +694,22 @@ class StudyController:
                 future.cancel()
             self._admit()
         await self._finalize()
+
+    async def _final_checkpoints_lost(self) -> bool:
+        """Reopen finished trials whose checkpoint at their last result was
+        lost or found corrupt, so that it is trained again; True if any."""
+        lost = False
+        for state in self.trials.values():
+            point = self._final_checkpoint(state)
+            if point is None or point[1] != max(state.rows):
+                continue
+            try:
+                await self.store.verify(self.plan, *point)
+            except CheckpointUnavailableError as error:
+                logger.warning("%s; training it again", error)
+                self._requested_node(state, self.plan.reopen(state.trial_id).node)
+                lost = True
+        return lost
 
     def _final_checkpoint(self, state: TrialState) -> tuple[Any, int] | None:
         """The latest checkpoint on a finished trial's path, up to its last step."""

@@ -1,14 +1,17 @@
-"""Faults during a study (issue 17): what a shared stage's transient error
-costs, and the storage actor's process dying."""
+"""Faults during a study: what a shared stage's transient error costs, and
+checkpoints found corrupt when a trial's final one is written."""
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 
 import pytest
+from fsspec.implementations.local import LocalFileSystem
 from ray import tune
 
-from ray_stagetree import MultiStep, Tuner, get_hparams, report
+from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, report
 
 
 def fails_once(config):
@@ -55,3 +58,50 @@ def test_a_deterministic_error_on_a_shared_stage_fails_its_trials(tmp_path, ray_
     grid = study(always_fails, tmp_path)
     assert len(grid.errors) == 3
     assert "deterministic failure" in str(grid.errors[0])
+
+
+class CorruptsFirstRead(LocalFileSystem):
+    """A local filesystem whose first read of each checkpoint file returns
+    damaged bytes (a flaky disk or object store), later reads the real ones."""
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        data = super().cat_file(path, start=start, end=end, **kwargs)
+        seen = self.__dict__.setdefault("_seen", set())
+        if "/checkpoints/" in path and path not in seen:
+            seen.add(path)
+            return data[:-1] + bytes([data[-1] ^ 0xFF])
+        return data
+
+
+def counts(config):
+    """Carries a count through its checkpoints."""
+    checkpoint = get_checkpoint()
+    total, iteration = 0.0, 0
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(f"{path}/state.json") as file:
+            total, iteration = json.load(file)
+    while True:
+        iteration += 1
+        total += get_hparams()["lr"]
+        with tempfile.TemporaryDirectory() as path:
+            with open(f"{path}/state.json", "w") as file:
+                json.dump([total, iteration], file)
+            report({"total": total}, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+@pytest.mark.timeout(300)
+def test_a_final_checkpoint_found_corrupt_is_trained_again(tmp_path, ray_session):
+    grid = Tuner(
+        counts,
+        param_space={"lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in (2, 3)])},
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), storage_filesystem=CorruptsFirstRead(), stop={"training_iteration": 4}, verbose=0
+        ),
+        checkpoint_budget_bytes=0,  # every checkpoint is dropped from memory once stored, then read back
+    ).fit()
+    assert not grid.errors
+    assert grid.iterations_executed > grid.unique_iterations, "what was read back corrupt was trained again"
+    assert sorted(result.metrics["total"] for result in grid) == [1 + 1 + 0.5 + 0.5, 1 + 1 + 1 + 0.5]
+    for result in grid:  # (a local path: Tune's Checkpoint wants a pyarrow filesystem to open it with)
+        with open(os.path.join(result.checkpoint.path, "state.json")) as file:
+            assert json.load(file) == [result.metrics["total"], 4], "each trial ends with its final checkpoint"
