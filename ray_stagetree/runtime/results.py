@@ -29,14 +29,20 @@ def write_trial_outputs(
     rows: list[dict[str, Any]],
     payload: Any,
 ) -> str | None:
-    """Write a trial's directory; returns the final checkpoint's path, if any.
-    Called in the study's `StorageIO` actor."""
+    """Write a trial's directory; returns the path of ``payload``'s
+    checkpoint in it, if any. Called in the study's `StorageIO` actor."""
     storage.write_text(f"{trial_dir}/params.json", json.dumps(config_json, indent=2, sort_keys=True, default=str))
     storage.write_text(
         f"{trial_dir}/result.json", "".join(json.dumps(row, sort_keys=True, default=str) + "\n" for row in rows)
     )
     if payload is None:
         return None
+    return write_checkpoint(storage, trial_dir, payload)
+
+
+def write_checkpoint(storage: CheckpointStorage, trial_dir: str, payload: Any) -> str:
+    """Unpack a checkpoint payload into ``<trial_dir>/checkpoint_<step>/`` as
+    Tune lays it out; returns that directory's path."""
     directory = f"{trial_dir}/checkpoint_{payload.step:06d}"
     with tempfile.TemporaryDirectory(prefix="stagetree_final_") as local:
         if payload.directory is not None:

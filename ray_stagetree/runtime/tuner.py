@@ -17,9 +17,11 @@ from typing import Any, Callable
 import ray
 from ray import tune
 from ray.tune.search import BasicVariantGenerator, Searcher
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.policies import POLICIES
+from ray_stagetree.runtime.cluster import check_shared_storage
 from ray_stagetree.runtime.controller import (
     ERROR,
     StudyController,
@@ -163,11 +165,55 @@ class Tuner:
                 f"(under `ray job submit`, a temporary one); pass os.path.abspath({storage!r}) to mean this one"
             )
         self._stop_criteria()
+        self._check_checkpoint_config()
         if self.run_config.callbacks:
             logger.warning(
                 "RunConfig.callbacks are not called by ray_stagetree yet (%s); the study runs without them",
                 ", ".join(type(callback).__name__ for callback in self.run_config.callbacks),
             )
+
+    def _check_checkpoint_config(self) -> None:
+        """``RunConfig.checkpoint_config`` as Tune takes it (Ray checks it when
+        built; fields set afterwards are checked here)."""
+        config = self.run_config.checkpoint_config
+        if config is None:
+            return
+        if not isinstance(config, tune.CheckpointConfig):
+            raise TypeError(
+                f"RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got {type(config).__name__}"
+            )
+        keep = config.num_to_keep
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+            raise ValueError(f"CheckpointConfig.num_to_keep must be None (keep all) or an int >= 1, got {keep!r}")
+        if config.checkpoint_score_order not in ("max", "min"):
+            raise ValueError(
+                f"CheckpointConfig.checkpoint_score_order must be 'max' or 'min', got {config.checkpoint_score_order!r}"
+            )
+        attribute = config.checkpoint_score_attribute
+        if attribute is not None and not isinstance(attribute, str):
+            raise ValueError(
+                f"CheckpointConfig.checkpoint_score_attribute must be None (rank by recency) or a metric name, "
+                f"got {attribute!r}"
+            )
+        frequency = config.checkpoint_frequency
+        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
+            raise ValueError(
+                f"CheckpointConfig.checkpoint_frequency must be an int >= 0 (0: never), got {frequency!r}"
+            )
+        if config.checkpoint_at_end not in (None, True, False):
+            raise ValueError(f"CheckpointConfig.checkpoint_at_end must be None or a bool, got {config.checkpoint_at_end!r}")
+        if not isinstance(self.trainable, type):  # Tune's own checks and messages
+            if config.checkpoint_at_end:
+                raise ValueError(
+                    "CheckpointConfig(checkpoint_at_end=True) cannot be used with a function trainable: report a "
+                    "checkpoint in the last call to report(metrics, checkpoint=...) of your training loop instead"
+                )
+            if frequency:
+                raise ValueError(
+                    f"CheckpointConfig(checkpoint_frequency={frequency}) cannot be set for a function trainable: "
+                    f"report a checkpoint every {frequency} iterations in your training loop with "
+                    "report(metrics, checkpoint=...) instead"
+                )
 
     def _stop_criteria(self) -> None:
         """``RunConfig.stop`` as Tune takes it (None, a dict, a ``Stopper``, a
@@ -311,7 +357,8 @@ class Tuner:
         starting from the plan saved there when ``resume``."""
         resources = self._resources(source)
         if not ray.is_initialized():
-            ray.init()
+            ray.init()  # joins the cluster the script runs on (RAY_ADDRESS, `ray start`), else starts one
+        check_shared_storage(experiment_path, self.run_config.storage_filesystem)
         worker_options: dict[str, Any] = {
             "num_cpus": resources.get("CPU", 0.0),
             "num_gpus": resources.get("GPU", 0.0),
@@ -346,8 +393,14 @@ class Tuner:
             policy=self.execution_policy,
             checkpoint_budget_bytes=self.checkpoint_budget_bytes,
             resume=resume,
+            checkpoint_config=self.run_config.checkpoint_config,
         )
-        controller = ray.remote(StudyController).options(num_cpus=0, max_concurrency=1000).remote(spec)
+        # On the driver's node, as Tune's controller is in the driver: a study
+        # outlives any worker node, and so must what drives it.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        controller = (
+            ray.remote(StudyController).options(num_cpus=0, max_concurrency=1000, scheduling_strategy=here).remote(spec)
+        )
         reporter = ProgressReporter(
             self.tune_config.metric, self.tune_config.mode, verbose=0 if self.run_config.verbose == 0 else 1
         )
@@ -382,16 +435,17 @@ class Tuner:
         results = []
         for summary in summaries:
             rows = summary["rows"]
-            checkpoint = None
-            if summary["checkpoint_path"]:
-                checkpoint = tune.Checkpoint(summary["checkpoint_path"], self.run_config.storage_filesystem)
+            filesystem = self.run_config.storage_filesystem
+            checkpoints = [(tune.Checkpoint(path, filesystem), metrics) for path, metrics in summary["checkpoints"]]
+            best = [(tune.Checkpoint(path, filesystem), metrics) for path, metrics in summary["best_checkpoints"]]
             error = None
             if summary["status"] == ERROR:
                 error = TuneError(f"trial {summary['name']} failed:\n{summary['error']}")
             results.append(
                 tune.Result(
                     metrics=rows[-1] if rows else {"config": summary["config_json"]},
-                    checkpoint=checkpoint,
+                    checkpoint=checkpoints[-1][0] if checkpoints else None,
+                    best_checkpoints=best,
                     error=error,
                     path=f"{experiment_path}/{summary['dirname']}",
                     # flattened as Tune flattens them: "config/lr/init", ...
