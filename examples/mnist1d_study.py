@@ -32,6 +32,7 @@ from ray_stagetree import (
     from_json,
     get_checkpoint,
     get_hparams,
+    init_ray,
     report,
 )
 from ray_stagetree.trainables.torch import ResumableLoader, apply_hparams
@@ -143,12 +144,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=EPOCHS, help=f"epochs per trial (default {EPOCHS}; >= 3)")
     args = parser.parse_args()
 
-    import ray
-
-    # Joins the Ray cluster running on this machine (as under `ray job submit`),
-    # or starts a local one on every core; never ray.init(num_cpus=...), which
-    # fails when a cluster is already running.
-    ray.init(include_dashboard=False)
+    # Joins the cluster under `ray job submit` (or a `ray start` on this
+    # machine), else starts a local Ray on every core.
+    init_ray(include_dashboard=False)
     if args.epochs < 3:
         parser.error(f"--epochs must be >= 3 (the warm-up takes 2), got {args.epochs}")
     results, seconds = run(stage_sharing=True, epochs=args.epochs)

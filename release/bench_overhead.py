@@ -130,7 +130,7 @@ def main() -> None:
     short = (20, 5, 0.02) if args.quick else (args.trials, 10, 0.05)
     bulk = (4, 500) if args.quick else (20, 1000)
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__}")
-    ray.init(num_cpus=WORKERS, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    ray_stagetree.init_ray(num_cpus=WORKERS, include_dashboard=False, configure_logging=False, log_to_driver=False)
     with tempfile.TemporaryDirectory(prefix="bench_overhead_") as storage:
         short_trials(*short, storage)
         throughput(*bulk, storage)
