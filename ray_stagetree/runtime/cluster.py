@@ -90,11 +90,11 @@ def check_shared_storage(experiment_path: str, storage_filesystem: Any = None) -
     storage = CheckpointStorage(experiment_path, storage_filesystem)
     token = uuid.uuid4().hex
     storage.write_text(VALIDATE_STORAGE_MARKER, token)
-    look = ray.remote(_sees_marker).options(num_cpus=0, max_retries=0)
+    look = ray.remote(_sees_marker)
     checks = [
-        look.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
-            storage, token
-        )
+        look.options(
+            num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        ).remote(storage, token)
         for node in nodes
     ]
     blind = [

@@ -1,0 +1,93 @@
+"""Clusters: a study on several nodes (one of them lost mid-study), storage
+that not every node sees, and `ray job submit` of the MNIST-1D example.
+Each runs its own Ray cluster in a subprocess, apart from the session's."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def run(command, timeout, env=None):
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    return completed.returncode, completed.stdout + completed.stderr
+
+
+def environment():
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)  # a cluster of its own, whatever the session joined
+    return env
+
+
+@pytest.mark.slow
+def test_study_on_a_multi_node_cluster_survives_a_lost_node(tmp_path):
+    code, output = run([sys.executable, os.path.join(HERE, "cluster_study.py"), str(tmp_path)], 300, environment())
+    assert code == 0, output[-6000:]
+    assert "OK: blocked" in output
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_dashboard(url, head, seconds=120):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and head.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{url}/api/version", timeout=2):
+                return True
+        except OSError:
+            time.sleep(1)
+    return False
+
+
+@pytest.mark.slow
+def test_ray_job_submit_runs_the_mnist1d_example(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("mnist1d")
+    pytest.importorskip("aiohttp", reason="`ray job submit` needs Ray's dashboard: pip install 'ray[default]'")
+    ray_cli = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
+    env = environment()
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])  # the job's `python`
+    env["RAY_AUTH_MODE"] = "disabled"  # a throwaway local cluster: no token to hand to `ray job submit`
+    # Its own ports and temp dir: `ray start` records its address there, where
+    # a plain ray.init() elsewhere on this machine does not look. --block, so
+    # that stopping this process stops this cluster and nothing else (`ray
+    # stop` would stop every Ray on the machine).
+    temp_dir = f"/tmp/rst_{uuid.uuid4().hex[:8]}"
+    dashboard = f"http://127.0.0.1:{free_port()}"
+    head = subprocess.Popen(
+        [*ray_cli, "start", "--head", "--block", "--num-cpus", "2", "--port", str(free_port()),
+         "--dashboard-port", dashboard.rsplit(":", 1)[1], "--include-dashboard", "true", "--temp-dir", temp_dir,
+         "--disable-usage-stats"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
+    )
+    try:
+        if not wait_for_dashboard(dashboard, head):
+            head.terminate()
+            pytest.skip(f"`ray start --head` is impossible here: {head.communicate(timeout=60)[0][-2000:]}")
+        code, output = run(
+            [*ray_cli, "job", "submit", "--address", dashboard, "--working-dir", "examples", "--",
+             "python", "mnist1d_study.py", "--epochs", "3", "--storage-path", str(tmp_path)],
+            300,
+            env,
+        )
+        assert code == 0, output[-6000:]
+        assert "14 trials, 0 errors" in output, output[-6000:]
+        assert "best accuracy" in output
+        assert len([entry for entry in os.listdir(tmp_path) if entry.startswith("mnist1d_shared_")]) == 1
+    finally:
+        head.terminate()  # ray start's SIGTERM handler stops the processes it started
+        head.communicate(timeout=120)
+        shutil.rmtree(temp_dir, ignore_errors=True)
