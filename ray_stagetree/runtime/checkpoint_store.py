@@ -161,7 +161,7 @@ class CheckpointStore:
             return
         if info.path is None:
             plan.drop_checkpoint(node.node_id, step)
-            if key in self.cache:
+            if key in self.cache and not self.cache.is_pinned(key):  # pinned: finish_write forgets it
                 self.cache.remove(key)
             return
         node.checkpoints[step] = dataclasses.replace(info, handle=None)

@@ -28,8 +28,9 @@ from ray_stagetree.planning.config import TrialConfig, unflatten
 from ray_stagetree.planning.plan import RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
-from ray_stagetree.runtime.checkpoint_store import CheckpointStore
+from ray_stagetree.runtime.checkpoint_store import IO_THREADS, CheckpointStore
 from ray_stagetree.runtime.cluster import workers_that_fit
+from ray_stagetree.runtime.results import kept_checkpoints
 from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.runtime.trials import TrialInfo, trial_name
 from ray_stagetree.runtime.worker import StageWorker
@@ -638,9 +639,13 @@ class StudyController:
             for state in self.trials.values()
         ]
         exported, best = [], {}
+        # Evicted checkpoints are read back into memory to be copied: a few at a time.
+        reloads = asyncio.Semaphore(IO_THREADS)
         for state in self.trials.values():
             kept, best[state.trial_id] = self._exposed_checkpoints(state)
-            exported += [(state, step, self._export_checkpoint(state.dirname, node, step)) for node, step in kept]
+            exported += [
+                (state, step, self._export_checkpoint(state.dirname, node, step, reloads)) for node, step in kept
+            ]
         await asyncio.gather(*outputs)
         paths = await asyncio.gather(*(write for _, _, write in exported))
         written: dict[tuple[str, int], str] = {}
@@ -657,30 +662,14 @@ class StudyController:
         self.plan.save(self._plan_path, self.spec.storage_filesystem)
 
     def _exposed_checkpoints(self, state: TrialState) -> tuple[list[tuple[Any, int]], list[int]]:
-        """What a trial keeps in its folder, as Tune's checkpoint manager keeps
-        it: the ``num_to_keep`` best on its path by
-        ``checkpoint_score_attribute`` (else the most recent), and always the
-        latest, which is the trial's ``Result.checkpoint``. Returns those
-        points, oldest first, and the steps of the best, worst first (Tune's
-        ``Result.best_checkpoints``). The plan keeps the stage checkpoints
-        other trials need whatever this says."""
+        """What a trial keeps in its folder (`kept_checkpoints`): points
+        oldest first, and the steps of ``Result.best_checkpoints``. The plan
+        keeps the stage checkpoints other trials need whatever this says."""
         points = self._path_checkpoints(state)
-        config = self.spec.checkpoint_config
-        keep = config.num_to_keep if config is not None else None
-        attribute = config.checkpoint_score_attribute if config is not None else None
-        ranked = points if attribute is None else sorted(points, key=lambda p: self._score(state, p[1]))
-        best = ranked if keep is None else ranked[len(ranked) - keep :]
-        steps = {step for _, step in best}
-        return [p for p in points if p[1] in steps or p is points[-1]], [step for _, step in best]
-
-    def _score(self, state: TrialState, step: int) -> tuple[bool, float, int]:
-        """Ascending rank of the checkpoint at ``step``: a missing or NaN
-        score ranks below every number, ties go to the more recent one."""
-        config = self.spec.checkpoint_config
-        value = self._checkpoint_metrics(state, step).get(config.checkpoint_score_attribute)
-        if not isinstance(value, (int, float)) or math.isnan(value):
-            return (False, -math.inf, step)
-        return (True, float(value) if config.checkpoint_score_order == "max" else -float(value), step)
+        kept, best = kept_checkpoints(
+            [step for _, step in points], lambda step: self._checkpoint_metrics(state, step), self.spec.checkpoint_config
+        )
+        return [point for point in points if point[1] in kept], best
 
     def _checkpoint_metrics(self, state: TrialState, step: int) -> dict[str, Any]:
         if step in state.rows:
@@ -691,18 +680,19 @@ class StudyController:
                 return {**node.metrics[step], "training_iteration": step}
         return {"training_iteration": step}
 
-    async def _export_checkpoint(self, dirname: str, node: Any, step: int) -> str | None:
+    async def _export_checkpoint(self, dirname: str, node: Any, step: int, reloads: asyncio.Semaphore) -> str | None:
         """Copy a plan checkpoint into a trial's folder; None when it is lost.
         A copy whose node left the cluster is read back from storage."""
-        for _ in range(2):
-            try:
-                ref = await self.store.handle(self.plan, node, step)
-            except CheckpointUnavailableError:
-                return None
-            try:
-                return await self.store.io.write_trial_checkpoint.remote(dirname, ref)
-            except ray.exceptions.ObjectLostError:
-                self.store.forget_copy(self.plan, node, step)
+        async with reloads:
+            for _ in range(2):
+                try:
+                    ref = await self.store.handle(self.plan, node, step)
+                except CheckpointUnavailableError:
+                    return None
+                try:
+                    return await self.store.io.write_trial_checkpoint.remote(dirname, ref)
+                except ray.exceptions.ObjectLostError:
+                    self.store.forget_copy(self.plan, node, step)
         return None
 
     # -- driver queries --------------------------------------------------------------

@@ -7,11 +7,11 @@ import pickle
 
 import pytest
 from ray import tune
+from trainables_for_tests import noisy_descent
 
 from ray_stagetree import MultiStep, Tuner
-from ray_stagetree.runtime.results import STATE_FILE
+from ray_stagetree.runtime.results import STATE_FILE, kept_checkpoints
 from ray_stagetree.trainables import StageTrainable
-from trainables_for_tests import noisy_descent
 
 PEAK = 4.2  # the score peaks between iterations 4 and 5, and no two iterations tie
 
@@ -95,74 +95,84 @@ def test_function_trainables_refuse_class_only_options(config, message):
     Tuner(Scored, run_config=tune.RunConfig(checkpoint_config=config))  # class trainables take them
 
 
-# -- end to end ----------------------------------------------------------------
+# -- which checkpoints a trial keeps (Tune's checkpoint manager's rules) ---------
+
+
+SCORES = {step: -abs(step - PEAK) for step in range(1, 10)}  # best at 4, then 5, 3, 6, ...
 
 
 @pytest.mark.parametrize(
-    "attribute, order, kept, best",
+    "keep, attribute, order, kept, best",
     [
-        # every iteration saved (frequency 1); the latest, 9, always stays
-        ("score", "max", [4, 5, 9], [5, 4]),  # best last, as Tune orders them
-        ("score", "min", [8, 9], [8, 9]),
-        (None, "max", [8, 9], [8, 9]),  # no attribute: the most recent
+        (2, "score", "max", [4, 5, 9], [5, 4]),  # the latest, 9, always stays; best last
+        (2, "score", "min", [8, 9], [8, 9]),
+        (1, "score", "max", [4, 9], [4]),
+        (2, None, "max", [8, 9], [8, 9]),  # no attribute: the most recent
+        (None, "score", "max", list(range(1, 10)), [9, 8, 1, 7, 2, 6, 3, 5, 4]),
+        (20, None, "max", list(range(1, 10)), list(range(1, 10))),
     ],
 )
-def test_num_to_keep_ranks_the_trials_checkpoints(tmp_path, ray_session, attribute, order, kept, best):
+def test_kept_checkpoints_rank_as_tune(keep, attribute, order, kept, best):
+    config = tune.CheckpointConfig(num_to_keep=keep, checkpoint_score_attribute=attribute, checkpoint_score_order=order)
+    assert kept_checkpoints(list(SCORES), lambda step: {"score": SCORES[step]}, config) == (kept, best)
+
+
+def test_missing_and_nan_scores_rank_lowest():
+    config = tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="score", checkpoint_score_order="min")
+    metrics = {1: {"score": 5.0}, 2: {}, 3: {"score": float("nan")}, 4: {"score": 7.0}, 5: {"score": 9.0}}
+    assert kept_checkpoints(list(metrics), metrics.__getitem__, config) == ([1, 4, 5], [4, 1])
+    assert kept_checkpoints([], metrics.__getitem__, config) == ([], [])
+    assert kept_checkpoints([3, 6], metrics.get, None) == ([3, 6], [3, 6])  # no CheckpointConfig: all
+
+
+# -- end to end ----------------------------------------------------------------
+
+
+def test_num_to_keep_and_score_choose_the_trials_checkpoints(tmp_path, ray_session):
     config = tune.CheckpointConfig(
-        num_to_keep=2, checkpoint_score_attribute=attribute, checkpoint_score_order=order, checkpoint_frequency=1
+        num_to_keep=2, checkpoint_score_attribute="score", checkpoint_score_order="max", checkpoint_frequency=1
     )
     (result,) = fit(tmp_path, "ranked", Scored, config)
     assert result.error is None
-    assert folder_steps(result) == kept
+    assert folder_steps(result) == [4, 5, 9]  # every iteration saved; the best two and the latest kept
     assert result.checkpoint.path == os.path.join(result.path, "checkpoint_000009")
     assert saved_steps(result.checkpoint) == 9
-    assert [metrics["training_iteration"] for _, metrics in result.best_checkpoints] == best
+    assert [metrics["training_iteration"] for _, metrics in result.best_checkpoints] == [5, 4]
     for checkpoint, metrics in result.best_checkpoints:
         step = metrics["training_iteration"]
         assert saved_steps(checkpoint) == step
-        assert metrics["score"] == pytest.approx(-abs(step - PEAK))
+        assert metrics["score"] == pytest.approx(SCORES[step])
         assert metrics["config"] == result.config
 
 
 def test_frequency_and_at_end_save_class_trainables(tmp_path, ray_session):
     """Two trials share iterations 0..6; a stopper ends the first at 4 while
-    the second goes on through the same batch. checkpoint_frequency=3 saves at
-    3 and 6, checkpoint_at_end where the first trial ended."""
+    the second goes on through the same batch, so nothing but
+    checkpoint_at_end saves iteration 4 (without it the folder holds [3]).
+    checkpoint_frequency=3 saves at 3 and 6."""
     space = {"lr": tune.grid_search([MultiStep(0.1, [6], 0.5), MultiStep(0.1, [6], 0.2)])}
 
     def stop(trial_id, result):
         end = 4 if result["config"]["lr"]["gamma"] == 0.5 else 8
         return result["training_iteration"] >= end
 
-    def run(name, at_end):
-        config = tune.CheckpointConfig(checkpoint_frequency=3, checkpoint_at_end=at_end)
-        grid = fit(tmp_path, name, Scored, config, space=space, stop=stop)
-        return sorted(grid, key=lambda r: r.config["lr"]["gamma"], reverse=True)
-
-    stopped, full = run("at_end", True)
+    config = tune.CheckpointConfig(checkpoint_frequency=3, checkpoint_at_end=True)
+    grid = fit(tmp_path, "at_end", Scored, config, space=space, stop=stop)
+    stopped, full = sorted(grid, key=lambda r: r.config["lr"]["gamma"], reverse=True)
     assert stopped.metrics["training_iteration"] == 4 and full.metrics["training_iteration"] == 8
     assert folder_steps(stopped) == [3, 4]
     assert saved_steps(stopped.checkpoint) == 4
     assert {3, 6, 8} <= set(folder_steps(full)) <= {3, 4, 6, 8}  # 4: the first trial's end, on the shared path
-    # Without checkpoint_at_end the first trial's last iteration is not saved:
-    # its latest checkpoint is the periodic one.
-    stopped, _ = run("no_at_end", False)
-    assert folder_steps(stopped) == [3]
 
 
 def test_function_trainable_exposes_its_path_checkpoints(tmp_path, ray_session):
     """A function trainable keeps the checkpoints the plan asked for on its
-    path (branch points, the end); num_to_keep=1 keeps the latest only."""
+    path: the shared prefix's branch point (3), and its end."""
     space = {"lr": tune.grid_search([MultiStep(0.1, [3], 0.5), MultiStep(0.1, [3], 0.2)])}
-    grid = fit(tmp_path, "function", noisy_descent, tune.CheckpointConfig(num_to_keep=1), space=space)
+    grid = fit(tmp_path, "function", noisy_descent, tune.CheckpointConfig(num_to_keep=5), space=space)
     for result in grid:
         assert result.error is None
-        assert folder_steps(result) == [9]
-        assert [m["training_iteration"] for _, m in result.best_checkpoints] == [9]
-        assert result.best_checkpoints[0][0].path == result.checkpoint.path
-        assert os.path.exists(os.path.join(result.checkpoint.path, "state.json"))
-    grid = fit(tmp_path, "function_all", noisy_descent, None, space=space)
-    for result in grid:
-        # the shared prefix's branch point (3) and the trial's end
         assert folder_steps(result) == [3, 9]
         assert [m["training_iteration"] for _, m in result.best_checkpoints] == [3, 9]
+        assert result.best_checkpoints[-1][0].path == result.checkpoint.path
+        assert os.path.exists(os.path.join(result.checkpoint.path, "state.json"))

@@ -18,7 +18,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def run(command, timeout, env=None):
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO, check=False)
     return completed.returncode, completed.stdout + completed.stderr
 
 
