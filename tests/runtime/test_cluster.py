@@ -91,3 +91,51 @@ def test_ray_job_submit_runs_the_mnist1d_example(tmp_path):
         head.terminate()  # ray start's SIGTERM handler stops the processes it started
         head.communicate(timeout=120)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+# -- init_ray: which ray.init call it makes (Ray itself is faked here) ------------
+
+
+@pytest.fixture
+def fake_init(monkeypatch):
+    import ray
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    return calls
+
+
+def test_init_ray_joins_the_cluster_in_ray_address_without_sizing_it(fake_init, monkeypatch):
+    from ray_stagetree import init_ray
+
+    monkeypatch.setenv("RAY_ADDRESS", "10.1.2.3:6390")  # as `ray job submit` sets it
+    assert init_ray(num_cpus=2, num_gpus=1, object_store_memory=10**8, include_dashboard=False) is True
+    assert fake_init == [{"address": "10.1.2.3:6390", "include_dashboard": False}]
+
+
+def test_init_ray_starts_a_local_ray_when_no_cluster_runs(fake_init, monkeypatch):
+    from ray._private import services
+
+    from ray_stagetree import init_ray
+
+    monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir: None)  # no `ray start` here
+    assert init_ray(num_cpus=2, include_dashboard=False) is False
+    assert fake_init == [{"address": "local", "num_cpus": 2, "num_gpus": None, "include_dashboard": False}]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_cpus": -1}, "num_cpus must be None or an int >= 0, got -1"),
+        ({"num_gpus": 0.5}, "num_gpus must be None or an int >= 0, got 0.5"),
+        ({"address": "auto"}, "init_ray finds the cluster itself .* got address='auto'"),
+    ],
+)
+def test_init_ray_refuses_bad_arguments(fake_init, kwargs, message):
+    from ray_stagetree import init_ray
+
+    with pytest.raises(ValueError, match=message):
+        init_ray(**kwargs)
+    assert fake_init == []
