@@ -12,6 +12,7 @@ import urllib.request
 import uuid
 
 import pytest
+import ray
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -139,3 +140,55 @@ def test_init_ray_refuses_bad_arguments(fake_init, kwargs, message):
     with pytest.raises(ValueError, match=message):
         init_ray(**kwargs)
     assert fake_init == []
+
+
+# -- a checkpoint whose in-memory copy went down with its node ---------------------
+
+
+class Owner:
+    def put(self, payload):
+        return [ray.put(payload)]  # in a list: the caller borrows the object this actor owns
+
+
+def test_a_lost_checkpoint_object_is_read_back_from_its_durable_copy(tmp_path, ray_session):
+    """The object of a checkpoint that lived on a lost node raises
+    ObjectLostError (here: its owner died, a subclass). A batch starting from it
+    reports so before the trainable runs; the store then reads the durable
+    copy, or forgets a checkpoint that has none (it is retrained)."""
+    import asyncio
+    import dataclasses
+
+    from ray_stagetree import SearchPlan
+    from ray_stagetree.runtime.batches import BatchSpec
+    from ray_stagetree.runtime.checkpoint_store import CheckpointStore
+    from ray_stagetree.runtime.payload import CheckpointPayload
+    from ray_stagetree.runtime.storage import CheckpointStorage
+    from ray_stagetree.runtime.worker import StageWorker
+
+    plan = SearchPlan()
+    node = plan.add_trial("a", {"lr": 0.1}, 20).node
+    store = CheckpointStore(CheckpointStorage(str(tmp_path)), budget_bytes=10**9)
+    payload = CheckpointPayload(step=10, rng={}, directory=None, state={"weights": [1.0, 2.0]})
+    store.add(plan, node, 10, ray.put(payload), size_bytes=100, recompute=1.0)
+    (write,) = store.pending_writes
+    asyncio.run(store.finish_write(plan, write))  # the durable copy
+    store.add(plan, node, 15, ray.put(payload), size_bytes=100, recompute=1.0)  # still being written
+    owner = ray.remote(num_cpus=0)(Owner).remote()
+    lost = ray.get(owner.put.remote(payload))[0]
+    ray.kill(owner)
+    node.checkpoints[10] = dataclasses.replace(node.checkpoints[10], handle=lost)  # as if its node went down
+
+    def never_runs(config):
+        raise AssertionError("the trainable ran from a lost checkpoint")
+
+    worker = StageWorker(ray.cloudpickle.dumps(never_runs), None)
+    spec = BatchSpec(batch_id=1, config={"lr": 0.1}, segments=[(node.node_id, 10, 12)], save_steps=set(), source=lost)
+    outcome = worker.run_batch(spec)
+    assert outcome.error is None and outcome.records == []
+    assert "the checkpoint batch 1 starts from is lost" in outcome.source_lost
+
+    store.forget_copy(plan, node, 10)
+    reloaded = asyncio.run(store.handle(plan, node, 10))
+    assert node.checkpoints[10].handle is reloaded and ray.get(reloaded).state == {"weights": [1.0, 2.0]}
+    store.forget_copy(plan, node, 15)  # no durable copy yet: nothing to start from
+    assert 15 not in node.checkpoints
