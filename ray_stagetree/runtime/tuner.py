@@ -58,7 +58,8 @@ class Tuner:
         ``ray.tune.RunConfig``: ``stop={"training_iteration": N}`` sets the
         horizon, other ``stop`` keys are metric thresholds (a trial stops once
         its metric reaches one, as in Tune); ``name``, ``storage_path``, ``storage_filesystem``,
-        ``failure_config.max_failures`` and ``verbose`` are honoured.
+        ``failure_config.max_failures``, ``checkpoint_config`` and ``verbose`` are honoured. On a
+        cluster of several nodes the storage path must be one every node sees.
     stage_sharing:
         False runs every trial on its own (the paper's "Hippo-trial"
         baseline), for comparisons.

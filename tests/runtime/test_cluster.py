@@ -126,6 +126,16 @@ def test_init_ray_starts_a_local_ray_when_no_cluster_runs(fake_init, monkeypatch
     assert fake_init == [{"address": "local", "num_cpus": 2, "num_gpus": None, "include_dashboard": False}]
 
 
+def test_init_ray_joins_the_latest_ray_start_on_this_machine(fake_init, monkeypatch):
+    from ray._private import services
+
+    from ray_stagetree import init_ray
+
+    monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir: "10.1.2.3:6391")
+    assert init_ray(num_cpus=2) is True
+    assert fake_init == [{"address": "10.1.2.3:6391"}]
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
