@@ -32,6 +32,7 @@ from ray_stagetree import (
     from_json,
     get_checkpoint,
     get_hparams,
+    init_ray,
     report,
 )
 from ray_stagetree.trainables.torch import ResumableLoader, apply_hparams
@@ -123,13 +124,13 @@ def param_space(epochs: int = EPOCHS):
     }
 
 
-def run(stage_sharing: bool, epochs: int = EPOCHS):
+def run(stage_sharing: bool, epochs: int = EPOCHS, storage_path: str | None = None):
     tuner = Tuner(
         tune.with_parameters(train_mnist1d, data=make_data()),
         param_space=param_space(epochs),
         tune_config=tune.TuneConfig(metric="accuracy", mode="max"),
         run_config=tune.RunConfig(name=f"mnist1d_{'shared' if stage_sharing else 'trial'}_{int(time.time())}",
-                                  stop={"training_iteration": epochs}),
+                                  storage_path=storage_path, stop={"training_iteration": epochs}),
         stage_sharing=stage_sharing,
     )
     started = time.perf_counter()
@@ -141,17 +142,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--compare", action="store_true", help="also run every trial on its own")
     parser.add_argument("--epochs", type=int, default=EPOCHS, help=f"epochs per trial (default {EPOCHS}; >= 3)")
+    parser.add_argument(
+        "--storage-path", help="where results go (default ~/ray_results); on several nodes, storage they all see"
+    )
     args = parser.parse_args()
 
-    import ray
-
-    # Joins the Ray cluster running on this machine (as under `ray job submit`),
-    # or starts a local one on every core; never ray.init(num_cpus=...), which
-    # fails when a cluster is already running.
-    ray.init(include_dashboard=False)
+    # Joins the cluster under `ray job submit` (or a `ray start` on this
+    # machine), else starts a local Ray on every core.
+    init_ray(include_dashboard=False)
     if args.epochs < 3:
         parser.error(f"--epochs must be >= 3 (the warm-up takes 2), got {args.epochs}")
-    results, seconds = run(stage_sharing=True, epochs=args.epochs)
+    results, seconds = run(stage_sharing=True, epochs=args.epochs, storage_path=args.storage_path)
     best = results.get_best_result()
     print(f"\n{len(results)} trials, {results.num_errors} errors, {seconds:.1f} s")
     lr, batch_size = (from_json(v) if isinstance(v, dict) else v for v in (best.config["lr"], best.config["batch_size"]))
@@ -162,7 +163,7 @@ def main():
         f"({results.trial_by_trial_iterations / results.iterations_executed:.2f}x more)"
     )
     if args.compare:
-        baseline, baseline_seconds = run(stage_sharing=False, epochs=args.epochs)
+        baseline, baseline_seconds = run(stage_sharing=False, epochs=args.epochs, storage_path=args.storage_path)
         print(f"trial by trial: {baseline_seconds:.1f} s, {baseline.iterations_executed} epochs "
               f"({baseline_seconds / seconds:.2f}x the time); best accuracy "
               f"{baseline.get_best_result().metrics['accuracy']:.4f}")

@@ -64,6 +64,7 @@ import ray.cloudpickle
 import torch
 
 from ray_stagetree.runtime.checkpoint_store import IO_THREADS, StorageIO
+from ray_stagetree.runtime.cluster import init_ray
 from ray_stagetree.runtime.batches import BatchSpec
 from ray_stagetree.runtime.payload import pack_directory, unpack_directory
 from ray_stagetree.runtime.storage import CheckpointStorage
@@ -309,7 +310,7 @@ def main() -> None:
 
     scratch = tempfile.mkdtemp(prefix="bench_checkpoint_", dir=args.dir)
     print_machine(scratch)
-    ray.init(
+    init_ray(
         num_cpus=2,
         object_store_memory=OBJECT_STORE_BYTES,
         include_dashboard=False,

@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_tune import METRIC, MODE, TrialOccupancy, declarative, values_at  # noqa: E402
 
-from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, merge_rate, report  # noqa: E402
+from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, init_ray, merge_rate, report  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
 from ray_stagetree.trainables.torch import ResumableLoader, apply_hparams  # noqa: E402
 
@@ -156,8 +156,7 @@ def main() -> None:
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__},"
         f" torch {torch.__version__}, device {torch.cuda.get_device_name(0) if args.device == 'cuda' else 'cpu'}"
     )
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+    init_ray(include_dashboard=False, configure_logging=False, log_to_driver=False)
     data = make_data(samples)
     trials = generate_trials(trials_space)
     rows = []

@@ -185,7 +185,7 @@ def main() -> None:
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__}"
     )
-    ray.init(num_cpus=WORKERS, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    ray_stagetree.init_ray(num_cpus=WORKERS, include_dashboard=False, configure_logging=False, log_to_driver=False)
     with tempfile.TemporaryDirectory(prefix="bench_overhead_") as storage:
         if "short" in sections:
             short_trials(*short, storage)

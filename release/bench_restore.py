@@ -135,8 +135,8 @@ def main() -> None:
         f"{len(milestones)} trials x {horizon} iterations x {SECONDS_PER_ITERATION} s, checkpoint every iteration; "
         "driver SIGKILLed after half the iterations, then Tuner.restore"
     )
-    context = ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    os.environ["BENCH_RAY_ADDRESS"] = context.address_info["gcs_address"]
+    ray_stagetree.init_ray(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    os.environ["BENCH_RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     print(
         f"{'system':<14} {'uninterrupted':>13} {'before kill':>12} {'after restore':>14} {'lost':>6} {'same results':>13}"
     )

@@ -60,7 +60,7 @@ sys.path.insert(0, EXAMPLES)
 
 import mnist1d_study as example  # noqa: E402
 
-from ray_stagetree import MultiStep, Sequence, Tuner, from_json, merge_rate  # noqa: E402
+from ray_stagetree import MultiStep, Sequence, Tuner, from_json, init_ray, merge_rate  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
 
 WORKERS = os.cpu_count() or 1  # --workers
@@ -274,7 +274,7 @@ def main() -> None:
     )
     # Ray's workers import the example's module by name.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [EXAMPLES, os.environ.get("PYTHONPATH")]))
-    ray.init(num_cpus=WORKERS, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    init_ray(num_cpus=WORKERS, include_dashboard=False, configure_logging=False, log_to_driver=False)
     data = example.make_data(num_samples=samples)
     studies = {
         "grid": ("1a. Grid search", False, True),

@@ -30,7 +30,7 @@ def ray_session():
     # name, as pytest imported them: from the folder of each test module.
     folders = [TESTS, EXAMPLES] + [entry.path for entry in os.scandir(TESTS) if entry.is_dir() and entry.name[0] not in "._"]
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, folders + [os.environ.get("PYTHONPATH")]))
-    # address="local": a new instance even when a Ray cluster runs on this machine.
+    # address="local": never the cluster RAY_ADDRESS or a `ray start` on this machine names.
     ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, configure_logging=False)
     yield ray
     ray.shutdown()

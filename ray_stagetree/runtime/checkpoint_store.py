@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, SearchPlan
 from ray_stagetree.runtime.storage import (
@@ -63,10 +64,10 @@ class StorageIO:
         """A study snapshot, written atomically (see `runtime.experiment_state`)."""
         self.storage.write(key, data)
 
-    def write_trial_outputs(self, trial_dir: str, payload: Any) -> str | None:
-        from ray_stagetree.runtime.results import write_trial_outputs
+    def write_trial_checkpoint(self, trial_dir: str, payload: Any) -> str:
+        from ray_stagetree.runtime.results import write_checkpoint
 
-        return write_trial_outputs(self.storage, trial_dir, payload)
+        return write_checkpoint(self.storage, trial_dir, payload)
 
 
 #: Storage calls in flight at once: enough to overlap file-system latency.
@@ -88,8 +89,14 @@ class CheckpointStore:
         self.storage = storage
         self.cache = CheckpointCache(budget_bytes)
         self._writes: dict[Any, tuple[int, int]] = {}
-        # Owned by whoever builds the store (the controller), it ends with it.
-        self.io = ray.remote(StorageIO).options(num_cpus=0, max_concurrency=IO_THREADS).remote(storage)
+        # Owned by whoever builds the store (the controller), it ends with it;
+        # on the same node, so that losing a worker node does not lose it.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.io = (
+            ray.remote(StorageIO)
+            .options(num_cpus=0, max_concurrency=IO_THREADS, scheduling_strategy=here)
+            .remote(storage)
+        )
 
     @staticmethod
     def key(node_id: int, step: int) -> str:
@@ -145,6 +152,23 @@ class CheckpointStore:
             if info is not None and info.path is not None:
                 plan.nodes[node_id].checkpoints[step] = dataclasses.replace(info, handle=None)
                 self.cache.mark_evicted((node_id, step))
+
+    def forget_copy(self, plan: SearchPlan, node: PlanNode, step: int) -> None:
+        """The in-memory copy is lost (its node left the cluster): read the
+        durable copy next time, or, without one, retrain the checkpoint."""
+        info = node.checkpoints.get(step)
+        key = (node.node_id, step)
+        if info is None:
+            return
+        if info.path is None:
+            plan.drop_checkpoint(node.node_id, step)
+            if key in self.cache and not self.cache.is_pinned(key):  # pinned: finish_write forgets it
+                self.cache.remove(key)
+            return
+        node.checkpoints[step] = dataclasses.replace(info, handle=None)
+        if key in self.cache:
+            self.cache.update(key, pinned=False)
+            self.cache.mark_evicted(key)
 
     async def handle(self, plan: SearchPlan, node: PlanNode, step: int) -> Any:
         """A reference to the checkpoint's payload, reloading an evicted one

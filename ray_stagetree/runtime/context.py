@@ -66,6 +66,7 @@ class StageContext:
         self._config_changes = self._plain_value_changes()
         self.save_steps |= self._config_changes
         self._restart_payload: CheckpointPayload | None = None
+        self._source: CheckpointPayload | None = None
         self._pending = BatchOutcome(spec.batch_id)
         self._last_flush = self._started = self._iteration_started = time.monotonic()
         self._restored_dir: str | None = None
@@ -109,7 +110,9 @@ class StageContext:
             return self._restart_payload
         if self.spec.source is None:
             return None
-        payload = ray.get(self.spec.source)
+        if self._source is None:  # fetched once: the worker checks it is there before the trainable starts
+            self._source = ray.get(self.spec.source)
+        payload = self._source
         if payload.step != self.spec.start:
             raise RuntimeError(f"checkpoint holds step {payload.step}, batch starts at {self.spec.start}")
         return payload

@@ -29,8 +29,10 @@ from ray_stagetree.planning.config import TrialConfig, unflatten
 from ray_stagetree.planning.plan import RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
-from ray_stagetree.runtime.checkpoint_store import CheckpointStore
+from ray_stagetree.runtime.checkpoint_store import IO_THREADS, CheckpointStore
+from ray_stagetree.runtime.cluster import workers_that_fit
 from ray_stagetree.runtime.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
+from ray_stagetree.runtime.results import kept_checkpoints
 from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.runtime.trials import TrialInfo, trial_name
 from ray_stagetree.runtime.worker import StageWorker
@@ -73,6 +75,7 @@ class StudySpec:
     trainable_name: str = "trainable"
     trial_name_creator: Any = None  # TuneConfig's hooks, called with a TrialInfo
     trial_dirname_creator: Any = None
+    checkpoint_config: Any = None  # ray.tune.CheckpointConfig, validated by the Tuner
 
 
 @dataclass
@@ -85,7 +88,8 @@ class TrialState:
     reported: list[dict[str, Any]] = field(default_factory=list)  # every row, in order
     failures: int = 0
     error: str | None = None
-    checkpoint_path: str | None = None
+    checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # in the trial's folder, oldest first
+    best_checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Tune's order: best last
     node: Any = None  # the plan node of the trial's request
     flat: TrialConfig | None = None  # `config` flattened, for its hyper-parameters by step
     plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
@@ -134,6 +138,7 @@ class StudyController:
         self._node_plain: dict[int, frozenset[str]] = {}  # TrialState.plain of the config above
         self._node_owner: dict[int, str] = {}  # the trial a node was made for
         self._workers: list[Any] = []
+        self._capacity = spec.num_workers  # fewer once nodes are lost (workers_that_fit)
         self._idle: list[Any] = []
         self._running: dict[Any, tuple[Any, StageBatch, BatchSpec, float]] = {}
         self._batch_workers: dict[int, Any] = {}
@@ -422,8 +427,30 @@ class StudyController:
                 save_steps.append(stop)
             stop = extended or stop
         save_steps += [step for _, step in self.plan.checkpoints_needed(batch_id)]
+        save_steps += self._configured_saves(batch_id, outcome)
         needed = self.plan.needed_until(batch_id)
         return save_steps, needed[1] if needed is not None else 0, stop
+
+    def _configured_saves(self, batch_id: int, outcome: BatchOutcome | None = None) -> list[int]:
+        """CheckpointConfig's saves on a batch (class trainables; the Tuner
+        refuses them for functions): every ``checkpoint_frequency``-th
+        iteration, and with ``checkpoint_at_end`` the last iteration of a
+        trial that just ended (the worker saves the batch's current step after
+        this reply)."""
+        config = self.spec.checkpoint_config
+        if config is None:
+            return []
+        segments = self.plan.batch_segments(batch_id)
+        start, stop = segments[0][1], segments[-1][2]
+        every = config.checkpoint_frequency or 0
+        steps = list(range((start // every + 1) * every, stop + 1, every)) if every > 0 else []
+        if config.checkpoint_at_end and outcome is not None and outcome.records:
+            node_id, step, _ = outcome.records[-1]
+            through = self.plan.trials_through(self.plan.nodes[node_id], step)
+            ended = [self.trials[t] for t in through if t in self.trials and self.trials[t].status == TERMINATED]
+            if any(state.rows and max(state.rows) == step for state in ended):
+                steps.append(step)
+        return steps
 
     def _continue_live(self, node: Any, stop: int, can_checkpoint: bool) -> bool:
         """Should a batch at a scheduler's decision point go on live? Yes,
@@ -478,7 +505,7 @@ class StudyController:
         return worker
 
     def _idle_count(self) -> int:
-        return self.spec.num_workers - len(self._running)
+        return self._capacity - len(self._running)
 
     async def _dispatch(self) -> bool:
         """Start batches on idle workers; True when a checkpoint some batch
@@ -509,7 +536,8 @@ class StudyController:
             batch_id=batch.batch_id,
             config=config,
             segments=[(node.node_id, start, stop) for node, start, stop in batch.segments],
-            save_steps={step for _, step in self.plan.checkpoints_needed(batch.batch_id)},
+            save_steps={step for _, step in self.plan.checkpoints_needed(batch.batch_id)}
+            | set(self._configured_saves(batch.batch_id)),
             source=handle,
             plain=self._node_plain.get(leaf.node_id, frozenset()),
             **self._owner(leaf.node_id),
@@ -538,11 +566,23 @@ class StudyController:
             self._batch_workers.pop(batch.batch_id, None)
             if worker in self._workers:  # not when the driver shut the workers down (an interrupted fit)
                 self._workers.remove(worker)
+            # Its node may be gone: start no more workers than the cluster now holds.
+            self._capacity = max(1, min(self.spec.num_workers, workers_that_fit(self.spec.worker_options)))
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
             self._fail(affected, f"the worker running batch {batch.batch_id} died: {error}")
             self.plan.release_batch(batch.batch_id)
             return
         self._worker_seconds += time.monotonic() - dispatched
+        if outcome.source_lost is not None:
+            # The starting checkpoint's only copy was on a node that is gone:
+            # the batch starts again from its durable copy, or retrains.
+            logger.warning("%s; starting the batch again", outcome.source_lost)
+            self.store.forget_copy(self.plan, batch.source.node, batch.source.step)
+            self.plan.release_batch(batch.batch_id)
+            self._batch_workers.pop(batch.batch_id, None)
+            self._idle.append(worker)
+            self._wake.set()
+            return
         if outcome.trainable_unloadable:
             self._abort(outcome.error)
             self.plan.release_batch(batch.batch_id)
@@ -700,29 +740,28 @@ class StudyController:
         lost or found corrupt, so that it is trained again; True if any."""
         lost = False
         for state in self.trials.values():
-            point = self._final_checkpoint(state)
-            if point is None or point[1] != max(state.rows):
+            points = self._path_checkpoints(state)
+            if not points or points[-1][1] != max(state.rows):
                 continue
             try:
-                await self.store.verify(self.plan, *point)
+                await self.store.verify(self.plan, *points[-1])
             except CheckpointUnavailableError as error:
                 logger.warning("%s; training it again", error)
                 self._requested_node(state, self.plan.reopen(state.trial_id).node)
                 lost = True
         return lost
 
-    def _final_checkpoint(self, state: TrialState) -> tuple[Any, int] | None:
-        """The latest checkpoint on a finished trial's path, up to its last step."""
+    def _path_checkpoints(self, state: TrialState) -> list[tuple[Any, int]]:
+        """The checkpoints on a finished trial's path up to its last step, oldest first."""
         if state.status != TERMINATED or not state.rows:
-            return None
+            return []
         last = max(state.rows)
         node, upper = state.node, last
+        points = []
         while node is not None:
-            saved = [step for step in node.checkpoints if node.fork_step < step <= upper]
-            if saved:
-                return node, max(saved)
+            points += [(node, step) for step in node.checkpoints if node.fork_step < step <= upper]
             node, upper = node.parent, min(node.fork_step, last)
-        return None
+        return sorted(points, key=lambda point: point[1])
 
     # -- study state ---------------------------------------------------------------
 
@@ -789,23 +828,64 @@ class StudyController:
             if state.status == PAUSED:  # its scheduler never resumed it
                 state.status = TERMINATED
                 self._event("complete", state)
-
-        writes = []
+        exported, best = [], {}
+        # Evicted checkpoints are read back into memory to be copied: a few at a time.
+        reloads = asyncio.Semaphore(IO_THREADS)
         for state in self.trials.values():
-            ref = None
-            point = self._final_checkpoint(state)
-            if point is not None:
-                try:
-                    ref = await self.store.handle(self.plan, *point)
-                except CheckpointUnavailableError:
-                    ref = None
-            writes.append(self.store.io.write_trial_outputs.remote(state.dirname, ref))
-        for state, path in zip(self.trials.values(), await asyncio.gather(*writes)):
-            state.checkpoint_path = path
+            kept, best[state.trial_id] = self._exposed_checkpoints(state)
+            exported += [
+                (state, step, self._export_checkpoint(state.dirname, node, step, reloads)) for node, step in kept
+            ]
+        paths = await asyncio.gather(*(write for _, _, write in exported))
+        written: dict[tuple[str, int], str] = {}
+        for (state, step, _), path in zip(exported, paths):
             if path is not None:
-                self._event("checkpoint", state, path=path)
+                state.checkpoints.append((path, self._checkpoint_metrics(state, step)))
+                written[state.trial_id, step] = path
+        for state in self.trials.values():
+            state.best_checkpoints = [
+                (written[state.trial_id, step], self._checkpoint_metrics(state, step))
+                for step in best[state.trial_id]
+                if (state.trial_id, step) in written
+            ]
+            if state.checkpoints:
+                self._event("checkpoint", state, path=state.checkpoints[-1][0])
         self.plan.save(self._plan_path, self.spec.storage_filesystem)
         await self.save_state()
+
+    def _exposed_checkpoints(self, state: TrialState) -> tuple[list[tuple[Any, int]], list[int]]:
+        """What a trial keeps in its folder (`kept_checkpoints`): points
+        oldest first, and the steps of ``Result.best_checkpoints``. The plan
+        keeps the stage checkpoints other trials need whatever this says."""
+        points = self._path_checkpoints(state)
+        kept, best = kept_checkpoints(
+            [step for _, step in points], lambda step: self._checkpoint_metrics(state, step), self.spec.checkpoint_config
+        )
+        return [point for point in points if point[1] in kept], best
+
+    def _checkpoint_metrics(self, state: TrialState, step: int) -> dict[str, Any]:
+        if step in state.rows:
+            return state.rows[step]
+        # Before a PBT exploit: the checkpoint was trained on the source's path.
+        for node in [state.node, *state.node.ancestors()]:
+            if step in node.metrics and node.fork_step < step:
+                return {**node.metrics[step], "training_iteration": step}
+        return {"training_iteration": step}
+
+    async def _export_checkpoint(self, dirname: str, node: Any, step: int, reloads: asyncio.Semaphore) -> str | None:
+        """Copy a plan checkpoint into a trial's folder; None when it is lost.
+        A copy whose node left the cluster is read back from storage."""
+        async with reloads:
+            for _ in range(2):
+                try:
+                    ref = await self.store.handle(self.plan, node, step)
+                except CheckpointUnavailableError:
+                    return None
+                try:
+                    return await self.store.io.write_trial_checkpoint.remote(dirname, ref)
+                except ray.exceptions.ObjectLostError:
+                    self.store.forget_copy(self.plan, node, step)
+        return None
 
     # -- driver queries --------------------------------------------------------------
 
@@ -853,7 +933,9 @@ class StudyController:
                 "status": state.status,
                 "error": state.error,
                 "rows": state.reported,
-                "checkpoint_path": state.checkpoint_path,
+                # (path, metrics), oldest first; the last is Result.checkpoint
+                "checkpoints": state.checkpoints,
+                "best_checkpoints": state.best_checkpoints,
             }
             for state in self.trials.values()
         ]

@@ -10,9 +10,11 @@ later restore finds plan, results and checkpoints.
 
 from __future__ import annotations
 
+import math
 import pickle
 import tempfile
-from typing import Any, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import ray
 
@@ -22,12 +24,11 @@ from ray_stagetree.runtime.storage import CheckpointStorage
 STATE_FILE = "stage_state.pkl"
 
 
-def write_trial_outputs(storage: CheckpointStorage, trial_dir: str, payload: Any) -> str | None:
-    """Write a trial's final checkpoint directory; returns its path, if any.
-    Called in the study's `StorageIO` actor. (``params.json``, ``result.json``
-    and the other logs are the driver's loggers' alone: see `callbacks`.)"""
-    if payload is None:
-        return None
+def write_checkpoint(storage: CheckpointStorage, trial_dir: str, payload: Any) -> str:
+    """Unpack a checkpoint payload into ``<trial_dir>/checkpoint_<step>/`` as
+    Tune lays it out; returns that directory's path. Called in the study's
+    `StorageIO` actor. (``params.json``, ``result.json`` and the other logs
+    are the driver's loggers' alone: see `callbacks`.)"""
     directory = f"{trial_dir}/checkpoint_{payload.step:06d}"
     with tempfile.TemporaryDirectory(prefix="stagetree_final_") as local:
         if payload.directory is not None:
@@ -36,6 +37,44 @@ def write_trial_outputs(storage: CheckpointStorage, trial_dir: str, payload: Any
             with open(f"{local}/{STATE_FILE}", "wb") as file:
                 pickle.dump(payload.state, file, protocol=5)
         return storage.upload_directory(local, directory)
+
+
+def kept_checkpoints(
+    steps: list[int], metrics: Callable[[int], dict[str, Any]], config: Any
+) -> tuple[list[int], list[int]]:
+    """Which of a trial's checkpoints (at ``steps``, ascending) its folder
+    keeps, as Tune's checkpoint manager keeps them under ``config`` (a
+    ``tune.CheckpointConfig`` or None): the ``num_to_keep`` best by
+    ``checkpoint_score_attribute`` in ``metrics(step)`` (else the most
+    recent), and always the latest, which is ``Result.checkpoint``.
+
+    Returns the kept steps, ascending, and the best ones in Tune's order for
+    ``Result.best_checkpoints``: worst first. A missing or NaN score ranks
+    below every number; among equal scores the more recent ranks higher.
+
+    Example
+    -------
+    >>> from ray import tune
+    >>> config = tune.CheckpointConfig(num_to_keep=1, checkpoint_score_attribute="acc")
+    >>> kept_checkpoints([1, 2, 3], lambda step: {"acc": [0.5, 0.9, 0.7][step - 1]}, config)
+    ([2, 3], [2])
+    """
+    keep = config.num_to_keep if config is not None else None
+    attribute = config.checkpoint_score_attribute if config is not None else None
+    ranked = list(steps)
+    if attribute is not None:
+        sign = 1.0 if config.checkpoint_score_order == "max" else -1.0
+
+        def score(step: int) -> tuple[bool, float, int]:
+            value = metrics(step).get(attribute)
+            if not isinstance(value, (int, float)) or math.isnan(value):
+                return (False, -math.inf, step)
+            return (True, sign * value, step)
+
+        ranked.sort(key=score)
+    best = ranked if keep is None else ranked[max(0, len(ranked) - keep) :]
+    kept = set(best) | set(steps[-1:])
+    return sorted(kept), best
 
 
 class ResultGrid:

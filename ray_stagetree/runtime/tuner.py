@@ -24,10 +24,12 @@ from typing import Any, Callable
 import ray
 from ray import tune
 from ray.tune.search import BasicVariantGenerator, Searcher
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.policies import POLICIES
 from ray_stagetree.runtime.callbacks import CallbackRunner, check_driver_hooks
+from ray_stagetree.runtime.cluster import check_shared_storage
 from ray_stagetree.runtime.controller import (
     ERROR,
     StudyController,
@@ -76,7 +78,8 @@ class Tuner:
         ``ray.tune.RunConfig``: ``stop={"training_iteration": N}`` sets the
         horizon, other ``stop`` keys are metric thresholds (a trial stops once
         its metric reaches one, as in Tune); ``name``, ``storage_path``, ``storage_filesystem``,
-        ``failure_config.max_failures`` and ``verbose`` are honoured.
+        ``failure_config.max_failures``, ``checkpoint_config`` and ``verbose`` are honoured. On a
+        cluster of several nodes the storage path must be one every node sees.
     stage_sharing:
         False runs every trial on its own (the paper's "Hippo-trial"
         baseline), for comparisons.
@@ -288,6 +291,50 @@ class Tuner:
             )
         self._stop_criteria()
         check_driver_hooks(self.run_config)
+        self._check_checkpoint_config()
+
+    def _check_checkpoint_config(self) -> None:
+        """``RunConfig.checkpoint_config`` as Tune takes it (Ray checks it when
+        built; fields set afterwards are checked here)."""
+        config = self.run_config.checkpoint_config
+        if config is None:
+            return
+        if not isinstance(config, tune.CheckpointConfig):
+            raise TypeError(
+                f"RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got {type(config).__name__}"
+            )
+        keep = config.num_to_keep
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+            raise ValueError(f"CheckpointConfig.num_to_keep must be None (keep all) or an int >= 1, got {keep!r}")
+        if config.checkpoint_score_order not in ("max", "min"):
+            raise ValueError(
+                f"CheckpointConfig.checkpoint_score_order must be 'max' or 'min', got {config.checkpoint_score_order!r}"
+            )
+        attribute = config.checkpoint_score_attribute
+        if attribute is not None and not isinstance(attribute, str):
+            raise ValueError(
+                f"CheckpointConfig.checkpoint_score_attribute must be None (rank by recency) or a metric name, "
+                f"got {attribute!r}"
+            )
+        frequency = config.checkpoint_frequency
+        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
+            raise ValueError(
+                f"CheckpointConfig.checkpoint_frequency must be an int >= 0 (0: never), got {frequency!r}"
+            )
+        if config.checkpoint_at_end not in (None, True, False):
+            raise ValueError(f"CheckpointConfig.checkpoint_at_end must be None or a bool, got {config.checkpoint_at_end!r}")
+        if not isinstance(self.trainable, type):  # Tune's own checks and messages
+            if config.checkpoint_at_end:
+                raise ValueError(
+                    "CheckpointConfig(checkpoint_at_end=True) cannot be used with a function trainable: report a "
+                    "checkpoint in the last call to report(metrics, checkpoint=...) of your training loop instead"
+                )
+            if frequency:
+                raise ValueError(
+                    f"CheckpointConfig(checkpoint_frequency={frequency}) cannot be set for a function trainable: "
+                    f"report a checkpoint every {frequency} iterations in your training loop with "
+                    "report(metrics, checkpoint=...) instead"
+                )
 
     def _stop_criteria(self) -> None:
         """``RunConfig.stop`` as Tune takes it (None, a dict, a ``Stopper``, a
@@ -449,7 +496,8 @@ class Tuner:
         snapshot's whole study with ``restore``."""
         resources = self._resources(source)
         if not ray.is_initialized():
-            ray.init()
+            ray.init()  # joins the cluster the script runs on (RAY_ADDRESS, `ray start`), else starts one
+        check_shared_storage(experiment_path, self.run_config.storage_filesystem)
         worker_options: dict[str, Any] = {
             "num_cpus": resources.get("CPU", 0.0),
             "num_gpus": resources.get("GPU", 0.0),
@@ -486,6 +534,7 @@ class Tuner:
             resume=resume,
             restore=restore,
             state_period_s=_state_period(),
+            checkpoint_config=self.run_config.checkpoint_config,
         )
         callbacks = self._callback_runner(source, experiment_path)
         reporter = self._progress_reporter(source)
@@ -520,7 +569,12 @@ class Tuner:
         """Run the study's controller and workers to the end (or Ctrl-C);
         the last progress and the trials' summaries. Raises RayActorError
         when the controller's process dies."""
-        controller = ray.remote(StudyController).options(num_cpus=0, max_concurrency=1000).remote(spec)
+        # On the driver's node, as Tune's controller is in the driver: a study
+        # outlives any worker node, and so must what drives it.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        controller = (
+            ray.remote(StudyController).options(num_cpus=0, max_concurrency=1000, scheduling_strategy=here).remote(spec)
+        )
         # The workers start with the controller rather than after it.
         workers = [start_worker(spec, controller) for _ in range(spec.num_workers)]
         run = controller.run.remote(workers)
@@ -596,16 +650,17 @@ class Tuner:
         results = []
         for summary in summaries:
             rows = summary["rows"]
-            checkpoint = None
-            if summary["checkpoint_path"]:
-                checkpoint = tune.Checkpoint(summary["checkpoint_path"], self.run_config.storage_filesystem)
+            filesystem = self.run_config.storage_filesystem
+            checkpoints = [(tune.Checkpoint(path, filesystem), metrics) for path, metrics in summary["checkpoints"]]
+            best = [(tune.Checkpoint(path, filesystem), metrics) for path, metrics in summary["best_checkpoints"]]
             error = None
             if summary["status"] == ERROR:
                 error = TuneError(f"trial {summary['name']} failed:\n{summary['error']}")
             results.append(
                 tune.Result(
                     metrics=rows[-1] if rows else {"config": summary["config_json"]},
-                    checkpoint=checkpoint,
+                    checkpoint=checkpoints[-1][0] if checkpoints else None,
+                    best_checkpoints=best,
                     error=error,
                     path=f"{experiment_path}/{summary['dirname']}",
                     # flattened as Tune flattens them: "config/lr/init", ...

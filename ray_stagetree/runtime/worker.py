@@ -23,6 +23,8 @@ import os
 import traceback
 from typing import Any, Callable
 
+import ray
+
 from ray_stagetree.runtime import session
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.class_trainables import run_class
@@ -121,6 +123,10 @@ class StageWorker:
         if self._load_error is not None:
             return BatchOutcome(spec.batch_id, error=self._load_error, trainable_unloadable=True)
         context = StageContext(spec, self._controller, self._outbox.__setitem__)
+        try:
+            context.source_payload()
+        except ray.exceptions.ObjectLostError as error:
+            return BatchOutcome(spec.batch_id, source_lost=f"the checkpoint batch {spec.batch_id} starts from is lost: {error}")
         try:
             if self._is_class:
                 run_class(self._trainable, context)

@@ -1,0 +1,121 @@
+"""A study on a three-node ``ray.cluster_utils.Cluster`` (a head without CPUs,
+two worker nodes with one CPU and one fake GPU each). `test_cluster.py` runs
+it in a subprocess, so its cluster never meets the test session's Ray.
+
+    python tests/runtime/cluster_study.py WORKDIR
+
+1. Storage that only the driver sees (``memory://``, per process) is refused
+   before anything trains.
+2. One worker node is removed while a batch runs on it (the trainable blocks
+   there until it is gone): with ``FailureConfig(max_failures=...)`` the
+   trials of that batch are retried on the other node and the study ends
+   with every trial complete.
+"""
+
+import os
+import sys
+import threading
+import time
+
+import ray
+from ray import tune
+from ray.cluster_utils import Cluster
+
+from ray_stagetree import MultiStep, Tuner
+
+HORIZON = 6
+BLOCK_AT = 4
+
+
+def train(config):
+    import json
+    import tempfile
+
+    from ray_stagetree import get_checkpoint, get_hparams, get_iteration, report, should_checkpoint
+
+    node = ray.get_runtime_context().get_node_id()
+    x = 1.0
+    checkpoint = get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(os.path.join(path, "x.json")) as file:
+            x = json.load(file)["x"]
+    while True:
+        x -= get_hparams()["lr"] * x
+        if node == config["doomed"] and get_iteration() + 1 == BLOCK_AT:
+            open(os.path.join(config["signals"], f"blocked_{config['lr'].gamma}"), "w").close()
+            time.sleep(600)  # until the node is removed under this worker
+        metrics = {"x": x, "node": node, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+        if should_checkpoint():
+            with tempfile.TemporaryDirectory() as path:
+                with open(os.path.join(path, "x.json"), "w") as file:
+                    json.dump({"x": x}, file)
+                report(metrics, checkpoint=tune.Checkpoint.from_directory(path))
+        else:
+            report(metrics)
+
+
+def tuner(storage_path, name, doomed="", signals="", max_failures=0):
+    return Tuner(
+        tune.with_resources(train, {"cpu": 1, "gpu": 1}),
+        param_space={
+            "lr": tune.grid_search([MultiStep(0.1, [2], gamma) for gamma in (0.5, 0.4, 0.3, 0.2)]),
+            "doomed": doomed,
+            "signals": signals,
+        },
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=storage_path,
+            stop={"training_iteration": HORIZON},
+            failure_config=tune.FailureConfig(max_failures=max_failures),
+            verbose=0,
+        ),
+    )
+
+
+def main(workdir):
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    cluster.add_node(num_cpus=1, num_gpus=1)
+    doomed = cluster.add_node(num_cpus=1, num_gpus=1)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        try:
+            tuner("memory://driver-only", "unshared").fit()
+        except RuntimeError as error:
+            assert "is not shared storage: 3 of the 3 nodes" in str(error), error
+            assert "storage_path" in str(error), error
+        else:
+            raise AssertionError("a study on storage the nodes cannot see started")
+
+        signals = os.path.join(workdir, "signals")
+        os.makedirs(signals)
+        study = tuner(workdir, "lost_node", doomed=doomed.node_id, signals=signals, max_failures=2)
+        outcome = {}
+        fit = threading.Thread(target=lambda: outcome.setdefault("grid", study.fit()), daemon=True)
+        fit.start()
+        deadline = time.monotonic() + 180
+        while not os.listdir(signals):
+            assert fit.is_alive() and time.monotonic() < deadline, "no batch reached the doomed node"
+            time.sleep(0.2)
+        blocked = {float(name.split("_")[1]) for name in os.listdir(signals)}
+        cluster.remove_node(doomed)
+        fit.join(timeout=240)
+        assert not fit.is_alive(), "the study did not finish after the node was removed"
+        grid = outcome["grid"]
+        assert grid.num_errors == 0, grid.errors
+        assert len(grid) == 4
+        for result in grid:
+            frame = result.metrics_dataframe
+            assert frame["training_iteration"].tolist() == list(range(1, HORIZON + 1)), result.config
+            assert (frame["gpus"] != "").all()  # each worker held one of the fake GPUs
+            if result.config["lr"]["gamma"] in blocked:
+                # it was in the batch that died with the node: trained again elsewhere
+                assert (frame.loc[frame["training_iteration"] >= BLOCK_AT, "node"] != doomed.node_id).all()
+        print(f"OK: blocked {sorted(blocked)}, {grid.iterations_executed} iterations executed")
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,178 @@
+"""RunConfig(checkpoint_config=tune.CheckpointConfig(...)): what each trial
+keeps in its folder, Result.checkpoint and Result.best_checkpoints, and the
+saves class trainables make for checkpoint_frequency / checkpoint_at_end."""
+
+import os
+import pickle
+
+import pytest
+from ray import tune
+from trainables_for_tests import noisy_descent
+
+from ray_stagetree import MultiStep, Tuner
+from ray_stagetree.runtime.results import STATE_FILE, kept_checkpoints
+from ray_stagetree.trainables import StageTrainable
+
+PEAK = 4.2  # the score peaks between iterations 4 and 5, and no two iterations tie
+
+
+class Scored(StageTrainable):
+    def setup(self, config):
+        self.steps = 0
+
+    def step(self):
+        self.steps += 1
+        return {"score": -abs(self.steps - PEAK), "lr": self.hparams["lr"]}
+
+    def get_state(self):
+        return {"steps": self.steps}
+
+    def set_state(self, state):
+        self.steps = state["steps"]
+
+
+def fit(tmp_path, name, trainable, checkpoint_config, space=None, stop=None):
+    tuner = Tuner(
+        trainable,
+        param_space=space or {"lr": MultiStep(0.1, [3], 0.5)},
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=str(tmp_path),
+            stop=stop or {"training_iteration": 9},
+            checkpoint_config=checkpoint_config,
+            verbose=0,
+        ),
+    )
+    return tuner.fit()
+
+
+def folder_steps(result):
+    return sorted(int(entry[len("checkpoint_") :]) for entry in os.listdir(result.path) if entry.startswith("checkpoint_"))
+
+
+def saved_steps(checkpoint):
+    with open(os.path.join(checkpoint.path, STATE_FILE), "rb") as file:
+        return pickle.load(file)["steps"]
+
+
+# -- validation at Tuner(...) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("num_to_keep", 0, "num_to_keep must be None (keep all) or an int >= 1, got 0"),
+        ("num_to_keep", -2, "num_to_keep must be None (keep all) or an int >= 1, got -2"),
+        ("num_to_keep", 1.5, "num_to_keep must be None (keep all) or an int >= 1, got 1.5"),
+        ("checkpoint_score_order", "best", "checkpoint_score_order must be 'max' or 'min', got 'best'"),
+        ("checkpoint_frequency", -1, "checkpoint_frequency must be an int >= 0 (0: never), got -1"),
+        ("checkpoint_score_attribute", 3, "checkpoint_score_attribute must be None (rank by recency) or a metric"),
+        ("checkpoint_at_end", "yes", "checkpoint_at_end must be None or a bool, got 'yes'"),
+    ],
+)
+def test_invalid_values_are_refused_at_tuner(field, value, message):
+    config = tune.CheckpointConfig()
+    setattr(config, field, value)  # Ray checks at construction; a later change reaches the Tuner
+    with pytest.raises(ValueError, match=f"CheckpointConfig.{message}".replace("(", r"\(").replace(")", r"\)")):
+        Tuner(Scored, run_config=tune.RunConfig(checkpoint_config=config))
+
+
+def test_checkpoint_config_must_be_tunes():
+    with pytest.raises(TypeError, match="RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got dict"):
+        Tuner(Scored, run_config=tune.RunConfig(checkpoint_config={"num_to_keep": 1}))
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (tune.CheckpointConfig(checkpoint_at_end=True), r"checkpoint_at_end=True\) cannot be used with a function"),
+        (tune.CheckpointConfig(checkpoint_frequency=2), r"checkpoint_frequency=2\) cannot be set for a function"),
+    ],
+)
+def test_function_trainables_refuse_class_only_options(config, message):
+    with pytest.raises(ValueError, match=message):
+        Tuner(noisy_descent, run_config=tune.RunConfig(checkpoint_config=config))
+    Tuner(Scored, run_config=tune.RunConfig(checkpoint_config=config))  # class trainables take them
+
+
+# -- which checkpoints a trial keeps (Tune's checkpoint manager's rules) ---------
+
+
+SCORES = {step: -abs(step - PEAK) for step in range(1, 10)}  # best at 4, then 5, 3, 6, ...
+
+
+@pytest.mark.parametrize(
+    "keep, attribute, order, kept, best",
+    [
+        (2, "score", "max", [4, 5, 9], [5, 4]),  # the latest, 9, always stays; best last
+        (2, "score", "min", [8, 9], [8, 9]),
+        (1, "score", "max", [4, 9], [4]),
+        (2, None, "max", [8, 9], [8, 9]),  # no attribute: the most recent
+        (None, "score", "max", list(range(1, 10)), [9, 8, 1, 7, 2, 6, 3, 5, 4]),
+        (20, None, "max", list(range(1, 10)), list(range(1, 10))),
+    ],
+)
+def test_kept_checkpoints_rank_as_tune(keep, attribute, order, kept, best):
+    config = tune.CheckpointConfig(num_to_keep=keep, checkpoint_score_attribute=attribute, checkpoint_score_order=order)
+    assert kept_checkpoints(list(SCORES), lambda step: {"score": SCORES[step]}, config) == (kept, best)
+
+
+def test_missing_and_nan_scores_rank_lowest():
+    config = tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="score", checkpoint_score_order="min")
+    metrics = {1: {"score": 5.0}, 2: {}, 3: {"score": float("nan")}, 4: {"score": 7.0}, 5: {"score": 9.0}}
+    assert kept_checkpoints(list(metrics), metrics.__getitem__, config) == ([1, 4, 5], [4, 1])
+    assert kept_checkpoints([], metrics.__getitem__, config) == ([], [])
+    assert kept_checkpoints([3, 6], metrics.get, None) == ([3, 6], [3, 6])  # no CheckpointConfig: all
+
+
+# -- end to end ----------------------------------------------------------------
+
+
+def test_num_to_keep_and_score_choose_the_trials_checkpoints(tmp_path, ray_session):
+    config = tune.CheckpointConfig(
+        num_to_keep=2, checkpoint_score_attribute="score", checkpoint_score_order="max", checkpoint_frequency=1
+    )
+    (result,) = fit(tmp_path, "ranked", Scored, config)
+    assert result.error is None
+    assert folder_steps(result) == [4, 5, 9]  # every iteration saved; the best two and the latest kept
+    assert result.checkpoint.path == os.path.join(result.path, "checkpoint_000009")
+    assert saved_steps(result.checkpoint) == 9
+    assert [metrics["training_iteration"] for _, metrics in result.best_checkpoints] == [5, 4]
+    for checkpoint, metrics in result.best_checkpoints:
+        step = metrics["training_iteration"]
+        assert saved_steps(checkpoint) == step
+        assert metrics["score"] == pytest.approx(SCORES[step])
+        assert metrics["config"] == result.config
+
+
+def test_frequency_and_at_end_save_class_trainables(tmp_path, ray_session):
+    """Two trials share iterations 0..6; a stopper ends the first at 4 while
+    the second goes on through the same batch, so nothing but
+    checkpoint_at_end saves iteration 4 (without it the folder holds [3]).
+    checkpoint_frequency=3 saves at 3 and 6."""
+    space = {"lr": tune.grid_search([MultiStep(0.1, [6], 0.5), MultiStep(0.1, [6], 0.2)])}
+
+    def stop(trial_id, result):
+        end = 4 if result["config"]["lr"]["gamma"] == 0.5 else 8
+        return result["training_iteration"] >= end
+
+    config = tune.CheckpointConfig(checkpoint_frequency=3, checkpoint_at_end=True)
+    grid = fit(tmp_path, "at_end", Scored, config, space=space, stop=stop)
+    stopped, full = sorted(grid, key=lambda r: r.config["lr"]["gamma"], reverse=True)
+    assert stopped.metrics["training_iteration"] == 4 and full.metrics["training_iteration"] == 8
+    assert folder_steps(stopped) == [3, 4]
+    assert saved_steps(stopped.checkpoint) == 4
+    assert {3, 6, 8} <= set(folder_steps(full)) <= {3, 4, 6, 8}  # 4: the first trial's end, on the shared path
+
+
+def test_function_trainable_exposes_its_path_checkpoints(tmp_path, ray_session):
+    """A function trainable keeps the checkpoints the plan asked for on its
+    path: the shared prefix's branch point (3), and its end."""
+    space = {"lr": tune.grid_search([MultiStep(0.1, [3], 0.5), MultiStep(0.1, [3], 0.2)])}
+    grid = fit(tmp_path, "function", noisy_descent, tune.CheckpointConfig(num_to_keep=5), space=space)
+    for result in grid:
+        assert result.error is None
+        assert folder_steps(result) == [3, 9]
+        assert [m["training_iteration"] for _, m in result.best_checkpoints] == [3, 9]
+        assert result.best_checkpoints[-1][0].path == result.checkpoint.path
+        assert os.path.exists(os.path.join(result.checkpoint.path, "state.json"))

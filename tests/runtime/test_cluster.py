@@ -1,0 +1,204 @@
+"""Clusters: a study on several nodes (one of them lost mid-study), storage
+that not every node sees, and `ray job submit` of the MNIST-1D example.
+Each runs its own Ray cluster in a subprocess, apart from the session's."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import pytest
+import ray
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def run(command, timeout, env=None):
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO, check=False)
+    return completed.returncode, completed.stdout + completed.stderr
+
+
+def environment():
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)  # a cluster of its own, whatever the session joined
+    return env
+
+
+@pytest.mark.slow
+def test_study_on_a_multi_node_cluster_survives_a_lost_node(tmp_path):
+    code, output = run([sys.executable, os.path.join(HERE, "cluster_study.py"), str(tmp_path)], 300, environment())
+    assert code == 0, output[-6000:]
+    assert "OK: blocked" in output
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_dashboard(url, head, seconds=120):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and head.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{url}/api/version", timeout=2):
+                return True
+        except OSError:
+            time.sleep(1)
+    return False
+
+
+@pytest.mark.slow
+def test_ray_job_submit_runs_the_mnist1d_example(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("mnist1d")
+    pytest.importorskip("aiohttp", reason="`ray job submit` needs Ray's dashboard: pip install 'ray[default]'")
+    ray_cli = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
+    env = environment()
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])  # the job's `python`
+    env["RAY_AUTH_MODE"] = "disabled"  # a throwaway local cluster: no token to hand to `ray job submit`
+    # Its own ports and temp dir: `ray start` records its address there, where
+    # a plain ray.init() elsewhere on this machine does not look. --block, so
+    # that stopping this process stops this cluster and nothing else (`ray
+    # stop` would stop every Ray on the machine).
+    temp_dir = f"/tmp/rst_{uuid.uuid4().hex[:8]}"
+    dashboard = f"http://127.0.0.1:{free_port()}"
+    head = subprocess.Popen(
+        [*ray_cli, "start", "--head", "--block", "--num-cpus", "2", "--port", str(free_port()),
+         "--dashboard-port", dashboard.rsplit(":", 1)[1], "--include-dashboard", "true", "--temp-dir", temp_dir,
+         "--disable-usage-stats"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
+    )
+    try:
+        if not wait_for_dashboard(dashboard, head):
+            head.terminate()
+            pytest.skip(f"`ray start --head` is impossible here: {head.communicate(timeout=60)[0][-2000:]}")
+        code, output = run(
+            [*ray_cli, "job", "submit", "--address", dashboard, "--working-dir", "examples", "--",
+             "python", "mnist1d_study.py", "--epochs", "3", "--storage-path", str(tmp_path)],
+            300,
+            env,
+        )
+        assert code == 0, output[-6000:]
+        assert "14 trials, 0 errors" in output, output[-6000:]
+        assert "best accuracy" in output
+        assert len([entry for entry in os.listdir(tmp_path) if entry.startswith("mnist1d_shared_")]) == 1
+    finally:
+        head.terminate()  # ray start's SIGTERM handler stops the processes it started
+        head.communicate(timeout=120)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+# -- init_ray: which ray.init call it makes (Ray itself is faked here) ------------
+
+
+@pytest.fixture
+def fake_init(monkeypatch):
+    import ray
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    return calls
+
+
+def test_init_ray_joins_the_cluster_in_ray_address_without_sizing_it(fake_init, monkeypatch):
+    from ray_stagetree import init_ray
+
+    monkeypatch.setenv("RAY_ADDRESS", "10.1.2.3:6390")  # as `ray job submit` sets it
+    assert init_ray(num_cpus=2, num_gpus=1, object_store_memory=10**8, include_dashboard=False) is True
+    assert fake_init == [{"address": "10.1.2.3:6390", "include_dashboard": False}]
+
+
+def test_init_ray_starts_a_local_ray_when_no_cluster_runs(fake_init, monkeypatch):
+    from ray._private import services
+
+    from ray_stagetree import init_ray
+
+    monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir: None)  # no `ray start` here
+    assert init_ray(num_cpus=2, include_dashboard=False) is False
+    assert fake_init == [{"address": "local", "num_cpus": 2, "num_gpus": None, "include_dashboard": False}]
+
+
+def test_init_ray_joins_the_latest_ray_start_on_this_machine(fake_init, monkeypatch):
+    from ray._private import services
+
+    from ray_stagetree import init_ray
+
+    monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir: "10.1.2.3:6391")
+    assert init_ray(num_cpus=2) is True
+    assert fake_init == [{"address": "10.1.2.3:6391"}]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_cpus": -1}, "num_cpus must be None or an int >= 0, got -1"),
+        ({"num_gpus": 0.5}, "num_gpus must be None or an int >= 0, got 0.5"),
+        ({"address": "auto"}, "init_ray finds the cluster itself .* got address='auto'"),
+    ],
+)
+def test_init_ray_refuses_bad_arguments(fake_init, kwargs, message):
+    from ray_stagetree import init_ray
+
+    with pytest.raises(ValueError, match=message):
+        init_ray(**kwargs)
+    assert fake_init == []
+
+
+# -- a checkpoint whose in-memory copy went down with its node ---------------------
+
+
+class Owner:
+    def put(self, payload):
+        return [ray.put(payload)]  # in a list: the caller borrows the object this actor owns
+
+
+def test_a_lost_checkpoint_object_is_read_back_from_its_durable_copy(tmp_path, ray_session):
+    """The object of a checkpoint that lived on a lost node raises
+    ObjectLostError (here: its owner died, a subclass). A batch starting from it
+    reports so before the trainable runs; the store then reads the durable
+    copy, or forgets a checkpoint that has none (it is retrained)."""
+    import asyncio
+    import dataclasses
+
+    from ray_stagetree import SearchPlan
+    from ray_stagetree.runtime.batches import BatchSpec
+    from ray_stagetree.runtime.checkpoint_store import CheckpointStore
+    from ray_stagetree.runtime.payload import CheckpointPayload
+    from ray_stagetree.runtime.storage import CheckpointStorage
+    from ray_stagetree.runtime.worker import StageWorker
+
+    plan = SearchPlan()
+    node = plan.add_trial("a", {"lr": 0.1}, 20).node
+    store = CheckpointStore(CheckpointStorage(str(tmp_path)), budget_bytes=10**9)
+    payload = CheckpointPayload(step=10, rng={}, directory=None, state={"weights": [1.0, 2.0]})
+    store.add(plan, node, 10, ray.put(payload), size_bytes=100, recompute=1.0)
+    (write,) = store.pending_writes
+    asyncio.run(store.finish_write(plan, write))  # the durable copy
+    store.add(plan, node, 15, ray.put(payload), size_bytes=100, recompute=1.0)  # still being written
+    owner = ray.remote(num_cpus=0)(Owner).remote()
+    lost = ray.get(owner.put.remote(payload))[0]
+    ray.kill(owner)
+    node.checkpoints[10] = dataclasses.replace(node.checkpoints[10], handle=lost)  # as if its node went down
+
+    def never_runs(config):
+        raise AssertionError("the trainable ran from a lost checkpoint")
+
+    worker = StageWorker(ray.cloudpickle.dumps(never_runs), None)
+    spec = BatchSpec(batch_id=1, config={"lr": 0.1}, segments=[(node.node_id, 10, 12)], save_steps=set(), source=lost)
+    outcome = worker.run_batch(spec)
+    assert outcome.error is None and outcome.records == []
+    assert "the checkpoint batch 1 starts from is lost" in outcome.source_lost
+
+    store.forget_copy(plan, node, 10)
+    reloaded = asyncio.run(store.handle(plan, node, 10))
+    assert node.checkpoints[10].handle is reloaded and ray.get(reloaded).state == {"weights": [1.0, 2.0]}
+    store.forget_copy(plan, node, 15)  # no durable copy yet: nothing to start from
+    assert 15 not in node.checkpoints
