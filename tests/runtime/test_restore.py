@@ -223,11 +223,11 @@ def test_killed_at_random_points_and_restored_until_complete(tmp_path, reference
     kills = 0
     for round_ in range(8):
         driver = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), name, address, str(results_file)])
-        if round_ < 3:  # the short form: three kills, then it runs to the end
+        if round_ < 3:  # the short form: three kills, at random points of its progress, then it runs to the end
+            at = stored_rows(str(path)) + int(rng.integers(3, 15))
             deadline = time.monotonic() + 120
-            while not (path / STATE_FILE).exists() and driver.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(rng.uniform(1.0, 4.0))
+            while stored_rows(str(path)) < at and driver.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
             if driver.poll() is None:
                 driver.send_signal(signal.SIGKILL if round_ % 2 == 0 else signal.SIGINT)
                 kills += 1
