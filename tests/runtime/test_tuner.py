@@ -148,7 +148,8 @@ def test_bad_input_fails_before_training(tmp_path, ray_session):
         Tuner(noisy_descent, param_space={"lr": 0.1}, run_config=tune.RunConfig(stop=5))
     with pytest.raises(ValueError, match="asks for 8 GPU but the Ray cluster has 4"):
         Tuner(
-            tune.with_resources(noisy_descent, {"gpu": 8}),
+            # Tune's with_resources sets an attribute on the function: wrap it, or later tests inherit 8 GPUs
+            tune.with_resources(lambda config: noisy_descent(config), {"gpu": 8}),
             param_space={"lr": 0.1},
             run_config=tune.RunConfig(stop={"training_iteration": 2}, storage_path=str(tmp_path)),
         ).fit()
