@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import signal
 import tempfile
 import time
 
@@ -93,3 +94,23 @@ class NoisyDescent(StageTrainable):
 
     def set_state(self, state):
         self.weights = state["weights"]
+
+
+def kill_ray_processes(title: str) -> int:
+    """SIGKILL this Ray session's processes whose title starts with ``title``."""
+    raylet = ray._private.worker.global_worker.node.all_processes["raylet"][0].process.pid
+    killed = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                command = file.read().decode(errors="replace")
+            with open(f"/proc/{entry}/stat") as file:
+                parent = int(file.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if command.startswith(title) and parent == raylet:
+            os.kill(int(entry), signal.SIGKILL)
+            killed += 1
+    return killed

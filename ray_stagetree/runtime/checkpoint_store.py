@@ -92,9 +92,17 @@ class CheckpointStore:
         # Owned by whoever builds the store (the controller), it ends with it;
         # on the same node, so that losing a worker node does not lose it.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        # Stateless: a process that dies is restarted and its calls retried
+        # (a write was atomic: done, or never visible).
         self.io = (
             ray.remote(StorageIO)
-            .options(num_cpus=0, max_concurrency=IO_THREADS, scheduling_strategy=here)
+            .options(
+                num_cpus=0,
+                max_concurrency=IO_THREADS,
+                scheduling_strategy=here,
+                max_restarts=-1,
+                max_task_retries=-1,
+            )
             .remote(storage)
         )
 

@@ -78,12 +78,16 @@ def test_ray_job_submit_runs_the_mnist1d_example(tmp_path):
         if not wait_for_dashboard(dashboard, head):
             head.terminate()
             pytest.skip(f"`ray start --head` is impossible here: {head.communicate(timeout=60)[0][-2000:]}")
-        code, output = run(
-            [*ray_cli, "job", "submit", "--address", dashboard, "--working-dir", "examples", "--",
-             "python", "mnist1d_study.py", "--epochs", "3", "--storage-path", str(tmp_path)],
-            300,
-            env,
-        )
+        for _ in range(30):  # the dashboard answers before its job agent is up ("No available agent")
+            code, output = run(
+                [*ray_cli, "job", "submit", "--address", dashboard, "--working-dir", "examples", "--",
+                 "python", "mnist1d_study.py", "--epochs", "3", "--storage-path", str(tmp_path)],
+                300,
+                env,
+            )
+            if "No available agent" not in output:
+                break
+            time.sleep(2)
         assert code == 0, output[-6000:]
         assert "14 trials, 0 errors" in output, output[-6000:]
         assert "best accuracy" in output
@@ -186,6 +190,8 @@ def test_a_lost_checkpoint_object_is_read_back_from_its_durable_copy(tmp_path, r
     owner = ray.remote(num_cpus=0)(Owner).remote()
     lost = ray.get(owner.put.remote(payload))[0]
     ray.kill(owner)
+    with pytest.raises(ray.exceptions.RayActorError):  # gone (the kill is asynchronous)
+        ray.get(owner.put.remote(payload))
     node.checkpoints[10] = dataclasses.replace(node.checkpoints[10], handle=lost)  # as if its node went down
 
     def never_runs(config):

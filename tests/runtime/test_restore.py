@@ -19,6 +19,7 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 from restore_study import HORIZON, accumulate, build_tuner, summary
+from trainables_for_tests import kill_ray_processes
 
 from ray_stagetree import Tuner
 from ray_stagetree.runtime.experiment_state import STATE_FILE, read_state
@@ -255,26 +256,6 @@ def test_a_study_lost_before_its_first_snapshot_restores_from_the_start(tmp_path
     assert {key: trial["x"] for key, trial in results.items()} == {key: trial["x"] for key, trial in reference.items()}
 
 
-def _kill_processes(title: str) -> int:
-    """SIGKILL this Ray session's processes whose title starts with ``title``."""
-    raylet = ray._private.worker.global_worker.node.all_processes["raylet"][0].process.pid
-    killed = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as file:
-                command = file.read().decode(errors="replace")
-            with open(f"/proc/{entry}/stat") as file:
-                parent = int(file.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-        if command.startswith(title) and parent == raylet:
-            os.kill(int(entry), signal.SIGKILL)
-            killed += 1
-    return killed
-
-
 def test_a_study_whose_controller_dies_continues_from_its_snapshot(tmp_path, reference, caplog):
     name = "study"
     killed = []
@@ -282,7 +263,7 @@ def test_a_study_whose_controller_dies_continues_from_its_snapshot(tmp_path, ref
     def kill_controller():
         while stored_rows(f"{tmp_path}/{name}") < 20:
             time.sleep(0.05)
-        killed.append(_kill_processes("ray::StudyController"))
+        killed.append(kill_ray_processes("ray::StudyController"))
 
     watcher = threading.Thread(target=kill_controller, daemon=True)
     watcher.start()

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
+import time
 
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 from ray import tune
+from trainables_for_tests import kill_ray_processes
 
 from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, report
 
@@ -82,6 +85,7 @@ def counts(config):
             total, iteration = json.load(file)
     while True:
         iteration += 1
+        time.sleep(config.get("sleep", 0.0))
         total += get_hparams()["lr"]
         with tempfile.TemporaryDirectory() as path:
             with open(f"{path}/state.json", "w") as file:
@@ -105,3 +109,31 @@ def test_a_final_checkpoint_found_corrupt_is_trained_again(tmp_path, ray_session
     for result in grid:  # (a local path: Tune's Checkpoint wants a pyarrow filesystem to open it with)
         with open(os.path.join(result.checkpoint.path, "state.json")) as file:
             assert json.load(file) == [result.metrics["total"], 4], "each trial ends with its final checkpoint"
+
+
+def _kill_storage_actors_after(seconds: float, killed: list) -> threading.Thread:
+    def kill():
+        time.sleep(seconds)
+        killed.append(kill_ray_processes("ray::StorageIO"))
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.timeout(300)
+def test_the_storage_actor_restarts_when_its_process_dies(tmp_path, ray_session):
+    killed: list = []
+    watcher = _kill_storage_actors_after(3.0, killed)
+    grid = Tuner(
+        counts,
+        param_space={"lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in (2, 3)]), "sleep": 0.1},
+        run_config=tune.RunConfig(storage_path=str(tmp_path), stop={"training_iteration": 30}, verbose=0),
+        checkpoint_budget_bytes=0,  # every checkpoint goes through the storage actor
+    ).fit()
+    watcher.join()
+    assert killed and killed[0] >= 1, "the storage actor was killed mid-study"
+    assert not grid.errors
+    totals = sorted(result.metrics["total"] for result in grid)
+    assert totals == [1 + 1 + 0.5 * 28, 1 + 1 + 1 + 0.5 * 27]
+    assert all(result.checkpoint is not None for result in grid)
