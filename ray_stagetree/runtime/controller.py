@@ -150,6 +150,8 @@ class StudyController:
         self._wake = asyncio.Event()
         self._iterations = 0
         self._worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
+        # The time budget counts from here, as Tune's from its loop's first step: starting
+        # the workers is in it, starting this actor is not.
         self._started = time.time()
         self._new_rows: list[dict[str, Any]] = []
         self._events: list[dict[str, Any]] = []  # trial lifecycle, for the driver's callbacks (see `progress`)
