@@ -44,8 +44,6 @@ PATH_SEPARATOR = "/"
 
 
 def _is_scalar(value: Any) -> bool:
-    if isinstance(value, np.generic) and not isinstance(value, (np.bool_, np.number)):
-        return False  # numpy strings, datetimes: static
     value = _python(value)
     # nan and inf are valid config values in Tune, but no Constant: they are static.
     return isinstance(value, (bool, int, float, str)) and not (
@@ -55,7 +53,7 @@ def _is_scalar(value: Any) -> bool:
 
 def _python(value: Any) -> Any:
     """A numpy scalar as the Python scalar it holds (other values as they are)."""
-    return value.item() if isinstance(value, (np.bool_, np.number)) else value
+    return value.item() if isinstance(value, (np.bool_, np.number, np.str_)) else value
 
 
 def _stored(value: Any) -> Any:

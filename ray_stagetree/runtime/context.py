@@ -134,6 +134,11 @@ class StageContext:
     def report(self, metrics: Any, checkpoint: Any = None) -> None:
         if not isinstance(metrics, dict):
             raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r}")
+        if checkpoint is not None and not callable(getattr(checkpoint, "as_directory", None)):
+            raise TypeError(
+                f"report()'s checkpoint must be a ray.tune.Checkpoint (tune.Checkpoint.from_directory(path)) or "
+                f"None, got {type(checkpoint).__name__}: {checkpoint!r}"
+            )
 
         def payload(step: int) -> CheckpointPayload | None:
             if checkpoint is None:

@@ -105,9 +105,10 @@ class Tuner:
         checkpoint_budget_bytes: int = 2 * 1024**3,
     ) -> None:
         self.trainable = trainable
-        self.param_space = param_space or {}
-        self.tune_config = tune_config or tune.TuneConfig()
-        self.run_config = run_config or tune.RunConfig()
+        # `is None`, not falsiness: an empty dict given as a config is refused, not replaced.
+        self.param_space = {} if param_space is None else param_space
+        self.tune_config = tune.TuneConfig() if tune_config is None else tune_config
+        self.run_config = tune.RunConfig() if run_config is None else run_config
         self.stage_sharing = stage_sharing
         self.execution_policy = execution_policy
         self.checkpoint_budget_bytes = checkpoint_budget_bytes
@@ -679,6 +680,9 @@ def _check_run_config(run_config: tune.RunConfig) -> None:
     ):
         raise ValueError(f"RunConfig.verbose must be 0, 1, 2 or 3 (or a Verbosity), got {verbose!r}")
     _check_filesystem("RunConfig.storage_filesystem", run_config.storage_filesystem)
+    checkpoint_config = run_config.checkpoint_config
+    if checkpoint_config is not None and not isinstance(checkpoint_config, tune.CheckpointConfig):
+        raise TypeError(f"RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got {checkpoint_config!r}")
     failure = run_config.failure_config
     if failure is None:
         return
@@ -692,9 +696,6 @@ def _check_run_config(run_config: tune.RunConfig) -> None:
         )
     if not (isinstance(failure.fail_fast, bool) or failure.fail_fast == "raise"):
         raise ValueError(f"FailureConfig.fail_fast must be True, False or 'raise', got {failure.fail_fast!r}")
-    checkpoint_config = run_config.checkpoint_config
-    if checkpoint_config is not None and not isinstance(checkpoint_config, tune.CheckpointConfig):
-        raise TypeError(f"RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got {checkpoint_config!r}")
 
 
 def _bundles(request: Any) -> list[dict[str, float]]:
