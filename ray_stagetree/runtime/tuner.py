@@ -644,7 +644,7 @@ def _check_writable(storage: CheckpointStorage, experiment_path: str) -> None:
     try:
         stored = storage.write(probe, b"")
         storage.delete(stored)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - each fsspec backend raises its own errors
         kind = PermissionError if isinstance(error, PermissionError) else OSError
         raise kind(
             f"the experiment directory {experiment_path!r} is not writable ({type(error).__name__}: {error}); "
