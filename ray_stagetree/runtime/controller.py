@@ -62,7 +62,7 @@ class StudySpec:
     worker_options: dict[str, Any] = field(default_factory=dict)
     max_concurrent_trials: int | None = None
     stage_sharing: bool = True
-    max_failures: int = 0
+    max_failures: int | float = 0  # math.inf: FailureConfig(max_failures=-1), no limit
     stop_thresholds: dict[str, float] = field(default_factory=dict)
     stopper: Any = None  # a ray.tune Stopper (a stop function arrives wrapped in Tune's FunctionStopper)
     scheduler: Any = None  # a ray.tune TrialScheduler, hosted by SchedulerHost
