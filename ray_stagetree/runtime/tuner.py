@@ -322,7 +322,7 @@ class Tuner:
                 f"got {stop!r}"
             )
         for key, threshold in stop.items():
-            if key != "training_iteration" and (not isinstance(threshold, (int, float)) or threshold != threshold):
+            if key != "training_iteration" and (not isinstance(threshold, numbers.Real) or threshold != threshold):
                 raise ValueError(
                     f"RunConfig.stop[{key!r}] must be a number or a bool (a trial stops once its {key!r} "
                     f"reaches it), got {threshold!r}"
@@ -330,9 +330,9 @@ class Tuner:
         self.stop_thresholds = {key: value for key, value in stop.items() if key != "training_iteration"}
         if "training_iteration" in stop:
             horizon = stop["training_iteration"]
-            if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+            if isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or horizon < 1:
                 raise ValueError(f"RunConfig.stop['training_iteration'] must be an int >= 1, got {horizon!r}")
-            self.horizon = horizon
+            self.horizon = int(horizon)
 
     def _resources(self, source: VariantSource | SearcherSource) -> dict[str, float]:
         """One stage worker's resources: ``tune.with_resources``, or a class's
@@ -680,6 +680,10 @@ def _check_run_config(run_config: tune.RunConfig) -> None:
     ):
         raise ValueError(f"RunConfig.verbose must be 0, 1, 2 or 3 (or a Verbosity), got {verbose!r}")
     _check_filesystem("RunConfig.storage_filesystem", run_config.storage_filesystem)
+    sync_config = getattr(run_config, "sync_config", None)
+    period = getattr(sync_config, "sync_period", 300.0)
+    if isinstance(period, bool) or not isinstance(period, numbers.Real) or not 0 <= period < math.inf:
+        raise ValueError(f"RunConfig.sync_config.sync_period must be seconds >= 0, got {period!r}")
     checkpoint_config = run_config.checkpoint_config
     if checkpoint_config is not None and not isinstance(checkpoint_config, tune.CheckpointConfig):
         raise TypeError(f"RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got {checkpoint_config!r}")
