@@ -274,10 +274,8 @@ class Tuner:
                 f"or time_budget_s ends), got {num_samples!r}"
             )
         storage = self.run_config.storage_path
-        if storage is not None and not isinstance(storage, (str, os.PathLike)):
+        if storage is not None and not isinstance(storage, str):  # RunConfig made a pathlib.Path a str
             raise TypeError(f"RunConfig.storage_path must be a str (a path or a URI) or None, got {storage!r}")
-        if storage is not None:
-            storage = self.run_config.storage_path = os.fspath(storage)
         if (
             storage
             and "://" not in str(storage)
