@@ -5,9 +5,14 @@ A user's config is a (possibly nested) dict. The planner splits it into
 * *tunable* values: every `Sequence` and every plain scalar (number, string,
   bool). A plain scalar is a constant sequence, so a trial whose plain
   ``lr=0.1`` is later changed by PBT to a sequence still shares its prefix.
-* *static* values: everything else (lists, ``None``, nested structures that are
-  not dicts). They must be equal for two trials to share anything, so they go
-  into the key of the plan's roots, canonicalised as JSON.
+* *static* values: everything else (lists, ``None``, numpy arrays, ``nan`` and
+  ``inf``, nested structures that are not dicts). They must be equal for two
+  trials to share anything, so they go into the key of the plan's roots,
+  canonicalised as JSON (numpy values as Python numbers and lists).
+
+NumPy scalars are numbers here, as in Tune: their constant holds the Python
+number, the stored form (`TrialConfig.to_json`) too; the trainable still gets
+the user's object (`runtime.context` hands plain values over unchanged).
 
 Nested dicts are flattened with ``/`` (Tune's separator), so
 ``{"optim": {"lr": Exponential(...)}}`` has the tunable ``"optim/lr"``.
@@ -17,11 +22,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import math
+import pickle
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ray_stagetree.sequences import (
     Sequence,
@@ -35,13 +44,45 @@ PATH_SEPARATOR = "/"
 
 
 def _is_scalar(value: Any) -> bool:
+    value = _python(value)
+    # nan and inf are valid config values in Tune, but no Constant: they are static.
     return isinstance(value, (bool, int, float, str)) and not (
         isinstance(value, float) and not math.isfinite(value)
     )
 
 
+def _python(value: Any) -> Any:
+    """A numpy scalar as the Python scalar it holds (other values as they are)."""
+    return value.item() if isinstance(value, (np.bool_, np.number, np.str_)) else value
+
+
+def _stored(value: Any) -> Any:
+    """A static value in the stored (JSON) form: numpy scalars as Python
+    numbers, arrays as lists where a list holds them (Tune's params.json does
+    the same); other arrays stay as they are (pickled in study snapshots)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_stored(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _stored(item) for key, item in value.items()}
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    stored = _stored(value)
+    if stored is not value:
+        return stored
+    if isinstance(value, np.ndarray):  # no list holds it (complex, objects): keyed by its pickle
+        return {"ndarray_sha256": hashlib.sha256(pickle.dumps(value)).hexdigest()}
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def _static_key(study: str, static: Mapping[str, Any]) -> str:
-    return json.dumps({"study": study, "static": static}, sort_keys=True)
+    # allow_nan: nan and inf are keyed as NaN / Infinity, which json reads back.
+    return json.dumps({"study": study, "static": static}, sort_keys=True, default=_json_default)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -73,12 +114,12 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
 
 def _static_json(path: str, value: Any) -> str:
     try:
-        return json.dumps(value, sort_keys=True, allow_nan=False)
+        return json.dumps(value, sort_keys=True, default=_json_default)
     except (TypeError, ValueError) as error:
         raise ValueError(
             f"config[{path!r}] = {value!r} cannot be stored declaratively ({error}). "
-            "ray_stagetree persists configurations as JSON: use numbers, strings, "
-            "bools, lists, dicts or sequences, and pass other objects with "
+            "ray_stagetree persists configurations as JSON: use numbers (numpy's too), strings, "
+            "bools, lists, numpy arrays, dicts or sequences, and pass other objects with "
             "tune.with_parameters(...)."
         ) from None
 
@@ -129,6 +170,7 @@ class TrialConfig:
         declared = set()
         for path, value in _flatten(config):
             if _is_scalar(value):
+                value = _python(value)
                 tunable[path] = _constant(type(value), value)
             elif isinstance(value, Sequence) or is_sequence_spec(value):
                 sequence = value if isinstance(value, Sequence) else from_json(value)
@@ -186,7 +228,7 @@ class TrialConfig:
 
     def to_json(self) -> dict[str, Any]:
         """Flattened declarative form: sequences as their JSON, static values as given."""
-        out: dict[str, Any] = dict(self.static)
+        out: dict[str, Any] = {name: _stored(value) for name, value in self.static.items()}
         for name, sequence in zip(self.names, self.sequences):
             out[name] = sequence.to_json() if name in self.declared else sequence.value(0)
         return out

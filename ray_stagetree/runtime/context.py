@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any, Callable
 
+import numpy as np
+
 from ray_stagetree.planning.config import PATH_SEPARATOR, TrialConfig
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.payload import (
@@ -95,7 +97,8 @@ class StageContext:
         if not self.spec.plain:
             return self.spec.config
         values = self._config.hparams_at(self.step)
-        return _replaced(self.spec.config, {name: values[name] for name in self.spec.plain})
+        changed = {name: values[name] for name in self.spec.plain if _differs(self.spec.config, name, values[name])}
+        return _replaced(self.spec.config, changed) if changed else self.spec.config
 
     def hparams(self) -> dict[str, Any]:
         return self._config.hparams_at(self.step)
@@ -134,6 +137,11 @@ class StageContext:
     def report(self, metrics: Any, checkpoint: Any = None) -> None:
         if not isinstance(metrics, dict):
             raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r}")
+        if checkpoint is not None and not callable(getattr(checkpoint, "as_directory", None)):
+            raise TypeError(
+                f"report()'s checkpoint must be a ray.tune.Checkpoint (tune.Checkpoint.from_directory(path)) or "
+                f"None, got {type(checkpoint).__name__}: {checkpoint!r}"
+            )
 
         def payload(step: int) -> CheckpointPayload | None:
             if checkpoint is None:
@@ -232,6 +240,17 @@ class StageContext:
         if self._restored_dir is not None:
             shutil.rmtree(self._restored_dir, ignore_errors=True)
         return outcome
+
+
+def _differs(config: dict[str, Any], path: str, value: Any) -> bool:
+    """Whether a plain value at ``path`` is not ``value`` any more (PBT
+    explored it). Unchanged ones reach the trainable as the user gave them,
+    numpy scalars included, as in Tune."""
+    original = config
+    for part in path.split(PATH_SEPARATOR):
+        original = original[part]
+    original = original.item() if isinstance(original, np.generic) else original
+    return type(original) is not type(value) or original != value
 
 
 def _replaced(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:

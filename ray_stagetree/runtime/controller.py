@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import ray
 
 from ray_stagetree.planning.config import TrialConfig, unflatten
@@ -45,6 +46,10 @@ logger = logging.getLogger(__name__)
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 
+# Past the time budget, a batch that has not stopped at a report by then
+# (its trainable never reports, or takes this long per iteration) is killed.
+BUDGET_GRACE_S = 1.0
+
 
 @dataclass
 class StudySpec:
@@ -59,7 +64,7 @@ class StudySpec:
     worker_options: dict[str, Any] = field(default_factory=dict)
     max_concurrent_trials: int | None = None
     stage_sharing: bool = True
-    max_failures: int = 0
+    max_failures: int | float = 0  # math.inf: FailureConfig(max_failures=-1), no limit
     stop_thresholds: dict[str, float] = field(default_factory=dict)
     stopper: Any = None  # a ray.tune Stopper (a stop function arrives wrapped in Tune's FunctionStopper)
     scheduler: Any = None  # a ray.tune TrialScheduler, hosted by SchedulerHost
@@ -76,6 +81,7 @@ class StudySpec:
     trial_name_creator: Any = None  # TuneConfig's hooks, called with a TrialInfo
     trial_dirname_creator: Any = None
     checkpoint_config: Any = None  # ray.tune.CheckpointConfig, validated by the Tuner
+    stall_warning_s: float = 60.0  # the progress names a batch's trials after this long without a report
 
 
 @dataclass
@@ -142,9 +148,15 @@ class StudyController:
         self._idle: list[Any] = []
         self._running: dict[Any, tuple[Any, StageBatch, BatchSpec, float]] = {}
         self._batch_workers: dict[int, Any] = {}
+        self._batch_heard: dict[int, float] = {}  # batch id -> time.monotonic() of its last report
+        self._budget_killed: set[int] = set()  # batches whose worker the time budget killed
+        self._warned_missing_metric = False
+        self._numeric_metrics = self._metrics_consumed()
         self._wake = asyncio.Event()
         self._iterations = 0
         self._worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
+        # The time budget counts from here, as Tune's from its loop's first step: starting
+        # the workers is in it, starting this actor is not.
         self._started = time.time()
         self._new_rows: list[dict[str, Any]] = []
         self._events: list[dict[str, Any]] = []  # trial lifecycle, for the driver's callbacks (see `progress`)
@@ -260,10 +272,47 @@ class StudyController:
             for step, metrics in self.plan.history(trial_id).items():
                 self._add_row(state, step, metrics)
 
+    def _metrics_consumed(self) -> dict[str, str]:
+        """Metric name -> what compares its values (the trial scheduler, the
+        searcher): those must be numbers."""
+        consumers = {}
+        searcher = getattr(self.source, "searcher", None)
+        if getattr(searcher, "_metric", None):
+            consumers[searcher._metric] = f"the searcher ({type(searcher).__name__})"
+        scheduler = self.host.scheduler
+        if type(scheduler).__name__ != "FIFOScheduler" and getattr(scheduler, "_metric", None):
+            consumers[scheduler._metric] = f"the trial scheduler ({type(scheduler).__name__})"
+        return consumers
+
+    def _check_metrics(self, state: TrialState, step: int, metrics: dict[str, Any]) -> str | None:
+        """Why the trial cannot go on with these metrics (a value its
+        scheduler or searcher must compare is not a number), or None. Warns,
+        once per study, when the study's metric is missing."""
+        metric = self.spec.metric
+        if metric and metric not in metrics and not self._warned_missing_metric:
+            self._warned_missing_metric = True
+            self._warnings.append(
+                f"trial {state.name or state.trial_id} reported {sorted(k for k in metrics if k != 'time_this_iter_s')} "
+                f"at iteration {step}, without TuneConfig's metric {metric!r}: results without it are not ranked "
+                "(this warning is shown once per study)"
+            )
+        for name, consumer in self._numeric_metrics.items():
+            value = metrics.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.number))):
+                return (
+                    f"trial {state.name or state.trial_id} reported {name}={value!r} ({type(value).__name__}) at "
+                    f"iteration {step}, but {consumer} compares {name!r}: it must be a number"
+                )
+        return None
+
     def _add_row(self, state: TrialState, step: int, metrics: dict[str, Any]) -> None:
         # An iteration trained again (a retry, an evicted checkpoint) was
         # already reported: searchers and schedulers see each iteration once.
         if state.status in (TERMINATED, ERROR) or step in state.rows:
+            return
+        invalid = self._check_metrics(state, step, metrics)
+        if invalid is not None:
+            self._fail({state.trial_id}, invalid, retry=False)  # a retry would report the same value
             return
         row = dict(metrics)
         row["trial_id"] = state.trial_id
@@ -413,6 +462,8 @@ class StudyController:
         stop at, and its end, later than before where it continues live."""
         self._ingest(outcome)
         batch_id = outcome.batch_id
+        self._batch_heard[batch_id] = time.monotonic()
+        self._enforce_budget()  # this batch stops here, not at its next report
         if batch_id not in self.plan.running_batches:
             return [], 0, 0
         node, _, stop = self.plan.batch_segments(batch_id)[-1]
@@ -559,6 +610,7 @@ class StudyController:
 
     async def _complete(self, ref: Any) -> None:
         worker, batch, spec, dispatched = self._running.pop(ref)
+        self._batch_heard.pop(batch.batch_id, None)
         try:
             outcome: BatchOutcome = await ref
         except ray.exceptions.RayActorError as error:
@@ -637,13 +689,13 @@ class StudyController:
             return
         self._fail(affected, outcome.error)
 
-    def _fail(self, trial_ids: set[str], error: str) -> None:
+    def _fail(self, trial_ids: set[str], error: str, retry: bool = True) -> None:
         for trial_id in trial_ids:
             state = self.trials[trial_id]
             if state.status in (TERMINATED, ERROR):
                 continue
             state.failures += 1
-            if state.failures <= self.spec.max_failures:
+            if retry and state.failures <= self.spec.max_failures:
                 self._event("recover", state, error=error)
             else:
                 state.status, state.error = ERROR, error
@@ -685,10 +737,32 @@ class StudyController:
         return live or (self.source.remaining != 0 and not self._over_budget() and not self._halted)
 
     def _enforce_budget(self) -> None:
-        if self._over_budget():
-            for state in list(self.trials.values()):
-                if state.status in (PENDING, RUNNING):
-                    self.stop_trial(state.trial_id)
+        """Past the time budget, trials stop (running batches stop at their
+        next report); a batch still running ``BUDGET_GRACE_S`` later is
+        killed with its worker: it cannot be stopped cooperatively."""
+        if not self._over_budget():
+            return
+        for state in list(self.trials.values()):
+            if state.status in (PENDING, RUNNING):
+                self.stop_trial(state.trial_id)
+        if time.time() - self._started < self.spec.time_budget_s + BUDGET_GRACE_S:
+            return
+        for worker, batch, _, _ in list(self._running.values()):
+            if batch.batch_id not in self._budget_killed:
+                self._budget_killed.add(batch.batch_id)
+                ray.kill(worker)
+
+    def _budget_timeout(self) -> float | None:
+        """Seconds until the loop must wake for the time budget: when it
+        ends, and when batches still running past it are killed."""
+        budget = self.spec.time_budget_s
+        if budget is None or math.isinf(budget):
+            return None
+        left = budget - (time.time() - self._started)
+        if left > 0:
+            return left
+        pending = [b for _, b, _, _ in self._running.values() if b.batch_id not in self._budget_killed]
+        return max(0.0, left + BUDGET_GRACE_S) if pending else None
 
     async def run(self, workers: list[Any]) -> None:
         """Run the study on ``workers`` (from `start_worker`, started by the
@@ -713,9 +787,10 @@ class StudyController:
             self._wake.clear()
             wake = asyncio.ensure_future(self._wake.wait())
             futures = {asyncio.ensure_future(_as_future(ref)): ref for ref in waiting}
-            timeout = None
+            timeout = self._budget_timeout()
             if self._state_changed and self._state_write is None:  # a snapshot is due then
-                timeout = max(0.0, self._next_state_at - time.monotonic())
+                due = max(0.0, self._next_state_at - time.monotonic())
+                timeout = due if timeout is None else min(timeout, due)
             done, _ = await asyncio.wait([wake, *futures], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             wake.cancel()
             for future in done:
@@ -920,7 +995,21 @@ class StudyController:
             "elapsed": time.time() - self._started,
             "study_error": self.study_error,
             "warnings": warnings,
+            "stalled": self._stalled(),
         }
+
+    def _stalled(self) -> list[tuple[str, float]]:
+        """(trials, seconds) of each running batch that has reported nothing
+        for ``stall_warning_s``: a trainable stuck, or slower than expected."""
+        now = time.monotonic()
+        stalled = []
+        for _, batch, _, dispatched in self._running.values():
+            silent = now - self._batch_heard.get(batch.batch_id, dispatched)
+            if silent >= self.spec.stall_warning_s:
+                trial_ids = sorted({t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials})
+                names = [self.trials[t].name or t for t in trial_ids if t in self.trials]
+                stalled.append((", ".join(names) or f"batch {batch.batch_id}", silent))
+        return stalled
 
     def results(self) -> list[dict[str, Any]]:
         return [

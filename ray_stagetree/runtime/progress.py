@@ -87,9 +87,13 @@ class ProgressReporter:
         best = ""
         if self.best is not None:
             best = f" | best {self.metric}: {self.best:.4g}"
+        stalled = "".join(
+            f" | {names} {'has' if ',' not in names else 'have'} not reported for {seconds:.0f}s"
+            for names, seconds in progress.get("stalled", ())
+        )
         return (
             f"[{progress['elapsed']:.0f}s] trials: {trials} | iterations: {executed} executed, {unique} unique, "
-            f"{total} trial by trial{_saving(executed, total) if final else ''}{best}"
+            f"{total} trial by trial{_saving(executed, total) if final else ''}{best}{stalled}"
         )
 
     def update(self, progress: dict[str, Any], final: bool = False, trials: list[Any] | None = None) -> None:

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import logging
 import math
+import numbers
 import os
 import posixpath
 import signal
@@ -111,10 +112,11 @@ class Tuner:
         checkpoint_budget_bytes: int = 2 * 1024**3,
     ) -> None:
         self.trainable = trainable
-        self.param_space = param_space or {}
-        self.tune_config = tune_config or tune.TuneConfig()
-        self.run_config = run_config or tune.RunConfig()
-        self.stage_sharing = bool(stage_sharing)
+        # `is None`, not falsiness: an empty dict given as a config is refused, not replaced.
+        self.param_space = {} if param_space is None else param_space
+        self.tune_config = tune.TuneConfig() if tune_config is None else tune_config
+        self.run_config = tune.RunConfig() if run_config is None else run_config
+        self.stage_sharing = stage_sharing
         self.execution_policy = execution_policy
         self.checkpoint_budget_bytes = checkpoint_budget_bytes
         self._restore_options: tuple[bool, bool, bool] | None = None  # set by Tuner.restore
@@ -169,6 +171,11 @@ class Tuner:
         ...     tuner = Tuner(train, param_space=space, run_config=run_config)
         >>> results = tuner.fit()                                       # doctest: +SKIP
         """
+        _check_path("Tuner.restore", path)
+        _check_trainable(trainable)
+        _check_filesystem("Tuner.restore's storage_filesystem", storage_filesystem)
+        if param_space is not None and not isinstance(param_space, dict):
+            raise TypeError(f"Tuner.restore's param_space must be a dict or None, got {param_space!r}")
         for name, value in (
             ("resume_unfinished", resume_unfinished),
             ("resume_errored", resume_errored),
@@ -176,7 +183,7 @@ class Tuner:
         ):
             if not isinstance(value, bool):
                 raise TypeError(f"Tuner.restore's {name} must be a bool, got {value!r}")
-        path = _absolute(str(path), storage_filesystem).rstrip("/")
+        path = _absolute(os.fspath(path), storage_filesystem).rstrip("/")
         settings = read_tuner_settings(CheckpointStorage(path, storage_filesystem))
         run_config = copy.copy(settings["run_config"])
         run_config.storage_path, run_config.name = posixpath.split(path)
@@ -195,7 +202,9 @@ class Tuner:
     def can_restore(cls, path: str, storage_filesystem: Any = None) -> bool:
         """True when ``path`` is a study's experiment directory that
         `restore` can continue (its trial folders are not)."""
-        return can_restore(CheckpointStorage(_absolute(str(path), storage_filesystem), storage_filesystem))
+        _check_path("Tuner.can_restore", path)
+        _check_filesystem("Tuner.can_restore's storage_filesystem", storage_filesystem)
+        return can_restore(CheckpointStorage(_absolute(os.fspath(path), storage_filesystem), storage_filesystem))
 
     def _save_settings(self, experiment_path: str) -> None:
         """What `restore` rebuilds this Tuner from, at the experiment root."""
@@ -220,30 +229,16 @@ class Tuner:
 
     def _validate_arguments(self) -> None:
         trainable = self.trainable
-        if isinstance(trainable, type):
-            if trainable in (tune.Trainable, StageTrainable):
-                raise TypeError(f"{trainable.__name__} is the base class: subclass it and implement step()")
-            if not issubclass(trainable, tune.Trainable):
-                raise TypeError(
-                    f"a class trainable must subclass ray.tune.Trainable or ray_stagetree.trainables.StageTrainable, "
-                    f"got {trainable.__name__}"
-                )
-        elif isinstance(trainable, str):
-            raise TypeError(
-                f"trainable must be the function or class itself, got the name {trainable!r} "
-                "(registered trainables are not supported)"
-            )
-        elif not callable(trainable):
-            raise TypeError(
-                f"trainable must be a function, a ray.tune.Trainable or a StageTrainable subclass, got {trainable!r}"
-            )
+        _check_trainable(trainable)
         if not isinstance(self.param_space, dict):
             raise TypeError(f"param_space must be a dict, got {type(self.param_space).__name__}")
         if not isinstance(self.tune_config, tune.TuneConfig):
             raise TypeError(f"tune_config must be a ray.tune.TuneConfig, got {type(self.tune_config).__name__}")
         if not isinstance(self.run_config, tune.RunConfig):
             raise TypeError(f"run_config must be a ray.tune.RunConfig, got {type(self.run_config).__name__}")
-        if self.execution_policy not in POLICIES:
+        if not isinstance(self.stage_sharing, bool):
+            raise TypeError(f"stage_sharing must be True or False, got {self.stage_sharing!r}")
+        if not isinstance(self.execution_policy, str) or self.execution_policy not in POLICIES:
             raise ValueError(f"execution_policy must be one of {sorted(POLICIES)}, got {self.execution_policy!r}")
         if (
             isinstance(self.checkpoint_budget_bytes, bool)
@@ -252,8 +247,13 @@ class Tuner:
         ):
             raise ValueError(f"checkpoint_budget_bytes must be an int >= 0, got {self.checkpoint_budget_bytes!r}")
         config = self.tune_config
-        if config.mode not in (None, "min", "max"):
+        if config.metric is not None and not isinstance(config.metric, str):
+            raise TypeError(f"TuneConfig.metric must be a str (a key of the reported metrics) or None, got {config.metric!r}")
+        if not isinstance(config.mode, (str, type(None))) or config.mode not in (None, "min", "max"):
             raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {config.mode!r}")
+        _check_tune_config(config)
+        _check_run_config(self.run_config)
+        _check_resource_request(getattr(trainable, "_resources", None))
         check_scheduler(config.scheduler, config.metric, config.mode)
         if config.search_alg is not None and not isinstance(
             config.search_alg, (Searcher, BasicVariantGenerator, SequenceGridSearch)
@@ -265,12 +265,15 @@ class Tuner:
         if config.time_budget_s is not None:
             budget = config.time_budget_s
             seconds = budget.total_seconds() if isinstance(budget, datetime.timedelta) else budget
-            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-                raise ValueError(f"TuneConfig.time_budget_s must be > 0 seconds, got {budget!r}")
+            if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not seconds > 0:
+                raise ValueError(
+                    f"TuneConfig.time_budget_s must be a number of seconds > 0 (or a datetime.timedelta), "
+                    f"got {budget!r}"
+                )
         num_samples = config.num_samples
         if (
             isinstance(num_samples, bool)
-            or not isinstance(num_samples, int)
+            or not isinstance(num_samples, numbers.Integral)
             or not (num_samples >= 1 or (num_samples == -1 and isinstance(config.search_alg, Searcher)))
         ):
             raise ValueError(
@@ -278,6 +281,8 @@ class Tuner:
                 f"or time_budget_s ends), got {num_samples!r}"
             )
         storage = self.run_config.storage_path
+        if storage is not None and not isinstance(storage, str):  # RunConfig made a pathlib.Path a str
+            raise TypeError(f"RunConfig.storage_path must be a str (a path or a URI) or None, got {storage!r}")
         if (
             storage
             and "://" not in str(storage)
@@ -366,7 +371,7 @@ class Tuner:
                 f"got {stop!r}"
             )
         for key, threshold in stop.items():
-            if key != "training_iteration" and (not isinstance(threshold, (int, float)) or threshold != threshold):
+            if key != "training_iteration" and (not isinstance(threshold, numbers.Real) or threshold != threshold):
                 raise ValueError(
                     f"RunConfig.stop[{key!r}] must be a number or a bool (a trial stops once its {key!r} "
                     f"reaches it), got {threshold!r}"
@@ -374,9 +379,9 @@ class Tuner:
         self.stop_thresholds = {key: value for key, value in stop.items() if key != "training_iteration"}
         if "training_iteration" in stop:
             horizon = stop["training_iteration"]
-            if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+            if isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or horizon < 1:
                 raise ValueError(f"RunConfig.stop['training_iteration'] must be an int >= 1, got {horizon!r}")
-            self.horizon = horizon
+            self.horizon = int(horizon)
 
     def _resources(self, source: VariantSource | SearcherSource) -> dict[str, float]:
         """One stage worker's resources: ``tune.with_resources``, or a class's
@@ -391,12 +396,13 @@ class Tuner:
             request = request(config)
         if request is None:
             return {"CPU": 1.0}
+        _check_resource_request(request)
         if isinstance(request, dict):
             return {key.upper() if key in ("cpu", "gpu") else key: float(v) for key, v in request.items() if v}
         # A worker is one actor: a multi-bundle request (a trainer and its
         # workers, in Tune) is reserved as the sum of its bundles.
         total: dict[str, float] = {}
-        for bundle in getattr(request, "bundles", None) or [request.required_resources]:
+        for bundle in _bundles(request):
             for key, value in bundle.items():
                 total[key] = total.get(key, 0.0) + float(value)
         return {key: value for key, value in total.items() if value}
@@ -475,6 +481,7 @@ class Tuner:
         results so far."""
         experiment_path = self._experiment_path()
         storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
+        _check_writable(storage, experiment_path)
         if self._restore_options is not None and has_state(storage):
             state = read_state(storage)
             restore = Restore(state, *self._restore_options)
@@ -522,7 +529,8 @@ class Tuner:
             worker_options=worker_options,
             max_concurrent_trials=self._max_concurrent,
             stage_sharing=self.stage_sharing,
-            max_failures=failure.max_failures if failure is not None else 0,
+            # -1 retries without limit, as in Tune
+            max_failures=(math.inf if failure.max_failures == -1 else failure.max_failures) if failure else 0,
             stop_thresholds=self.stop_thresholds,
             stopper=self.stopper,
             scheduler=self.tune_config.scheduler,
@@ -535,6 +543,7 @@ class Tuner:
             restore=restore,
             state_period_s=_state_period(),
             checkpoint_config=self.run_config.checkpoint_config,
+            stall_warning_s=_stall_warning_seconds(),
         )
         callbacks = self._callback_runner(source, experiment_path)
         reporter = self._progress_reporter(source)
@@ -680,6 +689,138 @@ class Tuner:
         )
 
 
+def _check_trainable(trainable: Any) -> None:
+    if isinstance(trainable, type):
+        if trainable in (tune.Trainable, StageTrainable):
+            raise TypeError(f"{trainable.__name__} is the base class: subclass it and implement step()")
+        if not issubclass(trainable, tune.Trainable):
+            raise TypeError(
+                f"a class trainable must subclass ray.tune.Trainable or ray_stagetree.trainables.StageTrainable, "
+                f"got {trainable.__name__}"
+            )
+    elif isinstance(trainable, str):
+        raise TypeError(
+            f"trainable must be the function or class itself, got the name {trainable!r} "
+            "(registered trainables are not supported)"
+        )
+    elif not callable(trainable):
+        raise TypeError(
+            f"trainable must be a function, a ray.tune.Trainable or a StageTrainable subclass, got {trainable!r}"
+        )
+
+
+def _check_path(where: str, path: Any) -> None:
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise TypeError(f"{where}: path must be the experiment directory (a str path or URI), got {path!r}")
+
+
+def _check_filesystem(where: str, filesystem: Any) -> None:
+    if filesystem is None:
+        return
+    import fsspec
+    import pyarrow.fs
+
+    if not isinstance(filesystem, (pyarrow.fs.FileSystem, fsspec.AbstractFileSystem)):
+        raise TypeError(f"{where} must be a pyarrow.fs.FileSystem or an fsspec filesystem, got {filesystem!r}")
+
+
+def _check_writable(storage: CheckpointStorage, experiment_path: str) -> None:
+    """Write and remove a probe file where the study will write, through the
+    same filesystem: a read-only or unreachable storage fails here, not after
+    training."""
+    probe = f".stagetree_probe-{uuid.uuid4().hex}"
+    try:
+        stored = storage.write(probe, b"")
+        storage.delete(stored)
+    except Exception as error:  # noqa: BLE001 - each fsspec backend raises its own errors
+        kind = PermissionError if isinstance(error, PermissionError) else OSError
+        raise kind(
+            f"the experiment directory {experiment_path!r} is not writable ({type(error).__name__}: {error}); "
+            "the study writes its checkpoints, logs and state there: set RunConfig(storage_path=..., name=...) "
+            "to a writable place"
+        ) from None
+
+
+def _check_tune_config(config: tune.TuneConfig) -> None:
+    """The TuneConfig fields Tune checks late (or not at all), checked here."""
+    limit = config.max_concurrent_trials
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 0):
+        raise ValueError(
+            f"TuneConfig.max_concurrent_trials must be an int >= 1 (0 or None: no limit), got {limit!r}"
+        )
+    for name in ("trial_name_creator", "trial_dirname_creator"):
+        hook = getattr(config, name, None)
+        if hook is not None and not callable(hook):
+            raise TypeError(f"TuneConfig.{name} must be a function (trial) -> str or None, got {hook!r}")
+
+
+def _check_run_config(run_config: tune.RunConfig) -> None:
+    """The RunConfig and FailureConfig fields the study honours."""
+    from ray.tune.experimental.output import AirVerbosity
+    from ray.tune.utils.log import Verbosity
+
+    name = run_config.name
+    if name is not None and (not isinstance(name, str) or name.strip(" /") == "" or name in (".", "..")):
+        raise ValueError(f"RunConfig.name must be a folder name (a non-empty str) or None, got {name!r}")
+    verbose = run_config.verbose
+    if verbose is not None and not isinstance(verbose, (Verbosity, AirVerbosity)) and (
+        not isinstance(verbose, numbers.Integral) or not 0 <= verbose <= 3
+    ):
+        raise ValueError(f"RunConfig.verbose must be 0, 1, 2 or 3 (or a Verbosity), got {verbose!r}")
+    _check_filesystem("RunConfig.storage_filesystem", run_config.storage_filesystem)
+    sync_config = getattr(run_config, "sync_config", None)
+    period = getattr(sync_config, "sync_period", 300.0)
+    if isinstance(period, bool) or not isinstance(period, numbers.Real) or not 0 <= period < math.inf:
+        raise ValueError(f"RunConfig.sync_config.sync_period must be seconds >= 0, got {period!r}")
+    checkpoint_config = run_config.checkpoint_config
+    if checkpoint_config is not None and not isinstance(checkpoint_config, tune.CheckpointConfig):
+        raise TypeError(f"RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got {checkpoint_config!r}")
+    failure = run_config.failure_config
+    if failure is None:
+        return
+    if not isinstance(failure, tune.FailureConfig):
+        raise TypeError(f"RunConfig.failure_config must be a ray.tune.FailureConfig, got {failure!r}")
+    retries = failure.max_failures
+    if isinstance(retries, bool) or not isinstance(retries, numbers.Integral) or retries < -1:
+        raise ValueError(
+            f"FailureConfig.max_failures must be an int >= 0 (retries per trial), or -1 to retry without "
+            f"limit, got {retries!r}"
+        )
+    if not (isinstance(failure.fail_fast, bool) or failure.fail_fast == "raise"):
+        raise ValueError(f"FailureConfig.fail_fast must be True, False or 'raise', got {failure.fail_fast!r}")
+
+
+def _bundles(request: Any) -> list[dict[str, float]]:
+    return getattr(request, "bundles", None) or [request.required_resources]
+
+
+def _check_resource_request(request: Any) -> None:
+    """A resource request (``tune.with_resources``, ``default_resource_request``)
+    Ray could reserve: amounts >= 0, some > 0. Requests that depend on the
+    config are checked when a config is drawn."""
+    if request is None or (callable(request) and not hasattr(request, "bundles")):
+        return
+    if isinstance(request, dict):
+        bundles = [request]
+    elif hasattr(request, "bundles") or hasattr(request, "required_resources"):
+        bundles = _bundles(request)
+    else:
+        raise TypeError(
+            f"a trainable's resource request must be a dict or a tune.PlacementGroupFactory, got {request!r}"
+        )
+    for bundle in bundles:
+        for key, amount in bundle.items():
+            if isinstance(amount, bool) or not isinstance(amount, numbers.Real) or not 0 <= amount < math.inf:
+                raise ValueError(
+                    f"tune.with_resources: {key!r} must be a finite amount >= 0, got {amount!r} (in {bundle!r})"
+                )
+    if not any(amount for bundle in bundles for amount in bundle.values()):
+        raise ValueError(
+            f"tune.with_resources: the request {bundles!r} asks for nothing; ask for at least some CPU "
+            '(e.g. {"cpu": 1}), or fractional amounts such as {"cpu": 0.5}'
+        )
+
+
 def _variants(param_space: dict[str, Any], num_samples: int, generator: BasicVariantGenerator | None) -> list[dict]:
     """Tune's grid and random variants, drawn as ``generator`` (Tune's
     ``BasicVariantGenerator``: its ``random_state``, ``points_to_evaluate``
@@ -735,6 +876,19 @@ def _state_period() -> float | None:
     if not period >= 0:
         raise ValueError(f"TUNE_GLOBAL_CHECKPOINT_S must be 'auto' or seconds >= 0, got {value!r}")
     return period
+
+
+def _stall_warning_seconds() -> float:
+    """After how long without a result the progress names a running trial
+    (``RAY_STAGETREE_STALL_WARNING_S``, 60 by default)."""
+    value = os.environ.get("RAY_STAGETREE_STALL_WARNING_S", "60")
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ValueError(f"RAY_STAGETREE_STALL_WARNING_S must be seconds > 0, got {value!r}")
+    return seconds
 
 
 def _trials_to_run(source: VariantSource | SearcherSource, restore: Restore | None) -> float:

@@ -165,6 +165,8 @@ def _list(family: str, name: str, value: Any, allowed: str) -> tuple | Any:
     """A list or tuple, stored as a tuple so that the sequence stays immutable."""
     if _is_domain(value):
         return value
+    if isinstance(value, np.ndarray) and value.ndim == 1:  # np.arange(30, 90, 30), as a list
+        return tuple(value.tolist())
     if not isinstance(value, (list, tuple)):
         raise TypeError(f"{family}: {name} must be {allowed}, got {value!r} ({_type_name(value)})")
     return tuple(value)

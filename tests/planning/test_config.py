@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
@@ -46,8 +47,20 @@ def test_different_hyper_parameter_names_never_share():
 def test_bad_keys_and_values_are_named():
     with pytest.raises(TypeError, match="config keys must be strings, got 1"):
         TrialConfig.from_config({1: 0.1})
-    with pytest.raises(ValueError, match=r"config\['lr'\] = nan"):
-        TrialConfig.from_config({"lr": float("nan")})
+    with pytest.raises(ValueError, match=r"config\['model'\] = <object object at .*> cannot be stored declaratively"):
+        TrialConfig.from_config({"model": object()})
+
+
+def test_nan_inf_and_numpy_values_are_planned_as_tune_takes_them(tmp_path):
+    config = {"lr": np.float32(0.5), "clip": float("inf"), "floor": float("nan"), "weights": np.arange(3)}
+    flat = TrialConfig.from_config(config)
+    assert flat.names == ("lr",) and flat.hparams_at(0) == {"lr": 0.5}  # a number; nan and inf are static
+    assert flat.to_json()["weights"] == [0, 1, 2] and type(flat.to_json()["lr"]) is float
+    assert TrialConfig.from_config({**config, "floor": 0.0}).first_difference(flat, 10) == 0
+    plan = SearchPlan()
+    plan.add_trial("a", config, 20)
+    plan.save(str(tmp_path / "plan"))
+    assert SearchPlan.load(str(tmp_path / "plan")).trials["a"].config.static_key == flat.static_key
 
 
 def test_plan_saves_to_a_local_directory_and_a_pyarrow_filesystem(tmp_path):

@@ -34,6 +34,14 @@ def test_final_line_compares_executed_iterations_with_trial_by_trial():
     assert "(2.00x more executed: prefixes retrained)" in reporter.line(retrained, final=True)
 
 
+def test_line_names_trials_that_have_not_reported():
+    reporter = ProgressReporter(None, None, verbose=0)
+    assert "not reported" not in reporter.line(progress())
+    stalled = {**progress(), "stalled": [("trial_a", 75.2), ("trial_b, trial_c", 61.0)]}
+    line = reporter.line(stalled)
+    assert line.endswith(" | trial_a has not reported for 75s | trial_b, trial_c have not reported for 61s")
+
+
 def test_terminal_output_is_rate_limited(capsys):
     reporter = ProgressReporter(None, None, interval_seconds=3600)
     reporter.update(progress())

@@ -1,0 +1,195 @@
+"""Issue 17's faults end to end: a read-only storage, the time budget,
+a trainable that never reports, numpy values in the space, odd metrics."""
+
+import math
+import time
+
+import fsspec
+import numpy as np
+import pytest
+from fsspec.implementations.local import LocalFileSystem
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler
+
+from ray_stagetree import MultiStep, Tuner, get_hparams, report
+from ray_stagetree.runtime.experiment_state import STATE_FILE, read_state
+from ray_stagetree.runtime.storage import CheckpointStorage
+
+
+class ReadOnlyFileSystem(LocalFileSystem):
+    """A local filesystem that refuses writes, as a read-only mount does
+    (chmod does not stop root, which runs CI)."""
+
+    def _refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Read-only file system")
+
+    makedirs = mkdir = pipe_file = put_file = mv = rm_file = _refuse
+
+    def open(self, path, mode="rb", **kwargs):
+        if "r" not in mode:
+            self._refuse()
+        return super().open(path, mode, **kwargs)
+
+
+def train_forever(config):
+    while True:
+        time.sleep(config["seconds"])
+        report({"loss": 1.0, "reported_at": time.time()})
+
+
+def never_reports(config):
+    while True:
+        time.sleep(1)
+
+
+def reports_values(config):
+    """Reports the config's values and their types, and odd metric values."""
+    while True:
+        values = {key: (repr(value), type(value).__name__) for key, value in config.items() if key != "kind"}
+        metrics = {"values": values, "lr": get_hparams().get("lr")}
+        kind = config.get("kind")
+        if kind == "odd":
+            metrics.update(loss=float("nan"), other=float("inf"), vector=np.arange(3), word="abc", **{"a/b": 1.0})
+        elif kind == "string":
+            metrics["loss"] = "low"
+        elif kind == "missing":
+            metrics["accuracy"] = 0.5
+        else:
+            metrics["loss"] = 1.0
+        report(metrics)
+
+
+class Recorder(tune.ProgressReporter):
+    """A progress table that keeps every status line it is shown."""
+
+    def __init__(self):
+        self.lines = []
+
+    def should_report(self, trials, done=False):
+        return True
+
+    def report(self, trials, done, *sys_info):
+        self.lines.extend(sys_info)
+
+
+def run_config(tmp_path, name, **kwargs):
+    kwargs.setdefault("verbose", 0)
+    return tune.RunConfig(name=name, storage_path=str(tmp_path), **kwargs)
+
+
+@pytest.mark.timeout(60)
+def test_read_only_storage_fails_before_anything_trains(tmp_path):
+    tuner = Tuner(
+        train_forever,
+        run_config=tune.RunConfig(name="ro", storage_path=str(tmp_path), storage_filesystem=ReadOnlyFileSystem()),
+    )
+    with pytest.raises(PermissionError, match=f"experiment directory '{tmp_path}/ro' is not writable"):
+        tuner.fit()  # no Ray is needed to get here: ray_session is not used
+
+
+@pytest.mark.timeout(60)
+def test_storage_probe_leaves_nothing_behind(tmp_path):
+    from ray_stagetree.runtime.tuner import _check_writable
+
+    _check_writable(CheckpointStorage(str(tmp_path / "exp")), str(tmp_path / "exp"))
+    assert fsspec.filesystem("file").ls(str(tmp_path / "exp")) == []
+
+
+@pytest.mark.timeout(90)
+def test_time_budget_stops_running_batches_at_their_next_report(tmp_path, ray_session, monkeypatch):
+    # Snapshots wake the controller too: without them only the budget's own wake-up stops trials on time.
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "1000")
+    budget = 4
+    started = time.monotonic()
+    grid = Tuner(
+        train_forever,
+        param_space={"seconds": 1.0},  # one trial: no other trial's report wakes the controller
+        tune_config=tune.TuneConfig(time_budget_s=budget),
+        run_config=run_config(tmp_path, "budget"),
+    ).fit()
+    assert time.monotonic() - started < budget + 30  # generous: starting actors on a busy machine
+    assert grid.num_errors == 0 and len(grid) == 1
+    # When the budget began: the final snapshot is written at the end, with the study's elapsed time.
+    state_file = tmp_path / "budget" / STATE_FILE
+    state = read_state(CheckpointStorage(str(tmp_path / "budget")))
+    budget_end = state_file.stat().st_mtime - state.elapsed + budget
+    before = [t for t in grid[0].metrics_dataframe["reported_at"] if t <= budget_end]
+    # One iteration was running when the budget ended; the batch stops at its report. (Iterations
+    # trained after a trial stopped count as executed but are not in its results.)
+    assert grid.iterations_executed - len(before) <= 1, (grid.iterations_executed, len(before))
+
+
+@pytest.mark.timeout(90)
+def test_time_budget_ends_a_trainable_that_never_reports(tmp_path, ray_session, monkeypatch):
+    monkeypatch.setenv("RAY_STAGETREE_STALL_WARNING_S", "1")
+    recorder = Recorder()
+    started = time.monotonic()
+    grid = Tuner(
+        never_reports,
+        tune_config=tune.TuneConfig(time_budget_s=10),
+        run_config=run_config(tmp_path, "silent", verbose=1, progress_reporter=recorder),
+    ).fit()
+    assert time.monotonic() - started < 10 + 30  # generous: starting actors on a busy machine
+    assert len(grid) == 1 and grid.num_errors == 0
+    assert any("has not reported for" in line for line in recorder.lines), recorder.lines[-3:]
+
+
+@pytest.mark.timeout(90)
+def test_numpy_values_reach_the_trainable_as_given(tmp_path, ray_session):
+    space = {
+        "lr": tune.grid_search(np.linspace(0.1, 0.2, 2)),
+        "f32": np.float32(0.5),
+        "n": np.int64(3),
+        "flag": np.bool_(True),
+        "array": np.arange(3),
+        "nan": float("nan"),
+        "inf": -math.inf,
+        "decay": MultiStep(np.float64(0.1), np.array([30]), np.float32(0.5)),
+    }
+    grid = Tuner(
+        reports_values,
+        param_space=space,
+        run_config=run_config(tmp_path, "numpy", stop={"training_iteration": 2}),
+    ).fit()
+    assert grid.num_errors == 0 and len(grid) == 2
+    seen = sorted(grid, key=lambda r: r.metrics["lr"])
+    assert [r.metrics["lr"] for r in seen] == [0.1, 0.2]
+    values = seen[0].metrics["values"]
+    assert values["f32"] == ("np.float32(0.5)", "float32")
+    assert values["n"] == ("np.int64(3)", "int64")
+    assert values["flag"] == ("np.True_", "bool")
+    assert values["array"] == ("array([0, 1, 2])", "ndarray")
+    assert values["nan"] == ("nan", "float") and values["inf"] == ("-inf", "float")
+    # the stored form: Python numbers and lists
+    config = seen[0].config
+    assert type(config["f32"]) is float and config["array"] == [0, 1, 2] and math.isnan(config["nan"])
+
+
+@pytest.mark.timeout(90)
+def test_odd_metric_values_are_accepted_and_a_missing_metric_warns_once(tmp_path, ray_session, caplog):
+    grid = Tuner(
+        reports_values,
+        param_space={"kind": tune.grid_search(["odd", "missing", "missing"])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=run_config(tmp_path, "odd", stop={"training_iteration": 3}),
+    ).fit()
+    assert grid.num_errors == 0 and len(grid) == 3
+    odd = next(r for r in grid if r.config["kind"] == "odd")
+    assert math.isnan(odd.metrics["loss"]) and odd.metrics["word"] == "abc" and odd.metrics["a/b"] == 1.0
+    warnings = [r.getMessage() for r in caplog.records if "without TuneConfig's metric 'loss'" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+
+
+@pytest.mark.timeout(90)
+def test_a_string_where_the_scheduler_needs_a_number_errors_the_trial(tmp_path, ray_session):
+    grid = Tuner(
+        reports_values,
+        param_space={"kind": tune.grid_search(["string", "number"])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=ASHAScheduler(max_t=4, grace_period=2)),
+        run_config=run_config(tmp_path, "string", failure_config=tune.FailureConfig(max_failures=-1)),
+    ).fit()
+    by_kind = {r.config["kind"]: r for r in grid}
+    assert by_kind["number"].error is None and by_kind["number"].metrics["training_iteration"] == 4
+    message = str(by_kind["string"].error)
+    assert "reported loss='low' (str) at iteration 1" in message
+    assert "the trial scheduler (AsyncHyperBandScheduler) compares 'loss': it must be a number" in message
