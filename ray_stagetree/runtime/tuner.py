@@ -589,19 +589,19 @@ class Tuner:
         run = controller.run.remote(workers)
         experiment_path = spec.experiment_path
         try:
-            try:
-                with _interrupt_on_sigusr1():
-                    while not ray.wait([run], timeout=POLL_SECONDS)[0]:
-                        progress = ray.get(controller.progress.remote())
-                        callbacks.update(progress)
-                        reporter.update(progress, trials=list(callbacks.trials.values()))
-                ray.get(run)
-            except KeyboardInterrupt:
+            with _interruptible() as interrupted:
+                while not ray.wait([run], timeout=POLL_SECONDS)[0] and not interrupted.is_set():
+                    progress = ray.get(controller.progress.remote())
+                    callbacks.update(progress)
+                    reporter.update(progress, trials=list(callbacks.trials.values()))
+            if interrupted.is_set():
                 ray.get(controller.save_state.remote())
                 logger.warning(
                     "The study was interrupted; its state is saved. Continue it with Tuner.restore(%r, trainable)",
                     experiment_path,
                 )
+            else:
+                ray.get(run)
             progress = ray.get(controller.progress.remote())
             callbacks.update(progress)
             if progress["study_error"] is not None:
@@ -845,22 +845,29 @@ def _merged(space: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _interrupt_on_sigusr1():
-    """SIGUSR1 interrupts ``fit()`` as Ctrl-C does (Tune's convention, for
-    drivers whose SIGINT is filtered, as in a Ray task)."""
-    usable = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1")
-    if not usable:
-        yield
+def _interruptible():
+    """Ctrl-C (SIGINT) and SIGUSR1 (Tune's convention, for drivers whose
+    SIGINT is filtered, as in a Ray task) set the yielded event, which the
+    poll loop checks between polls: an interruption never lands half way
+    through handing results to the callbacks. A second one raises
+    KeyboardInterrupt at once."""
+    interrupted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted
         return
 
     def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
 
-    previous = signal.signal(signal.SIGUSR1, interrupt)
+    signals = [signal.SIGINT] + ([signal.SIGUSR1] if hasattr(signal, "SIGUSR1") else [])
+    previous = {number: signal.signal(number, interrupt) for number in signals}
     try:
-        yield
+        yield interrupted
     finally:
-        signal.signal(signal.SIGUSR1, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _state_period() -> float | None:

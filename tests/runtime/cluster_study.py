@@ -10,6 +10,8 @@ it in a subprocess, so its cluster never meets the test session's Ray.
    there until it is gone): with ``FailureConfig(max_failures=...)`` the
    trials of that batch are retried on the other node and the study ends
    with every trial complete.
+3. Without retries (``max_failures=0``), the trials of a batch on a removed
+   node end in error at once and the others complete.
 """
 
 import os
@@ -112,6 +114,31 @@ def main(workdir):
                 # it was in the batch that died with the node: trained again elsewhere
                 assert (frame.loc[frame["training_iteration"] >= BLOCK_AT, "node"] != doomed.node_id).all()
         print(f"OK: blocked {sorted(blocked)}, {grid.iterations_executed} iterations executed")
+
+        # Without retries, the lost node's trials end in error at once and the others complete.
+        doomed = cluster.add_node(num_cpus=1, num_gpus=1)
+        cluster.wait_for_nodes()
+        signals = os.path.join(workdir, "signals_no_retry")
+        os.makedirs(signals)
+        study = tuner(workdir, "lost_node_no_retry", doomed=doomed.node_id, signals=signals, max_failures=0)
+        outcome = {}
+        fit = threading.Thread(target=lambda: outcome.setdefault("grid", study.fit()), daemon=True)
+        fit.start()
+        deadline = time.monotonic() + 180
+        while not os.listdir(signals):
+            assert fit.is_alive() and time.monotonic() < deadline, "no batch reached the doomed node"
+            time.sleep(0.2)
+        cluster.remove_node(doomed)
+        fit.join(timeout=240)
+        assert not fit.is_alive(), "the study hung after the node was removed"
+        grid = outcome["grid"]
+        blocked = {float(name.split("_")[1]) for name in os.listdir(signals)}
+        errored = {result.config["lr"]["gamma"] for result in grid if result.error is not None}
+        assert errored == blocked, (errored, blocked)
+        for result in grid:
+            if result.error is None:
+                assert result.metrics_dataframe["training_iteration"].tolist() == list(range(1, HORIZON + 1))
+        print(f"OK without retries: {sorted(errored)} ended in error, the others complete")
     finally:
         ray.shutdown()
         cluster.shutdown()

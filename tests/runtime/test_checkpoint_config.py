@@ -78,7 +78,7 @@ def test_invalid_values_are_refused_at_tuner(field, value, message):
 
 
 def test_checkpoint_config_must_be_tunes():
-    with pytest.raises(TypeError, match="RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got dict"):
+    with pytest.raises(TypeError, match="RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got \{'num_to_keep': 1\}"):
         Tuner(Scored, run_config=tune.RunConfig(checkpoint_config={"num_to_keep": 1}))
 
 

@@ -64,15 +64,39 @@ def reference(ray_session, tmp_path_factory):
     return summary(build_tuner(str(tmp_path_factory.mktemp("reference")), "reference").fit())
 
 
-def test_an_interrupted_study_restores_to_the_uninterrupted_results(tmp_path, reference):
-    grid = interrupted(tmp_path, "study")
-    stopped = summary(grid)
-    assert not all(trial["done"] for trial in stopped.values()), "fit() returned at the interruption"
-    path = grid.experiment_path
+@pytest.fixture(scope="module")
+def stopped(ray_session, tmp_path_factory):
+    """A study interrupted part way (as a lost driver leaves it): its
+    summary, its experiment directory and the iterations it executed. Each
+    test restores a copy of it (a moved directory)."""
+    grid = interrupted(tmp_path_factory.mktemp("stopped"), "study")
+    return summary(grid), grid.experiment_path, grid.iterations_executed
+
+
+@pytest.fixture(scope="module")
+def errored(ray_session, tmp_path_factory):
+    """A study whose every trial failed at iteration 5, and the flag file
+    that made them fail (remove it and they no longer do)."""
+    folder = tmp_path_factory.mktemp("errored")
+    flag = folder / "fail"
+    flag.touch()
+    grid = build_tuner(str(folder), "study", fail_at=5, fail_flag=str(flag)).fit()
+    return grid, flag
+
+
+def copy_of(path: str, tmp_path, name: str = "copy") -> str:
+    shutil.copytree(path, tmp_path / name)
+    return str(tmp_path / name)
+
+
+def test_an_interrupted_study_restores_to_the_uninterrupted_results(tmp_path, stopped, reference):
+    before, path, _ = stopped
+    assert not all(trial["done"] for trial in before.values()), "fit() returned at the interruption"
+    path = copy_of(path, tmp_path)
     assert Tuner.can_restore(path)
     restored = Tuner.restore(path, accumulate).fit()
     results = summary(restored)
-    assert results == {key: dict(trial, trial_id=stopped[key]["trial_id"]) for key, trial in reference.items()}, (
+    assert results == {key: dict(trial, trial_id=before[key]["trial_id"]) for key, trial in reference.items()}, (
         "same metrics, every iteration reported once, and the trials keep their ids"
     )
     for result in restored:  # the trial logs went on where they stood: each iteration once
@@ -83,37 +107,31 @@ def test_an_interrupted_study_restores_to_the_uninterrupted_results(tmp_path, re
     assert resumed, "training went on from stored checkpoints, not from scratch"
 
 
-def test_a_moved_directory_restores_and_newest_checkpoints_may_be_lost(tmp_path, reference):
-    grid = interrupted(tmp_path, "before")
-    moved = tmp_path / "elsewhere" / "after"
-    shutil.move(grid.experiment_path, moved)
-    checkpoints = sorted((moved / "checkpoints").iterdir(), key=lambda entry: entry.name)
+def test_newest_checkpoints_lost_from_the_directory_are_trained_again(tmp_path, stopped, reference):
+    path = copy_of(stopped[1], tmp_path)
+    checkpoints = list((tmp_path / "copy" / "checkpoints").iterdir())
     for newest in sorted(checkpoints, key=lambda entry: int(entry.name.split("_step")[1].split(".")[0]))[-3:]:
         newest.unlink()
-    assert not Tuner.can_restore(grid.experiment_path)
-    results = summary(Tuner.restore(str(moved), accumulate).fit())
+    results = summary(Tuner.restore(path, accumulate).fit())
     assert {key: trial["x"] for key, trial in results.items()} == {key: trial["x"] for key, trial in reference.items()}
 
 
-def test_unfinished_trials_end_where_they_stood_without_resume_unfinished(tmp_path, ray_session):
-    grid = interrupted(tmp_path, "study")
-    before = summary(grid)
-    restored = Tuner.restore(grid.experiment_path, accumulate, resume_unfinished=False).fit()
+def test_unfinished_trials_end_where_they_stood_without_resume_unfinished(tmp_path, stopped):
+    before, path, executed = stopped
+    restored = Tuner.restore(copy_of(path, tmp_path), accumulate, resume_unfinished=False).fit()
     after = summary(restored)
     assert {key: trial["iterations"] for key, trial in after.items()} == {
         key: trial["iterations"] for key, trial in before.items()
     }, "nothing more trained"
     assert all(result.error is None for result in restored)
-    assert restored.iterations_executed == grid.iterations_executed, "counted over the whole study"
+    assert restored.iterations_executed == executed, "counted over the whole study"
 
 
-def test_errored_trials_stay_resume_or_restart_as_asked(tmp_path, reference):
-    flag = tmp_path / "fail"
-    flag.touch()
-    grid = build_tuner(str(tmp_path), "study", fail_at=5, fail_flag=str(flag)).fit()
+def test_errored_trials_stay_errored_by_default_and_resume_when_asked(tmp_path, errored, reference):
+    grid, flag = errored
     assert len(grid.errors) == len(reference), "every trial failed at iteration 5"
-    path = grid.experiment_path
-
+    path = copy_of(grid.experiment_path, tmp_path)
+    flag.touch()
     kept = Tuner.restore(path, accumulate).fit()
     assert len(kept.errors) == len(reference), "errored trials stay errored by default"
 
@@ -128,11 +146,11 @@ def test_errored_trials_stay_resume_or_restart_as_asked(tmp_path, reference):
     )
 
 
-def test_restart_errored_starts_results_over(tmp_path, reference):
-    flag = tmp_path / "fail"
-    flag.touch()
-    path = build_tuner(str(tmp_path), "study", fail_at=5, fail_flag=str(flag)).fit().experiment_path
-    flag.unlink()
+def test_restart_errored_starts_results_over(tmp_path, errored, reference):
+    grid, flag = errored
+    path = copy_of(grid.experiment_path, tmp_path)
+    if flag.exists():
+        flag.unlink()
     restarted = Tuner.restore(path, accumulate, restart_errored=True, resume_errored=True).fit()
     results = summary(restarted)
     assert not restarted.errors
