@@ -74,6 +74,25 @@ def tuner(storage_path, name, doomed="", signals="", max_failures=0):
     )
 
 
+def fit_losing_node(cluster, doomed, workdir, name, max_failures):
+    """Run a study and remove node ``doomed`` once a batch blocks on it; the
+    study's results and the trials (their lr gammas) that were blocked there."""
+    signals = os.path.join(workdir, f"signals_{name}")
+    os.makedirs(signals)
+    study = tuner(workdir, name, doomed=doomed.node_id, signals=signals, max_failures=max_failures)
+    outcome = {}
+    fit = threading.Thread(target=lambda: outcome.setdefault("grid", study.fit()), daemon=True)
+    fit.start()
+    deadline = time.monotonic() + 180
+    while not os.listdir(signals):
+        assert fit.is_alive() and time.monotonic() < deadline, "no batch reached the doomed node"
+        time.sleep(0.2)
+    cluster.remove_node(doomed)
+    fit.join(timeout=240)
+    assert not fit.is_alive(), "the study hung after the node was removed"
+    return outcome["grid"], {float(entry.split("_")[1]) for entry in os.listdir(signals)}
+
+
 def main(workdir):
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     cluster.add_node(num_cpus=1, num_gpus=1)
@@ -89,21 +108,7 @@ def main(workdir):
         else:
             raise AssertionError("a study on storage the nodes cannot see started")
 
-        signals = os.path.join(workdir, "signals")
-        os.makedirs(signals)
-        study = tuner(workdir, "lost_node", doomed=doomed.node_id, signals=signals, max_failures=2)
-        outcome = {}
-        fit = threading.Thread(target=lambda: outcome.setdefault("grid", study.fit()), daemon=True)
-        fit.start()
-        deadline = time.monotonic() + 180
-        while not os.listdir(signals):
-            assert fit.is_alive() and time.monotonic() < deadline, "no batch reached the doomed node"
-            time.sleep(0.2)
-        blocked = {float(name.split("_")[1]) for name in os.listdir(signals)}
-        cluster.remove_node(doomed)
-        fit.join(timeout=240)
-        assert not fit.is_alive(), "the study did not finish after the node was removed"
-        grid = outcome["grid"]
+        grid, blocked = fit_losing_node(cluster, doomed, workdir, "lost_node", max_failures=2)
         assert grid.num_errors == 0, grid.errors
         assert len(grid) == 4
         for result in grid:
@@ -118,21 +123,7 @@ def main(workdir):
         # Without retries, the lost node's trials end in error at once and the others complete.
         doomed = cluster.add_node(num_cpus=1, num_gpus=1)
         cluster.wait_for_nodes()
-        signals = os.path.join(workdir, "signals_no_retry")
-        os.makedirs(signals)
-        study = tuner(workdir, "lost_node_no_retry", doomed=doomed.node_id, signals=signals, max_failures=0)
-        outcome = {}
-        fit = threading.Thread(target=lambda: outcome.setdefault("grid", study.fit()), daemon=True)
-        fit.start()
-        deadline = time.monotonic() + 180
-        while not os.listdir(signals):
-            assert fit.is_alive() and time.monotonic() < deadline, "no batch reached the doomed node"
-            time.sleep(0.2)
-        cluster.remove_node(doomed)
-        fit.join(timeout=240)
-        assert not fit.is_alive(), "the study hung after the node was removed"
-        grid = outcome["grid"]
-        blocked = {float(name.split("_")[1]) for name in os.listdir(signals)}
+        grid, blocked = fit_losing_node(cluster, doomed, workdir, "lost_node_no_retry", max_failures=0)
         errored = {result.config["lr"]["gamma"] for result in grid if result.error is not None}
         assert errored == blocked, (errored, blocked)
         for result in grid:
