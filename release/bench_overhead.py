@@ -30,7 +30,7 @@ Targets (issue 5): overhead per trial at most Tune's; at least 5,000
 results/s through the controller. Issue 12: persistence under 5% of worker time.
 
     python release/bench_overhead.py            # about 15 minutes on 2 CPUs
-    python release/bench_overhead.py --quick    # 20 short trials, 4 x 500 results (CI smoke test)
+    python release/bench_overhead.py --quick    # 8 short trials, 4 x 500 results (CI smoke test)
     python release/bench_overhead.py --sections persistence   # section 3 only
 """
 
@@ -162,7 +162,7 @@ def persistence(trials: int, iterations: int, sleep: float, storage: str, rounds
 def main() -> None:
     global WORKERS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="20 short trials; 4 trials x 500 results")
+    parser.add_argument("--quick", action="store_true", help="8 short trials; 4 trials x 500 results")
     parser.add_argument("--trials", type=int, default=200, help="short trials (default 200)")
     parser.add_argument("--workers", type=int, default=WORKERS, help="workers (default: CPUs)")
     parser.add_argument(
@@ -180,7 +180,7 @@ def main() -> None:
     unknown = sections - {"short", "throughput", "persistence"}
     if unknown:
         parser.error(f"--sections takes short, throughput and persistence, got {sorted(unknown)}")
-    short = (20, 5, 0.02) if args.quick else (args.trials, 10, 0.05)
+    short = (8, 5, 0.02) if args.quick else (args.trials, 10, 0.05)
     bulk = (4, 500) if args.quick else (20, 1000)
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__}"

@@ -33,7 +33,7 @@ on the grid and above it on ASHA; makespan at most 1.2 x the lower bound;
 best accuracy equal to Tune's.
 
     python release/bench_tune.py              # 16 epochs, 20,000 samples (about 18 minutes on 2 CPUs)
-    python release/bench_tune.py --quick      # 4 trials, 3 epochs, small data (CI smoke test)
+    python release/bench_tune.py --quick      # grid only: 4 trials, 3 epochs, small data (CI smoke test)
     python release/bench_tune.py --workers 16 # on a 16-core machine
 """
 
@@ -256,9 +256,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4 trials, 3 epochs, 1,000 samples")
     parser.add_argument("--workers", type=int, default=WORKERS, help="stage workers and Tune trials at once (default: CPUs)")
     parser.add_argument(
-        "--studies", default="grid,asha,bare", help="comma-separated: grid, asha, bare (ASHA without checkpoints)"
+        "--studies",
+        default=None,
+        help="comma-separated: grid, asha, bare (ASHA without checkpoints); default all three (grid with --quick)",
     )
     args = parser.parse_args()
+    if args.studies is None:
+        args.studies = "grid" if args.quick else "grid,asha,bare"
     args.studies = [name.strip() for name in args.studies.split(",") if name.strip()]
     unknown = sorted(set(args.studies) - {"grid", "asha", "bare"})
     if unknown or not args.studies:

@@ -166,6 +166,7 @@ class StudyController:
         self._shared_retries: set[tuple[int, int]] = set()  # (node, step) of shared stages retried after an error
         self.study_error: str | None = None  # why the whole study stopped
         self._state_write: Any = None  # the snapshot being written, if any
+        self._frozen = False  # interrupted: saved, and changed no more
         self._state_changed = True
         self._next_state_at = 0.0  # time.monotonic() before which no snapshot is taken
         self._state_seconds = 0.0  # spent taking snapshots
@@ -460,6 +461,8 @@ class StudyController:
         """Fold a worker's records into the plan (trials' schedulers decide on
         them here); reply with the batch's checkpoint steps, the step it may
         stop at, and its end, later than before where it continues live."""
+        if self._frozen:
+            return [], 0, 0  # stop: the study was saved as it stood
         self._ingest(outcome)
         batch_id = outcome.batch_id
         self._batch_heard[batch_id] = time.monotonic()
@@ -610,6 +613,8 @@ class StudyController:
 
     async def _complete(self, ref: Any) -> None:
         worker, batch, spec, dispatched = self._running.pop(ref)
+        if self._frozen:
+            return
         self._batch_heard.pop(batch.batch_id, None)
         try:
             outcome: BatchOutcome = await ref
@@ -769,7 +774,7 @@ class StudyController:
         driver with this actor so that both start up at once)."""
         self._workers, self._idle = list(workers), list(workers)
         self._admit()
-        while True:
+        while not self._frozen:
             self._enforce_budget()
             if await self._dispatch():
                 continue
@@ -807,8 +812,10 @@ class StudyController:
                     await self.store.finish_write(self.plan, ref)
             for future in futures:
                 future.cancel()
-            self._admit()
-        await self._finalize()
+            if not self._frozen:
+                self._admit()
+        if not self._frozen:
+            await self._finalize()
 
     async def _final_checkpoints_lost(self) -> bool:
         """Reopen finished trials whose checkpoint at their last result was
@@ -893,6 +900,14 @@ class StudyController:
         self._start_state_write()
         if self._state_write is not None:
             await self._state_written()
+
+    async def interrupt(self) -> None:
+        """The driver stops (Ctrl-C): save the study as it stands and change
+        it no more (later reports are dropped, batches told to stop), so that
+        what a restore continues is exactly what the driver last heard."""
+        self._frozen = True
+        self._wake.set()
+        await self.save_state()
 
     def _stuck(self) -> None:
         open_requests = [r for r in self.plan.open_requests() if r.trials]

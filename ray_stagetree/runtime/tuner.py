@@ -595,7 +595,7 @@ class Tuner:
                     callbacks.update(progress)
                     reporter.update(progress, trials=list(callbacks.trials.values()))
             if interrupted.is_set():
-                ray.get(controller.save_state.remote())
+                ray.get(controller.interrupt.remote())
                 logger.warning(
                     "The study was interrupted; its state is saved. Continue it with Tuner.restore(%r, trainable)",
                     experiment_path,
