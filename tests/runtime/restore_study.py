@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
 import time
 
@@ -20,6 +21,9 @@ from ray_stagetree import MultiStep, Tuner, get_hparams, report
 
 HORIZON = 12
 SECONDS_PER_ITERATION = 0.05
+#: How long the trial that interrupts the driver waits before it reports
+#: again: far longer than the driver takes to freeze the study.
+INTERRUPT_GRACE_S = 5.0
 
 
 def accumulate(config):
@@ -34,6 +38,7 @@ def accumulate(config):
         iteration += 1
         if iteration == config.get("fail_at") and flag and os.path.exists(flag):
             raise RuntimeError(f"failing at iteration {iteration} while {flag} exists")
+        interrupt_driver_once(config.get("interrupt"), iteration)
         hparams = get_hparams()
         x = x * hparams["decay"] + hparams["lr"] * iteration
         time.sleep(SECONDS_PER_ITERATION)
@@ -43,22 +48,44 @@ def accumulate(config):
             report({"x": x, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(path))
 
 
-def param_space(fail_at: int | None = None, fail_flag: str | None = None) -> dict:
+def interrupt_driver_once(interrupt: dict | None, iteration: int) -> None:
+    """``interrupt`` = {"at": iteration, "pid": the driver's, "flag": a file}:
+    the first trial to reach ``at`` while the flag exists removes it and
+    sends the driver SIGUSR1 (Ctrl-C, for ``fit()``), then waits, so the
+    study is interrupted part way, whatever the machine's speed."""
+    if not interrupt or iteration != interrupt["at"]:
+        return
+    try:
+        os.remove(interrupt["flag"])
+    except FileNotFoundError:
+        return
+    os.kill(interrupt["pid"], signal.SIGUSR1)
+    time.sleep(INTERRUPT_GRACE_S)
+
+
+def param_space(fail_at: int | None = None, fail_flag: str | None = None, interrupt: dict | None = None) -> dict:
     space = {
         "lr": tune.grid_search([MultiStep(1.0, [milestone], 0.5) for milestone in (3, 6, 9)]),
         "decay": tune.grid_search([0.9, MultiStep(values=(0.9, 0.8), milestones=[7])]),
     }
     if fail_at is not None:
         space["fail_at"], space["fail_flag"] = fail_at, fail_flag
+    if interrupt is not None:
+        space["interrupt"] = interrupt
     return space
 
 
 def build_tuner(
-    storage_path: str, name: str, fail_at: int | None = None, fail_flag: str | None = None, **tune_config
+    storage_path: str,
+    name: str,
+    fail_at: int | None = None,
+    fail_flag: str | None = None,
+    interrupt: dict | None = None,
+    **tune_config,
 ) -> Tuner:
     return Tuner(
         accumulate,
-        param_space=param_space(fail_at, fail_flag),
+        param_space=param_space(fail_at, fail_flag, interrupt),
         tune_config=tune.TuneConfig(metric="x", mode="max", **tune_config),
         run_config=tune.RunConfig(
             name=name, storage_path=storage_path, stop={"training_iteration": HORIZON}, verbose=0

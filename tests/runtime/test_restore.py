@@ -49,13 +49,13 @@ def interrupt_when(path: str, rows: int) -> threading.Thread:
     return thread
 
 
-def interrupted(tmp_path, name: str, rows: int = 20, **kwargs):
-    """A study stopped part way, as a lost driver leaves it; its ResultGrid."""
-    tuner = build_tuner(str(tmp_path), name, **kwargs)
-    watcher = interrupt_when(f"{tmp_path}/{name}", rows)
-    grid = tuner.fit()
-    watcher.join()
-    return grid
+def interrupted(tmp_path, name: str, at: int = 6):
+    """A study stopped part way, as a lost driver leaves it: the first trial
+    to reach iteration ``at`` interrupts the driver. Its ResultGrid."""
+    flag = tmp_path / "interrupt"
+    flag.touch()
+    interrupt = {"at": at, "pid": os.getpid(), "flag": str(flag)}
+    return build_tuner(str(tmp_path), name, interrupt=interrupt).fit()
 
 
 @pytest.fixture(scope="module")
