@@ -46,19 +46,44 @@ class StorageIO:
 
         return self.storage.write(key, pickle.dumps(payload, protocol=5))
 
+    def _load(self, stored: StoredCheckpoint) -> Any:
+        """The payload ``stored`` names; raises `CheckpointUnavailableError`
+        when it is lost or corrupt."""
+        import pickle
+
+        data = self.storage.read(stored)
+        # Written by this study under the user's storage_path; checksum verified above.
+        return pickle.loads(data)
+
     @ray.method(num_returns=2)
     def reload(self, stored: StoredCheckpoint) -> tuple[str | None, Any]:
         """(None, payload), or (the reason, None) when the copy is lost or
         corrupt. Two returns, so the controller reads the verdict without
         the bytes."""
-        import pickle
-
         try:
-            data = self.storage.read(stored)
+            return None, self._load(stored)
         except CheckpointUnavailableError as error:
             return str(error), None
-        # Written by this study under the user's storage_path; checksum verified above.
-        return None, pickle.loads(data)
+
+    def check(self, stored: StoredCheckpoint) -> str | None:
+        """Why the stored copy is unusable, or None when it is intact."""
+        try:
+            self.storage.read(stored)
+        except CheckpointUnavailableError as error:
+            return str(error)
+        return None
+
+    def export_stored(self, trial_dir: str, stored: StoredCheckpoint) -> tuple[str | None, str | None]:
+        """Copy a stored checkpoint into a trial's folder, storage to
+        storage: (None, its path), or (the reason, None) when it is lost or
+        corrupt. The bytes never enter the object store."""
+        from ray_stagetree.runtime.results import write_checkpoint
+
+        try:
+            payload = self._load(stored)
+        except CheckpointUnavailableError as error:
+            return str(error), None
+        return None, write_checkpoint(self.storage, trial_dir, payload)
 
     def write_state(self, key: str, data: bytes) -> None:
         """A study snapshot, written atomically (see `runtime.experiment_state`)."""
@@ -126,6 +151,12 @@ class CheckpointStore:
     @property
     def pending_writes(self) -> list[Any]:
         return list(self._writes)
+
+    def writes_behind(self) -> bool:
+        """Checkpoints still waiting for their durable copy hold more memory
+        than the budget: no new batch should start (and make more) until
+        the writes catch up."""
+        return self.cache.pinned_bytes > self.cache.budget_bytes
 
     async def finish_write(self, plan: SearchPlan, write: Any) -> None:
         """A durable copy landed: record it, unpin, and evict if over budget."""
@@ -198,21 +229,46 @@ class CheckpointStore:
         return ref
 
     async def verify(self, plan: SearchPlan, node: PlanNode, step: int) -> None:
-        """Raise as `handle` does when the checkpoint is no longer usable;
-        an evicted one is read back and checked, then dropped from memory again."""
-        if node.checkpoints[step].handle is None:
-            await self._reload(plan, node, step)
+        """Raise as `handle` does when the checkpoint is no longer usable; an
+        evicted one is checked in storage, without reading it into memory."""
+        info = node.checkpoints[step]
+        if info.handle is None:
+            self._raise_if(plan, node, step, await self.io.check.remote(self._stored(info)))
+
+    async def export(self, plan: SearchPlan, node: PlanNode, step: int, trial_dir: str) -> str | None:
+        """Write the checkpoint into a trial's folder (``checkpoint_<step>``)
+        and return that folder, or None when it is lost. One in memory is
+        written from there; an evicted one is copied storage to storage,
+        so that a study's end never reads its checkpoints back into memory."""
+        info = node.checkpoints.get(step)
+        if info is not None and info.handle is not None:
+            try:
+                return await self.io.write_trial_checkpoint.remote(trial_dir, info.handle)
+            except ray.exceptions.ObjectLostError:
+                self.forget_copy(plan, node, step)
+                info = node.checkpoints.get(step)
+        if info is None:
+            return None
+        problem, path = await self.io.export_stored.remote(trial_dir, self._stored(info))
+        try:
+            self._raise_if(plan, node, step, problem)
+        except CheckpointUnavailableError:
+            return None
+        return path
 
     async def _reload(self, plan: SearchPlan, node: PlanNode, step: int) -> Any:
-        info = node.checkpoints[step]
-        stored = StoredCheckpoint(
-            path=self.storage.path(info.path), size_bytes=info.size_bytes, checksum=info.checksum
-        )
-        verdict, ref = self.io.reload.remote(stored)
-        problem = await verdict
-        if problem is not None:
-            plan.drop_checkpoint(node.node_id, step)
-            if (node.node_id, step) in self.cache:
-                self.cache.remove((node.node_id, step))
-            raise CheckpointUnavailableError(problem)
+        verdict, ref = self.io.reload.remote(self._stored(node.checkpoints[step]))
+        self._raise_if(plan, node, step, await verdict)
         return ref
+
+    def _stored(self, info: CheckpointInfo) -> StoredCheckpoint:
+        return StoredCheckpoint(path=self.storage.path(info.path), size_bytes=info.size_bytes, checksum=info.checksum)
+
+    def _raise_if(self, plan: SearchPlan, node: PlanNode, step: int, problem: str | None) -> None:
+        """A stored copy found lost or corrupt (``problem``) leaves the plan."""
+        if problem is None:
+            return
+        plan.drop_checkpoint(node.node_id, step)
+        if (node.node_id, step) in self.cache:
+            self.cache.remove((node.node_id, step))
+        raise CheckpointUnavailableError(problem)

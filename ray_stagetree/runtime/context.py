@@ -10,6 +10,7 @@ does not swallow it.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -73,6 +74,11 @@ class StageContext:
         self._last_flush = self._started = self._iteration_started = time.monotonic()
         self._restored_dir: str | None = None
         self._ended = False  # a report said done
+        self._put_steps: set[int] = set()  # steps whose checkpoint went to the outbox
+        # The last checkpoint report() got, kept (hard-linked) past the user's
+        # temporary folder: if the function ends the trial right after it,
+        # it is the trial's final checkpoint, as in Tune.
+        self._latest: tuple[int, str] | None = None
         self.missing_checkpoint: int | None = None  # first branch point whose checkpoint report() did not get
 
     def _plain_value_changes(self) -> set[int]:
@@ -151,7 +157,34 @@ class StageContext:
             with checkpoint.as_directory() as path:
                 return CheckpointPayload(step, capture_rng_state(), directory=pack_directory(path))
 
+        if checkpoint is not None:
+            self._keep_latest(checkpoint)
         self.record(metrics, payload, can_checkpoint=checkpoint is not None)
+
+    def _keep_latest(self, checkpoint: Any) -> None:
+        kept = tempfile.mkdtemp(prefix="stagetree_latest_")
+        with checkpoint.as_directory() as path:
+            shutil.copytree(path, kept, copy_function=_link_or_copy, dirs_exist_ok=True, symlinks=True)
+        self._drop_latest()
+        self._latest = (self.step + 1, kept)
+
+    def _drop_latest(self) -> None:
+        if self._latest is not None:
+            shutil.rmtree(self._latest[1], ignore_errors=True)
+            self._latest = None
+
+    def _put_final_checkpoint(self, outcome: BatchOutcome) -> None:
+        """The function ended its trial itself (it returned, or reported
+        ``done``) after an iteration whose checkpoint the plan had not asked
+        for: put that checkpoint, the trial's last, in the outbox."""
+        step, folder = self._latest
+        if (self.returned_at is None and not self._ended) or step != self.step or step in self._put_steps:
+            return
+        # The RNG states are those at the function's end, not at its last report.
+        payload = CheckpointPayload(step, capture_rng_state(), directory=pack_directory(folder))
+        key = f"{self.spec.batch_id}:{step}"
+        self._put(key, payload)
+        outcome.checkpoints.append((self.node_at(step), step, key, size_of(payload)))
 
     # -- shared by both APIs ------------------------------------------------
 
@@ -173,6 +206,8 @@ class StageContext:
         row = dict(metrics)
         row["training_iteration"] = self.step
         row["time_this_iter_s"] = now - self._iteration_started
+        for key, value in _worker_facts().items():  # Tune's auto-filled keys
+            row.setdefault(key, value)
         self._iteration_started = now
         node_id = self.node_at(self.step)
         self._pending.records.append((node_id, self.step, row))
@@ -187,6 +222,7 @@ class StageContext:
         if payload is not None:
             key = f"{self.spec.batch_id}:{self.step}"
             self._put(key, payload)
+            self._put_steps.add(self.step)
             self._pending.checkpoints.append((node_id, self.step, key, size_of(payload)))
         if self.step < self.stop and (payload is not None or now - self._last_flush >= FLUSH_SECONDS):
             self.flush()
@@ -235,11 +271,37 @@ class StageContext:
     def finish(self) -> BatchOutcome:
         outcome = self._pending
         outcome.returned_at = self.returned_at
+        if self._latest is not None:
+            self._put_final_checkpoint(outcome)
+            self._drop_latest()
         outcome.missing_checkpoint = self.missing_checkpoint
         outcome.seconds = time.monotonic() - self._last_flush
         if self._restored_dir is not None:
             shutil.rmtree(self._restored_dir, ignore_errors=True)
         return outcome
+
+
+def _worker_facts() -> dict[str, Any]:
+    now = time.time()
+    return {"timestamp": int(now), "date": time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now)), **_host()}
+
+
+@functools.lru_cache(maxsize=1)
+def _host() -> dict[str, Any]:
+    import socket
+
+    import ray
+
+    return {"pid": os.getpid(), "hostname": socket.gethostname(), "node_ip": ray.util.get_node_ip_address()}
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    """A hard link costs no copy and outlives the user deleting the source;
+    across file systems, a copy."""
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
 
 
 def _differs(config: dict[str, Any], path: str, value: Any) -> bool:

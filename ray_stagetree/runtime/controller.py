@@ -30,7 +30,7 @@ from ray_stagetree.planning.config import TrialConfig, unflatten
 from ray_stagetree.planning.plan import RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
-from ray_stagetree.runtime.checkpoint_store import IO_THREADS, CheckpointStore
+from ray_stagetree.runtime.checkpoint_store import CheckpointStore
 from ray_stagetree.runtime.cluster import workers_that_fit
 from ray_stagetree.runtime.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
 from ray_stagetree.runtime.results import kept_checkpoints
@@ -101,6 +101,7 @@ class TrialState:
     plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
     name: str = ""  # TuneConfig.trial_name_creator's, for messages
     dirname: str = ""  # the trial's folder under the experiment path
+    restored_at: int = 0  # the iteration it went on from when its study was restored or it was resumed
 
 
 class StudyController:
@@ -193,6 +194,7 @@ class StudyController:
                 self._node_plain[trial.node.node_id] = trial.plain
                 self._node_owner[trial.node.node_id] = trial.trial_id
         for trial in list(self.trials.values()):
+            trial.restored_at = max(trial.rows, default=0)
             action = restore.action(trial.status)
             if trial.status in (PENDING, RUNNING, PAUSED) or action in ("resume", "restart"):
                 self._event("start", trial, config=trial.config_json)  # the driver's loggers find its folder
@@ -209,7 +211,7 @@ class StudyController:
         if restart:
             state.rows, state.reported = {}, []
         self.host.on_add(state.trial_id, state.config)
-        step = max(state.rows, default=0)
+        step = state.restored_at = max(state.rows, default=0)
         target = self._next_request(state.trial_id, step)
         if state.trial_id in self.plan.trials:
             request = self.plan.extend_trial(state.trial_id, target)
@@ -323,6 +325,9 @@ class StudyController:
         row["config"] = state.config_json
         previous = state.reported[-1] if state.reported else {}
         row["time_total_s"] = previous.get("time_total_s", 0.0) + row.get("time_this_iter_s", 0.0)
+        since = previous.get("time_since_restore", 0.0) if previous.get("training_iteration", 0) > state.restored_at else 0.0
+        row["time_since_restore"] = since + row.get("time_this_iter_s", 0.0)
+        row["iterations_since_restore"] = step - state.restored_at
         state.rows[step] = row
         state.reported.append(row)
         if state.status == PENDING:
@@ -565,6 +570,8 @@ class StudyController:
         """Start batches on idle workers; True when a checkpoint some batch
         was to start from turned out lost (the plan dropped it: select again)."""
         lost = False
+        if self.store.writes_behind():
+            return lost
         for batch in self.policy.select(self.plan, self._idle_count()):
             try:
                 spec = await self._batch_spec(batch)
@@ -919,13 +926,9 @@ class StudyController:
                 state.status = TERMINATED
                 self._event("complete", state)
         exported, best = [], {}
-        # Evicted checkpoints are read back into memory to be copied: a few at a time.
-        reloads = asyncio.Semaphore(IO_THREADS)
         for state in self.trials.values():
             kept, best[state.trial_id] = self._exposed_checkpoints(state)
-            exported += [
-                (state, step, self._export_checkpoint(state.dirname, node, step, reloads)) for node, step in kept
-            ]
+            exported += [(state, step, self.store.export(self.plan, node, step, state.dirname)) for node, step in kept]
         paths = await asyncio.gather(*(write for _, _, write in exported))
         written: dict[tuple[str, int], str] = {}
         for (state, step, _), path in zip(exported, paths):
@@ -961,21 +964,6 @@ class StudyController:
             if step in node.metrics and node.fork_step < step:
                 return {**node.metrics[step], "training_iteration": step}
         return {"training_iteration": step}
-
-    async def _export_checkpoint(self, dirname: str, node: Any, step: int, reloads: asyncio.Semaphore) -> str | None:
-        """Copy a plan checkpoint into a trial's folder; None when it is lost.
-        A copy whose node left the cluster is read back from storage."""
-        async with reloads:
-            for _ in range(2):
-                try:
-                    ref = await self.store.handle(self.plan, node, step)
-                except CheckpointUnavailableError:
-                    return None
-                try:
-                    return await self.store.io.write_trial_checkpoint.remote(dirname, ref)
-                except ray.exceptions.ObjectLostError:
-                    self.store.forget_copy(self.plan, node, step)
-        return None
 
     # -- driver queries --------------------------------------------------------------
 

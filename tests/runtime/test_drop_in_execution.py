@@ -5,8 +5,10 @@ trials report, with or without checkpoints."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import tempfile
 
 import pytest
 from ray import tune
@@ -24,18 +26,22 @@ from ray_stagetree.trainables import StageTrainable
 
 
 def counting_loop(config):
-    """A finite loop with no checkpoint, as Tune's hyperband_function example."""
+    """A finite loop, as Tune's hyperband_function example: no checkpoint,
+    or (``config["checkpoint"]``) one at every iteration."""
     x = 0.0
     for _ in range(config.get("steps", 10**9)):
         x += get_hparams()["lr"] if isinstance(config["lr"], MultiStep) else config["lr"]
-        tune.report({"x": x})
+        if not config.get("checkpoint"):
+            tune.report({"x": x})
+            continue
+        with tempfile.TemporaryDirectory() as path:
+            with open(os.path.join(path, "x.json"), "w") as file:
+                json.dump(x, file)
+            tune.report({"x": x}, checkpoint=tune.Checkpoint.from_directory(path))
 
 
 def checkpointing_loop(config):
     """An endless loop that checkpoints where asked and resumes from it."""
-    import json
-    import tempfile
-
     from ray_stagetree import should_checkpoint
 
     x = 0.0
@@ -52,6 +58,13 @@ def checkpointing_loop(config):
                 tune.report({"x": x}, checkpoint=tune.Checkpoint.from_directory(path))
         else:
             tune.report({"x": x})
+
+
+#: What Tune adds to every result of a function trainable.
+TUNE_AUTO_KEYS = {
+    "training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "date", "pid", "hostname",
+    "node_ip", "time_since_restore", "iterations_since_restore", "trial_id", "done", "config",
+}
 
 
 def reported(grid) -> int:
@@ -72,12 +85,19 @@ def reported(grid) -> int:
 def test_open_ended_trials_end_where_tune_ends_them(tmp_path, ray_session, stop, lengths):
     grid = Tuner(
         counting_loop,
-        param_space={"lr": 0.25, "steps": tune.grid_search([4, 8, 12])},
+        param_space={"lr": 0.25, "steps": tune.grid_search([4, 8, 12]), "checkpoint": True},
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="open", stop=stop, verbose=0),
     ).fit()
     assert grid.num_errors == 0
     assert sorted(len(result.metrics_dataframe) for result in grid) == lengths
     assert grid.iterations_executed == reported(grid) == sum(lengths)
+    for result in grid:  # as in Tune: the last checkpoint reported, and Tune's auto-filled keys
+        last = result.metrics["training_iteration"]
+        assert result.checkpoint is not None and result.checkpoint.path.endswith(f"checkpoint_{last:06d}")
+        with open(os.path.join(result.checkpoint.path, "x.json")) as file:
+            assert json.load(file) == result.metrics["x"]
+        assert TUNE_AUTO_KEYS <= set(result.metrics), TUNE_AUTO_KEYS - set(result.metrics)
+        assert result.metrics["iterations_since_restore"] == last
 
 
 def test_a_stoppers_stop_all_ends_the_study(tmp_path, ray_session):
