@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ray_stagetree.planning.config import PATH_SEPARATOR, TrialConfig
+from ray_stagetree.planning.config import TrialConfig, split_path
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.payload import (
     CheckpointPayload,
@@ -247,7 +247,7 @@ def _differs(config: dict[str, Any], path: str, value: Any) -> bool:
     explored it). Unchanged ones reach the trainable as the user gave them,
     numpy scalars included, as in Tune."""
     original = config
-    for part in path.split(PATH_SEPARATOR):
+    for part in split_path(path):
         original = original[part]
     original = original.item() if isinstance(original, np.generic) else original
     return type(original) is not type(value) or original != value
@@ -258,7 +258,7 @@ def _replaced(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     copying only the dicts on those paths."""
     out = dict(config)
     for path, value in values.items():
-        *parents, leaf = path.split(PATH_SEPARATOR)
+        *parents, leaf = split_path(path)
         level = out
         for part in parents:
             level[part] = dict(level[part])

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from ray_stagetree.planning.config import TrialConfig, unflatten
+from ray_stagetree.planning.config import TrialConfig, split_path, unflatten
 from ray_stagetree.planning.plan import RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
@@ -1059,7 +1059,7 @@ def start_worker(spec: StudySpec, controller: Any) -> Any:
 
 
 def _set_path(config: dict[str, Any], path: str, value: Any) -> None:
-    *parents, leaf = path.split("/")
+    *parents, leaf = split_path(path)
     for part in parents:
         config = config[part]
     config[leaf] = value
