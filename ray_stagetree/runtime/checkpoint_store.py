@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, SearchPlan
+from ray_stagetree.runtime.payload_auth import seal, unseal
 from ray_stagetree.runtime.storage import (
     CheckpointCache,
     CheckpointStorage,
@@ -36,29 +38,35 @@ class StorageIO:
     machine), and a study's end writes every trial at once. Payloads arrive
     as resolved objects (Ray passes a referenced checkpoint to the method
     directly), so their bytes never visit the driver or the controller.
+
+    Payloads are pickles, sealed with an HMAC under ``secret`` (the
+    experiment's key, see `runtime.payload_auth`): `reload` unpickles only
+    what verifies, so a payload placed in storage by anyone without the key
+    is refused, whatever checksum the plan's table claims for it.
     """
 
-    def __init__(self, storage: CheckpointStorage) -> None:
+    def __init__(self, storage: CheckpointStorage, secret: bytes, trusted: bool = False) -> None:
         self.storage = storage
+        self._secret = secret
+        self._trusted = trusted
 
     def write(self, key: str, payload: Any) -> StoredCheckpoint:
         import pickle
 
-        return self.storage.write(key, pickle.dumps(payload, protocol=5))
+        return self.storage.write(key, seal(self._secret, key, pickle.dumps(payload, protocol=5)))
 
     @ray.method(num_returns=2)
-    def reload(self, stored: StoredCheckpoint) -> tuple[str | None, Any]:
-        """(None, payload), or (the reason, None) when the copy is lost or
-        corrupt. Two returns, so the controller reads the verdict without
-        the bytes."""
+    def reload(self, stored: StoredCheckpoint, key: str) -> tuple[str | None, Any]:
+        """(None, payload), or (the reason, None) when the copy under ``key``
+        is lost, corrupt or not authenticated. Two returns, so the controller
+        reads the verdict without the bytes."""
         import pickle
 
         try:
-            data = self.storage.read(stored)
+            data = unseal(self._secret, key, self.storage.read(stored), self._trusted)
         except CheckpointUnavailableError as error:
             return str(error), None
-        # Written by this study under the user's storage_path; checksum verified above.
-        return None, pickle.loads(data)
+        return None, pickle.loads(data)  # sealed by this experiment's key: written by its own workers
 
     def write_state(self, key: str, data: bytes) -> None:
         """A study snapshot, written atomically (see `runtime.experiment_state`)."""
@@ -83,9 +91,16 @@ class CheckpointStore:
         Object-store memory the study's checkpoints may hold; beyond it, the
         ones with the least recompute-cost x expected-reuse per byte are
         dropped from memory once their durable copy exists.
+    secret:
+        The experiment's key, which seals the durable copies
+        (`runtime.payload_auth`); None: a key for this store's lifetime only.
+    trusted:
+        Read stored payloads that do not verify (``RAY_STAGETREE_TRUST_STORAGE``).
     """
 
-    def __init__(self, storage: CheckpointStorage, budget_bytes: int) -> None:
+    def __init__(
+        self, storage: CheckpointStorage, budget_bytes: int, secret: bytes | None = None, trusted: bool = False
+    ) -> None:
         self.storage = storage
         self.cache = CheckpointCache(budget_bytes)
         self._writes: dict[Any, tuple[int, int]] = {}
@@ -103,7 +118,7 @@ class CheckpointStore:
                 max_restarts=-1,
                 max_task_retries=-1,
             )
-            .remote(storage)
+            .remote(storage, secret if secret is not None else os.urandom(32), trusted)
         )
 
     @staticmethod
@@ -208,7 +223,7 @@ class CheckpointStore:
         stored = StoredCheckpoint(
             path=self.storage.path(info.path), size_bytes=info.size_bytes, checksum=info.checksum
         )
-        verdict, ref = self.io.reload.remote(stored)
+        verdict, ref = self.io.reload.remote(stored, info.path)
         problem = await verdict
         if problem is not None:
             plan.drop_checkpoint(node.node_id, step)
