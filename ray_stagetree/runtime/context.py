@@ -28,6 +28,7 @@ from ray_stagetree.runtime.payload import (
     unpack_directory,
 )
 from ray_stagetree.runtime.rng import capture_rng_state, restore_rng_state
+from ray_stagetree.runtime.visible_config import sequences_so_far
 
 FLUSH_SECONDS = 0.5
 
@@ -65,6 +66,7 @@ class StageContext:
         self._controller = controller
         self._put = put
         self._config = TrialConfig.from_config(spec.config)
+        self._visible = sequences_so_far(spec.config, self._config, spec.plain, lambda: self.step)
         self._config_changes = self._plain_value_changes()
         self.save_steps |= self._config_changes
         self._restart_payload: CheckpointPayload | None = None
@@ -92,13 +94,16 @@ class StageContext:
         return path
 
     def trainable_config(self) -> dict[str, Any]:
-        """The config the trainable gets: sequences as objects, except where the
-        user gave a plain value (then this iteration's value, as Tune has it)."""
+        """The config the trainable gets: each sequence as a `SequenceSoFar`
+        (its values up to the iteration being trained: what the trials
+        sharing this batch's stages all have), except where the user gave a
+        plain value (then this iteration's value, as Tune has it)."""
+        config = self._visible
         if not self.spec.plain:
-            return self.spec.config
+            return config
         values = self._config.hparams_at(self.step)
         changed = {name: values[name] for name in self.spec.plain if _differs(self.spec.config, name, values[name])}
-        return _replaced(self.spec.config, changed) if changed else self.spec.config
+        return _replaced(config, changed) if changed else config
 
     def hparams(self) -> dict[str, Any]:
         return self._config.hparams_at(self.step)

@@ -27,7 +27,7 @@ def counting_loop(config):
     """A finite loop with no checkpoint, as Tune's hyperband_function example."""
     x = 0.0
     for _ in range(config.get("steps", 10**9)):
-        x += get_hparams()["lr"] if isinstance(config["lr"], MultiStep) else config["lr"]
+        x += config["lr"] if isinstance(config["lr"], float) else get_hparams()["lr"]
         tune.report({"x": x})
 
 
