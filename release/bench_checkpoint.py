@@ -23,7 +23,7 @@ Every path below is the library's own code where one exists:
 * spill task /      the runtime's `StorageIO` actor of
   reload task       `ray_stagetree.runtime.checkpoint_store`, end to end: its ``write``
                     fetches the payload from the object store, pickles it and
-                    spills it; its ``reload`` reads, verifies and unpickles it
+                    spills it (sealed with an HMAC); its ``reload`` reads, verifies and unpickles it
                     and puts it back, and the caller gets it.
 * pack / unpack     `pack_directory` / `unpack_directory` of a directory
                     holding one torch state file of the size.
@@ -150,7 +150,7 @@ class Runtime:
 
     def __init__(self, storage: CheckpointStorage) -> None:
         self.storage = storage
-        self.io = ray.remote(StorageIO).options(num_cpus=0, max_concurrency=IO_THREADS).remote(storage)
+        self.io = ray.remote(StorageIO).options(num_cpus=0, max_concurrency=IO_THREADS).remote(storage, os.urandom(32))
         self.controller = ray.remote(ControllerStub).options(num_cpus=0).remote()
         actor = ray.remote(StageWorker).options(max_concurrency=2)  # as the controller starts it
         self.worker = actor.remote(ray.cloudpickle.dumps(checkpointing_trainable), self.controller)
@@ -186,7 +186,7 @@ class Runtime:
         del ref
 
         start = time.perf_counter()
-        verdict, reloaded = self.io.reload.remote(stored)
+        verdict, reloaded = self.io.reload.remote(stored, key)
         assert ray.get(verdict) is None
         payload = ray.get(reloaded)
         seconds["reload_task"] = time.perf_counter() - start

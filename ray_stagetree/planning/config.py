@@ -15,7 +15,11 @@ number, the stored form (`TrialConfig.to_json`) too; the trainable still gets
 the user's object (`runtime.context` hands plain values over unchanged).
 
 Nested dicts are flattened with ``/`` (Tune's separator), so
-``{"optim": {"lr": Exponential(...)}}`` has the tunable ``"optim/lr"``.
+``{"optim": {"lr": Exponential(...)}}`` has the tunable ``"optim/lr"``. A key
+that itself holds ``/`` (or ``~``) is escaped as in JSON Pointer (RFC 6901:
+``~`` -> ``~0``, ``/`` -> ``~1``), so flattening is one-to-one: ``{"a/b": 1}``
+is ``"a~1b"`` and ``{"a": {"b": 2}}`` is ``"a/b"``; `unflatten` undoes it.
+Keys without ``/`` or ``~`` (nearly all) keep their names.
 """
 
 from __future__ import annotations
@@ -41,6 +45,21 @@ from ray_stagetree.sequences import (
 )
 
 PATH_SEPARATOR = "/"
+
+
+def escape_key(key: str) -> str:
+    """One config key as a part of a flattened name (JSON Pointer escaping)."""
+    return key.replace("~", "~0").replace(PATH_SEPARATOR, "~1") if ("~" in key or PATH_SEPARATOR in key) else key
+
+
+def unescape_key(part: str) -> str:
+    """The config key a part of a flattened name stands for (see `escape_key`)."""
+    return part.replace("~1", PATH_SEPARATOR).replace("~0", "~") if "~" in part else part
+
+
+def split_path(path: str) -> list[str]:
+    """The config keys along a flattened name: ``"a~1b/c"`` -> ``["a/b", "c"]``."""
+    return [unescape_key(part) for part in path.split(PATH_SEPARATOR)]
 
 
 def _is_scalar(value: Any) -> bool:
@@ -105,7 +124,7 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
                 f"config keys must be strings, got {key!r} ({type(key).__name__}) "
                 f"under {prefix or 'the top level'!r}"
             )
-        path = f"{prefix}{key}"
+        path = f"{prefix}{escape_key(key)}"
         if (type(value) is dict or isinstance(value, Mapping)) and not is_sequence_spec(value):
             yield from _flatten(value, path + PATH_SEPARATOR)
         else:
@@ -241,10 +260,11 @@ class TrialConfig:
 
 
 def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """Rebuild the nested dict a trainable expects from ``/``-separated paths."""
+    """Rebuild the nested dict a trainable expects from ``/``-separated paths
+    (keys escaped by flattening come back as they were)."""
     nested: dict[str, Any] = {}
     for path, value in flat.items():
-        *parents, leaf = path.split(PATH_SEPARATOR)
+        *parents, leaf = split_path(path)
         level = nested
         for part in parents:
             level = level.setdefault(part, {})

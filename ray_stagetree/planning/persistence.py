@@ -163,12 +163,38 @@ def load_into(plan: Any, url: str, storage_filesystem: Any = None) -> None:
     fill(plan, {name: _read(filesystem, root, name) for name in SCHEMAS})
 
 
+#: Where a study's checkpoints live, relative to its experiment directory.
+CHECKPOINT_FOLDER = "checkpoints"
+
+
+def check_checkpoint_path(path: Any, node_id: Any, step: Any) -> None:
+    """Refuse a checkpoint path that does not name a file in the experiment
+    directory's ``checkpoints/`` folder: absolute paths, URLs, ``..`` or
+    empty parts, backslashes. The runtime writes nothing else, so anything
+    else is a rewritten table pointing at a file the study never wrote."""
+    parts = path.split("/") if isinstance(path, str) else []
+    if (
+        len(parts) < 2
+        or parts[0] != CHECKPOINT_FOLDER
+        or "\\" in path
+        or ":" in path
+        or any(part in ("", ".", "..") for part in parts)
+    ):
+        raise ValueError(
+            f"search plan: the checkpoint of node {node_id} at step {step} has path {path!r}; a checkpoint path "
+            f"must name a file under {CHECKPOINT_FOLDER + '/'!r} inside the experiment directory (relative, no "
+            "'..'). The plan's checkpoints table was not written by ray_stagetree as it stands: refusing to load it"
+        )
+
+
 def fill(plan: Any, tables: dict[str, list[dict[str, Any]]]) -> None:
-    """Fill an empty plan with `records`' rows."""
+    """Fill an empty plan with `records`' rows; raises ValueError on a
+    checkpoint path outside the experiment directory (`check_checkpoint_path`)."""
     for row in sorted(tables["nodes"], key=lambda row: row["node_id"]):
         config = TrialConfig.from_json(json.loads(row["config"]), row["study"], plan._sequences)
         plan._restore_node(row["node_id"], config, row["parent_id"], row["fork_step"])
     for row in tables["checkpoints"]:
+        check_checkpoint_path(row["path"], row["node_id"], row["step"])
         plan._restore_checkpoint(row["node_id"], row["step"], row["path"], row["size_bytes"], row["checksum"])
     for row in tables["metrics"]:
         plan.nodes[row["node_id"]].metrics[row["step"]] = json.loads(row["metrics"])

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, SearchPlan
+from ray_stagetree.runtime.payload_auth import seal, unseal
 from ray_stagetree.runtime.storage import (
     CheckpointCache,
     CheckpointStorage,
@@ -36,51 +38,57 @@ class StorageIO:
     machine), and a study's end writes every trial at once. Payloads arrive
     as resolved objects (Ray passes a referenced checkpoint to the method
     directly), so their bytes never visit the driver or the controller.
+
+    Payloads are pickles, sealed with an HMAC under ``secret`` (the
+    experiment's key, see `runtime.payload_auth`): `reload` unpickles only
+    what verifies, so a payload placed in storage by anyone without the key
+    is refused, whatever checksum the plan's table claims for it.
     """
 
-    def __init__(self, storage: CheckpointStorage) -> None:
+    def __init__(self, storage: CheckpointStorage, secret: bytes, trusted: bool = False) -> None:
         self.storage = storage
+        self._secret = secret
+        self._trusted = trusted
 
     def write(self, key: str, payload: Any) -> StoredCheckpoint:
         import pickle
 
-        return self.storage.write(key, pickle.dumps(payload, protocol=5))
+        return self.storage.write(key, seal(self._secret, key, pickle.dumps(payload, protocol=5)))
 
-    def _load(self, stored: StoredCheckpoint) -> Any:
-        """The payload ``stored`` names; raises `CheckpointUnavailableError`
-        when it is lost or corrupt."""
+    def _load(self, stored: StoredCheckpoint, key: str) -> Any:
+        """The payload stored under ``key``; raises `CheckpointUnavailableError`
+        when it is lost, corrupt or not authenticated."""
         import pickle
 
-        data = self.storage.read(stored)
-        # Written by this study under the user's storage_path; checksum verified above.
-        return pickle.loads(data)
+        data = unseal(self._secret, key, self.storage.read(stored), self._trusted)
+        return pickle.loads(data)  # sealed by this experiment's key: written by its own workers
 
     @ray.method(num_returns=2)
-    def reload(self, stored: StoredCheckpoint) -> tuple[str | None, Any]:
-        """(None, payload), or (the reason, None) when the copy is lost or
-        corrupt. Two returns, so the controller reads the verdict without
-        the bytes."""
+    def reload(self, stored: StoredCheckpoint, key: str) -> tuple[str | None, Any]:
+        """(None, payload), or (the reason, None) when the copy under ``key``
+        is lost, corrupt or not authenticated. Two returns, so the controller
+        reads the verdict without the bytes."""
         try:
-            return None, self._load(stored)
+            return None, self._load(stored, key)
         except CheckpointUnavailableError as error:
             return str(error), None
 
-    def check(self, stored: StoredCheckpoint) -> str | None:
-        """Why the stored copy is unusable, or None when it is intact."""
+    def check(self, stored: StoredCheckpoint, key: str) -> str | None:
+        """Why the copy under ``key`` is unusable, or None when it is intact."""
         try:
-            self.storage.read(stored)
+            unseal(self._secret, key, self.storage.read(stored), self._trusted)
         except CheckpointUnavailableError as error:
             return str(error)
         return None
 
-    def export_stored(self, trial_dir: str, stored: StoredCheckpoint) -> tuple[str | None, str | None]:
+    def export_stored(self, trial_dir: str, stored: StoredCheckpoint, key: str) -> tuple[str | None, str | None]:
         """Copy a stored checkpoint into a trial's folder, storage to
-        storage: (None, its path), or (the reason, None) when it is lost or
-        corrupt. The bytes never enter the object store."""
+        storage: (None, its path), or (the reason, None) when it is lost,
+        corrupt or not authenticated. The bytes never enter the object store."""
         from ray_stagetree.runtime.results import write_checkpoint
 
         try:
-            payload = self._load(stored)
+            payload = self._load(stored, key)
         except CheckpointUnavailableError as error:
             return str(error), None
         return None, write_checkpoint(self.storage, trial_dir, payload)
@@ -108,9 +116,16 @@ class CheckpointStore:
         Object-store memory the study's checkpoints may hold; beyond it, the
         ones with the least recompute-cost x expected-reuse per byte are
         dropped from memory once their durable copy exists.
+    secret:
+        The experiment's key, which seals the durable copies
+        (`runtime.payload_auth`); None: a key for this store's lifetime only.
+    trusted:
+        Read stored payloads that do not verify (``RAY_STAGETREE_TRUST_STORAGE``).
     """
 
-    def __init__(self, storage: CheckpointStorage, budget_bytes: int) -> None:
+    def __init__(
+        self, storage: CheckpointStorage, budget_bytes: int, secret: bytes | None = None, trusted: bool = False
+    ) -> None:
         self.storage = storage
         self.cache = CheckpointCache(budget_bytes)
         self._writes: dict[Any, tuple[int, int]] = {}
@@ -128,7 +143,7 @@ class CheckpointStore:
                 max_restarts=-1,
                 max_task_retries=-1,
             )
-            .remote(storage)
+            .remote(storage, secret if secret is not None else os.urandom(32), trusted)
         )
 
     @staticmethod
@@ -233,7 +248,7 @@ class CheckpointStore:
         evicted one is checked in storage, without reading it into memory."""
         info = node.checkpoints[step]
         if info.handle is None:
-            self._raise_if(plan, node, step, await self.io.check.remote(self._stored(info)))
+            self._raise_if(plan, node, step, await self.io.check.remote(self._stored(info), info.path))
 
     async def export(self, plan: SearchPlan, node: PlanNode, step: int, trial_dir: str) -> str | None:
         """Write the checkpoint into a trial's folder (``checkpoint_<step>``)
@@ -249,7 +264,7 @@ class CheckpointStore:
                 info = node.checkpoints.get(step)
         if info is None:
             return None
-        problem, path = await self.io.export_stored.remote(trial_dir, self._stored(info))
+        problem, path = await self.io.export_stored.remote(trial_dir, self._stored(info), info.path)
         try:
             self._raise_if(plan, node, step, problem)
         except CheckpointUnavailableError:
@@ -257,7 +272,8 @@ class CheckpointStore:
         return path
 
     async def _reload(self, plan: SearchPlan, node: PlanNode, step: int) -> Any:
-        verdict, ref = self.io.reload.remote(self._stored(node.checkpoints[step]))
+        info = node.checkpoints[step]
+        verdict, ref = self.io.reload.remote(self._stored(info), info.path)
         self._raise_if(plan, node, step, await verdict)
         return ref
 

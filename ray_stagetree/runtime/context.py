@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ray_stagetree.planning.config import PATH_SEPARATOR, TrialConfig
+from ray_stagetree.planning.config import TrialConfig, split_path
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.payload import (
     CheckpointPayload,
@@ -29,6 +29,7 @@ from ray_stagetree.runtime.payload import (
     unpack_directory,
 )
 from ray_stagetree.runtime.rng import capture_rng_state, restore_rng_state
+from ray_stagetree.runtime.visible_config import sequences_so_far
 
 FLUSH_SECONDS = 0.5
 
@@ -66,6 +67,7 @@ class StageContext:
         self._controller = controller
         self._put = put
         self._config = TrialConfig.from_config(spec.config)
+        self._visible = sequences_so_far(spec.config, self._config, spec.plain, lambda: self.step)
         self._config_changes = self._plain_value_changes()
         self.save_steps |= self._config_changes
         self._restart_payload: CheckpointPayload | None = None
@@ -98,13 +100,16 @@ class StageContext:
         return path
 
     def trainable_config(self) -> dict[str, Any]:
-        """The config the trainable gets: sequences as objects, except where the
-        user gave a plain value (then this iteration's value, as Tune has it)."""
+        """The config the trainable gets: each sequence as a `SequenceSoFar`
+        (its values up to the iteration being trained: what the trials
+        sharing this batch's stages all have), except where the user gave a
+        plain value (then this iteration's value, as Tune has it)."""
+        config = self._visible
         if not self.spec.plain:
-            return self.spec.config
+            return config
         values = self._config.hparams_at(self.step)
         changed = {name: values[name] for name in self.spec.plain if _differs(self.spec.config, name, values[name])}
-        return _replaced(self.spec.config, changed) if changed else self.spec.config
+        return _replaced(config, changed) if changed else config
 
     def hparams(self) -> dict[str, Any]:
         return self._config.hparams_at(self.step)
@@ -309,7 +314,7 @@ def _differs(config: dict[str, Any], path: str, value: Any) -> bool:
     explored it). Unchanged ones reach the trainable as the user gave them,
     numpy scalars included, as in Tune."""
     original = config
-    for part in path.split(PATH_SEPARATOR):
+    for part in split_path(path):
         original = original[part]
     original = original.item() if isinstance(original, np.generic) else original
     return type(original) is not type(value) or original != value
@@ -320,7 +325,7 @@ def _replaced(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     copying only the dicts on those paths."""
     out = dict(config)
     for path, value in values.items():
-        *parents, leaf = path.split(PATH_SEPARATOR)
+        *parents, leaf = split_path(path)
         level = out
         for part in parents:
             level[part] = dict(level[part])

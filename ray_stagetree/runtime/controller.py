@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from ray_stagetree.planning.config import TrialConfig, unflatten
+from ray_stagetree.planning.config import TrialConfig, split_path, unflatten
 from ray_stagetree.planning.plan import RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
@@ -82,6 +82,9 @@ class StudySpec:
     trial_dirname_creator: Any = None
     checkpoint_config: Any = None  # ray.tune.CheckpointConfig, validated by the Tuner
     stall_warning_s: float = 60.0  # the progress names a batch's trials after this long without a report
+    # The experiment's key, which seals stored checkpoints (runtime.payload_auth); never written to storage.
+    payload_key: bytes | None = field(default=None, repr=False)
+    trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
 
 
 @dataclass
@@ -116,7 +119,10 @@ class StudyController:
             self.plan = SearchPlan()
         self.policy = get_policy(spec.policy)
         self.store = CheckpointStore(
-            CheckpointStorage(spec.experiment_path, spec.storage_filesystem), spec.checkpoint_budget_bytes
+            CheckpointStorage(spec.experiment_path, spec.storage_filesystem),
+            spec.checkpoint_budget_bytes,
+            secret=spec.payload_key,
+            trusted=spec.trust_storage,
         )
         self.trials: dict[str, TrialState] = {}
         self.source = spec.source
@@ -505,7 +511,7 @@ class StudyController:
         steps = list(range((start // every + 1) * every, stop + 1, every)) if every > 0 else []
         if config.checkpoint_at_end and outcome is not None and outcome.records:
             node_id, step, _ = outcome.records[-1]
-            through = self.plan.trials_through(self.plan.nodes[node_id], step)
+            through = self._trials_through(self.plan.nodes[node_id], step)
             ended = [self.trials[t] for t in through if t in self.trials and self.trials[t].status == TERMINATED]
             if any(state.rows and max(state.rows) == step for state in ended):
                 steps.append(step)
@@ -541,7 +547,7 @@ class StudyController:
             self._iterations += 1
             self.plan.record_metrics(node_id, step, metrics)
             self.plan.record_progress(outcome.batch_id, node_id, step)
-            for trial_id in sorted(self.plan.trials_through(node, step)):
+            for trial_id in sorted(self._trials_through(node, step)):
                 self._add_row(self.trials[trial_id], step, metrics)
         worker = self._batch_workers.get(outcome.batch_id)
         for node_id, step, key, size in outcome.checkpoints:
@@ -661,6 +667,12 @@ class StudyController:
         self.plan.release_batch(batch.batch_id)
         self._idle.append(worker)
 
+    def _trials_through(self, node: Any, step: int) -> set[str]:
+        """This run's trials whose path passes through ``(node, step)``. A
+        plan continued by `Study` also holds the trials of earlier runs: they
+        share its nodes, but nothing here reports to them."""
+        return {trial_id for trial_id in self.plan.trials_through(node, step) if trial_id in self.trials}
+
     def _trainable_returned(self, batch_id: int, step: int) -> None:
         """The function returned after ``step`` iterations instead of training
         the next one (a finite loop): every trial that needs that next
@@ -670,7 +682,7 @@ class StudyController:
         if not after:
             return
         node = after[0]
-        for trial_id in sorted(self.plan.trials_through(node, step + 1)):
+        for trial_id in sorted(self._trials_through(node, step + 1)):
             state = self.trials[trial_id]
             if state.status not in (TERMINATED, ERROR):
                 if state.reported:
@@ -686,7 +698,7 @@ class StudyController:
         node = self.plan.nodes[outcome.error_node]
         affected = {
             trial_id
-            for trial_id in self.plan.trials_through(node, outcome.error_step)
+            for trial_id in self._trials_through(node, outcome.error_step)
             if self.trials[trial_id].status not in (TERMINATED, ERROR)
         }
         point = (outcome.error_node, outcome.error_step)
@@ -1047,7 +1059,7 @@ def start_worker(spec: StudySpec, controller: Any) -> Any:
 
 
 def _set_path(config: dict[str, Any], path: str, value: Any) -> None:
-    *parents, leaf = path.split("/")
+    *parents, leaf = split_path(path)
     for part in parents:
         config = config[part]
     config[leaf] = value

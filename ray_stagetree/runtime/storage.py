@@ -9,7 +9,9 @@ store that need no Ray:
   Tune-style ``storage_path`` (any fsspec URL, or a given fsspec/pyarrow
   filesystem) and verifies size and checksum on every read. A missing or
   corrupt copy raises a `CheckpointUnavailableError` so the caller recomputes
-  it instead of training on from damaged state.
+  it instead of training on from damaged state. The checksum detects damage,
+  not tampering (whoever rewrites a file can rewrite its checksum): payloads
+  are authenticated by `runtime.payload_auth`.
 * **Eviction accounting.** `CheckpointCache` tracks what the object store
   holds and, when over budget, names the checkpoints whose loss costs least
   per byte freed: recompute seconds x expected reuse / size, as in Nectar
@@ -31,6 +33,7 @@ from typing import Any
 import fsspec
 import pyarrow.fs as pafs
 from fsspec.implementations.arrow import ArrowFSWrapper
+from fsspec.implementations.local import LocalFileSystem
 
 from ray_stagetree.runtime.payload import checksum, tree_entries
 
@@ -191,6 +194,7 @@ class CheckpointStorage:
         CheckpointCorruptError
             The file's size or checksum differs from ``stored``.
         """
+        self._check_inside(stored.path)
         try:
             data = self.filesystem.cat_file(stored.path)
         except FileNotFoundError as error:
@@ -208,6 +212,22 @@ class CheckpointStorage:
                 f"checkpoint {stored.path!r} is corrupt: expected checksum {stored.checksum}, found {found}"
             )
         return data
+
+    def _check_inside(self, path: str) -> None:
+        """Refuse a local file whose real path (links resolved) is not inside
+        the storage root: a checkpoint is only ever read from the experiment
+        directory, whatever a link placed in it points to."""
+        local = isinstance(self.filesystem, LocalFileSystem) or isinstance(
+            getattr(self.filesystem, "fs", None), pafs.LocalFileSystem
+        )
+        if not local or not self.root:
+            return
+        root = os.path.realpath(self.root)
+        real = os.path.realpath(path)
+        if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+            raise CheckpointCorruptError(
+                f"checkpoint {path!r} resolves to {real!r}, outside the experiment directory {root!r}; it is not read"
+            )
 
     def read_key(self, key: str) -> bytes:
         """The bytes of ``<storage_path>/<key>``, unverified (files whose

@@ -45,6 +45,7 @@ from ray_stagetree.runtime.experiment_state import (
     read_tuner_settings,
     write_tuner_settings,
 )
+from ray_stagetree.runtime.payload_auth import TRUST_ENV, experiment_key, key_dir, trust_storage
 from ray_stagetree.runtime.progress import ProgressReporter
 from ray_stagetree.runtime.results import ResultGrid
 from ray_stagetree.runtime.storage import CheckpointStorage
@@ -505,6 +506,7 @@ class Tuner:
         if not ray.is_initialized():
             ray.init()  # joins the cluster the script runs on (RAY_ADDRESS, `ray start`), else starts one
         check_shared_storage(experiment_path, self.run_config.storage_filesystem)
+        payload_key = self._payload_key(experiment_path, continues=resume or restore is not None)
         worker_options: dict[str, Any] = {
             "num_cpus": resources.get("CPU", 0.0),
             "num_gpus": resources.get("GPU", 0.0),
@@ -544,6 +546,8 @@ class Tuner:
             state_period_s=_state_period(),
             checkpoint_config=self.run_config.checkpoint_config,
             stall_warning_s=_stall_warning_seconds(),
+            payload_key=payload_key,
+            trust_storage=trust_storage(),
         )
         callbacks = self._callback_runner(source, experiment_path)
         reporter = self._progress_reporter(source)
@@ -571,6 +575,23 @@ class Tuner:
         if failure is not None and failure.fail_fast == "raise" and grid.errors:
             raise grid.errors[0]
         return grid
+
+    def _payload_key(self, experiment_path: str, continues: bool) -> bytes:
+        """The experiment's key for sealing checkpoints, from this machine's
+        key folder (created for a new experiment). Continuing an experiment
+        whose key is not here, its stored checkpoints are retrained unless
+        the directory is declared trusted: say so before that happens."""
+        key, existed = experiment_key(CheckpointStorage(experiment_path, self.run_config.storage_filesystem))
+        if continues and not existed and not trust_storage():
+            logger.warning(
+                "no key for the experiment at %s in %s (it ran on another machine, or its key was deleted): its "
+                "stored checkpoints cannot be authenticated and are retrained where needed. If the directory is "
+                "trusted, copy the key file from the machine that ran it, or set %s=1",
+                experiment_path,
+                key_dir(),
+                TRUST_ENV,
+            )
+        return key
 
     def _run_controller(
         self, spec: StudySpec, callbacks: CallbackRunner, reporter: ProgressReporter

@@ -78,3 +78,19 @@ def test_plan_saves_to_a_local_directory_and_a_pyarrow_filesystem(tmp_path):
 def test_loading_something_that_is_not_a_plan_fails_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match="no search plan at"):
         SearchPlan.load(str(tmp_path / "missing"))
+
+
+def test_keys_holding_the_separator_never_collide_with_nested_keys():
+    """{"a/b": x, "a": {"b": y}}: two hyper-parameters, not one (issue point 3)."""
+    configs = [{"a/b": outer, "a": {"b": inner}, "~x": 1} for outer in (1, 2) for inner in (1, 2)]
+    flats = [TrialConfig.from_config(config) for config in configs]
+    assert flats[0].names == ("a/b", "a~1b", "~0x")
+    # every config keeps both values and round-trips to itself
+    for config, flat in zip(configs, flats):
+        assert unflatten(json.loads(json.dumps(flat.to_json()))) == config
+    # (1, 2) and (2, 1) differ from the first iteration on: no two of the four share
+    assert flats[1].first_difference(flats[2], 10) == 0
+    plan = SearchPlan()
+    for index, config in enumerate(configs):
+        plan.add_trial(f"t{index}", config, 4)
+    assert len(plan.roots) == 4 and plan.unique_iterations() == 16

@@ -44,7 +44,8 @@ def train(config):
     while True:
         x -= get_hparams()["lr"] * x
         if node == config["doomed"] and get_iteration() + 1 == BLOCK_AT:
-            open(os.path.join(config["signals"], f"blocked_{config['lr'].gamma}"), "w").close()
+            gamma = round(get_hparams()["lr"] / 0.1, 9)  # past the milestone: lr = 0.1 * gamma
+            open(os.path.join(config["signals"], f"blocked_{gamma}"), "w").close()
             time.sleep(600)  # until the node is removed under this worker
         metrics = {"x": x, "node": node, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
         if should_checkpoint():

@@ -30,7 +30,7 @@ def counting_loop(config):
     or (``config["checkpoint"]``) one at every iteration."""
     x = 0.0
     for _ in range(config.get("steps", 10**9)):
-        x += get_hparams()["lr"] if isinstance(config["lr"], MultiStep) else config["lr"]
+        x += config["lr"] if isinstance(config["lr"], float) else get_hparams()["lr"]
         if not config.get("checkpoint"):
             tune.report({"x": x})
             continue
