@@ -629,6 +629,14 @@ class StudyController:
             self._fail(affected, f"the worker running batch {batch.batch_id} died: {error}")
             self.plan.release_batch(batch.batch_id)
             return
+        except ray.exceptions.RayError as error:  # its outcome could not come back (it failed to serialize)
+            self._worker_seconds += time.monotonic() - dispatched
+            self._batch_workers.pop(batch.batch_id, None)
+            affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
+            self._fail(affected, f"batch {batch.batch_id}'s outcome could not be read from its worker: {error}")
+            self.plan.release_batch(batch.batch_id)
+            self._idle.append(worker)
+            return
         self._worker_seconds += time.monotonic() - dispatched
         if outcome.source_lost is not None:
             # The starting checkpoint's only copy was on a node that is gone:
@@ -682,6 +690,9 @@ class StudyController:
             for trial_id in self.plan.trials_through(node, outcome.error_step)
             if self.trials[trial_id].status not in (TERMINATED, ERROR)
         }
+        if not outcome.error_retryable:  # the trainable reported something it must not: a retry repeats it
+            self._fail(affected, outcome.error, retry=False)
+            return
         point = (outcome.error_node, outcome.error_step)
         if len(affected) > 1 and point not in self._shared_retries:
             self._shared_retries.add(point)

@@ -2,6 +2,8 @@
 a trainable that never reports, numpy values in the space, odd metrics."""
 
 import math
+import os
+import threading
 import time
 
 import fsspec
@@ -193,3 +195,44 @@ def test_a_string_where_the_scheduler_needs_a_number_errors_the_trial(tmp_path, 
     message = str(by_kind["string"].error)
     assert "reported loss='low' (str) at iteration 1" in message
     assert "the trial scheduler (AsyncHyperBandScheduler) compares 'loss': it must be a number" in message
+
+
+def reports_badly(config):
+    """``unpicklable`` reports a lock at iteration 2; ``flaky`` raises on its
+    first three attempts (counted in files), then trains; ``fine`` trains."""
+    kind, iteration = config["kind"], 0
+    if kind == "flaky":
+        attempts = sorted(os.listdir(config["folder"]))
+        if len(attempts) < 3:
+            open(os.path.join(config["folder"], f"attempt{len(attempts)}"), "w").close()
+            raise RuntimeError(f"transient failure {len(attempts)}")
+    while True:
+        iteration += 1
+        metrics = {"loss": 1.0 / iteration}
+        if kind == "unpicklable" and iteration == 2:
+            metrics["lock"] = threading.Lock()
+        report(metrics)
+
+
+@pytest.mark.timeout(120)
+def test_an_unpicklable_metric_errors_its_trial_and_unlimited_retries_retry(tmp_path, ray_session):
+    folder = tmp_path / "attempts"
+    folder.mkdir()
+    grid = Tuner(
+        reports_badly,
+        param_space={"kind": tune.grid_search(["unpicklable", "flaky", "fine"]), "folder": str(folder)},
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path),
+            stop={"training_iteration": 3},
+            failure_config=tune.FailureConfig(max_failures=-1),
+            verbose=0,
+        ),
+    ).fit()
+    by_kind = {result.config["kind"]: result for result in grid}
+    message = str(by_kind["unpicklable"].error)
+    assert "reported lock=<unlocked _thread.lock" in message and "at iteration 2" in message, message
+    assert "cannot be pickled" in message, message
+    assert len(by_kind["unpicklable"].metrics_dataframe) == 1, "its first iteration is kept; not retried forever"
+    assert len(os.listdir(folder)) == 3, "max_failures=-1: retried past three failures"
+    for kind in ("flaky", "fine"):
+        assert by_kind[kind].error is None and by_kind[kind].metrics["training_iteration"] == 3, kind
