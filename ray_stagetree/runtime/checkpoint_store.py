@@ -41,10 +41,20 @@ class StorageIO:
     def __init__(self, storage: CheckpointStorage) -> None:
         self.storage = storage
 
-    def write(self, key: str, payload: Any) -> StoredCheckpoint:
+    def write(self, key: str, payload: Any) -> StoredCheckpoint | WriteFailed:
+        """Store a checkpoint and read it back: a copy that cannot be read
+        back as written (a full disk, a flaky store) is written again, and
+        after `WRITE_ATTEMPTS` reported as `WriteFailed`, not raised, so the
+        controller keeps the in-memory copy instead of forgetting it."""
         import pickle
 
-        return self.storage.write(key, pickle.dumps(payload, protocol=5))
+        data = pickle.dumps(payload, protocol=5)
+        return with_retries(lambda: self._write_verified(key, data), f"checkpoint {key!r}")
+
+    def _write_verified(self, key: str, data: bytes) -> StoredCheckpoint:
+        stored = self.storage.write(key, data)
+        self.storage.read(stored)  # raises CheckpointUnavailableError when damaged on the way
+        return stored
 
     @ray.method(num_returns=2)
     def reload(self, stored: StoredCheckpoint) -> tuple[str | None, Any]:
@@ -64,14 +74,43 @@ class StorageIO:
         """A study snapshot, written atomically (see `runtime.experiment_state`)."""
         self.storage.write(key, data)
 
-    def write_trial_checkpoint(self, trial_dir: str, payload: Any) -> str:
+    def write_trial_checkpoint(self, trial_dir: str, payload: Any) -> str | WriteFailed:
+        """A trial's checkpoint folder; `WriteFailed` when storage refuses it."""
         from ray_stagetree.runtime.results import write_checkpoint
 
-        return write_checkpoint(self.storage, trial_dir, payload)
+        return with_retries(lambda: write_checkpoint(self.storage, trial_dir, payload), f"a checkpoint of {trial_dir!r}")
 
 
 #: Storage calls in flight at once: enough to overlap file-system latency.
 IO_THREADS = 4
+
+#: Tries of one write, with a doubling pause from `RETRY_PAUSE_S` between them.
+WRITE_ATTEMPTS = 3
+RETRY_PAUSE_S = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteFailed:
+    """What a write that storage refused every time returns: why."""
+
+    reason: str
+
+
+def with_retries(write: Any, what: str) -> Any:
+    """``write()``'s result, or `WriteFailed` after `WRITE_ATTEMPTS` errors
+    (transient ones, such as a store's throttling, pass on a retry)."""
+    import time
+
+    pause = RETRY_PAUSE_S
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            return write()
+        except Exception as error:  # each fsspec backend raises its own errors
+            if attempt == WRITE_ATTEMPTS:
+                return WriteFailed(f"{what} could not be written ({type(error).__name__}: {error})")
+            time.sleep(pause)
+            pause *= 2
+    raise AssertionError("unreachable")
 
 
 class CheckpointStore:
@@ -89,6 +128,9 @@ class CheckpointStore:
         self.storage = storage
         self.cache = CheckpointCache(budget_bytes)
         self._writes: dict[Any, tuple[int, int]] = {}
+        # Kept in memory only: storage refused their durable copy. Written
+        # again once a later write succeeds (storage is back).
+        self.unstored: set[tuple[int, int]] = set()
         # Owned by whoever builds the store (the controller), it ends with it;
         # on the same node, so that losing a worker node does not lose it.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -116,8 +158,11 @@ class CheckpointStore:
         if (node.node_id, step) in self.cache:  # retrained after a loss
             self.cache.remove((node.node_id, step))
         self.cache.add((node.node_id, step), size_bytes, recompute, self._reuse(plan, node, step), pinned=True)
-        write = self.io.write.remote(self.key(node.node_id, step), ref)
-        self._writes[write] = (node.node_id, step)
+        self._write(node.node_id, step, ref)
+
+    def _write(self, node_id: int, step: int, ref: Any) -> None:
+        write = self.io.write.remote(self.key(node_id, step), ref)
+        self._writes[write] = (node_id, step)
 
     @staticmethod
     def _reuse(plan: SearchPlan, node: PlanNode, step: int) -> float:
@@ -137,11 +182,20 @@ class CheckpointStore:
             # stored: forget it, so nothing starts from it; it is retrained.
             logger.warning("checkpoint of node %d step %d is lost: %s", node_id, step, error)
             plan.drop_checkpoint(node_id, step)
-            self.cache.remove((node_id, step))
+            if (node_id, step) in self.cache:
+                self.cache.remove((node_id, step))
             return
         info = plan.nodes[node_id].checkpoints.get(step)
-        if info is None:
+        if info is None or info.handle is None:  # dropped (or lost with its node) meanwhile
             return
+        if isinstance(stored, WriteFailed):
+            # Storage refused it: the in-memory copy stays (pinned: nothing else holds it).
+            if (node_id, step) not in self.unstored:
+                logger.warning("%s; it is kept in memory until storage accepts it", stored.reason)
+            self.unstored.add((node_id, step))
+            return
+        self._rewrite_unstored(plan)
+        self.unstored.discard((node_id, step))
         # The plan keeps the key, relative to the experiment directory, so a
         # study moved or renamed between runs still finds its checkpoints.
         plan.nodes[node_id].checkpoints[step] = dataclasses.replace(
@@ -149,6 +203,14 @@ class CheckpointStore:
         )
         self.cache.update((node_id, step), pinned=False)
         self.evict(plan)
+
+    def _rewrite_unstored(self, plan: SearchPlan) -> None:
+        """A write succeeded: storage is back; write what it refused before."""
+        for node_id, step in sorted(self.unstored):
+            self.unstored.discard((node_id, step))
+            info = plan.nodes[node_id].checkpoints.get(step)
+            if info is not None and info.handle is not None and info.path is None:
+                self._write(node_id, step, info.handle)
 
     def evict(self, plan: SearchPlan) -> None:
         for key in list(self.cache):
@@ -200,11 +262,16 @@ class CheckpointStore:
     async def verify(self, plan: SearchPlan, node: PlanNode, step: int) -> None:
         """Raise as `handle` does when the checkpoint is no longer usable;
         an evicted one is read back and checked, then dropped from memory again."""
-        if node.checkpoints[step].handle is None:
+        info = node.checkpoints.get(step)
+        if info is None:  # found lost since it was chosen (another trial shares it)
+            raise CheckpointUnavailableError(f"the checkpoint of node {node.node_id} at step {step} was lost")
+        if info.handle is None:
             await self._reload(plan, node, step)
 
     async def _reload(self, plan: SearchPlan, node: PlanNode, step: int) -> Any:
-        info = node.checkpoints[step]
+        info = node.checkpoints.get(step)
+        if info is None:
+            raise CheckpointUnavailableError(f"the checkpoint of node {node.node_id} at step {step} was lost")
         stored = StoredCheckpoint(
             path=self.storage.path(info.path), size_bytes=info.size_bytes, checksum=info.checksum
         )

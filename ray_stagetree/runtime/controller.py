@@ -30,7 +30,7 @@ from ray_stagetree.planning.config import TrialConfig, unflatten
 from ray_stagetree.planning.plan import RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
-from ray_stagetree.runtime.checkpoint_store import IO_THREADS, CheckpointStore
+from ray_stagetree.runtime.checkpoint_store import IO_THREADS, CheckpointStore, WriteFailed
 from ray_stagetree.runtime.cluster import workers_that_fit
 from ray_stagetree.runtime.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
 from ray_stagetree.runtime.results import kept_checkpoints
@@ -49,6 +49,10 @@ PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "T
 # Past the time budget, a batch that has not stopped at a report by then
 # (its trainable never reports, or takes this long per iteration) is killed.
 BUDGET_GRACE_S = 1.0
+
+# Retrains of a trial's final checkpoint found damaged in storage, before it
+# ends without one (a storage that damages every file it keeps).
+FINAL_RETRAINS = 2
 
 
 @dataclass
@@ -101,6 +105,7 @@ class TrialState:
     plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
     name: str = ""  # TuneConfig.trial_name_creator's, for messages
     dirname: str = ""  # the trial's folder under the experiment path
+    final_retrains: int = 0  # times its final checkpoint was found damaged and trained again
 
 
 class StudyController:
@@ -163,6 +168,7 @@ class StudyController:
         self._halted = False  # fail_fast, a stopper's stop_all, or abort: nothing more runs
         self._warned_missing_checkpoint = False
         self._warnings: list[str] = []  # for the driver to show, once each
+        self._unwritten: list[str] = []  # what storage refused at the end, and why
         self._shared_retries: set[tuple[int, int]] = set()  # (node, step) of shared stages retried after an error
         self.study_error: str | None = None  # why the whole study stopped
         self._state_write: Any = None  # the snapshot being written, if any
@@ -830,18 +836,31 @@ class StudyController:
 
     async def _final_checkpoints_lost(self) -> bool:
         """Reopen finished trials whose checkpoint at their last result was
-        lost or found corrupt, so that it is trained again; True if any."""
-        lost = False
+        lost or found corrupt, so that it is trained again; True if any.
+        Each point is checked once (trials that end together share it), and
+        a trial is retrained for it at most `FINAL_RETRAINS` times: storage
+        that damages everything it keeps must not retrain it forever."""
+        finals: dict[tuple[int, int], list[TrialState]] = {}
         for state in self.trials.values():
             points = self._path_checkpoints(state)
-            if not points or points[-1][1] != max(state.rows):
-                continue
+            if points and points[-1][1] == max(state.rows) and state.final_retrains <= FINAL_RETRAINS:
+                finals.setdefault((points[-1][0].node_id, points[-1][1]), []).append(state)
+        lost = False
+        for (node_id, step), states in finals.items():
             try:
-                await self.store.verify(self.plan, *points[-1])
+                await self.store.verify(self.plan, self.plan.nodes[node_id], step)
             except CheckpointUnavailableError as error:
-                logger.warning("%s; training it again", error)
-                self._requested_node(state, self.plan.reopen(state.trial_id).node)
-                lost = True
+                for state in states:
+                    state.final_retrains += 1
+                    if state.final_retrains > FINAL_RETRAINS:
+                        self._warnings.append(
+                            f"the final checkpoint of trial {state.name or state.trial_id} was found damaged "
+                            f"{FINAL_RETRAINS} times in storage ({error}); it ends without it"
+                        )
+                        continue
+                    logger.warning("%s; training it again", error)
+                    self._requested_node(state, self.plan.reopen(state.trial_id).node)
+                    lost = True
         return lost
 
     def _path_checkpoints(self, state: TrialState) -> list[tuple[Any, int]]:
@@ -951,8 +970,17 @@ class StudyController:
             ]
             if state.checkpoints:
                 self._event("checkpoint", state, path=state.checkpoints[-1][0])
-        self.plan.save(self._plan_path, self.spec.storage_filesystem)
+        try:
+            self.plan.save(self._plan_path, self.spec.storage_filesystem)
+        except Exception as error:  # each fsspec backend raises its own errors
+            self._unwritten.append(f"the search plan could not be written ({type(error).__name__}: {error})")
         await self.save_state()
+        if self._unwritten:
+            self._warnings.append(
+                f"storage under {self.spec.experiment_path!r} refused part of the study's end, which is kept in "
+                f"the returned results only: {'; '.join(self._unwritten[:3])}"
+                + (f" (and {len(self._unwritten) - 3} more)" if len(self._unwritten) > 3 else "")
+            )
 
     def _exposed_checkpoints(self, state: TrialState) -> tuple[list[tuple[Any, int]], list[int]]:
         """What a trial keeps in its folder (`kept_checkpoints`): points
@@ -983,9 +1011,14 @@ class StudyController:
                 except CheckpointUnavailableError:
                     return None
                 try:
-                    return await self.store.io.write_trial_checkpoint.remote(dirname, ref)
+                    path = await self.store.io.write_trial_checkpoint.remote(dirname, ref)
                 except ray.exceptions.ObjectLostError:
                     self.store.forget_copy(self.plan, node, step)
+                    continue
+                if isinstance(path, WriteFailed):
+                    self._unwritten.append(path.reason)
+                    return None
+                return path
         return None
 
     # -- driver queries --------------------------------------------------------------
