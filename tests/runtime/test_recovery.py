@@ -65,15 +65,17 @@ def test_a_deterministic_error_on_a_shared_stage_fails_its_trials(tmp_path, ray_
 
 
 class CorruptsFirstRead(LocalFileSystem):
-    """A local filesystem whose first read of each checkpoint file returns
-    damaged bytes (a flaky disk or object store), later reads the real ones."""
+    """A local filesystem whose first read of each checkpoint file after the
+    write's own check returns damaged bytes (a flaky disk or object store),
+    later reads the real ones."""
 
     def cat_file(self, path, start=None, end=None, **kwargs):
         data = super().cat_file(path, start=start, end=end, **kwargs)
-        seen = self.__dict__.setdefault("_seen", set())
-        if "/checkpoints/" in path and path not in seen:
-            seen.add(path)
-            return data[:-1] + bytes([data[-1] ^ 0xFF])
+        reads = self.__dict__.setdefault("_reads", {})
+        if "/checkpoints/" in path:
+            reads[path] = reads.get(path, 0) + 1
+            if reads[path] == 2:
+                return data[:-1] + bytes([data[-1] ^ 0xFF])
         return data
 
 
