@@ -179,7 +179,9 @@ def assert_as_if_nothing_was_damaged(grid):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("seed", [1, 4])
+# Seed 1 damages 6 of the 9 checkpoint files the study can write, with all three
+# kinds of damage (more seeds, e.g. 4, pass too; CI time keeps one).
+@pytest.mark.parametrize("seed", [1])
 def test_damaged_stored_checkpoints_are_trained_again_with_the_same_results(tmp_path, ray_session, seed):
     grid = study_on(DamagesStored(seed=seed, rate=0.5), tmp_path)
     assert grid.iterations_executed > grid.unique_iterations, "what was found damaged was trained again"
