@@ -186,9 +186,14 @@ class CheckpointStore:
                 self.cache.remove((node_id, step))
             return
         info = plan.nodes[node_id].checkpoints.get(step)
-        if info is None or info.handle is None:  # dropped (or lost with its node) meanwhile
+        if info is None:  # dropped meanwhile
             return
         if isinstance(stored, WriteFailed):
+            if info.handle is None:  # its in-memory copy went with its node: retrained
+                plan.drop_checkpoint(node_id, step)
+                if (node_id, step) in self.cache:
+                    self.cache.remove((node_id, step))
+                return
             # Storage refused it: the in-memory copy stays (pinned: nothing else holds it).
             if (node_id, step) not in self.unstored:
                 logger.warning("%s; it is kept in memory until storage accepts it", stored.reason)
