@@ -88,6 +88,7 @@ def generate_trials(
         raise TypeError(f"filter must be callable(config) -> bool, got {filter!r}")
     random_state = np.random.default_rng(seed) if isinstance(seed, int) else seed
     spec = to_tune_space(dict(param_space))
+    _check_grids(spec)
     trials = []
     for _ in range(num_samples):
         for _, resolved in generate_variants(spec, constant_grid_search, random_state):
@@ -95,6 +96,23 @@ def generate_trials(
             if filter is None or filter(config):
                 trials.append(config)
     return trials
+
+
+def _check_grids(space: Any, path: str = "") -> None:
+    """Refuse an empty ``tune.grid_search([])``: Tune draws no trial from it
+    (a study that runs nothing and reports success), which is never meant."""
+    if isinstance(space, Mapping):
+        grid = space.get("grid_search") if len(space) == 1 else None
+        if hasattr(grid, "__len__") and len(grid) == 0:
+            raise ValueError(
+                f"param_space{path}: tune.grid_search({grid!r}) has no values, so no trial would run; "
+                "give it at least one value"
+            )
+        for key, value in space.items():
+            _check_grids(value, f"{path}[{key!r}]")
+    elif isinstance(space, list):
+        for index, value in enumerate(space):
+            _check_grids(value, f"{path}[{index}]")
 
 
 def _has_unresolved(config: Any) -> bool:

@@ -49,6 +49,7 @@ class BatchOutcome:
     error: str | None = None
     error_step: int | None = None
     error_node: int | None = None
+    error_retryable: bool = True  # False: the trainable's own code is wrong (`ReportError`), a retry repeats it
     returned_at: int | None = None  # the function trainable returned after this many iterations
     missing_checkpoint: int | None = None  # a branch point where report() got no checkpoint the plan needed
     can_checkpoint: bool = True  # the last report came with a checkpoint (or a class that saves one)

@@ -50,10 +50,20 @@ class StorageIO:
         self._secret = secret
         self._trusted = trusted
 
-    def write(self, key: str, payload: Any) -> StoredCheckpoint:
+    def write(self, key: str, payload: Any) -> StoredCheckpoint | WriteFailed:
+        """Store a checkpoint and read it back: a copy that cannot be read
+        back as written (a full disk, a flaky store) is written again, and
+        after `WRITE_ATTEMPTS` reported as `WriteFailed`, not raised, so the
+        controller keeps the in-memory copy instead of forgetting it."""
         import pickle
 
-        return self.storage.write(key, seal(self._secret, key, pickle.dumps(payload, protocol=5)))
+        data = seal(self._secret, key, pickle.dumps(payload, protocol=5))
+        return with_retries(lambda: self._write_verified(key, data), f"checkpoint {key!r}")
+
+    def _write_verified(self, key: str, data: bytes) -> StoredCheckpoint:
+        stored = self.storage.write(key, data)
+        self.storage.read(stored)  # raises CheckpointUnavailableError when damaged on the way
+        return stored
 
     def _load(self, stored: StoredCheckpoint, key: str) -> Any:
         """The payload stored under ``key``; raises `CheckpointUnavailableError`
@@ -81,30 +91,60 @@ class StorageIO:
             return str(error)
         return None
 
-    def export_stored(self, trial_dir: str, stored: StoredCheckpoint, key: str) -> tuple[str | None, str | None]:
+    def export_stored(
+        self, trial_dir: str, stored: StoredCheckpoint, key: str
+    ) -> tuple[str | None, str | WriteFailed | None]:
         """Copy a stored checkpoint into a trial's folder, storage to
-        storage: (None, its path), or (the reason, None) when it is lost,
-        corrupt or not authenticated. The bytes never enter the object store."""
-        from ray_stagetree.runtime.results import write_checkpoint
-
+        storage: (None, as `write_trial_checkpoint` returns), or (the reason,
+        None) when it is lost, corrupt or not authenticated. The bytes never
+        enter the object store."""
         try:
             payload = self._load(stored, key)
         except CheckpointUnavailableError as error:
             return str(error), None
-        return None, write_checkpoint(self.storage, trial_dir, payload)
+        return None, self.write_trial_checkpoint(trial_dir, payload)
 
     def write_state(self, key: str, data: bytes) -> None:
         """A study snapshot, written atomically (see `runtime.experiment_state`)."""
         self.storage.write(key, data)
 
-    def write_trial_checkpoint(self, trial_dir: str, payload: Any) -> str:
+    def write_trial_checkpoint(self, trial_dir: str, payload: Any) -> str | WriteFailed:
+        """A trial's checkpoint folder; `WriteFailed` when storage refuses it."""
         from ray_stagetree.runtime.results import write_checkpoint
 
-        return write_checkpoint(self.storage, trial_dir, payload)
+        return with_retries(lambda: write_checkpoint(self.storage, trial_dir, payload), f"a checkpoint of {trial_dir!r}")
 
 
 #: Storage calls in flight at once: enough to overlap file-system latency.
 IO_THREADS = 4
+
+#: Tries of one write, with a doubling pause from `RETRY_PAUSE_S` between them.
+WRITE_ATTEMPTS = 3
+RETRY_PAUSE_S = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteFailed:
+    """What a write that storage refused every time returns: why."""
+
+    reason: str
+
+
+def with_retries(write: Any, what: str) -> Any:
+    """``write()``'s result, or `WriteFailed` after `WRITE_ATTEMPTS` errors
+    (transient ones, such as a store's throttling, pass on a retry)."""
+    import time
+
+    pause = RETRY_PAUSE_S
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            return write()
+        except Exception as error:  # each fsspec backend raises its own errors
+            if attempt == WRITE_ATTEMPTS:
+                return WriteFailed(f"{what} could not be written ({type(error).__name__}: {error})")
+            time.sleep(pause)
+            pause *= 2
+    raise AssertionError("unreachable")
 
 
 class CheckpointStore:
@@ -128,7 +168,10 @@ class CheckpointStore:
     ) -> None:
         self.storage = storage
         self.cache = CheckpointCache(budget_bytes)
-        self._writes: dict[Any, tuple[int, int]] = {}
+        self._writes: dict[Any, tuple[int, int, int]] = {}  # write -> (node id, step, bytes)
+        # Kept in memory only: storage refused their durable copy. Written
+        # again once a later write succeeds (storage is back).
+        self.unstored: set[tuple[int, int]] = set()
         # Owned by whoever builds the store (the controller), it ends with it;
         # on the same node, so that losing a worker node does not lose it.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -156,8 +199,11 @@ class CheckpointStore:
         if (node.node_id, step) in self.cache:  # retrained after a loss
             self.cache.remove((node.node_id, step))
         self.cache.add((node.node_id, step), size_bytes, recompute, self._reuse(plan, node, step), pinned=True)
-        write = self.io.write.remote(self.key(node.node_id, step), ref)
-        self._writes[write] = (node.node_id, step)
+        self._write(node.node_id, step, ref, size_bytes)
+
+    def _write(self, node_id: int, step: int, ref: Any, size_bytes: int) -> None:
+        write = self.io.write.remote(self.key(node_id, step), ref)
+        self._writes[write] = (node_id, step, size_bytes)
 
     @staticmethod
     def _reuse(plan: SearchPlan, node: PlanNode, step: int) -> float:
@@ -168,14 +214,14 @@ class CheckpointStore:
         return list(self._writes)
 
     def writes_behind(self) -> bool:
-        """Checkpoints still waiting for their durable copy hold more memory
+        """Checkpoints whose durable copy is being written hold more memory
         than the budget: no new batch should start (and make more) until
         the writes catch up."""
-        return self.cache.pinned_bytes > self.cache.budget_bytes
+        return sum(size for _, _, size in self._writes.values()) > self.cache.budget_bytes
 
     async def finish_write(self, plan: SearchPlan, write: Any) -> None:
         """A durable copy landed: record it, unpin, and evict if over budget."""
-        node_id, step = self._writes.pop(write)
+        node_id, step, _ = self._writes.pop(write)
         try:
             stored = await write
         except Exception as error:
@@ -183,11 +229,25 @@ class CheckpointStore:
             # stored: forget it, so nothing starts from it; it is retrained.
             logger.warning("checkpoint of node %d step %d is lost: %s", node_id, step, error)
             plan.drop_checkpoint(node_id, step)
-            self.cache.remove((node_id, step))
+            if (node_id, step) in self.cache:
+                self.cache.remove((node_id, step))
             return
         info = plan.nodes[node_id].checkpoints.get(step)
-        if info is None:
+        if info is None:  # dropped meanwhile
             return
+        if isinstance(stored, WriteFailed):
+            if info.handle is None:  # its in-memory copy went with its node: retrained
+                plan.drop_checkpoint(node_id, step)
+                if (node_id, step) in self.cache:
+                    self.cache.remove((node_id, step))
+                return
+            # Storage refused it: the in-memory copy stays (pinned: nothing else holds it).
+            if (node_id, step) not in self.unstored:
+                logger.warning("%s; it is kept in memory until storage accepts it", stored.reason)
+            self.unstored.add((node_id, step))
+            return
+        self._rewrite_unstored(plan)
+        self.unstored.discard((node_id, step))
         # The plan keeps the key, relative to the experiment directory, so a
         # study moved or renamed between runs still finds its checkpoints.
         plan.nodes[node_id].checkpoints[step] = dataclasses.replace(
@@ -195,6 +255,14 @@ class CheckpointStore:
         )
         self.cache.update((node_id, step), pinned=False)
         self.evict(plan)
+
+    def _rewrite_unstored(self, plan: SearchPlan) -> None:
+        """A write succeeded: storage is back; write what it refused before."""
+        for node_id, step in sorted(self.unstored):
+            self.unstored.discard((node_id, step))
+            info = plan.nodes[node_id].checkpoints.get(step)
+            if info is not None and info.handle is not None and info.path is None:
+                self._write(node_id, step, info.handle, info.size_bytes)
 
     def evict(self, plan: SearchPlan) -> None:
         for key in list(self.cache):
@@ -228,9 +296,7 @@ class CheckpointStore:
         """A reference to the checkpoint's payload, reloading an evicted one
         from storage. Raises `CheckpointUnavailableError` (after dropping it
         from the plan) when it is lost or corrupt: the caller replans."""
-        info = node.checkpoints.get(step)
-        if info is None:  # found lost since the policy chose it
-            raise CheckpointUnavailableError(f"the checkpoint of node {node.node_id} at step {step} was lost")
+        info = self._info(node, step)
         if info.handle is not None:
             self.cache.touch((node.node_id, step))
             return info.handle
@@ -246,15 +312,16 @@ class CheckpointStore:
     async def verify(self, plan: SearchPlan, node: PlanNode, step: int) -> None:
         """Raise as `handle` does when the checkpoint is no longer usable; an
         evicted one is checked in storage, without reading it into memory."""
-        info = node.checkpoints[step]
+        info = self._info(node, step)
         if info.handle is None:
             self._raise_if(plan, node, step, await self.io.check.remote(self._stored(info), info.path))
 
-    async def export(self, plan: SearchPlan, node: PlanNode, step: int, trial_dir: str) -> str | None:
+    async def export(self, plan: SearchPlan, node: PlanNode, step: int, trial_dir: str) -> str | WriteFailed | None:
         """Write the checkpoint into a trial's folder (``checkpoint_<step>``)
-        and return that folder, or None when it is lost. One in memory is
-        written from there; an evicted one is copied storage to storage,
-        so that a study's end never reads its checkpoints back into memory."""
+        and return that folder; None when it is lost, `WriteFailed` when
+        storage refuses the copy. One in memory is written from there; an
+        evicted one is copied storage to storage, so that a study's end
+        never reads its checkpoints back into memory."""
         info = node.checkpoints.get(step)
         if info is not None and info.handle is not None:
             try:
@@ -272,10 +339,17 @@ class CheckpointStore:
         return path
 
     async def _reload(self, plan: SearchPlan, node: PlanNode, step: int) -> Any:
-        info = node.checkpoints[step]
+        info = self._info(node, step)
         verdict, ref = self.io.reload.remote(self._stored(info), info.path)
         self._raise_if(plan, node, step, await verdict)
         return ref
+
+    @staticmethod
+    def _info(node: PlanNode, step: int) -> CheckpointInfo:
+        info = node.checkpoints.get(step)
+        if info is None:  # found lost since it was chosen (another batch or trial shares it)
+            raise CheckpointUnavailableError(f"the checkpoint of node {node.node_id} at step {step} was lost")
+        return info
 
     def _stored(self, info: CheckpointInfo) -> StoredCheckpoint:
         return StoredCheckpoint(path=self.storage.path(info.path), size_bytes=info.size_bytes, checksum=info.checksum)

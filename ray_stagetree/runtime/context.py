@@ -46,6 +46,34 @@ class ConfigChange(BaseException):
     from the checkpoint just reported, as Tune restarts an exploited trial."""
 
 
+class ReportError(TypeError):
+    """`report` got a value it cannot pass on. A bug in the trainable's code,
+    which a retry would repeat: the trial errors without retries."""
+
+
+# Metric values that always pickle: the common case skips the check.
+_PLAIN_METRICS = (int, float, str, bool, type(None), np.number)
+
+
+def check_picklable(metrics: dict[str, Any], step: int) -> None:
+    """Raise `ReportError` naming the first metric that cannot be pickled:
+    metrics travel to the study's controller, and a value that cannot would
+    otherwise fail there, for every trial on the worker's batch."""
+    import ray.cloudpickle
+
+    for key, value in metrics.items():
+        if isinstance(value, _PLAIN_METRICS):
+            continue
+        try:
+            ray.cloudpickle.dumps(value)
+        except Exception as error:  # each type refuses in its own way
+            raise ReportError(
+                f"the trial reported {key}={value!r} ({type(value).__name__}) at iteration {step}, which cannot "
+                f"be pickled ({type(error).__name__}: {error}); metrics are sent to the study's controller: "
+                "report numbers, strings, or other picklable values"
+            ) from None
+
+
 def current() -> "StageContext | None":
     """The context of the batch running on this thread, if any."""
     return getattr(_local, "context", None)
@@ -147,9 +175,9 @@ class StageContext:
 
     def report(self, metrics: Any, checkpoint: Any = None) -> None:
         if not isinstance(metrics, dict):
-            raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r}")
+            raise ReportError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r}")
         if checkpoint is not None and not callable(getattr(checkpoint, "as_directory", None)):
-            raise TypeError(
+            raise ReportError(
                 f"report()'s checkpoint must be a ray.tune.Checkpoint (tune.Checkpoint.from_directory(path)) or "
                 f"None, got {type(checkpoint).__name__}: {checkpoint!r}"
             )
@@ -206,6 +234,7 @@ class StageContext:
         ``make_payload(step)``) where the plan needs one. At the batch's end
         the controller's reply says whether the batch goes on (live
         continuation); the end's checkpoint is made only if it does not."""
+        check_picklable(metrics, self.step + 1)
         now = time.monotonic()
         self.step += 1
         row = dict(metrics)

@@ -30,7 +30,7 @@ from ray_stagetree.planning.config import TrialConfig, split_path, unflatten
 from ray_stagetree.planning.plan import RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
-from ray_stagetree.runtime.checkpoint_store import CheckpointStore
+from ray_stagetree.runtime.checkpoint_store import CheckpointStore, WriteFailed
 from ray_stagetree.runtime.cluster import workers_that_fit
 from ray_stagetree.runtime.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
 from ray_stagetree.runtime.results import kept_checkpoints
@@ -49,6 +49,10 @@ PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "T
 # Past the time budget, a batch that has not stopped at a report by then
 # (its trainable never reports, or takes this long per iteration) is killed.
 BUDGET_GRACE_S = 1.0
+
+# Retrains of a trial's final checkpoint found damaged in storage, before it
+# ends without one (a storage that damages every file it keeps).
+FINAL_RETRAINS = 2
 
 
 @dataclass
@@ -105,6 +109,7 @@ class TrialState:
     name: str = ""  # TuneConfig.trial_name_creator's, for messages
     dirname: str = ""  # the trial's folder under the experiment path
     restored_at: int = 0  # the iteration it went on from when its study was restored or it was resumed
+    final_retrains: int = 0  # times its final checkpoint was found damaged and trained again
 
 
 class StudyController:
@@ -170,6 +175,7 @@ class StudyController:
         self._halted = False  # fail_fast, a stopper's stop_all, or abort: nothing more runs
         self._warned_missing_checkpoint = False
         self._warnings: list[str] = []  # for the driver to show, once each
+        self._unwritten: list[str] = []  # what storage refused at the end, and why
         self._shared_retries: set[tuple[int, int]] = set()  # (node, step) of shared stages retried after an error
         self.study_error: str | None = None  # why the whole study stopped
         self._state_write: Any = None  # the snapshot being written, if any
@@ -642,6 +648,14 @@ class StudyController:
             self._fail(affected, f"the worker running batch {batch.batch_id} died: {error}")
             self.plan.release_batch(batch.batch_id)
             return
+        except ray.exceptions.RayError as error:  # its outcome could not come back (it failed to serialize)
+            self._worker_seconds += time.monotonic() - dispatched
+            self._batch_workers.pop(batch.batch_id, None)
+            affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
+            self._fail(affected, f"batch {batch.batch_id}'s outcome could not be read from its worker: {error}")
+            self.plan.release_batch(batch.batch_id)
+            self._idle.append(worker)
+            return
         self._worker_seconds += time.monotonic() - dispatched
         if outcome.source_lost is not None:
             # The starting checkpoint's only copy was on a node that is gone:
@@ -701,6 +715,9 @@ class StudyController:
             for trial_id in self._trials_through(node, outcome.error_step)
             if self.trials[trial_id].status not in (TERMINATED, ERROR)
         }
+        if not outcome.error_retryable:  # the trainable reported something it must not: a retry repeats it
+            self._fail(affected, outcome.error, retry=False)
+            return
         point = (outcome.error_node, outcome.error_step)
         if len(affected) > 1 and point not in self._shared_retries:
             self._shared_retries.add(point)
@@ -838,18 +855,31 @@ class StudyController:
 
     async def _final_checkpoints_lost(self) -> bool:
         """Reopen finished trials whose checkpoint at their last result was
-        lost or found corrupt, so that it is trained again; True if any."""
-        lost = False
+        lost or found corrupt, so that it is trained again; True if any.
+        Each point is checked once (trials that end together share it), and
+        a trial is retrained for it at most `FINAL_RETRAINS` times: storage
+        that damages everything it keeps must not retrain it forever."""
+        finals: dict[tuple[int, int], list[TrialState]] = {}
         for state in self.trials.values():
             points = self._path_checkpoints(state)
-            if not points or points[-1][1] != max(state.rows):
-                continue
+            if points and points[-1][1] == max(state.rows) and state.final_retrains <= FINAL_RETRAINS:
+                finals.setdefault((points[-1][0].node_id, points[-1][1]), []).append(state)
+        lost = False
+        for (node_id, step), states in finals.items():
             try:
-                await self.store.verify(self.plan, *points[-1])
+                await self.store.verify(self.plan, self.plan.nodes[node_id], step)
             except CheckpointUnavailableError as error:
-                logger.warning("%s; training it again", error)
-                self._requested_node(state, self.plan.reopen(state.trial_id).node)
-                lost = True
+                for state in states:
+                    state.final_retrains += 1
+                    if state.final_retrains > FINAL_RETRAINS:
+                        self._warnings.append(
+                            f"the final checkpoint of trial {state.name or state.trial_id} was found damaged "
+                            f"{FINAL_RETRAINS} times in storage ({error}); it ends without it"
+                        )
+                        continue
+                    logger.warning("%s; training it again", error)
+                    self._requested_node(state, self.plan.reopen(state.trial_id).node)
+                    lost = True
         return lost
 
     def _path_checkpoints(self, state: TrialState) -> list[tuple[Any, int]]:
@@ -944,7 +974,9 @@ class StudyController:
         paths = await asyncio.gather(*(write for _, _, write in exported))
         written: dict[tuple[str, int], str] = {}
         for (state, step, _), path in zip(exported, paths):
-            if path is not None:
+            if isinstance(path, WriteFailed):
+                self._unwritten.append(path.reason)
+            elif path is not None:
                 state.checkpoints.append((path, self._checkpoint_metrics(state, step)))
                 written[state.trial_id, step] = path
         for state in self.trials.values():
@@ -955,8 +987,17 @@ class StudyController:
             ]
             if state.checkpoints:
                 self._event("checkpoint", state, path=state.checkpoints[-1][0])
-        self.plan.save(self._plan_path, self.spec.storage_filesystem)
+        try:
+            self.plan.save(self._plan_path, self.spec.storage_filesystem)
+        except Exception as error:  # each fsspec backend raises its own errors
+            self._unwritten.append(f"the search plan could not be written ({type(error).__name__}: {error})")
         await self.save_state()
+        if self._unwritten:
+            self._warnings.append(
+                f"storage under {self.spec.experiment_path!r} refused part of the study's end, which is kept in "
+                f"the returned results only: {'; '.join(self._unwritten[:3])}"
+                + (f" (and {len(self._unwritten) - 3} more)" if len(self._unwritten) > 3 else "")
+            )
 
     def _exposed_checkpoints(self, state: TrialState) -> tuple[list[tuple[Any, int]], list[int]]:
         """What a trial keeps in its folder (`kept_checkpoints`): points

@@ -341,7 +341,6 @@ class CheckpointCache:
         self.budget_bytes = budget_bytes
         self._entries: dict[Hashable, _Entry] = {}
         self._resident_bytes = 0
-        self._pinned_bytes = 0
         self._clock = itertools.count()
 
     @property
@@ -395,7 +394,6 @@ class CheckpointCache:
         )
         self._entries[key] = entry
         self._resident_bytes += entry.size_bytes
-        self._pinned_bytes += entry.size_bytes if entry.pinned else 0
 
     def update(
         self,
@@ -411,9 +409,8 @@ class CheckpointCache:
             entry.recompute_seconds = _check_amount("recompute_seconds", recompute_seconds)
         if expected_reuse is not None:
             entry.expected_reuse = _check_amount("expected_reuse", expected_reuse)
-        if pinned is not None and bool(pinned) != entry.pinned:
+        if pinned is not None:
             entry.pinned = bool(pinned)
-            self._pinned_bytes += entry.size_bytes if entry.pinned else -entry.size_bytes
 
     def remove(self, key: Hashable) -> None:
         """Forget a checkpoint entirely (deleted, lost, or no longer needed)."""
@@ -422,8 +419,6 @@ class CheckpointCache:
             raise KeyError(f"checkpoint {key!r} is not in the cache")
         if entry.resident:
             self._resident_bytes -= entry.size_bytes
-        if entry.pinned:
-            self._pinned_bytes -= entry.size_bytes
 
     def touch(self, key: Hashable) -> None:
         """Record a use of ``key``; among equal densities the least recently used goes first."""
@@ -464,11 +459,6 @@ class CheckpointCache:
     def resident_bytes(self) -> int:
         """Bytes held by resident entries, pinned ones included."""
         return self._resident_bytes
-
-    @property
-    def pinned_bytes(self) -> int:
-        """Bytes held by pinned entries, which cannot be evicted."""
-        return self._pinned_bytes
 
     def over_budget(self) -> int:
         """Bytes by which the resident entries exceed the budget (0 when within it)."""

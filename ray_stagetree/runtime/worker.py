@@ -28,7 +28,7 @@ import ray
 from ray_stagetree.runtime import session
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.class_trainables import run_class
-from ray_stagetree.runtime.context import BatchEnd, ConfigChange, StageContext, activate
+from ray_stagetree.runtime.context import BatchEnd, ConfigChange, ReportError, StageContext, activate
 from ray_stagetree.runtime.payload import CheckpointPayload
 
 
@@ -137,5 +137,6 @@ class StageWorker:
             outcome.error = traceback.format_exc() + _sequence_hint(error)
             outcome.error_step = context.step + 1
             outcome.error_node = context.node_at(min(context.step + 1, spec.stop))
+            outcome.error_retryable = not isinstance(error, ReportError)
             return outcome
         return context.finish()

@@ -93,6 +93,13 @@ REFUSED = [
     ("stage-sharing-int", lambda: tuner(stage_sharing=1), TypeError, "stage_sharing must be True or False, got 1"),
     ("policy-unknown", lambda: tuner(execution_policy="fastest"), ValueError, "execution_policy must be one of.*'fastest'"),
     ("policy-list", lambda: tuner(execution_policy=["thr"]), ValueError, r"execution_policy must be one of.*\['thr'\]"),
+    ("grid-search-empty", lambda: draw({"lr": tune.grid_search([])}), ValueError, r"param_space\['lr'\]: tune.grid_search\(\[\]\) has no values"),
+    (
+        "grid-search-empty-in-a-sequence",
+        lambda: draw({"lr": MultiStep(0.1, tune.grid_search([]), 0.1)}),
+        ValueError,
+        r"param_space\['lr'\]\['milestones'\]: tune.grid_search\(\[\]\) has no values, so no trial would run",
+    ),
     ("budget-bytes-negative", lambda: tuner(checkpoint_budget_bytes=-1), ValueError, "checkpoint_budget_bytes.*got -1"),
     ("budget-bytes-float", lambda: tuner(checkpoint_budget_bytes=1.5), ValueError, "checkpoint_budget_bytes.*got 1.5"),
     ("budget-bytes-bool", lambda: tuner(checkpoint_budget_bytes=True), ValueError, "checkpoint_budget_bytes.*got True"),

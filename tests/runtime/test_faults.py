@@ -1,7 +1,12 @@
 """Issue 17's faults end to end: a read-only storage, the time budget,
 a trainable that never reports, numpy values in the space, odd metrics."""
 
+import errno
+import json
 import math
+import os
+import tempfile
+import threading
 import time
 
 import fsspec
@@ -11,7 +16,7 @@ from fsspec.implementations.local import LocalFileSystem
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 
-from ray_stagetree import MultiStep, Tuner, get_hparams, report
+from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, report
 from ray_stagetree.runtime.experiment_state import STATE_FILE, read_state
 from ray_stagetree.runtime.storage import CheckpointStorage
 
@@ -193,3 +198,117 @@ def test_a_string_where_the_scheduler_needs_a_number_errors_the_trial(tmp_path, 
     message = str(by_kind["string"].error)
     assert "reported loss='low' (str) at iteration 1" in message
     assert "the trial scheduler (AsyncHyperBandScheduler) compares 'loss': it must be a number" in message
+
+
+def reports_badly(config):
+    """``unpicklable`` reports a lock at iteration 2; ``flaky`` raises on its
+    first three attempts (counted in files), then trains; ``fine`` trains."""
+    kind, iteration = config["kind"], 0
+    if kind == "flaky":
+        attempts = sorted(os.listdir(config["folder"]))
+        if len(attempts) < 3:
+            open(os.path.join(config["folder"], f"attempt{len(attempts)}"), "w").close()
+            raise RuntimeError(f"transient failure {len(attempts)}")
+    while True:
+        iteration += 1
+        metrics = {"loss": 1.0 / iteration}
+        if kind == "unpicklable" and iteration == 2:
+            metrics["lock"] = threading.Lock()
+        report(metrics)
+
+
+@pytest.mark.timeout(120)
+def test_an_unpicklable_metric_errors_its_trial_and_unlimited_retries_retry(tmp_path, ray_session):
+    folder = tmp_path / "attempts"
+    folder.mkdir()
+    grid = Tuner(
+        reports_badly,
+        param_space={"kind": tune.grid_search(["unpicklable", "flaky", "fine"]), "folder": str(folder)},
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path),
+            stop={"training_iteration": 3},
+            failure_config=tune.FailureConfig(max_failures=-1),
+            verbose=0,
+        ),
+    ).fit()
+    by_kind = {result.config["kind"]: result for result in grid}
+    message = str(by_kind["unpicklable"].error)
+    assert "reported lock=<unlocked _thread.lock" in message and "at iteration 2" in message, message
+    assert "cannot be pickled" in message, message
+    assert len(by_kind["unpicklable"].metrics_dataframe) == 1, "its first iteration is kept; not retried forever"
+    assert len(os.listdir(folder)) == 3, "max_failures=-1: retried past three failures"
+    for kind in ("flaky", "fine"):
+        assert by_kind[kind].error is None and by_kind[kind].metrics["training_iteration"] == 3, kind
+
+
+class FullAfter(LocalFileSystem):
+    """A local disk that fills up once ``after`` checkpoints are stored:
+    the next ``writes`` write attempts (None: all) fail with ENOSPC."""
+
+    def __init__(self, after=2, writes=None, **kwargs):
+        super().__init__(**kwargs)
+        self.after, self.writes = after, writes
+
+    def _full(self):
+        counts = self.__dict__.setdefault("_counts", {"stored": 0, "failed": 0})
+        if counts["stored"] >= self.after and (self.writes is None or counts["failed"] < self.writes):
+            counts["failed"] += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return counts
+
+    def pipe_file(self, path, value, **kwargs):
+        counts = self._full()
+        super().pipe_file(path, value, **kwargs)
+        counts["stored"] += "/checkpoints/" in path
+
+    def put_file(self, lpath, rpath, **kwargs):
+        self._full()
+        super().put_file(lpath, rpath, **kwargs)
+
+
+def sums(config):
+    """Adds up ``lr`` through its checkpoints."""
+    checkpoint = get_checkpoint()
+    total, iteration = 0.0, 0
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(f"{path}/state.json") as file:
+            total, iteration = json.load(file)
+    while True:
+        iteration += 1
+        total += get_hparams()["lr"]
+        with tempfile.TemporaryDirectory() as path:
+            with open(f"{path}/state.json", "w") as file:
+                json.dump([total, iteration], file)
+            report({"total": total}, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+def full_disk_study(tmp_path, filesystem):
+    return Tuner(
+        sums,
+        param_space={"lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in (1, 2)])},
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), storage_filesystem=filesystem, stop={"training_iteration": 3}, verbose=0
+        ),
+        checkpoint_budget_bytes=0,  # every checkpoint must reach storage before it leaves memory
+    ).fit()
+
+
+@pytest.mark.timeout(120)
+def test_a_disk_full_for_a_while_loses_nothing(tmp_path, ray_session):
+    grid = full_disk_study(tmp_path, FullAfter(after=2, writes=4))
+    assert not grid.errors
+    assert sorted(result.metrics["total"] for result in grid) == [1 + 0.5 + 0.5, 1 + 1 + 0.5]
+    assert grid.iterations_executed == grid.unique_iterations, "checkpoints storage refused stayed in memory"
+    for result in grid:
+        with open(os.path.join(result.checkpoint.path, "state.json")) as file:
+            assert json.load(file) == [result.metrics["total"], 3], "written once the disk had room again"
+
+
+@pytest.mark.timeout(120)
+def test_a_disk_full_until_the_end_returns_the_results_and_says_what_was_not_written(tmp_path, ray_session, caplog):
+    grid = full_disk_study(tmp_path, FullAfter(after=2))
+    assert not grid.errors
+    assert sorted(result.metrics["total"] for result in grid) == [1 + 0.5 + 0.5, 1 + 1 + 0.5]
+    assert all(result.checkpoint is None for result in grid), "storage took none of them"
+    message = next(r.getMessage() for r in caplog.records if "refused part of the study's end" in r.getMessage())
+    assert f"storage under '{tmp_path}/" in message and "No space left on device" in message, message

@@ -298,20 +298,6 @@ def test_pinned_never_evicted():
     assert cache.evictions() == ["pinned"]
 
 
-def test_pinned_bytes_follow_pins_and_removals():
-    cache = CheckpointCache(budget_bytes=0)
-    cache.add("writing", 100, 0.0, 0, pinned=True)
-    cache.add("other", 30, 0.0, 0, pinned=True)
-    cache.add("durable", 70, 0.0, 0)
-    assert cache.pinned_bytes == 130
-    cache.update("writing", pinned=True)  # pinning twice counts once
-    assert cache.pinned_bytes == 130
-    cache.update("writing", pinned=False)
-    assert cache.pinned_bytes == 30
-    cache.remove("other")
-    assert cache.pinned_bytes == 0
-
-
 def test_zero_reuse_goes_first():
     cache = CheckpointCache(budget_bytes=100)
     cache.add("unused", 100, recompute_seconds=1e6, expected_reuse=0)  # density 0, huge recompute
