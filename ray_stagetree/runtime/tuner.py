@@ -610,26 +610,28 @@ class Tuner:
         run = controller.run.remote(workers)
         experiment_path = spec.experiment_path
         try:
+            # Until fit() returns: a Ctrl-C after the study ended (while the
+            # loggers finish) is absorbed, not raised half way through them.
             with _interruptible() as interrupted:
                 while not ray.wait([run], timeout=POLL_SECONDS)[0] and not interrupted.is_set():
                     progress = ray.get(controller.progress.remote())
                     callbacks.update(progress)
                     reporter.update(progress, trials=list(callbacks.trials.values()))
-            if interrupted.is_set():
-                ray.get(controller.interrupt.remote())
-                logger.warning(
-                    "The study was interrupted; its state is saved. Continue it with Tuner.restore(%r, trainable)",
-                    experiment_path,
-                )
-            else:
-                ray.get(run)
-            progress = ray.get(controller.progress.remote())
-            callbacks.update(progress)
-            if progress["study_error"] is not None:
-                raise RuntimeError(progress["study_error"])
-            reporter.update(progress, final=True, trials=list(callbacks.trials.values()))
-            summaries = ray.get(controller.results.remote())
-            callbacks.end()
+                if ray.wait([run], timeout=0)[0]:
+                    ray.get(run)
+                else:
+                    ray.get(controller.interrupt.remote())
+                    logger.warning(
+                        "The study was interrupted; its state is saved. Continue it with Tuner.restore(%r, trainable)",
+                        experiment_path,
+                    )
+                progress = ray.get(controller.progress.remote())
+                callbacks.update(progress)
+                if progress["study_error"] is not None:
+                    raise RuntimeError(progress["study_error"])
+                reporter.update(progress, final=True, trials=list(callbacks.trials.values()))
+                summaries = ray.get(controller.results.remote())
+                callbacks.end()
         finally:
             try:
                 ray.get(controller.shutdown_workers.remote())

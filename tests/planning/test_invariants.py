@@ -166,7 +166,7 @@ def test_parquet_round_trip_keeps_the_whole_plan(trial_list, rnd):
     plan = build(trial_list)
     for node in plan.nodes:
         step = rnd.randint(node.fork_step + 1, node.fork_step + 5)
-        plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"p{step}", size_bytes=step, checksum="c"))
+        plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"checkpoints/p{step}", size_bytes=step, checksum="c"))
         plan.record_metrics(node.node_id, step, {"acc": rnd.random(), "nested": {"x": [1, 2]}})
         plan.record_timing(node.node_id, node.fork_step, step, rnd.random())
     url = f"memory://plans/{uuid.uuid4().hex}"
