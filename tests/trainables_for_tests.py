@@ -21,6 +21,24 @@ def count_step(config):
         ray.get(ray.get_actor(counter).add.remote(1))
 
 
+def sum_of_lr(config):
+    """Adds up ``lr`` through its checkpoints (every iteration reports one);
+    ``config["sleep"]`` seconds per iteration."""
+    checkpoint = get_checkpoint()
+    total, iteration = 0.0, 0
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(f"{path}/state.json") as file:
+            total, iteration = json.load(file)
+    while True:
+        iteration += 1
+        time.sleep(config.get("sleep", 0.0))
+        total += get_hparams()["lr"]
+        with tempfile.TemporaryDirectory() as path:
+            with open(f"{path}/state.json", "w") as file:
+                json.dump([total, iteration], file)
+            report({"total": total}, checkpoint=tune.Checkpoint.from_directory(path))
+
+
 def count_of(name):
     """Iterations counted by the Counter actor ``name``."""
     return ray.get(ray.get_actor(name).get.remote())

@@ -21,9 +21,9 @@ import abc
 import heapq
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
-from ray_stagetree.planning._gc import without_gc
+from ray_stagetree.planning._gc import gc_paused
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.stage_tree import Source, Stage, StageTree, build_stage_tree
 
@@ -121,9 +121,14 @@ class ExecutionPolicy(abc.ABC):
     def priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
         """Higher runs first; a batch follows the highest-priority child."""
 
-    @without_gc
     def order(self, tree: StageTree) -> list[StageBatch]:
         """Every stage of ``tree`` in batches, highest priority first."""
+        with gc_paused():
+            return list(self._batches(tree))
+
+    def _batches(self, tree: StageTree) -> Iterator[StageBatch]:
+        """`order`'s batches, made as they are taken: `select` stops at the
+        first ready ones instead of batching a whole study's tree."""
         costs = {
             stage: self.cost_model.stage_seconds(stage.node, stage.start, stage.stop) for stage in tree.stages
         }
@@ -131,20 +136,18 @@ class ExecutionPolicy(abc.ABC):
         tie_break = itertools.count()
         heap = [(-priority[root], next(tie_break), root, None) for root in tree.roots]
         heapq.heapify(heap)
-        batches: list[StageBatch] = []
         while heap:
             _, _, stage, after = heapq.heappop(heap)
             path = [stage]
             while self.batch_stages and path[-1].children:
                 path.append(max(path[-1].children, key=priority.__getitem__))
             batch = StageBatch(path, sum(costs[s] for s in path), after=after)
-            batches.append(batch)
+            yield batch
             on_path = set(map(id, path))
             for member in path:
                 for child in member.children:
                     if id(child) not in on_path:
                         heapq.heappush(heap, (-priority[child], next(tie_break), child, batch))
-        return batches
 
     def select(self, plan: "SearchPlan", idle_workers: int) -> list[StageBatch]:
         """Dispatch up to ``idle_workers`` ready batches: they are marked
@@ -154,7 +157,13 @@ class ExecutionPolicy(abc.ABC):
         if idle_workers == 0:
             return []
         self.cost_model.fit(plan)
-        chosen = [batch for batch in self.order(build_stage_tree(plan)) if batch.ready][:idle_workers]
+        chosen: list[StageBatch] = []
+        with gc_paused():
+            for batch in self._batches(build_stage_tree(plan)):
+                if batch.ready:
+                    chosen.append(batch)
+                    if len(chosen) == idle_workers:
+                        break
         for batch in chosen:
             batch.batch_id = plan.mark_scheduled(batch.segments)
         return chosen

@@ -5,7 +5,6 @@ import errno
 import json
 import math
 import os
-import tempfile
 import threading
 import time
 
@@ -15,8 +14,9 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
+from trainables_for_tests import sum_of_lr
 
-from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, report
+from ray_stagetree import MultiStep, Tuner, get_hparams, report
 from ray_stagetree.runtime.experiment_state import STATE_FILE, read_state
 from ray_stagetree.runtime.storage import CheckpointStorage
 
@@ -266,25 +266,9 @@ class FullAfter(LocalFileSystem):
         super().put_file(lpath, rpath, **kwargs)
 
 
-def sums(config):
-    """Adds up ``lr`` through its checkpoints."""
-    checkpoint = get_checkpoint()
-    total, iteration = 0.0, 0
-    if checkpoint:
-        with checkpoint.as_directory() as path, open(f"{path}/state.json") as file:
-            total, iteration = json.load(file)
-    while True:
-        iteration += 1
-        total += get_hparams()["lr"]
-        with tempfile.TemporaryDirectory() as path:
-            with open(f"{path}/state.json", "w") as file:
-                json.dump([total, iteration], file)
-            report({"total": total}, checkpoint=tune.Checkpoint.from_directory(path))
-
-
 def full_disk_study(tmp_path, filesystem):
     return Tuner(
-        sums,
+        sum_of_lr,
         param_space={"lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in (1, 2)])},
         run_config=tune.RunConfig(
             storage_path=str(tmp_path), storage_filesystem=filesystem, stop={"training_iteration": 3}, verbose=0

@@ -6,16 +6,15 @@ from __future__ import annotations
 import json
 import os
 import random
-import tempfile
 import threading
 import time
 
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 from ray import tune
-from trainables_for_tests import kill_ray_processes
+from trainables_for_tests import kill_ray_processes, sum_of_lr
 
-from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, report
+from ray_stagetree import MultiStep, Tuner, get_hparams, report
 
 
 def fails_once(config):
@@ -79,27 +78,10 @@ class CorruptsFirstRead(LocalFileSystem):
         return data
 
 
-def counts(config):
-    """Carries a count through its checkpoints."""
-    checkpoint = get_checkpoint()
-    total, iteration = 0.0, 0
-    if checkpoint:
-        with checkpoint.as_directory() as path, open(f"{path}/state.json") as file:
-            total, iteration = json.load(file)
-    while True:
-        iteration += 1
-        time.sleep(config.get("sleep", 0.0))
-        total += get_hparams()["lr"]
-        with tempfile.TemporaryDirectory() as path:
-            with open(f"{path}/state.json", "w") as file:
-                json.dump([total, iteration], file)
-            report({"total": total}, checkpoint=tune.Checkpoint.from_directory(path))
-
-
 @pytest.mark.timeout(300)
 def test_a_final_checkpoint_found_corrupt_is_trained_again(tmp_path, ray_session):
     grid = Tuner(
-        counts,
+        sum_of_lr,
         param_space={"lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in (2, 3)])},
         run_config=tune.RunConfig(
             storage_path=str(tmp_path), storage_filesystem=CorruptsFirstRead(), stop={"training_iteration": 4}, verbose=0
@@ -161,7 +143,7 @@ def study_on(filesystem, tmp_path):
     """Three trials sharing prefixes, two of them identical (they share their
     final checkpoint), every checkpoint read back from storage."""
     return Tuner(
-        counts,
+        sum_of_lr,
         param_space={"lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in (1, 2, 2)])},
         run_config=tune.RunConfig(
             storage_path=str(tmp_path), storage_filesystem=filesystem, stop={"training_iteration": 3}, verbose=0
@@ -217,7 +199,7 @@ def test_the_storage_actor_restarts_when_its_process_dies(tmp_path, ray_session,
     killed: list = []
     watcher = _kill_storage_actor_once_it_wrote(tmp_path, killed)
     grid = Tuner(
-        counts,
+        sum_of_lr,
         param_space={"lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in (2, 3)]), "sleep": 0.1},
         run_config=tune.RunConfig(storage_path=str(tmp_path), stop={"training_iteration": 30}, verbose=0),
         checkpoint_budget_bytes=0,  # every checkpoint goes through the storage actor

@@ -1,0 +1,110 @@
+"""Scale: studies of many trials, and whether their cost grows linearly.
+
+Each study samples ``N`` trials of a one-iteration trainable that does no
+work (``num_samples=N``, one float each, nothing shared), run by
+``ray_stagetree.Tuner`` with Tune's default loggers. Per study: the wall
+time, the seconds before the first result (everything ``fit()`` does before
+training: validation, variants, starting the processes), and the rate at
+which trials complete in the second and in the last tenth of the study (the
+first tenth includes the workers' start). In a linear study the two rates
+are equal (ratio 1.0); a ratio well below 1 is work per trial that grows
+with the number of trials already seen.
+
+The studies run in one process, one after the other, so their ratios are
+measured side by side: per-trial cost at the largest size / at the smallest.
+
+    python release/bench_scale.py                    # 10,000 and 100,000 trials (long)
+    python release/bench_scale.py --trials 1000,10000
+    python release/bench_scale.py --quick            # 100 and 300 trials (CI smoke test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import tempfile
+import time
+
+import ray
+from ray import tune
+
+import ray_stagetree
+
+
+def one_result(config):
+    tune.report({"y": config["x"]})
+
+
+class CompletionClock(tune.Callback):
+    """When the first result came, and when each trial completed."""
+
+    def __init__(self) -> None:
+        self.first_result: float | None = None
+        self.completed: list[float] = []
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if self.first_result is None:
+            self.first_result = time.perf_counter()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.completed.append(time.perf_counter())
+
+
+def study(trials: int, storage: str) -> dict[str, float]:
+    clock = CompletionClock()
+    started = time.perf_counter()
+    grid = ray_stagetree.Tuner(
+        one_result,
+        param_space={"x": tune.uniform(0, 1)},
+        tune_config=tune.TuneConfig(num_samples=trials),
+        run_config=tune.RunConfig(storage_path=storage, name=f"scale_{trials}", verbose=0, callbacks=[clock]),
+    ).fit()
+    wall = time.perf_counter() - started
+    if len(grid) != trials or grid.num_errors:
+        raise RuntimeError(f"{trials} trials: {len(grid)} results, {grid.num_errors} errors")
+    done = clock.completed
+    tenth = max(1, len(done) // 10)
+    # The second tenth, not the first: the first includes the workers' start.
+    first_rate = tenth / max(done[2 * tenth - 1] - done[tenth - 1], 1e-9)
+    last_rate = tenth / max(done[-1] - done[-tenth - 1], 1e-9)
+    return {
+        "wall": wall,
+        "setup": clock.first_result - started,
+        "first": first_rate,
+        "last": last_rate,
+        "per_trial": (wall - (clock.first_result - started)) / trials,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", default="10000,100000", help="comma-separated study sizes (default 10000,100000)")
+    parser.add_argument("--quick", action="store_true", help="100 and 300 trials")
+    args = parser.parse_args()
+    try:
+        sizes = [int(size) for size in ("100,300" if args.quick else args.trials).split(",")]
+    except ValueError:
+        parser.error(f"--trials takes comma-separated whole numbers, got {args.trials!r}")
+    if not sizes or min(sizes) < 10:
+        parser.error(f"--trials needs sizes of at least 10 trials, got {args.trials!r}")
+    print(f"machine: {platform.machine()}, python {platform.python_version()}, ray {ray.__version__}")
+    ray_stagetree.init_ray(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    print(f"{'trials':>8} {'wall s':>8} {'setup s':>8} {'ms/trial':>9} {'2nd 10% /s':>13} {'last 10% /s':>12} {'last/first':>11}")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
+        for size in sizes:
+            r = results[size] = study(size, storage)
+            print(
+                f"{size:>8} {r['wall']:>8.1f} {r['setup']:>8.1f} {1000 * r['per_trial']:>9.2f} "
+                f"{r['first']:>13.0f} {r['last']:>12.0f} {r['last'] / r['first']:>11.2f}"
+            )
+    small, large = min(sizes), max(sizes)
+    print(
+        f"per-trial cost at {large} trials / at {small}: "
+        f"{results[large]['per_trial'] / results[small]['per_trial']:.2f} (linear: 1.0)"
+    )
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
