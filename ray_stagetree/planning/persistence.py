@@ -78,9 +78,15 @@ def resolve_filesystem(url: str, storage_filesystem: Any = None) -> tuple[pafs.F
         filesystem, path = fsspec.core.url_to_fs(url)
     else:
         filesystem, path = storage_filesystem, url
+    return arrow_filesystem(filesystem), path
+
+
+def arrow_filesystem(filesystem: Any) -> pafs.FileSystem:
+    """``filesystem`` as pyarrow (and Tune's ``Checkpoint``) opens files:
+    a pyarrow one as it is, an fsspec one wrapped."""
     if isinstance(filesystem, pafs.FileSystem):
-        return filesystem, path
-    return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), path
+        return filesystem
+    return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem))
 
 
 def records(plan: Any) -> dict[str, list[dict[str, Any]]]:

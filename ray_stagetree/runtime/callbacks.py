@@ -37,6 +37,7 @@ from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 from ray.tune.utils import flatten_dict
 
+from ray_stagetree.planning.persistence import arrow_filesystem
 from ray_stagetree.runtime.storage import CheckpointStorage
 from ray_stagetree.sequences._params import _is_unresolved
 
@@ -335,7 +336,8 @@ class CallbackRunner:
         from ray.tune import Checkpoint
 
         view = self._view(event)
-        view.checkpoint = Checkpoint(event["path"], self._storage_filesystem)
+        filesystem = None if self._storage_filesystem is None else arrow_filesystem(self._storage_filesystem)
+        view.checkpoint = Checkpoint(event["path"], filesystem)
         self._call(
             "on_checkpoint", iteration=self.iteration, trials=self._trial_list, trial=view, checkpoint=view.checkpoint
         )

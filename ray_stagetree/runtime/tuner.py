@@ -28,6 +28,7 @@ from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.planning.persistence import arrow_filesystem
 from ray_stagetree.planning.policies import POLICIES
 from ray_stagetree.runtime.callbacks import CallbackRunner, check_driver_hooks
 from ray_stagetree.runtime.cluster import check_shared_storage
@@ -680,9 +681,10 @@ class Tuner:
         from ray.tune.utils import flatten_dict
 
         results = []
+        filesystem = self.run_config.storage_filesystem
+        filesystem = None if filesystem is None else arrow_filesystem(filesystem)
         for summary in summaries:
             rows = summary["rows"]
-            filesystem = self.run_config.storage_filesystem
             checkpoints = [(tune.Checkpoint(path, filesystem), metrics) for path, metrics in summary["checkpoints"]]
             best = [(tune.Checkpoint(path, filesystem), metrics) for path, metrics in summary["best_checkpoints"]]
             error = None
@@ -750,7 +752,16 @@ def _check_filesystem(where: str, filesystem: Any) -> None:
 def _check_writable(storage: CheckpointStorage, experiment_path: str) -> None:
     """Write and remove a probe file where the study will write, through the
     same filesystem: a read-only or unreachable storage fails here, not after
-    training."""
+    training. A file system in this process's memory is refused: the
+    study's controller, workers and storage actor are other processes."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    if isinstance(storage.filesystem, MemoryFileSystem):
+        raise ValueError(
+            f"the experiment directory {experiment_path!r} is in this process's memory (fsspec 'memory'), which "
+            "the study's other processes (controller, workers, storage actor) cannot see: set "
+            "RunConfig(storage_path=...) to a local folder or shared storage (a path, s3://, gs://, ...)"
+        )
     probe = f".stagetree_probe-{uuid.uuid4().hex}"
     try:
         stored = storage.write(probe, b"")

@@ -93,6 +93,13 @@ def test_read_only_storage_fails_before_anything_trains(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_storage_in_the_drivers_memory_is_refused_before_anything_trains():
+    tuner = Tuner(train_forever, run_config=tune.RunConfig(name="exp", storage_path="memory://studies"))
+    with pytest.raises(ValueError, match="'memory://studies/exp' is in this process's memory"):
+        tuner.fit()  # no Ray is needed to get here: ray_session is not used
+
+
+@pytest.mark.timeout(60)
 def test_storage_probe_leaves_nothing_behind(tmp_path):
     from ray_stagetree.runtime.tuner import _check_writable
 

@@ -91,9 +91,10 @@ def test_a_final_checkpoint_found_corrupt_is_trained_again(tmp_path, ray_session
     assert not grid.errors
     assert grid.iterations_executed > grid.unique_iterations, "what was read back corrupt was trained again"
     assert sorted(result.metrics["total"] for result in grid) == [1 + 1 + 0.5 + 0.5, 1 + 1 + 1 + 0.5]
-    for result in grid:  # (a local path: Tune's Checkpoint wants a pyarrow filesystem to open it with)
-        with open(os.path.join(result.checkpoint.path, "state.json")) as file:
+    for result in grid:  # opened through the study's own (fsspec) filesystem, as a user opens it
+        with result.checkpoint.as_directory() as path, open(os.path.join(path, "state.json")) as file:
             assert json.load(file) == [result.metrics["total"], 4], "each trial ends with its final checkpoint"
+        assert os.path.isfile(os.path.join(result.checkpoint.to_directory(), "state.json"))
 
 
 class DamagesStored(LocalFileSystem):
