@@ -610,10 +610,11 @@ class Tuner:
         workers = [start_worker(spec, controller) for _ in range(spec.num_workers)]
         run = controller.run.remote(workers)
         experiment_path = spec.experiment_path
-        try:
-            # Until fit() returns: a Ctrl-C after the study ended (while the
-            # loggers finish) is absorbed, not raised half way through them.
-            with _interruptible() as interrupted:
+        # Until the study's processes are gone: a Ctrl-C after the study ended
+        # (while the loggers finish, or during clean-up) is absorbed, not raised
+        # half way through them; a second one still raises.
+        with _interruptible() as interrupted:
+            try:
                 while not ray.wait([run], timeout=POLL_SECONDS)[0] and not interrupted.is_set():
                     progress = ray.get(controller.progress.remote())
                     callbacks.update(progress)
@@ -633,14 +634,14 @@ class Tuner:
                 reporter.update(progress, final=True, trials=list(callbacks.trials.values()))
                 summaries = ray.get(controller.results.remote())
                 callbacks.end()
-        finally:
-            try:
-                ray.get(controller.shutdown_workers.remote())
-            except ray.exceptions.RayActorError:
-                pass  # it died: the workers it started died with it
             finally:
-                for actor in [*workers, controller]:
-                    ray.kill(actor)
+                try:
+                    ray.get(controller.shutdown_workers.remote())
+                except ray.exceptions.RayActorError:
+                    pass  # it died: the workers it started died with it
+                finally:
+                    for actor in [*workers, controller]:
+                        ray.kill(actor)
         return progress, summaries
 
     def _callback_runner(self, source: VariantSource | SearcherSource, experiment_path: str) -> CallbackRunner:

@@ -21,6 +21,7 @@ import time
 
 import ray
 from ray import tune
+from fsspec.implementations.local import LocalFileSystem
 from ray.cluster_utils import Cluster
 
 from ray_stagetree import MultiStep, Tuner
@@ -57,7 +58,22 @@ def train(config):
             report(metrics)
 
 
-def tuner(storage_path, name, doomed="", signals="", max_failures=0):
+class DriverOnlyFileSystem(LocalFileSystem):
+    """Local files that only the driver's process can read back: storage
+    the other nodes cannot see, as an unshared disk on a real cluster (the
+    nodes of a `Cluster` on one machine share its disk)."""
+
+    def __init__(self, driver: int, **kwargs):
+        super().__init__(driver=driver, **kwargs)
+        self.driver = driver
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        if os.getpid() != self.driver:
+            raise FileNotFoundError(path)
+        return super().cat_file(path, start=start, end=end, **kwargs)
+
+
+def tuner(storage_path, name, doomed="", signals="", max_failures=0, storage_filesystem=None):
     return Tuner(
         tune.with_resources(train, {"cpu": 1, "gpu": 1}),
         param_space={
@@ -68,6 +84,7 @@ def tuner(storage_path, name, doomed="", signals="", max_failures=0):
         run_config=tune.RunConfig(
             name=name,
             storage_path=storage_path,
+            storage_filesystem=storage_filesystem,
             stop={"training_iteration": HORIZON},
             failure_config=tune.FailureConfig(max_failures=max_failures),
             verbose=0,
@@ -99,10 +116,12 @@ def main(workdir):
     cluster.add_node(num_cpus=1, num_gpus=1)
     doomed = cluster.add_node(num_cpus=1, num_gpus=1)
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False)
+    # Workers import this module by name (its trainable and file system class).
+    here = os.path.dirname(os.path.abspath(__file__))
+    ray.init(address=cluster.address, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": here}})
     try:
         try:
-            tuner("memory://driver-only", "unshared").fit()
+            tuner(workdir, "unshared", storage_filesystem=DriverOnlyFileSystem(driver=os.getpid())).fit()
         except RuntimeError as error:
             assert "is not shared storage: 3 of the 3 nodes" in str(error), error
             assert "storage_path" in str(error), error
@@ -137,4 +156,6 @@ def main(workdir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    import cluster_study  # by its name, so that Ray's workers import what it defines rather than a copy
+
+    cluster_study.main(sys.argv[1])

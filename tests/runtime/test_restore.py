@@ -242,15 +242,19 @@ def test_killed_at_random_points_and_restored_until_complete(tmp_path, reference
     kills = 0
     for round_ in range(8):
         driver = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), name, address, str(results_file)])
+        exits = (0,)
         if round_ < 3:  # the short form: three kills, at random points of its progress, then it runs to the end
             at = stored_rows(str(path)) + int(rng.integers(3, 15))
             deadline = time.monotonic() + 120
             while stored_rows(str(path)) < at and driver.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
             if driver.poll() is None:
-                driver.send_signal(signal.SIGKILL if round_ % 2 == 0 else signal.SIGINT)
+                sent = signal.SIGKILL if round_ % 2 == 0 else signal.SIGINT
+                driver.send_signal(sent)
                 kills += 1
-        assert driver.wait(timeout=300) in (0, -signal.SIGKILL, -signal.SIGINT)
+                # A Ctrl-C that lands after fit() returned ends Python with KeyboardInterrupt (exit 1).
+                exits = (0, -signal.SIGKILL) if sent == signal.SIGKILL else (0, -signal.SIGINT, 1)
+        assert driver.wait(timeout=300) in exits
         if (path / STATE_FILE).exists():
             state = read_state(CheckpointStorage(str(path)))
             metrics = {(row["node_id"], row["step"]) for row in state.plan["metrics"]}
