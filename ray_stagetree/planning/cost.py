@@ -32,6 +32,13 @@ def stage_features(node: "PlanNode", start: int, stop: int) -> dict[str, float]:
     return features
 
 
+#: Below this many timings the model refits at every new one; above, once
+#: their number has grown by `REFIT_GROWTH`, so that a study of n stages
+#: refits O(log n) times (a refit reorders every open stage).
+REFIT_ALWAYS_BELOW = 8
+REFIT_GROWTH = 2.0
+
+
 class CostModel:
     """Seconds per iteration, fitted to a plan's recorded timings.
 
@@ -62,6 +69,13 @@ class CostModel:
         self._coefficients: np.ndarray | None = None
         self._floor = self.default_seconds_per_iteration
         self._fitted_on = 0
+        # Feature rows of the timings seen so far (a plan's timings only grow),
+        # and of the stages estimated (a node's values over a range never change).
+        self._timings: list | None = None
+        self._rows: list[dict[str, float]] = []
+        self._features: dict[tuple[int, int, int], dict[str, float]] = {}
+        self.fits = 0
+        """How many times the model was fitted: its estimates change only then."""
 
     @property
     def is_fitted(self) -> bool:
@@ -69,12 +83,20 @@ class CostModel:
 
     def fit(self, plan: "SearchPlan") -> "CostModel":
         """Regress seconds per iteration on stage features; refits only when
-        new timings arrived."""
+        new timings arrived (past `REFIT_ALWAYS_BELOW` of them, when their
+        number grew by `REFIT_GROWTH`)."""
         timings = plan.timings
+        if timings is not self._timings:  # another plan
+            self._timings, self._rows, self._fitted_on = timings, [], 0
+            self._features = {}
         if len(timings) == self._fitted_on:
             return self
+        if self._fitted_on >= REFIT_ALWAYS_BELOW and len(timings) < self._fitted_on * REFIT_GROWTH:
+            return self
         self._fitted_on = len(timings)
-        rows = [stage_features(plan.nodes[t.node_id], t.start, t.stop) for t in timings]
+        self.fits += 1
+        self._rows += [self._stage_features(plan.nodes[t.node_id], t.start, t.stop) for t in timings[len(self._rows) :]]
+        rows = self._rows
         targets = np.array([t.seconds / (t.stop - t.start) for t in timings])
         names = sorted({name for row in rows for name in row})
         design = np.array([[1.0] + [row.get(name, 0.0) for name in names] for row in rows])
@@ -99,11 +121,18 @@ class CostModel:
     def seconds_per_iteration(self, node: "PlanNode", start: int, stop: int) -> float:
         if self._coefficients is None:
             return self.default_seconds_per_iteration
-        features = stage_features(node, start, stop)
+        features = self._stage_features(node, start, stop)
         x = np.array([features.get(name, 0.0) for name in self._feature_names])
         x = (x - self._means) / self._scales
         prediction = self._coefficients[0] + float(x @ self._coefficients[1:])
         return max(prediction, self._floor)
+
+    def _stage_features(self, node: "PlanNode", start: int, stop: int) -> dict[str, float]:
+        key = (node.node_id, start, stop)
+        features = self._features.get(key)
+        if features is None:
+            features = self._features[key] = stage_features(node, start, stop)
+        return features
 
     def stage_seconds(self, node: "PlanNode", start: int, stop: int) -> float:
         return (stop - start) * self.seconds_per_iteration(node, start, stop)

@@ -91,6 +91,7 @@ class PlanNode:
         "running",
         "trained",
         "trials",
+        "root",
     )
 
     def __init__(self, node_id: int, config: TrialConfig, parent: "PlanNode | None", fork_step: int):
@@ -98,6 +99,8 @@ class PlanNode:
         self.config = config
         self.parent = parent
         self.fork_step = fork_step
+        # Stages never cross roots: a root's subtree is a unit of replanning.
+        self.root: PlanNode = self if parent is None else parent.root
         self.children: dict[tuple, PlanNode] = {}
         self.checkpoints: dict[int, CheckpointInfo] = {}
         self.metrics: dict[int, dict[str, Any]] = {}
@@ -195,6 +198,26 @@ class SearchPlan:
         self._next_batch_id = 0
         # (node id, trial id) -> (the trial's config, step checked up to, first step it differs from the node)
         self._divergence: dict[tuple[int, str], tuple[TrialConfig | None, int, int | None]] = {}
+        # Roots whose subtree changed in a way a stage tree sees, in order; read with `touched_since`.
+        self._touched: list[PlanNode] = []
+        self._read_up_to = 0  # entries before this may have been read: never merged into
+
+    def _touch(self, node: PlanNode) -> None:
+        touched = self._touched
+        if len(touched) == self._read_up_to or touched[-1] is not node.root:
+            touched.append(node.root)
+
+    @property
+    def changes(self) -> int:
+        """A position in the plan's change log, for `touched_since`."""
+        self._read_up_to = len(self._touched)
+        return self._read_up_to
+
+    def touched_since(self, position: int) -> set[PlanNode]:
+        """Roots whose subtrees changed (requests, their states, checkpoints,
+        running batches, new nodes) since `changes` was ``position``: what
+        a cached stage tree must rebuild; the rest of the forest is as it was."""
+        return set(self._touched[position:])
 
     # -- structure ---------------------------------------------------------
 
@@ -211,6 +234,7 @@ class SearchPlan:
     def _new_node(self, config: TrialConfig, parent: PlanNode | None, fork_step: int) -> PlanNode:
         node = PlanNode(len(self.nodes), config, parent, fork_step)
         self.nodes.append(node)
+        self._touch(node)
         return node
 
     def locate(self, config: TrialConfig, step: int) -> PlanNode:
@@ -301,12 +325,14 @@ class SearchPlan:
                     self._attach_to_batch(request, batch_id)
         request.trials.add(trial_id)
         node.trials.add(trial_id)
+        self._touch(node)
         return request
 
     def _detach(self, record: TrialRecord) -> None:
         request = record.request
         request.trials.discard(record.trial_id)
         request.node.trials.discard(record.trial_id)
+        self._touch(request.node)
         if not request.trials and request.state is RequestState.NOT_SCHED:
             if request.node.requests.get(request.step) is request:  # an answered one was never registered
                 del request.node.requests[request.step]
@@ -354,6 +380,7 @@ class SearchPlan:
         request = node.requests.pop(step, None)
         if request is None:
             return []
+        self._touch(node)
         if request.batch_id is not None and request.batch_id in self._batches:
             self._batches[request.batch_id].requests.remove(request)
         return [request]
@@ -365,6 +392,7 @@ class SearchPlan:
         node = self.node(node_id)
         if batch_id in node.running:
             node.trained[batch_id] = max(step, node.trained.get(batch_id, step))
+            self._touch(node)
 
     def record_checkpoint(self, node_id: int, step: int, info: CheckpointInfo) -> None:
         node = self.node(node_id)
@@ -373,6 +401,7 @@ class SearchPlan:
                 f"a checkpoint of node {node_id} must be after its fork step {node.fork_step}, got {step}"
             )
         node.checkpoints[step] = info
+        self._touch(node)
 
     def reopen(self, trial_id: str) -> Request:
         """Train a trial's last point again (its checkpoint was lost and is
@@ -385,7 +414,9 @@ class SearchPlan:
     def drop_checkpoint(self, node_id: int, step: int) -> None:
         """Forget a checkpoint (lost, corrupt, or evicted with no stored copy):
         the next stage tree trains from the previous one instead."""
-        self.node(node_id).checkpoints.pop(step, None)
+        node = self.node(node_id)
+        if node.checkpoints.pop(step, None) is not None:
+            self._touch(node)
 
     def record_timing(self, node_id: int, start: int, stop: int, seconds: float) -> None:
         self.node(node_id)
@@ -404,12 +435,14 @@ class SearchPlan:
         batch = self._batches[batch_id] = RunningBatch(batch_id, list(segments))
         for node, start, stop in batch.segments:
             node.running[batch_id] = (start, stop)
+            self._touch(node)
             for step, request in node.requests.items():
                 if start < step <= stop and request.state is RequestState.NOT_SCHED:
                     self._attach_to_batch(request, batch_id)
         return batch_id
 
     def _attach_to_batch(self, request: Request, batch_id: int) -> None:
+        self._touch(request.node)
         request.state = RequestState.SCHED
         request.batch_id = batch_id
         self._batches[batch_id].requests.append(request)
@@ -429,8 +462,10 @@ class SearchPlan:
         for node, _, _ in batch.segments:
             node.running.pop(batch_id, None)
             node.trained.pop(batch_id, None)
+            self._touch(node)
         again = []
         for request in batch.requests:
+            self._touch(request.node)
             request.state, request.batch_id = RequestState.NOT_SCHED, None
             if request.answered:
                 continue
@@ -463,6 +498,7 @@ class SearchPlan:
         end = max(wanted)
         batch.segments[-1] = (node, start, end)
         node.running[batch_id] = (start, end)
+        self._touch(node)
         for step, request in node.requests.items():
             if stop < step <= end and request.state is RequestState.NOT_SCHED:
                 self._attach_to_batch(request, batch_id)
@@ -622,6 +658,7 @@ class SearchPlan:
 
     def _restore_checkpoint(self, node_id: int, step: int, path: str, size_bytes: int, checksum: str) -> None:
         self.nodes[node_id].checkpoints[step] = CheckpointInfo(path, size_bytes, checksum)
+        self._touch(self.nodes[node_id])
 
     def _restore_trial(self, trial_id: str, config: TrialConfig, study: str, node_id: int, step: int) -> None:
         node = self.nodes[node_id]
@@ -632,6 +669,7 @@ class SearchPlan:
                 node.requests[step] = request
         request.trials.add(trial_id)
         node.trials.add(trial_id)
+        self._touch(node)
         self.trials[trial_id] = TrialRecord(trial_id, config, study, request)
 
     def describe(self) -> str:

@@ -1,9 +1,12 @@
 """Execution policies: which stages idle workers run next (thesis section 4.3).
 
 A policy turns a stage tree into stage batches, in priority order, and hands
-the first ready ones to idle workers. It keeps no state of its own: each call
-builds a fresh stage tree from the plan, and dispatching marks the batch's
-requests ``SCHED`` in the plan.
+the first ready ones to idle workers; dispatching marks the batch's requests
+``SCHED`` in the plan. Where a stage's priority depends only on the stages of
+its plan root (critical path, THR), `select` keeps the stage tree between
+calls and rebuilds only the roots the plan changed (`_StageForest`), so a
+dispatch costs what changed, not the whole study: a study of many
+independent trials is linear in their number.
 
 * `CriticalPathPolicy` (default): repeatedly take the root-to-leaf path with
   the longest estimated time among unscheduled stages and run it as one batch,
@@ -112,10 +115,14 @@ class ExecutionPolicy(abc.ABC):
 
     name: str = ""
     default_batch_stages: bool = True
+    #: True when `priorities` of a stage depend only on the stages under its
+    #: plan root: `select` then replans only the roots that changed.
+    local_priorities: bool = False
 
     def __init__(self, cost_model: CostModel | None = None, batch_stages: bool | None = None) -> None:
         self.cost_model = cost_model if cost_model is not None else CostModel()
         self.batch_stages = self.default_batch_stages if batch_stages is None else bool(batch_stages)
+        self._forest: _StageForest | None = None
 
     @abc.abstractmethod
     def priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
@@ -126,22 +133,31 @@ class ExecutionPolicy(abc.ABC):
         with gc_paused():
             return list(self._batches(tree))
 
-    def _batches(self, tree: StageTree) -> Iterator[StageBatch]:
-        """`order`'s batches, made as they are taken: `select` stops at the
-        first ready ones instead of batching a whole study's tree."""
+    def _costs_and_priorities(self, tree: StageTree) -> tuple[dict[Stage, float], dict[Stage, float]]:
         costs = {
             stage: self.cost_model.stage_seconds(stage.node, stage.start, stage.stop) for stage in tree.stages
         }
-        priority = self.priorities(tree, costs)
+        return costs, self.priorities(tree, costs)
+
+    def _batch_from(
+        self, stage: Stage, costs: dict[Stage, float], priority: dict[Stage, float], after: StageBatch | None = None
+    ) -> StageBatch:
+        """The batch starting at ``stage``: down its highest-priority children."""
+        path = [stage]
+        while self.batch_stages and path[-1].children:
+            path.append(max(path[-1].children, key=priority.__getitem__))
+        return StageBatch(path, sum(costs[s] for s in path), after=after)
+
+    def _batches(self, tree: StageTree) -> Iterator[StageBatch]:
+        """`order`'s batches, made as they are taken."""
+        costs, priority = self._costs_and_priorities(tree)
         tie_break = itertools.count()
         heap = [(-priority[root], next(tie_break), root, None) for root in tree.roots]
         heapq.heapify(heap)
         while heap:
             _, _, stage, after = heapq.heappop(heap)
-            path = [stage]
-            while self.batch_stages and path[-1].children:
-                path.append(max(path[-1].children, key=priority.__getitem__))
-            batch = StageBatch(path, sum(costs[s] for s in path), after=after)
+            batch = self._batch_from(stage, costs, priority, after)
+            path = batch.stages
             yield batch
             on_path = set(map(id, path))
             for member in path:
@@ -157,13 +173,15 @@ class ExecutionPolicy(abc.ABC):
         if idle_workers == 0:
             return []
         self.cost_model.fit(plan)
-        chosen: list[StageBatch] = []
         with gc_paused():
-            for batch in self._batches(build_stage_tree(plan)):
-                if batch.ready:
-                    chosen.append(batch)
-                    if len(chosen) == idle_workers:
-                        break
+            if self.local_priorities:
+                if self._forest is None or self._forest.plan is not plan:
+                    self._forest = _StageForest(self, plan)
+                chosen = self._forest.take(idle_workers)
+            else:
+                # Only stages at the tree's roots can be ready.
+                ready = (batch for batch in self._batches(build_stage_tree(plan)) if batch.ready)
+                chosen = list(itertools.islice(ready, idle_workers))
         for batch in chosen:
             batch.batch_id = plan.mark_scheduled(batch.segments)
         return chosen
@@ -172,10 +190,71 @@ class ExecutionPolicy(abc.ABC):
         return f"{type(self).__name__}(batch_stages={self.batch_stages})"
 
 
+class _StageForest:
+    """A plan's ready stage batches, kept between `ExecutionPolicy.select`
+    calls of a policy with local priorities.
+
+    Each plan root's stage tree is rebuilt when the plan's change log names
+    the root (`SearchPlan.touched_since`), and every root's when the cost
+    model is refitted; its ready batches go into one heap ordered as the
+    whole tree's would be (priority, then node and start for ties). Entries
+    of a root rebuilt since they were pushed are stale and skipped.
+    """
+
+    def __init__(self, policy: ExecutionPolicy, plan: "SearchPlan") -> None:
+        self.policy, self.plan = policy, plan
+        self.read_up_to = 0
+        self.model_fits: tuple[int, int] | None = None
+        self.generation: dict[int, int] = {}  # root node id -> its current build
+        self.live: dict[int, int] = {}  # root node id -> its entries in the heap
+        self.heap: list[tuple[float, int, int, int, int, int, StageBatch]] = []
+        self.tie_break = itertools.count()
+
+    def take(self, count: int) -> list[StageBatch]:
+        """Up to ``count`` ready batches, highest priority first."""
+        self._refresh()
+        chosen: list[StageBatch] = []
+        while self.heap and len(chosen) < count:
+            *_, root_id, generation, batch = heapq.heappop(self.heap)
+            if self.generation.get(root_id) == generation:
+                self.live[root_id] -= 1
+                chosen.append(batch)
+        return chosen
+
+    def _refresh(self) -> None:
+        model = self.policy.cost_model
+        fits = (id(model), model.fits)
+        roots = self.plan.touched_since(self.read_up_to)
+        if fits != self.model_fits:  # new estimates: reorder every ready batch
+            self.model_fits = fits
+            roots |= {self.plan.nodes[root_id] for root_id, count in self.live.items() if count}
+            self.heap.clear()
+            self.live.clear()
+        self.read_up_to = self.plan.changes
+        for root in roots:
+            self._rebuild(root)
+        if len(self.heap) > 64 + 4 * sum(self.live.values()):
+            self.heap = [entry for entry in self.heap if self.generation.get(entry[4]) == entry[5]]
+            heapq.heapify(self.heap)
+
+    def _rebuild(self, root: "PlanNode") -> None:
+        key = root.node_id
+        generation = self.generation[key] = self.generation.get(key, 0) + 1
+        tree = build_stage_tree(self.plan, [root])
+        costs, priority = self.policy._costs_and_priorities(tree)
+        ready = [stage for stage in tree.roots if stage.ready]
+        self.live[key] = len(ready)
+        for stage in ready:
+            batch = self.policy._batch_from(stage, costs, priority)
+            entry = (-priority[stage], stage.node.node_id, stage.start, next(self.tie_break), key, generation, batch)
+            heapq.heappush(self.heap, entry)
+
+
 class CriticalPathPolicy(ExecutionPolicy):
     """Longest estimated root-to-leaf path first (the default)."""
 
     name = "critical_path"
+    local_priorities = True
 
     def priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
         longest: dict[Stage, float] = {}
@@ -189,6 +268,7 @@ class ThroughputPolicy(ExecutionPolicy):
 
     name = "thr"
     default_batch_stages = False
+    local_priorities = True
 
     def priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
         descendants: dict[Stage, float] = {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from ray_stagetree.planning._gc import without_gc
 from ray_stagetree.planning.plan import PlanNode, Request, RequestState
@@ -115,11 +115,27 @@ def _reach(plan_targets: dict[PlanNode, set[int]], node: PlanNode, step: int, fr
         node, step = node.parent, node.fork_step
 
 
+def _subtree_nodes(roots: "Iterable[PlanNode]") -> list[PlanNode]:
+    """The nodes under ``roots``, in the plan's (id) order."""
+    found = []
+    pending = list(roots)
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        pending.extend(node.children.values())
+    return sorted(found, key=lambda node: node.node_id)
+
+
 @without_gc
-def build_stage_tree(plan: "SearchPlan") -> StageTree:
-    """Stages serving every unscheduled request of ``plan`` that some trial needs."""
+def build_stage_tree(plan: "SearchPlan", roots: "Iterable[PlanNode] | None" = None) -> StageTree:
+    """Stages serving every unscheduled request of ``plan`` that some trial needs.
+
+    With ``roots`` (plan roots), only the stages under them: stages never
+    cross roots, so the stage tree of a whole plan is the union of its
+    roots' trees, and a caller can rebuild just the roots that changed.
+    """
     targets: dict[PlanNode, set[int]] = {}
-    for node in plan.nodes:
+    for node in plan.nodes if roots is None else _subtree_nodes(roots):
         for step, request in node.requests.items():
             if request.state is RequestState.NOT_SCHED and request.trials:
                 _reach(targets, node, step, from_request=True)

@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,6 +184,9 @@ class StudyController:
         self._state_changed = True
         self._next_state_at = 0.0  # time.monotonic() before which no snapshot is taken
         self._state_seconds = 0.0  # spent taking snapshots
+        self._status_counts: Counter[str] = Counter()  # trials by status (`_set_status`), not counted per event
+        self._sharing: dict[str, int] = {}  # the plan's iteration counts, as `progress` last computed them
+        self._sharing_due = 0.0  # time.monotonic() after which `progress` computes them again
         if restore is not None:
             self._restore(restore)
 
@@ -195,7 +199,7 @@ class StudyController:
         self._iterations, self._worker_seconds = state.iterations, state.worker_seconds
         self._started -= state.elapsed
         for trial in state.trials:
-            self.trials[trial.trial_id] = trial
+            self._add_trial_state(trial)
             if trial.config_json:  # admitted with a valid config
                 trial.flat = TrialConfig.from_config(trial.config)
             record = self.plan.trials.get(trial.trial_id)
@@ -219,7 +223,8 @@ class StudyController:
         """An errored trial runs again: from its latest checkpoint, or with
         its results starting over (the plan still answers what it stored:
         retraining would give the same values)."""
-        state.status, state.error, state.failures = PENDING, None, 0
+        self._set_status(state, PENDING)
+        state.error, state.failures = None, 0
         if restart:
             state.rows, state.reported = {}, []
         self.host.on_add(state.trial_id, state.config)
@@ -235,7 +240,17 @@ class StudyController:
     # -- trials ----------------------------------------------------------------
 
     def _live(self) -> int:
-        return sum(1 for t in self.trials.values() if t.status in (PENDING, RUNNING))
+        return self._status_counts[PENDING] + self._status_counts[RUNNING]
+
+    def _add_trial_state(self, state: TrialState) -> None:
+        self.trials[state.trial_id] = state
+        self._status_counts[state.status] += 1
+
+    def _set_status(self, state: TrialState, status: str) -> None:
+        """Every status change goes through here, so the counts stay exact."""
+        self._status_counts[state.status] -= 1
+        self._status_counts[status] += 1
+        state.status = status
 
     @property
     def _plan_path(self) -> str:
@@ -259,15 +274,16 @@ class StudyController:
                 name = trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False)
                 dirname = trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True)
             except Exception as error:  # a bad config, or a user hook that raised
-                failed = self.trials[trial_id] = TrialState(
+                failed = TrialState(
                     trial_id, config, {}, status=ERROR, error=f"{type(error).__name__}: {error}", dirname=trial_id
                 )
+                self._add_trial_state(failed)
                 self._event("error", failed, error=failed.error)
                 self.host.on_error(trial_id)
                 self.source.on_complete(trial_id, None, error=True)
                 self._after_error()
                 continue
-            state = self.trials[trial_id] = TrialState(
+            state = TrialState(
                 trial_id,
                 config,
                 unflatten(flat.to_json()),
@@ -276,6 +292,7 @@ class StudyController:
                 name=name,
                 dirname=dirname,
             )
+            self._add_trial_state(state)
             self._event("start", state, config=state.config_json)
             study = "study" if self.spec.stage_sharing else trial_id
             step = self._next_request(trial_id, 0)
@@ -343,7 +360,7 @@ class StudyController:
         state.rows[step] = row
         state.reported.append(row)
         if state.status == PENDING:
-            state.status = RUNNING
+            self._set_status(state, RUNNING)
         self._new_rows.append(row)
         if not row["done"] and self._stop_criteria_met(state.trial_id, row):
             row["done"] = ended = True  # Tune's stop criteria end a trial without asking its scheduler
@@ -373,7 +390,7 @@ class StudyController:
         """Run again the paused trials the scheduler chooses."""
         for trial_id, exploit in self.host.resumable():
             resumed = self.trials[trial_id]
-            resumed.status = RUNNING
+            self._set_status(resumed, RUNNING)
             if exploit is None:
                 self._continue(resumed, max(resumed.rows))
             else:
@@ -382,7 +399,7 @@ class StudyController:
     def _pause(self, state: TrialState, step: int) -> None:
         """The scheduler resumes the trial later. Its request ends here (at a
         decision point it ends here anyway), so it keeps a checkpoint here."""
-        state.status = PAUSED
+        self._set_status(state, PAUSED)
         if self.plan.trials[state.trial_id].request.step > step:
             state.node = self.plan.extend_trial(state.trial_id, step).node
 
@@ -466,7 +483,7 @@ class StudyController:
         self._wake.set()
 
     def _finish(self, state: TrialState) -> None:
-        state.status = TERMINATED
+        self._set_status(state, TERMINATED)
         self._event("complete", state)
         last = state.rows[max(state.rows)] if state.rows else None
         self.host.on_complete(state.trial_id, last)
@@ -739,7 +756,8 @@ class StudyController:
             if retry and state.failures <= self.spec.max_failures:
                 self._event("recover", state, error=error)
             else:
-                state.status, state.error = ERROR, error
+                self._set_status(state, ERROR)
+                state.error = error
                 self._event("error", state, error=error)
                 self.plan.remove_trial(trial_id)
                 self.host.on_error(trial_id)
@@ -754,7 +772,8 @@ class StudyController:
         self._halted = True
         for state in self.trials.values():
             if state.status in (PENDING, RUNNING, PAUSED):
-                state.status, state.error = ERROR, error
+                self._set_status(state, ERROR)
+                state.error = error
                 self._event("error", state, error=error)
                 self.plan.remove_trial(state.trial_id)
 
@@ -774,8 +793,7 @@ class StudyController:
                 self._stop(state.trial_id)
 
     def _unfinished(self) -> bool:
-        live = any(t.status in (PENDING, RUNNING) for t in self.trials.values())
-        return live or (self.source.remaining != 0 and not self._over_budget() and not self._halted)
+        return self._live() > 0 or (self.source.remaining != 0 and not self._over_budget() and not self._halted)
 
     def _enforce_budget(self) -> None:
         """Past the time budget, trials stop (running batches stop at their
@@ -965,7 +983,7 @@ class StudyController:
     async def _finalize(self) -> None:
         for state in self.trials.values():
             if state.status == PAUSED:  # its scheduler never resumed it
-                state.status = TERMINATED
+                self._set_status(state, TERMINATED)
                 self._event("complete", state)
         exported, best = [], {}
         for state in self.trials.values():
@@ -1036,16 +1054,12 @@ class StudyController:
         rows, self._new_rows = self._new_rows, []
         events, self._events = self._events, []
         warnings, self._warnings = self._warnings, []
-        counts: dict[str, int] = {}
-        for state in self.trials.values():
-            counts[state.status] = counts.get(state.status, 0) + 1
         return {
-            "status": counts,
+            "status": {status: count for status, count in self._status_counts.items() if count},
             "iterations": self._iterations,
             "worker_seconds": self._worker_seconds,
             "state_seconds": self._state_seconds,
-            "unique_iterations": self.plan.unique_iterations(),
-            "total_iterations": self.plan.total_iterations(),
+            **self._sharing_figures(),
             "rows": rows,
             "events": events,
             "elapsed": time.time() - self._started,
@@ -1053,6 +1067,20 @@ class StudyController:
             "warnings": warnings,
             "stalled": self._stalled(),
         }
+
+    def _sharing_figures(self) -> dict[str, int]:
+        """The plan's unique and trial-by-trial iterations: each walks every
+        trial, so with many trials they are recomputed at most as often as
+        keeps them under 5% of the controller's time (exact once the study
+        is over)."""
+        now = time.monotonic()
+        if now >= self._sharing_due or not self._running:
+            self._sharing = {
+                "unique_iterations": self.plan.unique_iterations(),
+                "total_iterations": self.plan.total_iterations(),
+            }
+            self._sharing_due = now + STATE_COST_FACTOR * (time.monotonic() - now)
+        return self._sharing
 
     def _stalled(self) -> list[tuple[str, float]]:
         """(trials, seconds) of each running batch that has reported nothing

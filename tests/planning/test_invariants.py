@@ -205,3 +205,55 @@ def test_random_spaces_merge_and_split_consistently():
         trial_list.append(({"lr": MultiStep(values=(0.1, rnd.choice((0.01, 0.02)), 0.001), milestones=milestones)}, 60))
     plan = build(trial_list)
     assert build_stage_tree(plan).iterations == plan.unique_iterations() < plan.total_iterations()
+
+
+def fresh_top_priorities(policy, plan, count):
+    """The priorities of the ``count`` first ready batches of a stage tree
+    built from scratch, keyed by their first stage."""
+    tree = build_stage_tree(plan)
+    _, priority = policy._costs_and_priorities(tree)
+    ready = {(s.node.node_id, s.start, s.stop): priority[s] for s in tree.roots if s.ready}
+    return ready, sorted(ready.values(), reverse=True)[:count]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trials(), trials(min_size=0, max_size=4), st.sampled_from(sorted(POLICIES)), st.integers(1, 4), st.randoms(use_true_random=False))
+def test_select_dispatches_what_a_fresh_stage_tree_would(early, late, policy_name, workers, rnd):
+    """Policies that keep their stage tree between calls (rebuilding only the
+    roots the plan changed) choose batches of the same priorities as a tree
+    built from scratch at each dispatch, while batches end in random order,
+    trials arrive, timings refit the cost model and checkpoints are lost."""
+    policy = POLICIES[policy_name]()
+    plan = build(early)
+    arrivals = list(enumerate(late))
+    running, writes = [], []
+    while True:
+        policy.cost_model.fit(plan)
+        ready, expected = fresh_top_priorities(policy, plan, workers - len(running))
+        chosen = policy.select(plan, workers - len(running))
+        got = sorted((ready[(b.stages[0].node.node_id, b.stages[0].start, b.stages[0].stop)] for b in chosen), reverse=True)
+        assert got == expected
+        running += chosen
+        if arrivals and rnd.random() < 0.5:
+            index, (config, horizon) = arrivals.pop()
+            plan.add_trial(f"late{index}", config, horizon)
+            continue
+        if not running:
+            if arrivals or writes:
+                arrivals or plan.record_checkpoint(writes[-1][0].node_id, writes.pop()[1], CheckpointInfo(path="late"))
+                continue
+            break
+        batch = running.pop(rnd.randrange(len(running)))
+        for node, start, stop in batch.segments:
+            plan.record_timing(node.node_id, start, stop, (stop - start) * (1 + node.node_id % 3))
+            for step in range(start + 1, stop + 1):
+                plan.record_metrics(node.node_id, step, {"step": step})
+        writes += plan.checkpoints_needed(batch.batch_id)
+        plan.release_batch(batch.batch_id)
+        while writes and rnd.random() < 0.7:  # written behind: stored after their batch ended
+            node, step = writes.pop(rnd.randrange(len(writes)))
+            plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"{node.node_id}/{step}"))
+        saved = [(node.node_id, step) for node in plan.nodes for step in node.checkpoints]
+        if saved and rnd.random() < 0.2:
+            plan.drop_checkpoint(*rnd.choice(saved))
+    assert all(record.request.answered for record in plan.trials.values())

@@ -98,3 +98,38 @@ def test_select_validates_workers_and_get_policy_names():
     with pytest.raises(ValueError, match=r"one of \['bfs', 'critical_path', 'thr'\]"):
         get_policy("fastest")
     assert CriticalPathPolicy(batch_stages=False).batch_stages is False
+
+
+@pytest.mark.parametrize("policy_name", ["critical_path", "thr"])
+def test_a_dispatch_costs_what_changed_not_the_whole_study(policy_name, monkeypatch):
+    """Studies of many independent trials stay linear: the stages built per
+    trial (the planner's work) do not grow with the number of trials, as
+    they did when every dispatch rebuilt the whole stage tree."""
+    from ray_stagetree.planning import stage_tree
+
+    built = []
+
+    class CountedStage(stage_tree.Stage):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(1)
+
+    monkeypatch.setattr(stage_tree, "Stage", CountedStage)
+
+    def stages_per_trial(trials):
+        built.clear()
+        plan, policy = SearchPlan(), get_policy(policy_name)
+        plan.add_trials((f"t{i}", {"x": i / trials}, 1) for i in range(trials))
+        running = []
+        while True:
+            running += policy.select(plan, 2 - len(running))
+            if not running:
+                return len(built) / trials
+            batch = running.pop(0)
+            for node, start, stop in batch.segments:
+                plan.record_metrics(node.node_id, stop, {"y": 0.0})
+                plan.record_timing(node.node_id, start, stop, 0.01)
+            plan.release_batch(batch.batch_id)
+
+    small, large = stages_per_trial(200), stages_per_trial(1600)
+    assert large < 2 * small, (small, large)  # rebuilding the whole tree: 8x
