@@ -173,18 +173,23 @@ class ExecutionPolicy(abc.ABC):
         if idle_workers == 0:
             return []
         self.cost_model.fit(plan)
+        chosen: list[StageBatch] = []
         with gc_paused():
-            if self.local_priorities:
-                if self._forest is None or self._forest.plan is not plan:
-                    self._forest = _StageForest(self, plan)
-                chosen = self._forest.take(idle_workers)
-            else:
-                # Only stages at the tree's roots can be ready.
-                ready = (batch for batch in self._batches(build_stage_tree(plan)) if batch.ready)
-                chosen = list(itertools.islice(ready, idle_workers))
+            for batch in self._candidates(plan):
+                chosen.append(batch)
+                if len(chosen) == idle_workers:
+                    break
         for batch in chosen:
             batch.batch_id = plan.mark_scheduled(batch.segments)
         return chosen
+
+    def _candidates(self, plan: "SearchPlan") -> Iterator[StageBatch]:
+        """The ready batches of the plan's stage tree, best first."""
+        if self.local_priorities:
+            if self._forest is None or self._forest.plan is not plan:
+                self._forest = _StageForest(self, plan)
+            return self._forest.ready_batches()
+        return (batch for batch in self._batches(build_stage_tree(plan)) if batch.ready)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(batch_stages={self.batch_stages})"
@@ -210,16 +215,22 @@ class _StageForest:
         self.heap: list[tuple[float, int, int, int, int, int, StageBatch]] = []
         self.tie_break = itertools.count()
 
-    def take(self, count: int) -> list[StageBatch]:
-        """Up to ``count`` ready batches, highest priority first."""
+    def ready_batches(self) -> Iterator[StageBatch]:
+        """The ready batches, highest priority first, as they are asked for.
+        What was looked at goes back into the heap when the caller stops:
+        those it dispatched are stale once `mark_scheduled` touches their
+        roots, the others are still current."""
         self._refresh()
-        chosen: list[StageBatch] = []
-        while self.heap and len(chosen) < count:
-            *_, root_id, generation, batch = heapq.heappop(self.heap)
-            if self.generation.get(root_id) == generation:
-                self.live[root_id] -= 1
-                chosen.append(batch)
-        return chosen
+        seen = []
+        try:
+            while self.heap:
+                entry = heapq.heappop(self.heap)
+                if self.generation.get(entry[4]) == entry[5]:
+                    seen.append(entry)
+                    yield entry[6]
+        finally:
+            for entry in seen:
+                heapq.heappush(self.heap, entry)
 
     def _refresh(self) -> None:
         model = self.policy.cost_model
