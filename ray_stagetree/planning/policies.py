@@ -212,6 +212,7 @@ class _StageForest:
         self.model_fits: tuple[int, int] | None = None
         self.generation: dict[int, int] = {}  # root node id -> its current build
         self.live: dict[int, int] = {}  # root node id -> its entries in the heap
+        self.live_total = 0
         self.heap: list[tuple[float, int, int, int, int, int, StageBatch]] = []
         self.tie_break = itertools.count()
 
@@ -241,10 +242,11 @@ class _StageForest:
             roots |= {self.plan.nodes[root_id] for root_id, count in self.live.items() if count}
             self.heap.clear()
             self.live.clear()
+            self.live_total = 0
         self.read_up_to = self.plan.changes
         for root in roots:
             self._rebuild(root)
-        if len(self.heap) > 64 + 4 * sum(self.live.values()):
+        if len(self.heap) > 64 + 4 * self.live_total:
             self.heap = [entry for entry in self.heap if self.generation.get(entry[4]) == entry[5]]
             heapq.heapify(self.heap)
 
@@ -254,6 +256,7 @@ class _StageForest:
         tree = build_stage_tree(self.plan, [root])
         costs, priority = self.policy._costs_and_priorities(tree)
         ready = [stage for stage in tree.roots if stage.ready]
+        self.live_total += len(ready) - self.live.get(key, 0)
         self.live[key] = len(ready)
         for stage in ready:
             batch = self.policy._batch_from(stage, costs, priority)

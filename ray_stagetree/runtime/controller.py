@@ -111,6 +111,7 @@ class TrialState:
     dirname: str = ""  # the trial's folder under the experiment path
     restored_at: int = 0  # the iteration it went on from when its study was restored or it was resumed
     final_retrains: int = 0  # times its final checkpoint was found damaged and trained again
+    announced: bool = False  # its "start" event went out (Tune's on_trial_start): see `_announce`
 
 
 class StudyController:
@@ -212,8 +213,8 @@ class StudyController:
         for trial in list(self.trials.values()):
             trial.restored_at = max(trial.rows, default=0)
             action = restore.action(trial.status)
-            if trial.status in (PENDING, RUNNING, PAUSED) or action in ("resume", "restart"):
-                self._event("start", trial, config=trial.config_json)  # the driver's loggers find its folder
+            if trial.announced and (trial.status in (PENDING, RUNNING, PAUSED) or action in ("resume", "restart")):
+                self._event("start", trial, config=trial.config_json)  # the new driver's loggers find its folder
             if action == "end":
                 self._stop(trial.trial_id)
             elif action in ("resume", "restart") and trial.flat is not None:
@@ -293,7 +294,6 @@ class StudyController:
                 dirname=dirname,
             )
             self._add_trial_state(state)
-            self._event("start", state, config=state.config_json)
             study = "study" if self.spec.stage_sharing else trial_id
             step = self._next_request(trial_id, 0)
             if trial_id in self.plan.trials:  # a trial of a restored plan, extended
@@ -359,6 +359,7 @@ class StudyController:
         row["iterations_since_restore"] = step - state.restored_at
         state.rows[step] = row
         state.reported.append(row)
+        self._announce(state)
         if state.status == PENDING:
             self._set_status(state, RUNNING)
         self._new_rows.append(row)
@@ -613,6 +614,9 @@ class StudyController:
             self._batch_workers[batch.batch_id] = worker
             ref = worker.run_batch.remote(spec)
             self._running[ref] = (worker, batch, spec, time.monotonic())
+            for request in batch.requests:
+                for trial_id in request.trials & self.trials.keys():
+                    self._announce(self.trials[trial_id])
         return lost
 
     async def _batch_spec(self, batch: StageBatch) -> BatchSpec:
@@ -1038,7 +1042,18 @@ class StudyController:
 
     # -- driver queries --------------------------------------------------------------
 
+    def _announce(self, state: TrialState) -> None:
+        """A trial starts (Tune's on_trial_start) when a batch serving it is
+        dispatched, or at its first result or its end if that comes first:
+        not when it is admitted, since the driver's loggers open files for
+        each started trial, and a study admits all its trials at once."""
+        if not state.announced:
+            state.announced = True
+            self._event("start", state, config=state.config_json)
+
     def _event(self, kind: str, state: TrialState, **fields: Any) -> None:
+        if kind != "start" and state.config_json:  # admitted (an unusable config ends without starting)
+            self._announce(state)
         self._events.append(
             {"event": kind, "trial_id": state.trial_id, "name": state.name, "dirname": state.dirname, **fields}
         )

@@ -362,3 +362,29 @@ def test_mlflow_logger_callback_works_unchanged(tmp_path, ray_session, monkeypat
         assert [m.step for m in history] == list(range(1, HORIZON + 1))
         assert [m.value for m in history] == pytest.approx(result.metrics_dataframe["loss"].tolist())
         assert run.data.params["lr/milestones"] == str(result.config["lr"]["milestones"])
+
+
+class OpenTrials(tune.Callback):
+    """The most trials started and not yet ended at once: what a logger
+    keeps files open for (Tune's TensorBoard logger: a writer and its pipes)."""
+
+    def __init__(self):
+        self.open, self.most = set(), 0
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.open.add(trial.trial_id)
+        self.most = max(self.most, len(self.open))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.open.discard(trial.trial_id)
+
+
+def test_trials_start_when_they_run_not_when_admitted(tmp_path, ray_session):
+    """A study admits all its trials at once; announcing them all then made
+    10,000 trials exhaust the driver's open files. As in Tune, a trial
+    starts when a batch serving it is dispatched (or at its first result)."""
+    opened = OpenTrials()
+    space = {"lr": tune.grid_search([0.1 * (k + 1) for k in range(12)]), "sleep": 0.3}
+    grid = fit(str(tmp_path), "starts", [opened], space=space)
+    assert len(grid) == 12 and grid.num_errors == 0 and not opened.open
+    assert opened.most <= 6, opened.most  # all 12 at admission before
