@@ -89,6 +89,7 @@ class StudySpec:
     # The experiment's key, which seals stored checkpoints (runtime.payload_auth); never written to storage.
     payload_key: bytes | None = field(default=None, repr=False)
     trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
+    reproducibility: Any = None  # Tuner(reproducible=True): how workers seed batches (runtime.reproducibility)
 
 
 @dataclass
@@ -613,6 +614,7 @@ class StudyController:
             | set(self._configured_saves(batch.batch_id)),
             source=handle,
             plain=self._node_plain.get(leaf.node_id, frozenset()),
+            reproducibility=self.spec.reproducibility,
             **self._owner(leaf.node_id),
         )
 
