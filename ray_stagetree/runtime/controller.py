@@ -1087,6 +1087,29 @@ class StudyController:
             for state in self.trials.values()
         ]
 
+    def monitor_view(self) -> dict[str, Any]:
+        """Read-only, for the web monitor (`ray_stagetree.monitor`): the plan
+        as records, each worker's running batch (its segments ``[node,
+        start, stop]`` and trials), each trial's status by folder, and the
+        iterations executed."""
+        now = time.monotonic()
+        batches = {}
+        for worker, batch, spec, dispatched in self._running.values():
+            trial_ids = sorted({t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials})
+            batches[id(worker)] = {
+                "batch": batch.batch_id,
+                "segments": [list(segment) for segment in spec.segments],
+                "trials": [self.trials[t].dirname for t in trial_ids if t in self.trials],
+                "seconds": round(now - dispatched, 1),
+            }
+        return {
+            "plan": self.plan.records(),
+            "running": list(batches.values()),
+            "workers": [{"worker": index + 1, **batches.get(id(worker), {})} for index, worker in enumerate(self._workers)],
+            "trials": {state.dirname: state.status for state in self.trials.values()},
+            "iterations": self._iterations,
+        }
+
     def shutdown_workers(self) -> None:
         for worker in self._workers:
             ray.kill(worker)

@@ -27,6 +27,7 @@ from ray import tune
 from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ray_stagetree.monitor.live import live_monitor
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.persistence import arrow_filesystem
 from ray_stagetree.planning.policies import POLICIES
@@ -670,7 +671,12 @@ class Tuner:
         # Until the study's processes are gone: a Ctrl-C after the study ended
         # (while the loggers finish, or during clean-up) is absorbed, not raised
         # half way through them; a second one still raises.
-        with _interruptible() as interrupted:
+        monitor = (
+            live_monitor(experiment_path, controller, self.tune_config.metric, self.tune_config.mode,
+                         self.run_config.storage_filesystem)
+            if self.monitor else contextlib.nullcontext()
+        )
+        with _interruptible() as interrupted, monitor:
             try:
                 while not ray.wait([run], timeout=POLL_SECONDS)[0] and not interrupted.is_set():
                     progress = ray.get(controller.progress.remote())
