@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from werkzeug.serving import make_server
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 from ray_stagetree.monitor.app import create_app
 from ray_stagetree.monitor.view import ExperimentReader
@@ -15,11 +15,20 @@ from ray_stagetree.monitor.view import ExperimentReader
 DEFAULT_PORT = 8277
 
 
+class _QuietRequestHandler(WSGIRequestHandler):
+    """No line per request: a monitor served beside a study (the page polls
+    every 2 s) would bury the study's own output."""
+
+    def log_request(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
 class MonitorServer:
     """A running monitor: its ``url``; `stop` ends it."""
 
-    def __init__(self, app: Any, host: str, port: int) -> None:
-        self._server = make_server(host, port, app, threaded=True)
+    def __init__(self, app: Any, host: str, port: int, quiet: bool = False) -> None:
+        handler = _QuietRequestHandler if quiet else WSGIRequestHandler
+        self._server = make_server(host, port, app, threaded=True, request_handler=handler)
         self.host = host
         self.port = self._server.server_port  # the port chosen when 0 was asked for
         shown = f"[{host}]" if ":" in host else host
@@ -102,7 +111,7 @@ def serve(
     if mode not in ("min", "max"):
         raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
     reader = ExperimentReader(path, storage_filesystem)
-    server = MonitorServer(create_app(reader, metric, mode, live_view), host, port)
+    server = MonitorServer(create_app(reader, metric, mode, live_view), host, port, quiet=not block)
     if not block:
         return server.start()
     print(f"ray_stagetree monitor for {reader.path} at {server.url} (Ctrl-C stops it)", flush=True)

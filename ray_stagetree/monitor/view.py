@@ -29,6 +29,7 @@ from ray.tune.result import AUTO_RESULT_KEYS, EXPR_ERROR_FILE, EXPR_PARAM_FILE, 
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.persistence import resolve_filesystem
 from ray_stagetree.planning.plan import SearchPlan
+from ray_stagetree.sequences import from_json, is_sequence_spec
 
 #: Keys of a result row that are bookkeeping, not metrics worth a column or a curve.
 BOOKKEEPING = frozenset(AUTO_RESULT_KEYS) | {"trial_id", "done", "experiment_tag", "should_checkpoint"}
@@ -169,14 +170,21 @@ def _flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict) and "family" in value:
-            params = ", ".join(f"{k}={v}" for k, v in value.items() if k != "family" and v is not None)
-            out[name] = f"{value['family']}({params})"
+        if is_sequence_spec(value):
+            out[name] = _sequence_text(value)
         elif isinstance(value, dict):
             out.update(_flat_config(value, f"{name}/"))
         else:
             out[name] = json.dumps(value)
     return out
+
+
+def _sequence_text(spec: dict[str, Any]) -> str:
+    """A stored sequence as its constructor call; as JSON if this version cannot read it."""
+    try:
+        return repr(from_json(spec))
+    except (ValueError, TypeError, KeyError):
+        return json.dumps(spec, sort_keys=True)
 
 
 def best_trials(trials: list[dict[str, Any]], metric: str | None, mode: str, count: int) -> list[dict[str, Any]]:
