@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         serve(args.path, args.host, args.port, metric=args.metric, mode=args.mode)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, OSError) as error:  # a bad argument, no such directory, a port in use
         parser.error(str(error))
 
 

@@ -8,6 +8,8 @@ test silently skipped in CI checks nothing. ``RAY_STAGETREE_SKIP_BROWSER=1``
 skips it deliberately, for machines that cannot install them.
 """
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -29,26 +31,44 @@ GAMMAS = (0.1, 0.5, 0.9)
 STAGES = 1 + len(GAMMAS)
 
 
-def run_study(tmp_path, name, **options):
-    from trainables_for_tests import noisy_descent
-
-    return Tuner(
-        noisy_descent,
-        param_space={"lr": tune.grid_search([MultiStep(0.1, [2], gamma) for gamma in GAMMAS])},
-        tune_config=tune.TuneConfig(metric="loss", mode="min"),
-        run_config=tune.RunConfig(name=name, storage_path=str(tmp_path), stop={"training_iteration": HORIZON}, verbose=0),
-        **options,
-    ).fit()
-
-
 def get_json(url):
     with urllib.request.urlopen(url, timeout=30) as response:
         return json.load(response)
 
 
+class PeekAtTheMonitor(tune.Callback):
+    """At the study's first result, reads the printed monitor URL and the live state it serves."""
+
+    def __init__(self, printed):
+        self.printed, self.url, self.live = printed, None, None
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if self.url is None:
+            self.url = re.search(r"ray_stagetree monitor: (\S+)", self.printed.getvalue()).group(1)
+            self.live = get_json(self.url + "api/state")
+
+
 @pytest.fixture(scope="module")
-def finished_study(tmp_path_factory, ray_session):
-    return run_study(tmp_path_factory.mktemp("monitor"), "finished")
+def study(tmp_path_factory, ray_session):
+    """A study run with Tuner(monitor=True): its results and what its monitor served while it ran."""
+    from trainables_for_tests import noisy_descent
+
+    printed = io.StringIO()
+    peek = PeekAtTheMonitor(printed)
+    with contextlib.redirect_stdout(printed):
+        results = Tuner(
+            noisy_descent,
+            param_space={"lr": tune.grid_search([MultiStep(0.1, [2], gamma) for gamma in GAMMAS]), "sleep": 0.2},
+            tune_config=tune.TuneConfig(metric="loss", mode="min"),
+            run_config=tune.RunConfig(
+                storage_path=str(tmp_path_factory.mktemp("monitor")),
+                stop={"training_iteration": HORIZON},
+                verbose=0,
+                callbacks=[peek],
+            ),
+            monitor=True,
+        ).fit()
+    return results, peek
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +89,11 @@ def browser():
     browser.quit()
 
 
-def test_page_shows_the_trials_curves_and_stage_tree_of_a_finished_study(finished_study, browser):
+def test_page_shows_the_trials_curves_and_stage_tree_of_a_finished_study(study, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
+    finished_study = study[0]
     with serve(finished_study.experiment_path, port=0, metric="loss", mode="min", block=False) as server:
         browser.get(server.url)
         WebDriverWait(browser, 30).until(lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"))
@@ -106,32 +127,12 @@ def test_page_shows_the_trials_curves_and_stage_tree_of_a_finished_study(finishe
         WebDriverWait(browser, 30).until(lambda b: curves.get_property("naturalWidth") > 0)
 
 
-def test_a_running_study_serves_its_live_state(tmp_path, capsys, ray_session):
-    from trainables_for_tests import noisy_descent
-
-    seen = []
-
-    class PeekAtTheMonitor(tune.Callback):
-        def on_trial_result(self, iteration, trials, trial, result, **info):
-            if seen:
-                return
-            url = re.search(r"ray_stagetree monitor: (\S+)", capsys.readouterr().out).group(1)
-            seen.append((url, get_json(url + "api/state")))
-
-    results = Tuner(
-        noisy_descent,
-        param_space={"lr": tune.grid_search([MultiStep(0.1, [2], gamma) for gamma in GAMMAS]), "sleep": 0.2},
-        tune_config=tune.TuneConfig(metric="loss", mode="min"),
-        run_config=tune.RunConfig(
-            storage_path=str(tmp_path), stop={"training_iteration": HORIZON}, verbose=0, callbacks=[PeekAtTheMonitor()]
-        ),
-        monitor=True,
-    ).fit()
-
-    url, live = seen[0]
+def test_a_running_study_serves_its_live_state_until_fit_returns(study):
+    results, peek = study
+    live = peek.live
     assert live["live"] and live["workers"] and live["metric"] == "loss"
     assert any("batch" in worker for worker in live["workers"])  # a worker is running a stage batch
     assert {stage["status"] for stage in live["stages"]} & {"running", "pending"}
     assert len(results) == len(GAMMAS) and not results.errors
     with pytest.raises(OSError):  # fit() stopped the monitor when it returned
-        get_json(url + "api/state")
+        get_json(peek.url + "api/state")
