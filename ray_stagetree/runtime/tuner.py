@@ -54,6 +54,7 @@ from ray_stagetree.runtime.reproducibility import (
     SeededRepeater,
     check_reproducibility_arguments,
     repeat_configs,
+    trial_seed,
 )
 from ray_stagetree.runtime.results import ResultGrid
 from ray_stagetree.runtime.storage import CheckpointStorage
@@ -478,6 +479,8 @@ class Tuner:
             try:
                 TrialConfig.from_config(trial_config)
                 ray.cloudpickle.dumps(trial_config)
+                if self.reproducible:
+                    trial_seed(trial_config, Reproducibility(self.seed))
             except (TypeError, ValueError) as error:
                 raise ValueError(f"trial {index} ({trial_config!r}) cannot run: {error}") from None
         return VariantSource(configs)

@@ -105,6 +105,17 @@ def test_tuner_refuses_bad_reproducibility_options(options, error, message):
     assert message in str(raised.value)
 
 
+def test_a_drawn_config_with_a_bad_seed_is_refused_before_anything_trains(tmp_path):
+    tuner = Tuner(
+        train,
+        param_space={"seed": tune.grid_search([1, 0.5])},
+        run_config=tune.RunConfig(storage_path=str(tmp_path)),
+        reproducible=True,
+    )
+    with pytest.raises(ValueError, match=r"trial 1 .* cannot run: config\['seed'\] \(the trial's seed in a reproducible study\) must be an int >= 0, got 0.5"):
+        tuner.fit()
+
+
 def test_repeats_refuse_a_space_with_its_own_seed():
     with pytest.raises(ValueError, match=r"repeats=2 sets each repeat's config\['seed'\], but param_space already has 'seed'"):
         Tuner(train, param_space={"lr": 0.1, "seed": tune.grid_search([0, 1])}, repeats=2)
