@@ -131,3 +131,27 @@ def test_a_started_server_answers_until_stopped(experiment):
     server.stop()
     with pytest.raises(OSError):
         urllib.request.urlopen(server.url + "api/state", timeout=2)
+
+
+def test_the_command_line_serves_a_study_until_interrupted(experiment):
+    import re
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ray_stagetree.monitor", str(experiment), "--port", "0", "--metric", "loss"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = re.search(r"at (http://\S+) ", process.stdout.readline()).group(1)
+        with urllib.request.urlopen(url + "api/state", timeout=10) as response:
+            state = json.load(response)
+        assert state["metric"] == "loss" and len(state["trials"]) == 3
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.kill()
+        process.stdout.close()
