@@ -87,6 +87,15 @@ def test_seeded_repeater_repeats_each_suggestion_and_reports_the_mean():
     assert inner.completed == [2.0]
 
 
+def test_a_tuner_with_a_searcher_and_repeats_suggests_each_configuration_repeats_times():
+    config = tune.TuneConfig(search_alg=Counting(), num_samples=2, metric="loss", mode="min")
+    source = Tuner(train, param_space={"lr": tune.uniform(0.1, 1.0)}, tune_config=config, seed=3, repeats=2)._source()
+    assert source.remaining == 4  # num_samples counts configurations
+    trials = [source.next_trial()[1] for _ in range(4)]
+    assert [(trial["lr"], trial["seed"]) for trial in trials] == [(1.0, 3), (1.0, 4), (2.0, 3), (2.0, 4)]
+    assert source.next_trial() is None
+
+
 @pytest.mark.parametrize(
     "options, error, message",
     [
