@@ -16,6 +16,7 @@ Nothing here unpickles: the directory may be one the user did not write.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import posixpath
@@ -220,15 +221,16 @@ def stage_tree(records: dict[str, list[dict[str, Any]]], running: list[dict[str,
             cuts[node_id].add(trained[node_id])
     for row in records["trials"]:
         cuts[row["node_id"]].add(row["step"])
-    live = [(node_id, start, stop) for batch in running for node_id, start, stop in batch["segments"]]
-    for node_id, start, stop in live:
-        cuts[node_id].update((start, stop))
+    live: dict[int, list[tuple[int, int]]] = {}
+    for batch in running:
+        for node_id, start, stop in batch["segments"]:
+            live.setdefault(node_id, []).append((start, stop))
+            cuts[node_id].update((start, stop))
 
     stages: dict[tuple[int, int], dict[str, Any]] = {}
     for node_id in sorted(nodes):
         row = nodes[node_id]
         steps = sorted(step for step in cuts[node_id] if step >= row["fork_step"])
-        config = TrialConfig.from_json(json.loads(row["config"]))
         for start, stop in zip(steps, steps[1:]):
             if start == row["fork_step"]:
                 parent = None if row["parent_id"] is None else f"H{row['parent_id']}:{_stage_start(cuts, row['parent_id'], start)}"
@@ -236,7 +238,7 @@ def stage_tree(records: dict[str, list[dict[str, Any]]], running: list[dict[str,
                 parent = f"H{node_id}:{previous}"
             if stop <= trained.get(node_id, row["fork_step"]):
                 status = FINISHED
-            elif any(n == node_id and s < stop and start < e for n, s, e in live):
+            elif any(s < stop and start < e for s, e in live.get(node_id, ())):
                 status = RUNNING
             else:
                 status = PENDING
@@ -249,17 +251,28 @@ def stage_tree(records: dict[str, list[dict[str, Any]]], running: list[dict[str,
                 "status": status,
                 "checkpoints": sorted(s for s in checkpoints.get(node_id, ()) if start < s <= stop),
                 "trials": 0,
-                "hparams": {name: _short(value) for name, value in config.hparams_at(start).items()},
+                "hparams": _stage_hparams(row["config"], start),
             }
             previous = start
+    by_node: dict[int, list[dict[str, Any]]] = {}
+    for (node_id, _), stage in stages.items():
+        by_node.setdefault(node_id, []).append(stage)
     for row in records["trials"]:  # each trial trains through its path's stages up to its request
         node_id, step = row["node_id"], row["step"]
         while node_id is not None:
-            for (stage_node, start), stage in stages.items():
-                if stage_node == node_id and start < step:
+            for stage in by_node.get(node_id, ()):
+                if stage["start"] < step:
                     stage["trials"] += 1
             step, node_id = nodes[node_id]["fork_step"], nodes[node_id]["parent_id"]
     return list(stages.values())
+
+
+@functools.lru_cache(maxsize=65536)
+def _stage_hparams(config: str, start: int) -> dict[str, Any]:
+    """A node's values at a stage's first iteration, from its stored config.
+    Cached across the page's polls: plan nodes never change."""
+    values = TrialConfig.from_json(json.loads(config)).hparams_at(start)
+    return {name: _short(value) for name, value in values.items()}
 
 
 def _stage_start(cuts: dict[int, set[int]], node_id: int, stop: int) -> int:
