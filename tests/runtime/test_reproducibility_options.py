@@ -2,6 +2,7 @@
 repeats of grid and searcher configurations, the Tuner's argument checks
 and the per-configuration statistics."""
 
+import os
 import random
 
 import numpy as np
@@ -49,10 +50,12 @@ def test_a_bad_seed_entry_is_named():
         seed_stage(Reproducibility(), {"seed": -1}, start=0)
 
 
-def test_deterministic_algorithms_are_switched_on():
+def test_deterministic_algorithms_are_switched_on(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # and restored after the test
     try:
         seed_stage(Reproducibility(deterministic_algorithms=True), {}, start=0)
-        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.benchmark
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     finally:
         torch.use_deterministic_algorithms(False)
 
