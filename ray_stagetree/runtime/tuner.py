@@ -177,6 +177,7 @@ class Tuner:
         restart_errored: bool = False,
         param_space: dict[str, Any] | None = None,
         storage_filesystem: Any = None,
+        monitor: bool = False,
     ) -> "Tuner":
         """A Tuner that continues the study saved at ``path`` when ``fit()`` is called.
 
@@ -204,6 +205,8 @@ class Tuner:
             Given again when the original cannot be restored (it held object refs).
         storage_filesystem:
             The filesystem ``path`` is in, as in ``RunConfig``.
+        monitor:
+            Serve the web monitor while the study continues, as ``Tuner(monitor=True)``.
 
         Example
         -------
@@ -236,6 +239,7 @@ class Tuner:
             tune_config=settings["tune_config"],
             run_config=run_config,
             **settings["options"],
+            monitor=monitor,
         )
         tuner._restore_options = (resume_unfinished, resume_errored, restart_errored)
         return tuner

@@ -166,3 +166,14 @@ def test_repeats_dataframe_has_mean_and_std_per_configuration():
     assert frame.loc[0.2, "num_errors"] == 1 and frame.loc[0.2, "seeds"] == [0, 1]
     with pytest.raises(ValueError, match="get_repeats_dataframe needs a metric name"):
         ResultGrid([], "/x").get_repeats_dataframe()
+
+
+def test_restore_keeps_the_reproducibility_options_and_can_serve_the_monitor(tmp_path):
+    run_config = tune.RunConfig(name="study", storage_path=str(tmp_path))
+    Tuner(train, param_space={"lr": 0.1}, run_config=run_config, reproducible=True, seed=4, repeats=2)._save_settings(
+        str(tmp_path / "study")
+    )
+    restored = Tuner.restore(str(tmp_path / "study"), train, monitor=True)
+    assert (restored.reproducible, restored.seed, restored.repeats, restored.monitor) == (True, 4, 2, True)
+    with pytest.raises(TypeError, match="monitor must be True or False, got 1"):
+        Tuner.restore(str(tmp_path / "study"), train, monitor=1)
