@@ -155,3 +155,16 @@ def test_the_command_line_serves_a_study_until_interrupted(experiment):
     finally:
         process.kill()
         process.stdout.close()
+
+
+def test_reader_reads_a_study_on_an_fsspec_url():
+    import fsspec
+
+    filesystem = fsspec.filesystem("memory")
+    filesystem.pipe("/monitor_study/t0/params.json", json.dumps({"lr": 0.1}).encode())
+    filesystem.pipe("/monitor_study/t0/result.json", json.dumps({"training_iteration": 1, "loss": 2.0, "done": True}).encode())
+    try:
+        state = study_state(ExperimentReader("memory://monitor_study"), metric=None, mode="min")
+        assert [(t["name"], t["status"], t["best"]) for t in state["trials"]] == [("t0", "TERMINATED", 2.0)]
+    finally:
+        filesystem.rm("/monitor_study", recursive=True)
