@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import numbers
 import os
 import sys
 from collections.abc import Iterable
@@ -64,9 +65,9 @@ class Reproducibility:
 
 def check_seed(name: str, value: Any) -> int:
     """``value`` as a seed, or a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:  # NumPy ints too
         raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    return value
+    return int(value)
 
 
 def trial_seed(config: dict[str, Any], reproducibility: Reproducibility) -> int:

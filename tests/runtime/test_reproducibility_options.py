@@ -40,6 +40,8 @@ def test_seed_stage_sets_every_generator_from_the_trial_seed_and_start():
     assert draws() == first
     seed_stage(Reproducibility(seed=0), {"seed": 3}, start=0)  # the trial's seed entry wins
     assert draws() == first
+    seed_stage(Reproducibility(seed=0), {"seed": np.int64(3)}, start=0)  # as tune.grid_search(np.arange(...)) gives it
+    assert draws() == first
     seed_stage(Reproducibility(seed=3), {}, start=5)
     assert draws() != first
     assert stage_seed(3, 0) != stage_seed(4, 0) != stage_seed(3, 1) and 0 <= stage_seed(3, 0) < 2**63
