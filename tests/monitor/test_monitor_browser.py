@@ -83,6 +83,7 @@ def browser():
     options.binary_location = chromium
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1600"):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console, to check for errors
     # An explicit driver: Selenium Manager never looks for (or downloads) one.
     browser = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
     yield browser
@@ -125,6 +126,7 @@ def test_page_shows_the_trials_curves_and_stage_tree_of_a_finished_study(study, 
 
         curves = browser.find_element(By.ID, "curves")
         WebDriverWait(browser, 30).until(lambda b: curves.get_property("naturalWidth") > 0)
+        assert [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"] == []
 
 
 def test_a_running_study_serves_its_live_state_until_fit_returns(study):
