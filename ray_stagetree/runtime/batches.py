@@ -22,6 +22,8 @@ class BatchSpec:
     trial_name: str = "default"
     experiment_name: str = ""
     trial_dir: str = ""  # that trial's folder when the experiment path is local, else ""
+    # A reproducible study's `runtime.reproducibility.Reproducibility`: the worker seeds the batch with it.
+    reproducibility: Any = None
 
     @property
     def start(self) -> int:

@@ -90,6 +90,7 @@ class StudySpec:
     # The experiment's key, which seals stored checkpoints (runtime.payload_auth); never written to storage.
     payload_key: bytes | None = field(default=None, repr=False)
     trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
+    reproducibility: Any = None  # Tuner(reproducible=True): how workers seed batches (runtime.reproducibility)
 
 
 @dataclass
@@ -634,6 +635,7 @@ class StudyController:
             | set(self._configured_saves(batch.batch_id)),
             source=handle,
             plain=self._node_plain.get(leaf.node_id, frozenset()),
+            reproducibility=self.spec.reproducibility,
             **self._owner(leaf.node_id),
         )
 
@@ -1127,6 +1129,29 @@ class StudyController:
             }
             for state in self.trials.values()
         ]
+
+    def monitor_view(self) -> dict[str, Any]:
+        """Read-only, for the web monitor (`ray_stagetree.monitor`): the plan
+        as records, each worker's running batch (its segments ``[node,
+        start, stop]`` and trials), each trial's status by folder, and the
+        iterations executed."""
+        now = time.monotonic()
+        batches = {}
+        for worker, batch, spec, dispatched in self._running.values():
+            trial_ids = sorted({t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials})
+            batches[id(worker)] = {
+                "batch": batch.batch_id,
+                "segments": [list(segment) for segment in spec.segments],
+                "trials": [self.trials[t].dirname for t in trial_ids if t in self.trials],
+                "seconds": round(now - dispatched, 1),
+            }
+        return {
+            "plan": self.plan.records(),
+            "running": list(batches.values()),
+            "workers": [{"worker": index + 1, **batches.get(id(worker), {})} for index, worker in enumerate(self._workers)],
+            "trials": {state.dirname: state.status for state in self.trials.values()},
+            "iterations": self._iterations,
+        }
 
     def shutdown_workers(self) -> None:
         for worker in self._workers:

@@ -19,6 +19,7 @@ from typing import Any
 import ray
 
 from ray_stagetree.runtime.payload import unpack_directory
+from ray_stagetree.runtime.reproducibility import repeat_statistics
 from ray_stagetree.runtime.storage import CheckpointStorage
 
 STATE_FILE = "stage_state.pkl"
@@ -202,6 +203,19 @@ class ResultGrid:
             row["logdir"] = result.path
             rows.append(row)
         return pd.DataFrame(rows)
+
+    def get_repeats_dataframe(self, metric: str | None = None):
+        """One row per configuration of a study with ``Tuner(repeats=N)``:
+        the configuration (``config/...`` columns, without its seed),
+        ``num_repeats``, ``seeds``, ``num_errors``, and ``<metric>_mean`` and
+        ``<metric>_std`` (sample standard deviation) of the repeats' last
+        ``metric`` (default: ``TuneConfig.metric``)."""
+        metric = metric or self._default_metric
+        if not isinstance(metric, str) or not metric:
+            raise ValueError(
+                f"get_repeats_dataframe needs a metric name: pass it here or to TuneConfig(metric=...), got {metric!r}"
+            )
+        return repeat_statistics(self._results, metric)
 
     def __repr__(self) -> str:
         return f"ResultGrid<{len(self)} trials, {self.num_errors} errors, path={self._experiment_path!r}>"

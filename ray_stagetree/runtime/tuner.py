@@ -27,6 +27,7 @@ from ray import tune
 from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ray_stagetree.monitor.live import live_monitor
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.persistence import arrow_filesystem
 from ray_stagetree.planning.policies import POLICIES
@@ -48,6 +49,13 @@ from ray_stagetree.runtime.experiment_state import (
 )
 from ray_stagetree.runtime.payload_auth import TRUST_ENV, experiment_key, key_dir, trust_storage
 from ray_stagetree.runtime.progress import ProgressReporter
+from ray_stagetree.runtime.reproducibility import (
+    Reproducibility,
+    SeededRepeater,
+    check_reproducibility_arguments,
+    repeat_configs,
+    trial_seed,
+)
 from ray_stagetree.runtime.results import ResultGrid
 from ray_stagetree.runtime.storage import CheckpointStorage
 from ray_stagetree.searchers import SequenceGridSearch, generate_trials
@@ -91,6 +99,28 @@ class Tuner:
     checkpoint_budget_bytes:
         Object-store memory for checkpoints before the least valuable ones
         are dropped to storage.
+    reproducible:
+        Seed Python's, NumPy's and torch's generators on the workers at the
+        start of every stage batch, from the trial's seed (its ``seed``
+        config entry, else ``seed``) and the batch's first iteration, and
+        draw random search spaces from ``seed``: a rerun on the same
+        hardware reports bit-identical metrics.
+    seed:
+        The study's seed (an int >= 0).
+    repeats:
+        Train every configuration ``repeats`` times, with ``config["seed"]``
+        set to ``seed``, ``seed + 1``, ...; repeats never share stages (the
+        seed is in play from iteration 0), other configurations with the
+        same seed do. ``ResultGrid.get_repeats_dataframe()`` gives the mean
+        and standard deviation per configuration. With a searcher, it is
+        wrapped in Tune's ``Repeater`` (it is told each configuration's mean)
+        and ``num_samples`` counts configurations.
+    deterministic_algorithms:
+        With ``reproducible``, also ``torch.use_deterministic_algorithms(True)``
+        on the workers (needed for bit-identical results on GPUs).
+    monitor:
+        Serve the study's web monitor on localhost while ``fit()`` runs (the
+        URL is printed); see `ray_stagetree.monitor.serve`.
 
     Example
     -------
@@ -112,6 +142,11 @@ class Tuner:
         stage_sharing: bool = True,
         execution_policy: str = "critical_path",
         checkpoint_budget_bytes: int = 2 * 1024**3,
+        reproducible: bool = False,
+        seed: int = 0,
+        repeats: int = 1,
+        deterministic_algorithms: bool = False,
+        monitor: bool = False,
     ) -> None:
         self.trainable = trainable
         # `is None`, not falsiness: an empty dict given as a config is refused, not replaced.
@@ -121,6 +156,11 @@ class Tuner:
         self.stage_sharing = stage_sharing
         self.execution_policy = execution_policy
         self.checkpoint_budget_bytes = checkpoint_budget_bytes
+        self.reproducible = reproducible
+        self.seed = seed
+        self.repeats = repeats
+        self.deterministic_algorithms = deterministic_algorithms
+        self.monitor = monitor
         self._restore_options: tuple[bool, bool, bool] | None = None  # set by Tuner.restore
         self._validate_arguments()
 
@@ -137,6 +177,7 @@ class Tuner:
         restart_errored: bool = False,
         param_space: dict[str, Any] | None = None,
         storage_filesystem: Any = None,
+        monitor: bool = False,
     ) -> "Tuner":
         """A Tuner that continues the study saved at ``path`` when ``fit()`` is called.
 
@@ -164,6 +205,8 @@ class Tuner:
             Given again when the original cannot be restored (it held object refs).
         storage_filesystem:
             The filesystem ``path`` is in, as in ``RunConfig``.
+        monitor:
+            Serve the web monitor while the study continues, as ``Tuner(monitor=True)``.
 
         Example
         -------
@@ -196,6 +239,7 @@ class Tuner:
             tune_config=settings["tune_config"],
             run_config=run_config,
             **settings["options"],
+            monitor=monitor,
         )
         tuner._restore_options = (resume_unfinished, resume_errored, restart_errored)
         return tuner
@@ -218,6 +262,10 @@ class Tuner:
                 "stage_sharing": self.stage_sharing,
                 "execution_policy": self.execution_policy,
                 "checkpoint_budget_bytes": self.checkpoint_budget_bytes,
+                "reproducible": self.reproducible,
+                "seed": self.seed,
+                "repeats": self.repeats,
+                "deterministic_algorithms": self.deterministic_algorithms,
             },
         }
         storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
@@ -248,6 +296,11 @@ class Tuner:
             or (self.checkpoint_budget_bytes < 0)
         ):
             raise ValueError(f"checkpoint_budget_bytes must be an int >= 0, got {self.checkpoint_budget_bytes!r}")
+        check_reproducibility_arguments(
+            self.reproducible, self.seed, self.repeats, self.deterministic_algorithms, self.param_space
+        )
+        if not isinstance(self.monitor, bool):
+            raise TypeError(f"monitor must be True or False, got {self.monitor!r}")
         config = self.tune_config
         if config.metric is not None and not isinstance(config.metric, str):
             raise TypeError(f"TuneConfig.metric must be a str (a key of the reported metrics) or None, got {config.metric!r}")
@@ -414,15 +467,24 @@ class Tuner:
         anything runs (a searcher's suggestions are validated as they come)."""
         config = self.tune_config
         if isinstance(config.search_alg, Searcher):
-            return SearcherSource(config.search_alg, self.param_space, config.metric, config.mode, config.num_samples)
+            searcher, num_samples = config.search_alg, config.num_samples
+            if self.repeats > 1:
+                searcher = SeededRepeater(searcher, self.repeats, self.seed)
+                num_samples = num_samples * self.repeats if num_samples > 0 else num_samples
+            return SearcherSource(searcher, self.param_space, config.metric, config.mode, num_samples)
         if isinstance(config.search_alg, SequenceGridSearch):
             configs = config.search_alg.generate(self.param_space, config.num_samples)
         else:
-            configs = _variants(self.param_space, config.num_samples, config.search_alg)
+            seed = self.seed if self.reproducible else None
+            configs = _variants(self.param_space, config.num_samples, config.search_alg, seed)
+        if self.repeats > 1:
+            configs = repeat_configs(configs, self.repeats, self.seed)
         for index, trial_config in enumerate(configs):
             try:
                 TrialConfig.from_config(trial_config)
                 ray.cloudpickle.dumps(trial_config)
+                if self.reproducible:
+                    trial_seed(trial_config, Reproducibility(self.seed))
             except (TypeError, ValueError) as error:
                 raise ValueError(f"trial {index} ({trial_config!r}) cannot run: {error}") from None
         return VariantSource(configs)
@@ -549,6 +611,9 @@ class Tuner:
             stall_warning_s=_stall_warning_seconds(),
             payload_key=payload_key,
             trust_storage=trust_storage(),
+            reproducibility=(
+                Reproducibility(self.seed, self.deterministic_algorithms) if self.reproducible else None
+            ),
         )
         callbacks = self._callback_runner(source, experiment_path)
         reporter = self._progress_reporter(source)
@@ -613,7 +678,12 @@ class Tuner:
         # Until the study's processes are gone: a Ctrl-C after the study ended
         # (while the loggers finish, or during clean-up) is absorbed, not raised
         # half way through them; a second one still raises.
-        with _interruptible() as interrupted:
+        monitor = (
+            live_monitor(experiment_path, controller, self.tune_config.metric, self.tune_config.mode,
+                         self.run_config.storage_filesystem)
+            if self.monitor else contextlib.nullcontext()
+        )
+        with _interruptible() as interrupted, monitor:
             try:
                 while not ray.wait([run], timeout=POLL_SECONDS)[0] and not interrupted.is_set():
                     progress = ray.get(controller.progress.remote())
@@ -856,12 +926,15 @@ def _check_resource_request(request: Any) -> None:
         )
 
 
-def _variants(param_space: dict[str, Any], num_samples: int, generator: BasicVariantGenerator | None) -> list[dict]:
+def _variants(
+    param_space: dict[str, Any], num_samples: int, generator: BasicVariantGenerator | None, seed: int | None = None
+) -> list[dict]:
     """Tune's grid and random variants, drawn as ``generator`` (Tune's
     ``BasicVariantGenerator``: its ``random_state``, ``points_to_evaluate``
-    run first, ``constant_grid_search``) would draw them."""
+    run first, ``constant_grid_search``) would draw them; without one, from
+    ``seed`` (None: NumPy's global state, as Tune)."""
     if generator is None:
-        return generate_trials(param_space, num_samples)
+        return generate_trials(param_space, num_samples, seed=seed)
     random_state = generator._random_state._rng  # an int seed became a Generator; None: NumPy's global state
     points = [
         generate_trials(_merged(param_space, point), 1, seed=random_state)[0] for point in generator._points_to_evaluate

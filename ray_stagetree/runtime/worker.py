@@ -30,6 +30,7 @@ from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.class_trainables import run_class
 from ray_stagetree.runtime.context import BatchEnd, ConfigChange, ReportError, StageContext, activate
 from ray_stagetree.runtime.payload import CheckpointPayload
+from ray_stagetree.runtime.reproducibility import seed_stage
 
 
 def run_function(trainable: Callable, context: StageContext) -> None:
@@ -128,6 +129,8 @@ class StageWorker:
         except ray.exceptions.ObjectLostError as error:
             return BatchOutcome(spec.batch_id, source_lost=f"the checkpoint batch {spec.batch_id} starts from is lost: {error}")
         try:
+            if spec.reproducibility is not None:  # before the trainable builds anything random
+                seed_stage(spec.reproducibility, spec.config, spec.start)
             if self._is_class:
                 run_class(self._trainable, context)
             else:

@@ -1,0 +1,140 @@
+"""The web monitor in a real headless browser (Debian's chromium, driven by
+Selenium through chromium-driver), on a study that ran; and its JSON state
+while a study runs (``Tuner(monitor=True)``).
+
+Needs ``apt-get install -y chromium chromium-driver`` (CI's set-up installs
+them). Without them the browser test fails, naming the packages: a monitor
+test silently skipped in CI checks nothing. ``RAY_STAGETREE_SKIP_BROWSER=1``
+skips it deliberately, for machines that cannot install them.
+"""
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import urllib.request
+
+import pytest
+from ray import tune
+
+from ray_stagetree import MultiStep, Tuner
+from ray_stagetree.monitor import serve
+
+pytest.importorskip("flask")
+pytest.importorskip("matplotlib")
+
+HORIZON = 4
+GAMMAS = (0.1, 0.5, 0.9)
+# One root stage [0, 2) shared by the three trials, then one [2, 4) each.
+STAGES = 1 + len(GAMMAS)
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.load(response)
+
+
+class PeekAtTheMonitor(tune.Callback):
+    """At the study's first result, reads the printed monitor URL and the live state it serves."""
+
+    def __init__(self, printed):
+        self.printed, self.url, self.live = printed, None, None
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if self.url is None:
+            self.url = re.search(r"ray_stagetree monitor: (\S+)", self.printed.getvalue()).group(1)
+            self.live = get_json(self.url + "api/state")
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, ray_session):
+    """A study run with Tuner(monitor=True): its results and what its monitor served while it ran."""
+    from trainables_for_tests import noisy_descent
+
+    printed = io.StringIO()
+    peek = PeekAtTheMonitor(printed)
+    with contextlib.redirect_stdout(printed):
+        results = Tuner(
+            noisy_descent,
+            param_space={"lr": tune.grid_search([MultiStep(0.1, [2], gamma) for gamma in GAMMAS]), "sleep": 0.2},
+            tune_config=tune.TuneConfig(metric="loss", mode="min"),
+            run_config=tune.RunConfig(
+                storage_path=str(tmp_path_factory.mktemp("monitor")),
+                stop={"training_iteration": HORIZON},
+                verbose=0,
+                callbacks=[peek],
+            ),
+            monitor=True,
+        ).fit()
+    return results, peek
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if os.environ.get("RAY_STAGETREE_SKIP_BROWSER") == "1":
+        pytest.skip("RAY_STAGETREE_SKIP_BROWSER=1")
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not driver:
+        pytest.fail("the monitor's browser test needs Debian's chromium and chromedriver: apt-get install -y chromium chromium-driver")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1600"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console, to check for errors
+    # An explicit driver: Selenium Manager never looks for (or downloads) one.
+    browser = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
+    yield browser
+    browser.quit()
+
+
+def test_page_shows_the_trials_curves_and_stage_tree_of_a_finished_study(study, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    finished_study = study[0]
+    with serve(finished_study.experiment_path, port=0, metric="loss", mode="min", block=False) as server:
+        browser.get(server.url)
+        WebDriverWait(browser, 30).until(lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"))
+
+        rows = browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr.trial")
+        names = sorted(row.get_attribute("data-name") for row in rows)
+        assert names == sorted(os.path.basename(result.path) for result in finished_study)
+        assert {row.find_elements(By.TAG_NAME, "td")[1].text for row in rows} == {"TERMINATED"}
+        # Best first (mode "min"), and the figures are the results' own.
+        best = [float(row.find_elements(By.TAG_NAME, "td")[4].text) for row in rows]
+        assert best == sorted(best)
+        losses = {os.path.basename(r.path): r.metrics_dataframe["loss"].min() for r in finished_study}
+        assert rows[0].get_attribute("data-name") == min(losses, key=losses.get)
+        # Clicking the column's header sorts the other way.
+        browser.find_element(By.CSS_SELECTOR, "#trials th[data-key='best']").click()
+        rows = browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr.trial")
+        assert [float(row.find_elements(By.TAG_NAME, "td")[4].text) for row in rows] == sorted(best, reverse=True)
+
+        stages = browser.find_elements(By.CSS_SELECTOR, "#tree .stage")
+        assert len(stages) == STAGES
+        assert {stage.get_attribute("class") for stage in stages} == {"stage finished"}
+        root = browser.find_element(By.CSS_SELECTOR, "#tree > ul > li > .stage")
+        assert root.text.startswith("H0 [0, 2)") and root.text.endswith(f"\u00d7{len(GAMMAS)}")
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#tree > ul > li > ul > li")) == len(GAMMAS)
+
+        sharing = browser.find_element(By.ID, "sharing").text
+        executed, trial_by_trial = map(int, re.findall(r"(\d+) iterations executed, (\d+) trial by trial", sharing)[0])
+        assert (executed, trial_by_trial) == (2 + len(GAMMAS) * 2, len(GAMMAS) * HORIZON)
+
+        curves = browser.find_element(By.ID, "curves")
+        WebDriverWait(browser, 30).until(lambda b: curves.get_property("naturalWidth") > 0)
+        assert [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"] == []
+
+
+def test_a_running_study_serves_its_live_state_until_fit_returns(study):
+    results, peek = study
+    live = peek.live
+    assert live["live"] and live["workers"] and live["metric"] == "loss"
+    assert any("batch" in worker for worker in live["workers"])  # a worker is running a stage batch
+    assert {stage["status"] for stage in live["stages"]} & {"running", "pending"}
+    assert len(results) == len(GAMMAS) and not results.errors
+    with pytest.raises(OSError):  # fit() stopped the monitor when it returned
+        get_json(peek.url + "api/state")
