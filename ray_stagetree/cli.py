@@ -106,6 +106,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from ray_stagetree.jobs.dry_run import draw_picture, draw_text, dry_run, hours
+    from ray_stagetree.jobs.experiments import cost_model
     from ray_stagetree.planning.cost import CostModel
 
     spec = _load(args.spec)
@@ -113,8 +114,11 @@ def _plan(args: argparse.Namespace) -> int:
     calibration = f"{args.seconds_per_iteration:g} s per iteration"
     if args.cost_from:
         timed = _read_experiment(args.cost_from).plan or _no_plan(args.cost_from)
-        cost.fit(timed)
-        calibration = f"seconds per iteration fitted to the {len(timed.timings)} timed stages of {args.cost_from}"
+        try:
+            cost = cost_model(timed)
+        except ValueError as error:
+            raise CommandError(f"--cost-from {args.cost_from!r}: {error}") from None
+        calibration = f"seconds per iteration fitted to {args.cost_from}"
     try:
         result = dry_run(spec, cost, horizon=args.horizon, samples=args.samples)
     except ValueError as error:

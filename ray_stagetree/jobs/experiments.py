@@ -19,6 +19,7 @@ from typing import Any
 
 import fsspec
 
+from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.callbacks import ERROR_FILE, RESULT_FILE
 from ray_stagetree.runtime.experiment_state import TUNER_FILE
@@ -68,8 +69,9 @@ class Experiment:
 
     @property
     def ended(self) -> bool:
-        """The study's end wrote its plan after every trial's last result."""
-        return self.plan is not None and all(trial.updated <= self.plan_updated for trial in self.trials)
+        """The study's end wrote its plan, and every trial the plan holds ended."""
+        finished = all(trial.status in ("TERMINATED", "ERROR") for trial in self.trials)
+        return self.plan is not None and finished and len(self.plan.trials) == len(self.trials)
 
     @property
     def last_update(self) -> float:
@@ -95,11 +97,40 @@ class Experiment:
         return max(scored, key=lambda trial: sign * trial.last[metric])
 
     def trained(self) -> tuple[int, float] | None:
-        """Iterations trained and worker-seconds spent, from the plan's timings (None before the study's end)."""
+        """Iterations trained (each shared one once) and the seconds they took,
+        from the plan's metrics; None before the study's end wrote its plan."""
         if self.plan is None:
             return None
-        timings = self.plan.timings
-        return sum(t.stop - t.start for t in timings), sum(t.seconds for t in timings)
+        times = [seconds for _, _, seconds in iteration_times(self.plan)]
+        return sum(len(node.metrics) for node in self.plan.nodes), sum(times)
+
+
+def iteration_times(plan: SearchPlan) -> list[tuple[Any, int, float]]:
+    """``(node, step, seconds)`` of every iteration the plan has a result for,
+    from the ``time_this_iter_s`` reported with it."""
+    return [
+        (node, step, float(metrics["time_this_iter_s"]))
+        for node in plan.nodes
+        for step, metrics in node.metrics.items()
+        if isinstance(metrics.get("time_this_iter_s"), (int, float))
+    ]
+
+
+def cost_model(plan: SearchPlan) -> CostModel:
+    """A `CostModel` fitted to what an ended study's iterations took. The
+    runtime's plan keeps each iteration's metrics, with Tune's
+    ``time_this_iter_s``, rather than stage timings: each becomes a
+    one-iteration timing. (The first iteration of a batch also counts the
+    worker's start, as a real study's would.) Adds those timings to ``plan``
+    when it has none.
+
+    Raises ValueError when the plan has no timed iteration."""
+    if not plan.timings:
+        for node, step, seconds in iteration_times(plan):
+            plan.record_timing(node.node_id, step - 1, step, seconds)
+    if not plan.timings:
+        raise ValueError("the study's plan has no timed iteration (no time_this_iter_s in its results)")
+    return CostModel().fit(plan)
 
 
 def is_experiment(filesystem: Any, path: str) -> bool:
