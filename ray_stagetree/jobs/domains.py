@@ -106,6 +106,9 @@ def _domain(name: str, arguments: Any, path: tuple, problems: list[str]) -> Any:
         if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
             problems.append(f"{where}.{key}: must be a finite number, got {number!r}")
             return None
+    if "lower" in arguments and "upper" in arguments and not arguments["lower"] < arguments["upper"]:
+        problems.append(f"{where}: lower must be < upper, got lower={arguments['lower']!r}, upper={arguments['upper']!r}")
+        return None
     try:
         return constructor(**arguments)
     except (TypeError, ValueError) as error:
@@ -144,8 +147,5 @@ def _domain_form(domain: Domain) -> dict[str, Any]:
         kind = "uniform" if isinstance(domain, Float) else "randint"
         name = {("uniform", False): "uniform", ("uniform", True): "loguniform",
                 ("randint", False): "randint", ("randint", True): "lograndint"}[kind, log]
-        arguments = [domain.lower, domain.upper] + ([quantum] if quantum is not None else [])
-        if log and inner.base != 10:
-            arguments.append(inner.base)
-        return {prefix + name: arguments}
+        return {prefix + name: [domain.lower, domain.upper] + ([quantum] if quantum is not None else [])}
     raise ValueError(f"{domain!r} has no declarative form (tune.sample_from and custom domains take Python code)")
