@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
     path = tuner._experiment_path()  # the Tuner's own rule: storage_path (default ~/ray_results) / name
     _save_job(path, spec)
     print(f"stagetree: running {args.spec} in {path}", flush=True)
-    return _finish(tuner.fit(), spec.tune_config.metric is not None)
+    return _finish(_fit(tuner), spec.tune_config.metric is not None)
 
 
 def _restore(args: argparse.Namespace) -> int:
@@ -58,7 +58,7 @@ def _restore(args: argparse.Namespace) -> int:
     tuner = Tuner.restore(path, spec.trainable(), resume_unfinished=not args.no_resume_unfinished,
                           resume_errored=args.resume_errored, restart_errored=args.restart_errored)
     print(f"stagetree: continuing {path}", flush=True)
-    return _finish(tuner.fit(), spec.tune_config.metric is not None)
+    return _finish(_fit(tuner), spec.tune_config.metric is not None)
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -121,7 +121,7 @@ def _plan(args: argparse.Namespace) -> int:
         calibration = f"seconds per iteration fitted to {args.cost_from}"
     try:
         result = dry_run(spec, cost, horizon=args.horizon, samples=args.samples)
-    except ValueError as error:
+    except (TypeError, ValueError) as error:  # a drawn trial's config is invalid, or no horizon
         raise CommandError(str(error)) from None
     if args.json:
         print(json.dumps({
@@ -260,6 +260,15 @@ def _saved_job(path: str) -> Any:
         raise CommandError(f"{path!r} was not started by `stagetree run` (no stagetree_job.json): "
                            "pass the spec it was started from with --spec")
     return JobSpec(job["spec"], job["base_dir"], job["source"])
+
+
+def _fit(tuner: Any) -> Any:
+    """``tuner.fit()``; what it refuses (a drawn config that cannot run, resources
+    the cluster lacks, storage other nodes cannot see) becomes a message."""
+    try:
+        return tuner.fit()
+    except (TypeError, ValueError, RuntimeError, OSError) as error:
+        raise CommandError(f"the study could not run: {error}", FAILED) from None
 
 
 def _finish(results: Any, has_metric: bool) -> int:

@@ -43,14 +43,15 @@ class TrialRecord:
 
     @property
     def status(self) -> str:
-        """ERROR, TERMINATED (ended: its horizon, a stopper or its scheduler),
-        PENDING (no result yet) or UNFINISHED (running now, or stopped by an
-        interruption that `stagetree restore` continues)."""
+        """TERMINATED (ended: its horizon, a stopper or its scheduler), ERROR
+        (its error.txt stays after a restore that finished it, which its last
+        result then says), PENDING (no result yet) or UNFINISHED (running now,
+        or stopped by an interruption that `stagetree restore` continues)."""
+        if self.last.get("done"):
+            return "TERMINATED"
         if self.error is not None:
             return "ERROR"
-        if not self.last:
-            return "PENDING"
-        return "TERMINATED" if self.last.get("done") else "UNFINISHED"
+        return "UNFINISHED" if self.last else "PENDING"
 
     @property
     def iterations(self) -> int:
@@ -69,9 +70,11 @@ class Experiment:
 
     @property
     def ended(self) -> bool:
-        """The study's end wrote its plan, and every trial the plan holds ended."""
-        finished = all(trial.status in ("TERMINATED", "ERROR") for trial in self.trials)
-        return self.plan is not None and finished and len(self.plan.trials) == len(self.trials)
+        """The study's end wrote its plan, every trial folder's trial ended and
+        so did every trial the plan holds (one drawn but not started has no folder)."""
+        if self.plan is None or any(trial.status not in ("TERMINATED", "ERROR") for trial in self.trials):
+            return False
+        return set(self.plan.trials) <= {trial.last.get("trial_id") for trial in self.trials}
 
     @property
     def last_update(self) -> float:
