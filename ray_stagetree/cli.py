@@ -78,7 +78,7 @@ def _submit(args: argparse.Namespace) -> int:
     if os.path.isfile(requirements):
         runtime_env["pip"] = os.path.abspath(requirements)
     entrypoint = " ".join(
-        [sys.executable.rsplit("/", 1)[-1] if args.python is None else args.python, "-m", "ray_stagetree.cli", "run",
+        [args.python, "-m", "ray_stagetree.cli", "run",
          _quote(relative)]
         + (["--storage-path", _quote(args.storage_path)] if args.storage_path else [])
         + (["--name", _quote(args.name)] if args.name else [])
@@ -371,7 +371,7 @@ def parser() -> argparse.ArgumentParser:
     submit.add_argument("--working-dir", default=".", help="folder shipped to the cluster (default: this one)")
     submit.add_argument("--requirements", help="pip requirements file for the job (default: requirements.txt in "
                         "the working directory, when there is one)")
-    submit.add_argument("--python", help="the cluster's Python command (default: this one's name)")
+    submit.add_argument("--python", default="python", help="the Python command on the cluster (default: python)")
     submit.add_argument("--no-wait", action="store_true", help="return once submitted instead of following the logs")
     experiment_options(submit)
 
