@@ -412,24 +412,23 @@ def parser() -> argparse.ArgumentParser:
     return main
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text!r}")
-    return value
+def _positive(kind: type, what: str) -> Callable[[str], Any]:
+    """An argparse type: ``kind(text)``, refused unless > 0, naming the value."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
+_positive_int = _positive(int, "an int >= 1")
+_positive_float = _positive(float, "a number > 0")
 
 
 def _picture_path(text: str) -> str:
