@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -16,9 +17,13 @@ EXAMPLES = os.path.join(os.path.dirname(TESTS), "examples")
 STAGETREE = os.path.join(os.path.dirname(sys.executable), "stagetree")  # the console script setup.cfg declares
 
 
-def stagetree(*args, cwd=None, timeout=300):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([STAGETREE, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+def environment():
+    """Ray's workers import the test trainables by name."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+
+
+def stagetree(*args, timeout=300):
+    return subprocess.run([STAGETREE, *map(str, args)], capture_output=True, text=True, env=environment(), timeout=timeout)
 
 
 def test_help_everywhere(capsys):
@@ -104,6 +109,18 @@ def test_plan_of_a_searcher_draws_an_estimate_and_needs_a_horizon(tmp_path, caps
     assert "MultiStep: milestones must be a list of strictly increasing positive ints" in capsys.readouterr().err
 
 
+def test_submit_checks_before_it_submits(tmp_path, capsys):
+    spec = os.path.join(EXAMPLES, "mnist1d_study.yaml")
+    assert main(["submit", spec, "--address", "http://127.0.0.1:9", "--working-dir", str(tmp_path)]) == 2
+    assert "must be inside the working directory" in capsys.readouterr().err
+    assert main(["submit", spec, "--address", "http://127.0.0.1:9", "--working-dir", EXAMPLES,
+                 "--requirements", str(tmp_path / "missing.txt")]) == 2
+    assert "--requirements" in capsys.readouterr().err
+    # Nothing listens on port 9: a message and exit 1, not a traceback.
+    assert main(["submit", spec, "--address", "http://127.0.0.1:9", "--working-dir", EXAMPLES]) == 1
+    assert "cannot submit to 'http://127.0.0.1:9'" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_run_inspect_and_restore_a_study(tmp_path, capsys):
     """A tiny study whose one trial's worker dies: run exits 1, status/show/ls
@@ -114,15 +131,23 @@ def test_run_inspect_and_restore_a_study(tmp_path, capsys):
         "trainable": "trainables_for_tests:noisy_descent",
         "param_space": {"lr": {"grid_search": [{"family": "Exponential", "init": 0.1, "gamma": 0.9},
                                                {"family": "Exponential", "init": 0.2, "gamma": 0.9}]},
-                        "die_once_at": 2, "marker": str(marker)},
+                        "die_once_at": 2, "marker": str(marker), "sleep": 1.0},
         "tune_config": {"metric": "loss", "mode": "min"},
         "run_config": {"name": "tiny", "stop": {"training_iteration": 3}, "verbose": 0},
     }))
     storage = tmp_path / "results"
-    ran = stagetree("run", spec, "--storage-path", storage, "--address", "local", "--num-cpus", 1)
-    assert ran.returncode == 1, ran.stdout + ran.stderr
-    assert "2 trials: 1 finished, 1 errors" in ran.stdout
     path = storage / "tiny"
+    running = subprocess.Popen([STAGETREE, "run", spec, "--storage-path", storage, "--address", "local", "--num-cpus", "1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment())
+    # While it runs, status reads the trial folders as they stand.
+    while running.poll() is None and not list(path.glob("*/result.json")):
+        time.sleep(0.2)
+    assert main(["status", str(path)]) == 0
+    assert "running, or stopped before its end" in capsys.readouterr().out
+    output = running.communicate(timeout=300)[0]
+    ran = subprocess.CompletedProcess(running.args, running.returncode, output, "")
+    assert ran.returncode == 1, ran.stdout
+    assert "2 trials: 1 finished, 1 errors" in ran.stdout
     assert f"experiment: {path}" in ran.stdout
 
     # Inspection reads files only: run in this process, as the run's subprocess left them.
