@@ -405,7 +405,8 @@ def parser() -> argparse.ArgumentParser:
     restore = command("restore", "continue a study that stopped (Ctrl-C, a lost driver) from its experiment folder")
     restore.add_argument("path", help="the experiment folder")
     restore.add_argument("--spec", help="the job spec (default: the copy `stagetree run` saved in the folder)")
-    restore.add_argument("--resume-errored", action="store_true", help="run errored trials again from their latest checkpoint")
+    restore.add_argument("--resume-errored", action="store_true",
+                         help="run errored trials again from their latest checkpoint")
     restore.add_argument("--restart-errored", action="store_true", help="start errored trials' results over")
     restore.add_argument("--no-resume-unfinished", action="store_true", help="end unfinished trials where they stood")
     ray_options(restore)

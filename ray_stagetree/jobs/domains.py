@@ -66,7 +66,8 @@ def _sequence(value: Mapping, path: tuple, problems: list[str]) -> Any:
     family = value["family"]
     if family not in FAMILIES:
         problems.append(
-            f"{field_path((*path, 'family'))}: unknown sequence family {family!r}; allowed: {', '.join(sorted(FAMILIES))}"
+            f"{field_path((*path, 'family'))}: unknown sequence family {family!r}; "
+            f"allowed: {', '.join(sorted(FAMILIES))}"
         )
         return None
     parameters = {key: _convert(item, (*path, key), problems) for key, item in value.items() if key != "family"}
@@ -107,7 +108,8 @@ def _domain(name: str, arguments: Any, path: tuple, problems: list[str]) -> Any:
             problems.append(f"{where}.{key}: must be a finite number, got {number!r}")
             return None
     if "lower" in arguments and "upper" in arguments and not arguments["lower"] < arguments["upper"]:
-        problems.append(f"{where}: lower must be < upper, got lower={arguments['lower']!r}, upper={arguments['upper']!r}")
+        lower, upper = arguments["lower"], arguments["upper"]
+        problems.append(f"{where}: lower must be < upper, got lower={lower!r}, upper={upper!r}")
         return None
     try:
         return constructor(**arguments)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import posixpath
 import time
 from typing import Any
@@ -93,8 +94,10 @@ class Experiment:
 
     def best(self, metric: str | None, mode: str) -> TrialRecord | None:
         """The trial whose last ``metric`` is best, as ``ResultGrid.get_best_result`` ranks by default."""
-        scored = [t for t in self.trials if isinstance(t.last.get(metric), (int, float)) and t.last[metric] == t.last[metric]]
-        if metric is None or not scored:
+        if metric is None:
+            return None
+        scored = [trial for trial in self.trials if _is_number(trial.last.get(metric))]
+        if not scored:
             return None
         sign = 1 if mode == "max" else -1
         return max(scored, key=lambda trial: sign * trial.last[metric])
@@ -223,6 +226,10 @@ def _trial(filesystem: Any, folder: str) -> TrialRecord:
             lines = file.read().strip().splitlines()
         error = lines[-1] if lines else "error"
     return TrialRecord(posixpath.basename(folder), config, last, error, updated)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
 def _json(filesystem: Any, path: str) -> dict[str, Any] | None:

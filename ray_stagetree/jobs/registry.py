@@ -80,7 +80,9 @@ def _build(
         except ImportError as error:
             return None, [f"{where}: {error}"]
         if not (isinstance(cls, type) and issubclass(cls, (Searcher, AskTellAlgorithm))):
-            return None, [f"{where}: {name!r} must be a ray.tune.search.Searcher or an AskTellAlgorithm subclass, got {cls!r}"]
+            return None, [
+                f"{where}: {name!r} must be a ray.tune.search.Searcher or an AskTellAlgorithm subclass, got {cls!r}"
+            ]
     else:
         return None, [f"{where}: unknown {what} {name!r}; allowed: {allowed}"]
     batch_size = entry.pop("batch_size", None) if issubclass(cls, AskTellAlgorithm) else None

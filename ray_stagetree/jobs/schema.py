@@ -158,7 +158,8 @@ def _message(error: jsonschema.ValidationError) -> str:
     if kind == "additionalProperties" and expected is False:
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(key for key in value if key not in allowed)
-        return f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}"
+        keys = f"key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+        return f"{where}: unknown {keys}; allowed: {', '.join(allowed)}"
     if kind == "enum":
         return f"{where}: {value!r} is not allowed; allowed: {', '.join(map(repr, expected))}"
     if kind == "type":

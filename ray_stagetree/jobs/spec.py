@@ -85,7 +85,8 @@ class JobSpec:
         try:
             data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
         except json.JSONDecodeError as error:
-            raise SpecError([f"not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"], path) from None
+            where = f"at line {error.lineno}, column {error.colno}"
+            raise SpecError([f"not valid JSON: {error.msg} {where}"], path) from None
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -154,12 +155,10 @@ class JobSpec:
 
     def _tune_config(self, problems: list[str]) -> tune.TuneConfig:
         section = dict(self.data.get("tune_config", {}))
-        if "scheduler" in section:
-            section["scheduler"], found = build_scheduler(section["scheduler"], self.base_dir, ("tune_config", "scheduler"))
-            problems += found
-        if "search_alg" in section:
-            section["search_alg"], found = build_searcher(section["search_alg"], self.base_dir, ("tune_config", "search_alg"))
-            problems += found
+        for key, build in (("scheduler", build_scheduler), ("search_alg", build_searcher)):
+            if key in section:
+                section[key], found = build(section[key], self.base_dir, ("tune_config", key))
+                problems += found
         return tune.TuneConfig(**section)
 
     def _run_config(self, problems: list[str]) -> tune.RunConfig:
