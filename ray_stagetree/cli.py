@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
     path = tuner._experiment_path()  # the Tuner's own rule: storage_path (default ~/ray_results) / name
     _save_job(path, spec)
     print(f"stagetree: running {args.spec} in {path}", flush=True)
-    return _finish(_fit(tuner), spec.tune_config.metric is not None)
+    return _finish(_fit(tuner), spec.tune_config.metric)
 
 
 def _restore(args: argparse.Namespace) -> int:
@@ -58,14 +58,18 @@ def _restore(args: argparse.Namespace) -> int:
     tuner = Tuner.restore(path, spec.trainable(), resume_unfinished=not args.no_resume_unfinished,
                           resume_errored=args.resume_errored, restart_errored=args.restart_errored)
     print(f"stagetree: continuing {path}", flush=True)
-    return _finish(_fit(tuner), spec.tune_config.metric is not None)
+    return _finish(_fit(tuner), spec.tune_config.metric)
 
 
 def _submit(args: argparse.Namespace) -> int:
     from ray.job_submission import JobStatus, JobSubmissionClient
 
+    from ray_stagetree.jobs.spec import checked_storage_path
+
     spec_path = os.path.abspath(args.spec)
-    _load(spec_path)  # refuse a bad spec here, not on the cluster
+    spec = _load(spec_path)  # refuse a bad spec here, not on the cluster
+    if args.storage_path:
+        checked_storage_path(args.storage_path, "--storage-path", spec.source)
     working_dir = os.path.abspath(args.working_dir)
     relative = os.path.relpath(spec_path, working_dir)
     if relative.startswith(".."):
@@ -248,7 +252,10 @@ def _save_job(path: str, spec: Any) -> None:
     from ray_stagetree.runtime.storage import CheckpointStorage
 
     record = {"spec": spec.data, "base_dir": spec.base_dir, "source": os.path.abspath(spec.source)}
-    CheckpointStorage(path).write_text(JOB_FILE, json.dumps(record, indent=2))
+    try:
+        CheckpointStorage(path).write_text(JOB_FILE, json.dumps(record, indent=2))
+    except OSError as error:
+        raise CommandError(f"cannot write to the experiment directory {path!r}: {error}", FAILED) from None
 
 
 def _saved_job(path: str) -> Any:
@@ -271,15 +278,14 @@ def _fit(tuner: Any) -> Any:
         raise CommandError(f"the study could not run: {error}", FAILED) from None
 
 
-def _finish(results: Any, has_metric: bool) -> int:
-    """The study's outcome on stdout; the exit code."""
+def _finish(results: Any, metric: str | None) -> int:
+    """The study's outcome on stdout (the best trial by ``metric``, when the study has one); the exit code."""
     unfinished = len(results) - results.num_terminated - results.num_errors
     print(f"\n{len(results)} trials: {results.num_terminated} finished, {results.num_errors} errors"
           + (f", {unfinished} unfinished" if unfinished else ""))
-    if has_metric and results.num_terminated:
+    if metric is not None and results.num_terminated:
         best = results.get_best_result()
-        print(f"best: {results._default_metric}={_number(best.metrics[results._default_metric])} "
-              f"in {best.path.rsplit('/', 1)[-1]}")
+        print(f"best: {metric}={_number(best.metrics.get(metric))} in {best.path.rsplit('/', 1)[-1]}")
     print(f"iterations executed: {results.iterations_executed}; trial by trial: {results.trial_by_trial_iterations}")
     print(f"experiment: {results.experiment_path}  (stagetree show {_quote(results.experiment_path)})")
     if unfinished:

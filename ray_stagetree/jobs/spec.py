@@ -101,9 +101,7 @@ class JobSpec:
         ...}`` are built here, so Ray must be running (as for ``tune.with_parameters``)."""
         run_config = copy.copy(self.run_config)
         if storage_path is not None:
-            run_config.storage_path = _storage_path(storage_path)
-            if run_config.storage_path is None:
-                raise SpecError([_relative_path_problem("--storage-path", storage_path)], self.source)
+            run_config.storage_path = checked_storage_path(storage_path, "--storage-path", self.source)
         if name is not None:
             run_config.name = name
         return self._tuner(self.trainable(), run_config)
@@ -164,10 +162,12 @@ class JobSpec:
     def _run_config(self, problems: list[str]) -> tune.RunConfig:
         section = dict(self.data.get("run_config", {}))
         if "storage_path" in section:
-            given = section["storage_path"]
-            section["storage_path"] = _storage_path(given)
-            if section["storage_path"] is None:
-                problems.append(_relative_path_problem("run_config.storage_path", given))
+            try:
+                given = section["storage_path"]
+                section["storage_path"] = checked_storage_path(given, "run_config.storage_path", self.source)
+            except SpecError as error:
+                problems += error.problems
+                section["storage_path"] = None
         nested = {"failure_config": tune.FailureConfig, "checkpoint_config": tune.CheckpointConfig}
         for key, config_class in nested.items():
             if key in section:
@@ -179,15 +179,15 @@ class JobSpec:
         return tune.RunConfig(**section)
 
 
-def _storage_path(path: str) -> str | None:
-    """``path`` with ``~`` expanded; None for a relative path."""
+def checked_storage_path(path: str, field: str, source: str) -> str:
+    """``path`` with ``~`` expanded. A relative path is refused, as the Tuner
+    refuses it: under ``stagetree submit`` it would land in the job's temporary folder.
+
+    Raises SpecError naming ``field`` and ``source``."""
     expanded = os.path.expanduser(path)
-    return expanded if "://" in expanded or os.path.isabs(expanded) else None
-
-
-def _relative_path_problem(field: str, path: str) -> str:
-    # As the Tuner refuses it: under `stagetree submit` it would land in the job's temporary folder.
-    return (
+    if "://" in expanded or os.path.isabs(expanded):
+        return expanded
+    raise SpecError([
         f"{field}: must be an absolute path, a path under '~' or a URI (s3://, gs://, file://, ...), got {path!r}: "
         "a relative path would land in the working folder of whichever process writes it"
-    )
+    ], source)

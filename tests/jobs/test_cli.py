@@ -116,6 +116,9 @@ def test_submit_checks_before_it_submits(tmp_path, capsys):
     assert main(["submit", spec, "--address", "http://127.0.0.1:9", "--working-dir", EXAMPLES,
                  "--requirements", str(tmp_path / "missing.txt")]) == 2
     assert "--requirements" in capsys.readouterr().err
+    assert main(["submit", spec, "--address", "http://127.0.0.1:9", "--working-dir", EXAMPLES,
+                 "--storage-path", "results"]) == 2
+    assert "--storage-path: must be an absolute path" in capsys.readouterr().err
     # Nothing listens on port 9: a message and exit 1, not a traceback.
     assert main(["submit", spec, "--address", "http://127.0.0.1:9", "--working-dir", EXAMPLES]) == 1
     assert "cannot submit to 'http://127.0.0.1:9'" in capsys.readouterr().err
