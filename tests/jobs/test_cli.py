@@ -134,7 +134,7 @@ def test_run_inspect_and_restore_a_study(tmp_path, capsys):
         "trainable": "trainables_for_tests:noisy_descent",
         "param_space": {"lr": {"grid_search": [{"family": "Exponential", "init": 0.1, "gamma": 0.9},
                                                {"family": "Exponential", "init": 0.2, "gamma": 0.9}]},
-                        "die_once_at": 2, "marker": str(marker), "sleep": 1.0},
+                        "die_once_at": 2, "marker": str(marker), "sleep": 0.5},
         "tune_config": {"metric": "loss", "mode": "min"},
         "run_config": {"name": "tiny", "stop": {"training_iteration": 3}, "verbose": 0},
     }))
