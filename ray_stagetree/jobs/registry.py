@@ -3,7 +3,8 @@
 Names map to Ray Tune's own classes, through Tune's own registries
 (``ray.tune.schedulers.SCHEDULER_IMPORT``, ``ray.tune.search.SEARCH_ALG_IMPORT``)
 where they have them; those the runtime cannot host (PB2, BOHB, resource
-changing) are not offered. A searcher may also be named by import path
+changing) are not offered. An argument ``{import: "module:function"}`` is
+that Python object (a grid search's ``filter``). A searcher may also be named by import path
 (``my_module:MySearcher``): a ``ray.tune.search.Searcher`` subclass, or an
 `AskTellAlgorithm` subclass, which runs through `AskTellSearcher`.
 
@@ -86,7 +87,10 @@ def _build(
     else:
         return None, [f"{where}: unknown {what} {name!r}; allowed: {allowed}"]
     batch_size = entry.pop("batch_size", None) if issubclass(cls, AskTellAlgorithm) else None
-    arguments, problems = to_param_space(entry, path)
+    problems: list[str] = []
+    entry = {key: _imported(value, base_dir, (*path, key), problems) for key, value in entry.items()}
+    arguments, found = to_param_space(entry, path)
+    problems += found
     problems += _check_arguments(cls, arguments, path)
     if problems:
         return None, problems
@@ -97,6 +101,18 @@ def _build(
     except Exception as error:  # each Tune class raises its own kinds for bad arguments
         return None, [f"{field_path(path)}: {cls.__name__}({_arguments_text(arguments)}) failed: {error}"]
     return built, []
+
+
+def _imported(value: Any, base_dir: str, path: tuple, problems: list[str]) -> Any:
+    """An argument ``{import: "module:function"}`` is that object (a grid
+    search's ``filter``, PBT's ``custom_explore_fn``): code, which JSON cannot hold."""
+    if not (isinstance(value, dict) and set(value) == {"import"}):
+        return value
+    try:
+        return load_object(str(value["import"]), base_dir)
+    except ImportError as error:
+        problems.append(f"{field_path(path)}.import: {error}")
+        return None
 
 
 def _check_arguments(cls: type, arguments: dict[str, Any], path: tuple) -> list[str]:

@@ -170,6 +170,20 @@ def test_schedulers_and_searchers_by_name_are_tunes_own_with_their_arguments():
     assert isinstance(median, MedianStoppingRule)
 
 
+def test_an_argument_may_be_a_python_object_by_import_path(tmp_path):
+    (tmp_path / "filters.py").write_text("def short_decay(config):\n    return config['lr'].milestones[0] < 10\n")
+    data = spec_with(**{
+        "param_space.lr": {"family": "MultiStep", "init": 0.1, "milestones": {"grid_search": [[5], [15]]}, "gamma": 0.1},
+        "tune_config.search_alg": {"name": "grid", "filter": {"import": "filters:short_decay"}},
+    })
+    spec = JobSpec(data, base_dir=str(tmp_path))
+    trials = [config for _, config in iter(spec.dry_tuner()._source().next_trial, None)]
+    assert [config["lr"].milestones for config in trials] == [(5,)]
+    data["tune_config"]["search_alg"]["filter"] = {"import": "filters:nothing"}
+    assert problems_of(data) == [
+        "tune_config.search_alg.filter.import: 'filters:nothing': 'filters' has no attribute 'nothing'"]
+
+
 def test_an_ask_tell_algorithm_named_by_import_path_runs_through_the_adapter():
     spec = JobSpec(spec_with(**{
         "param_space.lr": {"family": "Exponential", "init": {"loguniform": [1e-3, 1e-1]}, "gamma": 0.9},
