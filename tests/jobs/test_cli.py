@@ -124,10 +124,12 @@ def test_submit_checks_before_it_submits(tmp_path, capsys):
     assert "cannot submit to 'http://127.0.0.1:9'" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_run_inspect_and_restore_a_study(tmp_path, capsys):
+def test_run_inspect_and_restore_a_study(ray_session, tmp_path, capsys):
     """A tiny study whose one trial's worker dies: run exits 1, status/show/ls
-    see it; restore (from the spec saved with the study) finishes it."""
+    see it; restore (from the spec saved with the study) finishes it. Both
+    commands join the test session's Ray by --address (starting one each
+    would double the test's time)."""
+    address = ray_session.get_runtime_context().gcs_address
     marker = tmp_path / "died"
     spec = tmp_path / "tiny.yaml"
     spec.write_text(yaml.safe_dump({
@@ -135,12 +137,12 @@ def test_run_inspect_and_restore_a_study(tmp_path, capsys):
         "param_space": {"lr": {"grid_search": [{"family": "Exponential", "init": 0.1, "gamma": 0.9},
                                                {"family": "Exponential", "init": 0.2, "gamma": 0.9}]},
                         "die_once_at": 2, "marker": str(marker), "sleep": 0.5},
-        "tune_config": {"metric": "loss", "mode": "min"},
+        "tune_config": {"metric": "loss", "mode": "min", "max_concurrent_trials": 1},  # one dies, the other not
         "run_config": {"name": "tiny", "stop": {"training_iteration": 3}, "verbose": 0},
     }))
     storage = tmp_path / "results"
     path = storage / "tiny"
-    running = subprocess.Popen([STAGETREE, "run", spec, "--storage-path", storage, "--address", "local", "--num-cpus", "1"],
+    running = subprocess.Popen([STAGETREE, "run", spec, "--storage-path", storage, "--address", address],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment())
     # While it runs, status reads the trial folders as they stand.
     while running.poll() is None and not list(path.glob("*/result.json")):
@@ -165,7 +167,7 @@ def test_run_inspect_and_restore_a_study(tmp_path, capsys):
     listed = capsys.readouterr().out
     assert "tiny" in listed and "ended" in listed and "loss=" in listed
 
-    restored = stagetree("restore", path, "--resume-errored", "--address", "local", "--num-cpus", 1)
+    restored = stagetree("restore", path, "--resume-errored", "--address", address)
     assert restored.returncode == 0, restored.stdout + restored.stderr
     assert "2 trials: 2 finished, 0 errors" in restored.stdout
     assert main(["show", str(path), "--json"]) == 0
