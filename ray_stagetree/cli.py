@@ -283,9 +283,12 @@ def _finish(results: Any, metric: str | None) -> int:
     unfinished = len(results) - results.num_terminated - results.num_errors
     print(f"\n{len(results)} trials: {results.num_terminated} finished, {results.num_errors} errors"
           + (f", {unfinished} unfinished" if unfinished else ""))
-    if metric is not None and results.num_terminated:
-        best = results.get_best_result()
-        print(f"best: {metric}={_number(best.metrics.get(metric))} in {best.path.rsplit('/', 1)[-1]}")
+    if metric is not None:
+        try:
+            best = results.get_best_result()
+            print(f"best: {metric}={_number(best.metrics.get(metric))} in {best.path.rsplit('/', 1)[-1]}")
+        except RuntimeError:  # no trial finished with the metric (all errored, or interrupted early)
+            print(f"best: - (no finished trial reported {metric!r})")
     print(f"iterations executed: {results.iterations_executed}; trial by trial: {results.trial_by_trial_iterations}")
     print(f"experiment: {results.experiment_path}  (stagetree show {_quote(results.experiment_path)})")
     if unfinished:
