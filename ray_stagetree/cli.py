@@ -279,9 +279,14 @@ def _fit(tuner: Any) -> Any:
 
 
 def _finish(results: Any, metric: str | None) -> int:
-    """The study's outcome on stdout (the best trial by ``metric``, when the study has one); the exit code."""
-    unfinished = len(results) - results.num_terminated - results.num_errors
-    print(f"\n{len(results)} trials: {results.num_terminated} finished, {results.num_errors} errors"
+    """The study's outcome on stdout (the best trial by ``metric``, when the study has one); the exit code.
+    Trials' statuses are read back from the experiment folder, as `stagetree status` reads them."""
+    from ray_stagetree.jobs.experiments import read_experiment
+
+    counts = read_experiment(results.experiment_path).counts()
+    finished, errors = counts.get("TERMINATED", 0), counts.get("ERROR", 0)
+    unfinished = len(results) - finished - errors
+    print(f"\n{len(results)} trials: {finished} finished, {errors} errors"
           + (f", {unfinished} unfinished" if unfinished else ""))
     if metric is not None:
         try:
@@ -294,7 +299,7 @@ def _finish(results: Any, metric: str | None) -> int:
     if unfinished:
         print(f"stopped early: stagetree restore {_quote(results.experiment_path)} continues it")
         return INTERRUPTED
-    return FAILED if results.num_errors else OK
+    return FAILED if errors else OK
 
 
 def _print_best(experiment: Any, args: argparse.Namespace) -> None:

@@ -41,18 +41,25 @@ class TrialRecord:
     last: dict[str, Any]  # the last row of result.json ({} before the first result)
     error: str | None
     updated: float  # when its results were last written (epoch seconds), 0 without results
+    requested: int | None = None  # the iteration the saved plan requests it up to (None: no plan, or not in it)
 
     @property
     def status(self) -> str:
         """TERMINATED (ended: its horizon, a stopper or its scheduler), ERROR
         (its error.txt stays after a restore that finished it, which its last
         result then says), PENDING (no result yet) or UNFINISHED (running now,
-        or stopped by an interruption that `stagetree restore` continues)."""
+        or stopped by an interruption that `stagetree restore` continues).
+
+        A trial a scheduler stopped reports no ``done``: the plan, written when
+        the study ends or is interrupted, requests no more of it than it reported."""
         if self.last.get("done"):
             return "TERMINATED"
         if self.error is not None:
             return "ERROR"
-        return "UNFINISHED" if self.last else "PENDING"
+        if not self.last:
+            return "PENDING"
+        stopped = self.requested is not None and self.requested <= self.iterations
+        return "TERMINATED" if stopped else "UNFINISHED"
 
     @property
     def iterations(self) -> int:
@@ -165,6 +172,9 @@ def read_experiment(path: str) -> Experiment:
     if filesystem.isdir(plan_path) and filesystem.ls(plan_path):
         plan = SearchPlan.load(path.rstrip("/") + "/" + PLAN_FOLDER)
         plan_updated = max(_modified(filesystem, name) for name in filesystem.ls(plan_path, detail=False))
+        for trial in trials:
+            record = plan.trials.get(trial.last.get("trial_id"))
+            trial.requested = None if record is None else record.request.step
     return Experiment(path=path, trials=trials, job=job, plan=plan, plan_updated=plan_updated)
 
 
