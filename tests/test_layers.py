@@ -16,7 +16,7 @@ import pytest
 import ray_stagetree
 
 # Layers from the bottom up; a module may import its own layer and those listed before it.
-LAYERS = ["sequences", "planning", "searchers", "trial_schedulers", "simulation", "trainables", "monitor", "runtime"]
+LAYERS = ["sequences", "planning", "searchers", "trial_schedulers", "simulation", "trainables", "monitor", "runtime", "jobs"]
 PURE_LAYERS = ("sequences", "planning")
 
 

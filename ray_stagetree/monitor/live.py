@@ -22,7 +22,8 @@ def live_monitor(
     import ray
 
     try:
-        from ray_stagetree.monitor.server import DEFAULT_PORT, serve
+        from ray_stagetree.monitor.options import DEFAULT_PORT
+        from ray_stagetree.monitor.server import serve
     except ImportError as error:
         raise ImportError(
             f"Tuner(monitor=True) needs the monitor's dependencies ({error}): pip install 'ray_stagetree[monitor]'"

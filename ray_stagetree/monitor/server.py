@@ -8,11 +8,11 @@ from typing import Any, Callable
 
 from werkzeug.serving import WSGIRequestHandler, make_server
 
+from ray_stagetree.monitor.options import DEFAULT_PORT
 from ray_stagetree.monitor.app import create_app
 from ray_stagetree.monitor.view import ExperimentReader
 
 #: The monitor's port unless told otherwise (Ray's dashboard has 8265).
-DEFAULT_PORT = 8277
 
 
 class _QuietRequestHandler(WSGIRequestHandler):

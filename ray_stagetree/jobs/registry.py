@@ -1,0 +1,131 @@
+"""Tune's trial schedulers and searchers by the names a job spec gives them.
+
+Names map to Ray Tune's own classes, through Tune's own registries
+(``ray.tune.schedulers.SCHEDULER_IMPORT``, ``ray.tune.search.SEARCH_ALG_IMPORT``)
+where they have them; those the runtime cannot host (PB2, BOHB, resource
+changing) are not offered. An argument ``{import: "module:function"}`` is
+that Python object (a grid search's ``filter``). A searcher may also be named by import path
+(``my_module:MySearcher``): a ``ray.tune.search.Searcher`` subclass, or an
+`AskTellAlgorithm` subclass, which runs through `AskTellSearcher`.
+
+Keyword arguments are checked against the class's signature before it is
+built, so a misspelt one is named with the ones allowed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from ray.tune.schedulers import SCHEDULER_IMPORT
+from ray.tune.search import SEARCH_ALG_IMPORT, BasicVariantGenerator, Searcher
+
+from ray_stagetree.jobs.domains import to_param_space
+from ray_stagetree.jobs.errors import field_path
+from ray_stagetree.jobs.imports import load_object
+from ray_stagetree.searchers import AskTellAlgorithm, AskTellSearcher, SequenceGridSearch
+
+
+def _tune_scheduler(name: str) -> Callable[[], type]:
+    return lambda: SCHEDULER_IMPORT[name]
+
+
+def _tune_searcher(name: str) -> Callable[[], type]:
+    return SEARCH_ALG_IMPORT[name]
+
+
+SCHEDULERS: dict[str, Callable[[], type]] = {
+    "fifo": _tune_scheduler("fifo"),
+    "asha": _tune_scheduler("async_hyperband"),
+    "async_hyperband": _tune_scheduler("async_hyperband"),
+    "hyperband": _tune_scheduler("hyperband"),
+    "median_stopping": _tune_scheduler("median_stopping_rule"),
+    "median_stopping_rule": _tune_scheduler("median_stopping_rule"),
+    "pbt": _tune_scheduler("pbt"),
+}
+
+SEARCHERS: dict[str, Callable[[], type]] = {
+    "random": lambda: BasicVariantGenerator,
+    "grid": lambda: SequenceGridSearch,
+    **{name: _tune_searcher(name) for name in ("optuna", "hyperopt", "ax", "bayesopt", "nevergrad", "zoopt", "hebo")},
+}
+
+
+def build_scheduler(entry: str | dict[str, Any], base_dir: str, path: tuple) -> tuple[Any, list[str]]:
+    """A Tune trial scheduler from the spec's ``tune_config.scheduler``; (None, problems) when it cannot be."""
+    return _build(entry, SCHEDULERS, "scheduler", base_dir, path, by_import=False)
+
+
+def build_searcher(entry: str | dict[str, Any], base_dir: str, path: tuple) -> tuple[Any, list[str]]:
+    """A searcher from the spec's ``tune_config.search_alg``; (None, problems) when it cannot be."""
+    return _build(entry, SEARCHERS, "searcher", base_dir, path, by_import=True)
+
+
+def _build(
+    entry: str | dict[str, Any], table: dict[str, Callable[[], type]], what: str, base_dir: str, path: tuple,
+    by_import: bool,
+) -> tuple[Any, list[str]]:
+    entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+    name = entry.pop("name")
+    where = field_path((*path, "name"))
+    allowed = ", ".join(sorted(table)) + (", or an import path 'module:Class'" if by_import else "")
+    if name in table:
+        try:
+            cls = table[name]()
+        except ImportError as error:
+            return None, [f"{where}: {what} {name!r} needs a package that is not installed ({error})"]
+    elif by_import and ":" in name:
+        try:
+            cls = load_object(name, base_dir)
+        except ImportError as error:
+            return None, [f"{where}: {error}"]
+        if not (isinstance(cls, type) and issubclass(cls, (Searcher, AskTellAlgorithm))):
+            return None, [
+                f"{where}: {name!r} must be a ray.tune.search.Searcher or an AskTellAlgorithm subclass, got {cls!r}"
+            ]
+    else:
+        return None, [f"{where}: unknown {what} {name!r}; allowed: {allowed}"]
+    batch_size = entry.pop("batch_size", None) if issubclass(cls, AskTellAlgorithm) else None
+    problems: list[str] = []
+    entry = {key: _imported(value, base_dir, (*path, key), problems) for key, value in entry.items()}
+    arguments, found = to_param_space(entry, path)
+    problems += found
+    problems += _check_arguments(cls, arguments, path)
+    if problems:
+        return None, problems
+    try:
+        built = cls(**arguments)
+        if isinstance(built, AskTellAlgorithm):
+            built = AskTellSearcher(built, **({} if batch_size is None else {"batch_size": batch_size}))
+    except Exception as error:  # each Tune class raises its own kinds for bad arguments
+        return None, [f"{field_path(path)}: {cls.__name__}({_arguments_text(arguments)}) failed: {error}"]
+    return built, []
+
+
+def _imported(value: Any, base_dir: str, path: tuple, problems: list[str]) -> Any:
+    """An argument ``{import: "module:function"}`` is that object (a grid
+    search's ``filter``, PBT's ``custom_explore_fn``): code, which JSON cannot hold."""
+    if not (isinstance(value, dict) and set(value) == {"import"}):
+        return value
+    try:
+        return load_object(str(value["import"]), base_dir)
+    except ImportError as error:
+        problems.append(f"{field_path(path)}.import: {error}")
+        return None
+
+
+def _check_arguments(cls: type, arguments: dict[str, Any], path: tuple) -> list[str]:
+    parameters = inspect.signature(cls).parameters
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values()):
+        return []
+    allowed = [name for name, parameter in parameters.items() if parameter.kind is not inspect.Parameter.VAR_POSITIONAL]
+    return [
+        f"{field_path((*path, key))}: {cls.__name__} has no argument {key!r}; allowed: {', '.join(allowed)}"
+        for key in arguments
+        if key not in allowed
+    ]
+
+
+def _arguments_text(arguments: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value!r}" for key, value in arguments.items())
