@@ -115,12 +115,9 @@ class _Quantum:
     last: tuple["PlanNode", int]  # the latest point the batch reported
 
 
-def _check_positive(name: str, value: object, allow_none: bool = False) -> None:
-    if allow_none and value is None:
-        return
+def _check_positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
-        allowed = "a finite number > 0" + (" or None" if allow_none else "")
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
 class TimeSharingPolicy(ExecutionPolicy):
@@ -156,8 +153,11 @@ class TimeSharingPolicy(ExecutionPolicy):
             raise ValueError(f"metric must be a non-empty str or None, got {metric!r}")
         if mode not in (None, "min", "max"):
             raise ValueError(f"mode must be 'min', 'max' or None, got {mode!r}")
+        if self.default_quantum_s is None and quantum_s is not None:
+            raise ValueError(f"{type(self).__name__} never pre-empts: quantum_s must be None, got {quantum_s!r}")
         quantum_s = self.default_quantum_s if quantum_s is None else quantum_s
-        _check_positive("quantum_s", quantum_s, allow_none=True)
+        if quantum_s is not None:
+            _check_positive("quantum_s", quantum_s)
         if isinstance(max_jobs_per_worker, bool) or not isinstance(max_jobs_per_worker, int) or max_jobs_per_worker < 1:
             raise ValueError(f"max_jobs_per_worker must be an int >= 1, got {max_jobs_per_worker!r}")
         self.metric, self.mode = metric, mode
@@ -320,8 +320,6 @@ class HermesPolicy(TimeSharingPolicy):
         batch_stages: bool | None = None,
     ) -> None:
         super().__init__(metric, mode, quantum_s, max_jobs_per_worker, cost_model, batch_stages)
-        if quantum_s is None:
-            raise ValueError("quantum_s must be a finite number > 0 for HermesPolicy, got None")
         milestones = tuple(milestones)
         if any(isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 < m < 1 for m in milestones) or list(
             milestones
