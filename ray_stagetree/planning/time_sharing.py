@@ -48,13 +48,14 @@ checkpoint), `ended` when the batch ends.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from ray_stagetree.planning.cost import CostModel
-from ray_stagetree.planning.policies import POLICIES, ExecutionPolicy, StageBatch
+from ray_stagetree.planning.policies import POLICIES, ExecutionPolicy, StageBatch, get_policy
 from ray_stagetree.planning.stage_tree import Stage, StageTree
 
 if TYPE_CHECKING:
@@ -373,6 +374,25 @@ class FifoPolicy(TimeSharingPolicy):
 
     def priority_of(self, node: "PlanNode") -> float:
         return -float(node.node_id)
+
+
+def study_policy(policy: "str | ExecutionPolicy", metric: str | None, mode: str | None) -> ExecutionPolicy:
+    """A fresh execution policy for one study (``Tuner(execution_policy=...)``):
+    a name, or an instance, which is copied (a policy keeps per-study state).
+    A time-sharing policy without its own metric and mode takes the study's;
+    one whose priority reads the loss is refused without any."""
+    if not isinstance(policy, (str, ExecutionPolicy)) or (isinstance(policy, str) and policy not in POLICIES):
+        raise ValueError(f"execution_policy must be an ExecutionPolicy or one of {sorted(POLICIES)}, got {policy!r}")
+    policy = copy.deepcopy(get_policy(policy))
+    if isinstance(policy, TimeSharingPolicy):
+        if metric is not None and mode is not None:
+            policy.set_metric(metric, mode)
+        if policy.needs_metric and (policy.metric is None or policy.mode is None):
+            raise ValueError(
+                f"execution_policy={policy!r} ranks trials by their loss: set TuneConfig(metric=..., mode=...) "
+                f"or give the policy its own, {type(policy).__name__}(metric=..., mode=...)"
+            )
+    return policy
 
 
 TIME_SHARING_POLICIES = {policy.name: policy for policy in (HermesPolicy, RoundRobinPolicy, SlaqPolicy, FifoPolicy)}
