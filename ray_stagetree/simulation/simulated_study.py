@@ -351,6 +351,9 @@ class StudyRun:
     studies: dict[str, StudyOutcome]
     explored_merge_rate: float
     gpus_per_worker: int = 1
+    bound_hours: float = 0.0
+    """`Simulation.trained_bound` of the run, in hours: no schedule of the
+    work its schedulers chose ends sooner."""
 
     @property
     def gpu_hours(self) -> float:
@@ -563,4 +566,4 @@ def simulate(
     result = simulation.run(plan, simulation.policy(policy, batch_stages), on_answered=driver.on_answered)
     unique = plan.unique_iterations()
     rate = plan.total_iterations() / unique if unique else 1.0
-    return StudyRun(result, driver.outcomes, rate, gpus_per_worker)
+    return StudyRun(result, driver.outcomes, rate, gpus_per_worker, simulation.trained_bound(plan) / 3600)

@@ -184,6 +184,25 @@ class Simulation:
         longest = CriticalPathPolicy().priorities(tree, costs)
         return max(max(longest.values(), default=0.0), sum(costs.values()) / self.workers)
 
+    def trained_bound(self, plan: SearchPlan) -> float:
+        """max(longest path, unique work / workers) of what the trials were
+        finally requested up to: after a run whose trial schedulers chose
+        what to train, no schedule of that work ends sooner (checkpoint
+        costs left out)."""
+        work = sum(
+            self._seconds(plan.nodes[node_id], plan.nodes[node_id].fork_step, stop)
+            for node_id, stop in plan.requested_extent().items()
+        )
+        longest = 0.0
+        for record in plan.trials.values():
+            node, step = record.request.node, record.request.step
+            path = self._seconds(node, node.fork_step, step) if step > node.fork_step else 0.0
+            while node.parent is not None:
+                path += self._seconds(node.parent, node.parent.fork_step, node.fork_step)
+                node = node.parent
+            longest = max(longest, path)
+        return max(longest, work / self.workers)
+
     def run(
         self,
         plan: SearchPlan,

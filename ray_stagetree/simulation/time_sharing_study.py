@@ -37,7 +37,7 @@ from typing import Any, Callable
 from ray_stagetree.planning.plan import PlanNode, SearchPlan
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.simulation.simulated_study import Curves, LearningCurve, ModelProfile
-from ray_stagetree.simulation.simulator import Simulation
+from ray_stagetree.simulation.simulator import Simulation, SimulationResult
 
 TABLE_1 = {
     "optimizer": ("sgd", "sgd_momentum", "rmsprop", "adam"),
@@ -152,7 +152,8 @@ def make_bins(model: CnnModel, bin_type: int, draws: int, seed: int = 0) -> list
         chosen += [(c, False) for c in rng.sample(bad, JOBS_PER_BIN - GOOD_JOBS[bin_type])]
         rng.shuffle(chosen)
         jobs = tuple(config for config, _ in chosen)
-        bins.append(Bin(model, bin_type, jobs, frozenset(i for i, (_, is_good) in enumerate(chosen) if is_good), target))
+        good_positions = frozenset(i for i, (_, is_good) in enumerate(chosen) if is_good)
+        bins.append(Bin(model, bin_type, jobs, good_positions, target))
     return bins
 
 
@@ -163,9 +164,8 @@ class BinRun:
     yielded: int
 
 
-def run_bin(job_bin: Bin, policy: ExecutionPolicy, gpus: int = GPUS) -> BinRun:
-    """Run a bin's jobs to 1000 steps under ``policy``: the good jobs'
-    average time to reach the target, the makespan, and the pre-emptions."""
+def simulate_bin(job_bin: Bin, policy: ExecutionPolicy, gpus: int = GPUS) -> tuple[SearchPlan, SimulationResult]:
+    """Train a bin's jobs (trials ``job00`` ...) to 1000 steps under ``policy``."""
     metrics = _Metrics(job_bin.model)
     simulation = Simulation(
         gpus,
@@ -176,7 +176,13 @@ def run_bin(job_bin: Bin, policy: ExecutionPolicy, gpus: int = GPUS) -> BinRun:
     )
     plan = SearchPlan()
     plan.add_trials([(f"job{i:02d}", config, ITERATIONS) for i, config in enumerate(job_bin.jobs)])
-    result = simulation.run(plan, policy)
+    return plan, simulation.run(plan, policy)
+
+
+def run_bin(job_bin: Bin, policy: ExecutionPolicy, gpus: int = GPUS) -> BinRun:
+    """The good jobs' average time to reach the target under ``policy``, the
+    makespan, and the pre-emptions."""
+    plan, result = simulate_bin(job_bin, policy, gpus)
     times = [_time_to(plan, f"job{i:02d}", job_bin.target) for i in sorted(job_bin.good)]
     return BinRun(sum(times) / len(times), result.makespan, result.yielded)
 

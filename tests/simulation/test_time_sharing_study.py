@@ -5,37 +5,16 @@ import dataclasses
 
 import pytest
 
-from ray_stagetree import FifoPolicy, HermesPolicy, RoundRobinPolicy, SearchPlan, SlaqPolicy
-from ray_stagetree.simulation.simulator import Simulation
-from ray_stagetree.simulation.time_sharing_study import (
-    ITERATIONS,
-    MODELS,
-    _Metrics,
-    make_bins,
-    run_bin,
-)
+from ray_stagetree import FifoPolicy, HermesPolicy, RoundRobinPolicy, SlaqPolicy
+from ray_stagetree.simulation.time_sharing_study import ITERATIONS, MODELS, make_bins, run_bin, simulate_bin
 
 GOOGLENET = MODELS[0]
 
 
-def _run(job_bin, policy):
-    metrics = _Metrics(job_bin.model)
-    simulation = Simulation(
-        4,
-        seconds_per_iteration=metrics.seconds,
-        checkpoint_load_seconds=job_bin.model.load_seconds,
-        checkpoint_save_seconds=job_bin.model.save_seconds,
-        metrics=metrics,
-    )
-    plan = SearchPlan()
-    plan.add_trials([(f"job{i:02d}", config, ITERATIONS) for i, config in enumerate(job_bin.jobs)])
-    return plan, simulation.run(plan, policy)
-
-
 def test_preempted_jobs_resume_where_they_stopped_and_report_what_they_would_have():
     job_bin = make_bins(GOOGLENET, 2, 1)[0]
-    fifo_plan, fifo = _run(job_bin, FifoPolicy())
-    plan, shared = _run(job_bin, RoundRobinPolicy(quantum_s=5))
+    fifo_plan, fifo = simulate_bin(job_bin, FifoPolicy())
+    plan, shared = simulate_bin(job_bin, RoundRobinPolicy(quantum_s=5))
     assert fifo.yielded == 0 and shared.yielded > 30
     assert shared.checkpoint_loads == shared.yielded  # every pre-empted job is resumed once per pre-emption
     assert shared.iterations == fifo.iterations == 16 * ITERATIONS  # nothing retrained, nothing lost

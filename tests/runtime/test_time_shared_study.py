@@ -31,7 +31,11 @@ def _fit(tmp_path, name, policy, callbacks=(), **tune_config):
         param_space=SPACE,
         tune_config=tune.TuneConfig(metric="loss", mode="min", **tune_config),
         run_config=tune.RunConfig(
-            storage_path=str(tmp_path), name=name, stop={"training_iteration": HORIZON}, callbacks=list(callbacks), verbose=0
+            storage_path=str(tmp_path),
+            name=name,
+            stop={"training_iteration": HORIZON},
+            callbacks=list(callbacks),
+            verbose=0,
         ),
         execution_policy=policy,
     ).fit()
@@ -67,7 +71,8 @@ def test_convergence_priority_composes_with_asha(tmp_path, ray_session):
 
 
 def test_a_loss_priority_without_a_metric_is_refused_by_name():
-    with pytest.raises(ValueError, match=r"execution_policy=HermesPolicy.*ranks trials by their loss: set TuneConfig\(metric"):
+    refused = r"execution_policy=HermesPolicy.*ranks trials by their loss: set TuneConfig\(metric"
+    with pytest.raises(ValueError, match=refused):
         Tuner(noisy_descent, param_space=SPACE, execution_policy="hermes")
     with pytest.raises(ValueError, match=r"execution_policy must be an ExecutionPolicy or one of \[.*'hermes'"):
         Tuner(noisy_descent, param_space=SPACE, execution_policy="convergence")
