@@ -40,7 +40,7 @@ def main() -> None:
     draws = 1 if args.quick else args.draws
     started = time.perf_counter()
     times = compare(POLICIES, models, draws=draws)
-    print(f"good jobs' average time to 90% of the optimal accuracy, seconds ({draws} bins of each type)\n")
+    print(f"average seconds to 90% of the optimal accuracy: bin 1's good jobs, bin 2's 4 best ({draws} bins each)\n")
     print("| model | bin | " + " | ".join(POLICIES) + " | " + " | ".join(f"{b} / hermes" for b in BASELINES) + " |")
     print("| --- | ---: |" + " ---: |" * (len(POLICIES) + len(BASELINES)))
     for model in models:
