@@ -125,6 +125,7 @@ class StudyController:
         self.policy = get_policy(spec.policy)
         self.policy.bind(spec.num_workers)
         self._yield_at: dict[int, int] = {}  # batch id -> where a time-shared batch stops for other work
+        self._time_sharing_off = False  # the trainable keeps no checkpoint where a pre-emption needs one
         self.store = CheckpointStore(
             CheckpointStorage(spec.experiment_path, spec.storage_filesystem),
             spec.checkpoint_budget_bytes,
@@ -489,7 +490,7 @@ class StudyController:
         if batch_id not in self.plan.running_batches:
             return [], 0, 0
         if outcome.records:
-            yielding = self._time_shared(batch_id, *outcome.records[-1][:2])
+            yielding = self._time_shared(batch_id, *outcome.records[-1][:2], outcome.can_checkpoint)
             if yielding is not None:
                 return yielding
         node, _, stop = self.plan.batch_segments(batch_id)[-1]
@@ -508,13 +509,28 @@ class StudyController:
         needed = self.plan.needed_until(batch_id)
         return save_steps, needed[1] if needed is not None else 0, stop
 
-    def _time_shared(self, batch_id: int, node_id: int, step: int) -> tuple[list[int], int, int] | None:
+    def _time_shared(
+        self, batch_id: int, node_id: int, step: int, can_checkpoint: bool
+    ) -> tuple[list[int], int, int] | None:
         """The reply to a batch that a time-sharing policy pre-empts (its
         quantum is over and other work comes first), None for the others. It
         trains one more iteration, for which ``should_checkpoint()`` is True
         in advance (a trainable that saves only then still saves there), and
-        stops; its requests go back to the plan, resumed from there by priority."""
+        stops; its requests go back to the plan, resumed from there by priority.
+        A trainable that reports no checkpoint there would retrain what the
+        batch trained: its batches go on, and the study stops time-sharing."""
+        if self._time_sharing_off:
+            return None
         at = self._yield_at.get(batch_id)
+        if at is not None and step >= at and not can_checkpoint:
+            self._time_sharing_off = True
+            del self._yield_at[batch_id]
+            self._warnings.append(
+                f"execution_policy={self.policy!r} pre-empts batches at a checkpoint, but the trainable reported "
+                f"none at iteration {step} (should_checkpoint() was True): pre-empted trials would train again "
+                "from their last checkpoint, so this study no longer time-shares its workers"
+            )
+            return None
         if at is None:
             if not self.policy.at_boundary(self.plan, batch_id, self.plan.nodes[node_id], step, time.monotonic()):
                 return None

@@ -1,12 +1,14 @@
 """Time-sharing on the Ray runtime: trials outnumber the one worker, batches
 are pre-empted at quantum ends and resumed from their checkpoints."""
 
+import time
+
 import pytest
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 from trainables_for_tests import noisy_descent
 
-from ray_stagetree import HermesPolicy, MultiStep, RoundRobinPolicy, Tuner
+from ray_stagetree import HermesPolicy, MultiStep, RoundRobinPolicy, Tuner, get_hparams, report
 
 # Two roots of two trials each, sharing 8 iterations: 2 x 8 + 4 x 12 unique iterations.
 SPACE = {
@@ -68,6 +70,28 @@ def test_convergence_priority_composes_with_asha(tmp_path, ray_session):
     iterations = sorted(len(r.metrics_dataframe) for r in grid)
     assert iterations[-1] == HORIZON and iterations[0] < HORIZON  # ASHA stopped some, one trained to the end
     assert grid.iterations_executed <= sum(iterations)
+
+
+def no_checkpoints(config):
+    loss = 1.0
+    while True:
+        time.sleep(0.1)  # workers report every 0.5 s: the policy hears of a quantum's end mid-trial
+        loss *= 1 - get_hparams()["lr"]
+        report({"loss": loss})
+
+
+def test_a_trainable_without_checkpoints_is_not_preempted_into_retraining(tmp_path, ray_session):
+    grid = Tuner(
+        tune.with_resources(no_checkpoints, {"cpu": 2}),
+        param_space={"lr": tune.grid_search([0.1, 0.2, 0.3])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="plain", stop={"training_iteration": 10}, verbose=0),
+        execution_policy=RoundRobinPolicy(quantum_s=0.05),
+    ).fit()
+    # Pre-empting it would retrain from scratch, again and again (each quantum ends before the trial does):
+    # the batch asked to stop goes on instead, and the study stops time-sharing.
+    assert grid.iterations_executed == 30
+    assert [len(r.metrics_dataframe) for r in grid] == [10, 10, 10]
 
 
 def test_a_loss_priority_without_a_metric_is_refused_by_name():
