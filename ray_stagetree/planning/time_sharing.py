@@ -49,9 +49,10 @@ checkpoint), `ended` when the batch ends.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from ray_stagetree.planning.cost import CostModel
@@ -80,7 +81,7 @@ def convergence(losses: Sequence[float], previous_midrange: float | None) -> flo
     return (previous_midrange - midrange(losses)) / len(losses)
 
 
-@dataclass
+@dataclasses.dataclass
 class JobRecord:
     """What the policies know of a job after its latest quantum."""
 
@@ -108,7 +109,7 @@ class JobRecord:
         self.milestones_passed = sum(1 for m in milestones if dropped >= m * abs(self.first_loss))
 
 
-@dataclass
+@dataclasses.dataclass
 class _Quantum:
     job: "PlanNode"
     start: tuple["PlanNode", int]  # where the quantum's losses begin (exclusive)
@@ -246,13 +247,11 @@ class TimeSharingPolicy(ExecutionPolicy):
         if deadline is None or now < deadline:
             return False
         self._close(quantum, now)
-        mine = self.priority_of(node)
-        for waiting in self._candidates(plan):
-            if self.priority_of(waiting.stages[0].node) > mine:
-                del self._quanta[batch_id]
-                return True
-            break
-        self._quanta[batch_id] = _Quantum(node, (node, step), now, (node, step))
+        best_waiting = next(self._candidates(plan), None)
+        if best_waiting is not None and self.priority_of(best_waiting.stages[0].node) > self.priority_of(node):
+            del self._quanta[batch_id]
+            return True
+        self._quanta[batch_id] = _Quantum(node, (node, step), now, (node, step))  # it goes on: a new quantum
         return False
 
     def ended(self, plan: "SearchPlan", batch_id: int, now: float, point: tuple["PlanNode", int] | None = None) -> None:
@@ -267,7 +266,7 @@ class TimeSharingPolicy(ExecutionPolicy):
         record = self.records.get(node.node_id)
         if record is None:
             inherited = self.record_of(node)
-            record = self.records[node.node_id] = JobRecord() if inherited is None else _copy(inherited)
+            record = self.records[node.node_id] = JobRecord() if inherited is None else dataclasses.replace(inherited)
         losses = self._losses(quantum.start, quantum.last) if self.needs_metric else []
         record.observe(losses, now, self.milestones)
         if quantum.job is not node and quantum.job.node_id in self.records:
@@ -284,7 +283,7 @@ class TimeSharingPolicy(ExecutionPolicy):
             lower = start[1] if node is start[0] else node.fork_step
             for step in range(upper, lower, -1):
                 value = node.metrics.get(step, {}).get(self.metric)
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
                     losses.append(sign * float(value))
             if node is start[0]:
                 break
@@ -294,10 +293,6 @@ class TimeSharingPolicy(ExecutionPolicy):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(metric={self.metric!r}, mode={self.mode!r}, quantum_s={self.quantum_s})"
-
-
-def _copy(record: JobRecord) -> JobRecord:
-    return JobRecord(**vars(record))
 
 
 class HermesPolicy(TimeSharingPolicy):

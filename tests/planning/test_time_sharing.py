@@ -183,3 +183,15 @@ def test_policies_by_name():
     assert get_policy("round_robin").quantum_s == 30.0
     assert get_policy("slaq").quantum_s == 30.0
     assert get_policy("fifo").quantum_s is None
+
+
+def test_numpy_metrics_count_and_missing_or_non_finite_ones_do_not():
+    import numpy as np
+
+    cluster = Cluster(HermesPolicy(metric="loss", mode="min", quantum_s=10))
+    batch = cluster.dispatch()
+    node = batch.stages[0].node
+    for step, loss in enumerate([np.float32(2.0), None, float("nan"), np.float64(1.0)], 1):
+        cluster.plan.record_metrics(node.node_id, step, {} if loss is None else {"loss": loss})
+    cluster.policy.ended(cluster.plan, batch.batch_id, 10.0, (node, 4))
+    assert cluster.policy.records[node.node_id].convergence == pytest.approx((2.0 - 1.0) / 2)
