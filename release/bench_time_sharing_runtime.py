@@ -27,6 +27,7 @@ the times over Hermes's.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -119,8 +120,17 @@ def main() -> None:
     for name, (times, wall, _) in runs.items():
         first, good = times.first_reaching(target), times.all_good_reaching(0.95 * target, good_trials)
         print(
-            f"| {name} | {first:.1f} | {good:.1f} | {wall:.1f} | {first / hermes_first:.2f}x | {good / hermes_good:.2f}x |"
+            f"| {name} | {_seconds(first)} | {_seconds(good)} | {wall:.1f} | {_ratio(first, hermes_first)} "
+            f"| {_ratio(good, hermes_good)} |"
         )
+
+
+def _seconds(value: float) -> str:
+    return "not reached" if math.isnan(value) else f"{value:.1f}"
+
+
+def _ratio(value: float, hermes: float) -> str:
+    return "-" if math.isnan(value) or math.isnan(hermes) else f"{value / hermes:.2f}x"
 
 
 if __name__ == "__main__":
