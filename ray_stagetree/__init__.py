@@ -24,6 +24,15 @@ from ray_stagetree.planning.policies import (
     get_policy,
 )
 from ray_stagetree.planning.stage_tree import Source, Stage, StageTree, build_stage_tree
+
+# Importing the time-sharing policies registers their names with get_policy.
+from ray_stagetree.planning.time_sharing import (
+    FifoPolicy,
+    HermesPolicy,
+    RoundRobinPolicy,
+    SlaqPolicy,
+    TimeSharingPolicy,
+)
 from ray_stagetree.runtime.session import (
     get_checkpoint,
     get_hparams,
@@ -107,6 +116,11 @@ __all__ = [
     "CriticalPathPolicy",
     "ThroughputPolicy",
     "BreadthFirstPolicy",
+    "TimeSharingPolicy",
+    "HermesPolicy",
+    "RoundRobinPolicy",
+    "SlaqPolicy",
+    "FifoPolicy",
     "StageBatch",
     "get_policy",
     "CostModel",

@@ -213,11 +213,11 @@ def report_policies(studies: dict[str, StudyDefinition], gpus: int = WORKERS) ->
     )
     print(f"{'study':<17}" + "".join(f" {name:>14}" for name, _, _ in columns) + f" {'THR/critical':>12} {'paper':>6}")
     hours: dict[str, dict[str, float]] = {}
+    bound_ratios: dict[str, list[float]] = {}
     for label, study in studies.items():
-        hours[label] = {
-            name: simulate([study], gpus, policy=policy, batch_stages=batch).hours
-            for name, policy, batch in columns
-        }
+        runs = {name: simulate([study], gpus, policy=policy, batch_stages=batch) for name, policy, batch in columns}
+        hours[label] = {name: run.hours for name, run in runs.items()}
+        bound_ratios[label] = [run.hours / run.bound_hours for run in runs.values()]
         paper = f"{PAPER_CRITICAL_OVER_THR_ASHA:.2f}x" if "ASHA" in label else ("~1" if "grid" in label else "-")
         print(
             f"{label:<17}"
@@ -226,6 +226,9 @@ def report_policies(studies: dict[str, StudyDefinition], gpus: int = WORKERS) ->
         )
     print("critical: unbatched, every stage loads its checkpoint (the thesis' comparison); +batch: the default.")
     print("ASHA promotes by the order results arrive in, so each policy also changes which trials ASHA trains on.")
+    print("makespan / bound (max(longest requested path, unique work / GPUs) of what the run trained):")
+    for label, ratios in bound_ratios.items():
+        print(f"{label:<17}" + "".join(f" {ratio:>13.3f}x" for ratio in ratios))
     return hours
 
 

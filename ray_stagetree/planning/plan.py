@@ -608,6 +608,10 @@ class SearchPlan:
 
     def unique_iterations(self) -> int:
         """Iterations needed to serve every live trial when prefixes are shared."""
+        return sum(stop - self.nodes[node_id].fork_step for node_id, stop in self.requested_extent().items())
+
+    def requested_extent(self) -> dict[int, int]:
+        """Node id -> the furthest step of that node any trial's request passes through."""
         extent: dict[int, int] = {}
         for record in self.trials.values():
             node, step = record.request.node, record.request.step
@@ -616,7 +620,7 @@ class SearchPlan:
                 if node.parent is None:
                     break
                 node, step = node.parent, node.fork_step
-        return sum(stop - self.nodes[node_id].fork_step for node_id, stop in extent.items())
+        return extent
 
     # -- persistence -------------------------------------------------------------
 

@@ -13,6 +13,8 @@ independent trials is linear in their number.
   so the worker keeps the model in memory across its stages.
 * `ThroughputPolicy` (THR): stages with the most descendant stages first.
 * `BreadthFirstPolicy` (BFS): stages in breadth-first order.
+* The time-sharing policies of `ray_stagetree.planning.time_sharing` (Hermes,
+  round robin, SLAQ, FIFO) pre-empt running batches at quantum ends.
 
 THR and BFS dispatch one stage at a time, as the thesis' baselines do; any
 policy can be told otherwise with ``batch_stages``.
@@ -190,6 +192,33 @@ class ExecutionPolicy(abc.ABC):
                 self._forest = _StageForest(self, plan)
             return self._forest.ready_batches()
         return (batch for batch in self._batches(build_stage_tree(plan)) if batch.ready)
+
+    # -- time sharing: a stage-tree policy runs every batch to its end; the
+    # time-sharing policies (planning/time_sharing.py) pre-empt at these
+    # calls, which the runtime and the simulator make for every policy.
+
+    def bind(self, workers: int) -> None:
+        """The study runs on ``workers`` workers."""
+
+    def started(self, batch: StageBatch, now: float) -> float | None:
+        """``batch`` was dispatched at ``now``; returns when it may first be
+        pre-empted (None: never)."""
+        return None
+
+    def quantum_deadline(self, batch_id: int) -> float | None:
+        """When the running batch may next be pre-empted (None: never)."""
+        return None
+
+    def at_boundary(self, plan: "SearchPlan", batch_id: int, node: "PlanNode", step: int, now: float) -> bool:
+        """The running batch has trained ``(node, step)``: True if it stops
+        there (with a checkpoint) for other work."""
+        return False
+
+    def ended(
+        self, plan: "SearchPlan", batch_id: int, now: float, point: "tuple[PlanNode, int] | None" = None
+    ) -> None:
+        """The batch ended at ``now``, at ``point`` if given (else the last
+        one `at_boundary` saw); called before the plan releases it."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(batch_stages={self.batch_stages})"

@@ -76,7 +76,7 @@ class StudySpec:
     metric: str | None = None
     mode: str | None = None
     time_budget_s: float | None = None
-    policy: str = "critical_path"
+    policy: Any = "critical_path"  # a name or an ExecutionPolicy (planning.time_sharing.study_policy's)
     checkpoint_budget_bytes: int = 2 * 1024**3
     resume: bool = False  # continue the plan saved under experiment_path/plan
     restore: Restore | None = None  # continue a study's snapshot (Tuner.restore)
@@ -126,6 +126,9 @@ class StudyController:
         else:
             self.plan = SearchPlan()
         self.policy = get_policy(spec.policy)
+        self.policy.bind(spec.num_workers)
+        self._yield_at: dict[int, int] = {}  # batch id -> where a time-shared batch stops for other work
+        self._time_sharing_off = False  # the trainable keeps no checkpoint where a pre-emption needs one
         self.store = CheckpointStore(
             CheckpointStorage(spec.experiment_path, spec.storage_filesystem),
             spec.checkpoint_budget_bytes,
@@ -505,6 +508,10 @@ class StudyController:
         self._enforce_budget()  # this batch stops here, not at its next report
         if batch_id not in self.plan.running_batches:
             return [], 0, 0
+        if outcome.records:
+            yielding = self._time_shared(batch_id, *outcome.records[-1][:2], outcome.can_checkpoint)
+            if yielding is not None:
+                return yielding
         node, _, stop = self.plan.batch_segments(batch_id)[-1]
         save_steps = []
         if (
@@ -520,6 +527,36 @@ class StudyController:
         save_steps += self._configured_saves(batch_id, outcome)
         needed = self.plan.needed_until(batch_id)
         return save_steps, needed[1] if needed is not None else 0, stop
+
+    def _time_shared(
+        self, batch_id: int, node_id: int, step: int, can_checkpoint: bool
+    ) -> tuple[list[int], int, int] | None:
+        """The reply to a batch that a time-sharing policy pre-empts (its
+        quantum is over and other work comes first), None for the others. It
+        trains one more iteration, for which ``should_checkpoint()`` is True
+        in advance (a trainable that saves only then still saves there), and
+        stops; its requests go back to the plan, resumed from there by priority.
+        A trainable that reports no checkpoint there would retrain what the
+        batch trained: its batches go on, and the study stops time-sharing."""
+        if self._time_sharing_off:
+            return None
+        at = self._yield_at.get(batch_id)
+        if at is not None and step >= at and not can_checkpoint:
+            self._time_sharing_off = True
+            del self._yield_at[batch_id]
+            self._warnings.append(
+                f"execution_policy={self.policy!r} pre-empts batches at a checkpoint, but the trainable reported "
+                f"none at iteration {step} (should_checkpoint() was True): pre-empted trials would train again "
+                "from their last checkpoint, so this study no longer time-shares its workers"
+            )
+            return None
+        if at is None:
+            if not self.policy.at_boundary(self.plan, batch_id, self.plan.nodes[node_id], step, time.monotonic()):
+                return None
+            at = self._yield_at[batch_id] = step + 1
+        needed = self.plan.needed_until(batch_id)
+        saves = [point for _, point in self.plan.checkpoints_needed(batch_id)] + [at]
+        return saves, min(at, needed[1]) if needed is not None else 0, self.plan.batch_segments(batch_id)[-1][2]
 
     def _configured_saves(self, batch_id: int, outcome: BatchOutcome | None = None) -> list[int]:
         """CheckpointConfig's saves on a batch (class trainables; the Tuner
@@ -615,6 +652,7 @@ class StudyController:
             self._batch_workers[batch.batch_id] = worker
             ref = worker.run_batch.remote(spec)
             self._running[ref] = (worker, batch, spec, time.monotonic())
+            self.policy.started(batch, time.monotonic())
             for request in batch.requests:
                 for trial_id in request.trials & self.trials.keys():
                     self._announce(self.trials[trial_id])
@@ -701,6 +739,9 @@ class StudyController:
             self._batch_failed(outcome)
         if outcome.returned_at is not None:
             self._trainable_returned(batch.batch_id, outcome.returned_at)
+        last = outcome.records[-1] if outcome.records else None
+        self.policy.ended(self.plan, batch.batch_id, time.monotonic(), last and (self.plan.nodes[last[0]], last[1]))
+        self._yield_at.pop(batch.batch_id, None)
         self.plan.release_batch(batch.batch_id)
         self._idle.append(worker)
 

@@ -30,7 +30,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ray_stagetree.monitor.live import live_monitor
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.persistence import arrow_filesystem
-from ray_stagetree.planning.policies import POLICIES
+from ray_stagetree.planning.policies import ExecutionPolicy
+from ray_stagetree.planning.time_sharing import study_policy
 from ray_stagetree.runtime.callbacks import CallbackRunner, check_driver_hooks
 from ray_stagetree.runtime.cluster import check_shared_storage
 from ray_stagetree.runtime.controller import (
@@ -95,7 +96,10 @@ class Tuner:
         False runs every trial on its own (the paper's "Hippo-trial"
         baseline), for comparisons.
     execution_policy:
-        "critical_path" (default), "thr" or "bfs".
+        "critical_path" (default), "thr" or "bfs"; or time-sharing of the
+        workers when trials outnumber them: "hermes" (convergence priority),
+        "round_robin", "slaq", "fifo", or a configured policy object
+        (`HermesPolicy(quantum_s=..., milestones=..., max_jobs_per_worker=...)`).
     checkpoint_budget_bytes:
         Object-store memory for checkpoints before the least valuable ones
         are dropped to storage.
@@ -140,7 +144,7 @@ class Tuner:
         tune_config: tune.TuneConfig | None = None,
         run_config: tune.RunConfig | None = None,
         stage_sharing: bool = True,
-        execution_policy: str = "critical_path",
+        execution_policy: "str | ExecutionPolicy" = "critical_path",
         checkpoint_budget_bytes: int = 2 * 1024**3,
         reproducible: bool = False,
         seed: int = 0,
@@ -288,8 +292,7 @@ class Tuner:
             raise TypeError(f"run_config must be a ray.tune.RunConfig, got {type(self.run_config).__name__}")
         if not isinstance(self.stage_sharing, bool):
             raise TypeError(f"stage_sharing must be True or False, got {self.stage_sharing!r}")
-        if not isinstance(self.execution_policy, str) or self.execution_policy not in POLICIES:
-            raise ValueError(f"execution_policy must be one of {sorted(POLICIES)}, got {self.execution_policy!r}")
+        self._policy = study_policy(self.execution_policy, self.tune_config.metric, self.tune_config.mode)
         if (
             isinstance(self.checkpoint_budget_bytes, bool)
             or not isinstance(self.checkpoint_budget_bytes, int)
@@ -602,7 +605,7 @@ class Tuner:
             metric=self.tune_config.metric,
             mode=self.tune_config.mode,
             time_budget_s=self._time_budget(),
-            policy=self.execution_policy,
+            policy=self._policy,
             checkpoint_budget_bytes=self.checkpoint_budget_bytes,
             resume=resume,
             restore=restore,

@@ -62,6 +62,7 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
+from ray_stagetree.planning.time_sharing import TimeSharingPolicy
 from ray_stagetree.simulation.simulator import Simulation, SimulationResult
 from ray_stagetree.trial_schedulers.host import PAUSE, STOP, SchedulerHost
 
@@ -351,6 +352,9 @@ class StudyRun:
     studies: dict[str, StudyOutcome]
     explored_merge_rate: float
     gpus_per_worker: int = 1
+    bound_hours: float = 0.0
+    """`Simulation.trained_bound` of the run, in hours: no schedule of the
+    work its schedulers chose ends sooner."""
 
     @property
     def gpu_hours(self) -> float:
@@ -525,8 +529,9 @@ def simulate(
         Stage-based execution (True) or trial-based: every trial in a tree of
         its own, nothing shared, same schedulers and policy.
     policy, batch_stages:
-        Execution policy name ("critical_path", "thr", "bfs") and whether it
-        dispatches whole root-to-leaf paths (default: the policy's own).
+        Execution policy name ("critical_path", "thr", "bfs", or a
+        time-sharing one: "hermes", "round_robin", "slaq", "fifo") and whether
+        it dispatches whole root-to-leaf paths (default: the policy's own).
 
     Example
     -------
@@ -560,7 +565,10 @@ def simulate(
     plan = SearchPlan()
     driver = _Driver(plan, studies, share)
     driver.admit()
-    result = simulation.run(plan, simulation.policy(policy, batch_stages), on_answered=driver.on_answered)
+    execution = simulation.policy(policy, batch_stages)
+    if isinstance(execution, TimeSharingPolicy):  # its priorities read the (first) study's metric
+        execution.set_metric(studies[0].profile.metric, studies[0].mode)
+    result = simulation.run(plan, execution, on_answered=driver.on_answered)
     unique = plan.unique_iterations()
     rate = plan.total_iterations() / unique if unique else 1.0
-    return StudyRun(result, driver.outcomes, rate, gpus_per_worker)
+    return StudyRun(result, driver.outcomes, rate, gpus_per_worker, simulation.trained_bound(plan) / 3600)

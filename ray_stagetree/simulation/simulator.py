@@ -21,6 +21,7 @@ execution, at a scale no test machine has.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from dataclasses import dataclass, field
@@ -55,6 +56,8 @@ class SimulationResult:
     checkpoint_loads: int = 0
     checkpoint_saves: int = 0
     preempted: int = 0
+    yielded: int = 0
+    """Batches a time-sharing policy stopped at a quantum's end for other work."""
 
     @property
     def makespan_ratio(self) -> float:
@@ -103,6 +106,7 @@ class _Progress:
     passed: int = 0
     queued: set[int] = field(default_factory=set)
     released: bool = False
+    boundary: int | None = None  # the iteration ending its quantum (time-sharing policies)
 
     def position(self, node: PlanNode, step: int) -> int | None:
         """Position of the iteration that ends at ``(node, step)``, if the batch trains it."""
@@ -180,6 +184,25 @@ class Simulation:
         longest = CriticalPathPolicy().priorities(tree, costs)
         return max(max(longest.values(), default=0.0), sum(costs.values()) / self.workers)
 
+    def trained_bound(self, plan: SearchPlan) -> float:
+        """max(longest path, unique work / workers) of what the trials were
+        finally requested up to: after a run whose trial schedulers chose
+        what to train, no schedule of that work ends sooner (checkpoint
+        costs left out)."""
+        work = sum(
+            self._seconds(plan.nodes[node_id], plan.nodes[node_id].fork_step, stop)
+            for node_id, stop in plan.requested_extent().items()
+        )
+        longest = 0.0
+        for record in plan.trials.values():
+            node, step = record.request.node, record.request.step
+            path = self._seconds(node, node.fork_step, step) if step > node.fork_step else 0.0
+            while node.parent is not None:
+                path += self._seconds(node.parent, node.parent.fork_step, node.fork_step)
+                node = node.parent
+            longest = max(longest, path)
+        return max(longest, work / self.workers)
+
     def run(
         self,
         plan: SearchPlan,
@@ -221,7 +244,8 @@ class _Run:
         self.running: dict[int, _Progress] = {}
         self.now = self.busy = 0.0
         self.idle = simulation.workers
-        self.iterations = self.batches = self.loads = self.saves = self.preempted = 0
+        self.iterations = self.batches = self.loads = self.saves = self.preempted = self.yielded = 0
+        policy.bind(simulation.workers)
 
     def go(self) -> SimulationResult:
         bound = self.sim.lower_bound(self.plan)
@@ -242,6 +266,8 @@ class _Run:
                 else:
                     answered += self._advance(progress)
                     touched.add(batch_id)
+                    if not progress.released and progress.boundary is not None and progress.passed > progress.boundary:
+                        self._quantum_end(progress)
             if answered and self.on_answered is not None:
                 self.on_answered(answered, self.now)
                 touched = set(self.running)  # the plan changed: any batch may need more, or less
@@ -258,6 +284,7 @@ class _Run:
             checkpoint_loads=self.loads,
             checkpoint_saves=self.saves,
             preempted=self.preempted,
+            yielded=self.yielded,
         )
 
     # -- dispatch ------------------------------------------------------------
@@ -284,7 +311,31 @@ class _Run:
             # queued by `_review`.
             for stage in batch.stages:
                 self._queue(progress, progress.position(stage.node, stage.stop))
+            self._set_boundary(progress, self.policy.started(batch, self.now))
             self._review(progress)
+
+    def _set_boundary(self, progress: _Progress, deadline: float | None) -> None:
+        """Queue the first iteration boundary at or after ``deadline``, where
+        a time-sharing policy decides whether the batch goes on."""
+        position = None if deadline is None else bisect.bisect_left(progress.times, round(deadline, _TIME_DECIMALS))
+        progress.boundary = position if position is not None and position < len(progress.times) else None
+        if progress.boundary is not None:
+            self._queue(progress, progress.boundary)
+
+    def _quantum_end(self, progress: _Progress) -> None:
+        """The quantum is over: the worker stops here with a checkpoint if
+        the policy runs other work next, and otherwise goes on."""
+        batch_id = progress.batch.batch_id
+        node, step = progress.steps[progress.passed - 1]
+        if not self.policy.at_boundary(self.plan, batch_id, node, step, self.now):
+            self._set_boundary(progress, self.policy.quantum_deadline(batch_id))
+            return
+        self.yielded += 1
+        if step not in node.checkpoints:
+            self._save(node, step)
+        progress.released = True
+        done = round(self.now + self.sim.checkpoint_save_seconds, _TIME_DECIMALS)
+        heapq.heappush(self.events, (done, next(self.tie_break), batch_id, -1))
 
     def _queue(self, progress: _Progress, position: int | None) -> None:
         if position is None or position < progress.passed or position in progress.queued:
@@ -354,6 +405,8 @@ class _Run:
 
     def _release(self, progress: _Progress) -> None:
         batch_id = progress.batch.batch_id
+        last = progress.steps[progress.passed - 1] if progress.passed else None
+        self.policy.ended(self.plan, batch_id, self.now, last)
         del self.running[batch_id]
         self.plan.release_batch(batch_id)
         self.busy += self.now - progress.started

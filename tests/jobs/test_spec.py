@@ -76,7 +76,7 @@ MALFORMED = [
     ({"run_config.checkpoint_config": {"checkpoint_score_order": "up"}},
      ["run_config.checkpoint_config.checkpoint_score_order: 'up' is not allowed; allowed: 'min', 'max'"]),
     ({"run_config.checkpoint_config": {"num_to_keep": 0}}, ["run_config.checkpoint_config.num_to_keep: 0 is not allowed"]),
-    ({"stagetree": {"execution_policy": "fastest"}}, ["stagetree.execution_policy: 'fastest' is not allowed; allowed: 'bfs', 'critical_path', 'thr'"]),
+    ({"stagetree": {"execution_policy": "fastest"}}, ["stagetree.execution_policy: 'fastest' is not allowed; allowed: 'bfs', 'critical_path', 'fifo', 'hermes', 'round_robin', 'slaq', 'thr'"]),
     ({"stagetree": {"stage_sharing": "yes"}}, ["stagetree.stage_sharing: must be true or false, got 'yes'"]),
     ({"resources": {"cpu": -1}}, ["resources.cpu: must be >= 0, got -1"]),
     ({"repeats": 0}, ["repeats: must be >= 1, got 0"]),

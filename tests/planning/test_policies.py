@@ -95,7 +95,8 @@ def test_select_validates_workers_and_get_policy_names():
     with pytest.raises(ValueError, match="idle_workers must be an int >= 0"):
         CriticalPathPolicy().select(SearchPlan(), -1)
     assert isinstance(get_policy("thr"), ThroughputPolicy)
-    with pytest.raises(ValueError, match=r"one of \['bfs', 'critical_path', 'thr'\]"):
+    names = r"\['bfs', 'critical_path', 'fifo', 'hermes', 'round_robin', 'slaq', 'thr'\]"
+    with pytest.raises(ValueError, match=f"one of {names}"):
         get_policy("fastest")
     assert CriticalPathPolicy(batch_stages=False).batch_stages is False
 

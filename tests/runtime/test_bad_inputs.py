@@ -91,8 +91,8 @@ REFUSED = [
     ("run-config-str", lambda: tuner(run_config="x"), TypeError, "run_config must be a ray.tune.RunConfig, got str"),
     ("stage-sharing-str", lambda: tuner(stage_sharing="no"), TypeError, "stage_sharing must be True or False, got 'no'"),
     ("stage-sharing-int", lambda: tuner(stage_sharing=1), TypeError, "stage_sharing must be True or False, got 1"),
-    ("policy-unknown", lambda: tuner(execution_policy="fastest"), ValueError, "execution_policy must be one of.*'fastest'"),
-    ("policy-list", lambda: tuner(execution_policy=["thr"]), ValueError, r"execution_policy must be one of.*\['thr'\]"),
+    ("policy-unknown", lambda: tuner(execution_policy="fastest"), ValueError, "execution_policy must be an ExecutionPolicy or one of.*'fastest'"),
+    ("policy-list", lambda: tuner(execution_policy=["thr"]), ValueError, r"execution_policy must be an ExecutionPolicy or one of.*\['thr'\]"),
     ("grid-search-empty", lambda: draw({"lr": tune.grid_search([])}), ValueError, r"param_space\['lr'\]: tune.grid_search\(\[\]\) has no values"),
     (
         "grid-search-empty-in-a-sequence",

@@ -1,0 +1,43 @@
+"""Time-sharing policies on simulated GPUs: pre-emption loses and repeats
+nothing, and convergence priority finds good jobs that FIFO reaches last."""
+
+import dataclasses
+
+import pytest
+
+from ray_stagetree import FifoPolicy, HermesPolicy, RoundRobinPolicy, SlaqPolicy
+from ray_stagetree.simulation.time_sharing_study import ITERATIONS, MODELS, make_bins, run_bin, simulate_bin
+
+GOOGLENET = MODELS[0]
+
+
+def test_preempted_jobs_resume_where_they_stopped_and_report_what_they_would_have():
+    job_bin = make_bins(GOOGLENET, 2, 1)[0]
+    fifo_plan, fifo = simulate_bin(job_bin, FifoPolicy())
+    plan, shared = simulate_bin(job_bin, RoundRobinPolicy(quantum_s=5))
+    assert fifo.yielded == 0 and shared.yielded > 30
+    assert shared.checkpoint_loads == shared.yielded  # every pre-empted job is resumed once per pre-emption
+    assert shared.iterations == fifo.iterations == 16 * ITERATIONS  # nothing retrained, nothing lost
+    for i in range(16):
+        trial = f"job{i:02d}"
+        resumed, alone = plan.history(trial), fifo_plan.history(trial)
+        assert sorted(resumed) == list(range(1, ITERATIONS + 1))
+        assert [resumed[k]["loss"] for k in sorted(resumed)] == [alone[k]["loss"] for k in sorted(alone)]
+
+
+def test_convergence_priority_reaches_good_jobs_submitted_last_sooner():
+    job_bin = make_bins(GOOGLENET, 1, 1)[0]
+    order = sorted(range(16), key=lambda i: i in job_bin.good)  # the 4 good jobs come last
+    good_last = frozenset(range(12, 16))
+    last = dataclasses.replace(job_bin, jobs=tuple(job_bin.jobs[i] for i in order), good=good_last, timed=good_last)
+    times = {
+        name: run_bin(last, make()).average_time_to_target
+        for name, make in {
+            "hermes": lambda: HermesPolicy("loss", "min"),
+            "fifo": FifoPolicy,
+            "rr": RoundRobinPolicy,
+            "slaq": lambda: SlaqPolicy("loss", "min"),
+        }.items()
+    }
+    assert times["hermes"] < min(times["fifo"], times["rr"], times["slaq"])
+    assert times["hermes"] == pytest.approx(run_bin(last, HermesPolicy("loss", "min")).average_time_to_target)
