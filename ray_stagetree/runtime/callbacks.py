@@ -221,12 +221,10 @@ class CallbackRunner:
         self._last_sync = time.monotonic()
         self._uploaded: dict[str, tuple[int, int]] = {}  # local file -> (size, mtime_ns) uploaded
         self.trials: dict[str, TrialView] = {}
+        # The views in order, handed to every hook as Tune hands its trial list (not copied per call).
+        self._trial_list: list[TrialView] = []
         self._logged: dict[str, int] = {}  # trial id -> last training_iteration logged
         self.iteration = 0  # Tune's loop iteration: here, the driver's polls
-
-    @property
-    def _trial_list(self) -> list[TrialView]:
-        return list(self.trials.values())
 
     def _call(self, hook: str, **info: Any) -> None:
         for callback in self.callbacks:
@@ -277,6 +275,7 @@ class CallbackRunner:
                 self.local_experiment_path,
                 self._searched,
             )
+            self._trial_list.append(view)
         return view
 
     def _start(self, event: dict[str, Any]) -> None:
