@@ -7,8 +7,14 @@ Prints, per size: seconds for each phase, peak traced memory, merge rate, and
 the growth of time and memory against the previous size (1.0 per 10x would be
 linear). Target: 10,000 trials planned and batched in under 1 second.
 
+Then a whole study's dispatch loop, as the runtime drives the planner:
+independent one-iteration trials on 2 workers, each batch dispatched,
+answered and released in turn; milliseconds of planner time per trial, with
+the stage tree kept between dispatches (only the roots a change touched are
+rebuilt) and, at the smallest size, rebuilt at every dispatch as before.
+
     python release/bench_planner.py            # 1k, 10k, 100k
-    python release/bench_planner.py --quick    # 1k, 10k (CI smoke test)
+    python release/bench_planner.py --quick    # 1k, 10k; dispatch loop at 1k, 5k (CI smoke test)
 """
 
 from __future__ import annotations
@@ -93,6 +99,26 @@ def run(configs: list[dict]) -> dict:
     }
 
 
+def study_loop(trials: int, rebuild_every_dispatch: bool = False) -> float:
+    """Planner seconds per trial for a study of ``trials`` independent
+    one-iteration trials on 2 workers, dispatched and completed in turn."""
+    rnd = random.Random(0)
+    plan, policy = SearchPlan(), CriticalPathPolicy()
+    policy.local_priorities = not rebuild_every_dispatch
+    plan.add_trials((f"t{i}", {"x": rnd.random()}, 1) for i in range(trials))
+    started = time.perf_counter()
+    running = []
+    while True:
+        running += policy.select(plan, 2 - len(running))
+        if not running:
+            return (time.perf_counter() - started) / trials
+        batch = running.pop(0)
+        for node, start, stop in batch.segments:
+            plan.record_metrics(node.node_id, stop, {"y": 0.0})
+            plan.record_timing(node.node_id, start, stop, 0.01 + rnd.random() * 1e-3)
+        plan.release_batch(batch.batch_id)
+
+
 def peak_memory(configs: list[dict]) -> int:
     gc.collect()
     tracemalloc.start()
@@ -139,6 +165,16 @@ def main() -> None:
     print(f"select = dispatching {WORKERS} workers from a fresh stage tree, as the runtime does")
     print("growth: log10(ratio of totals) per decade of trials; 1.00 is linear")
     print("target: 10,000 trials planned and batched in under 1 s")
+
+    loop_sizes = [1_000, 5_000] if args.quick else sizes
+    print("\ndispatch loop: independent one-iteration trials on 2 workers, planner ms per trial")
+    rebuilt = study_loop(loop_sizes[0], rebuild_every_dispatch=True)
+    print(f"{loop_sizes[0]:>8} trials, stage tree rebuilt at every dispatch: {rebuilt * 1e3:8.3f}")
+    kept = [study_loop(size) for size in loop_sizes]
+    for size, per_trial in zip(loop_sizes, kept):
+        print(f"{size:>8} trials, stage tree kept between dispatches: {per_trial * 1e3:8.3f}")
+    print(f"kept vs rebuilt at {loop_sizes[0]} trials: {rebuilt / kept[0]:.1f}x less planner time per trial")
+    print(f"per-trial time at {loop_sizes[-1]} / at {loop_sizes[0]} trials: {kept[-1] / kept[0]:.2f} (linear: 1.0)")
 
 
 if __name__ == "__main__":
