@@ -1,5 +1,6 @@
 """Clusters: a study on several nodes (one of them lost mid-study), storage
-that not every node sees, and `ray job submit` of the MNIST-1D example.
+that not every node sees, and `ray job submit` of the MNIST-1D example (and
+`stagetree submit` of its job spec).
 Each runs its own Ray cluster in a subprocess, apart from the session's."""
 
 import os
@@ -97,6 +98,24 @@ def test_ray_job_submit_runs_the_mnist1d_example(tmp_path):
         assert "14 trials, 0 errors" in output, output[-6000:]
         assert "best accuracy" in output
         assert len([entry for entry in os.listdir(tmp_path) if entry.startswith("mnist1d_shared_")]) == 1
+
+        # The same study from its job spec, through `stagetree submit` (3 epochs: a copy of the spec).
+        working_dir = tmp_path / "job"
+        shutil.copytree(os.path.join(REPO, "examples"), working_dir, ignore=shutil.ignore_patterns("__pycache__"))
+        spec = (working_dir / "mnist1d_study.yaml").read_text()
+        assert "stop: {training_iteration: 16}" in spec
+        (working_dir / "short.yaml").write_text(spec.replace("training_iteration: 16", "training_iteration: 3"))
+        stagetree = [sys.executable, "-m", "ray_stagetree.cli"]
+        code, output = run(
+            [*stagetree, "submit", str(working_dir / "short.yaml"), "--address", dashboard,
+             "--working-dir", str(working_dir), "--storage-path", str(tmp_path / "specs")],
+            300,
+            env,
+        )
+        assert code == 0, output[-6000:]
+        assert os.listdir(tmp_path / "specs") == ["mnist1d_spec"], output[-6000:]
+        code, output = run([*stagetree, "status", str(tmp_path / "specs" / "mnist1d_spec")], 120, env)
+        assert code == 0 and "trials: 14 TERMINATED" in output, output[-6000:]
     finally:
         head.terminate()  # ray start's SIGTERM handler stops the processes it started
         head.communicate(timeout=120)
