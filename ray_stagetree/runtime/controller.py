@@ -1087,16 +1087,16 @@ class StudyController:
 
     def _announce(self, state: TrialState) -> None:
         """A trial starts (Tune's on_trial_start) when a batch serving it is
-        dispatched, or at its first result or its end if that comes first:
-        not when it is admitted, since the driver's loggers open files for
-        each started trial, and a study admits all its trials at once."""
+        dispatched, or at its first result if that comes first: not when it
+        is admitted, since the driver's loggers open files for each started
+        trial and a study admits all its trials at once. A trial that ends
+        before either (the time budget, `stop_all`) ends without starting,
+        as a pending trial does in Tune."""
         if not state.announced:
             state.announced = True
             self._event("start", state, config=state.config_json)
 
     def _event(self, kind: str, state: TrialState, **fields: Any) -> None:
-        if kind != "start" and state.config_json:  # admitted (an unusable config ends without starting)
-            self._announce(state)
         self._events.append(
             {"event": kind, "trial_id": state.trial_id, "name": state.name, "dirname": state.dirname, **fields}
         )
