@@ -1,5 +1,6 @@
 """Searchers over sequence search spaces (installed as ``ray_stagetree.searchers``)."""
 
+from ray_stagetree.searchers.structured_bo import StructuredBO
 from ray_stagetree.searchers.variants import (
     SequenceGridSearch,
     from_tune_config,
@@ -7,4 +8,4 @@ from ray_stagetree.searchers.variants import (
     to_tune_space,
 )
 
-__all__ = ["generate_trials", "SequenceGridSearch", "to_tune_space", "from_tune_config"]
+__all__ = ["generate_trials", "SequenceGridSearch", "StructuredBO", "to_tune_space", "from_tune_config"]

@@ -82,13 +82,15 @@ class LeafSpace:
         return [_python(domain.sample(random_state=rng)) for domain in self.domains]
 
     def neighbour(self, leaves: list[Any], rng: np.random.Generator, scale: float = 0.15) -> list[Any]:
-        """``leaves`` with a random non-empty subset moved: a numeric one by
+        """``leaves`` with each leaf moved with probability ``1 / len(leaves)``
+        (at least one): a numeric one by
         a Gaussian step of ``scale`` of its range (log range for log domains),
         a categorical one to another category. Leaves left alone keep the
         prefix they decide, so neighbours often share stages."""
         moved = list(leaves)
         chosen = rng.random(len(leaves)) < 1.0 / len(leaves)
-        chosen[rng.integers(len(leaves))] = True
+        if not chosen.any():
+            chosen[rng.integers(len(leaves))] = True
         for index in np.flatnonzero(chosen):
             moved[index] = self._move(index, leaves[index], rng, scale)
         return moved

@@ -19,11 +19,10 @@ alone):
   finished trials, running ones and stopped ones alike. It forecasts a
   candidate's metric at the horizon as the *measured* metric at the point
   where the candidate leaves the measured part of the plan (its fork point)
-  plus the change from there to the horizon, the two GP values drawn
-  jointly, so a candidate that shares a long measured prefix is only as
-  uncertain as its suffix. `sample` draws that forecast by forward
-  sampling (curve parameters from their least-squares covariance, then the
-  GP), for Monte-Carlo expected improvement.
+  plus the change from there to the horizon, the GP's values at both points
+  drawn jointly, so a candidate that shares a long measured prefix is only
+  as uncertain as its suffix. `sample` draws that forecast (forward
+  sampling, for Monte-Carlo expected improvement).
 """
 
 from __future__ import annotations
@@ -153,13 +152,12 @@ class LearningCurvePrior:
 
         steps, values = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
         self.params = np.array([values.mean(), 0.0, 0.0])
-        self.covariance = np.zeros((3, 3))
         if len(np.unique(steps)) < 4:
             return self
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                params, covariance = curve_fit(
+                params, _ = curve_fit(
                     _power_law, steps, values, p0=[values[steps == steps.min()].mean(), 0.0, -0.5],
                     bounds=(self.LOWER, self.UPPER), maxfev=2000,
                 )
@@ -167,19 +165,12 @@ class LearningCurvePrior:
             return self
         if np.all(np.isfinite(params)):
             self.params = params
-            self.covariance = covariance if np.all(np.isfinite(covariance)) else np.zeros((3, 3))
         return self
 
-    def __call__(self, steps: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
-        """The curve at ``steps``; with ``params`` of shape (n, 3), one row per draw."""
-        params = self.params if params is None else params
-        return _power_law(np.asarray(steps, dtype=float), *np.asarray(params).T[..., None])
+    def __call__(self, steps: np.ndarray) -> np.ndarray:
+        """The curve at ``steps``."""
+        return _power_law(np.asarray(steps, dtype=float), *self.params)
 
-    def draw(self, count: int, rng: np.random.Generator) -> np.ndarray:
-        """``count`` parameter vectors from the fit's Gaussian approximation."""
-        params = rng.multivariate_normal(self.params, self.covariance, size=count, method="eigh")
-        params[:, 2] = np.clip(params[:, 2], self.LOWER[2], self.UPPER[2])
-        return params
 
 
 def _power_law(steps, a, b, p):
@@ -238,13 +229,12 @@ class PrefixSurrogate:
         restarts = 1
         if previous is not None and previous.gp.kernel_.n_dims == kernel.n_dims:
             kernel, restarts = previous.gp.kernel_, 0
-        self.gp = GaussianProcessRegressor(kernel, normalize_y=True, n_restarts_optimizer=restarts, random_state=self.seed)
-        # A few hundred points: one BLAS thread is fastest, and threads fight
-        # the study's workers for the cores.
-        with warnings.catch_warnings(), threadpool_limits(1):  # a length scale at its bound: that input does not matter
-            warnings.simplefilter("ignore")
-            self.gp.fit(inputs, values - self.prior(steps))
-        self._inputs_seen, self._residuals = inputs, values - self.prior(steps)
+        residuals = values - self.prior(steps)
+        # Residuals are standardised once, here: the kernel's amplitude and
+        # noise level keep their meaning in `condition`.
+        self._shift, self._scale = residuals.mean(), residuals.std() or 1.0
+        self.gp = GaussianProcessRegressor(kernel, n_restarts_optimizer=restarts, random_state=self.seed)
+        self._fit_gp(inputs, residuals)
         return self
 
     def condition(self, points: SequenceType[tuple[TrialConfig, int, float]]) -> "PrefixSurrogate":
@@ -255,15 +245,20 @@ class PrefixSurrogate:
         if not points:
             return self
         copy = PrefixSurrogate(self.horizon, self.seed)
-        copy.features, copy.prior = self.features, self.prior
+        copy.features, copy.prior, copy._shift, copy._scale = self.features, self.prior, self._shift, self._scale
         steps = np.array([step for _, step, _ in points], dtype=float)
         residuals = np.array([value for _, _, value in points]) - self.prior(steps)
-        copy._inputs_seen = np.vstack([self._inputs_seen, self._inputs(points)])
-        copy._residuals = np.concatenate([self._residuals, residuals])
-        copy.gp = GaussianProcessRegressor(self.gp.kernel_, normalize_y=True, optimizer=None)
-        with threadpool_limits(1):
-            copy.gp.fit(copy._inputs_seen, copy._residuals)
+        copy.gp = GaussianProcessRegressor(self.gp.kernel_, optimizer=None)
+        copy._fit_gp(np.vstack([self._inputs_seen, self._inputs(points)]), np.concatenate([self._residuals, residuals]))
         return copy
+
+    def _fit_gp(self, inputs: np.ndarray, residuals: np.ndarray) -> None:
+        self._inputs_seen, self._residuals = inputs, residuals
+        # A few hundred points: one BLAS thread is fastest, and threads fight
+        # the study's workers for the cores.
+        with warnings.catch_warnings(), threadpool_limits(1):
+            warnings.simplefilter("ignore")  # a length scale at its bound: that input does not matter
+            self.gp.fit(inputs, (residuals - self._shift) / self._scale)
 
     def _inputs(self, points: SequenceType[tuple[TrialConfig, int, float]]) -> np.ndarray:
         return np.vstack([self.features(config, [step]) for config, step, _ in points])
@@ -285,18 +280,11 @@ class PrefixSurrogate:
         rng: np.random.Generator,
     ) -> np.ndarray:
         """``count`` draws of each candidate's metric after ``horizon``
-        iterations, shape ``(len(configs), count)``: curve parameters from
-        the prior's fit, then the GP's residual change from the anchor."""
-        anchors = list(anchors)
-        mean, std, _ = self._moments(configs, anchors)
-        params = self.prior.draw(count, rng)
-        at_horizon = self.prior(np.array([self.horizon]), params)[:, 0]
-        curve = np.tile(at_horizon, (len(configs), 1))
-        for index, anchor in enumerate(anchors):
-            if anchor is not None:
-                curve[index] += anchor.value - self.prior(np.array([anchor.step]), params)[:, 0]
-        noise = rng.standard_normal((len(configs), count))
-        return curve + mean[:, None] + std[:, None] * noise
+        iterations, shape ``(len(configs), count)``: its anchor's measured
+        value, plus the curve's change from the anchor, plus the GP's
+        residual change drawn jointly at the anchor and the horizon."""
+        mean, std, base = self._moments(configs, list(anchors))
+        return (base + mean)[:, None] + std[:, None] * rng.standard_normal((len(configs), count))
 
     def _moments(
         self, configs: SequenceType[TrialConfig], anchors: list[Anchor | None]
@@ -309,13 +297,18 @@ class PrefixSurrogate:
         rows += [self.features(configs[index], [anchors[index].step]) for index in anchored]
         with threadpool_limits(1):
             mean, covariance = self.gp.predict(np.vstack(rows), return_cov=True)
+        mean, covariance = mean * self._scale + self._shift, covariance * self._scale**2
+        # The kernel's white noise is on the diagonal: the horizon's value is
+        # measured with it, the anchor's is known (the fork's model state is
+        # what the candidate continues from), so it counts once.
+        noise = self.gp.kernel_.k2.noise_level * self._scale**2
         count = len(configs)
         change, variance = mean[:count].copy(), np.diag(covariance)[:count].copy()
         base = np.full(count, float(self.prior(np.array([self.horizon]))[0]))
         for position, index in enumerate(anchored, start=count):
             anchor = anchors[index]
             change[index] -= mean[position]
-            variance[index] += covariance[position, position] - 2 * covariance[index, position]
+            variance[index] += covariance[position, position] - 2 * covariance[index, position] - noise
             base[index] += anchor.value - float(self.prior(np.array([anchor.step]))[0])
         return change, np.sqrt(np.maximum(variance, 1e-12)), base
 
