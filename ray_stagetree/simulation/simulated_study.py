@@ -563,6 +563,7 @@ def simulate(
     share: bool = True,
     policy: str = "critical_path",
     batch_stages: bool | None = None,
+    metrics: Callable[[PlanNode, int], Mapping[str, float]] | None = None,
 ) -> StudyRun:
     """Run ``studies`` together in one plan on ``workers`` simulated GPUs.
 
@@ -579,6 +580,9 @@ def simulate(
     policy, batch_stages:
         Execution policy name ("critical_path", "thr", "bfs") and whether it
         dispatches whole root-to-leaf paths (default: the policy's own).
+    metrics:
+        What a trial reports after iteration ``step`` of ``node``
+        (default: the profiles' learning curves), e.g. real training.
 
     Example
     -------
@@ -607,7 +611,7 @@ def simulate(
         seconds_per_iteration=curves.seconds,
         checkpoint_load_seconds=load,
         checkpoint_save_seconds=save,
-        metrics=curves.metrics,
+        metrics=metrics or curves.metrics,
     )
     plan = SearchPlan()
     driver = _Driver(plan, studies, share, curves.seconds)
