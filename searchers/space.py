@@ -38,7 +38,7 @@ class LeafSpace:
     >>> from ray import tune
     >>> from ray_stagetree import MultiStep
     >>> space = LeafSpace({"lr": MultiStep(tune.loguniform(0.01, 1.0), [10], 0.1)})
-    >>> leaves = space.sample(np.random.default_rng(0))
+    >>> [leaves] = space.sample(np.random.default_rng(0))
     >>> config = space.config(leaves)
     >>> config["lr"].value(0) == leaves[0]
     True
@@ -77,9 +77,11 @@ class LeafSpace:
     def __len__(self) -> int:
         return len(self.domains)
 
-    def sample(self, rng: np.random.Generator) -> list[Any]:
-        """Leaf values drawn as Tune draws them."""
-        return [_python(domain.sample(random_state=rng)) for domain in self.domains]
+    def sample(self, rng: np.random.Generator, count: int = 1) -> list[list[Any]]:
+        """``count`` lists of leaf values drawn as Tune draws them."""
+        columns = [domain.sample(size=count, random_state=rng) for domain in self.domains]
+        columns = [column if count > 1 else [column] for column in columns]
+        return [[_python(column[index]) for column in columns] for index in range(count)]
 
     def neighbour(self, leaves: list[Any], rng: np.random.Generator, scale: float = 0.15) -> list[Any]:
         """``leaves`` with each leaf moved with probability ``1 / len(leaves)``
@@ -122,7 +124,7 @@ class LeafSpace:
         suggests (sequences as their specs)."""
         from ray.tune.search.variant_generator import assign_value
 
-        spec = copy.deepcopy(self.spec)
+        spec = _copy_structure(self.spec)
         for path, value in zip(self.paths, leaves):
             assign_value(spec, path, value)
         return spec
@@ -130,6 +132,16 @@ class LeafSpace:
     def config(self, leaves: list[Any]) -> dict[str, Any]:
         """The trial config ``leaves`` give, sequences rebuilt (and checked)."""
         return from_tune_config(self.resolved(leaves))
+
+
+def _copy_structure(spec: Any) -> Any:
+    """A copy of the spec's dicts and lists, sharing everything else: the
+    domains are replaced, not changed, and copying them is most of the time."""
+    if isinstance(spec, Mapping):
+        return {key: _copy_structure(value) for key, value in spec.items()}
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(_copy_structure(value) for value in spec)
+    return spec
 
 
 def _python(value: Any) -> Any:

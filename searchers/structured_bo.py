@@ -156,7 +156,7 @@ class StructuredBO(Searcher):
             )
         if self._metric is None or self._mode is None:
             raise RuntimeError("StructuredBO needs metric and mode: pass them to it or to TuneConfig")
-        if len(self._leaves) < self.num_initial or not self._measured():
+        if len(self._leaves) < self.num_initial or not any(node.metrics for node in self._plan.nodes):
             leaves, config = self._draw()
         else:
             leaves, config = self._propose()
@@ -235,7 +235,7 @@ class StructuredBO(Searcher):
     def _draw(self) -> tuple[list[Any], TrialConfig]:
         """A random candidate the sequences accept."""
         for _ in range(100):
-            candidates = self._planned([self._space.sample(self._rng)])
+            candidates = self._planned(self._space.sample(self._rng))
             if candidates[0]:
                 return candidates[0][0], candidates[1][0]
         raise ValueError(
@@ -278,7 +278,7 @@ class StructuredBO(Searcher):
         mean, _ = model.forecast(configs, [self._anchor(c) for c in configs])
         best = [suggested[i] for i in np.argsort(-mean)[: max(1, len(suggested) // 5)]]
         parents = [*self._rng.choice(best, self.num_candidates // 4), *self._rng.choice(suggested, self.num_candidates // 4)]
-        drawn = [self._space.sample(self._rng) for _ in range(self.num_candidates - len(parents))]
+        drawn = self._space.sample(self._rng, self.num_candidates - len(parents))
         return self._planned(drawn + [self._space.neighbour(self._leaves[p], self._rng) for p in parents])
 
     def _planned(self, candidates: list[list[Any]]) -> tuple[list[list[Any]], list[TrialConfig]]:
