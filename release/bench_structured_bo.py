@@ -177,7 +177,7 @@ class RealTraining:
 
 def simulator_runs(
     make: Callable[[int], Any],
-    seeds: int,
+    seeds: range,
     trials: int,
     profile: ModelProfile = RESNET20,
     horizon: int = HORIZON,
@@ -186,7 +186,7 @@ def simulator_runs(
 ) -> Runs:
     runs = Runs()
     started = time.perf_counter()
-    for seed in range(seeds):
+    for seed in seeds:
         study = StudyDefinition(
             "s", [], profile, horizon, max_concurrent_trials=WORKERS,
             searcher=lambda: make(seed), param_space=space, num_samples=trials,
@@ -257,7 +257,7 @@ def real_training(names: list[str], seeds: int, out: str, cache: str | None) -> 
         trials = 2 * budget_trials if name == "structured-bo" else budget_trials
         results[name] = cached(
             cache and os.path.join(cache, f"mnist1d-{name}-{seeds}.json"),
-            lambda: simulator_runs(factories[name], seeds, trials, profile, MNIST1D_HORIZON, MNIST1D_SPACE, metrics=training),
+            lambda: simulator_runs(factories[name], range(seeds), trials, profile, MNIST1D_HORIZON, MNIST1D_SPACE, metrics=training),
         )
     report(
         f"2. MNIST-1D CNN trained for real ({profile.seconds_per_iteration:.2f} s an epoch here), "
@@ -271,6 +271,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1 seed, a budget of 8 trials, three searchers")
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--only", default=None, help="comma-separated searcher names")
     parser.add_argument("--mnist1d", action="store_true", help="also run the real MNIST-1D part")
     parser.add_argument("--mnist1d-seeds", type=int, default=3)
@@ -286,9 +287,10 @@ def main() -> None:
     for name in names:
         # A searcher that shares prefixes trains more trials within the budget.
         trials = 2 * budget_trials if name == "structured-bo" else budget_trials
+        part = f"{seeds}" if args.first_seed == 0 else f"{args.first_seed}+{seeds}"
         results[name] = cached(
-            args.cache and os.path.join(args.cache, f"simulator-{name}-{seeds}.json"),
-            lambda: simulator_runs(factories[name], seeds, trials),
+            args.cache and os.path.join(args.cache, f"simulator-{name}-{part}.json"),
+            lambda: simulator_runs(factories[name], range(args.first_seed, args.first_seed + seeds), trials),
         )
     report("1. Simulator, ResNet20 profile, Warmup(w, 10, Step(b, 10, gamma)), 30 epochs, 4 workers", results, budget, "GPU-s")
     if not args.quick:
