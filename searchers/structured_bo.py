@@ -260,6 +260,8 @@ class StructuredBO(Searcher):
         leaves, configs = self._candidates(model)
         covered = np.array(self._plan.covered_iterations(configs, self.horizon))
         fresh = covered < self.horizon  # a copy of a suggested trial teaches nothing
+        if not fresh.any():
+            return self._draw()
         leaves = [leaf for leaf, keep in zip(leaves, fresh) if keep]
         configs = [config for config, keep in zip(configs, fresh) if keep]
         draws = model.sample(configs, [self._anchor(c) for c in configs], self.num_samples, self._rng)
@@ -273,7 +275,10 @@ class StructuredBO(Searcher):
     def _candidates(self, model: PrefixSurrogate) -> tuple[list[list[Any]], list[TrialConfig]]:
         """Random draws and neighbours of suggested trials (half of those
         of the ones forecast best), as leaves and as planned configs."""
-        suggested = list(self._leaves)
+        # Trials that ended without a result have left the plan.
+        suggested = [trial_id for trial_id in self._leaves if trial_id in self._plan.trials]
+        if not suggested:
+            return self._planned(self._space.sample(self._rng, self.num_candidates))
         configs = [self._plan.trials[t].config for t in suggested]
         mean, _ = model.forecast(configs, [self._anchor(c) for c in configs])
         best = [suggested[i] for i in np.argsort(-mean)[: max(1, len(suggested) // 5)]]

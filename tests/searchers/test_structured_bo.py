@@ -166,3 +166,12 @@ def test_spaces_it_cannot_model_are_refused(space, message):
 def test_suggest_without_a_space_says_what_is_missing():
     with pytest.raises(RuntimeError, match="no search space"):
         StructuredBO(horizon=10, metric="score", mode="max").suggest("t0")
+
+
+def test_trials_that_end_without_a_result_are_forgotten():
+    searcher = StructuredBO(DECAY_SPACE, metric="score", mode="max", horizon=HORIZON, num_initial=2, seed=5, **QUICK)
+    study(searcher, mean_lr_score, 3)
+    searcher.suggest("failed")
+    searcher.on_trial_complete("failed", None, error=True)  # errored before its first report
+    assert "failed" not in searcher._plan.trials
+    assert learning_rates(searcher.suggest("next")).shape == (HORIZON,)
