@@ -269,7 +269,7 @@ def real_training(names: list[str], seeds: int, out: str, cache: str | None) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="1 seed, a budget of 8 trials, three searchers")
+    parser.add_argument("--quick", action="store_true", help="1 seed, a budget of 6 trials, three searchers")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--only", default=None, help="comma-separated searcher names")
@@ -279,7 +279,7 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)), help="folder for the PNGs")
     args = parser.parse_args()
     started = time.perf_counter()
-    seeds, budget_trials = (1, 8) if args.quick else (args.seeds, 30)
+    seeds, budget_trials = (1, 6) if args.quick else (args.seeds, 30)
     factories = searchers(HORIZON)
     names = args.only.split(",") if args.only else (["random", "optuna-tpe", "structured-bo"] if args.quick else list(factories))
     budget = budget_trials * HORIZON * RESNET20.seconds_per_iteration
