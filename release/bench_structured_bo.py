@@ -30,7 +30,7 @@ paper: a third). Writes ``best_vs_budget_simulator.png`` (and
 ``best_vs_budget_mnist1d.png``) next to this file, or under ``--out``.
 
     python release/bench_structured_bo.py                 # simulator, 10 seeds (about 15 minutes)
-    python release/bench_structured_bo.py --mnist1d       # and real training (3 searchers' worth of seeds: --mnist1d-seeds, default 3)
+    python release/bench_structured_bo.py --mnist1d       # and real training (--mnist1d-seeds, default 3)
     python release/bench_structured_bo.py --quick         # 1 seed, small budget (CI smoke test)
 """
 
@@ -58,7 +58,9 @@ HORIZON = 30
 WORKERS = 4
 SPACE = {"lr": Warmup(tune.loguniform(1e-3, 1.0), 10, Step(tune.loguniform(1e-2, 3.0), 10, tune.loguniform(0.01, 1.0)))}
 MNIST1D_HORIZON = 8
-MNIST1D_SPACE = {"lr": Warmup(tune.loguniform(1e-3, 0.3), 2, Step(tune.loguniform(1e-2, 1.0), 3, tune.loguniform(0.01, 1.0)))}
+MNIST1D_SPACE = {
+    "lr": Warmup(tune.loguniform(1e-3, 0.3), 2, Step(tune.loguniform(1e-2, 1.0), 3, tune.loguniform(0.01, 1.0)))
+}
 
 
 def searchers(horizon: int) -> dict[str, Callable[[int], Any]]:
@@ -98,7 +100,8 @@ def cached(path: str | None, compute: Callable[[], Runs]) -> Runs:
     if path is not None and os.path.exists(path):
         with open(path) as file:
             data = json.load(file)
-        return Runs([[tuple(point) for point in trace] for trace in data["traces"]], data["merge_rates"], data["seconds"])
+        traces = [[tuple(point) for point in trace] for trace in data["traces"]]
+        return Runs(traces, data["merge_rates"], data["seconds"])
     runs = compute()
     if path is not None:
         with open(path, "w") as file:
@@ -164,13 +167,14 @@ class RealTraining:
         self.states[lrs] = (model.state_dict(), optimizer.state_dict(), accuracy if math.isfinite(accuracy) else 0.0)
         self.seconds.append(time.perf_counter() - started)
 
-    def profile(self) -> ModelProfile:
-        """Costs from this machine: the median of 4 epochs (after one that
-        warms torch up)."""
-        self._train((0.1,) * 5)
-        self.seconds = self.seconds[1:]
+    def profile(self, epoch_seconds: float | None = None) -> ModelProfile:
+        """Costs from this machine: ``epoch_seconds``, or the median of 4
+        epochs measured now (after one that warms torch up)."""
+        if epoch_seconds is None:
+            self._train((0.1,) * 5)
+            epoch_seconds = float(np.median(self.seconds[1:]))
         return dataclasses.replace(
-            RESNET20, name="mnist1d_cnn", seconds_per_iteration=float(np.median(self.seconds)),
+            RESNET20, name="mnist1d_cnn", seconds_per_iteration=epoch_seconds,
             checkpoint_load_seconds=0.05, checkpoint_save_seconds=0.05,
         )
 
@@ -198,6 +202,12 @@ def simulator_runs(
     return runs
 
 
+def median_at(runs: Runs, spent: float) -> float:
+    """Median over seeds of the best reached within ``spent`` (-inf while a seed has none)."""
+    best = runs.best_at(spent)
+    return float(np.median(best)) if np.all(np.isfinite(best)) else -math.inf
+
+
 def share_to_reach(curve: Callable[[float], float], target: float, budget: float) -> float:
     """Smallest share of ``budget`` at which ``curve`` reaches ``target`` (inf: never)."""
     for share in np.linspace(0.01, 1.0, 100):
@@ -207,17 +217,20 @@ def share_to_reach(curve: Callable[[float], float], target: float, budget: float
 
 
 def report(title: str, results: dict[str, Runs], budget: float, unit: str) -> None:
-    print(f"\n{title}: best metric at the budget ({budget:,.0f} {unit}), median [quartiles] over {len(next(iter(results.values())).traces)} seeds")
+    seeds = len(next(iter(results.values())).traces)
+    print(f"\n{title}: best metric at the budget ({budget:,.0f} {unit}), median [quartiles] over {seeds} seeds")
     ours = results.get("structured-bo")
-    median_curve = (lambda runs: lambda spent: float(np.nanmedian(runs.best_at(spent))) if np.any(np.isfinite(runs.best_at(spent))) else -math.inf)
-    print(f"{'searcher':<14} {'median':>8} {'q25':>8} {'q75':>8} {'merge rate':>10} {'SBO reaches it at':>18} {'wall s':>7}")
+    header = f"{'merge rate':>10} {'SBO reaches it at':>18} {'wall s':>7}"
+    print(f"{'searcher':<14} {'median':>8} {'q25':>8} {'q75':>8} {header}")
     for name, runs in results.items():
         final = runs.best_at(budget)
         q25, median, q75 = np.nanpercentile(final, [25, 50, 75])
-        reach = share_to_reach(median_curve(ours), median, budget) if ours is not None and name != "structured-bo" else None
+        compared = ours is not None and name != "structured-bo"
+        reach = share_to_reach(lambda spent: median_at(ours, spent), median, budget) if compared else None
         reach_text = "" if reach is None else ("never" if math.isinf(reach) else f"{reach:.2f} of budget")
+        merge = np.mean(runs.merge_rates)
         print(
-            f"{name:<14} {median:>8.4f} {q25:>8.4f} {q75:>8.4f} {np.mean(runs.merge_rates):>10.2f} {reach_text:>18} {runs.seconds:>7.0f}"
+            f"{name:<14} {median:>8.4f} {q25:>8.4f} {q75:>8.4f} {merge:>10.2f} {reach_text:>18} {runs.seconds:>7.0f}"
         )
 
 
@@ -248,7 +261,16 @@ def plot(path: str, title: str, results: dict[str, Runs], budget: float, unit: s
 
 def real_training(names: list[str], seeds: int, out: str, cache: str | None) -> None:
     training = RealTraining()
-    profile = training.profile()
+    # Cached runs were charged at the epoch time measured when they ran.
+    measured = cache and os.path.join(cache, "mnist1d-epoch-seconds.json")
+    if measured and os.path.exists(measured):
+        with open(measured) as file:
+            profile = training.profile(json.load(file))
+    else:
+        profile = training.profile()
+        if measured:
+            with open(measured, "w") as file:
+                json.dump(profile.seconds_per_iteration, file)
     budget_trials = 12
     budget = budget_trials * MNIST1D_HORIZON * profile.seconds_per_iteration
     factories = searchers(MNIST1D_HORIZON)
@@ -257,14 +279,17 @@ def real_training(names: list[str], seeds: int, out: str, cache: str | None) -> 
         trials = 2 * budget_trials if name == "structured-bo" else budget_trials
         results[name] = cached(
             cache and os.path.join(cache, f"mnist1d-{name}-{seeds}.json"),
-            lambda: simulator_runs(factories[name], range(seeds), trials, profile, MNIST1D_HORIZON, MNIST1D_SPACE, metrics=training),
+            lambda: simulator_runs(
+                factories[name], range(seeds), trials, profile, MNIST1D_HORIZON, MNIST1D_SPACE, metrics=training
+            ),
         )
     report(
         f"2. MNIST-1D CNN trained for real ({profile.seconds_per_iteration:.2f} s an epoch here), "
         f"Warmup(w, 2, Step(b, 3, gamma)), {MNIST1D_HORIZON} epochs, 4 workers",
         results, budget, "worker-s",
     )
-    plot(os.path.join(out, "best_vs_budget_mnist1d.png"), f"MNIST-1D CNN, {MNIST1D_HORIZON} epochs, 4 workers", results, budget, "worker-seconds")
+    title = f"MNIST-1D CNN, {MNIST1D_HORIZON} epochs, 4 workers"
+    plot(os.path.join(out, "best_vs_budget_mnist1d.png"), title, results, budget, "worker-seconds")
 
 
 def main() -> None:
@@ -281,7 +306,8 @@ def main() -> None:
     started = time.perf_counter()
     seeds, budget_trials = (1, 6) if args.quick else (args.seeds, 30)
     factories = searchers(HORIZON)
-    names = args.only.split(",") if args.only else (["random", "optuna-tpe", "structured-bo"] if args.quick else list(factories))
+    default = ["random", "optuna-tpe", "structured-bo"] if args.quick else list(factories)
+    names = args.only.split(",") if args.only else default
     budget = budget_trials * HORIZON * RESNET20.seconds_per_iteration
     results = {}
     for name in names:
@@ -292,9 +318,11 @@ def main() -> None:
             args.cache and os.path.join(args.cache, f"simulator-{name}-{part}.json"),
             lambda: simulator_runs(factories[name], range(args.first_seed, args.first_seed + seeds), trials),
         )
-    report("1. Simulator, ResNet20 profile, Warmup(w, 10, Step(b, 10, gamma)), 30 epochs, 4 workers", results, budget, "GPU-s")
+    title = "1. Simulator, ResNet20 profile, Warmup(w, 10, Step(b, 10, gamma)), 30 epochs, 4 workers"
+    report(title, results, budget, "GPU-s")
     if not args.quick:
-        plot(os.path.join(args.out, "best_vs_budget_simulator.png"), "Simulated ResNet20, 30 epochs, 4 workers", results, budget, "GPU-seconds")
+        title = "Simulated ResNet20, 30 epochs, 4 workers"
+        plot(os.path.join(args.out, "best_vs_budget_simulator.png"), title, results, budget, "GPU-seconds")
     if args.mnist1d:
         real_training(names, args.mnist1d_seeds, args.out, args.cache)
     print(f"\ntotal {time.perf_counter() - started:.1f} s wall")

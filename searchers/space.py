@@ -66,7 +66,10 @@ class LeafSpace:
                     f"{owner}: {where} is a {type(domain).__name__}; allowed are tune.uniform, "
                     "loguniform, quniform, randint, lograndint and choice"
                 )
-            if isinstance(domain, Categorical) and any(parse_spec_vars(to_tune_space({"c": c}))[1] for c in domain.categories):
+            nested = isinstance(domain, Categorical) and any(
+                parse_spec_vars(to_tune_space({"category": category}))[1] for category in domain.categories
+            )
+            if nested:
                 raise ValueError(
                     f"{owner}: a category of the tune.choice at {where} holds Tune domains; "
                     "put them at the top level of the search space"

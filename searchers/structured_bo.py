@@ -114,7 +114,8 @@ class StructuredBO(Searcher):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"StructuredBO: {name} must be an int >= {low}, got {value!r}")
-        if isinstance(cost_exponent, bool) or not isinstance(cost_exponent, (int, float)) or not 0 <= cost_exponent <= 4:
+        number = isinstance(cost_exponent, (int, float)) and not isinstance(cost_exponent, bool)
+        if not number or not 0 <= cost_exponent <= 4:
             raise ValueError(f"StructuredBO: cost_exponent must be a number in [0, 4], got {cost_exponent!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"StructuredBO: seed must be an int or None, got {seed!r}")
@@ -282,7 +283,8 @@ class StructuredBO(Searcher):
         configs = [self._plan.trials[t].config for t in suggested]
         mean, _ = model.forecast(configs, [self._anchor(c) for c in configs])
         best = [suggested[i] for i in np.argsort(-mean)[: max(1, len(suggested) // 5)]]
-        parents = [*self._rng.choice(best, self.num_candidates // 4), *self._rng.choice(suggested, self.num_candidates // 4)]
+        quarter = self.num_candidates // 4
+        parents = [*self._rng.choice(best, quarter), *self._rng.choice(suggested, quarter)]
         drawn = self._space.sample(self._rng, self.num_candidates - len(parents))
         return self._planned(drawn + [self._space.neighbour(self._leaves[p], self._rng) for p in parents])
 

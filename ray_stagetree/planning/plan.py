@@ -234,7 +234,9 @@ class SearchPlan:
         child = path[-1].children[(fork, config.observed_at(fork))] = self._new_node(config, path[-1], fork)
         return child
 
-    def follow(self, config: Mapping[str, Any] | TrialConfig, step: int, study: str = "default") -> tuple[list[PlanNode], int]:
+    def follow(
+        self, config: Mapping[str, Any] | TrialConfig, step: int, study: str = "default"
+    ) -> tuple[list[PlanNode], int]:
         """The existing nodes the first ``step`` iterations of ``config``
         pass through, root first, and how many iterations it shares with
         that path (it leaves the last node there). Adds nothing; the nodes'

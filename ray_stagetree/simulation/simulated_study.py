@@ -525,7 +525,8 @@ class _Driver:
         metric = trial.study.profile.metric
         for at, metrics in self.plan.history(trial.trial_id).items():
             if trial.reported_step < at <= step:
-                self._source(trial).on_result(self._source_id(trial), {"training_iteration": at, metric: metrics[metric]})
+                row = {"training_iteration": at, metric: metrics[metric]}
+                self._source(trial).on_result(self._source_id(trial), row)
         trial.reported_step = max(trial.reported_step, step)
 
     def _trained_seconds(self) -> float:

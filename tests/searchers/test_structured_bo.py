@@ -124,7 +124,8 @@ def test_save_and_restore_keep_what_it_measured(tmp_path):
 
 def test_works_on_plain_tune_domains():
     """No sequences: a vanilla Tune space, each value constant over training."""
-    searcher = StructuredBO({"lr": tune.loguniform(1e-3, 1.0)}, metric="score", mode="max", horizon=HORIZON, seed=0, **QUICK)
+    space = {"lr": tune.loguniform(1e-3, 1.0)}
+    searcher = StructuredBO(space, metric="score", mode="max", horizon=HORIZON, seed=0, **QUICK)
     finals = []
     for index in range(12):
         suggestion = searcher.suggest(f"t{index}")
