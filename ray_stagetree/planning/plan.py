@@ -249,21 +249,41 @@ class SearchPlan:
         return node
 
     def _descend(self, config: TrialConfig, step: int) -> PlanNode:
-        root_key = config.observed_at(0)
-        node = self._roots.get(root_key)
-        if node is None:
-            node = self._roots[root_key] = self._new_node(config, None, 0)
+        path, fork = self._follow(config, step)
+        if not path:
+            node = self._roots[config.observed_at(0)] = self._new_node(config, None, 0)
             return node
+        if fork is None:
+            return path[-1]
+        child = path[-1].children[(fork, config.observed_at(fork))] = self._new_node(config, path[-1], fork)
+        return child
+
+    def follow(
+        self, config: Mapping[str, Any] | TrialConfig, step: int, study: str = "default"
+    ) -> tuple[list[PlanNode], int]:
+        """The existing nodes the first ``step`` iterations of ``config``
+        pass through, root first, and how many iterations it shares with
+        that path (it leaves the last node there). Adds nothing; the nodes'
+        ``metrics`` are what the plan measured on the shared prefix."""
+        path, fork = self._follow(TrialConfig.from_config(config, study), step)
+        return path, (0 if not path else step if fork is None else fork)
+
+    def _follow(self, config: TrialConfig, step: int) -> tuple[list[PlanNode], int | None]:
+        """The existing nodes the first ``step`` iterations of ``config``
+        pass through, root first, and the iteration where it leaves the last
+        of them (None: it never does before ``step``). Adds nothing."""
+        node = self._roots.get(config.observed_at(0))
+        if node is None:
+            return [], None
+        path = [node]
         while True:
             fork = config.first_difference(node.config, step, node.fork_step)
             if fork is None:
-                return node
-            child_key = (fork, config.observed_at(fork))
-            child = node.children.get(child_key)
-            if child is None:
-                child = node.children[child_key] = self._new_node(config, node, fork)
-                return child
-            node = child
+                return path, None
+            node = node.children.get((fork, config.observed_at(fork)))
+            if node is None:
+                return path, fork
+            path.append(node)
 
     # -- trials --------------------------------------------------------------
 
@@ -621,6 +641,36 @@ class SearchPlan:
                     break
                 node, step = node.parent, node.fork_step
         return extent
+
+    def covered_iterations(self, configs: Iterable[Mapping[str, Any] | TrialConfig], step: int, study: str = "default") -> list[int]:
+        """How many of the first ``step`` iterations of each config the live
+        trials already train (or have trained): adding that config as a trial
+        would cost ``step`` minus this in unique iterations. Adds nothing to
+        the plan.
+
+        Example
+        -------
+        >>> from ray_stagetree import SearchPlan, MultiStep
+        >>> plan = SearchPlan()
+        >>> _ = plan.add_trial("a", {"lr": MultiStep(0.1, [100], 0.1)}, step=200)
+        >>> plan.covered_iterations([{"lr": MultiStep(0.1, [150], 0.1)}, {"lr": 0.2}], 200)
+        [100, 0]
+        """
+        _check_step(step)
+        extents = self.requested_extent()
+        covered = []
+        for config in configs:
+            path, limit = self.follow(config, step, study)
+            reach = 0
+            # The deepest node a live trial still needs bounds what is shared:
+            # the config follows each node on its path up to where the next starts.
+            for node in reversed(path):
+                if node.node_id in extents:
+                    reach = min(limit, extents[node.node_id])
+                    break
+                limit = node.fork_step
+            covered.append(reach)
+        return covered
 
     # -- persistence -------------------------------------------------------------
 

@@ -56,13 +56,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
 from ray_stagetree.planning.time_sharing import TimeSharingPolicy
+from ray_stagetree.searchers.sources import WAIT, SearcherSource, VariantSource
 from ray_stagetree.simulation.simulator import Simulation, SimulationResult
 from ray_stagetree.trial_schedulers.host import PAUSE, STOP, SchedulerHost
 
@@ -304,6 +304,7 @@ class StudyDefinition:
         Study name (prefix of its trial ids).
     trials:
         Resolved trial configs (e.g. `ray_stagetree.searchers.generate_trials`).
+        Left empty when ``searcher`` proposes them.
     profile:
         The model the trials train.
     horizon:
@@ -318,6 +319,10 @@ class StudyDefinition:
         (the paper adds 100 epochs, or 100 steps, and counts them).
     max_concurrent_trials:
         Live trials at once (None: all, as the controller admits them).
+    searcher:
+        Builds a fresh Ray Tune ``Searcher`` for each run, to propose
+        ``num_samples`` trials from ``param_space`` as the study runs (as
+        the controller hosts one); it sees every iteration's result.
     """
 
     name: str
@@ -328,6 +333,17 @@ class StudyDefinition:
     mode: str = "max"
     final_iterations: int = 0
     max_concurrent_trials: int | None = None
+    searcher: Callable[[], Any] | None = None
+    param_space: Mapping[str, Any] | None = None
+    num_samples: int = 0
+
+    def source(self) -> VariantSource | SearcherSource:
+        """Where the study's trials come from, fresh for one run."""
+        if self.searcher is None:
+            return VariantSource(self.trials, [f"{index:04d}" for index in range(len(self.trials))])
+        if self.param_space is None:
+            raise ValueError(f"study {self.name!r}: a searcher needs the param_space it searches")
+        return SearcherSource(self.searcher(), self.param_space, self.profile.metric, self.mode, self.num_samples)
 
 
 @dataclass
@@ -338,6 +354,9 @@ class StudyOutcome:
     best_trial: str | None = None
     stopped: set[str] = field(default_factory=set)
     finished: set[str] = field(default_factory=set)
+    #: (GPU-seconds of the iterations trained so far, the trial's final
+    #: metric) for each trial that reached the horizon, in finishing order
+    finishes: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -376,17 +395,24 @@ class _Trial:
     status: str = _RUNNING
     last_step: int = 0
     last_value: float | None = None
+    reported_step: int = 0  # results the study's source has seen
 
 
 class _Driver:
     """Admits trials, feeds answered requests to each study's scheduler and
     applies its decisions to the plan (the controller's loop, without Ray)."""
 
-    def __init__(self, plan: SearchPlan, studies: list[StudyDefinition], share: bool) -> None:
-        self.plan, self.share = plan, share
+    def __init__(
+        self,
+        plan: SearchPlan,
+        studies: list[StudyDefinition],
+        share: bool,
+        seconds: Callable[[PlanNode, int], float],
+    ) -> None:
+        self.plan, self.share, self.seconds = plan, share, seconds
         self.trials: dict[str, _Trial] = {}
         self.hosts: dict[str, SchedulerHost] = {}
-        self.pending: dict[str, deque[tuple[str, dict[str, Any]]]] = {}
+        self.sources: dict[str, VariantSource | SearcherSource] = {}
         self.outcomes = {study.name: StudyOutcome() for study in studies}
         self.studies = {study.name: study for study in studies}
         for study in studies:
@@ -394,19 +420,18 @@ class _Driver:
             self.hosts[study.name] = SchedulerHost(
                 scheduler, study.profile.metric, study.mode, study.horizon, on_stop=self.stop
             )
-            self.pending[study.name] = deque(
-                (f"{study.name}/{index:04d}", {**config, "model": study.profile.name})
-                for index, config in enumerate(study.trials)
-            )
+            self.sources[study.name] = study.source()
 
     # -- admission -------------------------------------------------------------
 
     def admit(self) -> None:
         for name, study in self.studies.items():
             limit = study.max_concurrent_trials or math.inf
-            pending = self.pending[name]
-            while pending and self._live(name) < limit:
-                trial_id, config = pending.popleft()
+            while self._live(name) < limit:
+                proposed = self.sources[name].next_trial()
+                if proposed is None or proposed == WAIT:
+                    break
+                trial_id, config = f"{name}/{proposed[0]}", {**proposed[1], "model": study.profile.name}
                 trial = self.trials[trial_id] = _Trial(trial_id, study, config)
                 host = self.hosts[name]
                 host.on_add(trial_id, config)
@@ -444,10 +469,14 @@ class _Driver:
         study, host = trial.study, self.hosts[trial.study.name]
         trial.last_step, trial.last_value = step, self._value(trial.trial_id, step)
         row = {"training_iteration": step, study.profile.metric: trial.last_value}
+        self._feed_source(trial, step)
         if step >= study.horizon:
             trial.status = _DONE
-            self.outcomes[study.name].finished.add(trial.trial_id)
+            outcome = self.outcomes[study.name]
+            outcome.finished.add(trial.trial_id)
+            outcome.finishes.append((self._trained_seconds(), trial.last_value))
             host.on_complete(trial.trial_id, row)
+            self._source(trial).on_complete(self._source_id(trial), row)
             return
         decision = host.on_result(trial.trial_id, row)
         if decision == STOP:
@@ -479,10 +508,34 @@ class _Driver:
         self.outcomes[trial.study.name].stopped.add(trial_id)
         row = {"training_iteration": trial.last_step, trial.study.profile.metric: trial.last_value}
         self.hosts[trial.study.name].on_complete(trial_id, row if trial.last_step else None)
+        self._source(trial).on_complete(self._source_id(trial), row if trial.last_step else None)
         if trial.last_step:
             self.plan.extend_trial(trial_id, trial.last_step)
         else:
             self.plan.remove_trial(trial_id)
+
+    # -- the study's source sees what a searcher in the runtime sees ----------------------
+
+    def _source(self, trial: _Trial) -> VariantSource | SearcherSource:
+        return self.sources[trial.study.name]
+
+    @staticmethod
+    def _source_id(trial: _Trial) -> str:
+        return trial.trial_id.partition("/")[2]
+
+    def _feed_source(self, trial: _Trial, step: int) -> None:
+        """Every iteration's result up to ``step``, once and in order (the
+        plan holds them all: the simulated workers record each iteration)."""
+        metric = trial.study.profile.metric
+        for at, metrics in self.plan.history(trial.trial_id).items():
+            if trial.reported_step < at <= step:
+                row = {"training_iteration": at, metric: metrics[metric]}
+                self._source(trial).on_result(self._source_id(trial), row)
+        trial.reported_step = max(trial.reported_step, step)
+
+    def _trained_seconds(self) -> float:
+        """GPU-seconds of every iteration trained so far (each once)."""
+        return sum(self.seconds(node, step - 1) for node in self.plan.nodes for step in node.metrics)
 
     # -- the end -----------------------------------------------------------------------
 
@@ -491,7 +544,7 @@ class _Driver:
         ``final_iterations`` more (once)."""
         for name, study in self.studies.items():
             outcome = self.outcomes[name]
-            if outcome.best_trial is not None or self.pending[name]:
+            if outcome.best_trial is not None or self.sources[name].remaining:
                 continue
             mine = [t for t in self.trials.values() if t.study.name == name]
             if any(t.status == _RUNNING for t in mine):
@@ -515,6 +568,7 @@ def simulate(
     share: bool = True,
     policy: str = "critical_path",
     batch_stages: bool | None = None,
+    metrics: Callable[[PlanNode, int], Mapping[str, float]] | None = None,
 ) -> StudyRun:
     """Run ``studies`` together in one plan on ``workers`` simulated GPUs.
 
@@ -532,6 +586,9 @@ def simulate(
         Execution policy name ("critical_path", "thr", "bfs", or a
         time-sharing one: "hermes", "round_robin", "slaq", "fifo") and whether
         it dispatches whole root-to-leaf paths (default: the policy's own).
+    metrics:
+        What a trial reports after iteration ``step`` of ``node``
+        (default: the profiles' learning curves), e.g. real training.
 
     Example
     -------
@@ -560,10 +617,10 @@ def simulate(
         seconds_per_iteration=curves.seconds,
         checkpoint_load_seconds=load,
         checkpoint_save_seconds=save,
-        metrics=curves.metrics,
+        metrics=metrics or curves.metrics,
     )
     plan = SearchPlan()
-    driver = _Driver(plan, studies, share)
+    driver = _Driver(plan, studies, share, curves.seconds)
     driver.admit()
     execution = simulation.policy(policy, batch_stages)
     if isinstance(execution, TimeSharingPolicy):  # its priorities read the (first) study's metric

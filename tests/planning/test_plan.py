@@ -261,3 +261,25 @@ def test_a_fork_at_a_batchs_end_waits_for_the_checkpoint_saved_after_the_last_re
     plan.add_trial("b", {"lr": LR_50}, 100)
     stages = build_stage_tree(plan).stages
     assert [stage.waits_for for stage in stages] == [batch.batch_id]
+
+
+def test_covered_iterations_are_what_live_trials_already_train():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": MultiStep(0.1, [10], 0.1)}, 30)
+    plan.add_trial("b", {"lr": MultiStep(0.1, [20], 0.5)}, 30)
+    nodes = len(plan.nodes)
+    candidates = [
+        {"lr": MultiStep(0.1, [25], 0.1)},  # follows b's path to 20, then a fresh value
+        {"lr": MultiStep(0.1, [10], 0.1)},  # a itself
+        {"lr": Constant(0.2)},  # nothing in common
+        {"lr": MultiStep(0.1, [10], 0.1), "momentum": 0.9},  # other hyper-parameters: another root
+    ]
+    assert plan.covered_iterations(candidates, 30) == [20, 30, 0, 0]
+    assert plan.covered_iterations(candidates, 15) == [15, 15, 0, 0]
+    assert len(plan.nodes) == nodes  # asking adds nothing
+    plan.extend_trial("b", 12)  # b stopped early: only 12 iterations of its path are trained
+    assert plan.covered_iterations(candidates[:1], 30) == [12]
+    plan.remove_trial("b")
+    assert plan.covered_iterations(candidates[:1], 30) == [10]
+    path, shared = plan.follow(candidates[0], 30)
+    assert shared == 20 and [node.fork_step for node in path] == [0, 10]

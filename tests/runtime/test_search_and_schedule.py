@@ -8,7 +8,7 @@ import pytest
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 
-from ray_stagetree import Exponential, MultiStep, Tuner, get_hparams
+from ray_stagetree import Exponential, MultiStep, Step, Tuner, get_hparams
 
 HORIZON = 8
 
@@ -215,3 +215,26 @@ def test_time_budget_stops_the_study(tmp_path, ray_session):
     # a slow machine may stop a trial before its first report: no rows at all
     reported = [0 if r.metrics_dataframe is None else len(r.metrics_dataframe) for r in grid]
     assert grid.num_errors == 0 and len(grid) == 2 and max(reported) < 100
+
+
+def test_structured_bo_tunes_a_schedule_and_reuses_its_prefixes(tmp_path, ray_session):
+    from ray_stagetree.searchers import StructuredBO
+
+    horizon = 6
+    # The first learning rate decides the first 4 iterations, the decay the rest.
+    space = {"lr": Step(tune.loguniform(0.01, 0.5), 4, tune.uniform(0.5, 1.0)), "noise": 0.01}
+    searcher = StructuredBO(horizon=horizon, num_initial=3, num_candidates=64, num_samples=32, seed=0)
+    grid = Tuner(
+        sequence_trainable,
+        param_space=space,
+        tune_config=tune.TuneConfig(metric="loss", mode="min", search_alg=searcher, num_samples=8, max_concurrent_trials=2),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="sbo", stop={"training_iteration": horizon}, verbose=0),
+    ).fit()
+    assert len(grid) == 8 and grid.num_errors == 0
+    for result in grid:
+        assert result.config["lr"]["family"] == "Step" and len(result.metrics_dataframe) == horizon
+    trial_by_trial = sum(len(result.metrics_dataframe) for result in grid)
+    assert grid.iterations_executed < trial_by_trial  # its proposals share prefixes, trained once
+    # the model's proposals beat the random start
+    by_start = sorted(grid, key=lambda result: result.metrics["trial_id"])
+    assert min(r.metrics["loss"] for r in by_start[3:]) < min(r.metrics["loss"] for r in by_start[:3])
