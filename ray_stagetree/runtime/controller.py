@@ -113,17 +113,21 @@ class TrialState:
 
 
 class StudyController:
-    def __init__(self, spec: StudySpec) -> None:
+    def __init__(self, spec: StudySpec, plan: SearchPlan | None = None, store: CheckpointStore | None = None) -> None:
+        """``plan`` and ``store``: a plan service's, shared with other studies
+        (`runtime.shared_plan`); by default the study's own."""
         self.spec = spec
         restore = spec.restore
-        if restore is not None:
+        if plan is not None:
+            self.plan = plan
+        elif restore is not None:
             self.plan = SearchPlan.from_records(restore.state.plan)
         elif spec.resume:
             self.plan = SearchPlan.load(self._plan_path, spec.storage_filesystem)
         else:
             self.plan = SearchPlan()
         self.policy = get_policy(spec.policy)
-        self.store = CheckpointStore(
+        self.store = store or CheckpointStore(
             CheckpointStorage(spec.experiment_path, spec.storage_filesystem),
             spec.checkpoint_budget_bytes,
             secret=spec.payload_key,
@@ -228,11 +232,15 @@ class StudyController:
         if state.trial_id in self.plan.trials:
             request = self.plan.extend_trial(state.trial_id, target)
         else:
-            study = "study" if self.spec.stage_sharing else state.trial_id
+            study = self._sharing_key(state.trial_id)
             request = self.plan.add_trial(state.trial_id, state.config, target, study=study)
         self._requested(state, request, step)
 
     # -- trials ----------------------------------------------------------------
+
+    def _sharing_key(self, trial_id: str) -> str:
+        """The plan's sharing key of a trial: trials share stages only under one key."""
+        return "study" if self.spec.stage_sharing else trial_id
 
     def _live(self) -> int:
         return sum(1 for t in self.trials.values() if t.status in (PENDING, RUNNING))
@@ -277,7 +285,7 @@ class StudyController:
                 dirname=dirname,
             )
             self._event("start", state, config=state.config_json)
-            study = "study" if self.spec.stage_sharing else trial_id
+            study = self._sharing_key(trial_id)
             step = self._next_request(trial_id, 0)
             if trial_id in self.plan.trials:  # a trial of a restored plan, extended
                 request = self.plan.extend_trial(trial_id, step)
@@ -397,7 +405,7 @@ class StudyController:
         for name, value in exploit.values.items():
             sequence = sequences[name].then(value, at=exploit.step) if exploit.step > 0 else value
             _set_path(config, name, sequence)
-        study = "study" if self.spec.stage_sharing else state.trial_id
+        study = self._sharing_key(state.trial_id)
         self.plan.remove_trial(state.trial_id)
         state.config, state.flat = config, TrialConfig.from_config(config)
         state.config_json = unflatten(state.flat.to_json())
