@@ -9,7 +9,7 @@ progress and results, as `Tuner.fit` polls its controller.
 Lifetime:
 
 * A study detaches when its driver's `fit()` ends, or when its driver has
-  not polled for `DETACH_AFTER_S` (a killed driver): its live trials stop,
+  not polled for ``detach_after_s`` (a killed driver): its live trials stop,
   and batches no other study needs stop at their next report.
 * A study whose trainable identity differs from the attached studies' is
   refused while they run; once none is attached, the service switches to
@@ -25,7 +25,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import os
 import time
 import uuid
 from typing import Any
@@ -38,10 +37,6 @@ from ray_stagetree.runtime.shared_plan import TICK_S, SharedPlan
 from ray_stagetree.runtime.storage import CheckpointStorage
 
 logger = logging.getLogger(__name__)
-
-#: A study whose driver has not asked for its progress for this long is
-#: detached (its driver is taken for dead); RAY_STAGETREE_DETACH_AFTER_S sets it.
-DETACH_AFTER_S = float(os.environ.get("RAY_STAGETREE_DETACH_AFTER_S", "30"))
 
 #: The file naming a plan directory's trainable identity.
 IDENTITY_FILE = "stagetree_sharing_key.json"
@@ -61,13 +56,18 @@ class PlanService:
         As ``RunConfig.storage_filesystem``.
     idle_timeout_s:
         Seconds without an attached study before the service ends itself.
+    detach_after_s:
+        Seconds without a poll from a study's driver before it is detached.
     """
 
-    def __init__(self, name: str, root: str, storage_filesystem: Any, idle_timeout_s: float) -> None:
+    def __init__(
+        self, name: str, root: str, storage_filesystem: Any, idle_timeout_s: float, detach_after_s: float
+    ) -> None:
         self.name = name
         self.root = root
         self.storage_filesystem = storage_filesystem
         self.idle_timeout_s = idle_timeout_s
+        self.detach_after_s = detach_after_s
         self.shared: SharedPlan | None = None
         self._loop: Any = None  # the shared plan's run(), a task of this actor's event loop
         self._seen: dict[str, float] = {}  # study id -> time.monotonic() of its driver's last poll
@@ -112,7 +112,7 @@ class PlanService:
         if study is None:
             raise KeyError(
                 f"no study {study_id!r} is attached to plan service {self.name!r} (it was detached: its driver did "
-                f"not poll for {DETACH_AFTER_S:g}s, or the service was shut down)"
+                f"not poll for {self.detach_after_s:g}s, or the service was shut down)"
             )
         self._seen[study_id] = time.monotonic()
         return study
@@ -160,7 +160,7 @@ class PlanService:
             await asyncio.sleep(TICK_S)
             now = time.monotonic()
             for study_id, seen in list(self._seen.items()):
-                if now - seen > DETACH_AFTER_S:
+                if now - seen > self.detach_after_s:
                     logger.warning("study %s: its driver has not polled for %.0fs; detaching it", study_id, now - seen)
                     self.detach(study_id)
             attached = self.shared is not None and self.shared.studies

@@ -48,12 +48,17 @@ class PlanServiceConfig:
         The study's weight in the share of workers between attached studies.
     idle_timeout_s:
         A service this study starts ends after this long without a study.
+    detach_after_s:
+        A service this study starts detaches a study whose driver has not
+        polled it for this long (the driver is taken for dead: killed, or
+        its machine lost). Drivers poll twice a second.
     """
 
     name: str
     study_group: str = "default"
     weight: float = 1.0
     idle_timeout_s: float = 600.0
+    detach_after_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -63,7 +68,7 @@ class PlanServiceConfig:
             )
         if not isinstance(self.study_group, str) or not _NAME.fullmatch(self.study_group):
             raise ValueError(f"PlanServiceConfig.study_group must be a name like name's, got {self.study_group!r}")
-        for field in ("weight", "idle_timeout_s"):
+        for field in ("weight", "idle_timeout_s", "detach_after_s"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"PlanServiceConfig.{field} must be a number > 0, got {value!r}")
@@ -89,7 +94,7 @@ def connect(config: PlanServiceConfig, storage_path: str, storage_filesystem: An
     service = (
         ray.remote(PlanService)
         .options(name=config.name, lifetime="detached", get_if_exists=True, num_cpus=0, max_concurrency=1000)
-        .remote(config.name, root, storage_filesystem, config.idle_timeout_s)
+        .remote(config.name, root, storage_filesystem, config.idle_timeout_s, config.detach_after_s)
     )
     where, _ = ray.get(service.location.remote())
     if where != root:
