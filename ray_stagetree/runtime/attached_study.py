@@ -9,12 +9,9 @@ study and hands each study the results of its trials.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ray_stagetree.runtime.controller import PENDING, RUNNING, StudyController, StudySpec
-
-if TYPE_CHECKING:
-    from ray_stagetree.runtime.shared_plan import SharedPlan
+from ray_stagetree.runtime.controller import StudyController, StudySpec
 
 
 class _StudyFolderStore:
@@ -41,14 +38,14 @@ class AttachedStudy(StudyController):
         The study's spec, as the Tuner builds it; its ``experiment_path`` is
         the study's folder inside the shared plan's directory.
     shared:
-        The plan, store and workers it runs on.
+        The `runtime.shared_plan.SharedPlan` whose plan, store and workers it runs on.
     study_id:
         Its name in the service (progress, results and detach use it).
     weight:
         Its weight in the share of workers (`planning.fair_share`).
     """
 
-    def __init__(self, spec: StudySpec, shared: SharedPlan, study_id: str, weight: float = 1.0) -> None:
+    def __init__(self, spec: StudySpec, shared: Any, study_id: str, weight: float = 1.0) -> None:
         folder = spec.experiment_path[len(shared.spec.experiment_path) :].strip("/")
         super().__init__(spec, plan=shared.plan, store=_StudyFolderStore(shared.store, folder))
         self._node_configs = {}  # the shared plan's nodes are configured there
@@ -78,9 +75,6 @@ class AttachedStudy(StudyController):
         """Its part of a batch that served it (split between the studies served)."""
         self._worker_seconds += seconds
         self._iterations += iterations
-
-    def live_trials(self) -> list[str]:
-        return [t for t, state in self.trials.items() if state.status in (PENDING, RUNNING)]
 
     def progress(self) -> dict[str, Any]:
         progress = super().progress()
