@@ -10,8 +10,10 @@ the same name, other data), never share a stage.
 The fingerprint follows code, not names: a function by its bytecode,
 constants, defaults and the values its closure holds, recursively (Tune's
 ``with_parameters`` and ``with_resources`` wrappers are closures and
-classes); a class by its functions and bases; ``with_parameters`` objects by
-their pickled bytes, fetched from the object store where Tune put them.
+classes); a class by its functions and bases; ``with_parameters`` objects,
+fetched from the object store where Tune put them, by their contents:
+containers item by item, arrays and tensors by dtype, shape and bytes (a
+tensor's pickle differs between processes), anything else by its pickle.
 Module-level globals a function reads are not followed (a global changed
 between studies is not seen: put such values in the config or
 ``with_parameters``, or set a new ``study_group``).
@@ -24,6 +26,7 @@ import re
 import types
 from typing import Any
 
+import numpy as np
 import ray
 
 #: Depth of objects followed from the trainable (wrappers of wrappers).
@@ -86,6 +89,16 @@ def _feed(digest: Any, obj: Any, depth: int, seen: set[int]) -> None:
         _feed_parameters(digest, obj)
     elif isinstance(obj, (str, bytes, int, float, bool, complex, type(None))):
         digest.update(_ADDRESS.sub("", repr(obj)).encode())
+    elif isinstance(obj, np.ndarray):
+        digest.update(f"array {obj.dtype} {obj.shape}".encode())
+        digest.update(np.ascontiguousarray(obj).tobytes())
+    elif type(obj).__module__.startswith("torch") and type(obj).__name__ in ("Tensor", "Parameter"):
+        _feed(digest, obj.detach().cpu().numpy(), depth + 1, seen)  # a tensor's pickle varies between processes
+    elif isinstance(obj, dict):
+        digest.update(f"dict[{len(obj)}]".encode())
+        for key in sorted(obj, key=repr):
+            _feed(digest, key, depth + 1, seen)
+            _feed(digest, obj[key], depth + 1, seen)
     elif isinstance(obj, (tuple, list, frozenset, set)):
         items = sorted(obj, key=repr) if isinstance(obj, (set, frozenset)) else obj
         digest.update(f"{type(obj).__name__}[{len(obj)}]".encode())
@@ -103,7 +116,7 @@ def _feed_parameters(digest: Any, registry: Any) -> None:
         values[name] = ray.get(ref)
     for name in sorted(values):
         digest.update(_ADDRESS.sub("", name).encode())
-        digest.update(_pickled(values[name]))
+        _feed(digest, values[name], 1, set())
 
 
 def _pickled(obj: Any) -> bytes:

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from ray import tune
 
 from ray_stagetree import Tuner
@@ -24,13 +25,19 @@ def train_edited(config, data=None):
 
 
 def test_the_same_trainable_has_the_same_key_in_every_process():
-    code = "from trainables_for_tests import sum_of_lr; from ray_stagetree.runtime.trainable_identity import sharing_key; print(sharing_key('g', sum_of_lr))"
+    # A tensor's pickle differs between processes: its contents are what count.
+    code = (
+        "import torch; from ray import tune; from trainables_for_tests import sum_of_lr;"
+        "from ray_stagetree.runtime.trainable_identity import sharing_key;"
+        "print(sharing_key('g', sum_of_lr), sharing_key('g', tune.with_parameters(sum_of_lr, data=torch.arange(6.0))))"
+    )
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
     other_process = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=environment
     ).stdout
-    assert other_process.strip() == sharing_key("g", sum_of_lr)
+    here = [sharing_key("g", sum_of_lr), sharing_key("g", tune.with_parameters(sum_of_lr, data=torch.arange(6.0)))]
+    assert other_process.split() == here
     assert sharing_key("g", tune.with_resources(sum_of_lr, {"cpu": 1})) == sharing_key("g", sum_of_lr)
 
 
