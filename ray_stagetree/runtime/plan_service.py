@@ -165,7 +165,9 @@ class PlanService:
                     self.detach(study_id)
             attached = self.shared is not None and self.shared.studies
             if not attached and now - self._idle_since > self.idle_timeout_s:
-                await self.shutdown()
+                logger.info("plan service %s: no study for %.0fs; ending", self.name, self.idle_timeout_s)
+                # As an actor call: only an actor's own task can end it (exit_actor).
+                ray.get_runtime_context().current_actor.shutdown.remote()
                 return
 
     def _fail_if_loop_died(self) -> None:

@@ -52,6 +52,14 @@ def attached(service):
         return []
 
 
+def service_exists(name):
+    try:
+        ray.get_actor(name)
+    except ValueError:
+        return False
+    return True
+
+
 @pytest.fixture
 def service_name():
     name = f"svc_{os.urandom(3).hex()}"
@@ -77,7 +85,9 @@ def test_concurrent_drivers_share_stages_and_see_only_their_trials(ray_session, 
 
 
 def test_a_killed_driver_detaches_and_the_service_goes_on(ray_session, tmp_path, counter, service_name):
-    doomed, _ = start_driver(tmp_path, "doomed", [3, 30], service_name, counter, sleep=0.5, detach_after_s=2.0)
+    doomed, _ = start_driver(
+        tmp_path, "doomed", [3, 30], service_name, counter, sleep=0.5, detach_after_s=2.0, idle_timeout_s=3.0
+    )
     wait_for(lambda: attached(service_name) and count_of(counter) >= 2, what="the first study to train")
     doomed.kill()
     doomed.wait()
@@ -88,6 +98,8 @@ def test_a_killed_driver_detaches_and_the_service_goes_on(ray_session, tmp_path,
     # The service still serves: a new study attaches and gets the prefix the killed one trained.
     results = tuner(str(tmp_path), "after", [2, 3], service_name, counter=counter).fit()
     assert summary(results) == {2: expected_total(2), 3: expected_total(3)}
+    # With no study left, the service ends itself after its idle timeout.
+    wait_for(lambda: not service_exists(service_name), timeout=30, what="the idle service to end")
 
 
 def test_a_new_service_generation_answers_from_the_stored_plan(ray_session, tmp_path, counter, service_name):
