@@ -35,6 +35,7 @@ from ray_stagetree.runtime.batches import BatchOutcome
 from ray_stagetree.runtime.controller import StudySpec, start_worker
 from ray_stagetree.runtime.shared_plan import TICK_S, SharedPlan
 from ray_stagetree.runtime.storage import CheckpointStorage
+from ray_stagetree.runtime.trainable_identity import parameter_registries
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +98,8 @@ class PlanService:
             await self._close_shared()
         if self.shared is None:
             _claim(CheckpointStorage(plan_dir, self.storage_filesystem), sharing_key)
-            self.shared = SharedPlan(dataclasses.replace(spec, experiment_path=plan_dir), sharing_key)
+            own = dataclasses.replace(spec, experiment_path=plan_dir, trainable=_adopt_parameters(spec.trainable))
+            self.shared = SharedPlan(own, sharing_key)
             here = ray.get_runtime_context().current_actor
             workers = [start_worker(self.shared.spec, here) for _ in range(spec.num_workers)]
             self._loop = asyncio.ensure_future(self.shared.run(workers))
@@ -163,12 +165,19 @@ class PlanService:
                 if now - seen > self.detach_after_s:
                     logger.warning("study %s: its driver has not polled for %.0fs; detaching it", study_id, now - seen)
                     self.detach(study_id)
-            attached = self.shared is not None and self.shared.studies
-            if not attached and now - self._idle_since > self.idle_timeout_s:
-                logger.info("plan service %s: no study for %.0fs; ending", self.name, self.idle_timeout_s)
+            if self._idle():
                 # As an actor call: only an actor's own task can end it (exit_actor).
-                ray.get_runtime_context().current_actor.shutdown.remote()
-                return
+                ray.get_runtime_context().current_actor.end_if_idle.remote()
+
+    def _idle(self) -> bool:
+        attached = self.shared is not None and self.shared.studies
+        return not attached and time.monotonic() - self._idle_since > self.idle_timeout_s
+
+    async def end_if_idle(self) -> None:
+        """`shutdown`, unless a study attached since the watchdog found the service idle."""
+        if self._idle():
+            logger.info("plan service %s: no study for %.0fs; ending", self.name, self.idle_timeout_s)
+            await self.shutdown()
 
     def _fail_if_loop_died(self) -> None:
         if self._loop is not None and self._loop.done() and not self._loop.cancelled():
@@ -205,3 +214,20 @@ def _claim(storage: CheckpointStorage, sharing_key: str) -> None:
             )
         return
     storage.write_text(IDENTITY_FILE, json.dumps({"sharing_key": sharing_key}))
+
+
+def _adopt_parameters(trainable: bytes) -> bytes:
+    """The trainable with its ``tune.with_parameters`` objects put again by
+    this actor: the first study's driver put them, and they would be lost
+    with it (Ray frees an object with its owner), while this plan's workers
+    serve later studies."""
+    try:
+        loaded = ray.cloudpickle.loads(trainable)
+    except Exception:  # not loadable here: the workers report why, as without a service
+        return trainable
+    registries = list(parameter_registries(loaded))
+    if not registries:
+        return trainable
+    for registry in registries:
+        registry.references = {name: ray.put(ray.get(ref)) for name, ref in registry.references.items()}
+    return ray.cloudpickle.dumps(loaded)

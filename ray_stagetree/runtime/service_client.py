@@ -139,8 +139,7 @@ def run_attached(
     poll its progress into the callbacks and reporter until it ends (or the
     driver is interrupted: its trials stop), then return the last progress
     and the trials' summaries. The study is detached in any case."""
-    service = connect(config, storage_path, spec.storage_filesystem)
-    study_id = ray.get(service.attach.remote(spec, sharing_key, config.weight))
+    service, study_id = _attach(config, spec, sharing_key, storage_path)
     try:
         while True:
             progress = ray.get(service.progress.remote(study_id))
@@ -166,3 +165,22 @@ def run_attached(
         except ray.exceptions.RayActorError:
             pass  # the service was shut down meanwhile
     return progress, summaries
+
+
+#: Tries to attach when the service found ends before it takes the study.
+ATTACH_ATTEMPTS = 5
+
+
+def _attach(config: PlanServiceConfig, spec: StudySpec, sharing_key: str, storage_path: str) -> tuple[Any, str]:
+    """(the service, the study's id). A service that ends as the study
+    attaches (its idle timeout) is replaced by a new one (its name is
+    released once its process is gone)."""
+    for attempt in range(1, ATTACH_ATTEMPTS + 1):
+        try:
+            service = connect(config, storage_path, spec.storage_filesystem)
+            return service, ray.get(service.attach.remote(spec, sharing_key, config.weight))
+        except ray.exceptions.RayActorError:
+            if attempt == ATTACH_ATTEMPTS:
+                raise
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import re
 import types
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import ray
@@ -125,3 +125,25 @@ def _pickled(obj: Any) -> bytes:
     except Exception:  # not picklable: its type and repr are what is left to compare
         return f"{type(obj).__module__}.{type(obj).__qualname__}:{obj!r}".encode()
 
+
+
+def parameter_registries(obj: Any, depth: int = 0, seen: set[int] | None = None) -> Iterator[Any]:
+    """The ``tune.with_parameters`` registries a trainable carries (in its
+    closures and its class's functions), each once."""
+    seen = set() if seen is None else seen
+    if depth > MAX_DEPTH or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if type(obj).__name__ == "_ParameterRegistry":
+        yield obj
+    elif isinstance(obj, types.FunctionType):
+        for cell in obj.__closure__ or ():
+            try:
+                contents = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            yield from parameter_registries(contents, depth + 1, seen)
+    elif isinstance(obj, type):
+        for member in vars(obj).values():
+            if isinstance(member, types.FunctionType):
+                yield from parameter_registries(member, depth + 1, seen)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
+import numpy as np
 from ray import tune
 
 from ray_stagetree import MultiStep, Tuner
@@ -17,7 +18,15 @@ from trainables_for_tests import sum_of_lr
 HORIZON = 6
 
 
+def sum_of_lr_with_data(config, data):
+    """`sum_of_lr` through ``tune.with_parameters`` (``data`` unused): its
+    objects live as long as whoever put them."""
+    return sum_of_lr(config)
+
+
 def tuner(storage, name, milestones, service, counter=None, sleep=0.0, trainable=sum_of_lr, **service_options):
+    if trainable == "with_data":  # from a driver process's arguments
+        trainable = tune.with_parameters(sum_of_lr_with_data, data=np.arange(3.0))
     space = {"lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in milestones]), "sleep": sleep}
     if counter:
         space["counter"] = counter
