@@ -55,7 +55,7 @@ sys.path.insert(0, RELEASE)
 import bench_tune  # noqa: E402  (the example, its Tune form and Tune's worker-seconds)
 
 from ray_stagetree import MultiStep, Tuner, get_iteration, init_ray, kwise_merge_rate, merge_rate, report  # noqa: E402
-from ray_stagetree.runtime.service_client import PlanServiceConfig, shutdown, status  # noqa: E402
+from ray_stagetree.plan_service import PlanServiceConfig, shutdown, status  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
 
 example = bench_tune.example
