@@ -62,7 +62,7 @@ from ray_stagetree.sequences import (
 __version__ = "0.1.0"
 
 # The runtime imports Ray; load it on first use so the planning core stays light.
-_RUNTIME = {"Tuner": "ray_stagetree.runtime.tuner", "ResultGrid": "ray_stagetree.runtime.results", "Study": "ray_stagetree.runtime.study", "init_ray": "ray_stagetree.runtime.cluster"}
+_RUNTIME = {"Tuner": "ray_stagetree.runtime.tuner", "ResultGrid": "ray_stagetree.runtime.results", "Study": "ray_stagetree.runtime.study", "init_ray": "ray_stagetree.runtime.cluster", "PlanServiceConfig": "ray_stagetree.runtime.service_client"}
 
 
 def __getattr__(name: str):
@@ -78,6 +78,7 @@ __all__ = [
     "ResultGrid",
     "Study",
     "init_ray",
+    "PlanServiceConfig",
     "report",
     "get_checkpoint",
     "get_hparams",

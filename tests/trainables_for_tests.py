@@ -23,7 +23,7 @@ def count_step(config):
 
 def sum_of_lr(config):
     """Adds up ``lr`` through its checkpoints (every iteration reports one);
-    ``config["sleep"]`` seconds per iteration."""
+    ``config["sleep"]`` seconds per iteration; counted (`count_step`)."""
     checkpoint = get_checkpoint()
     total, iteration = 0.0, 0
     if checkpoint:
@@ -31,6 +31,7 @@ def sum_of_lr(config):
             total, iteration = json.load(file)
     while True:
         iteration += 1
+        count_step(config)
         time.sleep(config.get("sleep", 0.0))
         total += get_hparams()["lr"]
         with tempfile.TemporaryDirectory() as path:

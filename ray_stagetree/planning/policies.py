@@ -26,7 +26,7 @@ import abc
 import heapq
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ray_stagetree.planning._gc import gc_paused
 from ray_stagetree.planning.cost import CostModel
@@ -167,9 +167,13 @@ class ExecutionPolicy(abc.ABC):
                     if id(child) not in on_path:
                         heapq.heappush(heap, (-priority[child], next(tie_break), child, batch))
 
-    def select(self, plan: "SearchPlan", idle_workers: int) -> list[StageBatch]:
+    def select(
+        self, plan: "SearchPlan", idle_workers: int, admit: Callable[[StageBatch], bool] | None = None
+    ) -> list[StageBatch]:
         """Dispatch up to ``idle_workers`` ready batches: they are marked
-        scheduled in ``plan`` and carry their ``batch_id``."""
+        scheduled in ``plan`` and carry their ``batch_id``. ``admit``, when
+        given, skips the batches it refuses (a plan service's share bound,
+        `planning.fair_share`); it is asked in priority order."""
         if isinstance(idle_workers, bool) or not isinstance(idle_workers, int) or idle_workers < 0:
             raise ValueError(f"idle_workers must be an int >= 0, got {idle_workers!r}")
         if idle_workers == 0:
@@ -178,9 +182,10 @@ class ExecutionPolicy(abc.ABC):
         chosen: list[StageBatch] = []
         with gc_paused():
             for batch in self._candidates(plan):
-                chosen.append(batch)
-                if len(chosen) == idle_workers:
-                    break
+                if admit is None or admit(batch):
+                    chosen.append(batch)
+                    if len(chosen) == idle_workers:
+                        break
         for batch in chosen:
             batch.batch_id = plan.mark_scheduled(batch.segments)
         return chosen

@@ -116,10 +116,14 @@ class TrialState:
 
 
 class StudyController:
-    def __init__(self, spec: StudySpec) -> None:
+    def __init__(self, spec: StudySpec, plan: SearchPlan | None = None, store: CheckpointStore | None = None) -> None:
+        """``plan`` and ``store``: a plan service's, shared with other studies
+        (`runtime.shared_plan`); by default the study's own."""
         self.spec = spec
         restore = spec.restore
-        if restore is not None:
+        if plan is not None:
+            self.plan = plan
+        elif restore is not None:
             self.plan = SearchPlan.from_records(restore.state.plan)
         elif spec.resume:
             self.plan = SearchPlan.load(self._plan_path, spec.storage_filesystem)
@@ -129,7 +133,7 @@ class StudyController:
         self.policy.bind(spec.num_workers)
         self._yield_at: dict[int, int] = {}  # batch id -> where a time-shared batch stops for other work
         self._time_sharing_off = False  # the trainable keeps no checkpoint where a pre-emption needs one
-        self.store = CheckpointStore(
+        self.store = store or CheckpointStore(
             CheckpointStorage(spec.experiment_path, spec.storage_filesystem),
             spec.checkpoint_budget_bytes,
             secret=spec.payload_key,
@@ -238,11 +242,15 @@ class StudyController:
         if state.trial_id in self.plan.trials:
             request = self.plan.extend_trial(state.trial_id, target)
         else:
-            study = "study" if self.spec.stage_sharing else state.trial_id
+            study = self._sharing_key(state.trial_id)
             request = self.plan.add_trial(state.trial_id, state.config, target, study=study)
         self._requested(state, request, step)
 
     # -- trials ----------------------------------------------------------------
+
+    def _sharing_key(self, trial_id: str) -> str:
+        """The plan's sharing key of a trial: trials share stages only under one key."""
+        return "study" if self.spec.stage_sharing else trial_id
 
     def _live(self) -> int:
         return self._status_counts[PENDING] + self._status_counts[RUNNING]
@@ -298,7 +306,7 @@ class StudyController:
                 dirname=dirname,
             )
             self._add_trial_state(state)
-            study = "study" if self.spec.stage_sharing else trial_id
+            study = self._sharing_key(trial_id)
             step = self._next_request(trial_id, 0)
             if trial_id in self.plan.trials:  # a trial of a restored plan, extended
                 request = self.plan.extend_trial(trial_id, step)
@@ -419,7 +427,7 @@ class StudyController:
         for name, value in exploit.values.items():
             sequence = sequences[name].then(value, at=exploit.step) if exploit.step > 0 else value
             _set_path(config, name, sequence)
-        study = "study" if self.spec.stage_sharing else state.trial_id
+        study = self._sharing_key(state.trial_id)
         self.plan.remove_trial(state.trial_id)
         state.config, state.flat = config, TrialConfig.from_config(config)
         state.config_json = unflatten(state.flat.to_json())

@@ -58,7 +58,9 @@ from ray_stagetree.runtime.reproducibility import (
     trial_seed,
 )
 from ray_stagetree.runtime.results import ResultGrid
+from ray_stagetree.runtime.service_client import PlanServiceConfig, run_attached, service_config
 from ray_stagetree.runtime.storage import CheckpointStorage
+from ray_stagetree.runtime.trainable_identity import sharing_key
 from ray_stagetree.searchers import SequenceGridSearch, generate_trials
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.trainables import StageTrainable
@@ -125,6 +127,12 @@ class Tuner:
     monitor:
         Serve the study's web monitor on localhost while ``fit()`` runs (the
         URL is printed); see `ray_stagetree.monitor.serve`.
+    plan_service:
+        A plan service's name, or a `PlanServiceConfig`: the study attaches
+        to that long-lived service (started if needed) and shares stages with
+        the other studies of its trainable there, concurrent and earlier
+        ones. Default: ``RAY_STAGETREE_PLAN_SERVICE``, else none (the study
+        runs on its own).
 
     Example
     -------
@@ -151,8 +159,10 @@ class Tuner:
         repeats: int = 1,
         deterministic_algorithms: bool = False,
         monitor: bool = False,
+        plan_service: str | PlanServiceConfig | None = None,
     ) -> None:
         self.trainable = trainable
+        self.plan_service = service_config(plan_service)
         # `is None`, not falsiness: an empty dict given as a config is refused, not replaced.
         self.param_space = {} if param_space is None else param_space
         self.tune_config = tune.TuneConfig() if tune_config is None else tune_config
@@ -494,11 +504,19 @@ class Tuner:
 
     # -- running -------------------------------------------------------------------
 
+    def _storage_path(self) -> str:
+        return str(self.run_config.storage_path or os.path.expanduser("~/ray_results")).rstrip("/")
+
     def _experiment_path(self) -> str:
+        """``storage_path/name``; on a plan service, the study's folder in its
+        plan directory: ``storage_path/<service>/<study_group>-<fingerprint>/name``."""
         run_config = self.run_config
-        storage = run_config.storage_path or os.path.expanduser("~/ray_results")
         name = run_config.name or f"stagetree_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}_{uuid.uuid4().hex[:4]}"
-        return f"{str(storage).rstrip('/')}/{name}"
+        if self.plan_service is None:
+            return f"{self._storage_path()}/{name}"
+        self._sharing_key = sharing_key(self.plan_service.study_group, self.trainable)
+        plan_dir = self._sharing_key.replace(":", "-")
+        return f"{self._storage_path()}/{self.plan_service.name}/{plan_dir}/{name}"
 
     def _num_workers(self, resources: dict[str, float], trials: int) -> int:
         total = ray.cluster_resources()
@@ -572,7 +590,9 @@ class Tuner:
         if not ray.is_initialized():
             ray.init()  # joins the cluster the script runs on (RAY_ADDRESS, `ray start`), else starts one
         check_shared_storage(experiment_path, self.run_config.storage_filesystem)
-        payload_key = self._payload_key(experiment_path, continues=resume or restore is not None)
+        # On a plan service the key is its plan directory's, which seals the shared checkpoints.
+        key_path = posixpath.dirname(experiment_path) if self.plan_service else experiment_path
+        payload_key = self._payload_key(key_path, continues=resume or restore is not None)
         worker_options: dict[str, Any] = {
             "num_cpus": resources.get("CPU", 0.0),
             "num_gpus": resources.get("GPU", 0.0),
@@ -668,6 +688,11 @@ class Tuner:
         """Run the study's controller and workers to the end (or Ctrl-C);
         the last progress and the trials' summaries. Raises RayActorError
         when the controller's process dies."""
+        if self.plan_service is not None:
+            with _interruptible() as interrupted:
+                return run_attached(
+                    self.plan_service, spec, self._sharing_key, self._storage_path(), callbacks, reporter, interrupted, POLL_SECONDS
+                )
         # On the driver's node, as Tune's controller is in the driver: a study
         # outlives any worker node, and so must what drives it.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)

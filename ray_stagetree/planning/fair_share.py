@@ -1,0 +1,104 @@
+"""Fair shares of workers between the studies of one shared plan.
+
+Several studies attached to a plan service (`runtime.plan_service`) put
+their requests into one search plan; the execution policy orders all of
+them. Left alone, a study with 1,000 trials would fill every worker and a
+10-trial study would wait behind it. `FairShare` bounds each study's share:
+
+* A study with work (an open request, or a batch running for it) is owed
+  ``max(1, floor(capacity * weight / total weight))`` workers, where the
+  total counts the weights of the studies with work.
+* Batches are chosen in the policy's priority order, in two passes. The
+  first admits a batch only if one of the studies it serves is below its
+  share; a batch serving several studies (a shared stage) counts against
+  each of them. The second fills workers still idle with whatever is ready,
+  so a study alone, or one whose neighbours have nothing ready, uses every
+  worker: the bound holds back a large study only while a smaller one has
+  ready work waiting.
+
+Pure Python: studies are told apart by ``study_of(trial_id)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+
+if TYPE_CHECKING:
+    from ray_stagetree.planning.plan import Request, SearchPlan
+    from ray_stagetree.planning.policies import ExecutionPolicy, StageBatch
+
+
+class FairShare:
+    """An execution policy's batches, with each study's share of workers
+    bounded; used where the policy is (``select(plan, idle_workers)``).
+
+    Parameters
+    ----------
+    policy:
+        The execution policy that orders batches (critical path, ...).
+    study_of:
+        The study a trial id belongs to (None: a trial of no attached study).
+    capacity:
+        The number of workers, asked at each selection.
+    weights:
+        Each study's weight (1.0 where absent), asked at each selection.
+    """
+
+    def __init__(
+        self,
+        policy: ExecutionPolicy,
+        study_of: Callable[[str], str | None],
+        capacity: Callable[[], int],
+        weights: Callable[[], Mapping[str, float]],
+    ) -> None:
+        self.policy = policy
+        self.study_of = study_of
+        self.capacity = capacity
+        self.weights = weights
+
+    def shares(self, plan: SearchPlan) -> dict[str, int]:
+        """Workers each study with work (an open request) is owed."""
+        capacity, weights = max(1, self.capacity()), self.weights()
+        busy = self.studies(r for r in plan.open_requests() if r.trials)
+        total = sum(weights.get(study, 1.0) for study in busy)
+        return {study: max(1, math.floor(capacity * weights.get(study, 1.0) / total)) for study in busy}
+
+    def running(self, plan: SearchPlan) -> dict[str, int]:
+        """Running batches per study (a batch serving several counts for each)."""
+        counts: dict[str, int] = {}
+        for batch_id in plan.running_batches:
+            for study in self.studies(plan.scheduled_requests(batch_id)):
+                counts[study] = counts.get(study, 0) + 1
+        return counts
+
+    def select(self, plan: SearchPlan, idle_workers: int) -> list[StageBatch]:
+        """Up to ``idle_workers`` ready batches, marked scheduled in ``plan``
+        (as `ExecutionPolicy.select`), studies held to their shares first."""
+        if idle_workers <= 0:
+            return []
+        shares = self.shares(plan)
+        running = self.running(plan)
+
+        def admit(batch: StageBatch) -> bool:
+            served = self.studies(request for stage in batch.stages for request in stage.requests)
+            if not any(running.get(study, 0) < shares.get(study, 0) for study in served):
+                return False
+            for study in served:
+                running[study] = running.get(study, 0) + 1
+            return True
+
+        chosen = self.policy.select(plan, idle_workers, admit=admit)
+        if len(chosen) < idle_workers:  # work-conserving: no worker idles while anything is ready
+            chosen += self.policy.select(plan, idle_workers - len(chosen))
+        return chosen
+
+    def studies(self, requests: Iterable[Request]) -> set[str]:
+        """The studies whose trials ``requests`` serve."""
+        found = set()
+        for request in requests:
+            for trial_id in request.trials:
+                study = self.study_of(trial_id)
+                if study is not None:
+                    found.add(study)
+        return found

@@ -1,0 +1,82 @@
+"""One study attached to a plan service: its Tune-side state on a shared plan.
+
+An `AttachedStudy` is a `StudyController` without a loop of its own: its
+trials, searcher, trial scheduler, stoppers and results are its own, while
+the search plan, the checkpoint store and the workers belong to the
+`SharedPlan` that hosts it, which dispatches batches for every attached
+study and hands each study the results of its trials.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray_stagetree.runtime.controller import StudyController, StudySpec
+
+
+class _StudyFolderStore:
+    """The shared checkpoint store, exporting a trial's checkpoints into
+    its study's folder (trial folders are named relative to the study)."""
+
+    def __init__(self, store: Any, folder: str) -> None:
+        self._store = store
+        self._folder = folder
+
+    def export(self, plan: Any, node: Any, step: int, trial_dir: str) -> Any:
+        return self._store.export(plan, node, step, f"{self._folder}/{trial_dir}")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class AttachedStudy(StudyController):
+    """A study's trials on ``shared``'s plan (`SharedPlan.attach` makes it).
+
+    Parameters
+    ----------
+    spec:
+        The study's spec, as the Tuner builds it; its ``experiment_path`` is
+        the study's folder inside the shared plan's directory.
+    shared:
+        The `runtime.shared_plan.SharedPlan` whose plan, store and workers it runs on.
+    study_id:
+        Its name in the service (progress, results and detach use it).
+    weight:
+        Its weight in the share of workers (`planning.fair_share`).
+    """
+
+    def __init__(self, spec: StudySpec, shared: Any, study_id: str, weight: float = 1.0) -> None:
+        folder = spec.experiment_path[len(shared.spec.experiment_path) :].strip("/")
+        super().__init__(spec, plan=shared.plan, store=_StudyFolderStore(shared.store, folder))
+        self._node_configs = {}  # the shared plan's nodes are configured there
+        self.shared = shared
+        self.study_id = study_id
+        self.weight = weight
+        self.finalized = False
+
+    def _sharing_key(self, trial_id: str) -> str:
+        return self.shared.sharing_key if self.spec.stage_sharing else f"{self.study_id}/{trial_id}"
+
+    def _idle_count(self) -> int:
+        return self.shared._idle_count()
+
+    @property
+    def _plan_path(self) -> str:
+        return self.shared._plan_path
+
+    async def save_state(self) -> None:
+        """The service persists the shared plan; a study has no snapshot of its
+        own (a study whose driver is gone is detached, not restored)."""
+
+    def _save_state_soon(self) -> None:
+        pass
+
+    def add_work(self, seconds: float, iterations: int) -> None:
+        """Its part of a batch that served it (split between the studies served)."""
+        self._worker_seconds += seconds
+        self._iterations += iterations
+
+    def progress(self) -> dict[str, Any]:
+        progress = super().progress()
+        progress["done"] = self.finalized
+        return progress

@@ -1,0 +1,65 @@
+"""Fair shares of workers between studies on one plan (planning.fair_share)."""
+
+from ray_stagetree import Constant, CriticalPathPolicy, SearchPlan
+from ray_stagetree.planning.fair_share import FairShare
+
+
+def two_studies(big=40, small=2):
+    """A plan with ``big`` trials of study "big" and ``small`` of study "small",
+    sharing nothing (each trial its own learning rate, so its own root)."""
+    plan = SearchPlan()
+    for index in range(big):
+        plan.add_trial(f"big/{index}", {"lr": Constant(1.0 + index)}, 10)
+    for index in range(small):
+        plan.add_trial(f"small/{index}", {"lr": Constant(-1.0 - index)}, 10)
+    return plan
+
+
+def fair_share(capacity, weights=None):
+    return FairShare(CriticalPathPolicy(), lambda trial_id: trial_id.split("/")[0], lambda: capacity, lambda: weights or {})
+
+
+def served(plan, batches):
+    return [sorted({t.split("/")[0] for s in b.stages for r in s.requests for t in r.trials}) for b in batches]
+
+
+def test_a_large_study_does_not_starve_a_small_one():
+    plan = two_studies()
+    # The critical-path policy alone would give all four workers to the big
+    # study (its trials come first, equal paths); the bound holds it to two.
+    batches = fair_share(4).select(plan, 4)
+    assert sorted(map(tuple, served(plan, batches))) == [("big",), ("big",), ("small",), ("small",)]
+
+
+def test_weights_set_the_shares():
+    plan = two_studies(small=10)
+    share = fair_share(4, {"big": 3.0, "small": 1.0})
+    assert share.shares(plan) == {"big": 3, "small": 1}
+    assert sorted(map(tuple, served(plan, share.select(plan, 4)))) == [("big",)] * 3 + [("small",)]
+
+
+def test_a_study_alone_or_whose_neighbour_has_nothing_ready_uses_every_worker():
+    plan = two_studies(small=1)
+    batches = fair_share(4).select(plan, 4)
+    assert len(batches) == 4  # work-conserving: 1 small, then 3 big though its share is 2
+    assert fair_share(4).running(plan) == {"big": 3, "small": 1}
+
+
+def test_a_freed_worker_goes_to_the_study_below_its_share():
+    plan = two_studies(small=3)
+    share = fair_share(2)
+    first = share.select(plan, 2)
+    assert sorted(map(tuple, served(plan, first))) == [("big",), ("small",)]
+    big_batch = next(b for b in first if served(plan, [b]) == [["big"]])
+    plan.release_batch(big_batch.batch_id)  # big's batch ended; small still holds one worker
+    assert served(plan, share.select(plan, 1)) == [["big"]]  # both at their share of 1 again
+
+
+def test_a_shared_batch_counts_for_each_study_it_serves():
+    plan = SearchPlan()
+    plan.add_trial("a/0", {"lr": Constant(1.0)}, 10)
+    plan.add_trial("b/0", {"lr": Constant(1.0)}, 10)  # the same trial in another study: one stage
+    share = fair_share(2)
+    (batch,) = share.select(plan, 2)
+    assert served(plan, [batch]) == [["a", "b"]]
+    assert share.running(plan) == {"a": 1, "b": 1}
