@@ -22,7 +22,7 @@ Pure Python: studies are told apart by ``study_of(trial_id)``.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 if TYPE_CHECKING:
     from ray_stagetree.planning.plan import Request, SearchPlan
@@ -56,6 +56,11 @@ class FairShare:
         self.study_of = study_of
         self.capacity = capacity
         self.weights = weights
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything but `select` is the policy's own (its time-sharing hooks,
+        # cost model, name): a fair share stands in for it wherever it is used.
+        return getattr(self.policy, name)
 
     def shares(self, plan: SearchPlan) -> dict[str, int]:
         """Workers each study with work (an open request) is owed."""

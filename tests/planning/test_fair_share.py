@@ -63,3 +63,16 @@ def test_a_shared_batch_counts_for_each_study_it_serves():
     (batch,) = share.select(plan, 2)
     assert served(plan, [batch]) == [["a", "b"]]
     assert share.running(plan) == {"a": 1, "b": 1}
+
+
+def test_a_fair_share_stands_in_for_its_policy():
+    """The controller calls the policy's time-sharing hooks on whatever
+    selects its batches: a fair share forwards them to its policy."""
+    from ray_stagetree.planning.fair_share import FairShare
+    from ray_stagetree.planning.policies import CriticalPathPolicy
+
+    policy = CriticalPathPolicy()
+    share = FairShare(policy, lambda trial_id: None, lambda: 2, dict)
+    share.bind(2)
+    assert share.cost_model is policy.cost_model and share.name == "critical_path"
+    assert share.started(None, 0.0) is None and share.quantum_deadline(0) is None
