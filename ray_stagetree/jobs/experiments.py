@@ -130,12 +130,10 @@ def iteration_times(plan: SearchPlan) -> list[tuple[Any, int, float]]:
 
 
 def cost_model(plan: SearchPlan) -> CostModel:
-    """A `CostModel` fitted to what an ended study's iterations took. The
-    runtime's plan keeps each iteration's metrics, with Tune's
-    ``time_this_iter_s``, rather than stage timings: each becomes a
-    one-iteration timing. (The first iteration of a batch also counts the
-    worker's start, as a real study's would.) Adds those timings to ``plan``
-    when it has none.
+    """A `CostModel` fitted to what an ended study's iterations took: the
+    plan's stage timings, or, in a plan saved before the runtime recorded
+    them, each iteration's ``time_this_iter_s`` as a one-iteration timing
+    (added to ``plan``).
 
     Raises ValueError when the plan has no timed iteration."""
     if not plan.timings:

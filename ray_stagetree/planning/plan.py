@@ -444,6 +444,24 @@ class SearchPlan:
             raise ValueError(f"timing needs start < stop and seconds >= 0, got {start}, {stop}, {seconds}")
         self.timings.append(Timing(node_id, start, stop, float(seconds)))
 
+    def record_batch_timings(self, batch_id: int, iterations: Iterable[tuple[int, int, Any]]) -> None:
+        """Time a running batch's trained iterations, given as ``(node_id,
+        step, seconds)``: one timing per run of consecutive iterations on a
+        node. The batch's first iteration is left out: it also pays for the
+        worker's setup and checkpoint restore, which belong to no stage; so
+        are iterations without a number of seconds."""
+        first = self._batch(batch_id).segments[0][1] + 1
+        runs: list[list] = []
+        for node_id, step, seconds in iterations:
+            if step == first or not isinstance(seconds, (int, float)) or not seconds >= 0:
+                continue
+            if runs and runs[-1][0] == node_id and runs[-1][2] == step - 1:
+                runs[-1][2], runs[-1][3] = step, runs[-1][3] + seconds
+            else:
+                runs.append([node_id, step - 1, step, float(seconds)])
+        for node_id, start, stop, seconds in runs:
+            self.record_timing(node_id, start, stop, seconds)
+
     # -- scheduling state -----------------------------------------------------
 
     def mark_scheduled(self, segments: Iterable[tuple[PlanNode, int, int]]) -> int:

@@ -619,6 +619,10 @@ class StudyController:
             self.plan.record_progress(outcome.batch_id, node_id, step)
             for trial_id in sorted(self._trials_through(node, step)):
                 self._add_row(self.trials[trial_id], step, metrics)
+        if outcome.batch_id in self.plan.running_batches:  # the cost model's input
+            self.plan.record_batch_timings(
+                outcome.batch_id, [(node_id, step, row.get("time_this_iter_s")) for node_id, step, row in outcome.records]
+            )
         worker = self._batch_workers.get(outcome.batch_id)
         for node_id, step, key, size in outcome.checkpoints:
             node = self.plan.nodes[node_id]

@@ -283,3 +283,16 @@ def test_covered_iterations_are_what_live_trials_already_train():
     assert plan.covered_iterations(candidates[:1], 30) == [10]
     path, shared = plan.follow(candidates[0], 30)
     assert shared == 20 and [node.fork_step for node in path] == [0, 10]
+
+
+def test_a_batch_is_timed_per_run_of_iterations_without_its_setup():
+    plan = SearchPlan()
+    plan.add_trial("a", {"lr": LR_80}, 100)
+    plan.add_trial("b", {"lr": LR_50}, 100)
+    (batch,) = CriticalPathPolicy().select(plan, 1)
+    (first, start, _), *_ = plan.batch_segments(batch.batch_id)
+    times = [(first.node_id, step, 0.5) for step in range(start + 1, start + 5)]
+    times += [(first.node_id, start + 5, "n/a")]  # a user's own value: no number, no timing
+    plan.record_batch_timings(batch.batch_id, times)
+    # The first iteration also paid for the worker's setup: it is no stage's cost.
+    assert [(t.node_id, t.start, t.stop, t.seconds) for t in plan.timings] == [(first.node_id, start + 1, start + 4, 1.5)]

@@ -8,6 +8,8 @@ from ray import tune
 from trainables_for_tests import NoisyDescent, count_of, noisy_descent
 
 from ray_stagetree import Exponential, MultiStep, Tuner
+from ray_stagetree.planning.cost import CostModel
+from ray_stagetree.planning.plan import SearchPlan
 
 HORIZON = 12
 # Three trials sharing lr=0.1 for 4 iterations; two of them for 8.
@@ -45,6 +47,10 @@ def test_shared_prefix_executes_once_and_results_match_trial_by_trial(tmp_path, 
     assert executed == 24 == shared.iterations_executed == shared.unique_iterations
     assert shared.trial_by_trial_iterations == 36
     assert shared.worker_seconds > 0, "the workers' busy time is reported"
+    # What the iterations took feeds the execution policy's cost model.
+    plan = SearchPlan.load(f"{shared.experiment_path}/plan")
+    timed = sum(timing.stop - timing.start for timing in plan.timings)
+    assert 0 < timed < executed and CostModel().fit(plan).is_fitted
     alone = run(noisy_descent, tmp_path, "alone", sharing=False, extra={"counter": counter})
     assert count_of(counter) - executed == 36
     # DESIGN invariant 4: the same metrics as training each trial alone
