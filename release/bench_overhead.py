@@ -32,6 +32,8 @@ results/s through the controller. Issue 12: persistence under 5% of worker time.
     python release/bench_overhead.py            # about 15 minutes on 2 CPUs
     python release/bench_overhead.py --quick    # 8 short trials, 4 x 500 results, Tune reused only (CI smoke test)
     python release/bench_overhead.py --sections persistence   # section 3 only
+    # Tune's own shape (one-second trials of one iteration, 16 workers):
+    python release/bench_overhead.py --workers 16 --trials 1600 --iterations 1 --seconds 1 --sections short
 """
 
 from __future__ import annotations
@@ -169,6 +171,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="8 short trials; 4 trials x 500 results")
     parser.add_argument("--trials", type=int, default=200, help="short trials (default 200)")
     parser.add_argument("--workers", type=int, default=WORKERS, help="workers (default: CPUs)")
+    parser.add_argument("--iterations", type=int, default=10, help="iterations per short trial (default 10)")
+    parser.add_argument("--seconds", type=float, default=0.05, help="seconds per iteration of a short trial (default 0.05)")
     parser.add_argument(
         "--sections",
         default="short,throughput,persistence",
@@ -177,14 +181,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.trials < 1:
         parser.error(f"--trials must be at least 1, got {args.trials}")
-    if args.workers < 1:
-        parser.error(f"--workers must be at least 1, got {args.workers}")
+    for name in ("workers", "iterations"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if not args.seconds >= 0:
+        parser.error(f"--seconds must be >= 0, got {args.seconds}")
     WORKERS = args.workers
     sections = set(args.sections.split(","))
     unknown = sections - {"short", "throughput", "persistence"}
     if unknown:
         parser.error(f"--sections takes short, throughput and persistence, got {sorted(unknown)}")
-    short = (8, 5, 0.02) if args.quick else (args.trials, 10, 0.05)
+    short = (8, 5, 0.02) if args.quick else (args.trials, args.iterations, args.seconds)
     bulk = (4, 500) if args.quick else (20, 1000)
     # The smoke test compares with Tune's best set-up only.
     systems = ["Ray Tune reuse", "ray_stagetree"] if args.quick else list(SYSTEMS)

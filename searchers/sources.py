@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from ray_stagetree.searchers.variants import (
@@ -21,6 +22,46 @@ from ray_stagetree.searchers.variants import (
 )
 
 WAIT = "WAIT"  # the searcher has nothing to suggest right now
+
+#: Tune's searchers name a parameter by its path of dict keys (Optuna joins
+#: them with "/"), so a domain inside a list, such as a `MultiStep`'s
+#: milestones, has no name they accept. Such lists reach them as dicts keyed
+#: by position, marked so that suggestions turn them back into lists.
+_LIST_MARK = "__stagetree_list__"
+
+
+def searchable_space(space: Any) -> Any:
+    """``space`` (sequences already flattened into specs) with every list that
+    holds a Tune domain turned into a marked dict keyed ``"0"``, ``"1"``, ..."""
+    if isinstance(space, Mapping):
+        return {key: searchable_space(value) for key, value in space.items()}
+    if isinstance(space, list):
+        items = [searchable_space(value) for value in space]
+        if any(_holds_domain(item) for item in items):
+            return {_LIST_MARK: True, **{str(index): item for index, item in enumerate(items)}}
+        return items
+    return space
+
+
+def from_searchable(config: Any) -> Any:
+    """Inverse of `searchable_space` on a suggested config."""
+    if isinstance(config, Mapping):
+        if config.get(_LIST_MARK) is True:
+            return [from_searchable(config[str(index)]) for index in range(len(config) - 1)]
+        return {key: from_searchable(value) for key, value in config.items()}
+    if isinstance(config, list):
+        return [from_searchable(value) for value in config]
+    return config
+
+
+def _holds_domain(value: Any) -> bool:
+    from ray.tune.search.sample import Domain
+
+    if isinstance(value, Domain):
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_domain(item) for item in value.values())
+    return isinstance(value, list) and any(_holds_domain(item) for item in value)
 
 
 class VariantSource:
@@ -69,7 +110,7 @@ class SearcherSource:
 
     def __init__(self, searcher: Any, param_space: dict[str, Any], metric: str | None, mode: str | None, num_samples: int):
         self.searcher = searcher
-        self._space = to_tune_space(param_space)
+        self._space = searchable_space(to_tune_space(param_space))
         self._num_samples = math.inf if num_samples < 0 else num_samples
         self._suggested = 0
         self._finished = False
@@ -103,7 +144,7 @@ class SearcherSource:
             return WAIT
         self._suggested += 1
         # Suggestions hold the searched leaves; constants come from the space.
-        config = from_tune_config(merge_dicts(self._space, suggestion))
+        config = from_tune_config(from_searchable(merge_dicts(self._space, suggestion)))
         return trial_id, _resolve_nested(config, None)
 
     # A trial the searcher was told is complete (an errored one that a
