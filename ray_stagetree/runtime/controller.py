@@ -528,7 +528,9 @@ class StudyController:
             and self._continue_live(node, stop, outcome.can_checkpoint)
         ):
             extended = self.plan.extend_batch(batch_id)
-            if extended is not None and self._keeps_decision_points:
+            # (A trainable that reported no checkpoint here gets no request
+            # for one: it has nothing to save, and nothing forks here.)
+            if extended is not None and self._keeps_decision_points and outcome.can_checkpoint:
                 save_steps.append(stop)
             stop = extended or stop
         save_steps += [step for _, step in self.plan.checkpoints_needed(batch_id)]

@@ -229,6 +229,22 @@ def test_the_missing_checkpoint_warning_is_shown_once_per_study(tmp_path, ray_se
     assert "train it again" in warnings[0]
 
 
+def test_no_missing_checkpoint_warning_where_nothing_forks(tmp_path, ray_session, caplog):
+    """Tune's searcher examples (ASHA, no checkpoint, nothing shared) lose
+    nothing without checkpoints: no warning."""
+    with caplog.at_level("WARNING", logger="ray_stagetree"):
+        grid = Tuner(
+            counting_loop,
+            param_space={"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4])},
+            tune_config=tune.TuneConfig(
+                metric="x", mode="max", scheduler=ASHAScheduler(max_t=8, grace_period=1, reduction_factor=2)
+            ),
+            run_config=tune.RunConfig(storage_path=str(tmp_path), name="quiet", stop={"training_iteration": 8}, verbose=0),
+        ).fit()
+    assert grid.num_errors == 0
+    assert not [record.message for record in caplog.records if "needs a checkpoint" in record.message]
+
+
 SCHEDULERS = {
     "fifo": lambda: FIFOScheduler(),
     "asha": lambda: ASHAScheduler(max_t=12, grace_period=1, reduction_factor=2),
