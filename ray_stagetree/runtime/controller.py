@@ -321,11 +321,14 @@ class StudyController:
         searcher): those must be numbers."""
         consumers = {}
         searcher = getattr(self.source, "searcher", None)
-        if getattr(searcher, "_metric", None):
-            consumers[searcher._metric] = f"the searcher ({type(searcher).__name__})"
         scheduler = self.host.scheduler
-        if type(scheduler).__name__ != "FIFOScheduler" and getattr(scheduler, "_metric", None):
-            consumers[scheduler._metric] = f"the trial scheduler ({type(scheduler).__name__})"
+        if type(scheduler).__name__ == "FIFOScheduler":
+            scheduler = None
+        for consumer, role in ((searcher, "searcher"), (scheduler, "trial scheduler")):
+            metric = getattr(consumer, "_metric", None) or []
+            # A multi-objective searcher (OptunaSearch(metric=["loss", "gain"])) compares several.
+            for name in [metric] if isinstance(metric, str) else metric:
+                consumers[name] = f"the {role} ({type(consumer).__name__})"
         return consumers
 
     def _check_metrics(self, state: TrialState, step: int, metrics: dict[str, Any]) -> str | None:

@@ -26,6 +26,11 @@ def finite_loop(config):
         tune.report({"score": config["slope"] * (step + 1), "done_seen": 0})
 
 
+def two_objectives(config):
+    for step in range(config["steps"]):
+        tune.report({"score": config["slope"] * (step + 1), "cost": config["slope"] ** 2})
+
+
 def reporter_of_done(config):
     for step in range(100):
         tune.report({"score": step, "done": step + 1 >= config["end"]})
@@ -102,6 +107,22 @@ def test_num_samples_minus_one_runs_until_the_searcher_is_finished(ray_session, 
         run_config=tune.RunConfig(stop={"training_iteration": 2}, verbose=0),
     ).fit()
     assert len(grid) == 3 and grid.num_errors == 0
+
+
+def test_a_multi_objective_searcher_gets_every_metric(ray_session, tmp_path):
+    """As in Tune's optuna_multiobjective_example.py: metric and mode are lists,
+    given to the searcher only."""
+    pytest.importorskip("optuna")
+    from ray.tune.search.optuna import OptunaSearch
+
+    grid = Tuner(
+        two_objectives,
+        param_space={"slope": tune.uniform(0, 1), "steps": 2},
+        tune_config=tune.TuneConfig(search_alg=OptunaSearch(metric=["score", "cost"], mode=["max", "min"]), num_samples=3),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    assert len(grid) == 3 and grid.num_errors == 0
+    assert grid.get_best_result("cost", "min").metrics["cost"] == min(r.metrics["cost"] for r in grid)
 
 
 def test_a_finite_loop_ends_its_trial_without_error(ray_session):
