@@ -56,7 +56,7 @@ class SchedulerAdapter(abc.ABC):
         name = type(scheduler).__name__
         if (scheduler.metric or metric) is None:
             raise ValueError(f"{name} needs a metric: pass metric= and mode= to TuneConfig or to the scheduler")
-        if (ray_field(scheduler, "_mode", scheduler, cls.tested_with) or mode) is None:
+        if (cls._ray_field(scheduler, "_mode") or mode) is None:
             raise ValueError(f"{name} needs a mode ('min' or 'max'): pass mode= to TuneConfig or to the scheduler")
 
     @classmethod
@@ -65,9 +65,11 @@ class SchedulerAdapter(abc.ABC):
         where the family has no such limit."""
         return None
 
-    def _ray_field(self, owner: Any, name: str) -> Any:
-        """A private field of Ray's, read on behalf of this adapter's scheduler."""
-        return ray_field(owner, name, self.scheduler, self.tested_with)
+    @classmethod
+    def _ray_field(cls, scheduler: Any, name: str, owner: Any = None) -> Any:
+        """A private field of Ray's, read on behalf of ``scheduler``: its own,
+        or ``owner``'s (one of its brackets)."""
+        return ray_field(scheduler if owner is None else owner, name, scheduler, cls.tested_with)
 
     @property
     def decides_at_milestones(self) -> bool:

@@ -19,7 +19,6 @@ import bisect
 import math
 from typing import Any
 
-from ray_stagetree.trial_schedulers.ray_fields import ray_field
 from ray_stagetree.trial_schedulers.tune_fed import TuneFedAdapter
 
 
@@ -61,13 +60,14 @@ class AsyncHyperBandAdapter(_MilestoneAdapter):
 
     @classmethod
     def max_t(cls, scheduler: Any) -> float | None:
-        return ray_field(scheduler, "_max_t", scheduler, cls.tested_with)
+        return cls._ray_field(scheduler, "_max_t")
 
     def _bracket_milestones(self, trial_id: str) -> list[float]:
         # Ray 2.60: _trial_info maps trial ids to brackets, whose _rungs are
         # (milestone, recorded results) pairs.
         bracket = self._ray_field(self.scheduler, "_trial_info").get(trial_id)
-        return [] if bracket is None else [milestone for milestone, _ in self._ray_field(bracket, "_rungs")]
+        rungs = [] if bracket is None else self._ray_field(self.scheduler, "_rungs", owner=bracket)
+        return [milestone for milestone, _ in rungs]
 
 
 class HyperBandAdapter(_MilestoneAdapter):
@@ -76,10 +76,10 @@ class HyperBandAdapter(_MilestoneAdapter):
 
     @classmethod
     def max_t(cls, scheduler: Any) -> float | None:
-        return ray_field(scheduler, "_max_t_attr", scheduler, cls.tested_with)
+        return cls._ray_field(scheduler, "_max_t_attr")
 
     def _bracket_milestones(self, trial_id: str) -> list[float]:
         # Ray 2.60: _trial_info maps Trial objects (here their TrialProxy) to
         # (bracket, band index); a bracket's _cumul_r is its current milestone.
         placed = self._ray_field(self.scheduler, "_trial_info").get(self._trials.get(trial_id))
-        return [] if placed is None else [self._ray_field(placed[0], "_cumul_r")]
+        return [] if placed is None else [self._ray_field(self.scheduler, "_cumul_r", owner=placed[0])]
