@@ -40,8 +40,8 @@ from ray_stagetree.runtime.trials import TrialInfo, trial_name
 from ray_stagetree.runtime.worker import StageWorker
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import WAIT
-from ray_stagetree.trial_schedulers.host import PAUSE, STOP, SchedulerHost
-from ray_stagetree.trial_schedulers.pbt import Exploit
+from ray_stagetree.trial_schedulers.decisions import PAUSE, STOP, Exploit
+from ray_stagetree.trial_schedulers.host import SchedulerHost
 
 logger = logging.getLogger(__name__)
 

@@ -64,7 +64,7 @@ from ray_stagetree.runtime.trainable_identity import sharing_key
 from ray_stagetree.searchers import SequenceGridSearch, generate_trials
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.trainables import StageTrainable
-from ray_stagetree.trial_schedulers.host import check_scheduler
+from ray_stagetree.trial_schedulers.registry import check_scheduler, scheduler_max_t
 
 POLL_SECONDS = 0.5
 #: Times a study whose controller's process died continues from its last
@@ -418,7 +418,7 @@ class Tuner:
 
         stop = self.run_config.stop
         scheduler = self.tune_config.scheduler
-        max_t = getattr(scheduler, "_max_t", None) or getattr(scheduler, "_max_t_attr", None)  # ASHA / HyperBand
+        max_t = scheduler_max_t(scheduler)
         self.horizon = int(max_t) if max_t is not None else None
         self.stop_thresholds: dict[str, float] = {}
         self.stopper = None

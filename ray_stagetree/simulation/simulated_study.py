@@ -64,7 +64,8 @@ from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
 from ray_stagetree.planning.time_sharing import TimeSharingPolicy
 from ray_stagetree.searchers.sources import WAIT, SearcherSource, VariantSource
 from ray_stagetree.simulation.simulator import Simulation, SimulationResult
-from ray_stagetree.trial_schedulers.host import PAUSE, STOP, SchedulerHost
+from ray_stagetree.trial_schedulers.decisions import PAUSE, STOP
+from ray_stagetree.trial_schedulers.host import SchedulerHost
 
 #: Hyper-parameters the curve models explicitly; the rest enter as offsets.
 _STEP_KEYS = frozenset({"lr", "batch_size", "momentum", "optimizer", "model"})

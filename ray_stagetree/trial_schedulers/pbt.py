@@ -15,32 +15,61 @@ Both of Ray's variants are hosted. Asynchronous PBT (the default) decides
 for a trial as soon as it reaches a perturbation point. Synchronous PBT
 (``synch=True``) pauses each trial at the point until every live trial is
 there, then ranks them all at once; paused trials resume (exploited or not)
-through `PopulationBasedHost.resumable`, in Ray's order. With
+through `PopulationBasedAdapter.resumable`, in Ray's order. With
 ``time_attr="training_iteration"`` trials are requested up to their next
 perturbation point, so the source of an exploit always has a checkpoint
 there.
+
+The settings are Ray's private fields, all read once, in `_PBTSettings.read`.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
 
 from ray_stagetree.planning.config import unflatten
+from ray_stagetree.trial_schedulers.adapter import SchedulerAdapter
+from ray_stagetree.trial_schedulers.decisions import CONTINUE, PAUSE, Decision, Exploit
+from ray_stagetree.trial_schedulers.ray_fields import ray_field
 
-PAUSE = "PAUSE"
+# The functions of Ray's pbt module the settings carry (without their "_").
+_RAY_FUNCTIONS = ("fill_config", "explore")
 
 
 @dataclass(frozen=True)
-class Exploit:
-    """Replace the trial's future with ``source``'s path up to ``step``, then
-    ``values`` (flattened hyper-parameter names -> explored values)."""
+class _PBTSettings:
+    """Everything PBT's rule reads of Ray's object: each field is the private
+    attribute of ``PopulationBasedTraining`` of the same name with a leading
+    "_", except the module functions in `_RAY_FUNCTIONS`."""
 
-    source: str
-    step: int
-    values: dict[str, Any]
+    time_attr: str
+    metric: str
+    metric_op: float
+    perturbation_interval: float
+    burn_in_period: float
+    hyperparam_mutations: dict[str, Any]
+    quantile_fraction: float
+    resample_probability: float
+    perturbation_factors: tuple[float, float]
+    custom_explore_fn: Callable[[dict[str, Any]], dict[str, Any]] | None
+    synch: bool
+    fill_config: Callable[..., None]  # ray.tune.schedulers.pbt._fill_config: samples a missing mutated value
+    explore: Callable[..., Any]  # ray.tune.schedulers.pbt._explore: perturbs or resamples the values
+
+    @classmethod
+    def read(cls, pbt: Any, tested_with: tuple[str, ...]) -> _PBTSettings:
+        """The settings of Ray's ``pbt`` object, its metric and mode set: the
+        one place the PBT adapter reads Ray's private fields."""
+        from ray.tune.schedulers import pbt as ray_pbt
+
+        def private(setting: str) -> Any:
+            owner = ray_pbt if setting in _RAY_FUNCTIONS else pbt
+            return ray_field(owner, f"_{setting}", pbt, tested_with)
+
+        return cls(**{setting.name: private(setting.name) for setting in fields(cls)})
 
 
 @dataclass
@@ -58,69 +87,82 @@ class _PopulationMember:
     values: dict[str, Any] = field(default_factory=dict)
 
 
-class PopulationBasedHost:
-    """PBT decisions for the controller, from Ray's PBT object."""
+class PopulationBasedAdapter(SchedulerAdapter):
+    """PBT decisions for the controller, from Ray's PBT object's settings.
 
-    def __init__(self, pbt: Any, metric: str | None, mode: str | None, horizon: int) -> None:
+    Ray's decision methods are never called (the rule runs here, on the
+    plan), so a subclass's overrides would not run: only
+    ``PopulationBasedTraining`` itself is hosted."""
+
+    needs_metric = True
+    hosts_subclasses = False
+
+    def __init__(self, scheduler: Any, horizon: float, exact: bool) -> None:
         from ray.tune.utils import flatten_dict
 
-        if metric is not None or mode is not None:
-            pbt.set_search_properties(metric, mode)
-        self.pbt = pbt
-        self.horizon = horizon
+        super().__init__(scheduler, horizon, exact)
+        self.settings = _PBTSettings.read(scheduler, self.tested_with)
         self._members: dict[str, _PopulationMember] = {}
-        self._mutated = sorted(flatten_dict(pbt._hyperparam_mutations, delimiter="/"))
-        self._next_sync = max(pbt._perturbation_interval, pbt._burn_in_period)
+        self._mutated = sorted(flatten_dict(self.settings.hyperparam_mutations, delimiter="/"))
+        self._next_sync = max(self.settings.perturbation_interval, self.settings.burn_in_period)
         # False once the trainable reports no checkpoint where PBT needs one:
         # as in Ray, a trial with no checkpoint is never cloned.
         self.trainable_checkpoints = True
 
-    def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
-        from ray.tune.schedulers.pbt import _fill_config
+    @property
+    def decides_at_milestones(self) -> bool:
+        # Perturbation points in other units (seconds) are not known in advance.
+        return self.settings.time_attr == "training_iteration"
 
-        for name, space in self.pbt._hyperparam_mutations.items():
+    def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
+        """Samples the hyper-parameters PBT mutates that ``config`` lacks
+        into it, as Ray's does."""
+        for name, space in self.settings.hyperparam_mutations.items():
             if name not in config:
-                _fill_config(config, name, space)
+                self.settings.fill_config(config, name, space)
         self._members[trial_id] = _PopulationMember()
 
-    def on_complete(self, trial_id: str) -> None:
+    def on_error(self, trial_id: str) -> None:
+        self.on_complete(trial_id, None)
+
+    def on_complete(self, trial_id: str, row: dict[str, Any] | None) -> None:
         self._members[trial_id].finished = True
         live = [member for member in self._members.values() if not member.finished]
-        if self.pbt._synch and live and all(m.paused and m.last_train_time >= self._next_sync for m in live):
+        if self.settings.synch and live and all(m.paused and m.last_train_time >= self._next_sync for m in live):
             # The trials were waiting for this one, which will never report
             # again (Ray waits forever here): rank them now.
             self._perturb_all(max(member.last_train_time for member in live))
 
-    def next_decision(self, trial_id: str, step: int) -> int:
+    def next_decision(self, trial_id: str, step: int) -> float:
         """The first iteration after ``step`` at which Ray's rule perturbs the
         trial (past the burn-in, an interval after its last perturbation).
         With a time attribute other than ``training_iteration`` (Ray's default
         is ``time_total_s``) perturbation points are not known in advance:
         the trial is requested to the horizon, and a fork starts from the
         source's latest checkpoint."""
-        pbt = self.pbt
-        if pbt._time_attr != "training_iteration":
+        settings = self.settings
+        if settings.time_attr != "training_iteration":
             return self.horizon
-        due = max(pbt._burn_in_period, self._members[trial_id].last_perturbation + pbt._perturbation_interval)
+        due = max(settings.burn_in_period, self._members[trial_id].last_perturbation + settings.perturbation_interval)
         return min(self.horizon, max(step + 1, math.ceil(due)))
 
-    def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any]) -> Exploit | str | None:
-        """An `Exploit` of this trial, `PAUSE` (synchronous mode) or None to
-        continue. ``values``: the trial's hyper-parameters at this step (flattened)."""
-        pbt, member = self.pbt, self._members[trial_id]
-        time = row.get(pbt._time_attr)
-        if time is None or pbt._metric not in row or time < pbt._burn_in_period:
-            return None
-        if time - member.last_perturbation < pbt._perturbation_interval:
-            return None
-        member.last_score = pbt._metric_op * row[pbt._metric]
+    def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any] | None) -> Decision:
+        """An `Exploit` of this trial, `PAUSE` (synchronous mode) or CONTINUE.
+        ``values``: the trial's hyper-parameters at this step (flattened)."""
+        settings, member = self.settings, self._members[trial_id]
+        time = row.get(settings.time_attr)
+        if time is None or settings.metric not in row or time < settings.burn_in_period:
+            return CONTINUE
+        if time - member.last_perturbation < settings.perturbation_interval:
+            return CONTINUE
+        member.last_score = settings.metric_op * row[settings.metric]
         member.last_train_time = time
         member.iteration = row["training_iteration"]
-        member.values = values
-        if not pbt._synch:
+        member.values = values or {}
+        if not settings.synch:
             member.last_perturbation = time
             lower, upper = self._quantiles()
-            return self._checkpoint_or_exploit(trial_id, lower, upper)
+            return self._checkpoint_or_exploit(trial_id, lower, upper) or CONTINUE
         member.paused = True
         if all(
             other.last_train_time >= self._next_sync
@@ -139,7 +181,7 @@ class PopulationBasedHost:
             self._members[trial_id].last_perturbation = time
             self._members[trial_id].pending = self._checkpoint_or_exploit(trial_id, lower, upper)
         latest = max(member.last_train_time for member in self._members.values())
-        self._next_sync = max(self._next_sync + self.pbt._perturbation_interval, latest)
+        self._next_sync = max(self._next_sync + self.settings.perturbation_interval, latest)
 
     def resumable(self) -> list[tuple[str, Exploit | None]]:
         """Synchronous mode: paused trials behind the next perturbation point,
@@ -185,22 +227,21 @@ class PopulationBasedHost:
         scored.sort(key=lambda trial_id: self._members[trial_id].last_score)
         if len(scored) <= 1:
             return [], []
-        count = int(math.ceil(len(scored) * self.pbt._quantile_fraction))
+        count = int(math.ceil(len(scored) * self.settings.quantile_fraction))
         if count > len(scored) / 2:
             count = int(math.floor(len(scored) / 2))
         return scored[:count], scored[len(scored) - count :]
 
     def _explore(self, source_id: str) -> Exploit:
-        from ray.tune.schedulers.pbt import _explore
         from ray.tune.utils import flatten_dict
 
-        pbt, source = self.pbt, self._members[source_id]
-        explored = _explore(
+        settings, source = self.settings, self._members[source_id]
+        explored = settings.explore(
             unflatten(source.values),
-            pbt._hyperparam_mutations,
-            pbt._resample_probability,
-            pbt._perturbation_factors,
-            pbt._custom_explore_fn,
+            settings.hyperparam_mutations,
+            settings.resample_probability,
+            settings.perturbation_factors,
+            settings.custom_explore_fn,
         )
         new_config = explored[0] if isinstance(explored, tuple) else explored
         flat = flatten_dict(new_config, delimiter="/")

@@ -14,7 +14,8 @@ from ray.tune.schedulers import (
     TrialScheduler,
 )
 
-from ray_stagetree.trial_schedulers.host import SchedulerHost, TrialProxy
+from ray_stagetree.trial_schedulers.host import SchedulerHost
+from ray_stagetree.trial_schedulers.tune_fed import TrialProxy
 
 HORIZON = 16
 

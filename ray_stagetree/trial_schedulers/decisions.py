@@ -1,0 +1,31 @@
+"""What a hosted trial scheduler tells the controller about a trial.
+
+The controller (`ray_stagetree.runtime.controller`) and the simulator
+(`ray_stagetree.simulation.simulated_study`) act on these and nothing else,
+whichever scheduler family decided.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+# Equal to Ray's ``TrialScheduler.CONTINUE`` / ``STOP`` / ``PAUSE``: the
+# adapters that feed Ray's own object pass its answers through unchanged.
+CONTINUE = "CONTINUE"  #: the request moves on to the trial's next decision point
+STOP = "STOP"  #: nothing more is requested for the trial
+PAUSE = "PAUSE"  #: the request ends here; the scheduler resumes the trial later
+
+
+@dataclass(frozen=True)
+class Exploit:
+    """PBT: replace the trial's future with ``source``'s path up to ``step``,
+    then ``values`` (flattened hyper-parameter names -> explored values)."""
+
+    source: str
+    step: int
+    values: dict[str, Any]
+
+
+#: One of the words above, or an `Exploit`.
+Decision = Union[str, Exploit]

@@ -1,0 +1,85 @@
+"""Which adapter hosts a scheduler, chosen by the scheduler's type.
+
+The nearest of the scheduler's classes (its own, then its bases) listed in
+`_families` decides: a user's subclass of ``ASHAScheduler`` is fed as ASHA
+is, and a ``TrialScheduler`` of the user's own as FIFO is. Schedulers that
+change trials' configs or resources, or replay or model PBT (PB2, BOHB),
+are refused with a clear error, as is any subclass of a family whose
+adapter runs the family's rule itself (PBT).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ray_stagetree.trial_schedulers.adapter import SchedulerAdapter
+from ray_stagetree.trial_schedulers.hyperband import AsyncHyperBandAdapter, HyperBandAdapter
+from ray_stagetree.trial_schedulers.pbt import PopulationBasedAdapter
+from ray_stagetree.trial_schedulers.tune_fed import FifoAdapter, MedianStoppingAdapter
+
+
+@functools.cache
+def _families() -> dict[type, type[SchedulerAdapter] | None]:
+    """Ray's scheduler classes -> their adapter, None for those refused.
+    Built on first use: importing this module does not import Ray."""
+    from ray.tune.schedulers import (
+        AsyncHyperBandScheduler,
+        FIFOScheduler,
+        HyperBandForBOHB,
+        HyperBandScheduler,
+        MedianStoppingRule,
+        PopulationBasedTraining,
+        PopulationBasedTrainingReplay,
+        ResourceChangingScheduler,
+    )
+
+    return {
+        FIFOScheduler: FifoAdapter,
+        AsyncHyperBandScheduler: AsyncHyperBandAdapter,
+        HyperBandScheduler: HyperBandAdapter,
+        MedianStoppingRule: MedianStoppingAdapter,
+        PopulationBasedTraining: PopulationBasedAdapter,  # PB2 is a subclass: refused with the rest
+        HyperBandForBOHB: None,
+        PopulationBasedTrainingReplay: None,
+        ResourceChangingScheduler: None,
+    }
+
+
+def adapter_for(scheduler: Any) -> tuple[type[SchedulerAdapter], bool]:
+    """The adapter class hosting ``scheduler`` (a ``ray.tune``
+    ``TrialScheduler``) and whether it is the family's own class; a clear
+    error for one that cannot be hosted."""
+    from ray.tune.schedulers import TrialScheduler
+
+    if not isinstance(scheduler, TrialScheduler):
+        raise TypeError(f"TuneConfig.scheduler must be a ray.tune TrialScheduler, got {type(scheduler).__name__}")
+    families = _families()
+    family = next((cls for cls in type(scheduler).__mro__ if cls in families), None)
+    adapter = FifoAdapter if family is None else families[family]
+    exact = family is type(scheduler)
+    if adapter is None or not (exact or adapter.hosts_subclasses):
+        hosted = ", ".join(cls.__name__ for cls, hosts in families.items() if hosts is not None)
+        raise NotImplementedError(
+            f"{type(scheduler).__name__} changes trials' configs or resources, which ray_stagetree does not host "
+            f"yet; supported: {hosted} and custom TrialSchedulers"
+        )
+    return adapter, exact
+
+
+def check_scheduler(scheduler: Any, metric: str | None = None, mode: str | None = None) -> None:
+    """Raise a clear error for schedulers that cannot be hosted yet, or that
+    would fail at their first trial for want of a metric and mode."""
+    if scheduler is None:
+        return
+    adapter, exact = adapter_for(scheduler)
+    adapter.check(scheduler, metric, mode, exact)
+
+
+def scheduler_max_t(scheduler: Any) -> float | None:
+    """The most a trial runs under ``scheduler`` (ASHA's and HyperBand's
+    ``max_t``), or None: a study's horizon when ``RunConfig.stop`` sets none."""
+    if scheduler is None:
+        return None
+    adapter, _ = adapter_for(scheduler)
+    return adapter.max_t(scheduler)

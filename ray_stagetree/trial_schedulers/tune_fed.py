@@ -1,0 +1,141 @@
+"""Adapters that feed the user's own Ray scheduler object, as Tune does.
+
+The scheduler (``FIFOScheduler``, ``MedianStoppingRule``, a custom
+``TrialScheduler``; ASHA and HyperBand in
+`ray_stagetree.trial_schedulers.hyperband`) makes every decision: it
+receives each trial's results in order, exactly as Ray Tune's controller
+feeds them, through `TrialProxy` objects and a `_ControllerFacade` standing
+in for the few ``TuneController`` calls schedulers make. Its CONTINUE /
+STOP / PAUSE answers are passed through; a trial it pauses is run again
+when it picks it (``choose_trial_to_run``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ray_stagetree.trial_schedulers.adapter import SchedulerAdapter
+from ray_stagetree.trial_schedulers.decisions import PAUSE, Decision, Exploit
+
+
+@dataclass(eq=False)
+class TrialProxy:
+    """What Tune's schedulers read from a ``Trial``."""
+
+    trial_id: str
+    config: dict[str, Any]
+    status: str = "RUNNING"
+    last_result: dict[str, Any] = field(default_factory=dict)
+    is_saving: bool = False
+
+    def __hash__(self) -> int:
+        return hash(self.trial_id)
+
+    def __str__(self) -> str:
+        return self.trial_id
+
+
+class _ControllerFacade:
+    """The few ``TuneController`` calls schedulers make."""
+
+    def __init__(self, trials: dict[str, TrialProxy], on_stop: Callable[[str], None]) -> None:
+        self._trials = trials
+        self._on_stop = on_stop
+
+    def stop_trial(self, trial: TrialProxy) -> None:
+        self._on_stop(trial.trial_id)
+
+    def get_live_trials(self) -> list[TrialProxy]:
+        return [trial for trial in self._trials.values() if trial.status == "RUNNING"]
+
+    def get_trials(self) -> list[TrialProxy]:
+        return list(self._trials.values())
+
+
+def _ignore_stop(trial_id: str) -> None:
+    pass
+
+
+class TuneFedAdapter(SchedulerAdapter):
+    """A scheduler fed as Tune feeds it, deciding at any result: requests
+    run to the horizon unless a subclass knows the decision points."""
+
+    def __init__(self, scheduler: Any, horizon: float, exact: bool) -> None:
+        super().__init__(scheduler, horizon, exact)
+        self._trials: dict[str, TrialProxy] = {}
+        self._paused: set[str] = set()
+        self._facade = _ControllerFacade(self._trials, _ignore_stop)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled into a study's snapshot without the controller it reports
+        # to; the restoring controller reconnects it with `attach`.
+        state = dict(self.__dict__)
+        state["_facade"] = _ControllerFacade(self._trials, _ignore_stop)
+        return state
+
+    def attach(self, on_stop: Callable[[str], None]) -> None:
+        self._facade._on_stop = on_stop
+
+    def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
+        proxy = self._trials[trial_id] = TrialProxy(trial_id, config)
+        self.scheduler.on_trial_add(self._facade, proxy)
+
+    def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any] | None) -> Decision:
+        proxy = self._trials[trial_id]
+        proxy.last_result = row
+        decision = self.scheduler.on_trial_result(self._facade, proxy, row)
+        if decision == PAUSE:
+            proxy.status = "PAUSED"
+            self._paused.add(trial_id)
+        return decision
+
+    def on_complete(self, trial_id: str, row: dict[str, Any] | None) -> None:
+        """Tell the scheduler as Tune's controller does: ``on_trial_complete``
+        for a running trial with a result, ``on_trial_remove`` otherwise."""
+        proxy = self._trials[trial_id]
+        status, proxy.status = proxy.status, "TERMINATED"
+        self._paused.discard(trial_id)
+        if row and status == "RUNNING":
+            self.scheduler.on_trial_complete(self._facade, proxy, row)
+        else:
+            self.scheduler.on_trial_remove(self._facade, proxy)
+
+    def on_error(self, trial_id: str) -> None:
+        proxy = self._trials[trial_id]
+        proxy.status = "ERROR"
+        self._paused.discard(trial_id)
+        self.scheduler.on_trial_error(self._facade, proxy)
+
+    def resumable(self) -> list[tuple[str, Exploit | None]]:
+        chosen: list[tuple[str, Exploit | None]] = []
+        # Tune's choose_trial_to_run scans every trial: asked only while one
+        # is paused, it costs nothing per result in studies that never pause.
+        while self._paused:
+            proxy = self.scheduler.choose_trial_to_run(self._facade)
+            if proxy is None or proxy.status != "PAUSED":
+                break
+            proxy.status = "RUNNING"
+            self._paused.discard(proxy.trial_id)
+            chosen.append((proxy.trial_id, None))
+        return chosen
+
+    def next_decision(self, trial_id: str, step: int) -> float:
+        return self.horizon
+
+
+class FifoAdapter(TuneFedAdapter):
+    """``FIFOScheduler``, and any custom ``TrialScheduler`` no other adapter
+    claims. Ray's FIFO never stops a trial, so it decides only at the
+    horizon; a custom scheduler may decide at any result."""
+
+    @property
+    def decides_at_milestones(self) -> bool:
+        return self.exact
+
+
+class MedianStoppingAdapter(TuneFedAdapter):
+    """``MedianStoppingRule``: it may stop a trial at any result past its
+    grace period, not at points known in advance."""
+
+    needs_metric = True

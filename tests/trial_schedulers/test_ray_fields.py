@@ -1,0 +1,88 @@
+"""A Ray upgrade that drops a private field an adapter reads fails clearly:
+the field, the scheduler and the Ray versions tested are named."""
+
+import pytest
+import ray
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, HyperBandScheduler, PopulationBasedTraining
+
+from ray_stagetree.trial_schedulers.host import SchedulerHost
+from ray_stagetree.trial_schedulers.ray_fields import TESTED_WITH, RayFieldMissing, ray_field
+from ray_stagetree.trial_schedulers.registry import scheduler_max_t
+
+HORIZON = 16
+
+
+def missing(field: str, owner: str, scheduler: str):
+    """What the error says for ``owner``'s missing ``field``."""
+    return pytest.raises(
+        RayFieldMissing,
+        match=rf"hosts {scheduler} by reading {owner}\.{field}, a private field of Ray Tune that Ray "
+        rf"{ray.__version__} does not have; the adapter was tested against Ray {', '.join(TESTED_WITH)}",
+    )
+
+
+def test_the_accessor_reads_a_field_or_names_what_is_missing():
+    scheduler = ASHAScheduler(max_t=5)
+    assert ray_field(scheduler, "_max_t", scheduler) == 5
+    with missing("_no_such_field", "AsyncHyperBandScheduler", "AsyncHyperBandScheduler"):
+        ray_field(scheduler, "_no_such_field", scheduler)
+
+
+def test_asha_without_its_trial_info():
+    host = SchedulerHost(ASHAScheduler(max_t=HORIZON, grace_period=1), "loss", "min", HORIZON)
+    host.on_add("t", {})
+    del host.scheduler._trial_info
+    with missing("_trial_info", "AsyncHyperBandScheduler", "AsyncHyperBandScheduler"):
+        host.next_decision("t", 0)
+
+
+def test_asha_brackets_without_rungs():
+    host = SchedulerHost(ASHAScheduler(max_t=HORIZON, grace_period=1), "loss", "min", HORIZON)
+    host.on_add("t", {})
+    del host.scheduler._trial_info["t"]._rungs
+    with missing("_rungs", "_Bracket", "AsyncHyperBandScheduler"):
+        host.next_decision("t", 0)
+
+
+def test_hyperband_brackets_without_their_milestone():
+    host = SchedulerHost(HyperBandScheduler(max_t=HORIZON), "loss", "min", HORIZON)
+    host.on_add("t", {})
+    for bracket, _ in host.scheduler._trial_info.values():
+        del bracket._cumul_r
+    with missing("_cumul_r", "_Bracket", "HyperBandScheduler"):
+        host.next_decision("t", 0)
+
+
+def test_max_t_missing():
+    scheduler = HyperBandScheduler(max_t=HORIZON)
+    del scheduler._max_t_attr
+    with missing("_max_t_attr", "HyperBandScheduler", "HyperBandScheduler"):
+        scheduler_max_t(scheduler)
+
+
+def test_time_attr_missing_fails_when_the_study_starts():
+    scheduler = ASHAScheduler(max_t=HORIZON)
+    del scheduler._time_attr
+    with missing("_time_attr", "AsyncHyperBandScheduler", "AsyncHyperBandScheduler"):
+        SchedulerHost(scheduler, "loss", "min", HORIZON)
+
+
+def pbt():
+    return PopulationBasedTraining(time_attr="training_iteration", hyperparam_mutations={"lr": tune.uniform(0, 1)})
+
+
+@pytest.mark.parametrize("field", ["_synch", "_perturbation_interval", "_custom_explore_fn"])
+def test_pbt_settings_missing(field):
+    scheduler = pbt()
+    delattr(scheduler, field)
+    with missing(field, "PopulationBasedTraining", "PopulationBasedTraining"):
+        SchedulerHost(scheduler, "loss", "min", HORIZON)
+
+
+def test_pbt_explore_function_missing(monkeypatch):
+    from ray.tune.schedulers import pbt as ray_pbt
+
+    monkeypatch.delattr(ray_pbt, "_explore")
+    with missing("_explore", "ray.tune.schedulers.pbt", "PopulationBasedTraining"):
+        SchedulerHost(pbt(), "loss", "min", HORIZON)

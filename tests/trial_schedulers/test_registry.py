@@ -1,0 +1,99 @@
+"""Each scheduler type gets its family's adapter; those that cannot be
+hosted are refused clearly, before a study starts."""
+
+import pytest
+from ray import tune
+from ray.tune.schedulers import (
+    ASHAScheduler,
+    FIFOScheduler,
+    HyperBandForBOHB,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+    ResourceChangingScheduler,
+    TrialScheduler,
+)
+from ray.tune.schedulers.pb2 import PB2
+
+from ray_stagetree.simulation.paper_spaces import SuccessiveHalving
+from ray_stagetree.trial_schedulers.hyperband import AsyncHyperBandAdapter, HyperBandAdapter
+from ray_stagetree.trial_schedulers.pbt import PopulationBasedAdapter
+from ray_stagetree.trial_schedulers.registry import adapter_for, check_scheduler, scheduler_max_t
+from ray_stagetree.trial_schedulers.tune_fed import FifoAdapter, MedianStoppingAdapter
+
+
+class StopEverything(TrialScheduler):
+    """A custom scheduler of the user's own, on no family of Ray's."""
+
+    def on_trial_add(self, tune_controller, trial):
+        pass
+
+    def on_trial_result(self, tune_controller, trial, result):
+        return TrialScheduler.STOP
+
+
+class LoudASHA(ASHAScheduler):
+    """A user's subclass: fed as ASHA is, but its overrides may decide elsewhere."""
+
+
+class OwnPBT(PopulationBasedTraining):
+    """A PBT subclass: its overrides would never run, since PBT runs on the plan."""
+
+
+def pbt():
+    return PopulationBasedTraining(time_attr="training_iteration", hyperparam_mutations={"lr": tune.uniform(0, 1)})
+
+
+@pytest.mark.parametrize(
+    "scheduler, adapter, exact",
+    [
+        (FIFOScheduler(), FifoAdapter, True),
+        (ASHAScheduler(max_t=8), AsyncHyperBandAdapter, True),
+        (HyperBandScheduler(max_t=8), HyperBandAdapter, True),
+        (MedianStoppingRule(), MedianStoppingAdapter, True),
+        (pbt(), PopulationBasedAdapter, True),
+        (StopEverything(), FifoAdapter, False),
+        (LoudASHA(max_t=8), AsyncHyperBandAdapter, False),
+        (SuccessiveHalving(9, grace_period=1, max_t=8), HyperBandAdapter, False),
+    ],
+    ids=["fifo", "asha", "hyperband", "median", "pbt", "custom", "asha-subclass", "hyperband-subclass"],
+)
+def test_each_scheduler_type_gets_its_familys_adapter(scheduler, adapter, exact):
+    assert adapter_for(scheduler) == (adapter, exact)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        ResourceChangingScheduler,
+        HyperBandForBOHB,
+        lambda: PB2(hyperparam_bounds={"lr": [0.0, 1.0]}),
+        lambda: OwnPBT(hyperparam_mutations={"lr": [0.1]}),
+    ],
+    ids=["resource-changing", "bohb", "pb2", "pbt-subclass"],
+)
+def test_schedulers_not_hosted_are_refused_clearly(make):
+    scheduler = make()
+    with pytest.raises(NotImplementedError, match=f"^{type(scheduler).__name__} changes trials' configs or resources"):
+        check_scheduler(scheduler, "loss", "min")
+
+
+def test_a_scheduler_must_be_a_tune_trial_scheduler():
+    with pytest.raises(TypeError, match="TuneConfig.scheduler must be a ray.tune TrialScheduler, got str"):
+        check_scheduler("asha")
+
+
+def test_only_a_familys_own_class_needs_a_metric_up_front():
+    with pytest.raises(ValueError, match="MedianStoppingRule needs a metric"):
+        check_scheduler(MedianStoppingRule())
+    check_scheduler(LoudASHA())
+    check_scheduler(None)
+
+
+def test_max_t_is_the_families_own_limit():
+    assert scheduler_max_t(ASHAScheduler(max_t=7)) == 7
+    assert scheduler_max_t(HyperBandScheduler(max_t=9)) == 9
+    assert scheduler_max_t(SuccessiveHalving(9, grace_period=1, max_t=5)) == 5
+    assert scheduler_max_t(MedianStoppingRule()) is None
+    assert scheduler_max_t(pbt()) is None
+    assert scheduler_max_t(None) is None
