@@ -29,7 +29,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_stagetree.monitor.live import live_monitor
 from ray_stagetree.planning.config import TrialConfig
-from ray_stagetree.planning.persistence import arrow_filesystem
+from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import study_policy
 from ray_stagetree.runtime.callbacks import CallbackRunner, check_driver_hooks
