@@ -19,6 +19,11 @@ import pyarrow.fs as pafs
 from fsspec.implementations.arrow import ArrowFSWrapper
 
 
+def is_filesystem(value: Any) -> bool:
+    """Whether ``value`` is a filesystem `resolve` takes: pyarrow's or fsspec's."""
+    return isinstance(value, (pafs.FileSystem, fsspec.AbstractFileSystem))
+
+
 def resolve(url: str, storage_filesystem: Any = None) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem and path of ``url``: a local path or any fsspec URL,
     or, with ``storage_filesystem``, a path inside that filesystem.
@@ -36,15 +41,14 @@ def resolve(url: str, storage_filesystem: Any = None) -> tuple[fsspec.AbstractFi
     """
     if storage_filesystem is None:
         return fsspec.core.url_to_fs(url)
-    if isinstance(storage_filesystem, fsspec.AbstractFileSystem):
-        filesystem = storage_filesystem
-    elif isinstance(storage_filesystem, pafs.FileSystem):
-        filesystem = ArrowFSWrapper(storage_filesystem)
-    else:
+    if not is_filesystem(storage_filesystem):
         raise TypeError(
             "storage_filesystem must be a pyarrow.fs.FileSystem, an fsspec.AbstractFileSystem or None, "
             f"got {type(storage_filesystem).__name__}"
         )
+    filesystem = (
+        ArrowFSWrapper(storage_filesystem) if isinstance(storage_filesystem, pafs.FileSystem) else storage_filesystem
+    )
     return filesystem, filesystem._strip_protocol(url)
 
 
