@@ -40,24 +40,10 @@ from ray_stagetree.runtime.session import (
     report,
     should_checkpoint,
 )
-from ray_stagetree.sequences import (
-    Concat,
-    Constant,
-    Cosine,
-    CyclicLR,
-    Exponential,
-    InverseSqrt,
-    Linear,
-    MultiStep,
-    OneCycle,
-    Polynomial,
-    Sequence,
-    Step,
-    Values,
-    Warmup,
-    as_sequence,
-    from_json,
-)
+from ray_stagetree.sequences import FAMILIES, Sequence, as_sequence, from_json
+
+# Every sequence family by its name (see `ray_stagetree.sequences`).
+globals().update(FAMILIES)
 
 __version__ = "0.1.0"
 
@@ -86,19 +72,7 @@ __all__ = [
     "should_checkpoint",
     # sequences
     "Sequence",
-    "Constant",
-    "Exponential",
-    "Step",
-    "MultiStep",
-    "CyclicLR",
-    "Cosine",
-    "Warmup",
-    "Linear",
-    "OneCycle",
-    "Polynomial",
-    "InverseSqrt",
-    "Values",
-    "Concat",
+    *sorted(FAMILIES),
     "as_sequence",
     "from_json",
     # planning

@@ -18,9 +18,8 @@ import posixpath
 import time
 from typing import Any
 
-import fsspec
-
 from ray_stagetree.planning.cost import CostModel
+from ray_stagetree.planning.filesystems import resolve
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.callbacks import ERROR_FILE, RESULT_FILE
 from ray_stagetree.runtime.experiment_state import TUNER_FILE
@@ -152,7 +151,7 @@ def read_experiment(path: str) -> Experiment:
     """The experiment at ``path`` (a local path or any fsspec URL).
 
     Raises FileNotFoundError when ``path`` is not a ray_stagetree experiment directory."""
-    filesystem, root = fsspec.core.url_to_fs(path)
+    filesystem, root = resolve(path)
     root = root.rstrip("/") or "/"
     if not is_experiment(filesystem, root):
         raise FileNotFoundError(
@@ -180,7 +179,7 @@ def list_experiments(storage_path: str) -> list[Experiment]:
     """The experiments directly under ``storage_path``, oldest update first.
 
     Raises FileNotFoundError when ``storage_path`` does not exist."""
-    filesystem, root = fsspec.core.url_to_fs(storage_path)
+    filesystem, root = resolve(storage_path)
     if not filesystem.isdir(root):
         raise FileNotFoundError(f"{storage_path!r} is not a folder")
     found = [

@@ -1,4 +1,5 @@
-"""Tune's trial schedulers and searchers by the names a job spec gives them.
+"""Tune's trial schedulers and searchers, and execution policies, by the
+names a job spec gives them.
 
 Names map to Ray Tune's own classes, through Tune's own registries
 (``ray.tune.schedulers.SCHEDULER_IMPORT``, ``ray.tune.search.SEARCH_ALG_IMPORT``)
@@ -6,7 +7,10 @@ where they have them; those the runtime cannot host (PB2, BOHB, resource
 changing) are not offered. An argument ``{import: "module:function"}`` is
 that Python object (a grid search's ``filter``). A searcher may also be named by import path
 (``my_module:MySearcher``): a ``ray.tune.search.Searcher`` subclass, or an
-`AskTellAlgorithm` subclass, which runs through `AskTellSearcher`.
+`AskTellAlgorithm` subclass, which runs through `AskTellSearcher`. An
+execution policy is one of `POLICIES` by name, or, with keyword arguments
+(``{name: round_robin, quantum_s: 30}``) or by import path (an
+`ExecutionPolicy` subclass), the instance they describe.
 
 Keyword arguments are checked against the class's signature before it is
 built, so a misspelt one is named with the ones allowed.
@@ -15,7 +19,7 @@ built, so a misspelt one is named with the ones allowed.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ray.tune.schedulers import SCHEDULER_IMPORT
@@ -24,6 +28,7 @@ from ray.tune.search import SEARCH_ALG_IMPORT, BasicVariantGenerator, Searcher
 from ray_stagetree.jobs.domains import to_param_space
 from ray_stagetree.jobs.errors import field_path
 from ray_stagetree.jobs.imports import load_object
+from ray_stagetree.planning.policies import POLICIES, ExecutionPolicy
 from ray_stagetree.searchers import AskTellAlgorithm, AskTellSearcher, SequenceGridSearch
 
 
@@ -54,36 +59,53 @@ SEARCHERS: dict[str, Callable[[], type]] = {
 
 def build_scheduler(entry: str | dict[str, Any], base_dir: str, path: tuple) -> tuple[Any, list[str]]:
     """A Tune trial scheduler from the spec's ``tune_config.scheduler``; (None, problems) when it cannot be."""
-    return _build(entry, SCHEDULERS, "scheduler", base_dir, path, by_import=False)
+    return _build(entry, SCHEDULERS, "scheduler", base_dir, path, importable=())
 
 
 def build_searcher(entry: str | dict[str, Any], base_dir: str, path: tuple) -> tuple[Any, list[str]]:
     """A searcher from the spec's ``tune_config.search_alg``; (None, problems) when it cannot be."""
-    return _build(entry, SEARCHERS, "searcher", base_dir, path, by_import=True)
+    return _build(entry, SEARCHERS, "searcher", base_dir, path, importable=(Searcher, AskTellAlgorithm))
+
+
+def build_policy(entry: str | dict[str, Any], base_dir: str, path: tuple) -> tuple[Any, list[str]]:
+    """The spec's ``stagetree.execution_policy``: a name of `POLICIES` as it
+    is (the `Tuner` takes names), else the `ExecutionPolicy` instance it
+    describes; (None, problems) when it cannot be built."""
+    if isinstance(entry, str) and entry in POLICIES:
+        return entry, []
+    return _build(entry, _classes(POLICIES), "execution policy", base_dir, path, importable=(ExecutionPolicy,))
+
+
+def _classes(registry: Mapping[str, type]) -> dict[str, Callable[[], type]]:
+    """A registry of classes in the table form `_build` reads (classes
+    found when asked, for the optional packages of Tune's searchers)."""
+    return {name: (lambda cls=cls: cls) for name, cls in registry.items()}
 
 
 def _build(
-    entry: str | dict[str, Any], table: dict[str, Callable[[], type]], what: str, base_dir: str, path: tuple,
-    by_import: bool,
+    entry: str | dict[str, Any], table: Mapping[str, Callable[[], type]], what: str, base_dir: str, path: tuple,
+    importable: tuple[type, ...],
 ) -> tuple[Any, list[str]]:
+    """The object ``entry`` names: a name of ``table``, or an import path
+    ``module:Class`` of a subclass of one of ``importable``, built with the
+    entry's keyword arguments."""
     entry = {"name": entry} if isinstance(entry, str) else dict(entry)
     name = entry.pop("name")
     where = field_path((*path, "name"))
-    allowed = ", ".join(sorted(table)) + (", or an import path 'module:Class'" if by_import else "")
+    allowed = ", ".join(sorted(table)) + (", or an import path 'module:Class'" if importable else "")
     if name in table:
         try:
             cls = table[name]()
         except ImportError as error:
             return None, [f"{where}: {what} {name!r} needs a package that is not installed ({error})"]
-    elif by_import and ":" in name:
+    elif importable and ":" in name:
         try:
             cls = load_object(name, base_dir)
         except ImportError as error:
             return None, [f"{where}: {error}"]
-        if not (isinstance(cls, type) and issubclass(cls, (Searcher, AskTellAlgorithm))):
-            return None, [
-                f"{where}: {name!r} must be a ray.tune.search.Searcher or an AskTellAlgorithm subclass, got {cls!r}"
-            ]
+        if not (isinstance(cls, type) and issubclass(cls, importable)):
+            kinds = " or ".join(_qualified(base) for base in importable)
+            return None, [f"{where}: {name!r} must be {kinds} subclass, got {cls!r}"]
     else:
         return None, [f"{where}: unknown {what} {name!r}; allowed: {allowed}"]
     batch_size = entry.pop("batch_size", None) if issubclass(cls, AskTellAlgorithm) else None
@@ -125,6 +147,12 @@ def _check_arguments(cls: type, arguments: dict[str, Any], path: tuple) -> list[
         for key in arguments
         if key not in allowed
     ]
+
+
+def _qualified(cls: type) -> str:
+    """How messages name a base class, article first: Tune's by their public path."""
+    name = f"ray.tune.search.{cls.__name__}" if cls is Searcher else cls.__name__
+    return f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
 
 
 def _arguments_text(arguments: dict[str, Any]) -> str:

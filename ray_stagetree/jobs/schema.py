@@ -16,7 +16,6 @@ from typing import Any
 import jsonschema
 
 from ray_stagetree.jobs.errors import field_path
-from ray_stagetree.planning.policies import POLICIES
 
 _IMPORT_PATH = r"^[^:\s]+:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 _NAMED = {
@@ -129,7 +128,7 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "properties": {
                 "stage_sharing": {"type": "boolean"},
-                "execution_policy": {"enum": sorted(POLICIES)},
+                "execution_policy": _NAMED,
                 "checkpoint_budget_bytes": {"type": "integer", "minimum": 0},
             },
         },

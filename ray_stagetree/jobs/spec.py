@@ -21,7 +21,7 @@ from ray_stagetree.jobs import schema
 from ray_stagetree.jobs.domains import to_param_space
 from ray_stagetree.jobs.errors import SpecError, field_path
 from ray_stagetree.jobs.imports import load_object
-from ray_stagetree.jobs.registry import build_scheduler, build_searcher
+from ray_stagetree.jobs.registry import build_policy, build_scheduler, build_searcher
 from ray_stagetree.runtime.tuner import Tuner
 
 #: Top-level keys passed to the Tuner as keyword arguments of the same name,
@@ -69,6 +69,7 @@ class JobSpec:
         }
         self.tune_config = self._tune_config(problems)
         self.run_config = self._run_config(problems)
+        self.stagetree = self._stagetree(problems)
         if problems:
             raise SpecError(problems, source)
         self.dry_tuner()  # the Tuner's own checks (horizon, metric and scheduler, checkpoint config, ...)
@@ -120,7 +121,7 @@ class JobSpec:
                 param_space=self.param_space,
                 tune_config=self.tune_config,
                 run_config=run_config,
-                **self.data.get("stagetree", {}),
+                **self.stagetree,
                 **keywords,
             )
         except (TypeError, ValueError) as error:
@@ -158,6 +159,16 @@ class JobSpec:
                 section[key], found = build(section[key], self.base_dir, ("tune_config", key))
                 problems += found
         return tune.TuneConfig(**section)
+
+    def _stagetree(self, problems: list[str]) -> dict[str, Any]:
+        """The Tuner's own keyword arguments; the execution policy as a
+        name, or as the instance its entry describes."""
+        section = dict(self.data.get("stagetree", {}))
+        if "execution_policy" in section:
+            path = ("stagetree", "execution_policy")
+            section["execution_policy"], found = build_policy(section["execution_policy"], self.base_dir, path)
+            problems += found
+        return section
 
     def _run_config(self, problems: list[str]) -> tune.RunConfig:
         section = dict(self.data.get("run_config", {}))

@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 from ray.tune.result import AUTO_RESULT_KEYS, EXPR_ERROR_FILE, EXPR_PARAM_FILE, EXPR_RESULT_FILE
 
 from ray_stagetree.planning.config import TrialConfig
-from ray_stagetree.planning.persistence import resolve_filesystem
+from ray_stagetree.planning.filesystems import arrow_filesystem, resolve
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.sequences import from_json, is_sequence_spec
 
@@ -57,7 +57,8 @@ class ExperimentReader:
             raise ValueError(f"path must be a study's experiment directory (a path or a URI), got {path!r}")
         self.path = path.rstrip("/")
         self._storage_filesystem = storage_filesystem
-        self.filesystem, self.root = resolve_filesystem(self.path, storage_filesystem)
+        filesystem, self.root = resolve(self.path, storage_filesystem)
+        self.filesystem = arrow_filesystem(filesystem)
         info = self.filesystem.get_file_info(self.root)
         if info.type != pafs.FileType.Directory:
             raise FileNotFoundError(f"path {path!r} is not a directory: give a study's experiment directory")

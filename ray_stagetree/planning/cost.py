@@ -136,3 +136,26 @@ class CostModel:
 
     def stage_seconds(self, node: "PlanNode", start: int, stop: int) -> float:
         return (stop - start) * self.seconds_per_iteration(node, start, stop)
+
+
+def recompute_seconds(node: "PlanNode", step: int) -> float:
+    """What losing the checkpoint at ``(node, step)`` costs: the seconds the
+    plan measured (``time_this_iter_s``) for the iterations since the
+    previous checkpoint on the path to it, or since initialization without
+    one. That is what retraining it would take; the eviction rule prices a
+    checkpoint by it (DESIGN: recompute cost x expected reuse / size).
+    Iterations with no measured time count one second each, the cost
+    model's unit before any timing exists."""
+    seconds = 0.0
+    current: "PlanNode | None" = node
+    latest = step - 1  # the latest checkpoint a retraining could start from
+    while current is not None:
+        previous = max((saved for saved in current.checkpoints if saved <= latest), default=current.fork_step)
+        for done in range(previous + 1, step + 1):
+            measured = current.metrics.get(done, {}).get("time_this_iter_s")
+            seconds += float(measured) if isinstance(measured, (int, float)) and measured >= 0 else 1.0
+        if previous > current.fork_step:
+            break
+        current, step = current.parent, current.fork_step
+        latest = step
+    return seconds

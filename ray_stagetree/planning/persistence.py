@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.planning.filesystems import arrow_filesystem, resolve
 
 FORMAT = "ray_stagetree.planning.plan"
 VERSION = 1
@@ -71,22 +71,10 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=_json_default)
 
 
-def resolve_filesystem(url: str, storage_filesystem: Any = None) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem and path for ``url``; accepts Tune's
-    ``storage_filesystem`` (pyarrow) or any fsspec filesystem."""
-    if storage_filesystem is None:
-        filesystem, path = fsspec.core.url_to_fs(url)
-    else:
-        filesystem, path = storage_filesystem, url
+def _arrow(url: str, storage_filesystem: Any) -> tuple[pafs.FileSystem, str]:
+    """Parquet's filesystem and path for ``url`` (see `filesystems.resolve`)."""
+    filesystem, path = resolve(url, storage_filesystem)
     return arrow_filesystem(filesystem), path
-
-
-def arrow_filesystem(filesystem: Any) -> pafs.FileSystem:
-    """``filesystem`` as pyarrow (and Tune's ``Checkpoint``) opens files:
-    a pyarrow one as it is, an fsspec one wrapped."""
-    if isinstance(filesystem, pafs.FileSystem):
-        return filesystem
-    return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem))
 
 
 def records(plan: Any) -> dict[str, list[dict[str, Any]]]:
@@ -136,7 +124,7 @@ def records(plan: Any) -> dict[str, list[dict[str, Any]]]:
 
 
 def save(plan: Any, url: str, storage_filesystem: Any = None) -> None:
-    filesystem, root = resolve_filesystem(url, storage_filesystem)
+    filesystem, root = _arrow(url, storage_filesystem)
     filesystem.create_dir(root, recursive=True)
     for name, rows in records(plan).items():
         table = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
@@ -165,7 +153,7 @@ def _read(filesystem: pafs.FileSystem, root: str, name: str) -> list[dict[str, A
 
 def load_into(plan: Any, url: str, storage_filesystem: Any = None) -> None:
     """Fill an empty plan with the tables written by `save`."""
-    filesystem, root = resolve_filesystem(url, storage_filesystem)
+    filesystem, root = _arrow(url, storage_filesystem)
     fill(plan, {name: _read(filesystem, root, name) for name in SCHEMAS})
 
 

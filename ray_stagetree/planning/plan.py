@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from ray_stagetree.planning import persistence
@@ -41,13 +42,15 @@ class RequestState(str, enum.Enum):
 
 @dataclass(frozen=True)
 class CheckpointInfo:
-    """Where a checkpoint lives. ``handle`` is a runtime object (for example a
-    Ray ``ObjectRef``) and is never persisted; the rest is."""
+    """A checkpoint the plan can start stages from: its durable copy's
+    ``path`` (relative to the experiment directory; None while only an
+    in-memory copy exists), size and checksum. Only plain values, all of
+    them persisted: where the runtime keeps the in-memory copy is the
+    checkpoint store's business, not the plan's."""
 
     path: str | None = None
     size_bytes: int = 0
     checksum: str | None = None
-    handle: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(eq=False)
@@ -85,7 +88,7 @@ class PlanNode:
         "parent",
         "fork_step",
         "children",
-        "checkpoints",
+        "_checkpoints",
         "metrics",
         "requests",
         "running",
@@ -102,7 +105,9 @@ class PlanNode:
         # Stages never cross roots: a root's subtree is a unit of replanning.
         self.root: PlanNode = self if parent is None else parent.root
         self.children: dict[tuple, PlanNode] = {}
-        self.checkpoints: dict[int, CheckpointInfo] = {}
+        # Written by the SearchPlan alone (`record_checkpoint`, `drop_checkpoint`),
+        # which keeps the stage trees' change log; everyone else reads `checkpoints`.
+        self._checkpoints: dict[int, CheckpointInfo] = {}
         self.metrics: dict[int, dict[str, Any]] = {}
         self.requests: dict[int, Request] = {}
         # batch id -> (start, stop) segment of this node a running batch trains
@@ -112,11 +117,17 @@ class PlanNode:
         # trials whose current request is on this node
         self.trials: set[str] = set()
 
+    @property
+    def checkpoints(self) -> Mapping[int, CheckpointInfo]:
+        """Step -> the checkpoint there, read-only (a view, made per call,
+        so that a node still pickles)."""
+        return MappingProxyType(self._checkpoints)
+
     def running_batch_through(self, step: int) -> int | None:
         """A running batch that will reach ``step`` on this node, if any (one
         that passed it already serves it only with the checkpoint it left)."""
         for batch_id, (start, stop) in self.running.items():
-            if start < step <= stop and (self.trained.get(batch_id, start) < step or step in self.checkpoints):
+            if start < step <= stop and (self.trained.get(batch_id, start) < step or step in self._checkpoints):
                 return batch_id
             # At the end of its segment a batch hears first whether it goes
             # on, and then saves the end's checkpoint if it stops there.
@@ -415,12 +426,14 @@ class SearchPlan:
             self._touch(node)
 
     def record_checkpoint(self, node_id: int, step: int, info: CheckpointInfo) -> None:
+        """A checkpoint of ``(node, step)`` exists, or its record changed (its
+        durable copy landed): the plan is the only writer of these records."""
         node = self.node(node_id)
         if not node.fork_step < step:
             raise ValueError(
                 f"a checkpoint of node {node_id} must be after its fork step {node.fork_step}, got {step}"
             )
-        node.checkpoints[step] = info
+        node._checkpoints[step] = info
         self._touch(node)
 
     def reopen(self, trial_id: str) -> Request:
@@ -435,7 +448,7 @@ class SearchPlan:
         """Forget a checkpoint (lost, corrupt, or evicted with no stored copy):
         the next stage tree trains from the previous one instead."""
         node = self.node(node_id)
-        if node.checkpoints.pop(step, None) is not None:
+        if node._checkpoints.pop(step, None) is not None:
             self._touch(node)
 
     def record_timing(self, node_id: int, start: int, stop: int, seconds: float) -> None:
@@ -729,8 +742,7 @@ class SearchPlan:
         return node
 
     def _restore_checkpoint(self, node_id: int, step: int, path: str, size_bytes: int, checksum: str) -> None:
-        self.nodes[node_id].checkpoints[step] = CheckpointInfo(path, size_bytes, checksum)
-        self._touch(self.nodes[node_id])
+        self.record_checkpoint(node_id, step, CheckpointInfo(path, size_bytes, checksum))
 
     def _restore_trial(self, trial_id: str, config: TrialConfig, study: str, node_id: int, step: int) -> None:
         node = self.nodes[node_id]

@@ -37,7 +37,7 @@ from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 from ray.tune.utils import flatten_dict
 
-from ray_stagetree.planning.persistence import arrow_filesystem
+from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.runtime.storage import CheckpointStorage
 from ray_stagetree.sequences._params import _is_unresolved
 

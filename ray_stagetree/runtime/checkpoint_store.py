@@ -4,7 +4,9 @@ to fsspec storage, evicted from memory by cost-benefit, reloaded on demand.
 Checkpoint bytes never pass through the driver or the controller's Python
 heap: workers put them into the object store with the controller as owner,
 and the study's `StorageIO` actor copies them to and from storage. The
-controller only holds references and the plan's `CheckpointInfo` records.
+store holds the references to the in-memory copies; the plan holds what
+persists (`CheckpointInfo`: the durable copy's path, size, checksum) and is
+the only writer of those records: the store tells it what changed.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import tempfile
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ray_stagetree.planning.cost import recompute_seconds
 from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, SearchPlan
+from ray_stagetree.runtime.payload import CheckpointPayload, from_bytes, to_bytes, write_directory
 from ray_stagetree.runtime.payload_auth import seal, unseal
 from ray_stagetree.runtime.storage import (
     CheckpointCache,
@@ -39,9 +44,9 @@ class StorageIO:
     as resolved objects (Ray passes a referenced checkpoint to the method
     directly), so their bytes never visit the driver or the controller.
 
-    Payloads are pickles, sealed with an HMAC under ``secret`` (the
-    experiment's key, see `runtime.payload_auth`): `reload` unpickles only
-    what verifies, so a payload placed in storage by anyone without the key
+    Payloads are stored in their byte form (`runtime.payload`), sealed with
+    an HMAC under ``secret`` (the experiment's key, see
+    `runtime.payload_auth`): `reload` unpickles only what verifies, so a payload placed in storage by anyone without the key
     is refused, whatever checksum the plan's table claims for it.
     """
 
@@ -50,14 +55,12 @@ class StorageIO:
         self._secret = secret
         self._trusted = trusted
 
-    def write(self, key: str, payload: Any) -> StoredCheckpoint | WriteFailed:
+    def write(self, key: str, payload: CheckpointPayload) -> StoredCheckpoint | WriteFailed:
         """Store a checkpoint and read it back: a copy that cannot be read
         back as written (a full disk, a flaky store) is written again, and
         after `WRITE_ATTEMPTS` reported as `WriteFailed`, not raised, so the
         controller keeps the in-memory copy instead of forgetting it."""
-        import pickle
-
-        data = seal(self._secret, key, pickle.dumps(payload, protocol=5))
+        data = seal(self._secret, key, to_bytes(payload))
         return with_retries(lambda: self._write_verified(key, data), f"checkpoint {key!r}")
 
     def _write_verified(self, key: str, data: bytes) -> StoredCheckpoint:
@@ -65,13 +68,10 @@ class StorageIO:
         self.storage.read(stored)  # raises CheckpointUnavailableError when damaged on the way
         return stored
 
-    def _load(self, stored: StoredCheckpoint, key: str) -> Any:
+    def _load(self, stored: StoredCheckpoint, key: str) -> CheckpointPayload:
         """The payload stored under ``key``; raises `CheckpointUnavailableError`
         when it is lost, corrupt or not authenticated."""
-        import pickle
-
-        data = unseal(self._secret, key, self.storage.read(stored), self._trusted)
-        return pickle.loads(data)  # sealed by this experiment's key: written by its own workers
+        return from_bytes(unseal(self._secret, key, self.storage.read(stored), self._trusted))
 
     @ray.method(num_returns=2)
     def reload(self, stored: StoredCheckpoint, key: str) -> tuple[str | None, Any]:
@@ -108,11 +108,17 @@ class StorageIO:
         """A study snapshot, written atomically (see `runtime.experiment_state`)."""
         self.storage.write(key, data)
 
-    def write_trial_checkpoint(self, trial_dir: str, payload: Any) -> str | WriteFailed:
-        """A trial's checkpoint folder; `WriteFailed` when storage refuses it."""
-        from ray_stagetree.runtime.results import write_checkpoint
+    def write_trial_checkpoint(self, trial_dir: str, payload: CheckpointPayload) -> str | WriteFailed:
+        """A trial's checkpoint folder, ``<trial_dir>/checkpoint_<step>/`` as
+        Tune lays it out, and its path; `WriteFailed` when storage refuses it.
+        (``params.json``, ``result.json`` and the other logs are the driver's
+        loggers' alone: see `runtime.callbacks`.)"""
+        return with_retries(lambda: self._upload(trial_dir, payload), f"a checkpoint of {trial_dir!r}")
 
-        return with_retries(lambda: write_checkpoint(self.storage, trial_dir, payload), f"a checkpoint of {trial_dir!r}")
+    def _upload(self, trial_dir: str, payload: CheckpointPayload) -> str:
+        with tempfile.TemporaryDirectory(prefix="stagetree_final_") as local:
+            write_directory(payload, local)
+            return self.storage.upload_directory(local, f"{trial_dir}/checkpoint_{payload.step:06d}")
 
 
 #: Storage calls in flight at once: enough to overlap file-system latency.
@@ -168,6 +174,8 @@ class CheckpointStore:
     ) -> None:
         self.storage = storage
         self.cache = CheckpointCache(budget_bytes)
+        # (node id, step) -> the reference of the in-memory copy, while there is one.
+        self._handles: dict[tuple[int, int], Any] = {}
         self._writes: dict[Any, tuple[int, int, int]] = {}  # write -> (node id, step, bytes)
         # Kept in memory only: storage refused their durable copy. Written
         # again once a later write succeeds (storage is back).
@@ -193,13 +201,20 @@ class CheckpointStore:
     def key(node_id: int, step: int) -> str:
         return f"checkpoints/node{node_id:06d}_step{step:07d}.ckpt"
 
-    def add(self, plan: SearchPlan, node: PlanNode, step: int, ref: Any, size_bytes: int, recompute: float) -> None:
-        """Register a worker's checkpoint and start its durable copy."""
-        plan.record_checkpoint(node.node_id, step, CheckpointInfo(size_bytes=size_bytes, handle=ref))
-        if (node.node_id, step) in self.cache:  # retrained after a loss
-            self.cache.remove((node.node_id, step))
-        self.cache.add((node.node_id, step), size_bytes, recompute, self._reuse(plan, node, step), pinned=True)
+    def add(self, plan: SearchPlan, node: PlanNode, step: int, ref: Any, size_bytes: int) -> None:
+        """Register a worker's checkpoint (its metrics up to ``step`` are in
+        the plan already) and start its durable copy."""
+        key = (node.node_id, step)
+        plan.record_checkpoint(node.node_id, step, CheckpointInfo(size_bytes=size_bytes))
+        self._handles[key] = ref
+        if key in self.cache:  # retrained after a loss
+            self.cache.remove(key)
+        self.cache.add(key, size_bytes, recompute_seconds(node, step), self._reuse(plan, node, step), pinned=True)
         self._write(node.node_id, step, ref, size_bytes)
+
+    def in_memory(self, node: PlanNode, step: int) -> bool:
+        """Whether the checkpoint has an in-memory copy (else only a durable one)."""
+        return (node.node_id, step) in self._handles
 
     def _write(self, node_id: int, step: int, ref: Any, size_bytes: int) -> None:
         write = self.io.write.remote(self.key(node_id, step), ref)
@@ -228,18 +243,14 @@ class CheckpointStore:
             # The payload never arrived (its worker died first) or could not be
             # stored: forget it, so nothing starts from it; it is retrained.
             logger.warning("checkpoint of node %d step %d is lost: %s", node_id, step, error)
-            plan.drop_checkpoint(node_id, step)
-            if (node_id, step) in self.cache:
-                self.cache.remove((node_id, step))
+            self._drop(plan, node_id, step)
             return
         info = plan.nodes[node_id].checkpoints.get(step)
         if info is None:  # dropped meanwhile
             return
         if isinstance(stored, WriteFailed):
-            if info.handle is None:  # its in-memory copy went with its node: retrained
-                plan.drop_checkpoint(node_id, step)
-                if (node_id, step) in self.cache:
-                    self.cache.remove((node_id, step))
+            if (node_id, step) not in self._handles:  # its in-memory copy went with its node: retrained
+                self._drop(plan, node_id, step)
                 return
             # Storage refused it: the in-memory copy stays (pinned: nothing else holds it).
             if (node_id, step) not in self.unstored:
@@ -250,8 +261,8 @@ class CheckpointStore:
         self.unstored.discard((node_id, step))
         # The plan keeps the key, relative to the experiment directory, so a
         # study moved or renamed between runs still finds its checkpoints.
-        plan.nodes[node_id].checkpoints[step] = dataclasses.replace(
-            info, path=self.key(node_id, step), size_bytes=stored.size_bytes, checksum=stored.checksum
+        plan.record_checkpoint(
+            node_id, step, CheckpointInfo(self.key(node_id, step), stored.size_bytes, stored.checksum)
         )
         self.cache.update((node_id, step), pinned=False)
         self.evict(plan)
@@ -261,8 +272,9 @@ class CheckpointStore:
         for node_id, step in sorted(self.unstored):
             self.unstored.discard((node_id, step))
             info = plan.nodes[node_id].checkpoints.get(step)
-            if info is not None and info.handle is not None and info.path is None:
-                self._write(node_id, step, info.handle, info.size_bytes)
+            ref = self._handles.get((node_id, step))
+            if info is not None and ref is not None and info.path is None:
+                self._write(node_id, step, ref, info.size_bytes)
 
     def evict(self, plan: SearchPlan) -> None:
         for key in list(self.cache):
@@ -272,7 +284,7 @@ class CheckpointStore:
         for node_id, step in self.cache.evictions():
             info = plan.nodes[node_id].checkpoints.get(step)
             if info is not None and info.path is not None:
-                plan.nodes[node_id].checkpoints[step] = dataclasses.replace(info, handle=None)
+                self._handles.pop((node_id, step), None)
                 self.cache.mark_evicted((node_id, step))
 
     def forget_copy(self, plan: SearchPlan, node: PlanNode, step: int) -> None:
@@ -282,12 +294,12 @@ class CheckpointStore:
         key = (node.node_id, step)
         if info is None:
             return
+        self._handles.pop(key, None)
         if info.path is None:
             plan.drop_checkpoint(node.node_id, step)
             if key in self.cache and not self.cache.is_pinned(key):  # pinned: finish_write forgets it
                 self.cache.remove(key)
             return
-        node.checkpoints[step] = dataclasses.replace(info, handle=None)
         if key in self.cache:
             self.cache.update(key, pinned=False)
             self.cache.mark_evicted(key)
@@ -297,23 +309,23 @@ class CheckpointStore:
         from storage. Raises `CheckpointUnavailableError` (after dropping it
         from the plan) when it is lost or corrupt: the caller replans."""
         info = self._info(node, step)
-        if info.handle is not None:
-            self.cache.touch((node.node_id, step))
-            return info.handle
-        ref = await self._reload(plan, node, step)
-        node.checkpoints[step] = dataclasses.replace(info, handle=ref)
         key = (node.node_id, step)
+        ref = self._handles.get(key)
+        if ref is not None:
+            self.cache.touch(key)
+            return ref
+        ref = self._handles[key] = await self._reload(plan, node, step)
         if key in self.cache:
             self.cache.mark_resident(key)
         else:  # a checkpoint of a restored plan, loaded for the first time
-            self.cache.add(key, info.size_bytes, 1.0, self._reuse(plan, node, step))
+            self.cache.add(key, info.size_bytes, recompute_seconds(node, step), self._reuse(plan, node, step))
         return ref
 
     async def verify(self, plan: SearchPlan, node: PlanNode, step: int) -> None:
         """Raise as `handle` does when the checkpoint is no longer usable; an
         evicted one is checked in storage, without reading it into memory."""
         info = self._info(node, step)
-        if info.handle is None:
+        if not self.in_memory(node, step):
             self._raise_if(plan, node, step, await self.io.check.remote(self._stored(info), info.path))
 
     async def export(self, plan: SearchPlan, node: PlanNode, step: int, trial_dir: str) -> str | WriteFailed | None:
@@ -323,9 +335,10 @@ class CheckpointStore:
         evicted one is copied storage to storage, so that a study's end
         never reads its checkpoints back into memory."""
         info = node.checkpoints.get(step)
-        if info is not None and info.handle is not None:
+        ref = self._handles.get((node.node_id, step))
+        if info is not None and ref is not None:
             try:
-                return await self.io.write_trial_checkpoint.remote(trial_dir, info.handle)
+                return await self.io.write_trial_checkpoint.remote(trial_dir, ref)
             except ray.exceptions.ObjectLostError:
                 self.forget_copy(plan, node, step)
                 info = node.checkpoints.get(step)
@@ -354,11 +367,17 @@ class CheckpointStore:
     def _stored(self, info: CheckpointInfo) -> StoredCheckpoint:
         return StoredCheckpoint(path=self.storage.path(info.path), size_bytes=info.size_bytes, checksum=info.checksum)
 
+    def _drop(self, plan: SearchPlan, node_id: int, step: int) -> None:
+        """The checkpoint is gone for good: out of the plan (its stages
+        retrain it), the memory accounting and the handles."""
+        plan.drop_checkpoint(node_id, step)
+        self._handles.pop((node_id, step), None)
+        if (node_id, step) in self.cache:
+            self.cache.remove((node_id, step))
+
     def _raise_if(self, plan: SearchPlan, node: PlanNode, step: int, problem: str | None) -> None:
         """A stored copy found lost or corrupt (``problem``) leaves the plan."""
         if problem is None:
             return
-        plan.drop_checkpoint(node.node_id, step)
-        if (node.node_id, step) in self.cache:
-            self.cache.remove((node.node_id, step))
+        self._drop(plan, node.node_id, step)
         raise CheckpointUnavailableError(problem)

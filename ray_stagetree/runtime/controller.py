@@ -630,11 +630,9 @@ class StudyController:
             )
         worker = self._batch_workers.get(outcome.batch_id)
         for node_id, step, key, size in outcome.checkpoints:
-            node = self.plan.nodes[node_id]
-            recompute = sum(row.get("time_this_iter_s", 0.0) for _, _, row in outcome.records) or 1.0
             # The call's return value is the payload: an object this actor owns.
             ref = worker.take_checkpoint.remote(key)
-            self.store.add(self.plan, node, step, ref, size, recompute)
+            self.store.add(self.plan, self.plan.nodes[node_id], step, ref, size)
         if outcome.records or outcome.checkpoints:
             self._wake.set()
 

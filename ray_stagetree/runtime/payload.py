@@ -1,11 +1,17 @@
-"""What a checkpoint holds, and its byte form.
+"""What a checkpoint holds, and its forms: the one place that knows them.
 
 A `CheckpointPayload` is what travels through the object store and is
 written to storage: the iteration it was taken after, the RNG states, and
 either a packed checkpoint directory or a class trainable's in-memory
-state. `pack_directory` / `unpack_directory` turn a checkpoint directory
-into one uncompressed, deterministic tar archive and back (with safe
-extraction), and `checksum` names the bytes.
+state. Its forms:
+
+* bytes in storage: `to_bytes` / `from_bytes` (a pickle, which the storage
+  actor seals with the experiment's key, `runtime.payload_auth`, before it
+  is written, and verifies before `from_bytes` reads it);
+* a trial's checkpoint folder, as Tune lays it out: `write_directory`;
+* a checkpoint directory inside it: `pack_directory` / `unpack_directory`
+  turn one into an uncompressed, deterministic tar archive and back (with
+  safe extraction); `checksum` names stored bytes.
 """
 
 from __future__ import annotations
@@ -33,10 +39,37 @@ class CheckpointPayload:
     state: Any = None  # or a StageTrainable.get_state() object
 
 
+#: A payload's in-memory state, in its trial folder (`write_directory`).
+STATE_FILE = "stage_state.pkl"
+
+
 def size_of(payload: CheckpointPayload) -> int:
     if payload.directory is not None:
         return len(payload.directory)
     return len(pickle.dumps(payload.state, protocol=5))
+
+
+def to_bytes(payload: CheckpointPayload) -> bytes:
+    """The payload as stored (before sealing)."""
+    return pickle.dumps(payload, protocol=5)
+
+
+def from_bytes(data: bytes | memoryview) -> CheckpointPayload:
+    """The payload `to_bytes` wrote. Only for bytes whose seal verified
+    (`runtime.payload_auth.unseal`): they were written by the experiment's
+    own workers, so unpickling them runs nothing foreign."""
+    return pickle.loads(data)
+
+
+def write_directory(payload: CheckpointPayload, path: str) -> None:
+    """Lay the payload out in the local folder ``path`` as a trial's
+    ``checkpoint_<step>/`` holds it: the trainable's checkpoint directory,
+    or its in-memory state pickled into `STATE_FILE`."""
+    if payload.directory is not None:
+        unpack_directory(payload.directory, path)
+        return
+    with open(os.path.join(path, STATE_FILE), "wb") as file:
+        pickle.dump(payload.state, file, protocol=5)
 
 
 def checksum(data: bytes) -> str:

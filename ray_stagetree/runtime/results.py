@@ -11,33 +11,12 @@ later restore finds plan, results and checkpoints.
 from __future__ import annotations
 
 import math
-import pickle
-import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
 
-from ray_stagetree.runtime.payload import unpack_directory
 from ray_stagetree.runtime.reproducibility import repeat_statistics
-from ray_stagetree.runtime.storage import CheckpointStorage
-
-STATE_FILE = "stage_state.pkl"
-
-
-def write_checkpoint(storage: CheckpointStorage, trial_dir: str, payload: Any) -> str:
-    """Unpack a checkpoint payload into ``<trial_dir>/checkpoint_<step>/`` as
-    Tune lays it out; returns that directory's path. Called in the study's
-    `StorageIO` actor. (``params.json``, ``result.json`` and the other logs
-    are the driver's loggers' alone: see `callbacks`.)"""
-    directory = f"{trial_dir}/checkpoint_{payload.step:06d}"
-    with tempfile.TemporaryDirectory(prefix="stagetree_final_") as local:
-        if payload.directory is not None:
-            unpack_directory(payload.directory, local)
-        else:
-            with open(f"{local}/{STATE_FILE}", "wb") as file:
-                pickle.dump(payload.state, file, protocol=5)
-        return storage.upload_directory(local, directory)
 
 
 def kept_checkpoints(

@@ -32,9 +32,9 @@ from typing import Any
 
 import fsspec
 import pyarrow.fs as pafs
-from fsspec.implementations.arrow import ArrowFSWrapper
 from fsspec.implementations.local import LocalFileSystem
 
+from ray_stagetree.planning.filesystems import resolve
 from ray_stagetree.runtime.payload import checksum, tree_entries
 
 __all__ = [
@@ -82,17 +82,6 @@ class StoredCheckpoint:
     checksum: str
 
 
-def _to_fsspec(filesystem: Any) -> fsspec.AbstractFileSystem:
-    if isinstance(filesystem, fsspec.AbstractFileSystem):
-        return filesystem
-    if isinstance(filesystem, pafs.FileSystem):
-        return ArrowFSWrapper(filesystem)
-    raise TypeError(
-        "storage_filesystem must be a pyarrow.fs.FileSystem, an fsspec.AbstractFileSystem or None, "
-        f"got {type(filesystem).__name__}"
-    )
-
-
 class CheckpointStorage:
     """Checkpoint payloads under a directory of any fsspec or pyarrow filesystem.
 
@@ -125,11 +114,7 @@ class CheckpointStorage:
         if not isinstance(storage_path, str):
             raise TypeError(f"storage_path must be a str, got {type(storage_path).__name__}")
         self.storage_path = storage_path
-        if storage_filesystem is None:
-            filesystem, root = fsspec.core.url_to_fs(storage_path)
-        else:
-            filesystem = _to_fsspec(storage_filesystem)
-            root = filesystem._strip_protocol(storage_path)
+        filesystem, root = resolve(storage_path, storage_filesystem)
         self.filesystem: fsspec.AbstractFileSystem = filesystem
         self.root: str = root.rstrip("/") if root.strip("/") else root
 

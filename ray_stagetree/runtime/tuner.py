@@ -29,7 +29,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_stagetree.monitor.live import live_monitor
 from ray_stagetree.planning.config import TrialConfig
-from ray_stagetree.planning.persistence import arrow_filesystem
+from ray_stagetree.planning.filesystems import arrow_filesystem, is_filesystem
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import study_policy
 from ray_stagetree.runtime.callbacks import CallbackRunner, check_driver_hooks
@@ -839,12 +839,7 @@ def _check_path(where: str, path: Any) -> None:
 
 
 def _check_filesystem(where: str, filesystem: Any) -> None:
-    if filesystem is None:
-        return
-    import fsspec
-    import pyarrow.fs
-
-    if not isinstance(filesystem, (pyarrow.fs.FileSystem, fsspec.AbstractFileSystem)):
+    if filesystem is not None and not is_filesystem(filesystem):
         raise TypeError(f"{where} must be a pyarrow.fs.FileSystem or an fsspec filesystem, got {filesystem!r}")
 
 

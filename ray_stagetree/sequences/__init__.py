@@ -55,44 +55,26 @@ Example:
     100
 """
 
+# Defining a family registers it (`FAMILIES`); the package exports every
+# family by its name, so a new family is its class and nothing else.
+from ray_stagetree.sequences import cyclic, decay, piecewise  # noqa: F401  (they define the families)
 from ray_stagetree.sequences.base import (
     FAMILIES,
-    Concat,
-    Constant,
     Sequence,
     as_sequence,
     first_difference_unchecked,
     from_json,
     is_sequence_spec,
 )
-from ray_stagetree.sequences.cyclic import Cosine, CyclicLR, OneCycle
-from ray_stagetree.sequences.decay import (
-    Exponential,
-    InverseSqrt,
-    Linear,
-    Polynomial,
-    Warmup,
-)
-from ray_stagetree.sequences.piecewise import MultiStep, Step, Values
+
+globals().update(FAMILIES)
 
 __all__ = [
     "FAMILIES",
-    "Concat",
-    "Constant",
-    "Cosine",
-    "CyclicLR",
-    "Exponential",
-    "InverseSqrt",
-    "Linear",
-    "MultiStep",
-    "OneCycle",
-    "Polynomial",
     "Sequence",
-    "Step",
-    "Values",
-    "Warmup",
     "as_sequence",
     "first_difference_unchecked",
     "from_json",
     "is_sequence_spec",
+    *sorted(FAMILIES),
 ]

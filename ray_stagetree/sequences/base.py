@@ -38,13 +38,31 @@ FAMILIES: dict[str, type["Sequence"]] = {}
 """Family name -> class, filled as the families are defined."""
 
 
+def _register(cls: type["Sequence"]) -> None:
+    """Register a family under its class name, the name its JSON form
+    carries. An abstract base (a `Sequence` still missing `_range`) is no
+    family; a second class of an existing family's name is refused, since
+    plans written with one would load as the other."""
+    if inspect.isabstract(cls):
+        return
+    known = FAMILIES.get(cls.family)
+    if known is not None:
+        raise TypeError(
+            f"sequence family {cls.family!r} is already defined by {known.__module__}.{known.__qualname__}; "
+            f"{cls.__module__}.{cls.__qualname__} needs another class name (a family's JSON form names it by "
+            "class name alone)"
+        )
+    FAMILIES[cls.family] = cls
+
+
 class Sequence(abc.ABC):
     """A hyper-parameter value per 0-based training iteration.
 
     Subclasses (the *families*) are immutable; their constructor parameters are
     in :attr:`params` and are also read-only attributes of the same name (except
-    ``values``, which would hide the :meth:`values` method).  They are
-    registered in :data:`FAMILIES` under their class name.
+    ``values``, which would hide the :meth:`values` method).  Defining one
+    registers it in :data:`FAMILIES` under its class name (abstract bases
+    are not families; a name already taken is refused).
     """
 
     family: ClassVar[str]
@@ -58,7 +76,7 @@ class Sequence(abc.ABC):
         cls._param_names = tuple(p.name for p in params)
         cls._defaults = {p.name: p.default for p in params if p.default is not p.empty}
         cls.family = cls.__name__
-        FAMILIES[cls.family] = cls
+        _register(cls)
 
     # -- construction ------------------------------------------------------
 

@@ -61,6 +61,7 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
+from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import TimeSharingPolicy
 from ray_stagetree.searchers.sources import WAIT, SearcherSource, VariantSource
 from ray_stagetree.simulation.simulator import Simulation, SimulationResult
@@ -567,7 +568,7 @@ def simulate(
     studies: list[StudyDefinition],
     gpus: int,
     share: bool = True,
-    policy: str = "critical_path",
+    policy: str | ExecutionPolicy = "critical_path",
     batch_stages: bool | None = None,
     metrics: Callable[[PlanNode, int], Mapping[str, float]] | None = None,
 ) -> StudyRun:
@@ -584,9 +585,10 @@ def simulate(
         Stage-based execution (True) or trial-based: every trial in a tree of
         its own, nothing shared, same schedulers and policy.
     policy, batch_stages:
-        Execution policy name ("critical_path", "thr", "bfs", or a
+        Execution policy: a name ("critical_path", "thr", "bfs", or a
         time-sharing one: "hermes", "round_robin", "slaq", "fifo") and whether
-        it dispatches whole root-to-leaf paths (default: the policy's own).
+        it dispatches whole root-to-leaf paths (default: the policy's own),
+        or an `ExecutionPolicy` instance (copied; ``batch_stages`` is its own).
     metrics:
         What a trial reports after iteration ``step`` of ``node``
         (default: the profiles' learning curves), e.g. real training.

@@ -22,6 +22,7 @@ execution, at a scale no test machine has.
 from __future__ import annotations
 
 import bisect
+import copy
 import heapq
 import itertools
 from dataclasses import dataclass, field
@@ -170,12 +171,17 @@ class Simulation:
     def _seconds(self, node: PlanNode, start: int, stop: int) -> float:
         return sum(self.seconds_per_iteration(node, step) for step in range(start, stop))
 
-    def policy(self, name: str, batch_stages: bool | None = None) -> ExecutionPolicy:
-        """The named execution policy, estimating stage times with the
-        simulated costs (see `KnownCosts`)."""
-        if name not in POLICIES:
-            return get_policy(name)  # raises the usual error
-        return POLICIES[name](cost_model=KnownCosts(self.seconds_per_iteration), batch_stages=batch_stages)
+    def policy(self, policy: str | ExecutionPolicy, batch_stages: bool | None = None) -> ExecutionPolicy:
+        """The execution policy for a run: a name gives that policy,
+        estimating stage times with the simulated costs (see `KnownCosts`),
+        dispatching whole paths or not as ``batch_stages`` says; an instance
+        comes back as a copy (a policy keeps the state of the run it
+        serves), with its own cost model and batching."""
+        if isinstance(policy, ExecutionPolicy):
+            return copy.deepcopy(policy)
+        if policy not in POLICIES:
+            return get_policy(policy)  # raises the usual error
+        return POLICIES[policy](cost_model=KnownCosts(self.seconds_per_iteration), batch_stages=batch_stages)
 
     def lower_bound(self, plan: SearchPlan) -> float:
         """max(longest root-to-leaf path, unique work / workers) of the open requests."""

@@ -76,7 +76,11 @@ MALFORMED = [
     ({"run_config.checkpoint_config": {"checkpoint_score_order": "up"}},
      ["run_config.checkpoint_config.checkpoint_score_order: 'up' is not allowed; allowed: 'min', 'max'"]),
     ({"run_config.checkpoint_config": {"num_to_keep": 0}}, ["run_config.checkpoint_config.num_to_keep: 0 is not allowed"]),
-    ({"stagetree": {"execution_policy": "fastest"}}, ["stagetree.execution_policy: 'fastest' is not allowed; allowed: 'bfs', 'critical_path', 'fifo', 'hermes', 'round_robin', 'slaq', 'thr'"]),
+    ({"stagetree": {"execution_policy": "fastest"}}, ["stagetree.execution_policy.name: unknown execution policy 'fastest'; allowed: bfs, critical_path, fifo, hermes, round_robin, slaq, thr, or an import path 'module:Class'"]),
+    ({"stagetree": {"execution_policy": {"name": "round_robin", "quantum": 3}}},
+     ["stagetree.execution_policy.quantum: RoundRobinPolicy has no argument 'quantum'; allowed:", "quantum_s"]),
+    ({"stagetree": {"execution_policy": "ray_stagetree.planning.stage_tree:Stage"}},
+     ["stagetree.execution_policy.name: 'ray_stagetree.planning.stage_tree:Stage' must be an ExecutionPolicy subclass"]),
     ({"stagetree": {"stage_sharing": "yes"}}, ["stagetree.stage_sharing: must be true or false, got 'yes'"]),
     ({"resources": {"cpu": -1}}, ["resources.cpu: must be >= 0, got -1"]),
     ({"repeats": 0}, ["repeats: must be >= 1, got 0"]),
@@ -207,6 +211,18 @@ def test_a_script_path_trainable_and_spec_keys_for_the_tuner(tmp_path):
     tuner = spec.dry_tuner()
     assert tuner.execution_policy == "bfs"
     assert tuner.trainable._resources.required_resources == {"CPU": 2.0}
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [{"name": "round_robin", "quantum_s": 30.0}, {"name": "ray_stagetree.planning.time_sharing:RoundRobinPolicy", "quantum_s": 30.0}],
+    ids=["name-and-arguments", "import-path"],
+)
+def test_an_execution_policy_with_arguments_reaches_the_tuner_as_an_instance(entry):
+    from ray_stagetree import RoundRobinPolicy
+
+    tuner = JobSpec(spec_with(stagetree={"execution_policy": entry}), base_dir=EXAMPLES).dry_tuner()
+    assert isinstance(tuner.execution_policy, RoundRobinPolicy) and tuner.execution_policy.quantum_s == 30.0
 
 
 def test_reproducible_and_repeats_reach_the_tuner_only_when_given(monkeypatch):

@@ -47,3 +47,38 @@ def test_categorical_values_are_features_and_predictions_stay_positive():
 def test_bad_parameters(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         CostModel(**kwargs)
+
+
+def test_recompute_cost_is_priced_from_the_previous_checkpoint_on_the_path():
+    """DESIGN's eviction rule: what losing a checkpoint costs is retraining it
+    from the checkpoint before it, whatever report flush carried it."""
+    from ray_stagetree.planning.cost import recompute_seconds
+    from ray_stagetree.planning.plan import CheckpointInfo
+
+    plan = SearchPlan()
+    parent = plan.add_trial("a", {"lr": MultiStep(0.1, [6], 0.1)}, 10).node
+    child = plan.add_trial("b", {"lr": MultiStep(0.1, [8], 0.1)}, 10).node
+    assert child.parent is parent and child.fork_step == 6
+    for node in (parent, child):
+        for step in range(node.fork_step + 1, 11):
+            plan.record_metrics(node.node_id, step, {"time_this_iter_s": float(step)})
+    # One flush carried iterations 9 and 10 (19 s); the checkpoint at 10
+    # would be retrained from the one at 4 on the parent: iterations 5..10.
+    plan.record_checkpoint(parent.node_id, 4, CheckpointInfo(path="checkpoints/p4"))
+    assert recompute_seconds(child, 10) == sum(range(5, 11))
+    plan.record_checkpoint(child.node_id, 8, CheckpointInfo(path="checkpoints/c8"))
+    assert recompute_seconds(child, 10) == 9 + 10, "from the child's own earlier checkpoint"
+    assert recompute_seconds(child, 8) == sum(range(5, 9)), "its own record does not count as a start"
+    plan.record_checkpoint(parent.node_id, 6, CheckpointInfo(path="checkpoints/p6"))
+    assert recompute_seconds(child, 8) == 7 + 8, "from the branch point's checkpoint"
+    plan.drop_checkpoint(parent.node_id, 4)
+    assert recompute_seconds(parent, 6) == sum(range(1, 7)), "from initialization without one"
+
+
+def test_recompute_cost_counts_unmeasured_iterations_as_one_second():
+    from ray_stagetree.planning.cost import recompute_seconds
+
+    plan = SearchPlan()
+    node = plan.add_trial("a", {"lr": 0.1}, 5).node
+    plan.record_metrics(node.node_id, 5, {"time_this_iter_s": 3.0})
+    assert recompute_seconds(node, 5) == 4 * 1.0 + 3.0

@@ -1,3 +1,5 @@
+import pickle
+
 import pytest
 
 from ray_stagetree import Constant, MultiStep, RequestState, SearchPlan, build_stage_tree
@@ -296,3 +298,34 @@ def test_a_batch_is_timed_per_run_of_iterations_without_its_setup():
     plan.record_batch_timings(batch.batch_id, times)
     # The first iteration also paid for the worker's setup: it is no stage's cost.
     assert [(t.node_id, t.start, t.stop, t.seconds) for t in plan.timings] == [(first.node_id, start + 1, start + 4, 1.5)]
+
+
+def test_the_plan_is_the_only_writer_of_its_checkpoint_records():
+    plan = SearchPlan()
+    node = plan.add_trial("a", {"lr": 0.1}, 10).node
+    plan.record_checkpoint(node.node_id, 5, CheckpointInfo(path="checkpoints/x"))
+    with pytest.raises(TypeError):
+        node.checkpoints[6] = CheckpointInfo(path="checkpoints/y")  # a read-only view
+    with pytest.raises(AttributeError):
+        node.checkpoints.pop(5)
+    assert dict(node.checkpoints) == {5: CheckpointInfo(path="checkpoints/x")}
+    position = plan.changes
+    plan.drop_checkpoint(node.node_id, 5)
+    assert 5 not in node.checkpoints and plan.touched_since(position) == {node}, "stage trees see the change"
+
+
+def test_checkpoint_records_hold_only_what_persists():
+    """No runtime handle (an object reference) in the plan: every field of a
+    checkpoint record is a plain value that the plan's tables store."""
+    import dataclasses
+
+    from ray_stagetree.planning.persistence import SCHEMAS
+
+    fields = {field.name for field in dataclasses.fields(CheckpointInfo)}
+    assert fields == set(SCHEMAS["checkpoints"].names) - {"node_id", "step"}
+    plan = SearchPlan()
+    node = plan.add_trial("a", {"lr": 0.1}, 10).node
+    plan.record_checkpoint(node.node_id, 5, CheckpointInfo("checkpoints/x", 3, "sha256:00"))
+    (row,) = plan.records()["checkpoints"]
+    assert row == {"node_id": node.node_id, "step": 5, "path": "checkpoints/x", "size_bytes": 3, "checksum": "sha256:00"}
+    assert pickle.loads(pickle.dumps(node)).checkpoints == node.checkpoints

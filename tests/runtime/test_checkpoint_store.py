@@ -17,7 +17,7 @@ def store_with_checkpoint(tmp_path, budget):
     node = plan.add_trial("a", {"lr": 0.1}, 20).node
     store = CheckpointStore(CheckpointStorage(str(tmp_path)), budget_bytes=budget)
     payload = CheckpointPayload(step=10, rng={}, directory=None, state={"weights": list(range(1000))})
-    store.add(plan, node, 10, ray.put(payload), size_bytes=8000, recompute=5.0)
+    store.add(plan, node, 10, ray.put(payload), size_bytes=8000)
     (write,) = store.pending_writes
     asyncio.run(store.finish_write(plan, write))
     return plan, node, store
@@ -26,16 +26,16 @@ def store_with_checkpoint(tmp_path, budget):
 def test_durable_copy_is_recorded_and_kept_in_memory_within_budget(tmp_path, ray_session):
     plan, node, store = store_with_checkpoint(tmp_path, budget=10**9)
     info = node.checkpoints[10]
-    assert info.handle is not None and info.checksum.startswith("sha256:")
+    assert store.in_memory(node, 10) and info.checksum.startswith("sha256:")
     assert os.path.exists(tmp_path / info.path), "the plan records the key relative to the experiment directory"
 
 
 def test_evicted_checkpoint_reloads_from_storage(tmp_path, ray_session):
     plan, node, store = store_with_checkpoint(tmp_path, budget=0)
-    assert node.checkpoints[10].handle is None, "over budget: dropped from memory"
+    assert not store.in_memory(node, 10), "over budget: dropped from memory"
     ref = asyncio.run(store.handle(plan, node, 10))
     assert ray.get(ref).state == {"weights": list(range(1000))}
-    assert node.checkpoints[10].handle is not None
+    assert store.in_memory(node, 10)
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "delete"])

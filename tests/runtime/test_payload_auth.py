@@ -47,8 +47,7 @@ def rewrite_checkpoint_rows(plan_dir, **changes) -> None:
 def test_a_plan_table_pointing_outside_the_experiment_directory_is_refused(tmp_path, path):
     plan = SearchPlan()
     plan.add_trial("t", {"lr": 0.1}, 4)
-    node = plan.nodes[0]
-    node.checkpoints[4] = CheckpointInfo("checkpoints/node000000_step0000004.ckpt", 3, "sha256:00")
+    plan.record_checkpoint(0, 4, CheckpointInfo("checkpoints/node000000_step0000004.ckpt", 3, "sha256:00"))
     plan.save(str(tmp_path / "exp" / "plan"))
     rewrite_checkpoint_rows(tmp_path / "exp" / "plan", path=path)
     with pytest.raises(ValueError, match="has path " + repr(path).replace(".", r"\.") + ".*refusing to load it"):

@@ -644,3 +644,45 @@ def test_docstring_examples(module: str) -> None:
     target = sequences if module == "__init__" else importlib.import_module(f"ray_stagetree.sequences.{module}")
     # Examples use the whole family set, as users import it from the package.
     assert doctest.testmod(target, extraglobs=vars(sequences)).failed == 0
+
+
+def test_a_duplicate_family_name_is_refused_with_both_classes_named() -> None:
+    with pytest.raises(TypeError, match=r"family 'MultiStep' is already defined by ray_stagetree\.sequences\.piecewise\.MultiStep; .*MultiStep needs another class name"):
+
+        class MultiStep(Sequence):  # noqa: F811 - the clash is the point
+            def __init__(self, init: float) -> None:
+                self._setup(init=init)
+
+            def _range(self, start: int, stop: int) -> np.ndarray:
+                return np.full(stop - start, self.init)
+
+    assert FAMILIES["MultiStep"].__module__ == "ray_stagetree.sequences.piecewise", "the registered family stays"
+
+
+def test_abstract_bases_are_not_families_and_their_concrete_subclasses_are() -> None:
+    class ScaledBase(Sequence):
+        """A helper base that leaves `_range` to its subclasses."""
+
+    assert "ScaledBase" not in FAMILIES
+
+    class TwiceTheIterationForTest(ScaledBase):
+        def __init__(self, scale: float = 2.0) -> None:
+            self._setup(scale=scale)
+
+        def _range(self, start: int, stop: int) -> np.ndarray:
+            return self.scale * np.arange(start, stop, dtype=float)
+
+    try:
+        assert FAMILIES["TwiceTheIterationForTest"] is TwiceTheIterationForTest
+        assert from_json({"family": "TwiceTheIterationForTest"}).value(3) == 6.0
+    finally:
+        del FAMILIES["TwiceTheIterationForTest"]  # other tests expect the library's families only
+
+
+def test_every_family_is_exported_by_its_name_from_both_packages() -> None:
+    import ray_stagetree
+    import ray_stagetree.sequences as sequences
+
+    for name, family in FAMILIES.items():
+        assert getattr(sequences, name) is family and getattr(ray_stagetree, name) is family
+        assert name in sequences.__all__ and name in ray_stagetree.__all__

@@ -159,3 +159,19 @@ def test_quick_benchmark_runs(capsys, monkeypatch):
     assert "ResNet56 ASHA" in out and "k-wise" in out
     for trial, stage in runs.values():
         assert stage.result.worker_seconds <= trial.result.worker_seconds
+
+
+def test_an_execution_policy_instance_runs_as_its_name_does():
+    from ray_stagetree import RoundRobinPolicy, ThroughputPolicy
+    from ray_stagetree.simulation.simulator import KnownCosts
+
+    study = StudyDefinition("s", small_space(), UNIT, 30)
+    by_name = simulate([study], gpus=4, policy="thr")
+    given = ThroughputPolicy(cost_model=KnownCosts(Curves({"unit": UNIT}).seconds))
+    by_instance = simulate([study], gpus=4, policy=given)
+    assert by_instance.result == by_name.result
+    assert given._forest is None, "the caller's policy is copied, not used up"
+    round_robin = RoundRobinPolicy(quantum_s=5.0)
+    shared = simulate([study], gpus=4, policy=round_robin)
+    assert shared.result.iterations == by_name.result.iterations and round_robin.metric is None
+    assert Simulation(workers=2).policy(given) is not given

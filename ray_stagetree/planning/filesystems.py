@@ -1,0 +1,62 @@
+"""Where a study's files live: the one storage backend protocol.
+
+Every file the project writes (the plan's tables, checkpoint payloads, trial
+folders) goes through an ``fsspec.AbstractFileSystem``: `resolve` turns a
+URL, or Tune's ``storage_filesystem`` (a ``pyarrow.fs.FileSystem`` or an
+fsspec one) and a path inside it, into that filesystem and its path.
+`arrow_filesystem` is the adapter back for the readers whose API takes only
+pyarrow (Parquet, Tune's ``Checkpoint``); a pyarrow filesystem given by the
+user comes back as itself. A new backend needs nothing here: any installed
+fsspec driver is one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fsspec
+import pyarrow.fs as pafs
+from fsspec.implementations.arrow import ArrowFSWrapper
+
+
+def is_filesystem(value: Any) -> bool:
+    """Whether ``value`` is a filesystem `resolve` takes: pyarrow's or fsspec's."""
+    return isinstance(value, (pafs.FileSystem, fsspec.AbstractFileSystem))
+
+
+def resolve(url: str, storage_filesystem: Any = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and path of ``url``: a local path or any fsspec URL,
+    or, with ``storage_filesystem``, a path inside that filesystem.
+
+    Raises
+    ------
+    TypeError
+        ``storage_filesystem`` is neither pyarrow's nor fsspec's.
+
+    Example
+    -------
+    >>> filesystem, path = resolve("memory://studies/a")
+    >>> type(filesystem).__name__, path
+    ('MemoryFileSystem', '/studies/a')
+    """
+    if storage_filesystem is None:
+        return fsspec.core.url_to_fs(url)
+    if not is_filesystem(storage_filesystem):
+        raise TypeError(
+            "storage_filesystem must be a pyarrow.fs.FileSystem, an fsspec.AbstractFileSystem or None, "
+            f"got {type(storage_filesystem).__name__}"
+        )
+    filesystem = (
+        ArrowFSWrapper(storage_filesystem) if isinstance(storage_filesystem, pafs.FileSystem) else storage_filesystem
+    )
+    return filesystem, filesystem._strip_protocol(url)
+
+
+def arrow_filesystem(filesystem: Any) -> pafs.FileSystem:
+    """``filesystem`` as pyarrow opens files: a pyarrow one (or one `resolve`
+    wrapped) as it is, an fsspec one wrapped."""
+    if isinstance(filesystem, pafs.FileSystem):
+        return filesystem
+    if isinstance(filesystem, ArrowFSWrapper):
+        return filesystem.fs
+    return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem))
