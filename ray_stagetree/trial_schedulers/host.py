@@ -25,9 +25,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ray_stagetree.trial_schedulers.pbt import PAUSE, Exploit, PopulationBasedHost
-
-CONTINUE, STOP = "CONTINUE", "STOP"
+from ray_stagetree.planning.lifecycle import CONTINUE, ERROR, PAUSE, PAUSED, RUNNING, STOP, TERMINATED
+from ray_stagetree.trial_schedulers.pbt import Exploit, PopulationBasedHost
 
 #: Schedulers hosted and tested against Ray's own decisions.
 HOSTED = (
@@ -46,7 +45,7 @@ class TrialProxy:
 
     trial_id: str
     config: dict[str, Any]
-    status: str = "RUNNING"
+    status: str = RUNNING
     last_result: dict[str, Any] = field(default_factory=dict)
     is_saving: bool = False
 
@@ -68,7 +67,7 @@ class _ControllerFacade:
         self._on_stop(trial.trial_id)
 
     def get_live_trials(self) -> list[TrialProxy]:
-        return [trial for trial in self._trials.values() if trial.status == "RUNNING"]
+        return [trial for trial in self._trials.values() if trial.status == RUNNING]
 
     def get_trials(self) -> list[TrialProxy]:
         return list(self._trials.values())
@@ -180,7 +179,7 @@ class SchedulerHost:
         proxy.last_result = row
         decision = self.scheduler.on_trial_result(self._facade, proxy, row)
         if decision == PAUSE:
-            proxy.status = "PAUSED"
+            proxy.status = PAUSED
             self._paused.add(trial_id)
         return decision
 
@@ -189,11 +188,11 @@ class SchedulerHost:
         controller does, ``on_trial_complete`` for a running trial with a
         result, ``on_trial_remove`` otherwise."""
         proxy = self._trials[trial_id]
-        status, proxy.status = proxy.status, "TERMINATED"
+        status, proxy.status = proxy.status, TERMINATED
         self._paused.discard(trial_id)
         if self.population is not None:
             self.population.on_complete(trial_id)
-        elif row and status == "RUNNING":
+        elif row and status == RUNNING:
             self.scheduler.on_trial_complete(self._facade, proxy, row)
         else:
             self.scheduler.on_trial_remove(self._facade, proxy)
@@ -208,16 +207,16 @@ class SchedulerHost:
         # is paused, it costs nothing per result in studies that never pause.
         while self._paused:
             proxy = self.scheduler.choose_trial_to_run(self._facade)
-            if proxy is None or proxy.status != "PAUSED":
+            if proxy is None or proxy.status != PAUSED:
                 break
-            proxy.status = "RUNNING"
+            proxy.status = RUNNING
             self._paused.discard(proxy.trial_id)
             chosen.append((proxy.trial_id, None))
         return chosen
 
     def on_error(self, trial_id: str) -> None:
         proxy = self._trials[trial_id]
-        proxy.status = "ERROR"
+        proxy.status = ERROR
         self._paused.discard(trial_id)
         if self.population is not None:
             self.population.on_complete(trial_id)

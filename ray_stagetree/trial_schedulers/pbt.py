@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray_stagetree.planning.config import unflatten
-
-PAUSE = "PAUSE"
+from ray_stagetree.planning.lifecycle import PAUSE
 
 
 @dataclass(frozen=True)
