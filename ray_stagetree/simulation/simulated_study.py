@@ -4,9 +4,9 @@ whole hyper-parameter schedule.
 
 `simulate` submits one or more studies (trials drawn from a search space,
 each with its own Tune scheduler) into one search plan and runs them on a
-`Simulation`. It applies the scheduler's decisions the way
-`ray_stagetree.runtime.controller` does: a trial is requested only up to its next
-decision point (its next rung); when the request is answered the scheduler
+`Simulation`. Its trials go through the lifecycle the Ray controller's go
+through (`planning.lifecycle`, one per study): a trial is requested only up to
+its next decision point (its next rung); when the request is answered the scheduler
 sees the row ``{"training_iteration": step, metric: value}`` and answers
 CONTINUE (the request moves on to the next decision point), STOP (nothing
 more is requested) or PAUSE (synchronous schedulers; the trial resumes when
