@@ -58,7 +58,7 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol
 
 from ray_stagetree.planning.config import TrialConfig, split_path
 from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
@@ -72,10 +72,11 @@ ENDED = frozenset({TERMINATED, ERROR})
 CONTINUE, STOP, PAUSE = "CONTINUE", "STOP", "PAUSE"
 
 
-@runtime_checkable
-class Exploit(Protocol):
-    """PBT's decision (`trial_schedulers.pbt.Exploit`): follow ``source``'s
-    path up to ``step``, then ``values`` (flattened names -> explored values)."""
+@dataclass(frozen=True)
+class Exploit:
+    """PBT's decision (`trial_schedulers.pbt`): replace the trial's future
+    with ``source``'s path up to ``step``, then ``values`` (flattened
+    hyper-parameter names -> explored values)."""
 
     source: str
     step: int

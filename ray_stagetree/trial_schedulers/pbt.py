@@ -29,17 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray_stagetree.planning.config import unflatten
-from ray_stagetree.planning.lifecycle import PAUSE
-
-
-@dataclass(frozen=True)
-class Exploit:
-    """Replace the trial's future with ``source``'s path up to ``step``, then
-    ``values`` (flattened hyper-parameter names -> explored values)."""
-
-    source: str
-    step: int
-    values: dict[str, Any]
+from ray_stagetree.planning.lifecycle import PAUSE, Exploit
 
 
 @dataclass

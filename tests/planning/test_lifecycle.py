@@ -4,7 +4,6 @@ shows what each decision did to the trials' requests."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from ray_stagetree import MultiStep, SearchPlan
 from ray_stagetree.planning.lifecycle import (
     CONTINUE,
     ERROR,
+    Exploit,
     PAUSE,
     PAUSED,
     PENDING,
@@ -24,13 +24,6 @@ from ray_stagetree.planning.lifecycle import (
 )
 
 HORIZON, RUNG = 12, 4
-
-
-@dataclass(frozen=True)
-class Exploit:
-    source: str
-    step: int
-    values: dict[str, Any]
 
 
 class ScriptedHost:
