@@ -191,6 +191,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _ls(args: argparse.Namespace) -> int:
     from ray_stagetree.jobs.experiments import age, list_experiments
+    from ray_stagetree.planning.lifecycle import ERROR
 
     storage = args.storage_path or os.path.expanduser("~/ray_results")
     try:
@@ -203,7 +204,7 @@ def _ls(args: argparse.Namespace) -> int:
         best = experiment.best(metric, mode)
         counts = experiment.counts()
         rows.append((experiment.path.rstrip("/").rsplit("/", 1)[-1], "ended" if experiment.ended else "not ended",
-                     str(len(experiment.trials)), str(counts.get("ERROR", 0)),
+                     str(len(experiment.trials)), str(counts.get(ERROR, 0)),
                      f"{metric}={_number(best.last[metric])}" if best else "-", age(experiment.last_update)))
     if not rows:
         print(f"no ray_stagetree experiments in {storage}")
@@ -291,9 +292,10 @@ def _finish(results: Any, metric: str | None) -> int:
     """The study's outcome on stdout (the best trial by ``metric``, when the study has one); the exit code.
     Trials' statuses are read back from the experiment folder, as `stagetree status` reads them."""
     from ray_stagetree.jobs.experiments import read_experiment
+    from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
 
     counts = read_experiment(results.experiment_path).counts()
-    finished, errors = counts.get("TERMINATED", 0), counts.get("ERROR", 0)
+    finished, errors = counts.get(TERMINATED, 0), counts.get(ERROR, 0)
     unfinished = len(results) - finished - errors
     print(f"\n{len(results)} trials: {finished} finished, {errors} errors"
           + (f", {unfinished} unfinished" if unfinished else ""))

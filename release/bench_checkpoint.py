@@ -63,6 +63,7 @@ import ray
 import ray.cloudpickle
 import torch
 
+from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.runtime.checkpoint_store import IO_THREADS, StorageIO
 from ray_stagetree.runtime.cluster import init_ray
 from ray_stagetree.runtime.batches import BatchSpec
@@ -160,7 +161,10 @@ class Runtime:
         """Run a one-iteration batch that leaves a checkpoint in the worker's
         outbox (untimed); returns its outbox key and payload size."""
         self._batches += 1
-        spec = BatchSpec(self._batches, {"state_bytes": size}, segments=[(0, 0, 1)], save_steps={1})
+        config = {"state_bytes": size}
+        spec = BatchSpec(
+            self._batches, config, segments=[(0, 0, 1)], save_steps={1}, trial_config=TrialConfig.from_config(config)
+        )
         outcome = ray.get(self.worker.run_batch.remote(spec))
         if outcome.error:
             raise RuntimeError(outcome.error)

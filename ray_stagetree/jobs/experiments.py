@@ -20,6 +20,7 @@ from typing import Any
 
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.filesystems import resolve
+from ray_stagetree.planning.lifecycle import ENDED, ERROR, PENDING, TERMINATED
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.callbacks import ERROR_FILE, RESULT_FILE
 from ray_stagetree.runtime.experiment_state import TUNER_FILE
@@ -29,6 +30,8 @@ from ray_stagetree.sequences import from_json, is_sequence_spec
 JOB_FILE = "stagetree_job.json"
 PLAN_FOLDER = "plan"
 PARAMS_FILE = "params.json"
+# A trial folder whose trial neither ended nor waits for its first result: running, or interrupted.
+UNFINISHED = "UNFINISHED"
 
 
 @dataclasses.dataclass
@@ -52,13 +55,13 @@ class TrialRecord:
         A trial a scheduler stopped reports no ``done``: the plan, written when
         the study ends or is interrupted, requests no more of it than it reported."""
         if self.last.get("done"):
-            return "TERMINATED"
+            return TERMINATED
         if self.error is not None:
-            return "ERROR"
+            return ERROR
         if not self.last:
-            return "PENDING"
+            return PENDING
         stopped = self.requested is not None and self.requested <= self.iterations
-        return "TERMINATED" if stopped else "UNFINISHED"
+        return TERMINATED if stopped else UNFINISHED
 
     @property
     def iterations(self) -> int:
@@ -79,7 +82,7 @@ class Experiment:
     def ended(self) -> bool:
         """The study's end wrote its plan, every trial folder's trial ended and
         so did every trial the plan holds (one drawn but not started has no folder)."""
-        if self.plan is None or any(trial.status not in ("TERMINATED", "ERROR") for trial in self.trials):
+        if self.plan is None or any(trial.status not in ENDED for trial in self.trials):
             return False
         return set(self.plan.trials) <= {trial.last.get("trial_id") for trial in self.trials}
 

@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow.fs as pafs
 from ray.tune.result import AUTO_RESULT_KEYS, EXPR_ERROR_FILE, EXPR_PARAM_FILE, EXPR_RESULT_FILE
 
+from ray_stagetree.planning import lifecycle
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.filesystems import arrow_filesystem, resolve
 from ray_stagetree.planning.plan import SearchPlan
@@ -153,7 +154,12 @@ def trial_table(trials: list[dict[str, Any]], metric: str | None, mode: str, liv
         if trial["name"] in live:
             status = live[trial["name"]]
         else:
-            status = "ERROR" if trial["error"] else "TERMINATED" if trial["done"] else "RUNNING" if trial["rows"] else "PENDING"
+            status = (
+                lifecycle.ERROR if trial["error"]
+                else lifecycle.TERMINATED if trial["done"]
+                else lifecycle.RUNNING if trial["rows"]
+                else lifecycle.PENDING
+            )
         table.append(
             {
                 "name": trial["name"],

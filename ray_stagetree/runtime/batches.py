@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray_stagetree.planning.config import TrialConfig
+
 
 @dataclass
 class BatchSpec:
@@ -13,6 +15,9 @@ class BatchSpec:
     config: dict[str, Any]
     segments: list[tuple[int, int, int]]  # (node_id, start, stop)
     save_steps: set[int]
+    # ``config``'s planning form (the plan node's, parsed once at admission): the worker reads
+    # hyper-parameters by iteration from it and never parses the config again.
+    trial_config: TrialConfig
     source: Any = None  # ObjectRef of a CheckpointPayload, or None for a fresh start
     # Flattened names the trainable reads from ``config`` as plain values: the
     # user gave plain values there, and PBT made them sequences.

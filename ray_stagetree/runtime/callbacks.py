@@ -38,6 +38,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCall
 from ray.tune.utils import flatten_dict
 
 from ray_stagetree.planning.filesystems import arrow_filesystem
+from ray_stagetree.planning.lifecycle import ERROR, PENDING, RUNNING, TERMINATED
 from ray_stagetree.runtime.storage import CheckpointStorage
 from ray_stagetree.sequences._params import _is_unresolved
 
@@ -70,7 +71,7 @@ class TrialView:
         self.experiment_tag = self.trial_name
         self.dirname = dirname
         self.config = config
-        self.status = "PENDING"
+        self.status = PENDING
         self.last_result: dict[str, Any] = {}
         self.checkpoint = None  # a ray.tune.Checkpoint once the final one is written
         self.error_msg: str | None = None
@@ -282,7 +283,7 @@ class CallbackRunner:
         known = event["trial_id"] in self.trials
         view = self._view(event)
         view.config = event.get("config", view.config)
-        view.status = "RUNNING"
+        view.status = RUNNING
         view.init_local_path()  # Tune's trials have their folder before the loggers open files in it
         if not known:
             self._continue_logs(view)
@@ -310,7 +311,7 @@ class CallbackRunner:
         if step <= self._logged.get(view.trial_id, 0):
             return  # already logged: a retrained iteration, or one logged before a restore
         self._logged[view.trial_id] = step
-        view.status = "RUNNING"
+        view.status = RUNNING
         view.last_result = row
         if isinstance(row.get("config"), dict):
             view.config = row["config"]  # PBT changes a trial's config
@@ -319,14 +320,14 @@ class CallbackRunner:
     def _end(self, event: dict[str, Any], failed: bool) -> None:
         view = self._view(event)
         if failed:
-            view.status, view.error_msg = "ERROR", event.get("error") or ""
+            view.status, view.error_msg = ERROR, event.get("error") or ""
             view.run_metadata.num_failures += 1
             view.init_local_path()
             with open(view.error_file, "w") as file:
                 file.write(view.error_msg)
             self._call("on_trial_error", iteration=self.iteration, trials=self._trial_list, trial=view)
         else:
-            view.status = "TERMINATED"
+            view.status = TERMINATED
             self._call("on_trial_complete", iteration=self.iteration, trials=self._trial_list, trial=view)
         if self._remote:
             self._upload(view)

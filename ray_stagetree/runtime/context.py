@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ray_stagetree.planning.config import TrialConfig, split_path
+from ray_stagetree.planning.config import split_path
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.payload import (
     CheckpointPayload,
@@ -94,7 +94,7 @@ class StageContext:
         self.returned_at: int | None = None  # set when a function trainable returns before `stop`
         self._controller = controller
         self._put = put
-        self._config = TrialConfig.from_config(spec.config)
+        self._config = spec.trial_config
         self._visible = sequences_so_far(spec.config, self._config, spec.plain, lambda: self.step)
         self._config_changes = self._plain_value_changes()
         self.save_steps |= self._config_changes

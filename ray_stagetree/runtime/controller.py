@@ -5,30 +5,41 @@ It is a thin loop over the pure planning core: admit trials into the plan,
 ask the policy for batches for idle workers, turn each batch into a
 `BatchSpec`, and fold what workers report back into the plan (metrics fan
 out to every trial whose path passes the reported point). All scheduling
-decisions live in `plan`, `stage_tree` and `policy`.
+decisions live in `plan`, `stage_tree` and `policy`; trial states and what a
+trial scheduler's decisions do to the plan live in `planning.lifecycle`,
+shared with the simulator.
 
-(Over 600 lines, for now: the trial lifecycle (admit, report, stop, pause,
-exploit, fail) and the dispatch loop share the trial states; issue 20 moves
-the lifecycle into its own module.)
+(Over 600 lines: the Ray loop (dispatch, completion, worker death), what
+Tune adds to a result (rows, stop criteria, metric checks), failures and
+retries, the study's snapshot and its end share the controller's state.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
 import logging
 import math
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import ray
 
-from ray_stagetree.planning.config import TrialConfig, split_path, unflatten
-from ray_stagetree.planning.plan import RequestState, SearchPlan
+from ray_stagetree.planning.config import TrialConfig, unflatten
+from ray_stagetree.planning.lifecycle import (
+    ENDED,
+    ERROR,
+    LIVE,
+    PAUSED,
+    PENDING,
+    TERMINATED,
+    UNFINISHED,
+    Trial,
+    TrialLifecycle,
+)
+from ray_stagetree.planning.plan import Request, RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.checkpoint_store import CheckpointStore, WriteFailed
@@ -40,12 +51,9 @@ from ray_stagetree.runtime.trials import TrialInfo, trial_name
 from ray_stagetree.runtime.worker import StageWorker
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import WAIT
-from ray_stagetree.trial_schedulers.decisions import PAUSE, STOP, Exploit
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 
 logger = logging.getLogger(__name__)
-
-PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 
 # Past the time budget, a batch that has not stopped at a report by then
 # (its trainable never reports, or takes this long per iteration) is killed.
@@ -93,20 +101,17 @@ class StudySpec:
     reproducibility: Any = None  # Tuner(reproducible=True): how workers seed batches (runtime.reproducibility)
 
 
-@dataclass
-class TrialState:
-    trial_id: str
-    config: dict[str, Any]
-    config_json: dict[str, Any]  # nested, as Tune's result.config; sequences in their JSON form
-    status: str = PENDING
-    rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # the current path, by step
+@dataclass(kw_only=True)
+class TrialState(Trial):
+    """A trial's lifecycle state (`planning.lifecycle.Trial`) and what Tune
+    shows of it: every row reported, failures, checkpoints, its names."""
+
+    config_json: dict[str, Any] = field(default_factory=dict)  # nested, as Tune's result.config; sequences as JSON
     reported: list[dict[str, Any]] = field(default_factory=list)  # every row, in order
     failures: int = 0
     error: str | None = None
     checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # in the trial's folder, oldest first
     best_checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Tune's order: best last
-    node: Any = None  # the plan node of the trial's request
-    flat: TrialConfig | None = None  # `config` flattened, for its hyper-parameters by step
     plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
     name: str = ""  # TuneConfig.trial_name_creator's, for messages
     dirname: str = ""  # the trial's folder under the experiment path
@@ -114,11 +119,33 @@ class TrialState:
     final_retrains: int = 0  # times its final checkpoint was found damaged and trained again
     announced: bool = False  # its "start" event went out (Tune's on_trial_start): see `_announce`
 
+    def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
+        super().configure(config, trial_config)
+        self.config_json = unflatten(trial_config.to_json())
+
 
 class StudyController:
+    """One study's Ray actor: admits the searcher's trials into the search
+    plan, dispatches stage batches to stage workers as the execution policy
+    chooses, folds the workers' reports into the plan and the trials'
+    results, and handles what only a Ray loop meets: batches that end or
+    fail, workers and nodes that die, the time budget, checkpoints kept in
+    the object store, the study's snapshot and its end.
+
+    The trials' states and what their scheduler's decisions do to the plan
+    are `planning.lifecycle`'s (``self.lifecycle``); the driver polls
+    `progress` and reads `results` at the end.
+
+    Parameters
+    ----------
+    spec:
+        The study, validated by the Tuner.
+    plan, store:
+        A plan service's, shared with other studies (`runtime.shared_plan`);
+        by default the study's own.
+    """
+
     def __init__(self, spec: StudySpec, plan: SearchPlan | None = None, store: CheckpointStore | None = None) -> None:
-        """``plan`` and ``store``: a plan service's, shared with other studies
-        (`runtime.shared_plan`); by default the study's own."""
         self.spec = spec
         restore = spec.restore
         if plan is not None:
@@ -139,7 +166,6 @@ class StudyController:
             secret=spec.payload_key,
             trusted=spec.trust_storage,
         )
-        self.trials: dict[str, TrialState] = {}
         self.source = spec.source
         horizon = math.inf if spec.horizon is None else spec.horizon
         if restore is not None:
@@ -147,6 +173,10 @@ class StudyController:
             self.host.attach(self._stop)
         else:
             self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, on_stop=self._stop)
+        self.lifecycle = TrialLifecycle(
+            self.plan, self.host, self.source, self._sharing_key, self._next_request, self._requested, self._ended
+        )
+        self.trials: dict[str, TrialState] = self.lifecycle.trials
         # Stop criteria, and schedulers other than ASHA/HyperBand/PBT/FIFO, may
         # end a trial at any result: its request then runs one iteration ahead
         # (the batch continues live), so nothing trains past a stopping result.
@@ -193,7 +223,6 @@ class StudyController:
         self._state_changed = True
         self._next_state_at = 0.0  # time.monotonic() before which no snapshot is taken
         self._state_seconds = 0.0  # spent taking snapshots
-        self._status_counts: Counter[str] = Counter()  # trials by status (`_set_status`), not counted per event
         self._sharing: dict[str, int] = {}  # the plan's iteration counts, as `progress` last computed them
         self._sharing_due = 0.0  # time.monotonic() after which `progress` computes them again
         if restore is not None:
@@ -208,9 +237,7 @@ class StudyController:
         self._iterations, self._worker_seconds = state.iterations, state.worker_seconds
         self._started -= state.elapsed
         for trial in state.trials:
-            self._add_trial_state(trial)
-            if trial.config_json:  # admitted with a valid config
-                trial.flat = TrialConfig.from_config(trial.config)
+            self.lifecycle.add(trial)
             record = self.plan.trials.get(trial.trial_id)
             if record is not None:
                 trial.node = record.request.node
@@ -221,49 +248,28 @@ class StudyController:
         for trial in list(self.trials.values()):
             trial.restored_at = max(trial.rows, default=0)
             action = restore.action(trial.status)
-            if trial.announced and (trial.status in (PENDING, RUNNING, PAUSED) or action in ("resume", "restart")):
+            if trial.announced and (trial.status in UNFINISHED or action in ("resume", "restart")):
                 self._event("start", trial, config=trial.config_json)  # the new driver's loggers find its folder
             if action == "end":
                 self._stop(trial.trial_id)
-            elif action in ("resume", "restart") and trial.flat is not None:
+            elif action in ("resume", "restart") and trial.trial_config is not None:
                 self._rerun(trial, restart=action == "restart")
 
     def _rerun(self, state: TrialState, restart: bool) -> None:
         """An errored trial runs again: from its latest checkpoint, or with
         its results starting over (the plan still answers what it stored:
         retraining would give the same values)."""
-        self._set_status(state, PENDING)
         state.error, state.failures = None, 0
         if restart:
             state.rows, state.reported = {}, []
-        self.host.on_add(state.trial_id, state.config)
-        step = state.restored_at = max(state.rows, default=0)
-        target = self._next_request(state.trial_id, step)
-        if state.trial_id in self.plan.trials:
-            request = self.plan.extend_trial(state.trial_id, target)
-        else:
-            study = self._sharing_key(state.trial_id)
-            request = self.plan.add_trial(state.trial_id, state.config, target, study=study)
-        self._requested(state, request, step)
+        state.restored_at = max(state.rows, default=0)
+        self.lifecycle.rerun(state, state.restored_at)
 
     # -- trials ----------------------------------------------------------------
 
     def _sharing_key(self, trial_id: str) -> str:
         """The plan's sharing key of a trial: trials share stages only under one key."""
         return "study" if self.spec.stage_sharing else trial_id
-
-    def _live(self) -> int:
-        return self._status_counts[PENDING] + self._status_counts[RUNNING]
-
-    def _add_trial_state(self, state: TrialState) -> None:
-        self.trials[state.trial_id] = state
-        self._status_counts[state.status] += 1
-
-    def _set_status(self, state: TrialState, status: str) -> None:
-        """Every status change goes through here, so the counts stay exact."""
-        self._status_counts[state.status] -= 1
-        self._status_counts[status] += 1
-        state.status = status
 
     @property
     def _plan_path(self) -> str:
@@ -275,46 +281,33 @@ class StudyController:
 
     def _admit(self) -> None:
         limit = self.spec.max_concurrent_trials or float("inf")
-        while self._live() < limit and not self._over_budget() and not self._halted:
+        while self.lifecycle.live() < limit and not self._over_budget() and not self._halted:
             proposal = self.source.next_trial()
             if proposal is None or proposal == WAIT:
                 return
             trial_id, config = proposal
-            self.host.on_add(trial_id, config)
+            self.host.on_add(trial_id, config)  # PBT may add to the config: before it is parsed
             try:
-                flat = TrialConfig.from_config(config)
+                trial_config = self.lifecycle.parse(trial_id, config)
                 info = TrialInfo(trial_id, config, self.spec.trainable_name)
                 name = trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False)
                 dirname = trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True)
             except Exception as error:  # a bad config, or a user hook that raised
                 failed = TrialState(
-                    trial_id, config, {}, status=ERROR, error=f"{type(error).__name__}: {error}", dirname=trial_id
+                    trial_id=trial_id, config=config, error=f"{type(error).__name__}: {error}", dirname=trial_id
                 )
-                self._add_trial_state(failed)
-                self._event("error", failed, error=failed.error)
-                self.host.on_error(trial_id)
-                self.source.on_complete(trial_id, None, error=True)
+                self.lifecycle.refuse(failed)
                 self._after_error()
                 continue
             state = TrialState(
-                trial_id,
-                config,
-                unflatten(flat.to_json()),
-                flat=flat,
-                plain=frozenset(flat.names) - flat.declared,
+                trial_id=trial_id,
+                config=config,
+                plain=frozenset(trial_config.names) - trial_config.declared,
                 name=name,
                 dirname=dirname,
             )
-            self._add_trial_state(state)
-            study = self._sharing_key(trial_id)
-            step = self._next_request(trial_id, 0)
-            if trial_id in self.plan.trials:  # a trial of a restored plan, extended
-                request = self.plan.extend_trial(trial_id, step)
-            else:
-                request = self.plan.add_trial(trial_id, config, step, study=study)
-            self._requested_node(state, request.node)
-            for step, metrics in self.plan.history(trial_id).items():
-                self._add_row(state, step, metrics)
+            state.configure(config, trial_config)
+            self.lifecycle.admit(state)  # a trial of a restored plan is extended
 
     def _metrics_consumed(self) -> dict[str, str]:
         """Metric name -> what compares its values (the trial scheduler, the
@@ -355,7 +348,7 @@ class StudyController:
     def _add_row(self, state: TrialState, step: int, metrics: dict[str, Any]) -> None:
         # An iteration trained again (a retry, an evicted checkpoint) was
         # already reported: searchers and schedulers see each iteration once.
-        if state.status in (TERMINATED, ERROR) or step in state.rows:
+        if state.status in ENDED or step in state.rows:
             return
         invalid = self._check_metrics(state, step, metrics)
         if invalid is not None:
@@ -372,11 +365,9 @@ class StudyController:
         since = previous.get("time_since_restore", 0.0) if previous.get("training_iteration", 0) > state.restored_at else 0.0
         row["time_since_restore"] = since + row.get("time_this_iter_s", 0.0)
         row["iterations_since_restore"] = step - state.restored_at
-        state.rows[step] = row
+        self.lifecycle.record(state, step, row)
         state.reported.append(row)
         self._announce(state)
-        if state.status == PENDING:
-            self._set_status(state, RUNNING)
         self._new_rows.append(row)
         if not row["done"] and self._stop_criteria_met(state.trial_id, row):
             row["done"] = ended = True  # Tune's stop criteria end a trial without asking its scheduler
@@ -386,68 +377,18 @@ class StudyController:
             self._halt()
         if row["done"]:
             # The horizon, or the trainable reported done (Tune ends the trial).
-            self._stop(state.trial_id) if ended else self._finish(state)
-            self._resume()
-            return
-        # Only PBT reads the hyper-parameters (the values it explores from).
-        values = state.flat.hparams_at(step - 1) if self.host.population is not None else None
-        decision = self.host.on_result(state.trial_id, row, values)
-        if isinstance(decision, Exploit):
-            self._exploit(state, decision)
-        elif decision == STOP:
-            self.stop_trial(state.trial_id)
-        elif decision == PAUSE:
-            self._pause(state, step)
-        elif step >= self.plan.trials[state.trial_id].request.step:
-            self._continue(state, step)
+            self._stop(state.trial_id) if ended else self.lifecycle.finish(state)
+        else:
+            self.lifecycle.decide(state, step, row)
         self._resume()
 
     def _resume(self) -> None:
         """Run again the paused trials the scheduler chooses."""
-        for trial_id, exploit in self.host.resumable():
-            resumed = self.trials[trial_id]
-            self._set_status(resumed, RUNNING)
-            if exploit is None:
-                self._continue(resumed, max(resumed.rows))
-            else:
-                self._exploit(resumed, exploit)
+        self.lifecycle.resume()
 
-    def _pause(self, state: TrialState, step: int) -> None:
-        """The scheduler resumes the trial later. Its request ends here (at a
-        decision point it ends here anyway), so it keeps a checkpoint here."""
-        self._set_status(state, PAUSED)
-        if self.plan.trials[state.trial_id].request.step > step:
-            state.node = self.plan.extend_trial(state.trial_id, step).node
-
-    def _exploit(self, state: TrialState, exploit: Exploit) -> None:
-        """PBT: the trial follows ``exploit.source``'s configuration up to the
-        source's checkpoint at ``exploit.step`` and the explored values after,
-        a new path of the plan that forks from that checkpoint."""
-        source = self.trials[exploit.source]
-        flat = TrialConfig.from_config(source.config)
-        sequences = dict(zip(flat.names, flat.sequences))
-        config = copy.deepcopy(source.config)
-        for name, value in exploit.values.items():
-            sequence = sequences[name].then(value, at=exploit.step) if exploit.step > 0 else value
-            _set_path(config, name, sequence)
-        study = self._sharing_key(state.trial_id)
-        self.plan.remove_trial(state.trial_id)
-        state.config, state.flat = config, TrialConfig.from_config(config)
-        state.config_json = unflatten(state.flat.to_json())
-        state.rows = {step: row for step, row in state.rows.items() if step <= exploit.step}
-        request = self.plan.add_trial(
-            state.trial_id, config, self._next_request(state.trial_id, exploit.step), study=study
-        )
-        self._requested(state, request, exploit.step)
-
-    def _continue(self, state: TrialState, step: int) -> None:
-        """A decision point passed with CONTINUE: request up to the next one."""
-        request = self.plan.extend_trial(state.trial_id, self._next_request(state.trial_id, step))
-        self._requested(state, request, step)
-
-    def _requested(self, state: TrialState, request: Any, step: int) -> None:
-        """The trial's request moved on from ``step``: take what the plan
-        already holds beyond it (work shared with other trials)."""
+    def _requested(self, state: TrialState, request: Request, step: int) -> None:
+        """The lifecycle moved the trial's request on from ``step``: take what
+        the plan already holds beyond it (work shared with other trials)."""
         self._requested_node(state, request.node)
         self._wake.set()
         for later, metrics in self.plan.history(state.trial_id).items():
@@ -485,25 +426,16 @@ class StudyController:
     def _stop(self, trial_id: str) -> None:
         """`stop_trial`, leaving paused trials paused: what a scheduler calls
         while it decides, before it is asked what to resume."""
-        state = self.trials[trial_id]
-        if state.status in (TERMINATED, ERROR):
-            return
-        self._finish(state)
-        if state.rows:
-            # The request moves back to the last reported step, which the plan
-            # has answered: nothing more is requested, and the accounting keeps
-            # the iterations the trial did train.
-            state.node = self.plan.extend_trial(trial_id, max(state.rows)).node
-        else:
-            self.plan.remove_trial(trial_id)
-        self._wake.set()
+        self.lifecycle.stop(self.trials[trial_id])
 
-    def _finish(self, state: TrialState) -> None:
-        self._set_status(state, TERMINATED)
-        self._event("complete", state)
-        last = state.rows[max(state.rows)] if state.rows else None
-        self.host.on_complete(state.trial_id, last)
-        self.source.on_complete(state.trial_id, last)
+    def _ended(self, state: TrialState) -> None:
+        """The lifecycle ended a trial: the driver hears of it, and the loop
+        wakes (batches no live trial needs are pre-empted)."""
+        if state.status == ERROR:
+            self._event("error", state, error=state.error)
+        else:
+            self._event("complete", state)
+        self._wake.set()
 
     # -- reports from workers ---------------------------------------------------
 
@@ -683,6 +615,7 @@ class StudyController:
         return BatchSpec(
             batch_id=batch.batch_id,
             config=config,
+            trial_config=leaf.config,
             segments=[(node.node_id, start, stop) for node, start, stop in batch.segments],
             save_steps={step for _, step in self.plan.checkpoints_needed(batch.batch_id)}
             | set(self._configured_saves(batch.batch_id)),
@@ -777,7 +710,7 @@ class StudyController:
         node = after[0]
         for trial_id in sorted(self._trials_through(node, step + 1)):
             state = self.trials[trial_id]
-            if state.status not in (TERMINATED, ERROR):
+            if state.status not in ENDED:
                 if state.reported:
                     state.reported[-1]["done"] = True
                 self._stop(trial_id)
@@ -792,7 +725,7 @@ class StudyController:
         affected = {
             trial_id
             for trial_id in self._trials_through(node, outcome.error_step)
-            if self.trials[trial_id].status not in (TERMINATED, ERROR)
+            if self.trials[trial_id].status not in ENDED
         }
         if not outcome.error_retryable:  # the trainable reported something it must not: a retry repeats it
             self._fail(affected, outcome.error, retry=False)
@@ -812,18 +745,14 @@ class StudyController:
     def _fail(self, trial_ids: set[str], error: str, retry: bool = True) -> None:
         for trial_id in trial_ids:
             state = self.trials[trial_id]
-            if state.status in (TERMINATED, ERROR):
+            if state.status in ENDED:
                 continue
             state.failures += 1
             if retry and state.failures <= self.spec.max_failures:
                 self._event("recover", state, error=error)
             else:
-                self._set_status(state, ERROR)
                 state.error = error
-                self._event("error", state, error=error)
-                self.plan.remove_trial(trial_id)
-                self.host.on_error(trial_id)
-                self.source.on_complete(trial_id, None, error=True)
+                self.lifecycle.fail(state)
                 self._after_error()
                 self._resume()
 
@@ -833,8 +762,8 @@ class StudyController:
         self.study_error = error
         self._halted = True
         for state in self.trials.values():
-            if state.status in (PENDING, RUNNING, PAUSED):
-                self._set_status(state, ERROR)
+            if state.status in UNFINISHED:
+                self.lifecycle.set_status(state, ERROR)
                 state.error = error
                 self._event("error", state, error=error)
                 self.plan.remove_trial(state.trial_id)
@@ -851,11 +780,11 @@ class StudyController:
             return
         self._halted = True
         for state in list(self.trials.values()):
-            if state.status in (PENDING, RUNNING, PAUSED):
+            if state.status in UNFINISHED:
                 self._stop(state.trial_id)
 
     def _unfinished(self) -> bool:
-        return self._live() > 0 or (self.source.remaining != 0 and not self._over_budget() and not self._halted)
+        return self.lifecycle.live() > 0 or (self.source.remaining != 0 and not self._over_budget() and not self._halted)
 
     def _enforce_budget(self) -> None:
         """Past the time budget, trials stop (running batches stop at their
@@ -864,7 +793,7 @@ class StudyController:
         if not self._over_budget():
             return
         for state in list(self.trials.values()):
-            if state.status in (PENDING, RUNNING):
+            if state.status in LIVE:
                 self.stop_trial(state.trial_id)
         if time.time() - self._started < self.spec.time_budget_s + BUDGET_GRACE_S:
             return
@@ -979,7 +908,7 @@ class StudyController:
     def _state(self) -> StudyState:
         return StudyState(
             plan=self.plan.records(),
-            trials=[dataclasses.replace(trial, node=None, flat=None) for trial in self.trials.values()],
+            trials=[dataclasses.replace(trial, node=None) for trial in self.trials.values()],
             source=self.source,
             host=self.host,
             iterations=self._iterations,
@@ -1045,7 +974,7 @@ class StudyController:
     async def _finalize(self) -> None:
         for state in self.trials.values():
             if state.status == PAUSED:  # its scheduler never resumed it
-                self._set_status(state, TERMINATED)
+                self.lifecycle.set_status(state, TERMINATED)
                 self._event("complete", state)
         exported, best = [], {}
         for state in self.trials.values():
@@ -1128,7 +1057,7 @@ class StudyController:
         events, self._events = self._events, []
         warnings, self._warnings = self._warnings, []
         return {
-            "status": {status: count for status, count in self._status_counts.items() if count},
+            "status": self.lifecycle.counts(),
             "iterations": self._iterations,
             "worker_seconds": self._worker_seconds,
             "state_seconds": self._state_seconds,
@@ -1221,13 +1150,6 @@ def start_worker(spec: StudySpec, controller: Any) -> Any:
     takes seconds."""
     actor = ray.remote(StageWorker).options(max_concurrency=2, **spec.worker_options)
     return actor.remote(spec.trainable, controller)
-
-
-def _set_path(config: dict[str, Any], path: str, value: Any) -> None:
-    *parents, leaf = split_path(path)
-    for part in parents:
-        config = config[part]
-    config[leaf] = value
 
 
 async def _as_future(ref: Any) -> Any:

@@ -29,6 +29,7 @@ from typing import Any
 
 import ray
 
+from ray_stagetree.planning.lifecycle import ERROR, UNFINISHED
 from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
 
 TUNER_FILE = "stagetree_tuner.pkl"
@@ -69,11 +70,11 @@ class Restore:
         results stand), "resume" (from its latest checkpoint), "restart"
         (its results start over) or "end" (an unfinished trial not resumed
         is terminated where it stood)."""
-        if status == "ERROR":
+        if status == ERROR:
             if self.restart_errored:
                 return "restart"
             return "resume" if self.resume_errored else "keep"
-        if status in ("PENDING", "RUNNING", "PAUSED"):
+        if status in UNFINISHED:
             return "keep" if self.resume_unfinished else "end"
         return "keep"
 

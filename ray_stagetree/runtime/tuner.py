@@ -30,16 +30,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ray_stagetree.monitor.live import live_monitor
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.filesystems import arrow_filesystem, is_filesystem
+from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import study_policy
 from ray_stagetree.runtime.callbacks import CallbackRunner, check_driver_hooks
 from ray_stagetree.runtime.cluster import check_shared_storage
-from ray_stagetree.runtime.controller import (
-    ERROR,
-    StudyController,
-    StudySpec,
-    start_worker,
-)
+from ray_stagetree.runtime.controller import StudyController, StudySpec, start_worker
 from ray_stagetree.runtime.experiment_state import (
     Restore,
     can_restore,
@@ -1034,7 +1030,7 @@ def _trials_to_run(source: VariantSource | SearcherSource, restore: Restore | No
     if restore is None:
         return source.remaining
     return source.remaining + sum(
-        restore.action(trial.status) != "end" and trial.status != "TERMINATED" for trial in restore.state.trials
+        restore.action(trial.status) != "end" and trial.status != TERMINATED for trial in restore.state.trials
     )
 
 

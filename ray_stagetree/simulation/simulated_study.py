@@ -4,9 +4,9 @@ whole hyper-parameter schedule.
 
 `simulate` submits one or more studies (trials drawn from a search space,
 each with its own Tune scheduler) into one search plan and runs them on a
-`Simulation`. It applies the scheduler's decisions the way
-`ray_stagetree.runtime.controller` does: a trial is requested only up to its next
-decision point (its next rung); when the request is answered the scheduler
+`Simulation`. Its trials go through the lifecycle the Ray controller's go
+through (`planning.lifecycle`, one per study): a trial is requested only up to
+its next decision point (its next rung); when the request is answered the scheduler
 sees the row ``{"training_iteration": step, metric: value}`` and answers
 CONTINUE (the request moves on to the next decision point), STOP (nothing
 more is requested) or PAUSE (synchronous schedulers; the trial resumes when
@@ -60,12 +60,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
+from ray_stagetree.planning.lifecycle import LIVE, TERMINATED, Trial, TrialLifecycle
 from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import TimeSharingPolicy
 from ray_stagetree.searchers.sources import WAIT, SearcherSource, VariantSource
 from ray_stagetree.simulation.simulator import Simulation, SimulationResult
-from ray_stagetree.trial_schedulers.decisions import PAUSE, STOP
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 
 #: Hyper-parameters the curve models explicitly; the rest enter as offsets.
@@ -386,23 +386,41 @@ class StudyRun:
         return self.result.makespan / 3600
 
 
-_RUNNING, _PAUSED, _DONE, _FINAL = "RUNNING", "PAUSED", "DONE", "FINAL"
-
-
-@dataclass(eq=False)
-class _Trial:
-    trial_id: str
+@dataclass(kw_only=True, eq=False)
+class _Trial(Trial):
     study: StudyDefinition
-    config: dict[str, Any]
-    status: str = _RUNNING
-    last_step: int = 0
-    last_value: float | None = None
     reported_step: int = 0  # results the study's source has seen
+
+
+class _StudySource:
+    """A study's source under the run's trial ids (``study/id``, unique
+    across the studies of one plan); its searcher knows the ids it proposed."""
+
+    def __init__(self, study: str, source: VariantSource | SearcherSource) -> None:
+        self._study = study
+        self._source = source
+
+    @property
+    def remaining(self) -> float:
+        return self._source.remaining
+
+    def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
+        proposed = self._source.next_trial()
+        if proposed is None or proposed == WAIT:
+            return proposed
+        return f"{self._study}/{proposed[0]}", proposed[1]
+
+    def on_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self._source.on_result(trial_id.partition("/")[2], result)
+
+    def on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool = False) -> None:
+        self._source.on_complete(trial_id.partition("/")[2], result, error=error)
 
 
 class _Driver:
     """Admits trials, feeds answered requests to each study's scheduler and
-    applies its decisions to the plan (the controller's loop, without Ray)."""
+    applies its decisions to the plan through each study's
+    `planning.lifecycle.TrialLifecycle` (the controller's, without Ray)."""
 
     def __init__(
         self,
@@ -413,39 +431,49 @@ class _Driver:
     ) -> None:
         self.plan, self.share, self.seconds = plan, share, seconds
         self.trials: dict[str, _Trial] = {}
-        self.hosts: dict[str, SchedulerHost] = {}
-        self.sources: dict[str, VariantSource | SearcherSource] = {}
+        self.lifecycles: dict[str, TrialLifecycle] = {}
         self.outcomes = {study.name: StudyOutcome() for study in studies}
         self.studies = {study.name: study for study in studies}
+        self._final: set[str] = set()  # best trials training their final iterations
         for study in studies:
             scheduler = study.scheduler() if study.scheduler is not None else None
-            self.hosts[study.name] = SchedulerHost(
-                scheduler, study.profile.metric, study.mode, study.horizon, on_stop=self.stop
+            host = SchedulerHost(scheduler, study.profile.metric, study.mode, study.horizon, on_stop=self.stop)
+            self.lifecycles[study.name] = TrialLifecycle(
+                plan,
+                host,
+                _StudySource(study.name, study.source()),
+                self._sharing_key,
+                host.next_decision,
+                self._requested,
+                self._ended,
             )
-            self.sources[study.name] = study.source()
+
+    def _sharing_key(self, trial_id: str) -> str:
+        # One plan key for every study when sharing (studies of one model
+        # share stages); a key per trial gives each its own tree.
+        return "shared" if self.share else trial_id
 
     # -- admission -------------------------------------------------------------
 
     def admit(self) -> None:
         for name, study in self.studies.items():
+            lifecycle = self.lifecycles[name]
             limit = study.max_concurrent_trials or math.inf
-            while self._live(name) < limit:
-                proposed = self.sources[name].next_trial()
+            while lifecycle.live() < limit:
+                proposed = lifecycle.source.next_trial()
                 if proposed is None or proposed == WAIT:
                     break
-                trial_id, config = f"{name}/{proposed[0]}", {**proposed[1], "model": study.profile.name}
-                trial = self.trials[trial_id] = _Trial(trial_id, study, config)
-                host = self.hosts[name]
-                host.on_add(trial_id, config)
-                # One plan key for every study when sharing (studies of one
-                # model share stages); a key per trial gives each its own tree.
-                key = "shared" if self.share else trial_id
-                request = self.plan.add_trial(trial_id, config, host.next_decision(trial_id, 0), study=key)
-                if request.answered:
-                    self._report(trial, request.step)
+                trial_id, config = proposed[0], {**proposed[1], "model": study.profile.name}
+                trial = self.trials[trial_id] = _Trial(trial_id=trial_id, config=config, study=study)
+                lifecycle.host.on_add(trial_id, config)
+                trial.configure(config, lifecycle.parse(trial_id, config))
+                lifecycle.admit(trial)
 
-    def _live(self, study: str) -> int:
-        return sum(1 for t in self.trials.values() if t.study.name == study and t.status == _RUNNING)
+    def _requested(self, trial: Trial, request: Request, step: int) -> None:
+        """The trial is requested further: the plan may already hold the
+        answer (another trial trained that path)."""
+        if request.answered:
+            self._report(trial, request.step)
 
     # -- results -------------------------------------------------------------------
 
@@ -456,83 +484,49 @@ class _Driver:
         answered = sorted({(trial_id, request.step) for request in requests for trial_id in request.trials})
         for trial_id, step in answered:
             trial = self.trials[trial_id]
-            if trial.status == _FINAL:
-                trial.status = _DONE
-            elif trial.status == _RUNNING and self.plan.trials[trial_id].request.step == step:
+            if trial_id in self._final:
+                self._final.discard(trial_id)
+            elif trial.status in LIVE and self.plan.trials[trial_id].request.step == step:
                 self._report(trial, step)
         self.admit()
         self._final_training()
 
-    def _value(self, trial_id: str, step: int) -> float:
-        node = self.plan.trials[trial_id].request.node
-        return node.metrics[step][self.trials[trial_id].study.profile.metric]
-
     def _report(self, trial: _Trial, step: int) -> None:
-        study, host = trial.study, self.hosts[trial.study.name]
-        trial.last_step, trial.last_value = step, self._value(trial.trial_id, step)
-        row = {"training_iteration": step, study.profile.metric: trial.last_value}
+        study, lifecycle = trial.study, self.lifecycles[trial.study.name]
+        node = self.plan.trials[trial.trial_id].request.node
+        row = {"training_iteration": step, study.profile.metric: node.metrics[step][study.profile.metric]}
+        lifecycle.record(trial, step, row)
         self._feed_source(trial, step)
         if step >= study.horizon:
-            trial.status = _DONE
             outcome = self.outcomes[study.name]
             outcome.finished.add(trial.trial_id)
-            outcome.finishes.append((self._trained_seconds(), trial.last_value))
-            host.on_complete(trial.trial_id, row)
-            self._source(trial).on_complete(self._source_id(trial), row)
+            outcome.finishes.append((self._trained_seconds(), row[study.profile.metric]))
+            lifecycle.finish(trial)
             return
-        decision = host.on_result(trial.trial_id, row)
-        if decision == STOP:
-            self.stop(trial.trial_id)
-        elif decision == PAUSE:
-            trial.status = _PAUSED  # its request ends here; the scheduler resumes it
-        else:
-            self._continue(trial)
-        for trial_id, _ in host.resumable():
-            resumed = self.trials[trial_id]
-            resumed.status = _RUNNING
-            self._continue(resumed)
-
-    def _continue(self, trial: _Trial) -> None:
-        """Request the trial up to its next decision point; the plan may
-        already hold it (another trial trained that path)."""
-        step = self.hosts[trial.study.name].next_decision(trial.trial_id, trial.last_step)
-        request = self.plan.extend_trial(trial.trial_id, step)
-        if request.answered:
-            self._report(trial, step)
+        lifecycle.decide(trial, step, row)
+        lifecycle.resume()
 
     def stop(self, trial_id: str) -> None:
         """The scheduler stopped the trial: nothing more is requested for it;
         the plan keeps its last answered step for the accounting."""
         trial = self.trials[trial_id]
-        if trial.status not in (_RUNNING, _PAUSED):
-            return
-        trial.status = _DONE
-        self.outcomes[trial.study.name].stopped.add(trial_id)
-        row = {"training_iteration": trial.last_step, trial.study.profile.metric: trial.last_value}
-        self.hosts[trial.study.name].on_complete(trial_id, row if trial.last_step else None)
-        self._source(trial).on_complete(self._source_id(trial), row if trial.last_step else None)
-        if trial.last_step:
-            self.plan.extend_trial(trial_id, trial.last_step)
-        else:
-            self.plan.remove_trial(trial_id)
+        self.lifecycles[trial.study.name].stop(trial)
+
+    def _ended(self, trial: _Trial) -> None:
+        outcome = self.outcomes[trial.study.name]
+        if trial.trial_id not in outcome.finished:
+            outcome.stopped.add(trial.trial_id)
 
     # -- the study's source sees what a searcher in the runtime sees ----------------------
-
-    def _source(self, trial: _Trial) -> VariantSource | SearcherSource:
-        return self.sources[trial.study.name]
-
-    @staticmethod
-    def _source_id(trial: _Trial) -> str:
-        return trial.trial_id.partition("/")[2]
 
     def _feed_source(self, trial: _Trial, step: int) -> None:
         """Every iteration's result up to ``step``, once and in order (the
         plan holds them all: the simulated workers record each iteration)."""
         metric = trial.study.profile.metric
+        source = self.lifecycles[trial.study.name].source
         for at, metrics in self.plan.history(trial.trial_id).items():
             if trial.reported_step < at <= step:
-                row = {"training_iteration": at, metric: metrics[metric]}
-                self._source(trial).on_result(self._source_id(trial), row)
+                source.on_result(trial.trial_id, {"training_iteration": at, metric: metrics[metric]})
         trial.reported_step = max(trial.reported_step, step)
 
     def _trained_seconds(self) -> float:
@@ -545,23 +539,25 @@ class _Driver:
         """A study with nothing left to run: its best trial trains
         ``final_iterations`` more (once)."""
         for name, study in self.studies.items():
-            outcome = self.outcomes[name]
-            if outcome.best_trial is not None or self.sources[name].remaining:
+            outcome, lifecycle = self.outcomes[name], self.lifecycles[name]
+            if outcome.best_trial is not None or lifecycle.source.remaining:
                 continue
-            mine = [t for t in self.trials.values() if t.study.name == name]
-            if any(t.status == _RUNNING for t in mine):
+            if lifecycle.live():
                 continue
-            scored = [t for t in mine if t.last_value is not None]
+            scored = [t for t in lifecycle.trials.values() if t.rows]
             if not scored:
                 continue
             sign = 1 if study.mode == "max" else -1
-            best = max(scored, key=lambda t: (t.last_step, sign * t.last_value, t.trial_id))
-            outcome.best, outcome.best_trial = best.last_value, best.trial_id
+            metric = study.profile.metric
+            best = max(scored, key=lambda t: (max(t.rows), sign * t.last_row[metric], t.trial_id))
+            outcome.best, outcome.best_trial = best.last_row[metric], best.trial_id
             if study.final_iterations:
-                best.status = _FINAL
-                request = self.plan.extend_trial(best.trial_id, best.last_step + study.final_iterations)
-                if request.answered:
-                    best.status = _DONE
+                # Past its study's end: not live, and no scheduler stops it.
+                if best.status != TERMINATED:
+                    lifecycle.set_status(best, TERMINATED)
+                request = self.plan.extend_trial(best.trial_id, max(best.rows) + study.final_iterations)
+                if not request.answered:
+                    self._final.add(best.trial_id)
 
 
 def simulate(

@@ -2,7 +2,7 @@
 
 An adapter turns one family of Ray Tune trial schedulers (FIFO and custom
 schedulers, median stopping, ASHA, synchronous HyperBand, PBT) into the
-decisions of `ray_stagetree.trial_schedulers.decisions` and the decision
+decisions of `ray_stagetree.planning.decisions` and the decision
 points requests are sized to. `ray_stagetree.trial_schedulers.registry`
 picks the adapter by the scheduler's type. Whatever an adapter reads of
 Ray's private state it reads through
@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable
 
-from ray_stagetree.trial_schedulers.decisions import Decision, Exploit
+from ray_stagetree.planning.decisions import Decision, Exploit
 from ray_stagetree.trial_schedulers.ray_fields import TESTED_WITH, ray_field
 
 

@@ -4,7 +4,7 @@
 the user's scheduler object (any of Tune's ``TrialScheduler`` objects it
 hosts, or a custom one), hands it to the adapter of its family
 (`ray_stagetree.trial_schedulers.registry`), and answers with the words of
-`ray_stagetree.trial_schedulers.decisions` and the step each trial is
+`ray_stagetree.planning.decisions` and the step each trial is
 requested up to. What changes against Tune is what gets trained: a trial is
 requested only up to its next decision point (its next ASHA rung, HyperBand
 milestone or PBT perturbation), so no iteration past a rung is spent on a
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ray_stagetree.trial_schedulers.decisions import Decision, Exploit
+from ray_stagetree.planning.decisions import Decision, Exploit
 from ray_stagetree.trial_schedulers.pbt import PopulationBasedAdapter
 from ray_stagetree.trial_schedulers.registry import adapter_for, check_scheduler
 

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from ray_stagetree.planning.config import unflatten
 from ray_stagetree.trial_schedulers.adapter import SchedulerAdapter
-from ray_stagetree.trial_schedulers.decisions import CONTINUE, PAUSE, Decision, Exploit
+from ray_stagetree.planning.decisions import CONTINUE, PAUSE, Decision, Exploit
 from ray_stagetree.trial_schedulers.ray_fields import ray_field
 
 # The functions of Ray's pbt module the settings carry (without their "_").

@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ray_stagetree.planning.decisions import PAUSE, Decision, Exploit
+from ray_stagetree.planning.lifecycle import ERROR, PAUSED, RUNNING, TERMINATED
 from ray_stagetree.trial_schedulers.adapter import SchedulerAdapter
-from ray_stagetree.trial_schedulers.decisions import PAUSE, Decision, Exploit
 
 
 @dataclass(eq=False)
@@ -25,7 +26,7 @@ class TrialProxy:
 
     trial_id: str
     config: dict[str, Any]
-    status: str = "RUNNING"
+    status: str = RUNNING
     last_result: dict[str, Any] = field(default_factory=dict)
     is_saving: bool = False
 
@@ -47,7 +48,7 @@ class _ControllerFacade:
         self._on_stop(trial.trial_id)
 
     def get_live_trials(self) -> list[TrialProxy]:
-        return [trial for trial in self._trials.values() if trial.status == "RUNNING"]
+        return [trial for trial in self._trials.values() if trial.status == RUNNING]
 
     def get_trials(self) -> list[TrialProxy]:
         return list(self._trials.values())
@@ -86,7 +87,7 @@ class TuneFedAdapter(SchedulerAdapter):
         proxy.last_result = row
         decision = self.scheduler.on_trial_result(self._facade, proxy, row)
         if decision == PAUSE:
-            proxy.status = "PAUSED"
+            proxy.status = PAUSED
             self._paused.add(trial_id)
         return decision
 
@@ -94,16 +95,16 @@ class TuneFedAdapter(SchedulerAdapter):
         """Tell the scheduler as Tune's controller does: ``on_trial_complete``
         for a running trial with a result, ``on_trial_remove`` otherwise."""
         proxy = self._trials[trial_id]
-        status, proxy.status = proxy.status, "TERMINATED"
+        status, proxy.status = proxy.status, TERMINATED
         self._paused.discard(trial_id)
-        if row and status == "RUNNING":
+        if row and status == RUNNING:
             self.scheduler.on_trial_complete(self._facade, proxy, row)
         else:
             self.scheduler.on_trial_remove(self._facade, proxy)
 
     def on_error(self, trial_id: str) -> None:
         proxy = self._trials[trial_id]
-        proxy.status = "ERROR"
+        proxy.status = ERROR
         self._paused.discard(trial_id)
         self.scheduler.on_trial_error(self._facade, proxy)
 
@@ -113,9 +114,9 @@ class TuneFedAdapter(SchedulerAdapter):
         # is paused, it costs nothing per result in studies that never pause.
         while self._paused:
             proxy = self.scheduler.choose_trial_to_run(self._facade)
-            if proxy is None or proxy.status != "PAUSED":
+            if proxy is None or proxy.status != PAUSED:
                 break
-            proxy.status = "RUNNING"
+            proxy.status = RUNNING
             self._paused.discard(proxy.trial_id)
             chosen.append((proxy.trial_id, None))
         return chosen

@@ -283,7 +283,14 @@ def test_param_space_values_tune_accepts(space):
 
 
 def _context(save_steps=()):
-    spec = BatchSpec(batch_id=0, config={"lr": 0.1}, segments=[(0, 0, 3)], save_steps=set(save_steps))
+    config = {"lr": 0.1}
+    spec = BatchSpec(
+        batch_id=0,
+        config=config,
+        trial_config=TrialConfig.from_config(config),
+        segments=[(0, 0, 3)],
+        save_steps=set(save_steps),
+    )
     context = StageContext(spec, None, lambda key, payload: None)
     activate(context)
     return context

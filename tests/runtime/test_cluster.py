@@ -192,7 +192,7 @@ def test_a_lost_checkpoint_object_is_read_back_from_its_durable_copy(tmp_path, r
     retrained). The multi-node study above loses real nodes."""
     import asyncio
 
-    from ray_stagetree import SearchPlan
+    from ray_stagetree import SearchPlan, TrialConfig
     from ray_stagetree.runtime.batches import BatchSpec
     from ray_stagetree.runtime.checkpoint_store import CheckpointStore
     from ray_stagetree.runtime.payload import CheckpointPayload
@@ -221,7 +221,14 @@ def test_a_lost_checkpoint_object_is_read_back_from_its_durable_copy(tmp_path, r
         raise AssertionError("the trainable ran from a lost checkpoint")
 
     worker = StageWorker(ray.cloudpickle.dumps(never_runs), None)
-    spec = BatchSpec(batch_id=1, config={"lr": 0.1}, segments=[(node.node_id, 10, 12)], save_steps=set(), source=lost)
+    spec = BatchSpec(
+        batch_id=1,
+        config={"lr": 0.1},
+        trial_config=TrialConfig.from_config({"lr": 0.1}),
+        segments=[(node.node_id, 10, 12)],
+        save_steps=set(),
+        source=lost,
+    )
     outcome = worker.run_batch(spec)
     assert outcome.error is None and outcome.records == []
     assert "the checkpoint batch 1 starts from is lost" in outcome.source_lost

@@ -184,13 +184,20 @@ def test_pbt_hands_a_plain_trainable_plain_values(ray_session):
 def test_a_plain_value_changing_inside_a_batch_restarts_the_function_from_its_checkpoint():
     """A batch that crosses the point where PBT changed a plain value (its
     source checkpoint was lost, say) restarts the function there, Ray-free."""
-    from ray_stagetree import Constant, get_checkpoint, report
+    from ray_stagetree import Constant, TrialConfig, get_checkpoint, report
     from ray_stagetree.runtime.batches import BatchSpec
     from ray_stagetree.runtime.context import StageContext
     from ray_stagetree.runtime.worker import run_function
 
     config = {"lr": Constant(0.25).then(Constant(0.5), at=3)}
-    spec = BatchSpec(batch_id=1, config=config, segments=[(0, 0, 3), (1, 3, 5)], save_steps=set(), plain=frozenset({"lr"}))
+    spec = BatchSpec(
+        batch_id=1,
+        config=config,
+        trial_config=TrialConfig.from_config(config),
+        segments=[(0, 0, 3), (1, 3, 5)],
+        save_steps=set(),
+        plain=frozenset({"lr"}),
+    )
     outbox: dict = {}
     context = StageContext(spec, controller=None, put=outbox.__setitem__)
     context.flush = lambda: None  # no controller here: keep every record for the assertions

@@ -19,7 +19,9 @@ HORIZON = 12
 def visible(config, iteration):
     """The config a batch of ``config`` hands the trainable at ``iteration``."""
     flat = TrialConfig.from_config(config)
-    spec = BatchSpec(1, config, segments=[(0, 0, HORIZON)], save_steps=set(), plain=frozenset(flat.names) - flat.declared)
+    spec = BatchSpec(
+        1, config, segments=[(0, 0, HORIZON)], save_steps=set(), trial_config=flat, plain=frozenset(flat.names) - flat.declared
+    )
     context = StageContext(spec, controller=None, put=None)
     context.step = iteration
     return context.trainable_config()

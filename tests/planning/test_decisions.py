@@ -2,7 +2,7 @@
 
 from ray.tune.schedulers import TrialScheduler
 
-from ray_stagetree.trial_schedulers.decisions import CONTINUE, PAUSE, STOP
+from ray_stagetree.planning.decisions import CONTINUE, PAUSE, STOP
 
 
 def test_the_decision_words_are_rays():

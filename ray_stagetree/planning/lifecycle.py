@@ -1,0 +1,317 @@
+"""One trial lifecycle: the states of a study's trials, and how a trial
+scheduler's decisions change the search plan.
+
+The Ray controller (`runtime.controller`) and the simulated study
+(`simulation.simulated_study`) both drive their trials through a
+`TrialLifecycle`; what differs between them (where results come from, what
+the driver is told) stays in those modules, behind two callbacks.
+
+States (the status words, as Ray Tune spells them)
+--------------------------------------------------
+``PENDING``
+    Admitted: its first request is in the plan, it has no result yet.
+``RUNNING``
+    It has a result; its request goes on to the next decision point.
+``PAUSED``
+    Its scheduler paused it at a decision point (synchronous HyperBand or
+    PBT); its request ends there until the scheduler picks it again.
+``TERMINATED``
+    It ended: its horizon, a stop criterion, its scheduler's STOP, the
+    trainable's end.
+``ERROR``
+    It failed, or its config was refused at admission.
+
+``PENDING`` and ``RUNNING`` trials are *live* (they count against
+``max_concurrent_trials``); ``TERMINATED`` and ``ERROR`` are final.
+
+Transitions
+-----------
+========================  =======================  ==========================================
+call                      status                   the plan
+========================  =======================  ==========================================
+`admit`                   -> PENDING               requested up to its first decision point
+`record` (a result)       PENDING -> RUNNING
+`decide`: CONTINUE        RUNNING                  once the result reaches the request, on
+                                                   to the next decision point
+`decide`: STOP            -> TERMINATED            as `stop`
+`decide`: PAUSE           -> PAUSED                the request ends at the result's step
+`decide`: an exploit      RUNNING                  PBT: the source's config up to the
+                                                   exploit's step, then the explored values:
+                                                   a new path forking from that checkpoint
+`resume`                  PAUSED -> RUNNING        continue, or its pending exploit
+`finish`                  -> TERMINATED            the request stays (it reached its end)
+`stop`                    -> TERMINATED            back to the last result's step; a trial
+                                                   that ends without a result leaves the plan
+`fail`                    -> ERROR                 the trial leaves the plan
+`refuse`                  (new) -> ERROR           never entered
+`rerun`                   ERROR -> PENDING         requested again from its last result
+========================  =======================  ==========================================
+
+Every end tells the owner (``on_end``), then the trial scheduler, then the
+searcher, in that order, as Tune's controller does. Every request that moves
+tells the owner (``on_request``): the plan may already hold results beyond
+it (another trial trained that path), which are the trial's results too.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from ray_stagetree.planning.config import TrialConfig, split_path
+from ray_stagetree.planning.decisions import CONTINUE, PAUSE, STOP, Exploit
+from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
+
+PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
+LIVE = frozenset({PENDING, RUNNING})
+UNFINISHED = frozenset({PENDING, RUNNING, PAUSED})
+ENDED = frozenset({TERMINATED, ERROR})
+
+
+class SchedulerHost(Protocol):
+    """What the lifecycle asks of a hosted trial scheduler (`trial_schedulers.host.SchedulerHost`)."""
+
+    population: Any  # PBT's host, or None: only PBT reads a result's hyper-parameters
+
+    def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any] | None = None) -> Any: ...
+
+    def on_complete(self, trial_id: str, row: dict[str, Any] | None) -> None: ...
+
+    def on_error(self, trial_id: str) -> None: ...
+
+    def on_add(self, trial_id: str, config: dict[str, Any]) -> None: ...
+
+    def resumable(self) -> list[tuple[str, Exploit | None]]: ...
+
+
+class TrialSource(Protocol):
+    """What the lifecycle tells the study's searcher (`searchers.sources`)."""
+
+    def on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool = False) -> None: ...
+
+
+@dataclass(kw_only=True)
+class Trial:
+    """One trial as the lifecycle sees it; owners subclass it with what they
+    add (the controller's `runtime.controller.TrialState`)."""
+
+    trial_id: str
+    config: dict[str, Any]  # as the trainable takes it: the user's objects
+    # The planning form, parsed once at admission under the plan's sharing
+    # key; None when the config was refused. After admission the only carrier.
+    trial_config: TrialConfig | None = None
+    status: str = PENDING
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # results on its current path, by step
+    node: PlanNode | None = None  # the plan node of its request
+
+    def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
+        """Take ``config`` (and its parsed form) as the trial's config (at
+        admission, and when PBT exploits another trial's)."""
+        self.config, self.trial_config = config, trial_config
+
+    @property
+    def last_row(self) -> dict[str, Any] | None:
+        return self.rows[max(self.rows)] if self.rows else None
+
+
+class TrialLifecycle:
+    """The trials of one study on a search plan, and their transitions (see
+    the module docstring).
+
+    Parameters
+    ----------
+    plan:
+        The search plan (possibly shared with other studies).
+    host:
+        The study's hosted trial scheduler.
+    source:
+        The study's searcher (told of every end).
+    sharing_key:
+        The plan's study key of a trial: trials share stages only under one key.
+    next_request:
+        The step a trial at a step is requested up to (its next decision point).
+    on_request:
+        ``(trial, request, step)``: the trial's request moved on from ``step``.
+    on_end:
+        ``(trial)``: the trial just ended (its status says how), before its
+        scheduler and searcher hear.
+    """
+
+    def __init__(
+        self,
+        plan: SearchPlan,
+        host: SchedulerHost,
+        source: TrialSource,
+        sharing_key: Callable[[str], str],
+        next_request: Callable[[str, int], float],
+        on_request: Callable[[Trial, Request, int], None],
+        on_end: Callable[[Trial], None],
+    ) -> None:
+        self.plan, self.host, self.source = plan, host, source
+        self.sharing_key = sharing_key
+        self._next_request = next_request
+        self._on_request = on_request
+        self._on_end = on_end
+        self.trials: dict[str, Any] = {}  # trial id -> Trial (the owner's subclass)
+        self._counts: Counter[str] = Counter()  # trials by status, kept by `add` and `set_status`
+
+    # -- states --------------------------------------------------------------------
+
+    def add(self, trial: Trial) -> None:
+        """Track ``trial`` in its status (a new one, or one restored as it stood)."""
+        self.trials[trial.trial_id] = trial
+        self._counts[trial.status] += 1
+
+    def set_status(self, trial: Trial, status: str) -> None:
+        """Every status change goes through here, so the counts stay exact."""
+        self._counts[trial.status] -= 1
+        self._counts[status] += 1
+        trial.status = status
+
+    def live(self) -> int:
+        """Trials pending or running: what ``max_concurrent_trials`` bounds."""
+        return self._counts[PENDING] + self._counts[RUNNING]
+
+    def counts(self) -> dict[str, int]:
+        """Trials by status, statuses without trials left out."""
+        return {status: count for status, count in self._counts.items() if count}
+
+    def parse(self, trial_id: str, config: dict[str, Any]) -> TrialConfig:
+        """``config``'s planning form under the trial's sharing key; raises
+        what `TrialConfig.from_config` raises for a config that cannot be planned."""
+        return TrialConfig.from_config(config, self.sharing_key(trial_id))
+
+    # -- admission -----------------------------------------------------------------------
+
+    def admit(self, trial: Trial) -> None:
+        """A new trial (its scheduler has seen it: `SchedulerHost.on_add`,
+        which may add to its config, comes before `parse`) is requested up
+        to its first decision point; a trial of a restored plan is extended."""
+        self.add(trial)
+        self._request_from(trial, 0)
+
+    def refuse(self, trial: Trial) -> None:
+        """A trial whose config or names could not be made ends in ERROR at once."""
+        trial.status = ERROR
+        self.add(trial)
+        self._end(trial, None)
+
+    def rerun(self, trial: Trial, step: int) -> None:
+        """A trial of a restored study runs again from ``step`` (its latest
+        result, or 0 when its results start over)."""
+        self.set_status(trial, PENDING)
+        self.host.on_add(trial.trial_id, trial.config)
+        self._request_from(trial, step)
+
+    def _request_from(self, trial: Trial, step: int) -> None:
+        target = self._next_request(trial.trial_id, step)
+        if trial.trial_id in self.plan.trials:
+            request = self.plan.extend_trial(trial.trial_id, target)
+        else:
+            request = self.plan.add_trial(
+                trial.trial_id, trial.trial_config, target, study=self.sharing_key(trial.trial_id)
+            )
+        trial.node = request.node
+        self._on_request(trial, request, step)
+
+    # -- results and decisions ---------------------------------------------------------------
+
+    def record(self, trial: Trial, step: int, row: dict[str, Any]) -> None:
+        """A result of the trial at ``step``: it runs."""
+        trial.rows[step] = row
+        if trial.status == PENDING:
+            self.set_status(trial, RUNNING)
+
+    def decide(self, trial: Trial, step: int, row: dict[str, Any]) -> None:
+        """Ask the trial's scheduler about its result at ``step`` and apply
+        the answer. The owner calls `resume` after (a stop may free trials
+        the scheduler held)."""
+        # Only PBT reads the hyper-parameters (the values it explores from).
+        values = trial.trial_config.hparams_at(step - 1) if self.host.population is not None else None
+        decision = self.host.on_result(trial.trial_id, row, values)
+        if isinstance(decision, Exploit):
+            self._exploit(trial, decision)
+        elif decision == STOP:
+            self.stop(trial)
+        elif decision == PAUSE:
+            self._pause(trial, step)
+        elif step >= self.plan.trials[trial.trial_id].request.step:
+            self._request_from(trial, step)  # CONTINUE, at the end of its request
+
+    def resume(self) -> None:
+        """Run again the paused trials the scheduler chooses."""
+        for trial_id, exploit in self.host.resumable():
+            resumed = self.trials[trial_id]
+            self.set_status(resumed, RUNNING)
+            if exploit is None:
+                self._request_from(resumed, max(resumed.rows))
+            else:
+                self._exploit(resumed, exploit)
+
+    def _pause(self, trial: Trial, step: int) -> None:
+        """The scheduler resumes the trial later. Its request ends here (at a
+        decision point it ends here anyway), so it keeps a checkpoint here."""
+        self.set_status(trial, PAUSED)
+        if self.plan.trials[trial.trial_id].request.step > step:
+            trial.node = self.plan.extend_trial(trial.trial_id, step).node
+
+    def _exploit(self, trial: Trial, exploit: Exploit) -> None:
+        """PBT: the trial follows ``exploit.source``'s configuration up to the
+        source's checkpoint at ``exploit.step`` and the explored values after,
+        a new path of the plan that forks from that checkpoint."""
+        source = self.trials[exploit.source]
+        sequences = dict(zip(source.trial_config.names, source.trial_config.sequences))
+        config = copy.deepcopy(source.config)
+        for name, value in exploit.values.items():
+            sequence = sequences[name].then(value, at=exploit.step) if exploit.step > 0 else value
+            _set_path(config, name, sequence)
+        self.plan.remove_trial(trial.trial_id)
+        trial.configure(config, self.parse(trial.trial_id, config))
+        trial.rows = {step: row for step, row in trial.rows.items() if step <= exploit.step}
+        self._request_from(trial, exploit.step)
+
+    # -- ends ----------------------------------------------------------------------------
+
+    def finish(self, trial: Trial) -> None:
+        """The trial reached its end (its horizon, or its trainable said
+        done): its request stays where it is."""
+        self.set_status(trial, TERMINATED)
+        self._end(trial, trial.last_row)
+
+    def stop(self, trial: Trial) -> None:
+        """End the trial now (a scheduler's STOP, a stop criterion, the
+        study's end); nothing if it has ended already. Its request moves back
+        to its last result, which the plan has answered: nothing more is
+        requested, and the accounting keeps the iterations it did train.
+        Without a result it leaves the plan (it ends without having started)."""
+        if trial.status in ENDED:
+            return
+        self.finish(trial)
+        if trial.rows:
+            trial.node = self.plan.extend_trial(trial.trial_id, max(trial.rows)).node
+        else:
+            self.plan.remove_trial(trial.trial_id)
+
+    def fail(self, trial: Trial) -> None:
+        """The trial ends in error (no retry left): it leaves the plan."""
+        self.set_status(trial, ERROR)
+        self.plan.remove_trial(trial.trial_id)
+        self._end(trial, None)
+
+    def _end(self, trial: Trial, last: dict[str, Any] | None) -> None:
+        self._on_end(trial)
+        if trial.status == ERROR:
+            self.host.on_error(trial.trial_id)
+            self.source.on_complete(trial.trial_id, None, error=True)
+        else:
+            self.host.on_complete(trial.trial_id, last)
+            self.source.on_complete(trial.trial_id, last)
+
+
+def _set_path(config: dict[str, Any], path: str, value: Any) -> None:
+    *parents, leaf = split_path(path)
+    for part in parents:
+        config = config[part]
+    config[leaf] = value

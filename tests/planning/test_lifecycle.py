@@ -1,0 +1,248 @@
+"""The trial lifecycle (`planning.lifecycle`), without Ray: a scripted trial
+scheduler and searcher drive trials through every transition, and the plan
+shows what each decision did to the trials' requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ray_stagetree import MultiStep, SearchPlan
+from ray_stagetree.planning.lifecycle import (
+    CONTINUE,
+    ERROR,
+    Exploit,
+    PAUSE,
+    PAUSED,
+    PENDING,
+    RUNNING,
+    STOP,
+    TERMINATED,
+    Trial,
+    TrialLifecycle,
+)
+
+HORIZON, RUNG = 12, 4
+
+
+class ScriptedHost:
+    """A trial scheduler that decides every ``RUNG`` iterations, answers from
+    ``decisions`` (CONTINUE otherwise) and records what it is told."""
+
+    def __init__(self, decisions: dict[tuple[str, int], Any] | None = None, population: Any = None) -> None:
+        self.decisions = decisions or {}
+        self.population = population
+        self.to_resume: list[tuple[str, Any]] = []
+        self.calls: list[tuple] = []
+
+    def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
+        self.calls.append(("add", trial_id))
+
+    def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any] | None = None) -> Any:
+        step = row["training_iteration"]
+        self.calls.append(("result", trial_id, step, values))
+        return self.decisions.get((trial_id, step), CONTINUE)
+
+    def on_complete(self, trial_id: str, row: dict[str, Any] | None) -> None:
+        self.calls.append(("complete", trial_id, row and row["training_iteration"]))
+
+    def on_error(self, trial_id: str) -> None:
+        self.calls.append(("error", trial_id))
+
+    def resumable(self) -> list[tuple[str, Any]]:
+        chosen, self.to_resume = self.to_resume, []
+        return chosen
+
+    def next_decision(self, trial_id: str, step: int) -> int:
+        return min((step // RUNG + 1) * RUNG, HORIZON)
+
+
+class RecordingSource:
+    def __init__(self) -> None:
+        self.completed: list[tuple[str, Any, bool]] = []
+
+    def on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool = False) -> None:
+        self.completed.append((trial_id, result and result["training_iteration"], error))
+
+
+class Study:
+    """A lifecycle on a fresh plan, with what its callbacks heard."""
+
+    def __init__(self, host: ScriptedHost | None = None) -> None:
+        self.plan = SearchPlan()
+        self.host = host or ScriptedHost()
+        self.source = RecordingSource()
+        self.requested: list[tuple[str, int, int]] = []  # (trial, request step, from step)
+        self.ended: list[tuple[str, str]] = []  # (trial, status)
+        self.lifecycle = TrialLifecycle(
+            self.plan,
+            self.host,
+            self.source,
+            sharing_key=lambda trial_id: "study",
+            next_request=self.host.next_decision,
+            on_request=lambda trial, request, step: self.requested.append((trial.trial_id, request.step, step)),
+            on_end=lambda trial: self.ended.append((trial.trial_id, trial.status)),
+        )
+
+    def admit(self, trial_id: str, config: dict[str, Any] | None = None) -> Trial:
+        config = config or {"lr": MultiStep(0.1, [6], 0.1)}
+        trial = Trial(trial_id=trial_id, config=config)
+        self.host.on_add(trial_id, config)
+        trial.configure(config, self.lifecycle.parse(trial_id, config))
+        self.lifecycle.admit(trial)
+        return trial
+
+    def result(self, trial: Trial, step: int) -> None:
+        row = {"training_iteration": step, "loss": 1.0 / step}
+        self.lifecycle.record(trial, step, row)
+        self.lifecycle.decide(trial, step, row)
+        self.lifecycle.resume()
+
+    def request_step(self, trial_id: str) -> int:
+        return self.plan.trials[trial_id].request.step
+
+
+def test_admission_requests_the_trial_up_to_its_first_decision_point():
+    study = Study()
+    trial = study.admit("a")
+    assert trial.status == PENDING
+    assert study.lifecycle.live() == 1 and study.lifecycle.counts() == {PENDING: 1}
+    assert study.request_step("a") == RUNG
+    assert study.requested == [("a", RUNG, 0)]
+    assert trial.node is study.plan.trials["a"].request.node
+    # Parsed once, under the plan's sharing key: the plan holds that parse.
+    assert study.plan.trials["a"].config.static_key == trial.trial_config.static_key
+    assert '"study": "study"' in trial.trial_config.static_key
+
+
+def test_a_result_runs_the_trial_and_continue_moves_the_request_on_at_its_end():
+    study = Study()
+    trial = study.admit("a")
+    study.result(trial, 1)
+    assert trial.status == RUNNING and study.lifecycle.counts() == {RUNNING: 1}
+    assert study.request_step("a") == RUNG, "a result before the decision point moves nothing"
+    study.result(trial, RUNG)
+    assert study.request_step("a") == 2 * RUNG
+    assert study.requested[-1] == ("a", 2 * RUNG, RUNG)
+
+
+def test_stop_ends_the_trial_at_its_last_result_and_tells_scheduler_and_searcher():
+    study = Study(ScriptedHost({("a", RUNG): STOP}))
+    trial = study.admit("a")
+    study.result(trial, RUNG)
+    assert trial.status == TERMINATED and study.lifecycle.live() == 0
+    assert study.request_step("a") == RUNG, "the plan keeps the iterations the trial trained"
+    assert study.ended == [("a", TERMINATED)]
+    assert ("complete", "a", RUNG) in study.host.calls
+    assert study.source.completed == [("a", RUNG, False)]
+    study.lifecycle.stop(trial)  # stopping an ended trial changes nothing
+    assert study.source.completed == [("a", RUNG, False)]
+
+
+def test_pause_holds_the_trial_until_the_scheduler_resumes_it():
+    study = Study(ScriptedHost({("a", RUNG): PAUSE}))
+    trial = study.admit("a")
+    study.result(trial, RUNG)
+    assert trial.status == PAUSED and study.lifecycle.live() == 0
+    assert study.request_step("a") == RUNG
+    study.host.to_resume = [("a", None)]
+    study.lifecycle.resume()
+    assert trial.status == RUNNING
+    assert study.request_step("a") == 2 * RUNG
+
+
+def test_pause_before_the_end_of_a_request_moves_it_back_to_the_pause():
+    study = Study(ScriptedHost({("a", 2): PAUSE}))
+    trial = study.admit("a")
+    study.result(trial, 2)
+    assert trial.status == PAUSED
+    assert study.request_step("a") == 2 and trial.node is study.plan.trials["a"].request.node
+
+
+def test_an_exploit_forks_the_trial_from_the_source_checkpoint_with_the_explored_values():
+    study = Study()
+    source = study.admit("a", {"lr": MultiStep(0.1, [6], 0.1), "momentum": 0.9})
+    trial = study.admit("b", {"lr": MultiStep(0.3, [6], 0.1), "momentum": 0.9})
+    for step in range(1, RUNG + 1):
+        study.result(source, step)
+        study.result(trial, step)
+    study.host.decisions[("b", 2 * RUNG)] = Exploit("a", RUNG, {"lr": 0.05})
+    for step in range(RUNG + 1, 2 * RUNG + 1):
+        study.result(trial, step)
+    assert trial.trial_config.hparams_at(RUNG - 1)["lr"] == pytest.approx(0.1), "the source's values up to the fork"
+    assert trial.trial_config.hparams_at(RUNG)["lr"] == 0.05, "the explored value after"
+    assert trial.config["momentum"] == 0.9 and trial.config is not source.config
+    assert max(trial.rows) == RUNG, "results past the fork belong to the path it left"
+    assert study.request_step("b") == 2 * RUNG
+    assert study.requested[-1] == ("b", 2 * RUNG, RUNG)
+    assert study.plan.path("b")[0] is study.plan.path("a")[0], "it shares the source's prefix"
+
+
+def test_pbt_hears_the_hyper_parameters_of_the_iteration_its_result_followed():
+    study = Study(ScriptedHost(population=object()))
+    trial = study.admit("a")
+    study.result(trial, 1)
+    assert study.host.calls[-1] == ("result", "a", 1, {"lr": 0.1})
+
+
+def test_finish_keeps_the_request_where_it_ended():
+    study = Study()
+    trial = study.admit("a")
+    for step in range(1, HORIZON + 1):
+        study.lifecycle.record(trial, step, {"training_iteration": step})
+    study.lifecycle.finish(trial)
+    assert trial.status == TERMINATED and study.request_step("a") == RUNG
+    assert study.source.completed == [("a", HORIZON, False)]
+
+
+def test_a_failed_trial_leaves_the_plan():
+    study = Study()
+    trial = study.admit("a")
+    study.result(trial, 1)
+    study.lifecycle.fail(trial)
+    assert trial.status == ERROR and "a" not in study.plan.trials
+    assert study.ended == [("a", ERROR)]
+    assert ("error", "a") in study.host.calls
+    assert study.source.completed == [("a", None, True)]
+    assert study.lifecycle.counts() == {ERROR: 1}
+
+
+def test_a_trial_that_ends_without_having_started_leaves_the_plan():
+    study = Study()
+    trial = study.admit("a")
+    study.lifecycle.stop(trial)
+    assert trial.status == TERMINATED and "a" not in study.plan.trials
+    assert ("complete", "a", None) in study.host.calls
+    assert study.source.completed == [("a", None, False)]
+
+
+def test_a_refused_trial_ends_in_error_without_entering_the_plan():
+    study = Study()
+    trial = Trial(trial_id="bad", config={"lr": object()})
+    study.lifecycle.refuse(trial)
+    assert trial.status == ERROR and "bad" not in study.plan.trials
+    assert study.lifecycle.counts() == {ERROR: 1}
+    assert study.source.completed == [("bad", None, True)]
+
+
+def test_an_errored_trial_reruns_from_its_last_result():
+    study = Study()
+    trial = study.admit("a")
+    for step in range(1, RUNG + 1):
+        study.result(trial, step)
+    study.lifecycle.fail(trial)
+    study.lifecycle.rerun(trial, max(trial.rows))
+    assert trial.status == PENDING and study.lifecycle.counts() == {PENDING: 1}
+    assert study.host.calls.count(("add", "a")) == 2, "its scheduler sees it again"
+    assert study.request_step("a") == 2 * RUNG
+
+
+def test_a_stop_frees_a_trial_the_scheduler_held():
+    study = Study(ScriptedHost({("a", RUNG): PAUSE, ("b", RUNG): STOP}))
+    held, stopped = study.admit("a"), study.admit("b")
+    study.result(held, RUNG)
+    study.host.to_resume = [("a", None)]  # what a synchronous scheduler chooses once b is stopped
+    study.result(stopped, RUNG)
+    assert (held.status, stopped.status) == (RUNNING, TERMINATED)
+    assert study.request_step("a") == 2 * RUNG
