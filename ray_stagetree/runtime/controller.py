@@ -55,6 +55,11 @@ BUDGET_GRACE_S = 1.0
 # ends without one (a storage that damages every file it keeps).
 FINAL_RETRAINS = 2
 
+# Trials admitted per turn of the loop: a study of many trials dispatches its
+# first batches after this many, not after drawing them all, and admits the
+# rest between the turns that serve its workers.
+ADMIT_PER_TURN = 1000
+
 
 @dataclass
 class StudySpec:
@@ -273,12 +278,16 @@ class StudyController:
         budget = self.spec.time_budget_s
         return budget is not None and time.time() - self._started > budget
 
-    def _admit(self) -> None:
+    def _admit(self) -> bool:
+        """Admit the source's next trials, up to `ADMIT_PER_TURN`; True when
+        it stopped there (more may come at once)."""
         limit = self.spec.max_concurrent_trials or float("inf")
-        while self._live() < limit and not self._over_budget() and not self._halted:
+        for _ in range(ADMIT_PER_TURN):
+            if self._live() >= limit or self._over_budget() or self._halted:
+                return False
             proposal = self.source.next_trial()
             if proposal is None or proposal == WAIT:
-                return
+                return False
             trial_id, config = proposal
             self.host.on_add(trial_id, config)
             try:
@@ -315,6 +324,7 @@ class StudyController:
             self._requested_node(state, request.node)
             for step, metrics in self.plan.history(trial_id).items():
                 self._add_row(state, step, metrics)
+        return True
 
     def _metrics_consumed(self) -> dict[str, str]:
         """Metric name -> what compares its values (the trial scheduler, the
@@ -882,7 +892,7 @@ class StudyController:
         """Run the study on ``workers`` (from `start_worker`, started by the
         driver with this actor so that both start up at once)."""
         self._workers, self._idle = list(workers), list(workers)
-        self._admit()
+        admitting = self._admit()
         while not self._frozen:
             self._enforce_budget()
             if await self._dispatch():
@@ -892,7 +902,7 @@ class StudyController:
                     if await self._final_checkpoints_lost():
                         continue  # train them again
                     break
-                if not self.plan.running_batches:
+                if not self.plan.running_batches and not admitting:
                     self._stuck()
             self._save_state_soon()
             waiting = list(self._running) + self.store.pending_writes
@@ -901,7 +911,7 @@ class StudyController:
             self._wake.clear()
             wake = asyncio.ensure_future(self._wake.wait())
             futures = {asyncio.ensure_future(_as_future(ref)): ref for ref in waiting}
-            timeout = self._budget_timeout()
+            timeout = 0.0 if admitting else self._budget_timeout()
             if self._state_changed and self._state_write is None:  # a snapshot is due then
                 due = max(0.0, self._next_state_at - time.monotonic())
                 timeout = due if timeout is None else min(timeout, due)
@@ -922,7 +932,7 @@ class StudyController:
             for future in futures:
                 future.cancel()
             if not self._frozen:
-                self._admit()
+                admitting = self._admit()
         if not self._frozen:
             await self._finalize()
 
