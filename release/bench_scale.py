@@ -36,23 +36,29 @@ def one_result(config):
 
 
 class CompletionClock(tune.Callback):
-    """When the first result came, and when each trial completed."""
+    """When the first result came, and when each trial completed; both are
+    printed as they come (a tenth of the trials at a time), so that a study
+    too long to wait for still shows its start and its rate."""
 
-    def __init__(self) -> None:
+    def __init__(self, trials: int, started: float) -> None:
+        self.trials, self.started = trials, started
         self.first_result: float | None = None
         self.completed: list[float] = []
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if self.first_result is None:
             self.first_result = time.perf_counter()
+            print(f"  {self.trials} trials: first result after {self.first_result - self.started:.1f} s", flush=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.completed.append(time.perf_counter())
+        if len(self.completed) % max(1, self.trials // 10) == 0:
+            print(f"  {len(self.completed)} completed after {self.completed[-1] - self.started:.1f} s", flush=True)
 
 
 def study(trials: int, storage: str) -> dict[str, float]:
-    clock = CompletionClock()
     started = time.perf_counter()
+    clock = CompletionClock(trials, started)
     grid = ray_stagetree.Tuner(
         one_result,
         param_space={"x": tune.uniform(0, 1)},
