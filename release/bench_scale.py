@@ -16,12 +16,21 @@ measured side by side: per-trial cost at the largest size / at the smallest.
     python release/bench_scale.py                    # 10,000 and 100,000 trials (long)
     python release/bench_scale.py --trials 1000,10000
     python release/bench_scale.py --quick            # 100 and 300 trials (CI smoke test)
+    python release/bench_scale.py --final-checkpoints 200
+
+``--final-checkpoints N`` runs instead the memory case of the same issue: N
+trials that each end with a 1 MiB checkpoint (``tests/runtime/test_memory.py``'s
+trainable), ``checkpoint_budget_bytes`` of 20 MiB, and prints the peak of
+the object-store bytes referenced from the first batch to the trial
+folders written at the end (the study's end once reloaded them all).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import sys
 import tempfile
 import time
 
@@ -82,11 +91,45 @@ def study(trials: int, storage: str) -> dict[str, float]:
     }
 
 
+def final_checkpoints_peak(trials: int, budget_bytes: int, storage: str) -> float:
+    """Peak object-store bytes while ``trials`` trials end with 1 MiB checkpoints."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "runtime"))
+    import test_memory
+
+    ray.cloudpickle.register_pickle_by_value(test_memory)  # the workers do not see the tests folder
+    tuner = ray_stagetree.Tuner(
+        test_memory.heavy_checkpoints,
+        param_space={"lr": tune.grid_search(list(range(1, trials + 1)))},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=tune.RunConfig(storage_path=storage, name=f"final_checkpoints_{trials}", verbose=0),
+        checkpoint_budget_bytes=budget_bytes,
+    )
+    with test_memory.ObjectStorePeak() as store:
+        grid = tuner.fit()
+    if grid.errors or any(result.checkpoint is None for result in grid):
+        raise RuntimeError(f"{len(grid.errors)} errors; every trial must end with its checkpoint in its folder")
+    return store.peak_bytes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", default="10000,100000", help="comma-separated study sizes (default 10000,100000)")
     parser.add_argument("--quick", action="store_true", help="100 and 300 trials")
+    parser.add_argument("--final-checkpoints", type=int, metavar="N", help="the memory case instead, N trials (max 255)")
     args = parser.parse_args()
+    if args.final_checkpoints is not None:
+        if not 1 <= args.final_checkpoints <= 255:  # the trainable fills its checkpoint with the trial's uint8 lr
+            parser.error(f"--final-checkpoints takes 1 to 255 trials, got {args.final_checkpoints}")
+        ray_stagetree.init_ray(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+        budget = 20 * 1024**2
+        with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
+            peak = final_checkpoints_peak(args.final_checkpoints, budget, storage)
+        print(
+            f"{args.final_checkpoints} trials x 1 MiB final checkpoints, budget {budget / 1024**2:.0f} MiB: "
+            f"object-store peak {peak / 1024**2:.1f} MiB"
+        )
+        ray.shutdown()
+        return
     try:
         sizes = [int(size) for size in ("100,300" if args.quick else args.trials).split(",")]
     except ValueError:

@@ -112,12 +112,8 @@ def sample_variants(
         raise TypeError(f"param_space must be a dict, got {type(param_space).__name__}")
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
-    sampler = _Sampler(seed, constant_grid_search, each_draw)
-    drawn = []
-    for point in points_to_evaluate:
-        drawn += sampler.draw(_merged(param_space, point), first_only=True)
-    sampler.space = to_tune_space(dict(param_space))
-    _check_grids(sampler.space)
+    sampler = _Sampler(param_space, seed, constant_grid_search, each_draw)
+    drawn = [config for point in points_to_evaluate for config in sampler.draw(point)]
     first = sampler.draw()
     sampler.per_repeat = len(first)
     return VariantStream(drawn + first, sampler, num_samples - 1)
@@ -163,26 +159,33 @@ class VariantStream:
 class _Sampler:
     """Draws a space's variants with Tune's generator, from one random state."""
 
-    def __init__(self, seed: Any, constant_grid_search: bool, each_draw: Callable | None) -> None:
+    def __init__(
+        self, param_space: Mapping[str, Any], seed: Any, constant_grid_search: bool, each_draw: Callable | None
+    ) -> None:
+        self.param_space = param_space
+        self.space = _tune_space(param_space)
         self.random_state = _random_state(seed)
         self.constant_grid_search = constant_grid_search
         self.each_draw = each_draw
-        self.space: Any = None
-        self.per_repeat = 0
+        self.per_repeat = 0  # configs a repeat of the grid gives, once known
 
-    def draw(self, space: Mapping[str, Any] | None = None, first_only: bool = False) -> list[dict[str, Any]]:
-        """One repeat of the grid of ``space`` (default: the sampler's);
-        ``first_only`` keeps its first variant (the others are still drawn,
-        so the random state moves on as Tune's does)."""
+    def draw(self, point: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One repeat of the grid; with ``point``, the first variant of the
+        space with the point's values (the others are still drawn, so the
+        random state moves on as Tune's does)."""
         from ray.tune.search.variant_generator import generate_variants
 
-        if space is not None:
-            space = to_tune_space(dict(space))
-            _check_grids(space)
-        variants = generate_variants(self.space if space is None else space, self.constant_grid_search, self.random_state)
+        space = self.space if point is None else _tune_space(_merged(self.param_space, point))
+        variants = generate_variants(space, self.constant_grid_search, self.random_state)
         configs = [_resolve_nested(from_tune_config(resolved), self.random_state) for _, resolved in variants]
-        configs = configs[:1] if first_only else configs
+        configs = configs if point is None else configs[:1]
         return self.each_draw(configs) if self.each_draw is not None else configs
+
+
+def _tune_space(param_space: Mapping[str, Any]) -> dict[str, Any]:
+    space = to_tune_space(dict(param_space))
+    _check_grids(space)
+    return space
 
 
 def _random_state(seed: Any) -> Any:
