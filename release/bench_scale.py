@@ -91,6 +91,12 @@ def study(trials: int, storage: str) -> dict[str, float]:
     }
 
 
+def _start_ray() -> None:
+    """A Ray of its own on this machine's 2 CPUs, never a cluster that
+    another process started here (`ray_stagetree.init_ray` would join it)."""
+    ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+
+
 def final_checkpoints_peak(trials: int, budget_bytes: int, storage: str) -> float:
     """Peak object-store bytes while ``trials`` trials end with 1 MiB checkpoints."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "runtime"))
@@ -120,7 +126,7 @@ def main() -> None:
     if args.final_checkpoints is not None:
         if not 1 <= args.final_checkpoints <= 255:  # the trainable fills its checkpoint with the trial's uint8 lr
             parser.error(f"--final-checkpoints takes 1 to 255 trials, got {args.final_checkpoints}")
-        ray_stagetree.init_ray(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+        _start_ray()
         budget = 20 * 1024**2
         with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
             peak = final_checkpoints_peak(args.final_checkpoints, budget, storage)
@@ -137,7 +143,7 @@ def main() -> None:
     if not sizes or min(sizes) < 10:
         parser.error(f"--trials needs sizes of at least 10 trials, got {args.trials!r}")
     print(f"machine: {platform.machine()}, python {platform.python_version()}, ray {ray.__version__}")
-    ray_stagetree.init_ray(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    _start_ray()
     print(f"{'trials':>8} {'wall s':>8} {'setup s':>8} {'ms/trial':>9} {'2nd 10% /s':>13} {'last 10% /s':>12} {'last/first':>11}")
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
