@@ -57,8 +57,10 @@ FINAL_RETRAINS = 2
 
 # Trials admitted per turn of the loop: a study of many trials dispatches its
 # first batches after this many, not after drawing them all, and admits the
-# rest between the turns that serve its workers.
-ADMIT_PER_TURN = 1000
+# rest between the turns that serve its workers (whose reports wait for a
+# turn to end: 1,000 a turn left the workers of a 100,000-trial study idle
+# for most of its admission on a loaded machine).
+ADMIT_PER_TURN = 100
 
 
 @dataclass
