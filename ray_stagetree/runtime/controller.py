@@ -895,6 +895,10 @@ class StudyController:
         driver with this actor so that both start up at once)."""
         self._workers, self._idle = list(workers), list(workers)
         admitting = self._admit()
+        # The future awaiting each ref outlives a turn: one that resolves
+        # during a turn is seen by the next, even by a turn that does not wait
+        # (while admitting), which a future made afresh each turn never is.
+        awaited: dict[Any, asyncio.Future] = {}
         while not self._frozen:
             self._enforce_budget()
             if await self._dispatch():
@@ -912,7 +916,12 @@ class StudyController:
                 waiting.append(self._state_write)
             self._wake.clear()
             wake = asyncio.ensure_future(self._wake.wait())
-            futures = {asyncio.ensure_future(_as_future(ref)): ref for ref in waiting}
+            for ref in awaited.keys() - set(waiting):
+                awaited.pop(ref).cancel()
+            for ref in waiting:
+                if ref not in awaited:
+                    awaited[ref] = asyncio.ensure_future(_as_future(ref))
+            futures = {awaited[ref]: ref for ref in waiting}
             timeout = 0.0 if admitting else self._budget_timeout()
             if self._state_changed and self._state_write is None:  # a snapshot is due then
                 due = max(0.0, self._next_state_at - time.monotonic())
@@ -921,6 +930,7 @@ class StudyController:
             wake.cancel()
             for future in done:
                 ref = futures.get(future)
+                awaited.pop(ref, None)
                 if ref is not None and ref is self._state_write:
                     await self._state_written()
                     continue
@@ -931,10 +941,10 @@ class StudyController:
                     await self._complete(ref)
                 else:
                     await self.store.finish_write(self.plan, ref)
-            for future in futures:
-                future.cancel()
             if not self._frozen:
                 admitting = self._admit()
+        for future in awaited.values():
+            future.cancel()
         if not self._frozen:
             await self._finalize()
 
