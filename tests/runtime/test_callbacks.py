@@ -394,18 +394,6 @@ def test_a_poll_of_many_short_trials_keeps_one_trials_files_open_at_a_time(tmp_p
     """Tune's loggers open files at a trial's start and close them at its end:
     a poll that holds thousands of trials that started and ended since the
     last one (a study of short trials) opens them one trial at a time."""
-
-    class OpenTrials(tune.Callback):
-        def __init__(self):
-            self.open, self.most = set(), 0
-
-        def on_trial_start(self, iteration, trials, trial, **info):
-            self.open.add(trial.trial_id)
-            self.most = max(self.most, len(self.open))
-
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            self.open.discard(trial.trial_id)
-
     opened = OpenTrials()
     runner = CallbackRunner([opened], str(tmp_path))
     ids = [f"t{index}" for index in range(50)]
