@@ -7,11 +7,14 @@ Prints, per size: seconds for each phase, peak traced memory, merge rate, and
 the growth of time and memory against the previous size (1.0 per 10x would be
 linear). Target: 10,000 trials planned and batched in under 1 second.
 
-Then a whole study's dispatch loop, as the runtime drives the planner:
-independent one-iteration trials on 2 workers, each batch dispatched,
-answered and released in turn; milliseconds of planner time per trial, with
-the stage tree kept between dispatches (only the roots a change touched are
-rebuilt) and, at the smallest size, rebuilt at every dispatch as before.
+Then a whole study's dispatch loop, as the runtime drives the planner: 2
+workers, each batch dispatched, answered (metrics, the checkpoints the plan
+asks for) and released in turn; milliseconds of planner time per trial,
+with the stage tree kept between dispatches (only the units a change
+touched are rebuilt) and, at the smallest size, rebuilt at every dispatch
+as before. Two studies: independent one-iteration trials (a plan root
+each), and two-iteration trials that all share iteration 0 (one root,
+branching from its checkpoint).
 
     python release/bench_planner.py            # 1k, 10k, 100k
     python release/bench_planner.py --quick    # 1k, 10k; dispatch loop at 1k, 5k (CI smoke test)
@@ -29,6 +32,7 @@ import time
 import tracemalloc
 
 from ray_stagetree import (
+    CheckpointInfo,
     Cosine,
     CriticalPathPolicy,
     CyclicLR,
@@ -99,13 +103,21 @@ def run(configs: list[dict]) -> dict:
     }
 
 
-def study_loop(trials: int, rebuild_every_dispatch: bool = False) -> float:
-    """Planner seconds per trial for a study of ``trials`` independent
-    one-iteration trials on 2 workers, dispatched and completed in turn."""
+# Dispatch-loop studies: (a trial's config from a random draw, its horizon).
+LOOP_STUDIES = {
+    "independent": (lambda x: {"x": x}, 1),
+    "one root": (lambda x: {"x": MultiStep(values=(0.5, x), milestones=[1])}, 2),
+}
+
+
+def study_loop(trials: int, study: str, rebuild_every_dispatch: bool = False) -> float:
+    """Planner seconds per trial for a study of ``trials`` trials shaped as
+    ``LOOP_STUDIES[study]`` on 2 workers, dispatched and completed in turn."""
     rnd = random.Random(0)
     plan, policy = SearchPlan(), CriticalPathPolicy()
     policy.local_priorities = not rebuild_every_dispatch
-    plan.add_trials((f"t{i}", {"x": rnd.random()}, 1) for i in range(trials))
+    config, horizon = LOOP_STUDIES[study]
+    plan.add_trials((f"t{i}", config(rnd.random()), horizon) for i in range(trials))
     started = time.perf_counter()
     running = []
     while True:
@@ -114,8 +126,11 @@ def study_loop(trials: int, rebuild_every_dispatch: bool = False) -> float:
             return (time.perf_counter() - started) / trials
         batch = running.pop(0)
         for node, start, stop in batch.segments:
-            plan.record_metrics(node.node_id, stop, {"y": 0.0})
+            for step in range(start + 1, stop + 1):
+                plan.record_metrics(node.node_id, step, {"y": 0.0})
             plan.record_timing(node.node_id, start, stop, 0.01 + rnd.random() * 1e-3)
+        for node, step in plan.checkpoints_needed(batch.batch_id):
+            plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"{node.node_id}/{step}"))
         plan.release_batch(batch.batch_id)
 
 
@@ -167,15 +182,15 @@ def main() -> None:
     print("target: 10,000 trials planned and batched in under 1 s")
 
     loop_sizes = [1_000, 5_000] if args.quick else sizes
-    print("\ndispatch loop: independent one-iteration trials on 2 workers, planner ms per trial")
-    rebuilt = study_loop(loop_sizes[0], rebuild_every_dispatch=True)
-    print(f"{loop_sizes[0]:>8} trials, stage tree rebuilt at every dispatch: {rebuilt * 1e3:8.3f}")
-    kept = [study_loop(size) for size in loop_sizes]
-    for size, per_trial in zip(loop_sizes, kept):
-        print(f"{size:>8} trials, stage tree kept between dispatches: {per_trial * 1e3:8.3f}")
-    print(f"kept vs rebuilt at {loop_sizes[0]} trials: {rebuilt / kept[0]:.1f}x less planner time per trial")
-    print(f"per-trial time at {loop_sizes[-1]} / at {loop_sizes[0]} trials: {kept[-1] / kept[0]:.2f} (linear: 1.0)")
-
+    for study in LOOP_STUDIES:
+        print(f"\ndispatch loop, {study}: 2 workers, planner ms per trial")
+        rebuilt = study_loop(loop_sizes[0], study, rebuild_every_dispatch=True)
+        print(f"{loop_sizes[0]:>8} trials, stage tree rebuilt at every dispatch: {rebuilt * 1e3:8.3f}")
+        kept = [study_loop(size, study) for size in loop_sizes]
+        for size, per_trial in zip(loop_sizes, kept):
+            print(f"{size:>8} trials, stage tree kept between dispatches: {per_trial * 1e3:8.3f}")
+        print(f"kept vs rebuilt at {loop_sizes[0]} trials: {rebuilt / kept[0]:.1f}x less planner time per trial")
+        print(f"per-trial time at {loop_sizes[-1]} / at {loop_sizes[0]} trials: {kept[-1] / kept[0]:.2f} (linear: 1.0)")
 
 if __name__ == "__main__":
     main()

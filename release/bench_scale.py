@@ -16,12 +16,21 @@ measured side by side: per-trial cost at the largest size / at the smallest.
     python release/bench_scale.py                    # 10,000 and 100,000 trials (long)
     python release/bench_scale.py --trials 1000,10000
     python release/bench_scale.py --quick            # 100 and 300 trials (CI smoke test)
+    python release/bench_scale.py --final-checkpoints 200
+
+``--final-checkpoints N`` runs instead the memory case of the same issue: N
+trials that each end with a 1 MiB checkpoint (``tests/runtime/test_memory.py``'s
+trainable), ``checkpoint_budget_bytes`` of 20 MiB, and prints the peak of
+the object-store bytes referenced from the first batch to the trial
+folders written at the end (the study's end once reloaded them all).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import sys
 import tempfile
 import time
 
@@ -36,23 +45,29 @@ def one_result(config):
 
 
 class CompletionClock(tune.Callback):
-    """When the first result came, and when each trial completed."""
+    """When the first result came, and when each trial completed; both are
+    printed as they come (a tenth of the trials at a time), so that a study
+    too long to wait for still shows its start and its rate."""
 
-    def __init__(self) -> None:
+    def __init__(self, trials: int, started: float) -> None:
+        self.trials, self.started = trials, started
         self.first_result: float | None = None
         self.completed: list[float] = []
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if self.first_result is None:
             self.first_result = time.perf_counter()
+            print(f"  {self.trials} trials: first result after {self.first_result - self.started:.1f} s", flush=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.completed.append(time.perf_counter())
+        if len(self.completed) % max(1, self.trials // 10) == 0:
+            print(f"  {len(self.completed)} completed after {self.completed[-1] - self.started:.1f} s", flush=True)
 
 
 def study(trials: int, storage: str) -> dict[str, float]:
-    clock = CompletionClock()
     started = time.perf_counter()
+    clock = CompletionClock(trials, started)
     grid = ray_stagetree.Tuner(
         one_result,
         param_space={"x": tune.uniform(0, 1)},
@@ -76,11 +91,51 @@ def study(trials: int, storage: str) -> dict[str, float]:
     }
 
 
+def _start_ray() -> None:
+    """A Ray of its own on this machine's 2 CPUs, never a cluster that
+    another process started here (`ray_stagetree.init_ray` would join it)."""
+    ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+
+
+def final_checkpoints_peak(trials: int, budget_bytes: int, storage: str) -> float:
+    """Peak object-store bytes while ``trials`` trials end with 1 MiB checkpoints."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "runtime"))
+    import test_memory
+
+    ray.cloudpickle.register_pickle_by_value(test_memory)  # the workers do not see the tests folder
+    tuner = ray_stagetree.Tuner(
+        test_memory.heavy_checkpoints,
+        param_space={"lr": tune.grid_search(list(range(1, trials + 1)))},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=tune.RunConfig(storage_path=storage, name=f"final_checkpoints_{trials}", verbose=0),
+        checkpoint_budget_bytes=budget_bytes,
+    )
+    with test_memory.ObjectStorePeak() as store:
+        grid = tuner.fit()
+    if grid.errors or any(result.checkpoint is None for result in grid):
+        raise RuntimeError(f"{len(grid.errors)} errors; every trial must end with its checkpoint in its folder")
+    return store.peak_bytes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", default="10000,100000", help="comma-separated study sizes (default 10000,100000)")
     parser.add_argument("--quick", action="store_true", help="100 and 300 trials")
+    parser.add_argument("--final-checkpoints", type=int, metavar="N", help="the memory case instead, N trials (max 255)")
     args = parser.parse_args()
+    if args.final_checkpoints is not None:
+        if not 1 <= args.final_checkpoints <= 255:  # the trainable fills its checkpoint with the trial's uint8 lr
+            parser.error(f"--final-checkpoints takes 1 to 255 trials, got {args.final_checkpoints}")
+        _start_ray()
+        budget = 20 * 1024**2
+        with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
+            peak = final_checkpoints_peak(args.final_checkpoints, budget, storage)
+        print(
+            f"{args.final_checkpoints} trials x 1 MiB final checkpoints, budget {budget / 1024**2:.0f} MiB: "
+            f"object-store peak {peak / 1024**2:.1f} MiB"
+        )
+        ray.shutdown()
+        return
     try:
         sizes = [int(size) for size in ("100,300" if args.quick else args.trials).split(",")]
     except ValueError:
@@ -88,7 +143,7 @@ def main() -> None:
     if not sizes or min(sizes) < 10:
         parser.error(f"--trials needs sizes of at least 10 trials, got {args.trials!r}")
     print(f"machine: {platform.machine()}, python {platform.python_version()}, ray {ray.__version__}")
-    ray_stagetree.init_ray(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    _start_ray()
     print(f"{'trials':>8} {'wall s':>8} {'setup s':>8} {'ms/trial':>9} {'2nd 10% /s':>13} {'last 10% /s':>12} {'last/first':>11}")
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:

@@ -1,5 +1,5 @@
-"""Where a study's trials come from: a fixed list (grid / random variants), or
-a Ray Tune ``Searcher`` hosted on sequences.
+"""Where a study's trials come from: grid / random variants (drawn as the
+study admits them), or a Ray Tune ``Searcher`` hosted on sequences.
 
 A Tune searcher never sees a sequence: the search space it gets is the
 param_space with every sequence flattened into its declarative spec (nested
@@ -10,12 +10,14 @@ sequences. Results and completions are forwarded as Tune forwards them.
 
 from __future__ import annotations
 
+import collections
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ray_stagetree.searchers.variants import (
+    VariantStream,
     _resolve_nested,
     from_tune_config,
     to_tune_space,
@@ -65,24 +67,36 @@ def _holds_domain(value: Any) -> bool:
 
 
 class VariantSource:
-    """Trials drawn up front (grid search and random sampling)."""
+    """Trials of a grid or random search: a list, or a `VariantStream` that
+    draws them as the study admits them."""
 
-    def __init__(self, configs: list[dict[str, Any]], trial_ids: list[str] | None = None) -> None:
-        if trial_ids is None:
-            prefix = uuid.uuid4().hex[:5]
-            trial_ids = [f"{prefix}_{index:05d}" for index in range(len(configs))]
-        self._queue = list(zip(trial_ids, configs))
+    def __init__(self, configs: Iterable[dict[str, Any]], trial_ids: list[str] | None = None) -> None:
+        self._configs = configs if isinstance(configs, VariantStream) else VariantStream(configs)
+        self._trial_ids = None if trial_ids is None else collections.deque(trial_ids)
+        self._prefix = uuid.uuid4().hex[:5]
+        self._taken = 0
 
     def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
-        return self._queue.pop(0) if self._queue else None
+        config = next(self._configs, None)
+        if config is None:
+            return None
+        trial_id = self._trial_ids.popleft() if self._trial_ids is not None else f"{self._prefix}_{self._taken:05d}"
+        self._taken += 1
+        return trial_id, config
 
     @property
     def remaining(self) -> int:
-        return len(self._queue)
+        return self._configs.remaining
+
+    def drawn(self) -> list[dict[str, Any]]:
+        """The configs drawn and not yet taken, next first: the points to
+        evaluate and a repeat of the grid, before the study starts."""
+        return self._configs.drawn()
 
     def peek(self) -> dict[str, Any] | None:
-        """The next trial's config, if one is queued."""
-        return self._queue[0][1] if self._queue else None
+        """The next trial's config, if one is drawn."""
+        drawn = self._configs.drawn()
+        return drawn[0] if drawn else None
 
     def on_result(self, trial_id: str, result: dict[str, Any]) -> None:
         pass

@@ -13,7 +13,8 @@ repeats of the grid, the same seeding.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import collections
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -78,24 +79,140 @@ def generate_trials(
     >>> len(trials)
     4
     """
-    from ray.tune.search.variant_generator import generate_variants
+    if filter is not None and not callable(filter):
+        raise TypeError(f"filter must be callable(config) -> bool, got {filter!r}")
+    stream = sample_variants(param_space, num_samples, seed=seed, constant_grid_search=constant_grid_search)
+    return [config for config in stream if filter is None or filter(config)]
 
+
+def sample_variants(
+    param_space: Mapping[str, Any],
+    num_samples: int = 1,
+    *,
+    seed: int | np.random.Generator | np.random.RandomState | None = None,
+    constant_grid_search: bool = False,
+    points_to_evaluate: Iterable[Mapping[str, Any]] = (),
+    each_draw: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+) -> "VariantStream":
+    """`generate_trials`' configs as a `VariantStream`: the points and the
+    grid's first repeat are drawn now, later repeats as they are asked for.
+
+    Parameters
+    ----------
+    param_space, num_samples, seed, constant_grid_search:
+        As `generate_trials`.
+    points_to_evaluate:
+        Configs (partial ones) drawn first, each the space's first variant
+        with those values (Tune's ``BasicVariantGenerator(points_to_evaluate=...)``).
+    each_draw:
+        Applied to the configs of each draw (a point, one repeat of the
+        grid): e.g. several trials per configuration.
+    """
     if not isinstance(param_space, Mapping):
         raise TypeError(f"param_space must be a dict, got {type(param_space).__name__}")
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
-    if filter is not None and not callable(filter):
-        raise TypeError(f"filter must be callable(config) -> bool, got {filter!r}")
-    random_state = np.random.default_rng(seed) if isinstance(seed, int) else seed
-    spec = to_tune_space(dict(param_space))
-    _check_grids(spec)
-    trials = []
-    for _ in range(num_samples):
-        for _, resolved in generate_variants(spec, constant_grid_search, random_state):
-            config = _resolve_nested(from_tune_config(resolved), random_state)
-            if filter is None or filter(config):
-                trials.append(config)
-    return trials
+    sampler = _Sampler(param_space, seed, constant_grid_search, each_draw)
+    drawn = [config for point in points_to_evaluate for config in sampler.draw(point)]
+    first = sampler.draw()
+    sampler.per_repeat = len(first)
+    return VariantStream(drawn + first, sampler, num_samples - 1)
+
+
+class VariantStream:
+    """Trial configs, drawn as they are taken: a study of many samples starts
+    training before it has drawn them all (Tune's variant generator is lazy
+    too). Made by `sample_variants`; from a list, it yields the list.
+
+    Between draws it pickles small (a study's snapshot holds it): the configs
+    drawn and not yet taken (at most a repeat of the grid), the random state
+    and the repeats left.
+    """
+
+    def __init__(self, drawn: Iterable[dict[str, Any]] = (), sampler: "_Sampler | None" = None, repeats: int = 0):
+        self._drawn = collections.deque(drawn)
+        self._sampler = sampler
+        self._repeats_left = repeats if sampler is not None else 0
+
+    def __iter__(self) -> "VariantStream":
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        if not self._drawn and self._repeats_left:
+            self._repeats_left -= 1
+            self._drawn.extend(self._sampler.draw())
+        if not self._drawn:
+            raise StopIteration
+        return self._drawn.popleft()
+
+    @property
+    def remaining(self) -> int:
+        """Configs still to take: every repeat of a grid holds as many."""
+        per_repeat = self._sampler.per_repeat if self._sampler is not None else 0
+        return len(self._drawn) + self._repeats_left * per_repeat
+
+    def drawn(self) -> list[dict[str, Any]]:
+        """The configs drawn and not yet taken, next first."""
+        return list(self._drawn)
+
+
+class _Sampler:
+    """Draws a space's variants with Tune's generator, from one random state."""
+
+    def __init__(
+        self, param_space: Mapping[str, Any], seed: Any, constant_grid_search: bool, each_draw: Callable | None
+    ) -> None:
+        self.param_space = param_space
+        self.space = _tune_space(param_space)
+        self.random_state = _random_state(seed)
+        self.constant_grid_search = constant_grid_search
+        self.each_draw = each_draw
+        self.per_repeat = 0  # configs a repeat of the grid gives, once known
+
+    def draw(self, point: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One repeat of the grid; with ``point``, the first variant of the
+        space with the point's values (the others are still drawn, so the
+        random state moves on as Tune's does)."""
+        from ray.tune.search.variant_generator import generate_variants
+
+        space = self.space if point is None else _tune_space(_merged(self.param_space, point))
+        variants = generate_variants(space, self.constant_grid_search, self.random_state)
+        configs = [_resolve_nested(from_tune_config(resolved), self.random_state) for _, resolved in variants]
+        configs = configs if point is None else configs[:1]
+        return self.each_draw(configs) if self.each_draw is not None else configs
+
+
+def _tune_space(param_space: Mapping[str, Any]) -> dict[str, Any]:
+    space = to_tune_space(dict(param_space))
+    _check_grids(space)
+    return space
+
+
+def _random_state(seed: Any) -> Any:
+    """A generator of its own for ``seed``. None (NumPy's global state, which
+    Tune draws from) hands the global state over: the draws are those the
+    global state would give, wherever the stream is taken, and the global
+    state jumps ahead, so that later draws in this process do not repeat them."""
+    if isinstance(seed, int):
+        return np.random.default_rng(seed)
+    if seed is not None:
+        return seed
+    state = np.random.get_state(legacy=False)
+    own = np.random.RandomState()
+    own.set_state(state)
+    ahead = np.random.MT19937()
+    ahead.state = {"bit_generator": state["bit_generator"], "state": state["state"]}
+    np.random.set_state({**state, "state": ahead.jumped().state["state"], "has_gauss": 0, "gauss": 0.0})
+    return own
+
+
+def _merged(space: Mapping[str, Any], point: Mapping[str, Any]) -> dict[str, Any]:
+    """``space`` with the values of ``point`` (nested dicts merged)."""
+    out = dict(space)
+    for key, value in point.items():
+        nested = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = _merged(out[key], value) if nested else value
+    return out
 
 
 def _check_grids(space: Any, path: str = "") -> None:

@@ -94,7 +94,6 @@ class PlanNode:
         "running",
         "trained",
         "trials",
-        "root",
     )
 
     def __init__(self, node_id: int, config: TrialConfig, parent: "PlanNode | None", fork_step: int):
@@ -102,8 +101,6 @@ class PlanNode:
         self.config = config
         self.parent = parent
         self.fork_step = fork_step
-        # Stages never cross roots: a root's subtree is a unit of replanning.
-        self.root: PlanNode = self if parent is None else parent.root
         self.children: dict[tuple, PlanNode] = {}
         # Written by the SearchPlan alone (`record_checkpoint`, `drop_checkpoint`),
         # which keeps the stage trees' change log; everyone else reads `checkpoints`.
@@ -209,14 +206,14 @@ class SearchPlan:
         self._next_batch_id = 0
         # (node id, trial id) -> (the trial's config, step checked up to, first step it differs from the node)
         self._divergence: dict[tuple[int, str], tuple[TrialConfig | None, int, int | None]] = {}
-        # Roots whose subtree changed in a way a stage tree sees, in order; read with `touched_since`.
+        # Nodes that changed in a way a stage tree sees, in order; read with `touched_since`.
         self._touched: list[PlanNode] = []
         self._read_up_to = 0  # entries before this may have been read: never merged into
 
     def _touch(self, node: PlanNode) -> None:
         touched = self._touched
-        if len(touched) == self._read_up_to or touched[-1] is not node.root:
-            touched.append(node.root)
+        if len(touched) == self._read_up_to or touched[-1] is not node:
+            touched.append(node)
 
     @property
     def changes(self) -> int:
@@ -225,9 +222,9 @@ class SearchPlan:
         return self._read_up_to
 
     def touched_since(self, position: int) -> set[PlanNode]:
-        """Roots whose subtrees changed (requests, their states, checkpoints,
-        running batches, new nodes) since `changes` was ``position``: what
-        a cached stage tree must rebuild; the rest of the forest is as it was."""
+        """Nodes that changed (requests, their states, checkpoints, running
+        batches; new nodes) since `changes` was ``position``: where a cached
+        stage tree must rebuild (`stage_tree.unit_of`); the rest is as it was."""
         return set(self._touched[position:])
 
     # -- structure ---------------------------------------------------------

@@ -2,11 +2,12 @@
 
 A policy turns a stage tree into stage batches, in priority order, and hands
 the first ready ones to idle workers; dispatching marks the batch's requests
-``SCHED`` in the plan. Where a stage's priority depends only on the stages of
-its plan root (critical path, THR), `select` keeps the stage tree between
-calls and rebuilds only the roots the plan changed (`_StageForest`), so a
-dispatch costs what changed, not the whole study: a study of many
-independent trials is linear in their number.
+``SCHED`` in the plan. Where a stage's priority depends only on the stages
+under it (critical path, THR), `select` keeps the stage tree between calls
+and rebuilds only the units of the plan that changed (`_StageForest`; a
+plan root, split further at checkpointed fork points), so a dispatch costs
+what changed, not the whole study: a study of many trials, independent or
+branching from one trained prefix, is linear in their number.
 
 * `CriticalPathPolicy` (default): repeatedly take the root-to-leaf path with
   the longest estimated time among unscheduled stages and run it as one batch,
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from ray_stagetree.planning._gc import gc_paused
 from ray_stagetree.planning.cost import CostModel
-from ray_stagetree.planning.stage_tree import Source, Stage, StageTree, build_stage_tree
+from ray_stagetree.planning.stage_tree import Source, Stage, StageTree, build_stage_tree, starts_unit, unit_of
 
 if TYPE_CHECKING:
     from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
@@ -117,8 +118,8 @@ class ExecutionPolicy(abc.ABC):
 
     name: str = ""
     default_batch_stages: bool = True
-    #: True when `priorities` of a stage depend only on the stages under its
-    #: plan root: `select` then replans only the roots that changed.
+    #: True when `priorities` of a stage depend only on the stages under it:
+    #: `select` then replans only the units of the plan that changed.
     local_priorities: bool = False
 
     def __init__(self, cost_model: CostModel | None = None, batch_stages: bool | None = None) -> None:
@@ -233,19 +234,23 @@ class _StageForest:
     """A plan's ready stage batches, kept between `ExecutionPolicy.select`
     calls of a policy with local priorities.
 
-    Each plan root's stage tree is rebuilt when the plan's change log names
-    the root (`SearchPlan.touched_since`), and every root's when the cost
-    model is refitted; its ready batches go into one heap ordered as the
-    whole tree's would be (priority, then node and start for ties). Entries
-    of a root rebuilt since they were pushed are stale and skipped.
+    The stage tree of a plan is the union of its units' trees (a plan root,
+    or a node that forks at a checkpoint, down to the next such nodes:
+    `stage_tree.starts_unit`). A unit's tree is rebuilt when the plan's
+    change log names one of its nodes (`SearchPlan.touched_since`); a
+    checkpoint at a fork point, or its loss, splits a unit or merges two;
+    every unit is rebuilt when the cost model is refitted. Ready batches of
+    all units go into one heap ordered as the whole tree's would be
+    (priority, then node and start for ties). Entries of a unit rebuilt
+    since they were pushed are stale and skipped.
     """
 
     def __init__(self, policy: ExecutionPolicy, plan: "SearchPlan") -> None:
         self.policy, self.plan = policy, plan
         self.read_up_to = 0
         self.model_fits: tuple[int, int] | None = None
-        self.generation: dict[int, int] = {}  # root node id -> its current build
-        self.live: dict[int, int] = {}  # root node id -> its entries in the heap
+        self.generation: dict[int, int] = {}  # unit (its first node's id) -> its current build
+        self.live: dict[int, int] = {}  # current unit -> its entries in the heap
         self.live_total = 0
         self.heap: list[tuple[float, int, int, int, int, int, StageBatch]] = []
         self.tie_break = itertools.count()
@@ -254,7 +259,7 @@ class _StageForest:
         """The ready batches, highest priority first, as they are asked for.
         What was looked at goes back into the heap when the caller stops:
         those it dispatched are stale once `mark_scheduled` touches their
-        roots, the others are still current."""
+        units, the others are still current."""
         self._refresh()
         seen = []
         try:
@@ -270,28 +275,37 @@ class _StageForest:
     def _refresh(self) -> None:
         model = self.policy.cost_model
         fits = (id(model), model.fits)
-        roots = self.plan.touched_since(self.read_up_to)
+        units = set()
+        for node in self.plan.touched_since(self.read_up_to):
+            units.add(unit_of(node))
+            # Children that start a unit and were not one, or the reverse.
+            units.update(child for child in node.children.values() if starts_unit(child) != (child.node_id in self.live))
         if fits != self.model_fits:  # new estimates: reorder every ready batch
             self.model_fits = fits
-            roots |= {self.plan.nodes[root_id] for root_id, count in self.live.items() if count}
+            units |= {self.plan.nodes[unit_id] for unit_id in self.live}
             self.heap.clear()
             self.live.clear()
             self.live_total = 0
         self.read_up_to = self.plan.changes
-        for root in roots:
-            self._rebuild(root)
+        for unit in units:
+            self._rebuild(unit)
         if len(self.heap) > 64 + 4 * self.live_total:
             self.heap = [entry for entry in self.heap if self.generation.get(entry[4]) == entry[5]]
             heapq.heapify(self.heap)
 
-    def _rebuild(self, root: "PlanNode") -> None:
-        key = root.node_id
+    def _rebuild(self, unit: "PlanNode") -> None:
+        """Replace the unit's entries; one no longer a unit (its stages are
+        in the unit above it now) leaves none."""
+        key = unit.node_id
         generation = self.generation[key] = self.generation.get(key, 0) + 1
-        tree = build_stage_tree(self.plan, [root])
+        self.live_total -= self.live.pop(key, 0)
+        if not starts_unit(unit):
+            return
+        tree = build_stage_tree(self.plan, [unit])
         costs, priority = self.policy._costs_and_priorities(tree)
         ready = [stage for stage in tree.roots if stage.ready]
-        self.live_total += len(ready) - self.live.get(key, 0)
         self.live[key] = len(ready)
+        self.live_total += len(ready)
         for stage in ready:
             batch = self.policy._batch_from(stage, costs, priority)
             entry = (-priority[stage], stage.node.node_id, stage.start, next(self.tie_break), key, generation, batch)

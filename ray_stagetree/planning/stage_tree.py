@@ -115,29 +115,58 @@ def _reach(plan_targets: dict[PlanNode, set[int]], node: PlanNode, step: int, fr
         node, step = node.parent, node.fork_step
 
 
-def _subtree_nodes(roots: "Iterable[PlanNode]") -> list[PlanNode]:
-    """The nodes under ``roots``, in the plan's (id) order."""
+def _open(request: Request) -> bool:
+    """A request the stage tree serves: unscheduled, and some trial needs it."""
+    return request.state is RequestState.NOT_SCHED and bool(request.trials)
+
+
+def starts_unit(node: PlanNode) -> bool:
+    """True when no stage under ``node`` can hang from a stage above it: it is
+    a plan root, or it forks at a checkpoint of its parent that no open
+    request there trains again (`_reach` stops at that checkpoint). Its
+    subtree, down to the next such nodes, is then a unit of replanning: a
+    checkpoint at a branch point splits one root's stages into independent
+    units, so trials that all share iteration 0 are not one unit."""
+    parent = node.parent
+    if parent is None:
+        return True
+    if node.fork_step not in parent.checkpoints:
+        return False
+    request = parent.requests.get(node.fork_step)
+    return request is None or not _open(request)
+
+
+def unit_of(node: PlanNode) -> PlanNode:
+    """The node that starts the unit of replanning ``node`` is in."""
+    while not starts_unit(node):
+        node = node.parent
+    return node
+
+
+def _unit_nodes(units: "Iterable[PlanNode]") -> list[PlanNode]:
+    """The nodes of ``units`` (nodes that `starts_unit`), each down to the
+    next unit, in the plan's (id) order."""
     found = []
-    pending = list(roots)
+    pending = list(units)
     while pending:
         node = pending.pop()
         found.append(node)
-        pending.extend(node.children.values())
+        pending.extend(child for child in node.children.values() if not starts_unit(child))
     return sorted(found, key=lambda node: node.node_id)
 
 
 @without_gc
-def build_stage_tree(plan: "SearchPlan", roots: "Iterable[PlanNode] | None" = None) -> StageTree:
+def build_stage_tree(plan: "SearchPlan", units: "Iterable[PlanNode] | None" = None) -> StageTree:
     """Stages serving every unscheduled request of ``plan`` that some trial needs.
 
-    With ``roots`` (plan roots), only the stages under them: stages never
-    cross roots, so the stage tree of a whole plan is the union of its
-    roots' trees, and a caller can rebuild just the roots that changed.
+    With ``units`` (nodes that `starts_unit`), only their stages: stages
+    never cross units, so the stage tree of a whole plan is the union of its
+    units' trees, and a caller can rebuild just the units that changed.
     """
     targets: dict[PlanNode, set[int]] = {}
-    for node in plan.nodes if roots is None else _subtree_nodes(roots):
+    for node in plan.nodes if units is None else _unit_nodes(units):
         for step, request in node.requests.items():
-            if request.state is RequestState.NOT_SCHED and request.trials:
+            if _open(request):
                 _reach(targets, node, step, from_request=True)
 
     stage_at: dict[tuple[int, int], Stage] = {}
@@ -151,7 +180,7 @@ def build_stage_tree(plan: "SearchPlan", roots: "Iterable[PlanNode] | None" = No
             else:
                 stage = Stage(node, step, step)
                 request = node.requests.get(step)
-                if request is not None and request.state is RequestState.NOT_SCHED and request.trials:
+                if request is not None and _open(request):
                     stage.requests.append(request)
                 stage_at[(node.node_id, step)] = stage
 

@@ -240,29 +240,40 @@ class CallbackRunner:
         """Call the hooks for one poll of ``controller.progress()``.
 
         A trial's start comes before its results and its results before its
-        end (the controller's order), so starts, then rows, then the other
-        events keep every trial's order."""
+        end (the controller's order), so each trial's start, then its rows,
+        then its other events keep its order. Trial by trial, not all starts
+        first: Tune's loggers open files at a trial's start and close them at
+        its end, and one poll of a study of short trials holds thousands."""
         self.iteration += 1
-        events = progress.get("events", ())
-        for event in events:
-            if event["event"] == "start":
-                self._start(event)
+        by_trial: dict[str, tuple[list[dict], list[dict], list[dict]]] = {}
+        for event in progress.get("events", ()):
+            starts, _, others = by_trial.setdefault(event["trial_id"], ([], [], []))
+            (starts if event["event"] == "start" else others).append(event)
         for row in progress["rows"]:
-            self._result(row)
-        for event in events:
-            kind = event["event"]
-            if kind == "complete":
-                self._end(event, failed=False)
-            elif kind == "error":
-                self._end(event, failed=True)
-            elif kind == "recover":
-                view = self._view(event)
-                view.run_metadata.num_failures += 1
-                self._call("on_trial_recover", iteration=self.iteration, trials=self._trial_list, trial=view)
-            elif kind == "checkpoint":
-                self._checkpoint(event)
+            by_trial.setdefault(row["trial_id"], ([], [], []))[1].append(row)
+        for starts, rows, others in by_trial.values():
+            for event in starts:
+                self._start(event)
+            for row in rows:
+                self._result(row)
+            for event in others:
+                self._other(event)
         if self._remote and time.monotonic() - self._last_sync >= self.sync_period:
             self.sync()
+
+    def _other(self, event: dict[str, Any]) -> None:
+        """A trial's event other than its start."""
+        kind = event["event"]
+        if kind == "complete":
+            self._end(event, failed=False)
+        elif kind == "error":
+            self._end(event, failed=True)
+        elif kind == "recover":
+            view = self._view(event)
+            view.run_metadata.num_failures += 1
+            self._call("on_trial_recover", iteration=self.iteration, trials=self._trial_list, trial=view)
+        elif kind == "checkpoint":
+            self._checkpoint(event)
 
     def _view(self, event: dict[str, Any]) -> TrialView:
         view = self.trials.get(event["trial_id"])

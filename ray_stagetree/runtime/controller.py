@@ -63,6 +63,13 @@ BUDGET_GRACE_S = 1.0
 # ends without one (a storage that damages every file it keeps).
 FINAL_RETRAINS = 2
 
+# Trials admitted per turn of the loop: a study of many trials dispatches its
+# first batches after this many, not after drawing them all, and admits the
+# rest between the turns that serve its workers (whose reports wait for a
+# turn to end: 1,000 a turn left the workers of a 100,000-trial study idle
+# for most of its admission on a loaded machine).
+ADMIT_PER_TURN = 100
+
 
 @dataclass
 class StudySpec:
@@ -279,12 +286,16 @@ class StudyController:
         budget = self.spec.time_budget_s
         return budget is not None and time.time() - self._started > budget
 
-    def _admit(self) -> None:
+    def _admit(self) -> bool:
+        """Admit the source's next trials, up to `ADMIT_PER_TURN`; True when
+        it stopped there (more may come at once)."""
         limit = self.spec.max_concurrent_trials or float("inf")
-        while self.lifecycle.live() < limit and not self._over_budget() and not self._halted:
+        for _ in range(ADMIT_PER_TURN):
+            if self.lifecycle.live() >= limit or self._over_budget() or self._halted:
+                return False
             proposal = self.source.next_trial()
             if proposal is None or proposal == WAIT:
-                return
+                return False
             trial_id, config = proposal
             self.host.on_add(trial_id, config)  # PBT may add to the config: before it is parsed
             try:
@@ -308,6 +319,7 @@ class StudyController:
             )
             state.configure(config, trial_config)
             self.lifecycle.admit(state)  # a trial of a restored plan is extended
+        return True
 
     def _metrics_consumed(self) -> dict[str, str]:
         """Metric name -> what compares its values (the trial scheduler, the
@@ -818,7 +830,11 @@ class StudyController:
         """Run the study on ``workers`` (from `start_worker`, started by the
         driver with this actor so that both start up at once)."""
         self._workers, self._idle = list(workers), list(workers)
-        self._admit()
+        admitting = self._admit()
+        # The future awaiting each ref outlives a turn: one that resolves
+        # during a turn is seen by the next, even by a turn that does not wait
+        # (while admitting), which a future made afresh each turn never is.
+        awaited: dict[Any, asyncio.Future] = {}
         while not self._frozen:
             self._enforce_budget()
             if await self._dispatch():
@@ -828,7 +844,7 @@ class StudyController:
                     if await self._final_checkpoints_lost():
                         continue  # train them again
                     break
-                if not self.plan.running_batches:
+                if not self.plan.running_batches and not admitting:
                     self._stuck()
             self._save_state_soon()
             waiting = list(self._running) + self.store.pending_writes
@@ -836,8 +852,13 @@ class StudyController:
                 waiting.append(self._state_write)
             self._wake.clear()
             wake = asyncio.ensure_future(self._wake.wait())
-            futures = {asyncio.ensure_future(_as_future(ref)): ref for ref in waiting}
-            timeout = self._budget_timeout()
+            for ref in awaited.keys() - set(waiting):
+                awaited.pop(ref).cancel()
+            for ref in waiting:
+                if ref not in awaited:
+                    awaited[ref] = asyncio.ensure_future(_as_future(ref))
+            futures = {awaited[ref]: ref for ref in waiting}
+            timeout = 0.0 if admitting else self._budget_timeout()
             if self._state_changed and self._state_write is None:  # a snapshot is due then
                 due = max(0.0, self._next_state_at - time.monotonic())
                 timeout = due if timeout is None else min(timeout, due)
@@ -845,6 +866,7 @@ class StudyController:
             wake.cancel()
             for future in done:
                 ref = futures.get(future)
+                awaited.pop(ref, None)
                 if ref is not None and ref is self._state_write:
                     await self._state_written()
                     continue
@@ -855,10 +877,10 @@ class StudyController:
                     await self._complete(ref)
                 else:
                     await self.store.finish_write(self.plan, ref)
-            for future in futures:
-                future.cancel()
             if not self._frozen:
-                self._admit()
+                admitting = self._admit()
+        for future in awaited.values():
+            future.cancel()
         if not self._frozen:
             await self._finalize()
 

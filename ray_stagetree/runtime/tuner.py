@@ -2,7 +2,9 @@
 
 Same arguments (Ray's own ``TuneConfig`` and ``RunConfig``), same result
 objects. Everything is validated on the driver before anything trains: the
-trainable, the horizon, the resources, and every drawn trial's config.
+trainable, the horizon, the resources, and the configs of the search
+space's first draw (every grid value); the study draws the rest as it
+admits trials.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import contextlib
 import copy
 import dataclasses
 import datetime
+import functools
 import logging
 import math
 import numbers
@@ -57,8 +60,9 @@ from ray_stagetree.runtime.results import ResultGrid
 from ray_stagetree.runtime.service_client import PlanServiceConfig, run_attached, service_config
 from ray_stagetree.runtime.storage import CheckpointStorage
 from ray_stagetree.runtime.trainable_identity import sharing_key
-from ray_stagetree.searchers import SequenceGridSearch, generate_trials
+from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
+from ray_stagetree.searchers.variants import VariantStream, sample_variants
 from ray_stagetree.trainables import StageTrainable
 from ray_stagetree.trial_schedulers.registry import check_scheduler, scheduler_max_t
 
@@ -472,8 +476,13 @@ class Tuner:
         return {key: value for key, value in total.items() if value}
 
     def _source(self) -> VariantSource | SearcherSource:
-        """Where trials come from; drawn variants are validated here, before
-        anything runs (a searcher's suggestions are validated as they come)."""
+        """Where trials come from. Grid and random variants are drawn as the
+        study admits them; the points to evaluate and the grid's first repeat
+        are drawn and validated here, before anything runs: every grid value
+        is in them, so errors that come from the space itself show before
+        training, and the cost does not grow with ``num_samples``. Later
+        draws, and a searcher's suggestions, are validated as they come (a
+        bad one errs its trial, as in Tune)."""
         config = self.tune_config
         if isinstance(config.search_alg, Searcher):
             searcher, num_samples = config.search_alg, config.num_samples
@@ -481,14 +490,15 @@ class Tuner:
                 searcher = SeededRepeater(searcher, self.repeats, self.seed)
                 num_samples = num_samples * self.repeats if num_samples > 0 else num_samples
             return SearcherSource(searcher, self.param_space, config.metric, config.mode, num_samples)
+        each_draw = functools.partial(repeat_configs, repeats=self.repeats, seed=self.seed) if self.repeats > 1 else None
         if isinstance(config.search_alg, SequenceGridSearch):
+            # Its filter makes the trials' number known only once all are drawn: drawn here.
             configs = config.search_alg.generate(self.param_space, config.num_samples)
+            source = VariantSource(each_draw(configs) if each_draw else configs)
         else:
             seed = self.seed if self.reproducible else None
-            configs = _variants(self.param_space, config.num_samples, config.search_alg, seed)
-        if self.repeats > 1:
-            configs = repeat_configs(configs, self.repeats, self.seed)
-        for index, trial_config in enumerate(configs):
+            source = VariantSource(_variants(self.param_space, config.num_samples, config.search_alg, seed, each_draw))
+        for index, trial_config in enumerate(source.drawn()):
             try:
                 TrialConfig.from_config(trial_config)
                 ray.cloudpickle.dumps(trial_config)
@@ -496,7 +506,7 @@ class Tuner:
                     trial_seed(trial_config, Reproducibility(self.seed))
             except (TypeError, ValueError) as error:
                 raise ValueError(f"trial {index} ({trial_config!r}) cannot run: {error}") from None
-        return VariantSource(configs)
+        return source
 
     # -- running -------------------------------------------------------------------
 
@@ -946,29 +956,26 @@ def _check_resource_request(request: Any) -> None:
 
 
 def _variants(
-    param_space: dict[str, Any], num_samples: int, generator: BasicVariantGenerator | None, seed: int | None = None
-) -> list[dict]:
+    param_space: dict[str, Any],
+    num_samples: int,
+    generator: BasicVariantGenerator | None,
+    seed: int | None,
+    each_draw: Callable[[list[dict]], list[dict]] | None,
+) -> VariantStream:
     """Tune's grid and random variants, drawn as ``generator`` (Tune's
     ``BasicVariantGenerator``: its ``random_state``, ``points_to_evaluate``
     run first, ``constant_grid_search``) would draw them; without one, from
     ``seed`` (None: NumPy's global state, as Tune)."""
     if generator is None:
-        return generate_trials(param_space, num_samples, seed=seed)
-    random_state = generator._random_state._rng  # an int seed became a Generator; None: NumPy's global state
-    points = [
-        generate_trials(_merged(param_space, point), 1, seed=random_state)[0] for point in generator._points_to_evaluate
-    ]
-    constant = generator._constant_grid_search
-    return points + generate_trials(param_space, num_samples, seed=random_state, constant_grid_search=constant)
-
-
-def _merged(space: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
-    """``space`` with the values of ``point`` (nested dicts merged)."""
-    out = dict(space)
-    for key, value in point.items():
-        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = _merged(out[key], value) if nested else value
-    return out
+        return sample_variants(param_space, num_samples, seed=seed, each_draw=each_draw)
+    return sample_variants(
+        param_space,
+        num_samples,
+        seed=generator._random_state._rng,  # an int seed became a Generator; None: NumPy's global state
+        constant_grid_search=generator._constant_grid_search,
+        points_to_evaluate=generator._points_to_evaluate,
+        each_draw=each_draw,
+    )
 
 
 @contextlib.contextmanager

@@ -388,3 +388,15 @@ def test_trials_start_when_they_run_not_when_admitted(tmp_path, ray_session):
     grid = fit(str(tmp_path), "starts", [opened], space=space)
     assert len(grid) == 12 and grid.num_errors == 0 and not opened.open
     assert opened.most <= 6, opened.most  # all 12 at admission before
+
+
+def test_a_poll_of_many_short_trials_keeps_one_trials_files_open_at_a_time(tmp_path):
+    """Tune's loggers open files at a trial's start and close them at its end:
+    a poll that holds thousands of trials that started and ended since the
+    last one (a study of short trials) opens them one trial at a time."""
+    opened = OpenTrials()
+    runner = CallbackRunner([opened], str(tmp_path))
+    ids = [f"t{index}" for index in range(50)]
+    ended = [{"event": "complete", "trial_id": t, "name": t, "dirname": t} for t in ids]
+    runner.update(progress([row(t, 1, 0.5) for t in ids], [start(t) for t in ids] + ended))
+    assert opened.most == 1 and not opened.open

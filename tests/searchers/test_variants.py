@@ -1,8 +1,12 @@
+import pickle
+
+import numpy as np
 import pytest
 from ray import tune
 
 from ray_stagetree import Constant, Cosine, CyclicLR, Exponential, MultiStep, SearchPlan, Warmup
 from ray_stagetree.searchers import generate_trials
+from ray_stagetree.searchers.variants import sample_variants
 
 
 def test_grid_over_sequence_parameters_and_sequences():
@@ -60,3 +64,39 @@ def test_bad_arguments(kwargs, match):
 def test_unresolved_config_cannot_be_planned():
     with pytest.raises(ValueError, match="still holds Tune search-space domains"):
         SearchPlan().add_trial("a", {"lr": Exponential(tune.uniform(0.1, 0.2), 0.9)}, 10)
+
+
+def test_a_stream_draws_the_grid_one_repeat_at_a_time_as_generate_trials_would():
+    space = {"lr": MultiStep(tune.uniform(0.01, 0.1), tune.grid_search([[5], [10]]), 0.1)}
+    stream = sample_variants(space, num_samples=1000, seed=3)
+    assert len(stream.drawn()) == 2 and stream.remaining == 2000  # drawn so far: one repeat of the grid
+    taken = [next(stream) for _ in range(3)]
+    assert len(stream.drawn()) == 1 and stream.remaining == 1997
+    # between draws it pickles small and goes on as the original does
+    copy = pickle.loads(pickle.dumps(stream))
+    assert len(pickle.dumps(stream)) < 4000
+    rest = [next(stream) for _ in range(7)]
+    assert [repr(next(copy)["lr"]) for _ in range(7)] == [repr(config["lr"]) for config in rest]
+    expected = generate_trials(space, num_samples=5, seed=3)
+    assert [repr(c["lr"]) for c in taken + rest] == [repr(c["lr"]) for c in expected]
+
+
+def test_a_stream_takes_numpys_global_state_over_without_repeating_it():
+    space = {"lr": tune.uniform(0.0, 1.0)}
+    np.random.seed(5)
+    first = [config["lr"] for config in sample_variants(space, num_samples=4)]
+    # the values drawing from the global state gives (Tune's default), wherever the stream is taken
+    assert first == [config["lr"] for config in generate_trials(space, 4, seed=np.random.RandomState(5))]
+    np.random.seed(5)
+    stream = sample_variants(space, num_samples=4)
+    later = [config["lr"] for config in sample_variants(space, num_samples=4)]
+    assert [config["lr"] for config in stream] == first
+    assert not set(later) & set(first), "a second study in the same process draws other trials"
+
+
+def test_points_to_evaluate_come_first_and_each_draw_applies_to_every_draw():
+    space = {"lr": tune.grid_search([0.1, 0.2]), "wd": 0.0}
+    stream = sample_variants(
+        space, num_samples=2, points_to_evaluate=[{"lr": 0.5}], each_draw=lambda configs: configs + configs
+    )
+    assert [config["lr"] for config in stream] == [0.5, 0.5] + [0.1, 0.2] * 2 * 2

@@ -1,0 +1,70 @@
+"""Issue 18, point 7: trials are drawn, checked and admitted as a study goes,
+so what happens before its first batch does not grow with ``num_samples``.
+Counted in draws, not timed."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+from ray import tune
+
+from ray_stagetree import Tuner
+from ray_stagetree.runtime.controller import ADMIT_PER_TURN, ERROR, StudyController, StudySpec
+
+
+def train(config):
+    pass
+
+
+def counted_space(draws: list[int]) -> dict:
+    """A space of two grid values whose every draw is counted in ``draws``."""
+    ticks = itertools.count()
+
+    def drawn(spec):
+        draws.append(next(ticks))
+        return len(draws)
+
+    return {"x": tune.sample_from(drawn), "lr": tune.grid_search([0.1, 0.2])}
+
+
+@pytest.mark.parametrize("num_samples", [10, 100_000])
+def test_the_driver_draws_and_checks_one_repeat_of_the_grid(num_samples):
+    draws = []
+    source = Tuner(train, param_space=counted_space(draws), tune_config=tune.TuneConfig(num_samples=num_samples))._source()
+    assert len(draws) == 2 and len(source.drawn()) == 2
+    assert source.remaining == 2 * num_samples
+
+
+class FirstDispatch(Exception):
+    pass
+
+
+@pytest.mark.parametrize("num_samples", [2_000, 100_000])
+def test_the_first_batch_is_dispatched_after_a_bounded_number_of_draws(num_samples, tmp_path, ray_session):
+    draws = []
+    source = Tuner(train, param_space=counted_space(draws), tune_config=tune.TuneConfig(num_samples=num_samples))._source()
+    controller = StudyController(StudySpec(trainable=b"", source=source, horizon=1, experiment_path=str(tmp_path)))
+    seen = []
+
+    async def dispatch():
+        seen.append((len(draws), len(controller.trials)))
+        raise FirstDispatch
+
+    controller._dispatch = dispatch
+    with pytest.raises(FirstDispatch):
+        asyncio.run(controller.run([]))
+    assert seen == [(ADMIT_PER_TURN, ADMIT_PER_TURN)]
+    assert source.remaining == 2 * num_samples - ADMIT_PER_TURN
+
+
+def test_a_bad_draw_after_the_first_repeat_errs_its_trial_only(tmp_path, ray_session):
+    values = iter([1, 2, object(), 4])
+    space = {"x": tune.sample_from(lambda spec: next(values))}
+    source = Tuner(train, param_space=space, tune_config=tune.TuneConfig(num_samples=4))._source()
+    controller = StudyController(StudySpec(trainable=b"", source=source, horizon=1, experiment_path=str(tmp_path)))
+    controller._admit()
+    statuses = [state.status for state in controller.trials.values()]
+    assert statuses.count(ERROR) == 1 and len(statuses) == 4
+    assert "cannot be stored" in next(s.error for s in controller.trials.values() if s.status == ERROR)
