@@ -197,7 +197,8 @@ class Tuner:
 
         Everything the study stored is kept: finished trials' results, and
         every stage trained up to its latest stored checkpoint. What never
-        reached storage trains again.
+        reached storage trains again. A study that ran on a plan service
+        attaches to it again: the service's plan answers what it trained.
 
         Parameters
         ----------
