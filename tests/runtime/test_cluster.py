@@ -132,7 +132,6 @@ def a_job_and_a_driver_attach_to_one_plan_service(ray_cli, dashboard, gcs_port, 
     "team", run `service_study` on plan service "team" of the cluster: the
     same service actor serves both, and each gets its own trials' results."""
     import json
-    import shlex
 
     from ray._private.services import get_node_ip_address
 
@@ -144,9 +143,9 @@ def a_job_and_a_driver_attach_to_one_plan_service(ray_cli, dashboard, gcs_port, 
 
     study = os.path.join(HERE, "service_study.py")
     storage.mkdir()
-    job = subprocess.Popen(  # no address: the job's driver joins its cluster (RAY_ADDRESS)
+    job = subprocess.Popen(  # no address: the job's driver joins its cluster (RAY_ADDRESS); `ray job` quotes arguments
         [*ray_cli, "job", "submit", "--address", dashboard, "--",
-         "python", study, shlex.quote(json.dumps(arguments("job", [2, 3, 4])))],
+         "python", study, json.dumps(arguments("job", [2, 3, 4]))],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
     )  # fmt: skip
     address = f"{get_node_ip_address()}:{gcs_port}"
