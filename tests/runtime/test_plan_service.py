@@ -40,7 +40,7 @@ def start_driver(tmp_path, name, milestones, service, counter, sleep=0.0, **opti
     return subprocess.Popen([sys.executable, STUDY, json.dumps(arguments)]), out
 
 
-def wait_for(condition, timeout=60.0, what="condition"):
+def wait_for(condition, timeout=180.0, what="condition"):  # generous: CI machines may be loaded
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
