@@ -64,8 +64,12 @@ def test_ray_job_submit_runs_the_mnist1d_example_and_attaches_to_a_plan_service(
     env = environment()
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])  # the job's `python`
     env["RAY_AUTH_MODE"] = "disabled"  # a throwaway local cluster: no token to hand to `ray job submit`
-    # The plan-service study's trainable, imported by name in the drivers and the cluster's workers.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(HERE), HERE, env.get("PYTHONPATH")]))
+    # The plan-service study's trainable, imported by name in the drivers and the cluster's workers: its
+    # module alone (with the whole tests folder on its path, this cluster's dashboard dies after starting).
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    shutil.copy(os.path.join(os.path.dirname(HERE), "trainables_for_tests.py"), modules)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(modules), env.get("PYTHONPATH")]))
     gcs_port = free_port()
     # Its own ports and temp dir: `ray start` records its address there, where
     # a plain ray.init() elsewhere on this machine does not look. --block, so
