@@ -44,7 +44,9 @@ class UniqueTrialIds:
         trial_id, config = proposal
         renamed = f"{trial_id}-{self.suffix}"
         self.proposed[renamed] = trial_id
-        logger.warning("trial id %s is another study's on this plan service; this study's trial is %s", trial_id, renamed)
+        logger.warning(
+            "trial id %s is another study's on this plan service; this study's trial is %s", trial_id, renamed
+        )
         return renamed, config
 
     def on_result(self, trial_id: str, result: dict[str, Any]) -> None:

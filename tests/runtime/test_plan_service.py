@@ -153,7 +153,8 @@ def test_colliding_trial_ids_of_two_studies_stay_apart(ray_session, tmp_path, co
     assert second.num_errors == 0
     assert summary(second) == {3: expected_total(3), 4: expected_total(4)}
     assert first.wait(timeout=120) == 0
-    assert {int(k): v for k, v in json.loads(first_out.read_text()).items()} == {2: expected_total(2), 30: expected_total(30)}
+    first_totals = {int(k): v for k, v in json.loads(first_out.read_text()).items()}
+    assert first_totals == {2: expected_total(2), 30: expected_total(30)}
     ids = [result.metrics["trial_id"] for result in second]
     assert all(trial_id.startswith("00000_") for trial_id in ids) and len(set(ids)) == 2
 
