@@ -16,11 +16,15 @@ them. Left alone, a study with 1,000 trials would fill every worker and a
   worker: the bound holds back a large study only while a smaller one has
   ready work waiting.
 
-Pure Python: studies are told apart by ``study_of(trial_id)``.
+Pure Python: studies are told apart by ``study_of(trial_id)``. Which
+studies have work is counted as trials start and stop waiting on open
+requests (the plan tells its `OpenTrialsWatcher` watchers), not found by
+walking every open request at each dispatch.
 """
 
 from __future__ import annotations
 
+import collections
 import math
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
@@ -56,16 +60,48 @@ class FairShare:
         self.study_of = study_of
         self.capacity = capacity
         self.weights = weights
+        self._plan: SearchPlan | None = None
+        # Trials waiting on an open request -> their study (kept: a trial
+        # leaves the plan after its study detached, when study_of no longer knows it).
+        self._open: dict[str, str | None] = {}
+        self._open_per_study: collections.Counter[str] = collections.Counter()
 
     def __getattr__(self, name: str) -> Any:
         # Everything but `select` is the policy's own (its time-sharing hooks,
         # cost model, name): a fair share stands in for it wherever it is used.
         return getattr(self.policy, name)
 
+    def watch(self, plan: SearchPlan) -> None:
+        """Count ``plan``'s open trials per study from now on (a scan once,
+        then the plan's notifications)."""
+        if self._plan is not None:
+            self._plan.watchers.remove(self)
+        self._plan = plan
+        self._open.clear()
+        self._open_per_study.clear()
+        self.opened(trial_id for request in plan.open_requests() for trial_id in request.trials)
+        plan.watchers.append(self)
+
+    def opened(self, trial_ids: Iterable[str]) -> None:
+        for trial_id in trial_ids:
+            study = self._open[trial_id] = self.study_of(trial_id)
+            if study is not None:
+                self._open_per_study[study] += 1
+
+    def closed(self, trial_ids: Iterable[str]) -> None:
+        for trial_id in trial_ids:
+            study = self._open.pop(trial_id, None)
+            if study is not None:
+                self._open_per_study[study] -= 1
+                if not self._open_per_study[study]:
+                    del self._open_per_study[study]
+
     def shares(self, plan: SearchPlan) -> dict[str, int]:
         """Workers each study with work (an open request) is owed."""
+        if plan is not self._plan:
+            self.watch(plan)
         capacity, weights = max(1, self.capacity()), self.weights()
-        busy = self.studies(r for r in plan.open_requests() if r.trials)
+        busy = self._open_per_study
         total = sum(weights.get(study, 1.0) for study in busy)
         return {study: max(1, math.floor(capacity * weights.get(study, 1.0) / total)) for study in busy}
 

@@ -28,7 +28,7 @@ import enum
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from ray_stagetree.planning import persistence
 from ray_stagetree.planning._gc import gc_paused
@@ -176,6 +176,16 @@ class Timing:
     seconds: float
 
 
+class OpenTrialsWatcher(Protocol):
+    """Told when trials start or stop waiting on an open (unanswered)
+    request, so that counts over open requests are kept without walking
+    them (`planning.fair_share`)."""
+
+    def opened(self, trial_ids: Iterable[str]) -> None: ...
+
+    def closed(self, trial_ids: Iterable[str]) -> None: ...
+
+
 def _check_step(step: Any, name: str = "step") -> int:
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(f"{name} must be an int >= 1 (iterations to train), got {step!r}")
@@ -209,6 +219,7 @@ class SearchPlan:
         # Nodes that changed in a way a stage tree sees, in order; read with `touched_since`.
         self._touched: list[PlanNode] = []
         self._read_up_to = 0  # entries before this may have been read: never merged into
+        self.watchers: list[OpenTrialsWatcher] = []
 
     def _touch(self, node: PlanNode) -> None:
         touched = self._touched
@@ -354,10 +365,21 @@ class SearchPlan:
         request.trials.add(trial_id)
         node.trials.add(trial_id)
         self._touch(node)
+        if self._is_open(request):
+            for watcher in self.watchers:
+                watcher.opened([trial_id])
         return request
+
+    @staticmethod
+    def _is_open(request: Request) -> bool:
+        """Unanswered: registered on its node (answered ones never are, or are popped)."""
+        return request.node.requests.get(request.step) is request
 
     def _detach(self, record: TrialRecord) -> None:
         request = record.request
+        if record.trial_id in request.trials and self._is_open(request):
+            for watcher in self.watchers:
+                watcher.closed([record.trial_id])
         request.trials.discard(record.trial_id)
         request.node.trials.discard(record.trial_id)
         self._touch(request.node)
@@ -408,6 +430,8 @@ class SearchPlan:
         request = node.requests.pop(step, None)
         if request is None:
             return []
+        for watcher in self.watchers:
+            watcher.closed(request.trials)
         self._touch(node)
         if request.batch_id is not None and request.batch_id in self._batches:
             self._batches[request.batch_id].requests.remove(request)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ray_stagetree.runtime.controller import StudyController, StudySpec
+from ray_stagetree.runtime.unique_trial_ids import UniqueTrialIds
 
 
 class _StudyFolderStore:
@@ -53,6 +54,12 @@ class AttachedStudy(StudyController):
         self.study_id = study_id
         self.weight = weight
         self.finalized = False
+        self.source = UniqueTrialIds(self.source, self._taken, study_id)
+
+    def _taken(self, trial_id: str) -> bool:
+        """In use on the shared plan: a live trial of the plan, or any trial,
+        finished ones included, of an attached study (results are routed by id)."""
+        return trial_id in self.shared.plan.trials or trial_id in self.shared.trials
 
     def _sharing_key(self, trial_id: str) -> str:
         return self.shared.sharing_key if self.spec.stage_sharing else f"{self.study_id}/{trial_id}"

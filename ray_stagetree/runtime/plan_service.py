@@ -157,27 +157,32 @@ class PlanService:
     # -- lifetime -----------------------------------------------------------------------
 
     async def _watch(self) -> None:
-        """Detach studies whose driver is gone; end the service when idle."""
-        while True:
+        """Detach studies whose driver is gone; once idle, ask the service to
+        end and stop (`end_if_idle` starts it again if a study attached)."""
+        while not self._idle():
             await asyncio.sleep(TICK_S)
             now = time.monotonic()
             for study_id, seen in list(self._seen.items()):
                 if now - seen > self.detach_after_s:
                     logger.warning("study %s: its driver has not polled for %.0fs; detaching it", study_id, now - seen)
                     self.detach(study_id)
-            if self._idle():
-                # As an actor call: only an actor's own task can end it (exit_actor).
-                ray.get_runtime_context().current_actor.end_if_idle.remote()
+        # As an actor call: only an actor's own task can end it (exit_actor). Once: an actor that
+        # exits waits for its tasks to end, and a watchdog asking every tick never let it (found by
+        # test_an_idle_service_ends_itself_but_not_while_a_study_is_attached).
+        ray.get_runtime_context().current_actor.end_if_idle.remote()
 
     def _idle(self) -> bool:
         attached = self.shared is not None and self.shared.studies
         return not attached and time.monotonic() - self._idle_since > self.idle_timeout_s
 
     async def end_if_idle(self) -> None:
-        """`shutdown`, unless a study attached since the watchdog found the service idle."""
-        if self._idle():
-            logger.info("plan service %s: no study for %.0fs; ending", self.name, self.idle_timeout_s)
-            await self.shutdown()
+        """`shutdown`, unless a study attached since the watchdog found the
+        service idle (the watchdog then goes on)."""
+        if not self._idle():
+            self._watchdog = asyncio.ensure_future(self._watch())
+            return
+        logger.info("plan service %s: no study for %.0fs; ending", self.name, self.idle_timeout_s)
+        await self.shutdown()
 
     def _fail_if_loop_died(self) -> None:
         if self._loop is not None and self._loop.done() and not self._loop.cancelled():

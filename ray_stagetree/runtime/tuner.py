@@ -197,7 +197,8 @@ class Tuner:
 
         Everything the study stored is kept: finished trials' results, and
         every stage trained up to its latest stored checkpoint. What never
-        reached storage trains again.
+        reached storage trains again. A study that ran on a plan service
+        attaches to it again: the service's plan answers what it trained.
 
         Parameters
         ----------
@@ -246,6 +247,10 @@ class Tuner:
         settings = read_tuner_settings(CheckpointStorage(path, storage_filesystem))
         run_config = copy.copy(settings["run_config"])
         run_config.storage_path, run_config.name = posixpath.split(path)
+        if settings["options"].get("plan_service") is not None:
+            # An attached study's folder is storage_path/<service>/<plan directory>/name: it attaches again
+            # (the service keeps no snapshot of a study; its plan answers what the study had trained).
+            run_config.storage_path = posixpath.dirname(posixpath.dirname(run_config.storage_path))
         run_config.storage_filesystem = storage_filesystem
         tuner = cls(
             trainable,
@@ -280,6 +285,7 @@ class Tuner:
                 "seed": self.seed,
                 "repeats": self.repeats,
                 "deterministic_algorithms": self.deterministic_algorithms,
+                "plan_service": self.plan_service,
             },
         }
         storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)

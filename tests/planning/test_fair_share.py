@@ -76,3 +76,49 @@ def test_a_fair_share_stands_in_for_its_policy():
     share.bind(2)
     assert share.cost_model is policy.cost_model and share.name == "critical_path"
     assert share.started(None, 0.0) is None and share.quantum_deadline(0) is None
+
+
+def scanned_shares(share, plan):
+    """The shares from a walk over every open request (what `FairShare.shares`
+    counts incrementally instead)."""
+    import math
+
+    busy = share.studies(request for request in plan.open_requests() if request.trials)
+    weights, capacity = share.weights(), share.capacity()
+    total = sum(weights.get(study, 1.0) for study in busy)
+    return {study: max(1, math.floor(capacity * weights.get(study, 1.0) / total)) for study in busy}
+
+
+def test_incremental_shares_equal_the_scan_through_a_plans_changes():
+    import random
+
+    from ray_stagetree import MultiStep
+
+    rng = random.Random(7)
+    plan = SearchPlan()
+    share = fair_share(4, {"a": 2.0, "b": 1.0, "c": 1.0})
+    share.shares(plan)  # watching from the empty plan on
+    added = 0
+    for _ in range(600):
+        live = list(plan.trials)
+        action = rng.choice(["add", "add", "extend", "remove", "answer", "dispatch", "release", "reopen"])
+        if action == "add" or not live:
+            study = rng.choice("abc")
+            # Few distinct milestones: trials of different studies share requests.
+            plan.add_trial(f"{study}/{added}", {"lr": MultiStep(1.0, [rng.randint(1, 4)], 0.5)}, rng.randint(1, 8))
+            added += 1
+        elif action == "extend":
+            plan.extend_trial(rng.choice(live), rng.randint(1, 8))
+        elif action == "remove":
+            plan.remove_trial(rng.choice(live))
+        elif action == "answer":
+            request = plan.trials[rng.choice(live)].request
+            plan.record_metrics(request.node.node_id, request.step, {"loss": 0.0})
+        elif action == "dispatch":
+            share.select(plan, 1)
+        elif action == "release" and plan.running_batches:
+            plan.release_batch(rng.choice(plan.running_batches))
+        elif action == "reopen":
+            plan.reopen(rng.choice(live))
+        assert share.shares(plan) == scanned_shares(share, plan), action
+    assert plan.running_batches or any(plan.open_requests())  # the walk ended with work open, not trivially

@@ -49,14 +49,31 @@ def summary(results):
     return {r.config["lr"]["milestones"][0]: r.metrics["total"] for r in results}
 
 
+def same_trial_ids(set_attribute=setattr):
+    """Every study of this process draws the same trial ids (a test of
+    colliding ids between studies on one service); ``set_attribute``: a
+    test's ``monkeypatch.setattr``."""
+    import uuid
+
+    from ray_stagetree.searchers import sources
+
+    set_attribute(sources, "uuid", type("FixedUUID", (), {"uuid4": staticmethod(lambda: uuid.UUID(int=0))}))
+
+
 def main(arguments):
     import ray
 
-    ray.init(address=arguments.pop("address"), namespace=arguments.pop("namespace"), configure_logging=False)
-    out = arguments.pop("out")
+    if arguments.pop("same_trial_ids", False):
+        same_trial_ids()
+    # No address: the cluster of RAY_ADDRESS, as `ray job submit` sets it.
+    ray.init(address=arguments.pop("address", None), namespace=arguments.pop("namespace"), configure_logging=False)
+    out, service_out = arguments.pop("out"), arguments.pop("service_out", None)
     results = tuner(**arguments).fit()
     with open(out, "w") as file:
         json.dump({str(k): v for k, v in summary(results).items()}, file)
+    if service_out:  # which actor served the study (drivers of one namespace find the same)
+        with open(service_out, "w") as file:
+            file.write(ray.get_actor(arguments["service"])._actor_id.hex())
 
 
 if __name__ == "__main__":

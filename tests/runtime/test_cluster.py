@@ -1,6 +1,6 @@
 """Clusters: a study on several nodes (one of them lost mid-study), storage
 that not every node sees, and `ray job submit` of the MNIST-1D example (and
-`stagetree submit` of its job spec).
+`stagetree submit` of its job spec, and a job attaching to a plan service).
 Each runs its own Ray cluster in a subprocess, apart from the session's."""
 
 import os
@@ -56,7 +56,7 @@ def wait_for_dashboard(url, head, seconds=120):
 
 
 @pytest.mark.slow
-def test_ray_job_submit_runs_the_mnist1d_example(tmp_path):
+def test_ray_job_submit_runs_the_mnist1d_example_and_attaches_to_a_plan_service(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("mnist1d")
     pytest.importorskip("aiohttp", reason="`ray job submit` needs Ray's dashboard: pip install 'ray[default]'")
@@ -64,6 +64,13 @@ def test_ray_job_submit_runs_the_mnist1d_example(tmp_path):
     env = environment()
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])  # the job's `python`
     env["RAY_AUTH_MODE"] = "disabled"  # a throwaway local cluster: no token to hand to `ray job submit`
+    # The plan-service study's trainable, imported by name in the drivers and the cluster's workers: its
+    # module alone (with the whole tests folder on its path, this cluster's dashboard dies after starting).
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    shutil.copy(os.path.join(os.path.dirname(HERE), "trainables_for_tests.py"), modules)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(modules), env.get("PYTHONPATH")]))
+    gcs_port = free_port()
     # Its own ports and temp dir: `ray start` records its address there, where
     # a plain ray.init() elsewhere on this machine does not look. --block, so
     # that stopping this process stops this cluster and nothing else (`ray
@@ -71,7 +78,7 @@ def test_ray_job_submit_runs_the_mnist1d_example(tmp_path):
     temp_dir = f"/tmp/rst_{uuid.uuid4().hex[:8]}"
     dashboard = f"http://127.0.0.1:{free_port()}"
     head = subprocess.Popen(
-        [*ray_cli, "start", "--head", "--block", "--num-cpus", "2", "--port", str(free_port()),
+        [*ray_cli, "start", "--head", "--block", "--num-cpus", "2", "--port", str(gcs_port),
          "--dashboard-port", dashboard.rsplit(":", 1)[1], "--include-dashboard", "true", "--temp-dir", temp_dir,
          # ports of their own: the defaults may be held by the test session's Ray on this machine
          "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
@@ -116,10 +123,44 @@ def test_ray_job_submit_runs_the_mnist1d_example(tmp_path):
         assert os.listdir(tmp_path / "specs") == ["mnist1d_spec"], output[-6000:]
         code, output = run([*stagetree, "status", str(tmp_path / "specs" / "mnist1d_spec")], 120, env)
         assert code == 0 and "trials: 14 TERMINATED" in output, output[-6000:]
+
+        a_job_and_a_driver_attach_to_one_plan_service(ray_cli, dashboard, gcs_port, env, tmp_path / "service")
     finally:
         head.terminate()  # ray start's SIGTERM handler stops the processes it started
         head.communicate(timeout=120)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def a_job_and_a_driver_attach_to_one_plan_service(ray_cli, dashboard, gcs_port, env, storage):
+    """A `ray job submit` job and a plain driver process, both in namespace
+    "team", run `service_study` on plan service "team" of the cluster: the
+    same service actor serves both, and each gets its own trials' results."""
+    import json
+
+    from ray._private.services import get_node_ip_address
+
+    from service_study import expected_total
+
+    def arguments(name, milestones, **where):
+        return dict(where, namespace="team", storage=str(storage), name=name, milestones=milestones, service="team",
+                    out=str(storage / f"{name}.json"), service_out=str(storage / f"{name}.service"))  # fmt: skip
+
+    study = os.path.join(HERE, "service_study.py")
+    storage.mkdir()
+    job = subprocess.Popen(  # no address: the job's driver joins its cluster (RAY_ADDRESS); `ray job` quotes arguments
+        [*ray_cli, "job", "submit", "--address", dashboard, "--",
+         "python", study, json.dumps(arguments("job", [2, 3, 4]))],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
+    )  # fmt: skip
+    address = f"{get_node_ip_address()}:{gcs_port}"
+    code, output = run([sys.executable, study, json.dumps(arguments("driver", [2, 3, 5], address=address))], 300, env)
+    job_output = job.communicate(timeout=300)[0]
+    assert code == 0, output[-6000:]
+    assert job.returncode == 0, job_output[-6000:]
+    for name, milestones in (("job", [2, 3, 4]), ("driver", [2, 3, 5])):
+        totals = json.loads((storage / f"{name}.json").read_text())
+        assert totals == {str(m): expected_total(m) for m in milestones}
+    assert (storage / "job.service").read_text() == (storage / "driver.service").read_text()
 
 
 # -- init_ray: which ray.init call it makes (Ray itself is faked here) ------------

@@ -14,8 +14,10 @@ import pytest
 import ray
 
 from ray_stagetree.runtime.service_client import shutdown, status
-from service_study import HORIZON, expected_total, summary, tuner
-from trainables_for_tests import count_of, noisy_descent
+from service_study import HORIZON, expected_total, same_trial_ids, summary, tuner
+from trainables_for_tests import count_of, noisy_descent, sum_of_lr
+
+from ray_stagetree import Tuner
 
 STUDY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "service_study.py")
 
@@ -38,7 +40,7 @@ def start_driver(tmp_path, name, milestones, service, counter, sleep=0.0, **opti
     return subprocess.Popen([sys.executable, STUDY, json.dumps(arguments)]), out
 
 
-def wait_for(condition, timeout=60.0, what="condition"):
+def wait_for(condition, timeout=180.0, what="condition"):  # generous: CI machines may be loaded
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -119,3 +121,50 @@ def test_studies_of_different_trainables_never_share(ray_session, tmp_path, coun
         elsewhere.fit()
     running.kill()
     running.wait()
+
+
+def test_an_idle_service_ends_itself_but_not_while_a_study_is_attached(ray_session, tmp_path, counter, service_name):
+    idle_timeout_s = 1.0
+    driver, _ = start_driver(tmp_path, "slow", [2, 3], service_name, counter, sleep=1.0, idle_timeout_s=idle_timeout_s)
+    wait_for(lambda: attached(service_name), what="the study to attach")
+    time.sleep(3 * idle_timeout_s)  # several idle timeouts pass while the study trains: the service stays
+    assert driver.poll() is None, "the study should still be training (6 iterations of 1 s each)"
+    assert attached(service_name), "the service ended, or lost its study, while the study was attached"
+    assert driver.wait(timeout=120) == 0
+    # Its last study detached: it ends after the idle timeout.
+    wait_for(lambda: not service_exists(service_name), what="the idle service to end")
+
+
+def service_exists(name):
+    try:
+        ray.get_actor(name)
+    except ValueError:
+        return False
+    return True
+
+
+def test_colliding_trial_ids_of_two_studies_stay_apart(ray_session, tmp_path, counter, service_name, monkeypatch):
+    # Both drivers draw the same trial ids; the first study is still attached
+    # (its trials in the plan) when the second proposes them.
+    first, first_out = start_driver(tmp_path, "first", [2, 30], service_name, counter, sleep=0.3, same_trial_ids=True)
+    wait_for(lambda: attached(service_name), what="the first study to attach")
+    same_trial_ids(monkeypatch.setattr)
+    second = tuner(str(tmp_path), "second", [3, 4], service_name, counter=counter).fit()
+    assert second.num_errors == 0
+    assert summary(second) == {3: expected_total(3), 4: expected_total(4)}
+    assert first.wait(timeout=120) == 0
+    first_totals = {int(k): v for k, v in json.loads(first_out.read_text()).items()}
+    assert first_totals == {2: expected_total(2), 30: expected_total(30)}
+    ids = [result.metrics["trial_id"] for result in second]
+    assert all(trial_id.startswith("00000_") for trial_id in ids) and len(set(ids)) == 2
+
+
+def test_tuner_restore_of_an_attached_study_attaches_again(ray_session, tmp_path, counter, service_name):
+    first = tuner(str(tmp_path), "monday", [2, 3], service_name, counter=counter).fit()
+    trained = count_of(counter)
+    restored = Tuner.restore(first.experiment_path, sum_of_lr)
+    assert restored.plan_service is not None and restored.plan_service.name == service_name
+    again = restored.fit()
+    # On the same service and plan: every trial answered from it, nothing trained.
+    assert summary(again) == summary(first) and count_of(counter) == trained
+    assert again.experiment_path == first.experiment_path

@@ -133,13 +133,16 @@ def test_searcher_wrappers_limit_concurrency_and_repeat(tmp_path, ray_session):
     assert inits[0] == inits[1] and inits[2] == inits[3], "Repeater ran each suggestion twice"
 
 
-@pytest.mark.parametrize("synch", [False, True])
-def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_session, synch):
+@pytest.mark.parametrize("synch, on_service", [(False, False), (True, False), (False, True)])
+def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_session, synch, on_service):
+    """Also on a plan service: an exploit replaces a trial of the shared plan
+    (removed and added again under its id, forked from another's checkpoint)."""
     import random
 
     from ray.tune.schedulers import PopulationBasedTraining
 
     from ray_stagetree import from_json
+    from ray_stagetree.plan_service import shutdown
 
     random.seed(0)
     pbt = PopulationBasedTraining(
@@ -148,13 +151,19 @@ def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_ses
         hyperparam_mutations={"lr": [0.05, 0.1, 0.2, 0.4]},
         synch=synch,
     )
-    grid = Tuner(
+    tuner = Tuner(
         # four workers on the two test CPUs, so the population trains in step
         tune.with_resources(sequence_trainable, {"cpu": 0.5}),
         param_space={"lr": tune.grid_search([0.05, 0.1, 0.2, 0.4]), "noise": 0.0, "sleep": 0.2},
         tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=pbt),
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="pbt", stop={"training_iteration": HORIZON}, verbose=0),
-    ).fit()
+        plan_service=f"pbt_{os.urandom(3).hex()}" if on_service else None,
+    )
+    try:
+        grid = tuner.fit()
+    finally:
+        if on_service:
+            shutdown(tuner.plan_service.name)
     assert grid.num_errors == 0
     exploited = [r for r in grid if isinstance(r.config["lr"], dict) and r.config["lr"]["family"] == "Concat"]
     assert exploited, "the weakest trials exploited stronger ones"
