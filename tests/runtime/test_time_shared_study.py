@@ -13,7 +13,9 @@ from ray_stagetree import HermesPolicy, MultiStep, RoundRobinPolicy, Tuner, get_
 # Two roots of two trials each, sharing 8 iterations: 2 x 8 + 4 x 12 unique iterations.
 SPACE = {
     "lr": tune.grid_search([MultiStep(base, [8], gamma) for base in (0.05, 0.1) for gamma in (0.5, 0.1)]),
-    "sleep": 0.02,
+    # Long enough that a trial's own 12 iterations span a report flush
+    # (FLUSH_SECONDS), where a batch past its quantum is pre-empted.
+    "sleep": 0.05,
 }
 HORIZON = 20
 
