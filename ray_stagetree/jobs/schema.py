@@ -130,6 +130,7 @@ SCHEMA: dict[str, Any] = {
                 "stage_sharing": {"type": "boolean"},
                 "execution_policy": _NAMED,
                 "checkpoint_budget_bytes": {"type": "integer", "minimum": 0},
+                "parked_trainables_per_worker": {"type": "integer", "minimum": 0},
             },
         },
         "reproducible": {"type": "boolean"},

@@ -113,25 +113,30 @@ class FairShare:
                 counts[study] = counts.get(study, 0) + 1
         return counts
 
-    def select(self, plan: SearchPlan, idle_workers: int) -> list[StageBatch]:
+    def select(
+        self, plan: SearchPlan, idle_workers: int, admit: Callable[[StageBatch], bool] | None = None
+    ) -> list[StageBatch]:
         """Up to ``idle_workers`` ready batches, marked scheduled in ``plan``
-        (as `ExecutionPolicy.select`), studies held to their shares first."""
+        (as `ExecutionPolicy.select`, ``admit`` included), studies held to
+        their shares first."""
         if idle_workers <= 0:
             return []
         shares = self.shares(plan)
         running = self.running(plan)
 
-        def admit(batch: StageBatch) -> bool:
+        def within_share(batch: StageBatch) -> bool:
             served = self.studies(request for stage in batch.stages for request in stage.requests)
             if not any(running.get(study, 0) < shares.get(study, 0) for study in served):
+                return False
+            if admit is not None and not admit(batch):
                 return False
             for study in served:
                 running[study] = running.get(study, 0) + 1
             return True
 
-        chosen = self.policy.select(plan, idle_workers, admit=admit)
+        chosen = self.policy.select(plan, idle_workers, admit=within_share)
         if len(chosen) < idle_workers:  # work-conserving: no worker idles while anything is ready
-            chosen += self.policy.select(plan, idle_workers - len(chosen))
+            chosen += self.policy.select(plan, idle_workers - len(chosen), admit=admit)
         return chosen
 
     def studies(self, requests: Iterable[Request]) -> set[str]:

@@ -89,6 +89,7 @@ class PlanNode:
         "fork_step",
         "children",
         "_checkpoints",
+        "parked",
         "metrics",
         "requests",
         "running",
@@ -105,6 +106,10 @@ class PlanNode:
         # Written by the SearchPlan alone (`record_checkpoint`, `drop_checkpoint`),
         # which keeps the stage trees' change log; everyone else reads `checkpoints`.
         self._checkpoints: dict[int, CheckpointInfo] = {}
+        # Steps where a trainable that keeps no checkpoint waits, alive, on a
+        # worker (`record_parked`): a stage of this node can continue from
+        # there. Runtime state: never persisted.
+        self.parked: set[int] = set()
         self.metrics: dict[int, dict[str, Any]] = {}
         self.requests: dict[int, Request] = {}
         # batch id -> (start, stop) segment of this node a running batch trains
@@ -456,6 +461,21 @@ class SearchPlan:
             )
         node._checkpoints[step] = info
         self._touch(node)
+
+    def record_parked(self, node_id: int, step: int) -> None:
+        """A trainable of ``node`` waits alive at ``step`` (a trial paused
+        there, with no checkpoint): the stage continuing this node starts
+        there, as from a checkpoint. Other nodes cannot fork from it."""
+        node = self.node(node_id)
+        node.parked.add(step)
+        self._touch(node)
+
+    def drop_parked(self, node_id: int, step: int) -> None:
+        """The parked trainable at ``(node, step)`` went on, or was released."""
+        node = self.node(node_id)
+        if step in node.parked:
+            node.parked.discard(step)
+            self._touch(node)
 
     def reopen(self, trial_id: str) -> Request:
         """Train a trial's last point again (its checkpoint was lost and is

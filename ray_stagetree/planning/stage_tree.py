@@ -96,7 +96,7 @@ class StageTree:
 def _reach(plan_targets: dict[PlanNode, set[int]], node: PlanNode, step: int, from_request: bool) -> None:
     """Record that ``(node, step)`` must be reached, and what it needs first."""
     while True:
-        if not from_request and step in node.checkpoints:
+        if not from_request and (step in node.checkpoints or step in node.parked):
             return
         from_request = False
         targets = plan_targets.setdefault(node, set())
@@ -105,7 +105,9 @@ def _reach(plan_targets: dict[PlanNode, set[int]], node: PlanNode, step: int, fr
         targets.add(step)
         if node.running_batch_through(step) is not None:
             return
-        if any(node.fork_step < saved < step for saved in node.checkpoints):
+        if any(node.fork_step < saved < step for saved in node.checkpoints) or any(
+            node.fork_step < parked < step for parked in node.parked
+        ):
             return
         running = node.latest_running_stop(step)
         if running is not None and running[0] > node.fork_step:
@@ -190,7 +192,7 @@ def build_stage_tree(plan: "SearchPlan", units: "Iterable[PlanNode] | None" = No
     roots: list[Stage] = []
     for node, steps in ordered:
         points = sorted(steps)
-        saved = sorted(step for step in node.checkpoints if step > node.fork_step)
+        saved = sorted(step for step in {*node.checkpoints, *node.parked} if step > node.fork_step)
         for index, step in enumerate(points):
             stage = stage_at.get((node.node_id, step))
             if stage is None:

@@ -4,7 +4,7 @@ says what to train, a `BatchOutcome` carries back what was trained."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ray_stagetree.planning.config import TrialConfig
 
@@ -29,6 +29,9 @@ class BatchSpec:
     trial_dir: str = ""  # that trial's folder when the experiment path is local, else ""
     # A reproducible study's `runtime.reproducibility.Reproducibility`: the worker seeds the batch with it.
     reproducibility: Any = None
+    # The batch whose trainable waits parked on this worker at ``start``: this
+    # batch continues it, live, instead of starting from a checkpoint.
+    resumes: int | None = None
 
     @property
     def start(self) -> int:
@@ -62,3 +65,15 @@ class BatchOutcome:
     can_checkpoint: bool = True  # the last report came with a checkpoint (or a class that saves one)
     source_lost: str | None = None  # the starting checkpoint's object is lost (its node left): why
     trainable_unloadable: bool = False  # the worker could not unpickle the trainable: no batch can run
+    parked: bool = False  # the trainable waits, live, on its worker at the batch's end (`FlushReply.park`)
+
+
+class FlushReply(NamedTuple):
+    """The controller's answer to a worker's flush."""
+
+    save_steps: list[int]  # where to checkpoint
+    needed: int  # where the batch may stop: no live trial needs more
+    stop: int  # the batch's end, later than before where it continues live
+    # At the batch's end: keep the trainable alive on the worker, waiting for
+    # a batch that continues it (a paused trial that has no checkpoint).
+    park: bool = False

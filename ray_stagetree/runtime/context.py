@@ -29,7 +29,7 @@ from ray_stagetree.runtime.payload import (
     unpack_directory,
 )
 from ray_stagetree.runtime.rng import capture_rng_state, restore_rng_state
-from ray_stagetree.runtime.visible_config import sequences_so_far
+from ray_stagetree.runtime.visible_config import retarget, sequences_so_far
 
 FLUSH_SECONDS = 0.5
 
@@ -86,29 +86,42 @@ def activate(context: "StageContext | None") -> None:
 class StageContext:
     """Per-batch state behind the function API and the class-API driver."""
 
-    def __init__(self, spec: BatchSpec, controller: Any, put: Callable[[str, Any], None]) -> None:
-        self.spec = spec
-        self.step = spec.start
-        self.stop = spec.stop
-        self.save_steps = set(spec.save_steps)
+    def __init__(
+        self,
+        spec: BatchSpec,
+        controller: Any,
+        put: Callable[[str, Any], None],
+        park: Callable[[BatchOutcome], BatchSpec | None] | None = None,
+    ) -> None:
         self.returned_at: int | None = None  # set when a function trainable returns before `stop`
         self._controller = controller
         self._put = put
-        self._config = spec.trial_config
+        # Hands the worker a parked batch's outcome and waits for the batch
+        # that continues it (None: the trainable ends).
+        self._park = park
+        self._begin(spec)
         self._visible = sequences_so_far(spec.config, self._config, spec.plain, lambda: self.step)
-        self._config_changes = self._plain_value_changes()
-        self.save_steps |= self._config_changes
         self._restart_payload: CheckpointPayload | None = None
         self._source: CheckpointPayload | None = None
-        self._pending = BatchOutcome(spec.batch_id)
-        self._last_flush = self._started = self._iteration_started = time.monotonic()
         self._restored_dir: str | None = None
         self._ended = False  # a report said done
+        self._parking = False  # the controller's reply at the batch's end said park
         self._put_steps: set[int] = set()  # steps whose checkpoint went to the outbox
         # The last checkpoint report() got, kept (hard-linked) past the user's
         # temporary folder: if the function ends the trial right after it,
         # it is the trial's final checkpoint, as in Tune.
         self._latest: tuple[int, str] | None = None
+
+    def _begin(self, spec: BatchSpec) -> None:
+        """Take ``spec`` as the batch to train (also a batch that continues a parked one)."""
+        self.spec = spec
+        self.step = spec.start
+        self.stop = spec.stop
+        self._config = spec.trial_config
+        self._config_changes = self._plain_value_changes()
+        self.save_steps = set(spec.save_steps) | self._config_changes
+        self._pending = BatchOutcome(spec.batch_id)
+        self._last_flush = self._iteration_started = time.monotonic()
         self.missing_checkpoint: int | None = None  # first branch point whose checkpoint report() did not get
 
     def _plain_value_changes(self) -> set[int]:
@@ -261,9 +274,31 @@ class StageContext:
         if self.step < self.stop and (payload is not None or now - self._last_flush >= FLUSH_SECONDS):
             self.flush()
         if self.step >= self.stop:
-            raise BatchEnd()
+            if not self._parking:
+                raise BatchEnd()
+            self._wait_parked()
         if self.step in self._config_changes:
             self._restart(payload)
+
+    def _wait_parked(self) -> None:
+        """End the batch with the trainable alive: the worker hands its outcome
+        back and this thread waits for the batch that continues it (then
+        returns into the trainable's loop with the random states it had
+        here) or for its release (then the trainable ends)."""
+        rng = capture_rng_state()
+        outcome, self._pending = self._pending, BatchOutcome(self.spec.batch_id)
+        outcome.parked = True
+        outcome.missing_checkpoint = self.missing_checkpoint
+        outcome.seconds = time.monotonic() - self._last_flush
+        self._parking = False
+        follow_up = self._park(outcome)
+        if follow_up is None:
+            raise BatchEnd()
+        if follow_up.start != self.step:
+            raise RuntimeError(f"batch {follow_up.batch_id} starts at {follow_up.start}, the parked trainable is at {self.step}")
+        self._begin(follow_up)
+        retarget(self._visible, self._config)
+        restore_rng_state(rng)
 
     def _restart(self, payload: CheckpointPayload | None) -> None:
         if payload is None:
@@ -292,7 +327,8 @@ class StageContext:
         self._last_flush = time.monotonic()
         if self._controller is None:
             return
-        save_steps, needed, batch_stop = ray.get(self._controller.worker_report.remote(outcome))
+        save_steps, needed, batch_stop, park = ray.get(self._controller.worker_report.remote(outcome))
+        self._parking = park and self._park is not None and batch_stop == self.step and not self._ended
         self.save_steps = set(save_steps) | self._config_changes
         if batch_stop > self.spec.stop:
             node_id, start, _ = self.spec.segments[-1]

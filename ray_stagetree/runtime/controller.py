@@ -41,10 +41,11 @@ from ray_stagetree.planning.lifecycle import (
 )
 from ray_stagetree.planning.plan import Request, RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
-from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
+from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec, FlushReply
 from ray_stagetree.runtime.checkpoint_store import CheckpointStore, WriteFailed
 from ray_stagetree.runtime.cluster import workers_that_fit
 from ray_stagetree.runtime.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
+from ray_stagetree.runtime.parking import PARKED_PER_WORKER, Parking
 from ray_stagetree.runtime.results import kept_checkpoints
 from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.runtime.trials import TrialInfo, trial_name
@@ -106,6 +107,7 @@ class StudySpec:
     payload_key: bytes | None = field(default=None, repr=False)
     trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
     reproducibility: Any = None  # Tuner(reproducible=True): how workers seed batches (runtime.reproducibility)
+    parked_per_worker: int = PARKED_PER_WORKER  # paused trainables with no checkpoint a worker keeps alive
 
 
 @dataclass(kw_only=True)
@@ -166,6 +168,7 @@ class StudyController:
         self.policy = get_policy(spec.policy)
         self.policy.bind(spec.num_workers)
         self._yield_at: dict[int, int] = {}  # batch id -> where a time-shared batch stops for other work
+        self.parking = Parking(self.plan, spec.parked_per_worker)
         self._time_sharing_off = False  # the trainable keeps no checkpoint where a pre-emption needs one
         self.store = store or CheckpointStore(
             CheckpointStorage(spec.experiment_path, spec.storage_filesystem),
@@ -447,47 +450,64 @@ class StudyController:
             self._event("error", state, error=state.error)
         else:
             self._event("complete", state)
+        self._release_unneeded()
         self._wake.set()
+
+    def _release(self, parked: list[Any]) -> None:
+        for trainable in parked:
+            trainable.worker.release.remote(trainable.batch_id)
+
+    def _release_unneeded(self) -> None:
+        """Release the parked trainables that no unfinished trial needs."""
+        self._release(self.parking.unneeded(lambda trial_id: self._status(trial_id) in UNFINISHED))
 
     # -- reports from workers ---------------------------------------------------
 
-    def worker_report(self, outcome: BatchOutcome) -> tuple[list[int], int, int]:
+    def worker_report(self, outcome: BatchOutcome) -> FlushReply:
         """Fold a worker's records into the plan (trials' schedulers decide on
         them here); reply with the batch's checkpoint steps, the step it may
-        stop at, and its end, later than before where it continues live."""
+        stop at, its end, later than before where it continues live, and
+        whether its trainable parks there (`runtime.parking`)."""
         if self._frozen:
-            return [], 0, 0  # stop: the study was saved as it stood
+            return FlushReply([], 0, 0)  # stop: the study was saved as it stood
         self._ingest(outcome)
         batch_id = outcome.batch_id
         self._batch_heard[batch_id] = time.monotonic()
         self._enforce_budget()  # this batch stops here, not at its next report
         if batch_id not in self.plan.running_batches:
-            return [], 0, 0
+            return FlushReply([], 0, 0)
         if outcome.records:
             yielding = self._time_shared(batch_id, *outcome.records[-1][:2], outcome.can_checkpoint)
             if yielding is not None:
                 return yielding
         node, _, stop = self.plan.batch_segments(batch_id)[-1]
         save_steps = []
-        if (
-            outcome.records
-            and outcome.records[-1][1] == stop
-            and self._continue_live(node, stop, outcome.can_checkpoint)
-        ):
+        at_end = bool(outcome.records) and outcome.records[-1][1] == stop
+        extended = None
+        if at_end and self._continue_live(node, stop, outcome.can_checkpoint):
             extended = self.plan.extend_batch(batch_id)
             # (A trainable that reported no checkpoint here gets no request
             # for one: it has nothing to save, and nothing forks here.)
             if extended is not None and self._keeps_decision_points and outcome.can_checkpoint:
                 save_steps.append(stop)
-            stop = extended or stop
+        park = (
+            at_end
+            and extended is None
+            and not outcome.can_checkpoint
+            and self.parking.wanted(node, stop, lambda trial_id: self._status(trial_id) == PAUSED)
+        )
         save_steps += [step for _, step in self.plan.checkpoints_needed(batch_id)]
         save_steps += self._configured_saves(batch_id, outcome)
         needed = self.plan.needed_until(batch_id)
-        return save_steps, needed[1] if needed is not None else 0, stop
+        return FlushReply(save_steps, needed[1] if needed is not None else 0, extended or stop, park)
+
+    def _status(self, trial_id: str) -> str | None:
+        state = self.trials.get(trial_id)
+        return None if state is None else state.status
 
     def _time_shared(
         self, batch_id: int, node_id: int, step: int, can_checkpoint: bool
-    ) -> tuple[list[int], int, int] | None:
+    ) -> FlushReply | None:
         """The reply to a batch that a time-sharing policy pre-empts (its
         quantum is over and other work comes first), None for the others. It
         trains one more iteration, for which ``should_checkpoint()`` is True
@@ -513,7 +533,7 @@ class StudyController:
             at = self._yield_at[batch_id] = step + 1
         needed = self.plan.needed_until(batch_id)
         saves = [point for _, point in self.plan.checkpoints_needed(batch_id)] + [at]
-        return saves, min(at, needed[1]) if needed is not None else 0, self.plan.batch_segments(batch_id)[-1][2]
+        return FlushReply(saves, min(at, needed[1]) if needed is not None else 0, self.plan.batch_segments(batch_id)[-1][2])
 
     def _configured_saves(self, batch_id: int, outcome: BatchOutcome | None = None) -> list[int]:
         """CheckpointConfig's saves on a batch (class trainables; the Tuner
@@ -599,15 +619,24 @@ class StudyController:
         lost = False
         if self.store.writes_behind():
             return lost
-        for batch in self.policy.select(self.plan, self._idle_count()):
+        chosen = self.policy.select(self.plan, self._idle_count(), admit=self.parking.admit(self._idle))
+        # Batches that continue a parked trainable take its worker before the others take any.
+        chosen.sort(key=lambda batch: self.parking.source_of(batch) is None)
+        for batch in chosen:
+            parked = self.parking.source_of(batch)
             try:
-                spec = await self._batch_spec(batch)
+                spec = await self._batch_spec(batch, parked)
             except CheckpointUnavailableError as error:
                 logger.warning("%s; retraining it", error)
                 self.plan.release_batch(batch.batch_id)
                 lost = True
                 continue
-            worker = self._worker()
+            if parked is not None:
+                self.parking.take(parked)
+                self._idle.remove(parked.worker)
+                worker = parked.worker
+            else:
+                worker = self._worker()
             self._batch_workers[batch.batch_id] = worker
             ref = worker.run_batch.remote(spec)
             self._running[ref] = (worker, batch, spec, time.monotonic())
@@ -617,12 +646,12 @@ class StudyController:
                     self._announce(self.trials[trial_id])
         return lost
 
-    async def _batch_spec(self, batch: StageBatch) -> BatchSpec:
+    async def _batch_spec(self, batch: StageBatch, parked: Any = None) -> BatchSpec:
         leaf = batch.stages[-1].node
         config = self._node_configs[leaf.node_id]
         source = batch.source
         handle = None
-        if source is not None and not source.is_initialization:
+        if parked is None and source is not None and not source.is_initialization:
             handle = await self.store.handle(self.plan, source.node, source.step)
         return BatchSpec(
             batch_id=batch.batch_id,
@@ -634,6 +663,7 @@ class StudyController:
             source=handle,
             plain=self._node_plain.get(leaf.node_id, frozenset()),
             reproducibility=self.spec.reproducibility,
+            resumes=None if parked is None else parked.batch_id,
             **self._owner(leaf.node_id),
         )
 
@@ -663,6 +693,7 @@ class StudyController:
             self._batch_workers.pop(batch.batch_id, None)
             if worker in self._workers:  # not when the driver shut the workers down (an interrupted fit)
                 self._workers.remove(worker)
+            self.parking.forget_worker(worker)
             # Its node may be gone: start no more workers than the cluster now holds.
             self._capacity = max(1, min(self.spec.num_workers, workers_that_fit(self.spec.worker_options)))
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
@@ -682,7 +713,8 @@ class StudyController:
             # The starting checkpoint's only copy was on a node that is gone:
             # the batch starts again from its durable copy, or retrains.
             logger.warning("%s; starting the batch again", outcome.source_lost)
-            self.store.forget_copy(self.plan, batch.source.node, batch.source.step)
+            if spec.resumes is None:
+                self.store.forget_copy(self.plan, batch.source.node, batch.source.step)
             self.plan.release_batch(batch.batch_id)
             self._batch_workers.pop(batch.batch_id, None)
             self._idle.append(worker)
@@ -702,7 +734,11 @@ class StudyController:
         last = outcome.records[-1] if outcome.records else None
         self.policy.ended(self.plan, batch.batch_id, time.monotonic(), last and (self.plan.nodes[last[0]], last[1]))
         self._yield_at.pop(batch.batch_id, None)
+        if outcome.parked:
+            node, _, stop = self.plan.batch_segments(batch.batch_id)[-1]
+            self._release(self.parking.park(worker, batch.batch_id, node, stop))
         self.plan.release_batch(batch.batch_id)
+        self._release_unneeded()
         self._idle.append(worker)
 
     def _trials_through(self, node: Any, step: int) -> set[str]:
@@ -1170,7 +1206,7 @@ def start_worker(spec: StudySpec, controller: Any) -> Any:
     """A stage worker actor running ``spec``'s trainable for ``controller``.
     It starts at once: a process that imports the trainable's modules, which
     takes seconds."""
-    actor = ray.remote(StageWorker).options(max_concurrency=2, **spec.worker_options)
+    actor = ray.remote(StageWorker).options(max_concurrency=3, **spec.worker_options)
     return actor.remote(spec.trainable, controller)
 
 

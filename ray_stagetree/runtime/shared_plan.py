@@ -63,6 +63,7 @@ class SharedPlan(StudyController):
             worker_options=spec.worker_options,
             policy=spec.policy,
             checkpoint_budget_bytes=spec.checkpoint_budget_bytes,
+            parked_per_worker=spec.parked_per_worker,
             resume=plan_exists,
             payload_key=spec.payload_key,
             trust_storage=spec.trust_storage,

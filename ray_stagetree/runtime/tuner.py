@@ -48,6 +48,7 @@ from ray_stagetree.runtime.experiment_state import (
     write_tuner_settings,
 )
 from ray_stagetree.runtime.payload_auth import TRUST_ENV, experiment_key, key_dir, trust_storage
+from ray_stagetree.runtime.parking import PARKED_PER_WORKER
 from ray_stagetree.runtime.progress import ProgressReporter
 from ray_stagetree.runtime.reproducibility import (
     Reproducibility,
@@ -105,6 +106,13 @@ class Tuner:
     checkpoint_budget_bytes:
         Object-store memory for checkpoints before the least valuable ones
         are dropped to storage.
+    parked_trainables_per_worker:
+        A trial paused where its trainable reported no checkpoint
+        (synchronous HyperBand) keeps its trainable alive, parked on its
+        worker, and goes on there when resumed instead of training again
+        from scratch; each parked trainable holds its memory (GPU memory
+        too). At most this many per worker (the oldest is let go first); 0
+        parks none, as Tune, which restarts such trials.
     reproducible:
         Seed Python's, NumPy's and torch's generators on the workers at the
         start of every stage batch, from the trial's seed (its ``seed``
@@ -154,6 +162,7 @@ class Tuner:
         stage_sharing: bool = True,
         execution_policy: "str | ExecutionPolicy" = "critical_path",
         checkpoint_budget_bytes: int = 2 * 1024**3,
+        parked_trainables_per_worker: int = PARKED_PER_WORKER,
         reproducible: bool = False,
         seed: int = 0,
         repeats: int = 1,
@@ -170,6 +179,7 @@ class Tuner:
         self.stage_sharing = stage_sharing
         self.execution_policy = execution_policy
         self.checkpoint_budget_bytes = checkpoint_budget_bytes
+        self.parked_trainables_per_worker = parked_trainables_per_worker
         self.reproducible = reproducible
         self.seed = seed
         self.repeats = repeats
@@ -281,6 +291,7 @@ class Tuner:
                 "stage_sharing": self.stage_sharing,
                 "execution_policy": self.execution_policy,
                 "checkpoint_budget_bytes": self.checkpoint_budget_bytes,
+                "parked_trainables_per_worker": self.parked_trainables_per_worker,
                 "reproducible": self.reproducible,
                 "seed": self.seed,
                 "repeats": self.repeats,
@@ -315,6 +326,9 @@ class Tuner:
             or (self.checkpoint_budget_bytes < 0)
         ):
             raise ValueError(f"checkpoint_budget_bytes must be an int >= 0, got {self.checkpoint_budget_bytes!r}")
+        parked = self.parked_trainables_per_worker
+        if isinstance(parked, bool) or not isinstance(parked, int) or parked < 0:
+            raise ValueError(f"parked_trainables_per_worker must be an int >= 0 (0 parks none), got {parked!r}")
         check_reproducibility_arguments(
             self.reproducible, self.seed, self.repeats, self.deterministic_algorithms, self.param_space
         )
@@ -639,6 +653,7 @@ class Tuner:
             time_budget_s=self._time_budget(),
             policy=self._policy,
             checkpoint_budget_bytes=self.checkpoint_budget_bytes,
+            parked_per_worker=self.parked_trainables_per_worker,
             resume=resume,
             restore=restore,
             state_period_s=_state_period(),

@@ -120,3 +120,19 @@ def sequences_so_far(config: dict[str, Any], flat: Any, plain: frozenset[str], n
             level = level[part]
         level[leaf] = SequenceSoFar(name, sequence, now)
     return out
+
+
+def retarget(visible: dict[str, Any], flat: Any) -> None:
+    """Point the `SequenceSoFar` values of ``visible`` (what `sequences_so_far`
+    made) at ``flat``'s sequences: a parked trainable, continued by a batch
+    whose path goes on into a node forked from its own, sees that node's
+    values from the fork on. They agree with the old ones up to the iteration
+    reached, which is all a `SequenceSoFar` shows."""
+    sequences = dict(zip(flat.names, flat.sequences))
+    pending = [visible]
+    while pending:
+        for value in pending.pop().values():
+            if isinstance(value, SequenceSoFar):
+                value._sequence = sequences[value.name]
+            elif isinstance(value, dict):
+                pending.append(value)

@@ -10,6 +10,12 @@ of the batch earlier (no live trial needs the rest), or, at the batch's end,
 later: the trial goes on, and so does the live function (live continuation).
 Class trainables run through `ray_stagetree.runtime.class_trainables`.
 
+Each trainable runs in a thread of its own (`LiveTrainable`). A trial paused
+where its trainable keeps no checkpoint (synchronous HyperBand) would have to
+train again from scratch when resumed; instead the controller has the
+trainable park: the batch ends, the worker takes other batches, and the
+trainable waits, alive, for the batch that continues it or for its release.
+
 A checkpoint waits in the worker's outbox until the controller calls
 `StageWorker.take_checkpoint`: the payload becomes that call's return value,
 an object the controller owns, so it outlives this worker, and its bytes go
@@ -20,6 +26,8 @@ Workers are threaded actors so that call is served while a batch runs.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import traceback
 from typing import Any, Callable
 
@@ -90,9 +98,42 @@ def _install_tune_shims() -> None:
         module.get_context = session.get_context
 
 
+class LiveTrainable:
+    """A trainable training one stage batch after another in its own thread:
+    the first batch starts it, each batch that continues a parked one is
+    handed to it (`resume`), and `outcome` waits for the current batch's."""
+
+    def __init__(self, train: Callable[[StageContext], BatchOutcome], context_for: Callable[..., StageContext], spec: BatchSpec) -> None:
+        self._outcomes: queue.SimpleQueue[BatchOutcome] = queue.SimpleQueue()
+        self._follow_ups: queue.SimpleQueue[BatchSpec | None] = queue.SimpleQueue()
+        self.context = context_for(spec, self._park)
+        self._train = train
+        self._thread = threading.Thread(target=self._run, name=f"stage-batch-{spec.batch_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        self._outcomes.put(self._train(self.context))
+
+    def _park(self, outcome: BatchOutcome) -> BatchSpec | None:
+        self._outcomes.put(outcome)
+        return self._follow_ups.get()
+
+    def outcome(self) -> BatchOutcome:
+        return self._outcomes.get()
+
+    def resume(self, spec: BatchSpec) -> None:
+        self._follow_ups.put(spec)
+
+    def release(self) -> None:
+        """End the parked trainable (its loop gets `BatchEnd`, its cleanup runs)."""
+        self._follow_ups.put(None)
+
+
 class StageWorker:
-    """Ray actor body (run with ``max_concurrency=2``): runs one batch at a
-    time and hands out its checkpoints.
+    """Ray actor body (run with ``max_concurrency=3``): runs one batch at a
+    time, hands out its checkpoints, and releases parked trainables.
 
     The trainable arrives pickled and is loaded after the Tune shims are in
     place, so names it imported from ``ray.tune`` resolve to ours.
@@ -113,6 +154,7 @@ class StageWorker:
         except Exception as error:
             self._load_error = _load_error_message(error)
         self._is_class = isinstance(self._trainable, type)
+        self._parked: dict[int, LiveTrainable] = {}  # by the batch they parked at the end of
 
     def pid(self) -> int:
         return os.getpid()
@@ -120,14 +162,38 @@ class StageWorker:
     def take_checkpoint(self, key: str) -> CheckpointPayload:
         return self._outbox.pop(key)
 
+    def release(self, batch_id: int) -> None:
+        """The trainable parked at the end of ``batch_id`` is not needed any more."""
+        live = self._parked.pop(batch_id, None)
+        if live is not None:
+            live.release()
+
     def run_batch(self, spec: BatchSpec) -> BatchOutcome:
         if self._load_error is not None:
             return BatchOutcome(spec.batch_id, error=self._load_error, trainable_unloadable=True)
-        context = StageContext(spec, self._controller, self._outbox.__setitem__)
-        try:
-            context.source_payload()
-        except ray.exceptions.ObjectLostError as error:
-            return BatchOutcome(spec.batch_id, source_lost=f"the checkpoint batch {spec.batch_id} starts from is lost: {error}")
+        if spec.resumes is not None:
+            live = self._parked.pop(spec.resumes, None)
+            if live is None:
+                return BatchOutcome(spec.batch_id, source_lost=f"no trainable is parked at the end of batch {spec.resumes}")
+            live.resume(spec)
+        else:
+            live = LiveTrainable(self._train, self._context, spec)
+            try:
+                live.context.source_payload()
+            except ray.exceptions.ObjectLostError as error:
+                return BatchOutcome(spec.batch_id, source_lost=f"the checkpoint batch {spec.batch_id} starts from is lost: {error}")
+            live.start()
+        outcome = live.outcome()
+        if outcome.parked:
+            self._parked[spec.batch_id] = live
+        return outcome
+
+    def _context(self, spec: BatchSpec, park: Callable[[BatchOutcome], BatchSpec | None]) -> StageContext:
+        return StageContext(spec, self._controller, self._outbox.__setitem__, park)
+
+    def _train(self, context: StageContext) -> BatchOutcome:
+        """Run the trainable through ``context``'s batches; the last one's outcome."""
+        spec = context.spec
         try:
             if spec.reproducibility is not None:  # before the trainable builds anything random
                 seed_stage(spec.reproducibility, spec.config, spec.start)
@@ -139,7 +205,7 @@ class StageWorker:
             outcome = context.finish()
             outcome.error = traceback.format_exc() + _sequence_hint(error)
             outcome.error_step = context.step + 1
-            outcome.error_node = context.node_at(min(context.step + 1, spec.stop))
+            outcome.error_node = context.node_at(min(context.step + 1, context.spec.stop))
             outcome.error_retryable = not isinstance(error, ReportError)
             return outcome
         return context.finish()

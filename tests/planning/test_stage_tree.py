@@ -126,3 +126,24 @@ def test_child_starts_from_parent_checkpoint_at_fork():
     assert stages[(child.node_id, 50)].source.node is parent
     assert stages[(child.node_id, 50)].ready
 
+
+
+def test_a_parked_trainable_is_where_its_node_and_forks_from_it_go_on():
+    """A trainable paused without a checkpoint waits alive at its point
+    (`SearchPlan.record_parked`): stages continuing that node, or forking from
+    it there or later, start from it instead of from scratch."""
+    plan = SearchPlan()
+    paused = plan.add_trial("a", {"lr": MultiStep(0.1, [80], 0.1)}, 30)
+    node = paused.node
+    plan.record_parked(node.node_id, 30)
+    plan.extend_trial("a", 100)
+    at_fork = plan.add_trial("b", {"lr": MultiStep(0.1, [30], 0.1)}, 100).node
+    later = plan.add_trial("c", {"lr": MultiStep(0.1, [50], 0.1)}, 100).node
+    assert (at_fork.fork_step, later.fork_step) == (30, 50)
+    stages = {(stage.node.node_id, stage.start): stage for stage in build_stage_tree(plan).stages}
+    assert (stages[(node.node_id, 30)].source.node, stages[(node.node_id, 30)].source.step) == (node, 30)
+    assert stages[(at_fork.node_id, 30)].source == stages[(node.node_id, 30)].source
+    assert stages[(later.node_id, 50)].parent is stages[(node.node_id, 30)]
+    assert not any(stage.start == 0 for stage in stages.values())
+    plan.drop_parked(node.node_id, 30)
+    assert {stage.start for stage in build_stage_tree(plan).roots} == {0}

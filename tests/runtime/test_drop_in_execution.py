@@ -256,14 +256,11 @@ SCHEDULERS = {
 }
 
 
-# Synchronous HyperBand resumes a paused trial from its checkpoint: a
-# trainable that keeps none retrains there, as under Tune. (PBT, as Ray's,
+# Synchronous HyperBand resumes a paused trial from its checkpoint, or, when
+# its trainable keeps none, where that trainable waits parked. (PBT, as Ray's,
 # never clones a trial that has no checkpoint.)
 INVARIANT_CASES = [
-    (scheduler, trainable)
-    for scheduler in sorted(SCHEDULERS)
-    for trainable in ("counting_loop", "checkpointing_loop")
-    if trainable == "checkpointing_loop" or scheduler != "hyperband"
+    (scheduler, trainable) for scheduler in sorted(SCHEDULERS) for trainable in ("counting_loop", "checkpointing_loop")
 ]
 
 
@@ -272,7 +269,7 @@ def test_never_more_iterations_executed_than_reported(tmp_path, ray_session, sch
     """The invariant of live continuation, over schedulers, trainables that
     checkpoint or not, and random sequence spaces."""
     rng = random.Random(f"{scheduler_name}-{trainable_name}")
-    milestones = rng.sample(range(1, 12), 4)
+    milestones = rng.sample(range(1, 12), 6)  # more trials than workers: HyperBand pauses some
     space = {"lr": tune.grid_search([MultiStep(1.0, [m], rng.choice([0.5, 0.9])) for m in milestones]), "noise": 0.0}
     grid = Tuner(
         globals()[trainable_name],
@@ -282,6 +279,37 @@ def test_never_more_iterations_executed_than_reported(tmp_path, ray_session, sch
     ).fit()
     assert grid.num_errors == 0, [str(r.error) for r in grid if r.error]
     assert grid.iterations_executed <= reported(grid)
+
+
+def marking_loop(config):
+    """`counting_loop` that leaves a file in ``config["marks"]`` each time it starts."""
+    with open(os.path.join(config["marks"], f"{config['lr']}-{os.urandom(4).hex()}"), "w"):
+        pass
+    counting_loop(config)
+
+
+def test_a_trial_paused_without_a_checkpoint_goes_on_in_its_live_trainable(tmp_path, ray_session):
+    """Synchronous HyperBand pauses trials at each rung until their bracket
+    gets there. A trainable that keeps no checkpoint waits parked on its
+    worker meanwhile: each trial's function starts once, nothing retrains,
+    and a trial resumed there reports what an unpaused one would."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    rates = [0.1 * (i + 1) for i in range(8)]  # one bracket of 8 trials on 2 workers
+    grid = Tuner(
+        marking_loop,
+        param_space={"lr": tune.grid_search(rates), "marks": str(marks)},
+        tune_config=tune.TuneConfig(metric="x", mode="max", scheduler=HyperBandScheduler(max_t=8, reduction_factor=2)),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="parked", stop={"training_iteration": 8}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    assert grid.iterations_executed == reported(grid)
+    starts = sorted(float(name.split("-")[0]) for name in os.listdir(marks))
+    assert starts == pytest.approx(rates)
+    for result in grid:
+        history = result.metrics_dataframe
+        assert history["x"].tolist() == pytest.approx([result.config["lr"] * k for k in history["training_iteration"]])
+    assert max(len(result.metrics_dataframe) for result in grid) == 8  # someone was resumed to the end
 
 
 def test_a_searcher_under_asha_without_checkpoints_executes_only_what_it_reports(tmp_path, ray_session):
