@@ -11,7 +11,9 @@ MNIST-1D, generated offline, on one worker per CPU (``--workers``), over the
 example's 14 learning-rate x batch-size sequences: as a grid search, under
 ``ASHAScheduler``, and under ASHA with a trainable that keeps no checkpoint
 (study 1c: live continuation must keep every prefix from being retrained,
-so stagetree never executes more epochs than Tune). The trainable is the example's for all three; under
+so stagetree never executes more epochs than Tune). Study 1d is 1c's with
+Optuna's searcher (seeded: both systems get the same suggestions) over
+warm-up and decay parameters. The trainable is the example's for all three; under
 Tune, to which ray_stagetree's ``report`` and ``get_checkpoint`` forward, it
 computes each epoch's hyper-parameters from the sequences itself (Tune knows
 nothing of sequences; ray_stagetree's ``get_hparams()`` does it otherwise).
@@ -35,6 +37,7 @@ best accuracy equal to Tune's.
     python release/bench_tune.py              # 16 epochs, 20,000 samples (about 18 minutes on 2 CPUs)
     python release/bench_tune.py --quick      # grid only: 4 trials, 3 epochs, small data (CI smoke test)
     python release/bench_tune.py --workers 16 # on a 16-core machine
+    python release/bench_tune.py --studies bare,searcher  # only the studies without checkpoints
 """
 
 from __future__ import annotations
@@ -60,11 +63,29 @@ sys.path.insert(0, EXAMPLES)
 
 import mnist1d_study as example  # noqa: E402
 
-from ray_stagetree import MultiStep, Sequence, Tuner, from_json, init_ray, merge_rate  # noqa: E402
+from ray_stagetree import Exponential, MultiStep, Sequence, Tuner, Warmup, from_json, init_ray, merge_rate  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
+from ray_stagetree.searchers.variants import to_tune_space  # noqa: E402
 
 WORKERS = os.cpu_count() or 1  # --workers
 METRIC, MODE = "accuracy", "max"
+SEARCHER_SAMPLES = 12  # study 1d's trials: inside Optuna's seeded random start-up (10 by default, set to this)
+
+
+def searcher_space() -> dict[str, Any]:
+    """Study 1d's space: trials with the same warm-up share it."""
+    inner = Exponential(tune.choice([0.05, 0.1]), tune.choice([0.8, 0.9]))
+    return {"lr": Warmup(0.02, tune.choice([2, 3]), inner), "batch_size": 128, "seed": 0}
+
+
+def _searcher(searcher: bool) -> Any:
+    if not searcher:
+        return None
+    from ray.tune.search.optuna import OptunaSearch
+    import optuna
+
+    sampler = optuna.samplers.TPESampler(seed=0, n_startup_trials=SEARCHER_SAMPLES)
+    return OptunaSearch(sampler=sampler)
 
 
 def declarative(space: dict[str, Any]) -> dict[str, Any]:
@@ -123,6 +144,8 @@ class Run:
     reported: int = 0  # rows the trials reported, summed (executed <= reported, sharing makes it fewer)
     epoch_seconds: float = float("nan")  # median time_this_iter_s
     longest_path: int = 0  # epochs of the longest trial
+    configs: list | None = None  # each trial's lr sequence (JSON form): did both systems run the same trials?
+    trials: list | None = None  # ray_stagetree's trial configs, for the merge rate
 
 
 def _best(results: Any) -> float:
@@ -144,30 +167,51 @@ def _fit(tuner: Any, system: str) -> tuple[Any, float]:
     return results, wall
 
 
-def run_tune(space: dict[str, Any], data: Any, epochs: int, asha: bool, storage: str, checkpoints: bool) -> Run:
+def _tune_config(asha: bool, epochs: int, searcher: bool) -> tune.TuneConfig:
+    return tune.TuneConfig(
+        metric=METRIC,
+        mode=MODE,
+        scheduler=_scheduler(asha, epochs),
+        search_alg=_searcher(searcher),
+        num_samples=SEARCHER_SAMPLES if searcher else 1,
+    )
+
+
+def run_tune(
+    space: dict[str, Any], data: Any, epochs: int, asha: bool, storage: str, checkpoints: bool, searcher: bool = False
+) -> Run:
     occupancy = TrialOccupancy()
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(example.train_mnist1d, data=data, hparams_at=values_at, checkpoints=checkpoints),
             {"cpu": 1},
         ),
-        param_space=declarative(space),
-        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, scheduler=_scheduler(asha, epochs)),
+        # A searcher gets the sequences' declarative form, domains inside, as ray_stagetree gives it them.
+        param_space=to_tune_space(space) if searcher else declarative(space),
+        tune_config=_tune_config(asha, epochs, searcher),
         run_config=tune.RunConfig(
             storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]
         ),
     )
     results, wall = _fit(tuner, "Ray Tune")
     executed = sum(result.metrics["training_iteration"] for result in results)
-    return Run("(a) Ray Tune", wall, occupancy.seconds, executed, _best(results))
+    configs = [from_json(result.config["lr"]).to_json() for result in results]
+    return Run("(a) Ray Tune", wall, occupancy.seconds, executed, _best(results), configs=configs)
 
 
 def run_stagetree(
-    space: dict[str, Any], data: Any, epochs: int, asha: bool, storage: str, sharing: bool, checkpoints: bool = True
+    space: dict[str, Any],
+    data: Any,
+    epochs: int,
+    asha: bool,
+    storage: str,
+    sharing: bool,
+    checkpoints: bool = True,
+    searcher: bool = False,
 ) -> Run:
     tuner = Tuner(
         tune.with_resources(tune.with_parameters(example.train_mnist1d, data=data, checkpoints=checkpoints), {"cpu": 1}),
         param_space=space,
-        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, scheduler=_scheduler(asha, epochs)),
+        tune_config=_tune_config(asha, epochs, searcher),
         run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": epochs}, verbose=0),
         stage_sharing=sharing,
     )
@@ -184,6 +228,8 @@ def run_stagetree(
         reported=sum(len(frame) for frame in frames),
         epoch_seconds=statistics.median(times),
         longest_path=max(len(frame) for frame in frames),
+        configs=[result.config["lr"].to_json() for result in results],
+        trials=[result.config for result in results],
     )
 
 
@@ -195,16 +241,28 @@ def fixed_seconds(space: dict[str, Any], data: Any, storage: str) -> float:
 
 
 def study(
-    label: str, space: dict[str, Any], data: Any, epochs: int, asha: bool, storage: str, fixed: float, checkpoints: bool = True
+    label: str,
+    space: dict[str, Any],
+    data: Any,
+    epochs: int,
+    asha: bool,
+    storage: str,
+    fixed: float,
+    checkpoints: bool = True,
+    searcher: bool = False,
 ) -> dict:
-    trials = generate_trials(space)
-    print(f"\n{label}: {len(trials)} trials x {epochs} epochs, {WORKERS} workers")
+    count = SEARCHER_SAMPLES if searcher else len(generate_trials(space))
+    print(f"\n{label}: {count} trials x {epochs} epochs, {WORKERS} workers")
     runs = [
-        run_tune(space, data, epochs, asha, storage, checkpoints),
-        run_stagetree(space, data, epochs, asha, storage, sharing=False, checkpoints=checkpoints),
-        run_stagetree(space, data, epochs, asha, storage, sharing=True, checkpoints=checkpoints),
+        run_tune(space, data, epochs, asha, storage, checkpoints, searcher),
+        run_stagetree(space, data, epochs, asha, storage, sharing=False, checkpoints=checkpoints, searcher=searcher),
+        run_stagetree(space, data, epochs, asha, storage, sharing=True, checkpoints=checkpoints, searcher=searcher),
     ]
     tune_run, alone, shared = runs
+    trials = shared.trials
+    if searcher:
+        same = sorted(map(json.dumps, tune_run.configs)) == sorted(map(json.dumps, shared.configs))
+        print(f"the searcher suggested {'the same' if same else 'DIFFERENT'} trials to Tune and to ray_stagetree")
     print(f"{'system':<22} {'wall s':>7} {'worker-s':>9} {'epochs':>7} {'reported':>9} {'best acc':>9}")
     for run in runs:
         reported = run.reported or run.epochs  # Tune executes each reported epoch once
@@ -258,15 +316,16 @@ def main() -> None:
     parser.add_argument(
         "--studies",
         default=None,
-        help="comma-separated: grid, asha, bare (ASHA without checkpoints); default all three (grid with --quick)",
+        help="comma-separated: grid, asha, bare (ASHA without checkpoints), searcher (bare with Optuna);"
+        " default all four (grid with --quick)",
     )
     args = parser.parse_args()
     if args.studies is None:
-        args.studies = "grid" if args.quick else "grid,asha,bare"
+        args.studies = "grid" if args.quick else "grid,asha,bare,searcher"
     args.studies = [name.strip() for name in args.studies.split(",") if name.strip()]
-    unknown = sorted(set(args.studies) - {"grid", "asha", "bare"})
+    unknown = sorted(set(args.studies) - {"grid", "asha", "bare", "searcher"})
     if unknown or not args.studies:
-        parser.error(f"--studies takes grid, asha and bare, got {unknown or 'none'}")
+        parser.error(f"--studies takes grid, asha, bare and searcher, got {unknown or 'none'}")
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
     WORKERS = args.workers
@@ -284,17 +343,21 @@ def main() -> None:
         "grid": ("1a. Grid search", False, True),
         "asha": ("1b. ASHA", True, True),
         "bare": ("1c. ASHA, no checkpoints", True, False),
+        "searcher": ("1d. Optuna and ASHA, no checkpoints", True, False),
     }
     figures = {}
     with tempfile.TemporaryDirectory(prefix="bench_tune_") as storage:
         fixed = fixed_seconds(space, data, storage)
         for name in args.studies:
             label, asha, checkpoints = studies[name]
-            figures[name] = study(label, space, data, epochs, asha, storage, fixed, checkpoints=checkpoints)
+            searcher = name == "searcher"
+            figures[name] = study(
+                label, searcher_space() if searcher else space, data, epochs, asha, storage, fixed, checkpoints, searcher
+            )
     print("\nTargets: worker-seconds ratio >= 0.9 x merge rate (grid), > merge rate (ASHA); makespan <= 1.2 x bound;")
     print("without checkpoints, never more epochs than Tune")
     for name, result in figures.items():
-        target = result["merge_rate"] * (0.9 if name == "grid" else 1.0) if name != "bare" else 1.0
+        target = 1.0 if name in ("bare", "searcher") else result["merge_rate"] * (0.9 if name == "grid" else 1.0)
         print(
             f"{name}: worker-seconds {result['worker_seconds_ratio']:.2f}x (target {target:.2f});"
             f" epochs Tune/stagetree {result['epochs_ratio']:.2f}x,"
