@@ -148,6 +148,12 @@ class Run:
     trials: list | None = None  # ray_stagetree's trial configs, for the merge rate
 
 
+def _lr_json(config: dict[str, Any]) -> Any:
+    """A trial's lr in one form, whichever system's result config holds it."""
+    lr = config["lr"]
+    return (from_json(lr) if isinstance(lr, dict) else lr).to_json() if not isinstance(lr, (int, float)) else lr
+
+
 def _best(results: Any) -> float:
     return results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
 
@@ -194,7 +200,7 @@ def run_tune(
     )
     results, wall = _fit(tuner, "Ray Tune")
     executed = sum(result.metrics["training_iteration"] for result in results)
-    configs = [from_json(result.config["lr"]).to_json() for result in results]
+    configs = [_lr_json(result.config) for result in results]
     return Run("(a) Ray Tune", wall, occupancy.seconds, executed, _best(results), configs=configs)
 
 
@@ -228,7 +234,7 @@ def run_stagetree(
         reported=sum(len(frame) for frame in frames),
         epoch_seconds=statistics.median(times),
         longest_path=max(len(frame) for frame in frames),
-        configs=[result.config["lr"].to_json() for result in results],
+        configs=[_lr_json(result.config) for result in results],
         trials=[result.config for result in results],
     )
 

@@ -577,9 +577,10 @@ class StudyController:
             self._warned_missing_checkpoint = True
             self._warnings.append(
                 f"iteration {outcome.missing_checkpoint} needs a checkpoint (should_checkpoint() was True) but "
-                "report() got none. Trials that branch off a shared prefix will train it again, and a trial "
-                "resumed after a pause restarts from scratch: pass checkpoint=tune.Checkpoint.from_directory(...) "
-                "to report() where should_checkpoint() is True (this warning is shown once per study)"
+                "report() got none. Trials that branch off a shared prefix will train it again, and a paused "
+                "trial holds its worker's memory until resumed (its trainable waits, parked): pass "
+                "checkpoint=tune.Checkpoint.from_directory(...) to report() where should_checkpoint() is True "
+                "(this warning is shown once per study)"
             )
         for node_id, step, metrics in outcome.records:
             node = self.plan.nodes[node_id]
