@@ -201,7 +201,9 @@ class StageWorker:
                 run_class(self._trainable, context)
             else:
                 run_function(self._trainable, context)
-        except Exception as error:
+        # SystemExit too (a trainable calling sys.exit()): in this thread it would
+        # end the thread silently, and the worker would wait for the batch forever.
+        except (Exception, SystemExit) as error:
             outcome = context.finish()
             outcome.error = traceback.format_exc() + _sequence_hint(error)
             outcome.error_step = context.step + 1

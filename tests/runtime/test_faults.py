@@ -5,6 +5,7 @@ import errno
 import json
 import math
 import os
+import sys
 import threading
 import time
 
@@ -205,6 +206,25 @@ def test_a_string_where_the_scheduler_needs_a_number_errors_the_trial(tmp_path, 
     message = str(by_kind["string"].error)
     assert "reported loss='low' (str) at iteration 1" in message
     assert "the trial scheduler (AsyncHyperBandScheduler) compares 'loss': it must be a number" in message
+
+
+def exits_at_the_second_iteration(config):
+    report({"loss": 1.0})
+    if config["exits"]:
+        sys.exit(3)
+    report({"loss": 0.5})
+
+
+@pytest.mark.timeout(120)
+def test_a_trainable_calling_sys_exit_errors_its_trial_and_the_study_ends(tmp_path, ray_session):
+    grid = Tuner(
+        exits_at_the_second_iteration,
+        param_space={"exits": tune.grid_search([True, False])},
+        run_config=run_config(tmp_path, "exits"),
+    ).fit()
+    by_exit = {result.config["exits"]: result for result in grid}
+    assert by_exit[False].error is None and by_exit[False].metrics["training_iteration"] == 2
+    assert "SystemExit: 3" in str(by_exit[True].error)
 
 
 def reports_badly(config):
