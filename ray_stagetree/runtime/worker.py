@@ -36,7 +36,7 @@ import ray
 from ray_stagetree.runtime import session
 from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
 from ray_stagetree.runtime.class_trainables import run_class
-from ray_stagetree.runtime.context import BatchEnd, ConfigChange, ReportError, StageContext, activate
+from ray_stagetree.runtime.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
 from ray_stagetree.runtime.payload import CheckpointPayload
 from ray_stagetree.runtime.reproducibility import seed_stage
 
@@ -91,11 +91,17 @@ def _install_tune_shims() -> None:
     trainable would spin forever; with the shims it simply works."""
     import ray.train
     import ray.tune
+    from ray.tune.trainable import trainable_fn_utils
 
     for module in (ray.tune, ray.train):
         module.report = session.report
         module.get_checkpoint = session.get_checkpoint
         module.get_context = session.get_context
+    # Ray's integrations ask it whether they run in a Tune trial (``setup_mlflow``
+    # then names its experiment after the trial, as under Tune). Patched before the
+    # trainable's modules import it by name.
+    in_tune_session = trainable_fn_utils._in_tune_session
+    trainable_fn_utils._in_tune_session = lambda: current() is not None or bool(in_tune_session())
 
 
 class LiveTrainable:

@@ -364,6 +364,37 @@ def test_mlflow_logger_callback_works_unchanged(tmp_path, ray_session, monkeypat
         assert run.data.params["lr/milestones"] == str(result.config["lr"]["milestones"])
 
 
+def logs_to_mlflow(config):
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # a local file tracking URI, no server
+    from ray.air.integrations.mlflow import setup_mlflow
+
+    mlflow = setup_mlflow(config, tracking_uri=config["uri"], create_experiment_if_not_exists=True)
+    for step in range(2):
+        mlflow.log_metric("loss", config["x"] / (step + 1), step=step)
+        tune.report({"loss": config["x"] / (step + 1), "name": tune.get_context().get_trial_name()})
+
+
+def test_setup_mlflow_in_a_trainable_names_the_experiment_after_the_trial(tmp_path, ray_session, monkeypatch):
+    """As under Tune: Ray's integrations see a Tune trial, its id and name."""
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+
+    uri = f"file://{tmp_path}/mlruns"
+    grid = Tuner(
+        logs_to_mlflow,
+        param_space={"uri": uri, "x": tune.grid_search([1.0, 2.0])},
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="setup_mlflow", verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+    for result in grid:
+        experiment = client.get_experiment_by_name(result.metrics["name"])
+        (run,) = client.search_runs([experiment.experiment_id])
+        history = client.get_metric_history(run.info.run_id, "loss")
+        assert [m.value for m in history] == [result.config["x"], result.config["x"] / 2]
+
+
 class OpenTrials(tune.Callback):
     """The most trials started and not yet ended at once: what a logger
     keeps files open for (Tune's TensorBoard logger: a writer and its pipes)."""
