@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import tempfile
 import time
 from typing import Any
@@ -54,23 +55,37 @@ WORKERS = os.cpu_count() or 1  # --workers
 
 
 def sleepy(config: dict[str, Any]) -> None:
-    """Tune's bookkeeping trainable: sleep, report, until stopped."""
+    """Tune's bookkeeping trainable: sleep, report, until stopped. Each result
+    also says when its work began and ended and in which process (`gaps`)."""
     iteration = 0
     while True:
+        began = time.time()
         if config["sleep"]:
             time.sleep(config["sleep"])
         iteration += 1
-        tune.report({"score": config["index"] + iteration})
+        tune.report({"score": config["index"] + iteration, "began": began, "ended": time.time(), "pid": os.getpid()})
+
+
+def gaps(results: Any) -> list[float]:
+    """Seconds a worker process spent between one trial's last iteration and
+    the next trial's first: the bookkeeping per trial, without the study's
+    start and end. (None where each trial has a process of its own.)"""
+    runs = sorted(
+        (frame["pid"].iloc[0], frame["began"].iloc[0], frame["ended"].iloc[-1])
+        for frame in (result.metrics_dataframe for result in results)
+    )
+    return [began - ended for (pid, _, ended), (next_pid, began, _) in zip(runs, runs[1:]) if next_pid == pid]
 
 
 def _fit(system: str, trials: int, iterations: int, sleep: float, storage: str) -> tuple[float, int]:
     """Wall seconds of one study, and the results it reported."""
-    wall, results = _run(system, trials, iterations, sleep, storage)
+    wall, results, _ = _run(system, trials, iterations, sleep, storage)
     return wall, sum(len(result.metrics_dataframe) for result in results)
 
 
-def _run(system: str, trials: int, iterations: int, sleep: float, storage: str) -> tuple[float, Any]:
-    """Wall seconds of one study, and its results."""
+def _run(system: str, trials: int, iterations: int, sleep: float, storage: str) -> tuple[float, Any, float]:
+    """Wall seconds of one study, its results, and the seconds before its
+    first iteration and after its last (starting and ending the study)."""
     tuner_class, options = SYSTEMS[system]
     tuner = tuner_class(
         tune.with_resources(sleepy, {"cpu": 1}),
@@ -78,15 +93,17 @@ def _run(system: str, trials: int, iterations: int, sleep: float, storage: str) 
         tune_config=tune.TuneConfig(metric="score", mode="max", **options),
         run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": iterations}, verbose=0),
     )
-    started = time.perf_counter()
+    started, clock = time.perf_counter(), time.time()
     results = tuner.fit()
     wall = time.perf_counter() - started
+    frames = [result.metrics_dataframe for result in results]
+    first, last = min(frame["began"].min() for frame in frames), max(frame["ended"].max() for frame in frames)
     if results.errors:
         raise RuntimeError(f"{system}: trials failed: {results.errors[0]}")
     reported = sum(len(result.metrics_dataframe) for result in results)
     if reported != trials * iterations:
         raise RuntimeError(f"{system}: {reported} results, expected {trials * iterations}")
-    return wall, results
+    return wall, results, (first - clock) + (clock + wall - last)
 
 
 #: Tune as configured by default (a new actor per trial) and at its fastest
@@ -102,18 +119,44 @@ def _tune_best(values: dict[str, float], best) -> float:
     return best(value for name, value in values.items() if name.startswith("Ray Tune"))
 
 
+#: Ray Tune's bookkeeping shape, scaled down from its release test (10,000
+#: trials): trials, workers, seconds per one-iteration trial.
+TUNE_SHAPE = (1600, 16, 1.0)
+
+
 def short_trials(trials: int, iterations: int, sleep: float, storage: str, systems: list[str]) -> dict[str, float]:
+    """Wall time and overhead per trial; and, from the gap between trials on
+    a worker and the study's start and end, the wall time projected for
+    `TUNE_SHAPE` (on cores as fast as these, with the controller keeping up)."""
     ideal = trials * iterations * sleep / WORKERS
     print(f"\n1. {trials} trials x {iterations} iterations x {sleep} s on {WORKERS} workers (ideal {ideal:.1f} s)")
-    print(f"{'system':<14} {'wall s':>8} {'overhead/trial s':>17} {'results/s':>10}")
+    print(
+        f"{'system':<14} {'wall s':>8} {'overhead/trial s':>17} {'results/s':>10} {'gap ms':>7} {'start+end s':>12}"
+        f" {'projected':>10}"
+    )
     overhead = {}
+    shape_trials, shape_workers, shape_seconds = TUNE_SHAPE
     for name in systems:
-        wall, reported = _fit(name, trials, iterations, sleep, storage)
+        wall, results, fixed = _run(name, trials, iterations, sleep, storage)
+        reported = sum(len(result.metrics_dataframe) for result in results)
         overhead[name] = (wall - ideal) * WORKERS / trials
-        print(f"{name:<14} {wall:>8.1f} {overhead[name]:>17.3f} {reported / wall:>10.0f}")
+        between = gaps(results)
+        if between:
+            gap = statistics.median(between)
+            projected = (fixed + shape_trials / shape_workers * (shape_seconds + gap)) / (
+                shape_trials * shape_seconds / shape_workers
+            )
+            extra = f"{gap * 1000:>7.0f} {fixed:>12.1f} {projected:>9.3f}x"
+        else:  # a process per trial: its start is in every trial
+            extra = f"{'-':>7} {fixed:>12.1f} {'-':>10}"
+        print(f"{name:<14} {wall:>8.1f} {overhead[name]:>17.3f} {reported / wall:>10.0f} {extra}")
     tune_best = _tune_best(overhead, min)
     print(
         f"overhead per trial, ray_stagetree / Ray Tune's best: {overhead['ray_stagetree'] / tune_best:.2f} (target <= 1)"
+    )
+    print(
+        f"projected: wall time for {shape_trials} trials of one {shape_seconds:g} s iteration on {shape_workers} "
+        "workers over its ideal, from the median gap and the start+end measured here (target <= 1.05x)"
     )
     return overhead
 
@@ -146,7 +189,7 @@ def persistence(trials: int, iterations: int, sleep: float, storage: str, rounds
                 os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
             else:
                 os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = period
-            wall, results = _run("ray_stagetree", trials, iterations, sleep, storage)
+            wall, results, _ = _run("ray_stagetree", trials, iterations, sleep, storage)
             walls[setting].append(wall)
             fraction = results.state_seconds / results.worker_seconds
             if period is None:
