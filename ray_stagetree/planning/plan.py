@@ -325,7 +325,8 @@ class SearchPlan:
     ) -> Request:
         """Ask for ``config`` trained ``iteration`` iterations; returns the request serving it.
 
-        If the plan already holds metrics for that point, ``request.answered`` is
+        Trials share stages only with trials of the same ``share_key``. If the
+        plan already holds metrics for that point, ``request.answered`` is
         true at once and nothing needs to train.
         """
         if trial_id in self.trials:

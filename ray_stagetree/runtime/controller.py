@@ -275,7 +275,9 @@ class StudyController:
     # -- trials ----------------------------------------------------------------
 
     def _share_key(self, trial_id: str) -> str:
-        """The plan's sharing key of a trial: trials share stages only under one key."""
+        """A trial's share key in the plan: trials share stages only under one key.
+        (Its value "study" is in the plans studies saved: it stays, so that a
+        restored or resumed study's new trials share with its old ones.)"""
         return "study" if self.spec.stage_sharing else trial_id
 
     @property
