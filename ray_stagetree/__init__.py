@@ -6,20 +6,7 @@ stage trees, the cost model: `ray_stagetree.planning`) imports no Ray and
 starts nothing.
 """
 
-from ray_stagetree.planning import (
-    BreadthFirstPolicy,
-    CriticalPathPolicy,
-    ExecutionPolicy,
-    FifoPolicy,
-    HermesPolicy,
-    RoundRobinPolicy,
-    SlaqPolicy,
-    ThroughputPolicy,
-    TimeSharingPolicy,
-    get_policy,
-    kwise_merge_rate,
-    merge_rate,
-)
+from ray_stagetree import planning
 from ray_stagetree.planning._deprecated import moved_names
 from ray_stagetree.runtime.session import (
     get_checkpoint,
@@ -30,8 +17,10 @@ from ray_stagetree.runtime.session import (
 )
 from ray_stagetree.sequences import FAMILIES, Sequence, as_sequence, from_json
 
-# Every sequence family by its name (see `ray_stagetree.sequences`).
+# Every sequence family by its name (see `ray_stagetree.sequences`), and the
+# execution policies and merge rates (`ray_stagetree.planning.USER_API`).
 globals().update(FAMILIES)
+globals().update((name, getattr(planning, name)) for name in planning.USER_API)
 
 __version__ = "0.1.0"
 
@@ -41,22 +30,7 @@ __version__ = "0.1.0"
 __getattr__ = moved_names(
     __name__,
     moves={
-        **{
-            name: f"ray_stagetree.planning.{name}"
-            for name in (
-                "TrialConfig",
-                "SearchPlan",
-                "PlanNode",
-                "Request",
-                "RequestState",
-                "CheckpointInfo",
-                "build_stage_tree",
-                "StageTree",
-                "Stage",
-                "StageBatch",
-                "CostModel",
-            )
-        },
+        **{name: f"ray_stagetree.planning.{name}" for name in planning.FORMERLY_TOP_LEVEL},
         "Source": "ray_stagetree.planning.CheckpointSource",
     },
     lazy={
@@ -85,18 +59,6 @@ __all__ = [
     *sorted(FAMILIES),
     "as_sequence",
     "from_json",
-    # execution policies
-    "ExecutionPolicy",
-    "CriticalPathPolicy",
-    "ThroughputPolicy",
-    "BreadthFirstPolicy",
-    "TimeSharingPolicy",
-    "HermesPolicy",
-    "RoundRobinPolicy",
-    "SlaqPolicy",
-    "FifoPolicy",
-    "get_policy",
-    # accounting
-    "merge_rate",
-    "kwise_merge_rate",
+    # execution policies, merge rates
+    *planning.USER_API,
 ]

@@ -31,21 +31,9 @@ from ray_stagetree.planning.time_sharing import (
     TimeSharingPolicy,
 )
 
-__all__ = [
-    # trials and the search plan
-    "TrialConfig",
-    "TrialSource",
-    "SearchPlan",
-    "PlanNode",
-    "Request",
-    "RequestState",
-    "CheckpointInfo",
-    # stage trees
-    "build_stage_tree",
-    "StageTree",
-    "Stage",
-    "CheckpointSource",
-    # execution policies
+#: What a user passes a study (its execution policy) or computes (merge
+#: rates): the user's API, which `ray_stagetree` exports too.
+USER_API = [
     "ExecutionPolicy",
     "CriticalPathPolicy",
     "ThroughputPolicy",
@@ -55,10 +43,25 @@ __all__ = [
     "RoundRobinPolicy",
     "SlaqPolicy",
     "FifoPolicy",
-    "StageBatch",
     "get_policy",
-    "CostModel",
-    # accounting
     "merge_rate",
     "kwise_merge_rate",
 ]
+
+#: Planning internals `ray_stagetree` exported before issue 20 (it still
+#: does for one release, with a DeprecationWarning).
+FORMERLY_TOP_LEVEL = [
+    "TrialConfig",
+    "SearchPlan",
+    "PlanNode",
+    "Request",
+    "RequestState",
+    "CheckpointInfo",
+    "build_stage_tree",
+    "StageTree",
+    "Stage",
+    "StageBatch",
+    "CostModel",
+]
+
+__all__ = [*FORMERLY_TOP_LEVEL, "TrialSource", "CheckpointSource", *USER_API]

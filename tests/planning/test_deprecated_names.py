@@ -53,7 +53,8 @@ def test_old_keyword_arguments_do_what_the_new_ones_do():
     with deprecated("share_key=..."):
         assert TrialConfig.from_config(LR, study="other").static_key == TrialConfig.from_config(LR, "other").static_key
     with deprecated("share_key=..."):
-        assert TrialConfig.from_json({"lr": 0.1}, study="x").static_key == TrialConfig.from_json({"lr": 0.1}, "x").static_key
+        old_json = TrialConfig.from_json({"lr": 0.1}, study="x")
+    assert old_json.static_key == TrialConfig.from_json({"lr": 0.1}, "x").static_key
 
 
 def test_an_old_and_a_new_name_together_are_refused():
