@@ -59,7 +59,7 @@ class ScriptedHost:
         return min((iteration // RUNG + 1) * RUNG, HORIZON)
 
 
-class RecordingSource:
+class RecordingTrialSource:
     def __init__(self) -> None:
         self.completed: list[tuple[str, Any, bool]] = []
 
@@ -73,13 +73,13 @@ class Study:
     def __init__(self, host: ScriptedHost | None = None) -> None:
         self.plan = SearchPlan()
         self.host = host or ScriptedHost()
-        self.source = RecordingSource()
+        self.trial_source = RecordingTrialSource()
         self.requested: list[tuple[str, int, int]] = []  # (trial, request iteration, from iteration)
         self.ended: list[tuple[str, str]] = []  # (trial, status)
         self.lifecycle = TrialLifecycle(
             self.plan,
             self.host,
-            self.source,
+            self.trial_source,
             share_key=lambda trial_id: "study",
             next_request=self.host.next_decision,
             on_request=lambda trial, request, iteration: self.requested.append((trial.trial_id, request.iteration, iteration)),
@@ -136,9 +136,9 @@ def test_stop_ends_the_trial_at_its_last_result_and_tells_scheduler_and_searcher
     assert study.request_iteration("a") == RUNG, "the plan keeps the iterations the trial trained"
     assert study.ended == [("a", TERMINATED)]
     assert ("complete", "a", RUNG) in study.host.calls
-    assert study.source.completed == [("a", RUNG, False)]
+    assert study.trial_source.completed == [("a", RUNG, False)]
     study.lifecycle.stop(trial)  # stopping an ended trial changes nothing
-    assert study.source.completed == [("a", RUNG, False)]
+    assert study.trial_source.completed == [("a", RUNG, False)]
 
 
 def test_pause_holds_the_trial_until_the_scheduler_resumes_it():
@@ -194,7 +194,7 @@ def test_finish_keeps_the_request_where_it_ended():
         study.lifecycle.record(trial, iteration, {"training_iteration": iteration})
     study.lifecycle.finish(trial)
     assert trial.status == TERMINATED and study.request_iteration("a") == RUNG
-    assert study.source.completed == [("a", HORIZON, False)]
+    assert study.trial_source.completed == [("a", HORIZON, False)]
 
 
 def test_a_failed_trial_leaves_the_plan():
@@ -205,7 +205,7 @@ def test_a_failed_trial_leaves_the_plan():
     assert trial.status == ERROR and "a" not in study.plan.trials
     assert study.ended == [("a", ERROR)]
     assert ("error", "a") in study.host.calls
-    assert study.source.completed == [("a", None, True)]
+    assert study.trial_source.completed == [("a", None, True)]
     assert study.lifecycle.counts() == {ERROR: 1}
 
 
@@ -215,7 +215,7 @@ def test_a_trial_that_ends_without_having_started_leaves_the_plan():
     study.lifecycle.stop(trial)
     assert trial.status == TERMINATED and "a" not in study.plan.trials
     assert ("complete", "a", None) in study.host.calls
-    assert study.source.completed == [("a", None, False)]
+    assert study.trial_source.completed == [("a", None, False)]
 
 
 def test_a_refused_trial_ends_in_error_without_entering_the_plan():
@@ -224,7 +224,7 @@ def test_a_refused_trial_ends_in_error_without_entering_the_plan():
     study.lifecycle.refuse(trial)
     assert trial.status == ERROR and "bad" not in study.plan.trials
     assert study.lifecycle.counts() == {ERROR: 1}
-    assert study.source.completed == [("bad", None, True)]
+    assert study.trial_source.completed == [("bad", None, True)]
 
 
 def test_an_errored_trial_reruns_from_its_last_result():
