@@ -11,7 +11,8 @@ The simulation drives the real planner with one time unit per epoch.
 
 import time
 
-from ray_stagetree import SearchPlan, build_stage_tree, merge_rate
+from ray_stagetree import merge_rate
+from ray_stagetree.planning import SearchPlan, build_stage_tree
 from ray_stagetree.searchers import generate_trials
 from ray_stagetree.simulation.simulator import Simulation
 from ray_stagetree.simulation.paper_spaces import RESNET56_HORIZON, resnet56_space
@@ -22,8 +23,8 @@ WORKERS = 4
 def plan_study(trials, share=True):
     plan = SearchPlan()
     for index, config in enumerate(trials):
-        # A study key per trial keeps every trial in its own tree: trial-by-trial.
-        plan.add_trial(f"trial_{index}", config, RESNET56_HORIZON, study="study" if share else f"trial_{index}")
+        # A share key per trial keeps every trial in its own tree: trial-by-trial.
+        plan.add_trial(f"trial_{index}", config, RESNET56_HORIZON, share_key="study" if share else f"trial_{index}")
     return plan
 
 

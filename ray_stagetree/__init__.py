@@ -1,38 +1,13 @@
 """ray_stagetree: hyper-parameter optimization on Ray Tune where trials that
 share a prefix of their hyper-parameter sequences train it once.
 
-The planning core (sequences, search plan, stage trees, execution policies)
-imports no Ray and starts nothing.
+The names here are the user's API. The planning core (the search plan,
+stage trees, the cost model: `ray_stagetree.planning`) imports no Ray and
+starts nothing.
 """
 
-from ray_stagetree.planning.config import TrialConfig
-from ray_stagetree.planning.cost import CostModel
-from ray_stagetree.planning.merge import kwise_merge_rate, merge_rate
-from ray_stagetree.planning.plan import (
-    CheckpointInfo,
-    PlanNode,
-    Request,
-    RequestState,
-    SearchPlan,
-)
-from ray_stagetree.planning.policies import (
-    BreadthFirstPolicy,
-    CriticalPathPolicy,
-    ExecutionPolicy,
-    StageBatch,
-    ThroughputPolicy,
-    get_policy,
-)
-from ray_stagetree.planning.stage_tree import Source, Stage, StageTree, build_stage_tree
-
-# Importing the time-sharing policies registers their names with get_policy.
-from ray_stagetree.planning.time_sharing import (
-    FifoPolicy,
-    HermesPolicy,
-    RoundRobinPolicy,
-    SlaqPolicy,
-    TimeSharingPolicy,
-)
+from ray_stagetree import planning
+from ray_stagetree.planning._deprecated import moved_names
 from ray_stagetree.runtime.session import (
     get_checkpoint,
     get_hparams,
@@ -42,21 +17,30 @@ from ray_stagetree.runtime.session import (
 )
 from ray_stagetree.sequences import FAMILIES, Sequence, as_sequence, from_json
 
-# Every sequence family by its name (see `ray_stagetree.sequences`).
+# Every sequence family by its name (see `ray_stagetree.sequences`), and the
+# execution policies and merge rates (`ray_stagetree.planning.USER_API`).
 globals().update(FAMILIES)
+globals().update((name, getattr(planning, name)) for name in planning.USER_API)
 
 __version__ = "0.1.0"
 
-# The runtime imports Ray; load it on first use so the planning core stays light.
-_RUNTIME = {"Tuner": "ray_stagetree.runtime.tuner", "ResultGrid": "ray_stagetree.runtime.results", "Study": "ray_stagetree.runtime.study", "init_ray": "ray_stagetree.runtime.cluster", "PlanServiceConfig": "ray_stagetree.runtime.service_client"}
-
-
-def __getattr__(name: str):
-    if name in _RUNTIME:
-        import importlib
-
-        return getattr(importlib.import_module(_RUNTIME[name]), name)
-    raise AttributeError(f"module 'ray_stagetree' has no attribute {name!r}")
+# Planning internals were exported here before issue 20; they live in
+# `ray_stagetree.planning`, and work here for one more release, with a warning.
+# The runtime imports Ray: it loads on first use, so the planning core stays light.
+__getattr__ = moved_names(
+    __name__,
+    moves={
+        **{name: f"ray_stagetree.planning.{name}" for name in planning.FORMERLY_TOP_LEVEL},
+        "Source": "ray_stagetree.planning.CheckpointSource",
+    },
+    lazy={
+        "Tuner": "ray_stagetree.runtime.tuner.Tuner",
+        "ResultGrid": "ray_stagetree.runtime.results.ResultGrid",
+        "Study": "ray_stagetree.runtime.study.Study",
+        "init_ray": "ray_stagetree.runtime.cluster.init_ray",
+        "PlanServiceConfig": "ray_stagetree.runtime.service_client.PlanServiceConfig",
+    },
+)
 
 __all__ = [
     # runtime
@@ -75,31 +59,6 @@ __all__ = [
     *sorted(FAMILIES),
     "as_sequence",
     "from_json",
-    # planning
-    "TrialConfig",
-    "SearchPlan",
-    "PlanNode",
-    "Request",
-    "RequestState",
-    "CheckpointInfo",
-    "build_stage_tree",
-    "StageTree",
-    "Stage",
-    "Source",
-    # execution policies
-    "ExecutionPolicy",
-    "CriticalPathPolicy",
-    "ThroughputPolicy",
-    "BreadthFirstPolicy",
-    "TimeSharingPolicy",
-    "HermesPolicy",
-    "RoundRobinPolicy",
-    "SlaqPolicy",
-    "FifoPolicy",
-    "StageBatch",
-    "get_policy",
-    "CostModel",
-    # accounting
-    "merge_rate",
-    "kwise_merge_rate",
+    # execution policies, merge rates
+    *planning.USER_API,
 ]

@@ -136,7 +136,7 @@ class ControllerStub:
 
     def worker_report(self, outcome: Any) -> tuple[list[int], int, int]:
         self.checkpoints.extend(outcome.checkpoints)
-        # Checkpoint the batch's end (the step just reported), end it there, no continuation.
+        # Checkpoint the batch's end (the iteration just reported), end it there, no continuation.
         end = outcome.records[-1][1] if outcome.records else 0
         return [end], end, end
 
@@ -163,7 +163,7 @@ class Runtime:
         self._batches += 1
         config = {"state_bytes": size}
         spec = BatchSpec(
-            self._batches, config, segments=[(0, 0, 1)], save_steps={1}, trial_config=TrialConfig.from_config(config)
+            self._batches, config, segments=[(0, 0, 1)], save_iterations={1}, trial_config=TrialConfig.from_config(config)
         )
         outcome = ray.get(self.worker.run_batch.remote(spec))
         if outcome.error:

@@ -31,17 +31,8 @@ import statistics
 import time
 import tracemalloc
 
-from ray_stagetree import (
-    CheckpointInfo,
-    Cosine,
-    CriticalPathPolicy,
-    CyclicLR,
-    Exponential,
-    MultiStep,
-    SearchPlan,
-    Warmup,
-    build_stage_tree,
-)
+from ray_stagetree import Cosine, CriticalPathPolicy, CyclicLR, Exponential, MultiStep, Warmup
+from ray_stagetree.planning import CheckpointInfo, SearchPlan, build_stage_tree
 
 HORIZON = 120  # ResNet56 studies of Table 1: max=120 epochs
 WORKERS = 40  # the paper's cluster
@@ -126,11 +117,11 @@ def study_loop(trials: int, study: str, rebuild_every_dispatch: bool = False) ->
             return (time.perf_counter() - started) / trials
         batch = running.pop(0)
         for node, start, stop in batch.segments:
-            for step in range(start + 1, stop + 1):
-                plan.record_metrics(node.node_id, step, {"y": 0.0})
+            for iteration in range(start + 1, stop + 1):
+                plan.record_metrics(node.node_id, iteration, {"y": 0.0})
             plan.record_timing(node.node_id, start, stop, 0.01 + rnd.random() * 1e-3)
-        for node, step in plan.checkpoints_needed(batch.batch_id):
-            plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"{node.node_id}/{step}"))
+        for node, iteration in plan.checkpoints_needed(batch.batch_id):
+            plan.record_checkpoint(node.node_id, iteration, CheckpointInfo(path=f"{node.node_id}/{iteration}"))
         plan.release_batch(batch.batch_id)
 
 

@@ -135,8 +135,8 @@ class RealTraining:
         self.states: dict[tuple[float, ...], tuple[dict, dict, float]] = {}
         self.seconds: list[float] = []
 
-    def __call__(self, node: PlanNode, step: int) -> dict[str, float]:
-        lrs = tuple(float(lr) for lr in node.config.sequences[node.config.names.index("lr")].values(0, step))
+    def __call__(self, node: PlanNode, iteration: int) -> dict[str, float]:
+        lrs = tuple(float(lr) for lr in node.config.sequences[node.config.names.index("lr")].values(0, iteration))
         if lrs not in self.states:
             self._train(lrs)
         return {"accuracy": self.states[lrs][2]}

@@ -132,6 +132,7 @@ class StructuredBO(Searcher):
         self._plan = SearchPlan()
         self._leaves: dict[str, list[Any]] = {}
         self._running: set[str] = set()
+        # trial id -> the last iteration it reported ("step": the name study snapshots pickled)
         self._last_step: dict[str, int] = {}
         self._model: PrefixSurrogate | None = None  # None: results arrived since the last fit
         self._previous_model: PrefixSurrogate | None = None
@@ -167,14 +168,14 @@ class StructuredBO(Searcher):
         return self._space.resolved(leaves)
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        step, value = result.get("training_iteration"), result.get(self._metric)
-        if trial_id not in self._running or not _is_number(value) or not isinstance(step, int):
+        iteration, value = result.get("training_iteration"), result.get(self._metric)
+        if trial_id not in self._running or not _is_number(value) or not isinstance(iteration, int):
             return
-        if 0 < step <= self.horizon:
+        if 0 < iteration <= self.horizon:
             config = self._plan.trials[trial_id].config
-            node = self._plan.locate(config, step)
-            self._plan.record_metrics(node.node_id, step, {self._metric: float(value)})
-            self._last_step[trial_id] = max(step, self._last_step.get(trial_id, 0))
+            node = self._plan.locate(config, iteration)
+            self._plan.record_metrics(node.node_id, iteration, {self._metric: float(value)})
+            self._last_step[trial_id] = max(iteration, self._last_step.get(trial_id, 0))
             self._model = None
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
@@ -198,15 +199,15 @@ class StructuredBO(Searcher):
         return 1.0 if self._mode == "max" else -1.0
 
     def _measured(self) -> list[tuple[TrialConfig, int, float]]:
-        """Every measured ``(prefix config, step, signed value)`` of the plan,
+        """Every measured ``(prefix config, iteration, signed value)`` of the plan,
         at most ``max_points`` of them (see the class docstring)."""
         grid = set(np.unique(np.geomspace(1, self.horizon, 12).round().astype(int)).tolist())
         kept, spare = [], []
         for node in self._plan.nodes:
             latest = max(node.metrics, default=0)
-            for step, metrics in node.metrics.items():
-                point = (node.config, step, self._sign * metrics[self._metric])
-                (kept if step in grid or step == latest else spare).append(point)
+            for iteration, metrics in node.metrics.items():
+                point = (node.config, iteration, self._sign * metrics[self._metric])
+                (kept if iteration in grid or iteration == latest else spare).append(point)
         kept.sort(key=lambda point: -point[1])  # the horizon's first
         if len(kept) > self.max_points:
             return kept[: self.max_points]
@@ -227,10 +228,10 @@ class StructuredBO(Searcher):
         path, shared = self._plan.follow(config, self.horizon)
         best = None
         for node, successor in zip(path, path[1:] + [None]):
-            limit = shared if successor is None else successor.fork_step
-            for step, metrics in node.metrics.items():
-                if node.fork_step < step <= limit and (best is None or step > best[0]):
-                    best = (step, metrics[self._metric])
+            limit = shared if successor is None else successor.fork_iteration
+            for iteration, metrics in node.metrics.items():
+                if node.fork_iteration < iteration <= limit and (best is None or iteration > best[0]):
+                    best = (iteration, metrics[self._metric])
         return None if best is None else Anchor(best[0], self._sign * best[1])
 
     def _draw(self) -> tuple[list[Any], TrialConfig]:
@@ -256,7 +257,7 @@ class StructuredBO(Searcher):
         ]
         model = model.condition(
             [(config, self.horizon, value) for config, anchor, value in zip(running, anchors, believed)
-             if anchor is None or anchor.step < self.horizon]
+             if anchor is None or anchor.iteration < self.horizon]
         )
         leaves, configs = self._candidates(model)
         covered = np.array(self._plan.covered_iterations(configs, self.horizon))
@@ -314,7 +315,7 @@ class StructuredBO(Searcher):
                     "trial_id": trial_id,
                     "leaves": leaves,
                     "running": trial_id in self._running,
-                    "metrics": {str(step): m[self._metric] for step, m in history.items() if self._metric in m},
+                    "metrics": {str(at): m[self._metric] for at, m in history.items() if self._metric in m},
                 }
             )
         state = {"metric": self._metric, "mode": self._mode, "rng": self._rng.bit_generator.state, "trials": trials}
@@ -335,8 +336,8 @@ class StructuredBO(Searcher):
             self._plan.add_trial(trial_id, self._space.config(trial["leaves"]), self.horizon)
             self._leaves[trial_id] = trial["leaves"]
             self._running.add(trial_id)
-            for step, value in sorted(trial["metrics"].items(), key=lambda item: int(item[0])):
-                self.on_trial_result(trial_id, {"training_iteration": int(step), self._metric: value})
+            for iteration, value in sorted(trial["metrics"].items(), key=lambda item: int(item[0])):
+                self.on_trial_result(trial_id, {"training_iteration": int(iteration), self._metric: value})
             if not trial["running"]:
                 self.on_trial_complete(trial_id)
 

@@ -40,10 +40,10 @@ from ray_stagetree.planning.config import TrialConfig
 
 @dataclass(frozen=True)
 class Anchor:
-    """The last measured point a candidate shares: after ``step`` iterations
+    """The last measured point a candidate shares: after ``iteration`` iterations
     of its prefix the plan holds ``value`` (already signed: larger is better)."""
 
-    step: int
+    iteration: int
     value: float
 
 
@@ -91,38 +91,38 @@ class PrefixFeatures:
         span = raw.max(axis=0) - self._low
         self._span = np.where(span > 0, span, 1.0)
 
-    def __call__(self, config: TrialConfig, steps: SequenceType[int] | np.ndarray) -> np.ndarray:
-        """One row per step: the features of ``config``'s first ``step`` iterations."""
-        return (self._raw(config, np.asarray(steps, dtype=int)) - self._low) / self._span
+    def __call__(self, config: TrialConfig, iterations: SequenceType[int] | np.ndarray) -> np.ndarray:
+        """One row per count in ``iterations``: the features of that many first iterations of ``config``."""
+        return (self._raw(config, np.asarray(iterations, dtype=int)) - self._low) / self._span
 
-    def _raw(self, config: TrialConfig, steps: np.ndarray) -> np.ndarray:
+    def _raw(self, config: TrialConfig, iterations: np.ndarray) -> np.ndarray:
         if config.names != self.names:
             raise ValueError(
                 f"config has hyper-parameters {config.names}, the surrogate was trained on {self.names}"
             )
-        stop = int(steps.max())
-        columns = [np.log(steps) / math.log(max(self.horizon, 2))]
-        recent = np.maximum(1, np.ceil(steps / 4).astype(int))
+        stop = int(iterations.max())
+        columns = [np.log(iterations) / math.log(max(self.horizon, 2))]
+        recent = np.maximum(1, np.ceil(iterations / 4).astype(int))
         for name, sequence in zip(self.names, config.sequences):
             values = sequence.values(0, stop)
             if name in self._categories:
                 for category in self._categories[name]:
-                    columns += _prefix_statistics((values == category).astype(float), steps, recent)[:2]
+                    columns += _prefix_statistics((values == category).astype(float), iterations, recent)[:2]
                 continue
             values = values.astype(float)
             if self._log[name]:
                 values = np.log(np.maximum(values, self._floor[name]))
-            columns += _prefix_statistics(values, steps, recent)
+            columns += _prefix_statistics(values, iterations, recent)
         return np.column_stack(columns)
 
 
-def _prefix_statistics(values: np.ndarray, steps: np.ndarray, recent: np.ndarray) -> list[np.ndarray]:
+def _prefix_statistics(values: np.ndarray, iterations: np.ndarray, recent: np.ndarray) -> list[np.ndarray]:
     """Per prefix length: the mean, the last value and the mean of the last ``recent`` values."""
     cumulative = np.concatenate([[0.0], np.cumsum(values)])
     return [
-        cumulative[steps] / steps,
-        values[steps - 1],
-        (cumulative[steps] - cumulative[steps - recent]) / recent,
+        cumulative[iterations] / iterations,
+        values[iterations - 1],
+        (cumulative[iterations] - cumulative[iterations - recent]) / recent,
     ]
 
 
@@ -134,12 +134,12 @@ class LearningCurvePrior:
     ``p``, so the fit has no degenerate edge where ``b`` and ``a`` trade off).
 
     Falls back to a constant (the mean) when there are too few distinct
-    steps, or the fit fails, to pin three parameters.
+    iterations, or the fit fails, to pin three parameters.
 
     Example
     -------
-    >>> steps = np.arange(1, 31)
-    >>> prior = LearningCurvePrior().fit(steps, 0.9 - 0.5 * steps ** -0.7)
+    >>> iterations = np.arange(1, 31)
+    >>> prior = LearningCurvePrior().fit(iterations, 0.9 - 0.5 * iterations ** -0.7)
     >>> round(float(prior(np.array([100]))[0]), 3)
     0.88
     """
@@ -147,18 +147,18 @@ class LearningCurvePrior:
     LOWER = (-np.inf, -np.inf, -3.0)
     UPPER = (np.inf, np.inf, 1.0)
 
-    def fit(self, steps: np.ndarray, values: np.ndarray) -> "LearningCurvePrior":
+    def fit(self, iterations: np.ndarray, values: np.ndarray) -> "LearningCurvePrior":
         from scipy.optimize import curve_fit
 
-        steps, values = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+        iterations, values = np.asarray(iterations, dtype=float), np.asarray(values, dtype=float)
         self.params = np.array([values.mean(), 0.0, 0.0])
-        if len(np.unique(steps)) < 4:
+        if len(np.unique(iterations)) < 4:
             return self
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 params, _ = curve_fit(
-                    _power_law, steps, values, p0=[values[steps == steps.min()].mean(), 0.0, -0.5],
+                    _power_law, iterations, values, p0=[values[iterations == iterations.min()].mean(), 0.0, -0.5],
                     bounds=(self.LOWER, self.UPPER), maxfev=2000,
                 )
         except (RuntimeError, ValueError):
@@ -167,15 +167,15 @@ class LearningCurvePrior:
             self.params = params
         return self
 
-    def __call__(self, steps: np.ndarray) -> np.ndarray:
-        """The curve at ``steps``."""
-        return _power_law(np.asarray(steps, dtype=float), *self.params)
+    def __call__(self, iterations: np.ndarray) -> np.ndarray:
+        """The curve at ``iterations``."""
+        return _power_law(np.asarray(iterations, dtype=float), *self.params)
 
 
 
-def _power_law(steps, a, b, p):
+def _power_law(iterations, a, b, p):
     power = np.where(np.abs(p) < 1e-6, 1e-6, p)
-    return a + b * (steps**power - 1) / power
+    return a + b * (iterations**power - 1) / power
 
 
 class PrefixSurrogate:
@@ -210,7 +210,7 @@ class PrefixSurrogate:
         self, points: SequenceType[tuple[TrialConfig, int, float]], previous: "PrefixSurrogate | None" = None
     ) -> "PrefixSurrogate":
         """Learn the prior and the GP (its kernel hyper-parameters by maximum
-        likelihood) from measured ``(config, step, value)`` points; the
+        likelihood) from measured ``(config, iteration, value)`` points; the
         search starts from ``previous``'s kernel when it has as many inputs
         (hyper-parameters move little from one result to the next)."""
         from sklearn.gaussian_process import GaussianProcessRegressor
@@ -218,9 +218,9 @@ class PrefixSurrogate:
 
         configs = _distinct(config for config, _, _ in points)
         self.features = PrefixFeatures(configs, self.horizon)
-        steps = np.array([step for _, step, _ in points], dtype=float)
+        iterations = np.array([iteration for _, iteration, _ in points], dtype=float)
         values = np.array([value for _, _, value in points], dtype=float)
-        self.prior = LearningCurvePrior().fit(steps, values)
+        self.prior = LearningCurvePrior().fit(iterations, values)
         inputs = self._inputs(points)
         dimensions = inputs.shape[1]
         kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
@@ -229,7 +229,7 @@ class PrefixSurrogate:
         restarts = 1
         if previous is not None and previous.gp.kernel_.n_dims == kernel.n_dims:
             kernel, restarts = previous.gp.kernel_, 0
-        residuals = values - self.prior(steps)
+        residuals = values - self.prior(iterations)
         # Residuals are standardised once, here: the kernel's amplitude and
         # noise level keep their meaning in `condition`.
         self._shift, self._scale = residuals.mean(), residuals.std() or 1.0
@@ -246,8 +246,8 @@ class PrefixSurrogate:
             return self
         copy = PrefixSurrogate(self.horizon, self.seed)
         copy.features, copy.prior, copy._shift, copy._scale = self.features, self.prior, self._shift, self._scale
-        steps = np.array([step for _, step, _ in points], dtype=float)
-        residuals = np.array([value for _, _, value in points]) - self.prior(steps)
+        iterations = np.array([iteration for _, iteration, _ in points], dtype=float)
+        residuals = np.array([value for _, _, value in points]) - self.prior(iterations)
         copy.gp = GaussianProcessRegressor(self.gp.kernel_, optimizer=None)
         copy._fit_gp(np.vstack([self._inputs_seen, self._inputs(points)]), np.concatenate([self._residuals, residuals]))
         return copy
@@ -261,7 +261,7 @@ class PrefixSurrogate:
             self.gp.fit(inputs, (residuals - self._shift) / self._scale)
 
     def _inputs(self, points: SequenceType[tuple[TrialConfig, int, float]]) -> np.ndarray:
-        return np.vstack([self.features(config, [step]) for config, step, _ in points])
+        return np.vstack([self.features(config, [iteration]) for config, iteration, _ in points])
 
     def forecast(
         self, configs: SequenceType[TrialConfig], anchors: SequenceType[Anchor | None] | None = None
@@ -294,7 +294,7 @@ class PrefixSurrogate:
         value plus the curve's change, at the fitted parameters)."""
         anchored = [index for index, anchor in enumerate(anchors) if anchor is not None]
         rows = [self.features(config, [self.horizon]) for config in configs]
-        rows += [self.features(configs[index], [anchors[index].step]) for index in anchored]
+        rows += [self.features(configs[index], [anchors[index].iteration]) for index in anchored]
         with threadpool_limits(1):
             mean, covariance = self.gp.predict(np.vstack(rows), return_cov=True)
         mean, covariance = mean * self._scale + self._shift, covariance * self._scale**2
@@ -309,7 +309,7 @@ class PrefixSurrogate:
             anchor = anchors[index]
             change[index] -= mean[position]
             variance[index] += covariance[position, position] - 2 * covariance[index, position] - noise
-            base[index] += anchor.value - float(self.prior(np.array([anchor.step]))[0])
+            base[index] += anchor.value - float(self.prior(np.array([anchor.iteration]))[0])
         return change, np.sqrt(np.maximum(variance, 1e-12)), base
 
 

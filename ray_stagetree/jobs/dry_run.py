@@ -75,14 +75,14 @@ def dry_run(spec: JobSpec, cost: CostModel, horizon: int | None = None, samples:
             raise ValueError("num_samples is -1 (until the searcher is finished): pass --samples N to plan N trials")
         trials = generate_trials(spec.param_space, count)
     else:
-        source = tuner._source()  # the study's own trials, drawn and checked as fit() draws them
-        trials = [config for _, config in iter(source.next_trial, None)]
+        trial_source = tuner._trial_source()  # the study's own trials, drawn and checked as fit() draws them
+        trials = [config for _, config in iter(trial_source.next_trial, None)]
     plan = SearchPlan()
     plan.add_trials((f"trial_{index}", config, horizon) for index, config in enumerate(trials))
     tree = build_stage_tree(plan)
     alone = SearchPlan()
-    for index, config in enumerate(trials):  # a study key per trial keeps each in its own tree
-        alone.add_trial(f"trial_{index}", config, horizon, study=f"trial_{index}")
+    for index, config in enumerate(trials):  # a share key per trial keeps each in its own tree
+        alone.add_trial(f"trial_{index}", config, horizon, share_key=f"trial_{index}")
     return DryRun(
         trials=trials,
         horizon=horizon,

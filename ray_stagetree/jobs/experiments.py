@@ -121,12 +121,12 @@ class Experiment:
 
 
 def iteration_times(plan: SearchPlan) -> list[tuple[Any, int, float]]:
-    """``(node, step, seconds)`` of every iteration the plan has a result for,
+    """``(node, iteration, seconds)`` of every iteration the plan has a result for,
     from the ``time_this_iter_s`` reported with it."""
     return [
-        (node, step, float(metrics["time_this_iter_s"]))
+        (node, iteration, float(metrics["time_this_iter_s"]))
         for node in plan.nodes
-        for step, metrics in node.metrics.items()
+        for iteration, metrics in node.metrics.items()
         if isinstance(metrics.get("time_this_iter_s"), (int, float))
     ]
 
@@ -139,8 +139,8 @@ def cost_model(plan: SearchPlan) -> CostModel:
 
     Raises ValueError when the plan has no timed iteration."""
     if not plan.timings:
-        for node, step, seconds in iteration_times(plan):
-            plan.record_timing(node.node_id, step - 1, step, seconds)
+        for node, iteration, seconds in iteration_times(plan):
+            plan.record_timing(node.node_id, iteration - 1, iteration, seconds)
     if not plan.timings:
         raise ValueError("the study's plan has no timed iteration (no time_this_iter_s in its results)")
     return CostModel().fit(plan)
@@ -174,7 +174,7 @@ def read_experiment(path: str) -> Experiment:
         plan_updated = max(_modified(filesystem, name) for name in filesystem.ls(plan_path, detail=False))
         for trial in trials:
             record = plan.trials.get(trial.last.get("trial_id"))
-            trial.requested = None if record is None else record.request.step
+            trial.requested = None if record is None else record.request.iteration
     return Experiment(path=path, trials=trials, job=job, plan=plan, plan_updated=plan_updated)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow.fs as pafs
 from ray.tune.result import AUTO_RESULT_KEYS, EXPR_ERROR_FILE, EXPR_PARAM_FILE, EXPR_RESULT_FILE
 
-from ray_stagetree.planning import lifecycle
+import ray_stagetree.planning.lifecycle as lifecycle
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.filesystems import arrow_filesystem, resolve
 from ray_stagetree.planning.plan import SearchPlan
@@ -209,10 +209,11 @@ def best_trials(trials: list[dict[str, Any]], metric: str | None, mode: str, cou
 def stage_tree(records: dict[str, list[dict[str, Any]]], running: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The plan's stages, parents before children: ``id`` ("H<node>:<start>"),
     ``parent`` (a stage id or None), ``node``, ``start``, ``stop``,
-    ``status`` (finished / running / pending), ``checkpoints`` (stored steps
+    ``status`` (finished / running / pending), ``checkpoints`` (stored iterations
     in ``(start, stop]``), ``trials`` (how many trials train through it) and
     ``hparams`` (the values at its first iteration). ``running`` lists the
     live batches' ``segments`` ``[node, start, stop]``."""
+    # Rows as stored (`planning.persistence`): a "step" is an iteration, a "fork_step" a fork iteration.
     nodes = {row["node_id"]: row for row in records["nodes"]}
     trained: dict[int, int] = {}
     for row in records["metrics"]:
@@ -237,8 +238,8 @@ def stage_tree(records: dict[str, list[dict[str, Any]]], running: list[dict[str,
     stages: dict[tuple[int, int], dict[str, Any]] = {}
     for node_id in sorted(nodes):
         row = nodes[node_id]
-        steps = sorted(step for step in cuts[node_id] if step >= row["fork_step"])
-        for start, stop in zip(steps, steps[1:]):
+        points = sorted(at for at in cuts[node_id] if at >= row["fork_step"])
+        for start, stop in zip(points, points[1:]):
             if start == row["fork_step"]:
                 parent = None if row["parent_id"] is None else f"H{row['parent_id']}:{_stage_start(cuts, row['parent_id'], start)}"
             else:
@@ -265,12 +266,12 @@ def stage_tree(records: dict[str, list[dict[str, Any]]], running: list[dict[str,
     for (node_id, _), stage in stages.items():
         by_node.setdefault(node_id, []).append(stage)
     for row in records["trials"]:  # each trial trains through its path's stages up to its request
-        node_id, step = row["node_id"], row["step"]
+        node_id, iteration = row["node_id"], row["step"]
         while node_id is not None:
             for stage in by_node.get(node_id, ()):
-                if stage["start"] < step:
+                if stage["start"] < iteration:
                     stage["trials"] += 1
-            step, node_id = nodes[node_id]["fork_step"], nodes[node_id]["parent_id"]
+            iteration, node_id = nodes[node_id]["fork_step"], nodes[node_id]["parent_id"]
     return list(stages.values())
 
 
@@ -284,7 +285,7 @@ def _stage_hparams(config: str, start: int) -> dict[str, Any]:
 
 def _stage_start(cuts: dict[int, set[int]], node_id: int, stop: int) -> int:
     """The start of the stage of ``node_id`` that ends at ``stop``."""
-    return max(step for step in cuts[node_id] if step < stop)
+    return max(at for at in cuts[node_id] if at < stop)
 
 
 def _short(value: Any) -> Any:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ray_stagetree.planning._deprecated import renamed_arguments
 from ray_stagetree.sequences import (
     Sequence,
     as_sequence,
@@ -99,15 +100,22 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def _static_key(study: str, static: Mapping[str, Any]) -> str:
+def _static_key(share_key: str, static: Mapping[str, Any]) -> str:
     # allow_nan: nan and inf are keyed as NaN / Infinity, which json reads back.
-    return json.dumps({"study": study, "static": static}, sort_keys=True, default=_json_default)
+    # The share key is stored under "study", its name before issue 20: saved
+    # plans key their roots by this text, so it must not change.
+    return json.dumps({"study": share_key, "static": static}, sort_keys=True, default=_json_default)
+
+
+def share_key_of(static_key: str) -> str:
+    """The share key a `TrialConfig.static_key` was made with."""
+    return json.loads(static_key)["study"]
 
 
 @functools.lru_cache(maxsize=1024)
-def _bare_static_key(study: str) -> str:
-    # Most configs have no static values: one key per study, built once.
-    return _static_key(study, {})
+def _bare_static_key(share_key: str) -> str:
+    # Most configs have no static values: one key per share key, built once.
+    return _static_key(share_key, {})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -154,7 +162,7 @@ class TrialConfig:
     sequences:
         One `Sequence` per name, in the same order.
     static_key:
-        Canonical JSON of the static values (plus the study key): trials with
+        Canonical JSON of the static values (plus the share key): trials with
         different keys never share a plan root.
     declared:
         The names the user gave as sequences (the rest were plain scalars).
@@ -167,13 +175,18 @@ class TrialConfig:
     static: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
+    @renamed_arguments(study="share_key")
     def from_config(
         cls,
         config: Mapping[str, Any],
-        study: str = "default",
+        share_key: str = "default",
         intern: dict[Sequence, Sequence] | None = None,
     ) -> "TrialConfig":
         """Split ``config``; raises a ValueError naming any value that cannot be planned.
+
+        ``share_key`` names the group of trials that may share stages: trials
+        under different keys never share anything (a study's trials share
+        one key; each trial has its own when stage sharing is off).
 
         With ``intern``, equal sequences are replaced by the instance held there
         (added if new), so they compare by identity and share one value cache.
@@ -205,7 +218,7 @@ class TrialConfig:
                 _static_json(path, value)
                 static[path] = value
         names = tuple(sorted(tunable))
-        key = _static_key(study, static) if static else _bare_static_key(study)
+        key = _static_key(share_key, static) if static else _bare_static_key(share_key)
         sequences = [tunable[name] for name in names]
         if intern is not None:
             sequences = [intern.setdefault(sequence, sequence) for sequence in sequences]
@@ -253,10 +266,11 @@ class TrialConfig:
         return out
 
     @classmethod
+    @renamed_arguments(study="share_key")
     def from_json(
-        cls, data: Mapping[str, Any], study: str = "default", intern: dict[Sequence, Sequence] | None = None
+        cls, data: Mapping[str, Any], share_key: str = "default", intern: dict[Sequence, Sequence] | None = None
     ) -> "TrialConfig":
-        return cls.from_config(unflatten(data), study=study, intern=intern)
+        return cls.from_config(unflatten(data), share_key=share_key, intern=intern)
 
 
 def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:

@@ -138,8 +138,8 @@ class CostModel:
         return (stop - start) * self.seconds_per_iteration(node, start, stop)
 
 
-def recompute_seconds(node: "PlanNode", step: int) -> float:
-    """What losing the checkpoint at ``(node, step)`` costs: the seconds the
+def recompute_seconds(node: "PlanNode", iteration: int) -> float:
+    """What losing the checkpoint at ``(node, iteration)`` costs: the seconds the
     plan measured (``time_this_iter_s``) for the iterations since the
     previous checkpoint on the path to it, or since initialization without
     one. That is what retraining it would take; the eviction rule prices a
@@ -148,14 +148,14 @@ def recompute_seconds(node: "PlanNode", step: int) -> float:
     model's unit before any timing exists."""
     seconds = 0.0
     current: "PlanNode | None" = node
-    latest = step - 1  # the latest checkpoint a retraining could start from
+    latest = iteration - 1  # the latest checkpoint a retraining could start from
     while current is not None:
-        previous = max((saved for saved in current.checkpoints if saved <= latest), default=current.fork_step)
-        for done in range(previous + 1, step + 1):
+        previous = max((saved for saved in current.checkpoints if saved <= latest), default=current.fork_iteration)
+        for done in range(previous + 1, iteration + 1):
             measured = current.metrics.get(done, {}).get("time_this_iter_s")
             seconds += float(measured) if isinstance(measured, (int, float)) and measured >= 0 else 1.0
-        if previous > current.fork_step:
+        if previous > current.fork_iteration:
             break
-        current, step = current.parent, current.fork_step
-        latest = step
+        current, iteration = current.parent, current.fork_iteration
+        latest = iteration
     return seconds

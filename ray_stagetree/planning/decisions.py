@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
+from ray_stagetree.planning._deprecated import renamed_attributes
+
 # Equal to Ray's ``TrialScheduler.CONTINUE`` / ``STOP`` / ``PAUSE``: the
 # adapters that feed Ray's own object pass its answers through unchanged.
 CONTINUE = "CONTINUE"  #: the request moves on to the trial's next decision point
@@ -17,13 +19,14 @@ STOP = "STOP"  #: nothing more is requested for the trial
 PAUSE = "PAUSE"  #: the request ends here; the scheduler resumes the trial later
 
 
+@renamed_attributes(step="iteration")
 @dataclass(frozen=True)
 class Exploit:
-    """PBT: replace the trial's future with ``source``'s path up to ``step``,
+    """PBT: replace the trial's future with ``source``'s path up to ``iteration``,
     then ``values`` (flattened hyper-parameter names -> explored values)."""
 
     source: str
-    step: int
+    iteration: int
     values: dict[str, Any]
 
 

@@ -34,13 +34,13 @@ call                      status                   the plan
 `decide`: CONTINUE        RUNNING                  once the result reaches the request, on
                                                    to the next decision point
 `decide`: STOP            -> TERMINATED            as `stop`
-`decide`: PAUSE           -> PAUSED                the request ends at the result's step
+`decide`: PAUSE           -> PAUSED                the request ends at the result's iteration
 `decide`: an exploit      RUNNING                  PBT: the source's config up to the
-                                                   exploit's step, then the explored values:
+                                                   exploit's iteration, then the explored values:
                                                    a new path forking from that checkpoint
 `resume`                  PAUSED -> RUNNING        continue, or its pending exploit
 `finish`                  -> TERMINATED            the request stays (it reached its end)
-`stop`                    -> TERMINATED            back to the last result's step; a trial
+`stop`                    -> TERMINATED            back to the last result's iteration; a trial
                                                    that ends without a result leaves the plan
 `fail`                    -> ERROR                 the trial leaves the plan
 `refuse`                  (new) -> ERROR           never entered
@@ -87,7 +87,9 @@ class SchedulerHost(Protocol):
 
 
 class TrialSource(Protocol):
-    """What the lifecycle tells the study's searcher (`searchers.sources`)."""
+    """Where a study's trials come from, its searcher (`searchers.sources`):
+    what the lifecycle tells it. (Not a `stage_tree.CheckpointSource`, the
+    checkpoint a stage starts from.)"""
 
     def on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool = False) -> None: ...
 
@@ -103,7 +105,7 @@ class Trial:
     # key; None when the config was refused. After admission the only carrier.
     trial_config: TrialConfig | None = None
     status: str = PENDING
-    rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # results on its current path, by step
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # results on its current path, by iteration
     node: PlanNode | None = None  # the plan node of its request
 
     def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
@@ -126,14 +128,14 @@ class TrialLifecycle:
         The search plan (possibly shared with other studies).
     host:
         The study's hosted trial scheduler.
-    source:
-        The study's searcher (told of every end).
-    sharing_key:
-        The plan's study key of a trial: trials share stages only under one key.
+    trial_source:
+        Where the study's trials come from, its searcher (told of every end).
+    share_key:
+        A trial's share key in the plan: trials share stages only under one key.
     next_request:
-        The step a trial at a step is requested up to (its next decision point).
+        The iteration a trial at an iteration is requested up to (its next decision point).
     on_request:
-        ``(trial, request, step)``: the trial's request moved on from ``step``.
+        ``(trial, request, iteration)``: the trial's request moved on from ``iteration``.
     on_end:
         ``(trial)``: the trial just ended (its status says how), before its
         scheduler and searcher hear.
@@ -143,14 +145,14 @@ class TrialLifecycle:
         self,
         plan: SearchPlan,
         host: SchedulerHost,
-        source: TrialSource,
-        sharing_key: Callable[[str], str],
+        trial_source: TrialSource,
+        share_key: Callable[[str], str],
         next_request: Callable[[str, int], float],
         on_request: Callable[[Trial, Request, int], None],
         on_end: Callable[[Trial], None],
     ) -> None:
-        self.plan, self.host, self.source = plan, host, source
-        self.sharing_key = sharing_key
+        self.plan, self.host, self.trial_source = plan, host, trial_source
+        self.share_key = share_key
         self._next_request = next_request
         self._on_request = on_request
         self._on_end = on_end
@@ -179,9 +181,9 @@ class TrialLifecycle:
         return {status: count for status, count in self._counts.items() if count}
 
     def parse(self, trial_id: str, config: dict[str, Any]) -> TrialConfig:
-        """``config``'s planning form under the trial's sharing key; raises
+        """``config``'s planning form under the trial's share key; raises
         what `TrialConfig.from_config` raises for a config that cannot be planned."""
-        return TrialConfig.from_config(config, self.sharing_key(trial_id))
+        return TrialConfig.from_config(config, self.share_key(trial_id))
 
     # -- admission -----------------------------------------------------------------------
 
@@ -198,47 +200,47 @@ class TrialLifecycle:
         self.add(trial)
         self._end(trial, None)
 
-    def rerun(self, trial: Trial, step: int) -> None:
-        """A trial of a restored study runs again from ``step`` (its latest
+    def rerun(self, trial: Trial, iteration: int) -> None:
+        """A trial of a restored study runs again from ``iteration`` (its latest
         result, or 0 when its results start over)."""
         self.set_status(trial, PENDING)
         self.host.on_add(trial.trial_id, trial.config)
-        self._request_from(trial, step)
+        self._request_from(trial, iteration)
 
-    def _request_from(self, trial: Trial, step: int) -> None:
-        target = self._next_request(trial.trial_id, step)
+    def _request_from(self, trial: Trial, iteration: int) -> None:
+        target = self._next_request(trial.trial_id, iteration)
         if trial.trial_id in self.plan.trials:
             request = self.plan.extend_trial(trial.trial_id, target)
         else:
             request = self.plan.add_trial(
-                trial.trial_id, trial.trial_config, target, study=self.sharing_key(trial.trial_id)
+                trial.trial_id, trial.trial_config, target, share_key=self.share_key(trial.trial_id)
             )
         trial.node = request.node
-        self._on_request(trial, request, step)
+        self._on_request(trial, request, iteration)
 
     # -- results and decisions ---------------------------------------------------------------
 
-    def record(self, trial: Trial, step: int, row: dict[str, Any]) -> None:
-        """A result of the trial at ``step``: it runs."""
-        trial.rows[step] = row
+    def record(self, trial: Trial, iteration: int, row: dict[str, Any]) -> None:
+        """A result of the trial at ``iteration``: it runs."""
+        trial.rows[iteration] = row
         if trial.status == PENDING:
             self.set_status(trial, RUNNING)
 
-    def decide(self, trial: Trial, step: int, row: dict[str, Any]) -> None:
-        """Ask the trial's scheduler about its result at ``step`` and apply
+    def decide(self, trial: Trial, iteration: int, row: dict[str, Any]) -> None:
+        """Ask the trial's scheduler about its result at ``iteration`` and apply
         the answer. The owner calls `resume` after (a stop may free trials
         the scheduler held)."""
         # Only PBT reads the hyper-parameters (the values it explores from).
-        values = trial.trial_config.hparams_at(step - 1) if self.host.population is not None else None
+        values = trial.trial_config.hparams_at(iteration - 1) if self.host.population is not None else None
         decision = self.host.on_result(trial.trial_id, row, values)
         if isinstance(decision, Exploit):
             self._exploit(trial, decision)
         elif decision == STOP:
             self.stop(trial)
         elif decision == PAUSE:
-            self._pause(trial, step)
-        elif step >= self.plan.trials[trial.trial_id].request.step:
-            self._request_from(trial, step)  # CONTINUE, at the end of its request
+            self._pause(trial, iteration)
+        elif iteration >= self.plan.trials[trial.trial_id].request.iteration:
+            self._request_from(trial, iteration)  # CONTINUE, at the end of its request
 
     def resume(self) -> None:
         """Run again the paused trials the scheduler chooses."""
@@ -250,27 +252,27 @@ class TrialLifecycle:
             else:
                 self._exploit(resumed, exploit)
 
-    def _pause(self, trial: Trial, step: int) -> None:
+    def _pause(self, trial: Trial, iteration: int) -> None:
         """The scheduler resumes the trial later. Its request ends here (at a
         decision point it ends here anyway), so it keeps a checkpoint here."""
         self.set_status(trial, PAUSED)
-        if self.plan.trials[trial.trial_id].request.step > step:
-            trial.node = self.plan.extend_trial(trial.trial_id, step).node
+        if self.plan.trials[trial.trial_id].request.iteration > iteration:
+            trial.node = self.plan.extend_trial(trial.trial_id, iteration).node
 
     def _exploit(self, trial: Trial, exploit: Exploit) -> None:
         """PBT: the trial follows ``exploit.source``'s configuration up to the
-        source's checkpoint at ``exploit.step`` and the explored values after,
+        source's checkpoint at ``exploit.iteration`` and the explored values after,
         a new path of the plan that forks from that checkpoint."""
         source = self.trials[exploit.source]
         sequences = dict(zip(source.trial_config.names, source.trial_config.sequences))
         config = copy.deepcopy(source.config)
         for name, value in exploit.values.items():
-            sequence = sequences[name].then(value, at=exploit.step) if exploit.step > 0 else value
+            sequence = sequences[name].then(value, at=exploit.iteration) if exploit.iteration > 0 else value
             _set_path(config, name, sequence)
         self.plan.remove_trial(trial.trial_id)
         trial.configure(config, self.parse(trial.trial_id, config))
-        trial.rows = {step: row for step, row in trial.rows.items() if step <= exploit.step}
-        self._request_from(trial, exploit.step)
+        trial.rows = {at: row for at, row in trial.rows.items() if at <= exploit.iteration}
+        self._request_from(trial, exploit.iteration)
 
     # -- ends ----------------------------------------------------------------------------
 
@@ -304,10 +306,10 @@ class TrialLifecycle:
         self._on_end(trial)
         if trial.status == ERROR:
             self.host.on_error(trial.trial_id)
-            self.source.on_complete(trial.trial_id, None, error=True)
+            self.trial_source.on_complete(trial.trial_id, None, error=True)
         else:
             self.host.on_complete(trial.trial_id, last)
-            self.source.on_complete(trial.trial_id, last)
+            self.trial_source.on_complete(trial.trial_id, last)
 
 
 def _set_path(config: dict[str, Any], path: str, value: Any) -> None:

@@ -25,8 +25,8 @@ def _horizons(horizon: int | SequenceType[int], count: int, what: str) -> list[i
 
 def _fill(plan: SearchPlan, configs: Iterable[Mapping[str, Any]], horizon: Any, prefix: str) -> None:
     configs = list(configs)
-    for index, (config, steps) in enumerate(zip(configs, _horizons(horizon, len(configs), "horizon"))):
-        plan.add_trial(f"{prefix}{index}", config, steps)
+    for index, (config, iterations) in enumerate(zip(configs, _horizons(horizon, len(configs), "horizon"))):
+        plan.add_trial(f"{prefix}{index}", config, iterations)
 
 
 def _rate(plan: SearchPlan) -> float:
@@ -67,6 +67,6 @@ def kwise_merge_rate(
     """
     studies = [list(study) for study in studies]
     plan = SearchPlan()
-    for index, (study, steps) in enumerate(zip(studies, _horizons(horizon, len(studies), "horizon per study"))):
-        _fill(plan, study, steps, f"study_{index}/trial_")
+    for index, (study, iterations) in enumerate(zip(studies, _horizons(horizon, len(studies), "horizon per study"))):
+        _fill(plan, study, iterations, f"study_{index}/trial_")
     return _rate(plan)

@@ -18,12 +18,16 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.planning.config import TrialConfig, share_key_of
 from ray_stagetree.planning.filesystems import arrow_filesystem, resolve
 
 FORMAT = "ray_stagetree.planning.plan"
 VERSION = 1
 
+# The column names are older than the plan's vocabulary (issue 20): a
+# "fork_step" is a node's fork iteration, a "step" an iteration, a "study" a
+# share key. They stay as they are, so that plans saved before read the same
+# and plans saved now read in the version before.
 SCHEMAS = {
     "nodes": pa.schema(
         [
@@ -87,32 +91,32 @@ def records(plan: Any) -> dict[str, list[dict[str, Any]]]:
             {
                 "node_id": node.node_id,
                 "parent_id": None if node.parent is None else node.parent.node_id,
-                "fork_step": node.fork_step,
-                "study": json.loads(node.config.static_key)["study"],
+                "fork_step": node.fork_iteration,
+                "study": share_key_of(node.config.static_key),
                 "config": _dumps(node.config.to_json()),
             }
         )
-        for step, info in node.checkpoints.items():
+        for iteration, info in node.checkpoints.items():
             if info.path is None:
                 continue
             rows["checkpoints"].append(
                 {
                     "node_id": node.node_id,
-                    "step": step,
+                    "step": iteration,
                     "path": info.path,
                     "size_bytes": info.size_bytes,
                     "checksum": info.checksum,
                 }
             )
-        for step, metrics in node.metrics.items():
-            rows["metrics"].append({"node_id": node.node_id, "step": step, "metrics": _dumps(metrics)})
+        for iteration, metrics in node.metrics.items():
+            rows["metrics"].append({"node_id": node.node_id, "step": iteration, "metrics": _dumps(metrics)})
     for record in plan.trials.values():
         rows["trials"].append(
             {
                 "trial_id": record.trial_id,
                 "node_id": record.request.node.node_id,
-                "step": record.request.step,
-                "study": record.study,
+                "step": record.request.iteration,
+                "study": record.share_key,
                 "config": _dumps(record.config.to_json()),
             }
         )
@@ -161,7 +165,7 @@ def load_into(plan: Any, url: str, storage_filesystem: Any = None) -> None:
 CHECKPOINT_FOLDER = "checkpoints"
 
 
-def check_checkpoint_path(path: Any, node_id: Any, step: Any) -> None:
+def check_checkpoint_path(path: Any, node_id: Any, iteration: Any) -> None:
     """Refuse a checkpoint path that does not name a file in the experiment
     directory's ``checkpoints/`` folder: absolute paths, URLs, ``..`` or
     empty parts, backslashes. The runtime writes nothing else, so anything
@@ -175,8 +179,8 @@ def check_checkpoint_path(path: Any, node_id: Any, step: Any) -> None:
         or any(part in ("", ".", "..") for part in parts)
     ):
         raise ValueError(
-            f"search plan: the checkpoint of node {node_id} at step {step} has path {path!r}; a checkpoint path "
-            f"must name a file under {CHECKPOINT_FOLDER + '/'!r} inside the experiment directory (relative, no "
+            f"search plan: the checkpoint of node {node_id} at iteration {iteration} has path {path!r}; a checkpoint "
+            f"path must name a file under {CHECKPOINT_FOLDER + '/'!r} inside the experiment directory (relative, no "
             "'..'). The plan's checkpoints table was not written by ray_stagetree as it stands: refusing to load it"
         )
 

@@ -1,15 +1,15 @@
 """The search plan: the persistent, append-only record of a study.
 
 Thesis section 4.2. A plan is a forest of `PlanNode` objects. A node is one
-trial configuration that takes over from its parent at ``fork_step``: the
-model at ``(node, k)`` was trained with the parent's path for ``fork_step``
-iterations and then with ``node.config`` for iterations ``fork_step .. k-1``.
+trial configuration that takes over from its parent at ``fork_iteration``: the
+model at ``(node, k)`` was trained with the parent's path for ``fork_iteration``
+iterations and then with ``node.config`` for iterations ``fork_iteration .. k-1``.
 A trial is a path from a root, and a request ``(node, k)`` asks for the model
 (and its metrics) after ``k`` iterations of that path.
 
 Adding a trial walks down from the root that matches its iteration-0 values
 and adds at most one node, where the trial first differs from every existing
-path (siblings forking at the same step differ at that step, so the walk never
+path (siblings forking at the same iteration differ at that iteration, so the walk never
 branches). Nodes are never removed: paths are invariant to other trials.
 
 The plan also tracks which requests are scheduled (``SCHED``) and the segments
@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from ray_stagetree.planning import persistence
+import ray_stagetree.planning.persistence as persistence
+from ray_stagetree.planning._deprecated import renamed_arguments, renamed_attributes
 from ray_stagetree.planning._gc import gc_paused
 from ray_stagetree.planning.config import TrialConfig
 
@@ -53,19 +54,20 @@ class CheckpointInfo:
     checksum: str | None = None
 
 
+@renamed_attributes(step="iteration")
 @dataclass(eq=False)
 class Request:
-    """Train ``node`` up to ``step`` and report: serves one or more trials."""
+    """Train ``node`` up to ``iteration`` and report: serves one or more trials."""
 
     node: "PlanNode"
-    step: int
+    iteration: int
     trials: set[str] = field(default_factory=set)
     state: RequestState = RequestState.NOT_SCHED
     batch_id: int | None = None
 
     @property
     def answered(self) -> bool:
-        return self.step in self.node.metrics
+        return self.iteration in self.node.metrics
 
     @property
     def cancellable(self) -> bool:
@@ -74,19 +76,20 @@ class Request:
 
     def __repr__(self) -> str:
         return (
-            f"Request(node={self.node.node_id}, step={self.step}, "
+            f"Request(node={self.node.node_id}, iteration={self.iteration}, "
             f"state={self.state.value}, trials={sorted(self.trials)})"
         )
 
 
+@renamed_attributes(fork_step="fork_iteration")
 class PlanNode:
-    """One configuration, forked from ``parent`` at ``fork_step``."""
+    """One configuration, forked from ``parent`` at ``fork_iteration``."""
 
     __slots__ = (
         "node_id",
         "config",
         "parent",
-        "fork_step",
+        "fork_iteration",
         "children",
         "_checkpoints",
         "parked",
@@ -97,11 +100,11 @@ class PlanNode:
         "trials",
     )
 
-    def __init__(self, node_id: int, config: TrialConfig, parent: "PlanNode | None", fork_step: int):
+    def __init__(self, node_id: int, config: TrialConfig, parent: "PlanNode | None", fork_iteration: int):
         self.node_id = node_id
         self.config = config
         self.parent = parent
-        self.fork_step = fork_step
+        self.fork_iteration = fork_iteration
         self.children: dict[tuple, PlanNode] = {}
         # Written by the SearchPlan alone (`record_checkpoint`, `drop_checkpoint`),
         # which keeps the stage trees' change log; everyone else reads `checkpoints`.
@@ -114,26 +117,27 @@ class PlanNode:
         self.requests: dict[int, Request] = {}
         # batch id -> (start, stop) segment of this node a running batch trains
         self.running: dict[int, tuple[int, int]] = {}
-        # batch id -> the last step that batch has trained on this node so far
+        # batch id -> the last iteration that batch has trained on this node so far
         self.trained: dict[int, int] = {}
         # trials whose current request is on this node
         self.trials: set[str] = set()
 
     @property
     def checkpoints(self) -> Mapping[int, CheckpointInfo]:
-        """Step -> the checkpoint there, read-only (a view, made per call,
+        """Iteration -> the checkpoint there, read-only (a view, made per call,
         so that a node still pickles)."""
         return MappingProxyType(self._checkpoints)
 
-    def running_batch_through(self, step: int) -> int | None:
-        """A running batch that will reach ``step`` on this node, if any (one
+    def running_batch_through(self, iteration: int) -> int | None:
+        """A running batch that will reach ``iteration`` on this node, if any (one
         that passed it already serves it only with the checkpoint it left)."""
         for batch_id, (start, stop) in self.running.items():
-            if start < step <= stop and (self.trained.get(batch_id, start) < step or step in self._checkpoints):
+            trained = self.trained.get(batch_id, start)
+            if start < iteration <= stop and (trained < iteration or iteration in self._checkpoints):
                 return batch_id
             # At the end of its segment a batch hears first whether it goes
             # on, and then saves the end's checkpoint if it stops there.
-            if step == stop == self.trained.get(batch_id):
+            if iteration == stop == self.trained.get(batch_id):
                 return batch_id
         return None
 
@@ -151,14 +155,15 @@ class PlanNode:
 
     def __repr__(self) -> str:
         parent = None if self.parent is None else self.parent.node_id
-        return f"PlanNode({self.node_id}, parent={parent}, fork_step={self.fork_step})"
+        return f"PlanNode({self.node_id}, parent={parent}, fork_iteration={self.fork_iteration})"
 
 
+@renamed_attributes(study="share_key")
 @dataclass(eq=False)
 class TrialRecord:
     trial_id: str
     config: TrialConfig
-    study: str
+    share_key: str
     request: Request
 
 
@@ -191,10 +196,10 @@ class OpenTrialsWatcher(Protocol):
     def closed(self, trial_ids: Iterable[str]) -> None: ...
 
 
-def _check_step(step: Any, name: str = "step") -> int:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise ValueError(f"{name} must be an int >= 1 (iterations to train), got {step!r}")
-    return step
+def _check_iteration(iteration: Any, name: str = "iteration") -> int:
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 1:
+        raise ValueError(f"{name} must be an int >= 1 (iterations to train), got {iteration!r}")
+    return iteration
 
 
 class SearchPlan:
@@ -202,10 +207,11 @@ class SearchPlan:
 
     Example
     -------
-    >>> from ray_stagetree import SearchPlan, MultiStep
+    >>> from ray_stagetree import MultiStep
+    >>> from ray_stagetree.planning import SearchPlan
     >>> plan = SearchPlan()
-    >>> a = plan.add_trial("a", {"lr": MultiStep(0.1, [100], 0.1)}, step=200)
-    >>> b = plan.add_trial("b", {"lr": MultiStep(0.1, [150], 0.1)}, step=200)
+    >>> a = plan.add_trial("a", {"lr": MultiStep(0.1, [100], 0.1)}, iteration=200)
+    >>> b = plan.add_trial("b", {"lr": MultiStep(0.1, [150], 0.1)}, iteration=200)
     >>> plan.unique_iterations(), plan.total_iterations()
     (300, 400)
     """
@@ -219,7 +225,7 @@ class SearchPlan:
         self._located: dict[tuple, PlanNode] = {}
         self._batches: dict[int, RunningBatch] = {}
         self._next_batch_id = 0
-        # (node id, trial id) -> (the trial's config, step checked up to, first step it differs from the node)
+        # (node id, trial id) -> (the trial's config, iteration checked up to, first iteration it differs from the node)
         self._divergence: dict[tuple[int, str], tuple[TrialConfig | None, int, int | None]] = {}
         # Nodes that changed in a way a stage tree sees, in order; read with `touched_since`.
         self._touched: list[PlanNode] = []
@@ -255,25 +261,27 @@ class SearchPlan:
         except (IndexError, TypeError):
             raise KeyError(f"no plan node with id {node_id!r} (the plan has {len(self.nodes)})") from None
 
-    def _new_node(self, config: TrialConfig, parent: PlanNode | None, fork_step: int) -> PlanNode:
-        node = PlanNode(len(self.nodes), config, parent, fork_step)
+    def _new_node(self, config: TrialConfig, parent: PlanNode | None, fork_iteration: int) -> PlanNode:
+        node = PlanNode(len(self.nodes), config, parent, fork_iteration)
         self.nodes.append(node)
         self._touch(node)
         return node
 
-    def locate(self, config: TrialConfig, step: int) -> PlanNode:
-        """The node that trains iteration ``step - 1`` of ``config``, adding at most one node."""
+    @renamed_arguments(step="iteration")
+    def locate(self, config: TrialConfig, iteration: int) -> PlanNode:
+        """The node that trains the last of the first ``iteration`` iterations of
+        ``config`` (index ``iteration - 1``), adding at most one node."""
         # Paths never change once made, so a config seen before (num_samples
         # repeats, a trial extended back and forth) lands where it did.
         # Interned sequences make their identities a complete signature.
-        signature = (config.static_key, config.names, tuple(map(id, config.sequences)), step)
+        signature = (config.static_key, config.names, tuple(map(id, config.sequences)), iteration)
         node = self._located.get(signature)
         if node is None:
-            node = self._located[signature] = self._descend(config, step)
+            node = self._located[signature] = self._descend(config, iteration)
         return node
 
-    def _descend(self, config: TrialConfig, step: int) -> PlanNode:
-        path, fork = self._follow(config, step)
+    def _descend(self, config: TrialConfig, iteration: int) -> PlanNode:
+        path, fork = self._follow(config, iteration)
         if not path:
             node = self._roots[config.observed_at(0)] = self._new_node(config, None, 0)
             return node
@@ -282,26 +290,27 @@ class SearchPlan:
         child = path[-1].children[(fork, config.observed_at(fork))] = self._new_node(config, path[-1], fork)
         return child
 
+    @renamed_arguments(step="iteration", study="share_key")
     def follow(
-        self, config: Mapping[str, Any] | TrialConfig, step: int, study: str = "default"
+        self, config: Mapping[str, Any] | TrialConfig, iteration: int, share_key: str = "default"
     ) -> tuple[list[PlanNode], int]:
-        """The existing nodes the first ``step`` iterations of ``config``
+        """The existing nodes the first ``iteration`` iterations of ``config``
         pass through, root first, and how many iterations it shares with
         that path (it leaves the last node there). Adds nothing; the nodes'
         ``metrics`` are what the plan measured on the shared prefix."""
-        path, fork = self._follow(TrialConfig.from_config(config, study), step)
-        return path, (0 if not path else step if fork is None else fork)
+        path, fork = self._follow(TrialConfig.from_config(config, share_key), iteration)
+        return path, (0 if not path else iteration if fork is None else fork)
 
-    def _follow(self, config: TrialConfig, step: int) -> tuple[list[PlanNode], int | None]:
-        """The existing nodes the first ``step`` iterations of ``config``
+    def _follow(self, config: TrialConfig, iteration: int) -> tuple[list[PlanNode], int | None]:
+        """The existing nodes the first ``iteration`` iterations of ``config``
         pass through, root first, and the iteration where it leaves the last
-        of them (None: it never does before ``step``). Adds nothing."""
+        of them (None: it never does before ``iteration``). Adds nothing."""
         node = self._roots.get(config.observed_at(0))
         if node is None:
             return [], None
         path = [node]
         while True:
-            fork = config.first_difference(node.config, step, node.fork_step)
+            fork = config.first_difference(node.config, iteration, node.fork_iteration)
             if fork is None:
                 return path, None
             node = node.children.get((fork, config.observed_at(fork)))
@@ -311,38 +320,44 @@ class SearchPlan:
 
     # -- trials --------------------------------------------------------------
 
+    @renamed_arguments(step="iteration", study="share_key")
     def add_trial(
         self,
         trial_id: str,
         config: Mapping[str, Any] | TrialConfig,
-        step: int,
-        study: str = "default",
+        iteration: int,
+        share_key: str = "default",
     ) -> Request:
-        """Ask for ``config`` trained ``step`` iterations; returns the request serving it.
+        """Ask for ``config`` trained ``iteration`` iterations; returns the request serving it.
 
-        If the plan already holds metrics for that point, ``request.answered`` is
+        Trials share stages only with trials of the same ``share_key``. If the
+        plan already holds metrics for that point, ``request.answered`` is
         true at once and nothing needs to train.
         """
         if trial_id in self.trials:
             raise ValueError(f"trial {trial_id!r} is already in the plan; use extend_trial")
-        _check_step(step)
-        trial_config = TrialConfig.from_config(config, study, self._sequences)
-        request = self._request(trial_id, trial_config, step)
-        self.trials[trial_id] = TrialRecord(trial_id, trial_config, study, request)
+        _check_iteration(iteration)
+        trial_config = TrialConfig.from_config(config, share_key, self._sequences)
+        request = self._request(trial_id, trial_config, iteration)
+        self.trials[trial_id] = TrialRecord(trial_id, trial_config, share_key, request)
         return request
 
-    def add_trials(self, trials: Iterable[tuple[str, Mapping[str, Any] | TrialConfig, int]], study: str = "default") -> list[Request]:
-        """`add_trial` for many ``(trial_id, config, step)`` at once, as a
+    @renamed_arguments(study="share_key")
+    def add_trials(
+        self, trials: Iterable[tuple[str, Mapping[str, Any] | TrialConfig, int]], share_key: str = "default"
+    ) -> list[Request]:
+        """`add_trial` for many ``(trial_id, config, iteration)`` at once, as a
         searcher emits them (with the garbage collector paused, see `_gc`)."""
         with gc_paused():
-            return [self.add_trial(trial_id, config, step, study) for trial_id, config, step in trials]
+            return [self.add_trial(trial_id, config, iteration, share_key) for trial_id, config, iteration in trials]
 
-    def extend_trial(self, trial_id: str, step: int) -> Request:
-        """Move a trial's request to another step (continue, or evaluate earlier)."""
+    @renamed_arguments(step="iteration")
+    def extend_trial(self, trial_id: str, iteration: int) -> Request:
+        """Move a trial's request to another iteration (continue, or evaluate earlier)."""
         record = self._record(trial_id)
-        _check_step(step)
+        _check_iteration(iteration)
         self._detach(record)
-        record.request = self._request(trial_id, record.config, step)
+        record.request = self._request(trial_id, record.config, iteration)
         return record.request
 
     def remove_trial(self, trial_id: str) -> None:
@@ -357,14 +372,14 @@ class SearchPlan:
         except KeyError:
             raise KeyError(f"trial {trial_id!r} is not in the plan") from None
 
-    def _request(self, trial_id: str, config: TrialConfig, step: int) -> Request:
-        node = self.locate(config, step)
-        request = node.requests.get(step)
+    def _request(self, trial_id: str, config: TrialConfig, iteration: int) -> Request:
+        node = self.locate(config, iteration)
+        request = node.requests.get(iteration)
         if request is None:
-            request = Request(node, step)
+            request = Request(node, iteration)
             if not request.answered:
-                node.requests[step] = request
-                batch_id = node.running_batch_through(step)
+                node.requests[iteration] = request
+                batch_id = node.running_batch_through(iteration)
                 if batch_id is not None:
                     self._attach_to_batch(request, batch_id)
         request.trials.add(trial_id)
@@ -378,7 +393,7 @@ class SearchPlan:
     @staticmethod
     def _is_open(request: Request) -> bool:
         """Unanswered: registered on its node (answered ones never are, or are popped)."""
-        return request.node.requests.get(request.step) is request
+        return request.node.requests.get(request.iteration) is request
 
     def _detach(self, record: TrialRecord) -> None:
         request = record.request
@@ -389,8 +404,8 @@ class SearchPlan:
         request.node.trials.discard(record.trial_id)
         self._touch(request.node)
         if not request.trials and request.state is RequestState.NOT_SCHED:
-            if request.node.requests.get(request.step) is request:  # an answered one was never registered
-                del request.node.requests[request.step]
+            if request.node.requests.get(request.iteration) is request:  # an answered one was never registered
+                del request.node.requests[request.iteration]
 
     def open_requests(self) -> Iterator[Request]:
         """Requests not yet answered (both states)."""
@@ -403,23 +418,26 @@ class SearchPlan:
         return [*reversed(list(node.ancestors())), node]
 
     def history(self, trial_id: str) -> dict[int, dict[str, Any]]:
-        """Metrics the plan holds for a trial, by step, up to its request."""
+        """Metrics the plan holds for a trial, by iteration, up to its request."""
         request = self._record(trial_id).request
         out: dict[int, dict[str, Any]] = {}
         path = self.path(trial_id)
         for node, successor in zip(path, path[1:] + [None]):
-            upper = request.step if successor is None else successor.fork_step
+            upper = request.iteration if successor is None else successor.fork_iteration
             out.update(
-                (step, metrics) for step, metrics in node.metrics.items() if node.fork_step < step <= upper
+                (iteration, metrics)
+                for iteration, metrics in node.metrics.items()
+                if node.fork_iteration < iteration <= upper
             )
         return dict(sorted(out.items()))
 
-    def trials_through(self, node: PlanNode, step: int) -> set[str]:
-        """Live trials whose path passes through ``(node, step)``."""
+    @renamed_arguments(step="iteration")
+    def trials_through(self, node: PlanNode, iteration: int) -> set[str]:
+        """Live trials whose path passes through ``(node, iteration)``."""
         found = {
-            trial_id for trial_id in node.trials if self.trials[trial_id].request.step >= step
+            trial_id for trial_id in node.trials if self.trials[trial_id].request.iteration >= iteration
         }
-        pending = [child for child in node.children.values() if child.fork_step >= step]
+        pending = [child for child in node.children.values() if child.fork_iteration >= iteration]
         while pending:
             current = pending.pop()
             found |= current.trials
@@ -428,11 +446,12 @@ class SearchPlan:
 
     # -- results from the runtime ----------------------------------------------
 
-    def record_metrics(self, node_id: int, step: int, metrics: Mapping[str, Any]) -> list[Request]:
-        """Store metrics of ``(node, step)``; returns the requests this answers."""
+    @renamed_arguments(step="iteration")
+    def record_metrics(self, node_id: int, iteration: int, metrics: Mapping[str, Any]) -> list[Request]:
+        """Store metrics of ``(node, iteration)``; returns the requests this answers."""
         node = self.node(node_id)
-        node.metrics[step] = dict(metrics)
-        request = node.requests.pop(step, None)
+        node.metrics[iteration] = dict(metrics)
+        request = node.requests.pop(iteration, None)
         if request is None:
             return []
         for watcher in self.watchers:
@@ -442,39 +461,42 @@ class SearchPlan:
             self._batches[request.batch_id].requests.remove(request)
         return [request]
 
-    def record_progress(self, batch_id: int, node_id: int, step: int) -> None:
-        """A running batch trained ``node`` up to ``step``: a point it passed
+    @renamed_arguments(step="iteration")
+    def record_progress(self, batch_id: int, node_id: int, iteration: int) -> None:
+        """A running batch trained ``node`` up to ``iteration``: a point it passed
         without leaving a checkpoint (a trainable that keeps none) is no
         longer one to wait for."""
         node = self.node(node_id)
         if batch_id in node.running:
-            node.trained[batch_id] = max(step, node.trained.get(batch_id, step))
+            node.trained[batch_id] = max(iteration, node.trained.get(batch_id, iteration))
             self._touch(node)
 
-    def record_checkpoint(self, node_id: int, step: int, info: CheckpointInfo) -> None:
-        """A checkpoint of ``(node, step)`` exists, or its record changed (its
+    @renamed_arguments(step="iteration")
+    def record_checkpoint(self, node_id: int, iteration: int, info: CheckpointInfo) -> None:
+        """A checkpoint of ``(node, iteration)`` exists, or its record changed (its
         durable copy landed): the plan is the only writer of these records."""
         node = self.node(node_id)
-        if not node.fork_step < step:
+        if not node.fork_iteration < iteration:
             raise ValueError(
-                f"a checkpoint of node {node_id} must be after its fork step {node.fork_step}, got {step}"
+                f"a checkpoint of node {node_id} must be after its fork iteration "
+                f"{node.fork_iteration}, got {iteration}"
             )
-        node._checkpoints[step] = info
+        node._checkpoints[iteration] = info
         self._touch(node)
 
-    def record_parked(self, node_id: int, step: int) -> None:
-        """A trainable of ``node`` waits alive at ``step`` (a trial paused
+    def record_parked(self, node_id: int, iteration: int) -> None:
+        """A trainable of ``node`` waits alive at ``iteration`` (a trial paused
         there, with no checkpoint): the stage continuing this node starts
         there, as from a checkpoint. Other nodes cannot fork from it."""
         node = self.node(node_id)
-        node.parked.add(step)
+        node.parked.add(iteration)
         self._touch(node)
 
-    def drop_parked(self, node_id: int, step: int) -> None:
-        """The parked trainable at ``(node, step)`` went on, or was released."""
+    def drop_parked(self, node_id: int, iteration: int) -> None:
+        """The parked trainable at ``(node, iteration)`` went on, or was released."""
         node = self.node(node_id)
-        if step in node.parked:
-            node.parked.discard(step)
+        if iteration in node.parked:
+            node.parked.discard(iteration)
             self._touch(node)
 
     def reopen(self, trial_id: str) -> Request:
@@ -482,14 +504,15 @@ class SearchPlan:
         still wanted): its metrics there are forgotten, so its request is
         open again and trains from the nearest checkpoint on its path."""
         request = self._record(trial_id).request
-        request.node.metrics.pop(request.step, None)
-        return self.extend_trial(trial_id, request.step)
+        request.node.metrics.pop(request.iteration, None)
+        return self.extend_trial(trial_id, request.iteration)
 
-    def drop_checkpoint(self, node_id: int, step: int) -> None:
+    @renamed_arguments(step="iteration")
+    def drop_checkpoint(self, node_id: int, iteration: int) -> None:
         """Forget a checkpoint (lost, corrupt, or evicted with no stored copy):
         the next stage tree trains from the previous one instead."""
         node = self.node(node_id)
-        if node._checkpoints.pop(step, None) is not None:
+        if node._checkpoints.pop(iteration, None) is not None:
             self._touch(node)
 
     def record_timing(self, node_id: int, start: int, stop: int, seconds: float) -> None:
@@ -500,19 +523,19 @@ class SearchPlan:
 
     def record_batch_timings(self, batch_id: int, iterations: Iterable[tuple[int, int, Any]]) -> None:
         """Time a running batch's trained iterations, given as ``(node_id,
-        step, seconds)``: one timing per run of consecutive iterations on a
+        iteration, seconds)``: one timing per run of consecutive iterations on a
         node. The batch's first iteration is left out: it also pays for the
         worker's setup and checkpoint restore, which belong to no stage; so
         are iterations without a number of seconds."""
         first = self._batch(batch_id).segments[0][1] + 1
         runs: list[list] = []
-        for node_id, step, seconds in iterations:
-            if step == first or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        for node_id, iteration, seconds in iterations:
+            if iteration == first or not isinstance(seconds, (int, float)) or not seconds >= 0:
                 continue
-            if runs and runs[-1][0] == node_id and runs[-1][2] == step - 1:
-                runs[-1][2], runs[-1][3] = step, runs[-1][3] + seconds
+            if runs and runs[-1][0] == node_id and runs[-1][2] == iteration - 1:
+                runs[-1][2], runs[-1][3] = iteration, runs[-1][3] + seconds
             else:
-                runs.append([node_id, step - 1, step, float(seconds)])
+                runs.append([node_id, iteration - 1, iteration, float(seconds)])
         for node_id, start, stop, seconds in runs:
             self.record_timing(node_id, start, stop, seconds)
 
@@ -528,8 +551,8 @@ class SearchPlan:
         for node, start, stop in batch.segments:
             node.running[batch_id] = (start, stop)
             self._touch(node)
-            for step, request in node.requests.items():
-                if start < step <= stop and request.state is RequestState.NOT_SCHED:
+            for iteration, request in node.requests.items():
+                if start < iteration <= stop and request.state is RequestState.NOT_SCHED:
                     self._attach_to_batch(request, batch_id)
         return batch_id
 
@@ -564,7 +587,7 @@ class SearchPlan:
             if request.trials:
                 again.append(request)
             else:
-                request.node.requests.pop(request.step, None)
+                request.node.requests.pop(request.iteration, None)
         return again
 
     def extend_batch(self, batch_id: int) -> int | None:
@@ -579,11 +602,11 @@ class SearchPlan:
         node, start, stop = batch.segments[-1]
         if any(other != batch_id and end > stop for other, (_, end) in node.running.items()):
             return None
-        wanted = [step for step, request in node.requests.items() if step > stop and request.trials]
+        wanted = [iteration for iteration, request in node.requests.items() if iteration > stop and request.trials]
         wanted += [
-            child.fork_step
+            child.fork_iteration
             for child in node.children.values()
-            if child.fork_step > stop and self._has_live_request(child)
+            if child.fork_iteration > stop and self._has_live_request(child)
         ]
         if not wanted:
             return None
@@ -591,8 +614,8 @@ class SearchPlan:
         batch.segments[-1] = (node, start, end)
         node.running[batch_id] = (start, end)
         self._touch(node)
-        for step, request in node.requests.items():
-            if stop < step <= end and request.state is RequestState.NOT_SCHED:
+        for iteration, request in node.requests.items():
+            if stop < iteration <= end and request.state is RequestState.NOT_SCHED:
                 self._attach_to_batch(request, batch_id)
         return end
 
@@ -609,20 +632,20 @@ class SearchPlan:
         return list(self._batch(batch_id).requests)
 
     def _needed_points(self, batch_id: int) -> list[tuple[PlanNode, int, bool]]:
-        """``(node, step, is_branch)`` points of a running batch that live
+        """``(node, iteration, is_branch)`` points of a running batch that live
         trials need: their requests, and branch points other trials continue
         from (a child's fork, or the node itself going on past the segment)."""
         points = []
         for node, start, stop in self._batch(batch_id).segments:
             points += [
-                (node, step, False)
-                for step, request in node.requests.items()
-                if start < step <= stop and request.trials
+                (node, iteration, False)
+                for iteration, request in node.requests.items()
+                if start < iteration <= stop and request.trials
             ]
             points += [
-                (node, child.fork_step, True)
+                (node, child.fork_iteration, True)
                 for child in node.children.values()
-                if start < child.fork_step <= stop and self._has_live_request(child)
+                if start < child.fork_iteration <= stop and self._has_live_request(child)
             ]
             if self._continues_past(node, stop):
                 points.append((node, stop, True))
@@ -637,9 +660,9 @@ class SearchPlan:
         for trial_id in node.trials:
             key = (node.node_id, trial_id)
             config = self.trials[trial_id].config
-            known, checked, fork = self._divergence.get(key, (None, node.fork_step, None))
+            known, checked, fork = self._divergence.get(key, (None, node.fork_iteration, None))
             if known is not config:  # new, or PBT gave the trial another config
-                checked, fork = node.fork_step, None
+                checked, fork = node.fork_iteration, None
             if fork is None and checked < stop:
                 fork = config.first_difference(node.config, stop, checked)
                 checked = stop
@@ -648,11 +671,13 @@ class SearchPlan:
                 forks.add(fork)
         return forks
 
-    def _continues_past(self, node: PlanNode, step: int) -> bool:
-        """Does a live trial train ``node`` beyond ``step``?"""
-        if any(s > step and request.trials for s, request in node.requests.items()):
+    def _continues_past(self, node: PlanNode, iteration: int) -> bool:
+        """Does a live trial train ``node`` beyond ``iteration``?"""
+        if any(s > iteration and request.trials for s, request in node.requests.items()):
             return True
-        return any(child.fork_step > step and self._has_live_request(child) for child in node.children.values())
+        return any(
+            child.fork_iteration > iteration and self._has_live_request(child) for child in node.children.values()
+        )
 
     def needed_until(self, batch_id: int) -> tuple[PlanNode, int] | None:
         """The furthest point of a running batch that some live trial still
@@ -660,9 +685,9 @@ class SearchPlan:
         segments = self._batch(batch_id).segments
         position = {node.node_id: index for index, (node, _, _) in enumerate(segments)}
         points = [
-            (node, step)
-            for node, step, is_branch in self._needed_points(batch_id)
-            if not (is_branch and step in node.checkpoints)
+            (node, iteration)
+            for node, iteration, is_branch in self._needed_points(batch_id)
+            if not (is_branch and iteration in node.checkpoints)
         ]
         if not points:
             return None
@@ -674,13 +699,13 @@ class SearchPlan:
         batch was dispatched can add points: the runtime asks again."""
         segments = self._batch(batch_id).segments
         forks = {
-            (node.node_id, step): (node, step)
-            for node, step, is_branch in self._needed_points(batch_id)
-            if is_branch and step not in node.checkpoints
+            (node.node_id, iteration): (node, iteration)
+            for node, iteration, is_branch in self._needed_points(batch_id)
+            if is_branch and iteration not in node.checkpoints
         }
         last_node, _, last_stop = segments[-1]
         forks.setdefault((last_node.node_id, last_stop), (last_node, last_stop))
-        return sorted(forks.values(), key=lambda point: (point[0].fork_step, point[1]))
+        return sorted(forks.values(), key=lambda point: (point[0].fork_iteration, point[1]))
 
     @staticmethod
     def _has_live_request(node: PlanNode) -> bool:
@@ -696,43 +721,47 @@ class SearchPlan:
 
     def total_iterations(self) -> int:
         """Iterations trial-by-trial execution would run for the live trials."""
-        return sum(record.request.step for record in self.trials.values())
+        return sum(record.request.iteration for record in self.trials.values())
 
     def unique_iterations(self) -> int:
         """Iterations needed to serve every live trial when prefixes are shared."""
-        return sum(stop - self.nodes[node_id].fork_step for node_id, stop in self.requested_extent().items())
+        return sum(stop - self.nodes[node_id].fork_iteration for node_id, stop in self.requested_extent().items())
 
     def requested_extent(self) -> dict[int, int]:
-        """Node id -> the furthest step of that node any trial's request passes through."""
+        """Node id -> the furthest iteration of that node any trial's request passes through."""
         extent: dict[int, int] = {}
         for record in self.trials.values():
-            node, step = record.request.node, record.request.step
-            while step > extent.get(node.node_id, node.fork_step):
-                extent[node.node_id] = step
+            node, iteration = record.request.node, record.request.iteration
+            while iteration > extent.get(node.node_id, node.fork_iteration):
+                extent[node.node_id] = iteration
                 if node.parent is None:
                     break
-                node, step = node.parent, node.fork_step
+                node, iteration = node.parent, node.fork_iteration
         return extent
 
-    def covered_iterations(self, configs: Iterable[Mapping[str, Any] | TrialConfig], step: int, study: str = "default") -> list[int]:
-        """How many of the first ``step`` iterations of each config the live
+    @renamed_arguments(step="iteration", study="share_key")
+    def covered_iterations(
+        self, configs: Iterable[Mapping[str, Any] | TrialConfig], iteration: int, share_key: str = "default"
+    ) -> list[int]:
+        """How many of the first ``iteration`` iterations of each config the live
         trials already train (or have trained): adding that config as a trial
-        would cost ``step`` minus this in unique iterations. Adds nothing to
+        would cost ``iteration`` minus this in unique iterations. Adds nothing to
         the plan.
 
         Example
         -------
-        >>> from ray_stagetree import SearchPlan, MultiStep
+        >>> from ray_stagetree import MultiStep
+        >>> from ray_stagetree.planning import SearchPlan
         >>> plan = SearchPlan()
-        >>> _ = plan.add_trial("a", {"lr": MultiStep(0.1, [100], 0.1)}, step=200)
+        >>> _ = plan.add_trial("a", {"lr": MultiStep(0.1, [100], 0.1)}, iteration=200)
         >>> plan.covered_iterations([{"lr": MultiStep(0.1, [150], 0.1)}, {"lr": 0.2}], 200)
         [100, 0]
         """
-        _check_step(step)
+        _check_iteration(iteration)
         extents = self.requested_extent()
         covered = []
         for config in configs:
-            path, limit = self.follow(config, step, study)
+            path, limit = self.follow(config, iteration, share_key)
             reach = 0
             # The deepest node a live trial still needs bounds what is shared:
             # the config follows each node on its path up to where the next starts.
@@ -740,7 +769,7 @@ class SearchPlan:
                 if node.node_id in extents:
                     reach = min(limit, extents[node.node_id])
                     break
-                limit = node.fork_step
+                limit = node.fork_iteration
             covered.append(reach)
         return covered
 
@@ -770,32 +799,32 @@ class SearchPlan:
         return plan
 
     def _restore_node(
-        self, node_id: int, config: TrialConfig, parent_id: int | None, fork_step: int
+        self, node_id: int, config: TrialConfig, parent_id: int | None, fork_iteration: int
     ) -> PlanNode:
         if node_id != len(self.nodes):
             raise ValueError(f"plan nodes must be restored in id order, got {node_id} after {len(self.nodes) - 1}")
         parent = None if parent_id is None else self.nodes[parent_id]
-        node = self._new_node(config, parent, fork_step)
+        node = self._new_node(config, parent, fork_iteration)
         if parent is None:
             self._roots[config.observed_at(0)] = node
         else:
-            parent.children[(fork_step, config.observed_at(fork_step))] = node
+            parent.children[(fork_iteration, config.observed_at(fork_iteration))] = node
         return node
 
-    def _restore_checkpoint(self, node_id: int, step: int, path: str, size_bytes: int, checksum: str) -> None:
-        self.record_checkpoint(node_id, step, CheckpointInfo(path, size_bytes, checksum))
+    def _restore_checkpoint(self, node_id: int, iteration: int, path: str, size_bytes: int, checksum: str) -> None:
+        self.record_checkpoint(node_id, iteration, CheckpointInfo(path, size_bytes, checksum))
 
-    def _restore_trial(self, trial_id: str, config: TrialConfig, study: str, node_id: int, step: int) -> None:
+    def _restore_trial(self, trial_id: str, config: TrialConfig, share_key: str, node_id: int, iteration: int) -> None:
         node = self.nodes[node_id]
-        request = node.requests.get(step)
+        request = node.requests.get(iteration)
         if request is None:
-            request = Request(node, step)
+            request = Request(node, iteration)
             if not request.answered:
-                node.requests[step] = request
+                node.requests[iteration] = request
         request.trials.add(trial_id)
         node.trials.add(trial_id)
         self._touch(node)
-        self.trials[trial_id] = TrialRecord(trial_id, config, study, request)
+        self.trials[trial_id] = TrialRecord(trial_id, config, share_key, request)
 
     def describe(self) -> str:
         """A readable dump of the plan: one node per line, children indented
@@ -805,10 +834,10 @@ class SearchPlan:
         while pending:
             node, depth = pending.pop()
             lines.append(
-                f"{'  ' * depth}H{node.node_id} from {node.fork_step}: "
+                f"{'  ' * depth}H{node.node_id} from {node.fork_iteration}: "
                 f"ckpt={sorted(node.checkpoints)} metrics={sorted(node.metrics)} "
-                f"requests={[(r.step, r.state.value) for r in node.requests.values()]}"
+                f"requests={[(r.iteration, r.state.value) for r in node.requests.values()]}"
             )
-            children = sorted(node.children.values(), key=lambda child: (child.fork_step, child.node_id))
+            children = sorted(node.children.values(), key=lambda child: (child.fork_iteration, child.node_id))
             pending.extend((child, depth + 1) for child in reversed(children))
         return "\n".join(lines)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from ray_stagetree.planning._gc import gc_paused
 from ray_stagetree.planning.cost import CostModel
-from ray_stagetree.planning.stage_tree import Source, Stage, StageTree, build_stage_tree, starts_unit, unit_of
+from ray_stagetree.planning.stage_tree import CheckpointSource, Stage, StageTree, build_stage_tree, starts_unit, unit_of
 
 if TYPE_CHECKING:
     from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
@@ -55,11 +55,11 @@ class StageBatch:
         return self.stages[0].ready
 
     @property
-    def source(self) -> Source | None:
+    def source(self) -> CheckpointSource | None:
         """The checkpoint (or initialization) the first stage loads."""
         first = self.stages[0]
         if first.parent is not None:
-            return Source(first.parent.node, first.parent.stop)
+            return CheckpointSource(first.parent.node, first.parent.stop)
         return first.source
 
     @property
@@ -84,7 +84,7 @@ class StageBatch:
     @property
     def checkpoint_points(self) -> list[tuple["PlanNode", int]]:
         """Where the worker must save: branch points other batches start
-        from, and the end (a trial is often extended from its last step)."""
+        from, and the end (a trial is often extended from its last iteration)."""
         points = []
         for position, stage in enumerate(self.stages):
             successor = self.stages[position + 1] if position + 1 < len(self.stages) else None
@@ -215,8 +215,8 @@ class ExecutionPolicy(abc.ABC):
         """When the running batch may next be pre-empted (None: never)."""
         return None
 
-    def at_boundary(self, plan: "SearchPlan", batch_id: int, node: "PlanNode", step: int, now: float) -> bool:
-        """The running batch has trained ``(node, step)``: True if it stops
+    def at_boundary(self, plan: "SearchPlan", batch_id: int, node: "PlanNode", iteration: int, now: float) -> bool:
+        """The running batch has trained ``(node, iteration)``: True if it stops
         there (with a checkpoint) for other work."""
         return False
 

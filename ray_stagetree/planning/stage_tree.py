@@ -8,7 +8,7 @@ that serve every request exactly once:
    The walk is memoised, so shared prefixes are visited once.
 2. On each node, sort the points reached (requests, fork points of children,
    starting checkpoints) and cut a stage between each point and the one before
-   it. Stages therefore split exactly at fork points and requested steps.
+   it. Stages therefore split exactly at fork points and requested iterations.
 
 A point that a running batch will reach is not trained again: stages hanging
 from it wait for that batch (``Stage.waits_for``).
@@ -20,6 +20,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+from ray_stagetree.planning._deprecated import moved_names, renamed_attributes
 from ray_stagetree.planning._gc import without_gc
 from ray_stagetree.planning.plan import PlanNode, Request, RequestState
 
@@ -29,13 +30,15 @@ if TYPE_CHECKING:
     from ray_stagetree.planning.plan import SearchPlan
 
 
+@renamed_attributes(step="iteration")
 @dataclass(frozen=True)
-class Source:
-    """Where a root stage starts: ``(node, step)``'s checkpoint, or a fresh
-    model when ``node`` is None."""
+class CheckpointSource:
+    """Where a root stage starts: ``(node, iteration)``'s checkpoint, or a fresh
+    model when ``node`` is None. (Not a `lifecycle.TrialSource`, where a
+    study's trials come from.)"""
 
     node: PlanNode | None
-    step: int
+    iteration: int
 
     @property
     def is_initialization(self) -> bool:
@@ -50,7 +53,7 @@ class Stage:
     start: int
     stop: int
     parent: "Stage | None" = None
-    source: Source | None = None
+    source: CheckpointSource | None = None
     waits_for: int | None = None
     requests: list[Request] = field(default_factory=list)
     children: list["Stage"] = field(default_factory=list)
@@ -93,28 +96,28 @@ class StageTree:
         return graph
 
 
-def _reach(plan_targets: dict[PlanNode, set[int]], node: PlanNode, step: int, from_request: bool) -> None:
-    """Record that ``(node, step)`` must be reached, and what it needs first."""
+def _reach(plan_targets: dict[PlanNode, set[int]], node: PlanNode, iteration: int, from_request: bool) -> None:
+    """Record that ``(node, iteration)`` must be reached, and what it needs first."""
     while True:
-        if not from_request and (step in node.checkpoints or step in node.parked):
+        if not from_request and (iteration in node.checkpoints or iteration in node.parked):
             return
         from_request = False
         targets = plan_targets.setdefault(node, set())
-        if step in targets:
+        if iteration in targets:
             return
-        targets.add(step)
-        if node.running_batch_through(step) is not None:
+        targets.add(iteration)
+        if node.running_batch_through(iteration) is not None:
             return
-        if any(node.fork_step < saved < step for saved in node.checkpoints) or any(
-            node.fork_step < parked < step for parked in node.parked
+        if any(node.fork_iteration < saved < iteration for saved in node.checkpoints) or any(
+            node.fork_iteration < parked < iteration for parked in node.parked
         ):
             return
-        running = node.latest_running_stop(step)
-        if running is not None and running[0] > node.fork_step:
+        running = node.latest_running_stop(iteration)
+        if running is not None and running[0] > node.fork_iteration:
             return
         if node.parent is None:
             return
-        node, step = node.parent, node.fork_step
+        node, iteration = node.parent, node.fork_iteration
 
 
 def _open(request: Request) -> bool:
@@ -132,9 +135,9 @@ def starts_unit(node: PlanNode) -> bool:
     parent = node.parent
     if parent is None:
         return True
-    if node.fork_step not in parent.checkpoints:
+    if node.fork_iteration not in parent.checkpoints:
         return False
-    request = parent.requests.get(node.fork_step)
+    request = parent.requests.get(node.fork_iteration)
     return request is None or not _open(request)
 
 
@@ -167,38 +170,38 @@ def build_stage_tree(plan: "SearchPlan", units: "Iterable[PlanNode] | None" = No
     """
     targets: dict[PlanNode, set[int]] = {}
     for node in plan.nodes if units is None else _unit_nodes(units):
-        for step, request in node.requests.items():
+        for iteration, request in node.requests.items():
             if _open(request):
-                _reach(targets, node, step, from_request=True)
+                _reach(targets, node, iteration, from_request=True)
 
     stage_at: dict[tuple[int, int], Stage] = {}
     pending_at: dict[tuple[int, int], int] = {}
-    ordered = sorted(targets.items(), key=lambda item: item[0].fork_step)
-    for node, steps in ordered:
-        for step in steps:
-            batch_id = node.running_batch_through(step)
+    ordered = sorted(targets.items(), key=lambda item: item[0].fork_iteration)
+    for node, iterations in ordered:
+        for iteration in iterations:
+            batch_id = node.running_batch_through(iteration)
             if batch_id is not None:
-                pending_at[(node.node_id, step)] = batch_id
+                pending_at[(node.node_id, iteration)] = batch_id
             else:
-                stage = Stage(node, step, step)
-                request = node.requests.get(step)
+                stage = Stage(node, iteration, iteration)
+                request = node.requests.get(iteration)
                 if request is not None and _open(request):
                     stage.requests.append(request)
-                stage_at[(node.node_id, step)] = stage
+                stage_at[(node.node_id, iteration)] = stage
 
     # Link each stage to the point before it. Parents fork no later than their
     # children, but the points a stage links to were all created above.
     stages: list[Stage] = []
     roots: list[Stage] = []
-    for node, steps in ordered:
-        points = sorted(steps)
-        saved = sorted(step for step in {*node.checkpoints, *node.parked} if step > node.fork_step)
-        for index, step in enumerate(points):
-            stage = stage_at.get((node.node_id, step))
+    for node, iterations in ordered:
+        points = sorted(iterations)
+        saved = sorted(iteration for iteration in {*node.checkpoints, *node.parked} if iteration > node.fork_iteration)
+        for index, iteration in enumerate(points):
+            stage = stage_at.get((node.node_id, iteration))
             if stage is None:
                 continue
             previous_target = points[index - 1] if index else None
-            position = bisect.bisect_left(saved, step)
+            position = bisect.bisect_left(saved, iteration)
             previous_saved = saved[position - 1] if position else None
             _link(stage, node, previous_target, previous_saved, stage_at, pending_at)
             stages.append(stage)
@@ -222,31 +225,35 @@ def _link(
     it), or the parent's fork point."""
     running = node.latest_running_stop(stage.stop)
     previous_running = running[0] if running is not None else None
-    candidates = {node.fork_step: "fork"}
+    candidates = {node.fork_iteration: "fork"}
     for point, kind in ((previous_running, "running"), (previous_saved, "saved"), (previous_target, "target")):
-        if point is not None and point >= node.fork_step:
+        if point is not None and point >= node.fork_iteration:
             candidates[point] = kind
     start = max(candidates)
-    kind = candidates[start] if start > node.fork_step else "fork"
+    kind = candidates[start] if start > node.fork_iteration else "fork"
     stage.start = start
     if kind == "saved":
-        stage.source = Source(node, start)
+        stage.source = CheckpointSource(node, start)
         return
     if kind == "running":
-        stage.source, stage.waits_for = Source(node, start), running[1]
+        stage.source, stage.waits_for = CheckpointSource(node, start), running[1]
         return
     if kind == "target":
         anchor = node
     elif node.parent is None:
-        stage.source = Source(None, 0)
+        stage.source = CheckpointSource(None, 0)
         return
     else:
         anchor = node.parent
     key = (anchor.node_id, start)
     if key in pending_at:
         stage.waits_for = pending_at[key]
-        stage.source = Source(anchor, start)
+        stage.source = CheckpointSource(anchor, start)
     elif key in stage_at:
         stage.parent = stage_at[key]
     else:
-        stage.source = Source(anchor, start)
+        stage.source = CheckpointSource(anchor, start)
+
+
+# `CheckpointSource` was called `Source` before issue 20.
+__getattr__ = moved_names(__name__, {"Source": f"{__name__}.CheckpointSource"})

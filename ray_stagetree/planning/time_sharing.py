@@ -238,11 +238,11 @@ class TimeSharingPolicy(ExecutionPolicy):
         seconds = self.quantum_seconds(self.record_of(quantum.job))
         return None if seconds is None else quantum.began + seconds
 
-    def at_boundary(self, plan: "SearchPlan", batch_id: int, node: "PlanNode", step: int, now: float) -> bool:
+    def at_boundary(self, plan: "SearchPlan", batch_id: int, node: "PlanNode", iteration: int, now: float) -> bool:
         quantum = self._quanta.get(batch_id)
         if quantum is None:
             return False
-        quantum.last = (node, step)
+        quantum.last = (node, iteration)
         deadline = self.quantum_deadline(batch_id)
         if deadline is None or now < deadline:
             return False
@@ -251,7 +251,7 @@ class TimeSharingPolicy(ExecutionPolicy):
         if best_waiting is not None and self.priority_of(best_waiting.stages[0].node) > self.priority_of(node):
             del self._quanta[batch_id]
             return True
-        self._quanta[batch_id] = _Quantum(node, (node, step), now, (node, step))  # it goes on: a new quantum
+        self._quanta[batch_id] = _Quantum(node, (node, iteration), now, (node, iteration))  # it goes on: a new quantum
         return False
 
     def ended(self, plan: "SearchPlan", batch_id: int, now: float, point: tuple["PlanNode", int] | None = None) -> None:
@@ -280,14 +280,14 @@ class TimeSharingPolicy(ExecutionPolicy):
         losses: list[float] = []
         node, upper = end
         while node is not None:
-            lower = start[1] if node is start[0] else node.fork_step
-            for step in range(upper, lower, -1):
-                value = node.metrics.get(step, {}).get(self.metric)
+            lower = start[1] if node is start[0] else node.fork_iteration
+            for iteration in range(upper, lower, -1):
+                value = node.metrics.get(iteration, {}).get(self.metric)
                 if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
                     losses.append(sign * float(value))
             if node is start[0]:
                 break
-            node, upper = node.parent, node.fork_step
+            node, upper = node.parent, node.fork_iteration
         losses.reverse()
         return losses
 

@@ -23,8 +23,8 @@ class _StudyFolderStore:
         self._store = store
         self._folder = folder
 
-    def export(self, plan: Any, node: Any, step: int, trial_dir: str) -> Any:
-        return self._store.export(plan, node, step, f"{self._folder}/{trial_dir}")
+    def export(self, plan: Any, node: Any, iteration: int, trial_dir: str) -> Any:
+        return self._store.export(plan, node, iteration, f"{self._folder}/{trial_dir}")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -54,15 +54,15 @@ class AttachedStudy(StudyController):
         self.study_id = study_id
         self.weight = weight
         self.finalized = False
-        self.source = UniqueTrialIds(self.source, self._taken, study_id)
+        self.trial_source = UniqueTrialIds(self.trial_source, self._taken, study_id)
 
     def _taken(self, trial_id: str) -> bool:
         """In use on the shared plan: a live trial of the plan, or any trial,
         finished ones included, of an attached study (results are routed by id)."""
         return trial_id in self.shared.plan.trials or trial_id in self.shared.trials
 
-    def _sharing_key(self, trial_id: str) -> str:
-        return self.shared.sharing_key if self.spec.stage_sharing else f"{self.study_id}/{trial_id}"
+    def _share_key(self, trial_id: str) -> str:
+        return self.shared.share_key if self.spec.stage_sharing else f"{self.study_id}/{trial_id}"
 
     def _idle_count(self) -> int:
         return self.shared._idle_count()

@@ -14,7 +14,7 @@ class BatchSpec:
     batch_id: int
     config: dict[str, Any]
     segments: list[tuple[int, int, int]]  # (node_id, start, stop)
-    save_steps: set[int]
+    save_iterations: set[int]
     # ``config``'s planning form (the plan node's, parsed once at admission): the worker reads
     # hyper-parameters by iteration from it and never parses the config again.
     trial_config: TrialConfig
@@ -41,13 +41,13 @@ class BatchSpec:
     def stop(self) -> int:
         return self.segments[-1][2]
 
-    def node_at(self, step: int) -> int:
-        """The plan node that trains iteration ``step`` (1-based: the step
-        a report after it carries) on this batch's path."""
+    def node_at(self, iteration: int) -> int:
+        """The plan node that trains ``iteration`` (1-based: the
+        ``training_iteration`` a report after it carries) on this batch's path."""
         for node_id, start, stop in self.segments:
-            if start < step <= stop:
+            if start < iteration <= stop:
                 return node_id
-        raise ValueError(f"step {step} is outside batch {self.batch_id}")
+        raise ValueError(f"iteration {iteration} is outside batch {self.batch_id}")
 
 
 @dataclass
@@ -57,7 +57,7 @@ class BatchOutcome:
     checkpoints: list[tuple[int, int, Any, int]] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
-    error_step: int | None = None
+    error_iteration: int | None = None
     error_node: int | None = None
     error_retryable: bool = True  # False: the trainable's own code is wrong (`ReportError`), a retry repeats it
     returned_at: int | None = None  # the function trainable returned after this many iterations
@@ -71,7 +71,7 @@ class BatchOutcome:
 class FlushReply(NamedTuple):
     """The controller's answer to a worker's flush."""
 
-    save_steps: list[int]  # where to checkpoint
+    save_iterations: list[int]  # where to checkpoint
     needed: int  # where the batch may stop: no live trial needs more
     stop: int  # the batch's end, later than before where it continues live
     # At the batch's end: keep the trainable alive on the worker, waiting for

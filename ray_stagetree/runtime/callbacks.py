@@ -318,10 +318,10 @@ class CallbackRunner:
         if view is None:  # a trial announced before this runner existed
             view = self._view({"trial_id": row["trial_id"], "config": row.get("config")})
             self._continue_logs(view)
-        step = row.get("training_iteration", 0)
-        if step <= self._logged.get(view.trial_id, 0):
+        iteration = row.get("training_iteration", 0)
+        if iteration <= self._logged.get(view.trial_id, 0):
             return  # already logged: a retrained iteration, or one logged before a restore
-        self._logged[view.trial_id] = step
+        self._logged[view.trial_id] = iteration
         view.status = RUNNING
         view.last_result = row
         if isinstance(row.get("config"), dict):
@@ -396,9 +396,9 @@ def _last_iteration(path: str) -> int | None:
     with open(path) as file:
         for line in file:
             try:
-                step = json.loads(line).get("training_iteration")
+                iteration = json.loads(line).get("training_iteration")
             except (json.JSONDecodeError, AttributeError):
                 continue
-            if isinstance(step, int) and (last is None or step > last):
-                last = step
+            if isinstance(iteration, int) and (last is None or iteration > last):
+                last = iteration
     return last

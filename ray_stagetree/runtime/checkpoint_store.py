@@ -174,9 +174,9 @@ class CheckpointStore:
     ) -> None:
         self.storage = storage
         self.cache = CheckpointCache(budget_bytes)
-        # (node id, step) -> the reference of the in-memory copy, while there is one.
+        # (node id, iteration) -> the reference of the in-memory copy, while there is one.
         self._handles: dict[tuple[int, int], Any] = {}
-        self._writes: dict[Any, tuple[int, int, int]] = {}  # write -> (node id, step, bytes)
+        self._writes: dict[Any, tuple[int, int, int]] = {}  # write -> (node id, iteration, bytes)
         # Kept in memory only: storage refused their durable copy. Written
         # again once a later write succeeds (storage is back).
         self.unstored: set[tuple[int, int]] = set()
@@ -198,31 +198,33 @@ class CheckpointStore:
         )
 
     @staticmethod
-    def key(node_id: int, step: int) -> str:
-        return f"checkpoints/node{node_id:06d}_step{step:07d}.ckpt"
+    def key(node_id: int, iteration: int) -> str:
+        # "step": the name stored checkpoints had before issue 20; plans point at them.
+        return f"checkpoints/node{node_id:06d}_step{iteration:07d}.ckpt"
 
-    def add(self, plan: SearchPlan, node: PlanNode, step: int, ref: Any, size_bytes: int) -> None:
-        """Register a worker's checkpoint (its metrics up to ``step`` are in
+    def add(self, plan: SearchPlan, node: PlanNode, iteration: int, ref: Any, size_bytes: int) -> None:
+        """Register a worker's checkpoint (its metrics up to ``iteration`` are in
         the plan already) and start its durable copy."""
-        key = (node.node_id, step)
-        plan.record_checkpoint(node.node_id, step, CheckpointInfo(size_bytes=size_bytes))
+        key = (node.node_id, iteration)
+        plan.record_checkpoint(node.node_id, iteration, CheckpointInfo(size_bytes=size_bytes))
         self._handles[key] = ref
         if key in self.cache:  # retrained after a loss
             self.cache.remove(key)
-        self.cache.add(key, size_bytes, recompute_seconds(node, step), self._reuse(plan, node, step), pinned=True)
-        self._write(node.node_id, step, ref, size_bytes)
+        reuse = self._reuse(plan, node, iteration)
+        self.cache.add(key, size_bytes, recompute_seconds(node, iteration), reuse, pinned=True)
+        self._write(node.node_id, iteration, ref, size_bytes)
 
-    def in_memory(self, node: PlanNode, step: int) -> bool:
+    def in_memory(self, node: PlanNode, iteration: int) -> bool:
         """Whether the checkpoint has an in-memory copy (else only a durable one)."""
-        return (node.node_id, step) in self._handles
+        return (node.node_id, iteration) in self._handles
 
-    def _write(self, node_id: int, step: int, ref: Any, size_bytes: int) -> None:
-        write = self.io.write.remote(self.key(node_id, step), ref)
-        self._writes[write] = (node_id, step, size_bytes)
+    def _write(self, node_id: int, iteration: int, ref: Any, size_bytes: int) -> None:
+        write = self.io.write.remote(self.key(node_id, iteration), ref)
+        self._writes[write] = (node_id, iteration, size_bytes)
 
     @staticmethod
-    def _reuse(plan: SearchPlan, node: PlanNode, step: int) -> float:
-        return float(len(plan.trials_through(node, step)))
+    def _reuse(plan: SearchPlan, node: PlanNode, iteration: int) -> float:
+        return float(len(plan.trials_through(node, iteration)))
 
     @property
     def pending_writes(self) -> list[Any]:
@@ -236,67 +238,67 @@ class CheckpointStore:
 
     async def finish_write(self, plan: SearchPlan, write: Any) -> None:
         """A durable copy landed: record it, unpin, and evict if over budget."""
-        node_id, step, _ = self._writes.pop(write)
+        node_id, iteration, _ = self._writes.pop(write)
         try:
             stored = await write
         except Exception as error:
             # The payload never arrived (its worker died first) or could not be
             # stored: forget it, so nothing starts from it; it is retrained.
-            logger.warning("checkpoint of node %d step %d is lost: %s", node_id, step, error)
-            self._drop(plan, node_id, step)
+            logger.warning("checkpoint of node %d iteration %d is lost: %s", node_id, iteration, error)
+            self._drop(plan, node_id, iteration)
             return
-        info = plan.nodes[node_id].checkpoints.get(step)
+        info = plan.nodes[node_id].checkpoints.get(iteration)
         if info is None:  # dropped meanwhile
             return
         if isinstance(stored, WriteFailed):
-            if (node_id, step) not in self._handles:  # its in-memory copy went with its node: retrained
-                self._drop(plan, node_id, step)
+            if (node_id, iteration) not in self._handles:  # its in-memory copy went with its node: retrained
+                self._drop(plan, node_id, iteration)
                 return
             # Storage refused it: the in-memory copy stays (pinned: nothing else holds it).
-            if (node_id, step) not in self.unstored:
+            if (node_id, iteration) not in self.unstored:
                 logger.warning("%s; it is kept in memory until storage accepts it", stored.reason)
-            self.unstored.add((node_id, step))
+            self.unstored.add((node_id, iteration))
             return
         self._rewrite_unstored(plan)
-        self.unstored.discard((node_id, step))
+        self.unstored.discard((node_id, iteration))
         # The plan keeps the key, relative to the experiment directory, so a
         # study moved or renamed between runs still finds its checkpoints.
         plan.record_checkpoint(
-            node_id, step, CheckpointInfo(self.key(node_id, step), stored.size_bytes, stored.checksum)
+            node_id, iteration, CheckpointInfo(self.key(node_id, iteration), stored.size_bytes, stored.checksum)
         )
-        self.cache.update((node_id, step), pinned=False)
+        self.cache.update((node_id, iteration), pinned=False)
         self.evict(plan)
 
     def _rewrite_unstored(self, plan: SearchPlan) -> None:
         """A write succeeded: storage is back; write what it refused before."""
-        for node_id, step in sorted(self.unstored):
-            self.unstored.discard((node_id, step))
-            info = plan.nodes[node_id].checkpoints.get(step)
-            ref = self._handles.get((node_id, step))
+        for node_id, iteration in sorted(self.unstored):
+            self.unstored.discard((node_id, iteration))
+            info = plan.nodes[node_id].checkpoints.get(iteration)
+            ref = self._handles.get((node_id, iteration))
             if info is not None and ref is not None and info.path is None:
-                self._write(node_id, step, ref, info.size_bytes)
+                self._write(node_id, iteration, ref, info.size_bytes)
 
     def evict(self, plan: SearchPlan) -> None:
         for key in list(self.cache):
             node = plan.nodes[key[0]]
             if self.cache.is_resident(key):
                 self.cache.update(key, expected_reuse=self._reuse(plan, node, key[1]))
-        for node_id, step in self.cache.evictions():
-            info = plan.nodes[node_id].checkpoints.get(step)
+        for node_id, iteration in self.cache.evictions():
+            info = plan.nodes[node_id].checkpoints.get(iteration)
             if info is not None and info.path is not None:
-                self._handles.pop((node_id, step), None)
-                self.cache.mark_evicted((node_id, step))
+                self._handles.pop((node_id, iteration), None)
+                self.cache.mark_evicted((node_id, iteration))
 
-    def forget_copy(self, plan: SearchPlan, node: PlanNode, step: int) -> None:
+    def forget_copy(self, plan: SearchPlan, node: PlanNode, iteration: int) -> None:
         """The in-memory copy is lost (its node left the cluster): read the
         durable copy next time, or, without one, retrain the checkpoint."""
-        info = node.checkpoints.get(step)
-        key = (node.node_id, step)
+        info = node.checkpoints.get(iteration)
+        key = (node.node_id, iteration)
         if info is None:
             return
         self._handles.pop(key, None)
         if info.path is None:
-            plan.drop_checkpoint(node.node_id, step)
+            plan.drop_checkpoint(node.node_id, iteration)
             if key in self.cache and not self.cache.is_pinned(key):  # pinned: finish_write forgets it
                 self.cache.remove(key)
             return
@@ -304,80 +306,82 @@ class CheckpointStore:
             self.cache.update(key, pinned=False)
             self.cache.mark_evicted(key)
 
-    async def handle(self, plan: SearchPlan, node: PlanNode, step: int) -> Any:
+    async def handle(self, plan: SearchPlan, node: PlanNode, iteration: int) -> Any:
         """A reference to the checkpoint's payload, reloading an evicted one
         from storage. Raises `CheckpointUnavailableError` (after dropping it
         from the plan) when it is lost or corrupt: the caller replans."""
-        info = self._info(node, step)
-        key = (node.node_id, step)
+        info = self._info(node, iteration)
+        key = (node.node_id, iteration)
         ref = self._handles.get(key)
         if ref is not None:
             self.cache.touch(key)
             return ref
-        ref = self._handles[key] = await self._reload(plan, node, step)
+        ref = self._handles[key] = await self._reload(plan, node, iteration)
         if key in self.cache:
             self.cache.mark_resident(key)
         else:  # a checkpoint of a restored plan, loaded for the first time
-            self.cache.add(key, info.size_bytes, recompute_seconds(node, step), self._reuse(plan, node, step))
+            self.cache.add(key, info.size_bytes, recompute_seconds(node, iteration), self._reuse(plan, node, iteration))
         return ref
 
-    async def verify(self, plan: SearchPlan, node: PlanNode, step: int) -> None:
+    async def verify(self, plan: SearchPlan, node: PlanNode, iteration: int) -> None:
         """Raise as `handle` does when the checkpoint is no longer usable; an
         evicted one is checked in storage, without reading it into memory."""
-        info = self._info(node, step)
-        if not self.in_memory(node, step):
-            self._raise_if(plan, node, step, await self.io.check.remote(self._stored(info), info.path))
+        info = self._info(node, iteration)
+        if not self.in_memory(node, iteration):
+            self._raise_if(plan, node, iteration, await self.io.check.remote(self._stored(info), info.path))
 
-    async def export(self, plan: SearchPlan, node: PlanNode, step: int, trial_dir: str) -> str | WriteFailed | None:
+    async def export(
+        self, plan: SearchPlan, node: PlanNode, iteration: int, trial_dir: str
+    ) -> str | WriteFailed | None:
         """Write the checkpoint into a trial's folder (``checkpoint_<step>``)
         and return that folder; None when it is lost, `WriteFailed` when
         storage refuses the copy. One in memory is written from there; an
         evicted one is copied storage to storage, so that a study's end
         never reads its checkpoints back into memory."""
-        info = node.checkpoints.get(step)
-        ref = self._handles.get((node.node_id, step))
+        info = node.checkpoints.get(iteration)
+        ref = self._handles.get((node.node_id, iteration))
         if info is not None and ref is not None:
             try:
                 return await self.io.write_trial_checkpoint.remote(trial_dir, ref)
             except ray.exceptions.ObjectLostError:
-                self.forget_copy(plan, node, step)
-                info = node.checkpoints.get(step)
+                self.forget_copy(plan, node, iteration)
+                info = node.checkpoints.get(iteration)
         if info is None:
             return None
         problem, path = await self.io.export_stored.remote(trial_dir, self._stored(info), info.path)
         try:
-            self._raise_if(plan, node, step, problem)
+            self._raise_if(plan, node, iteration, problem)
         except CheckpointUnavailableError:
             return None
         return path
 
-    async def _reload(self, plan: SearchPlan, node: PlanNode, step: int) -> Any:
-        info = self._info(node, step)
+    async def _reload(self, plan: SearchPlan, node: PlanNode, iteration: int) -> Any:
+        info = self._info(node, iteration)
         verdict, ref = self.io.reload.remote(self._stored(info), info.path)
-        self._raise_if(plan, node, step, await verdict)
+        self._raise_if(plan, node, iteration, await verdict)
         return ref
 
     @staticmethod
-    def _info(node: PlanNode, step: int) -> CheckpointInfo:
-        info = node.checkpoints.get(step)
+    def _info(node: PlanNode, iteration: int) -> CheckpointInfo:
+        info = node.checkpoints.get(iteration)
         if info is None:  # found lost since it was chosen (another batch or trial shares it)
-            raise CheckpointUnavailableError(f"the checkpoint of node {node.node_id} at step {step} was lost")
+            raise CheckpointUnavailableError(f"the checkpoint of node {node.node_id} at iteration {iteration} was lost")
         return info
 
     def _stored(self, info: CheckpointInfo) -> StoredCheckpoint:
         return StoredCheckpoint(path=self.storage.path(info.path), size_bytes=info.size_bytes, checksum=info.checksum)
 
-    def _drop(self, plan: SearchPlan, node_id: int, step: int) -> None:
+    def _drop(self, plan: SearchPlan, node_id: int, iteration: int) -> None:
         """The checkpoint is gone for good: out of the plan (its stages
         retrain it), the memory accounting and the handles."""
-        plan.drop_checkpoint(node_id, step)
-        self._handles.pop((node_id, step), None)
-        if (node_id, step) in self.cache:
-            self.cache.remove((node_id, step))
+        plan.drop_checkpoint(node_id, iteration)
+        self._handles.pop((node_id, iteration), None)
+        if (node_id, iteration) in self.cache:
+            self.cache.remove((node_id, iteration))
 
-    def _raise_if(self, plan: SearchPlan, node: PlanNode, step: int, problem: str | None) -> None:
+    def _raise_if(self, plan: SearchPlan, node: PlanNode, iteration: int, problem: str | None) -> None:
         """A stored copy found lost or corrupt (``problem``) leaves the plan."""
         if problem is None:
             return
-        self._drop(plan, node.node_id, step)
+        self._drop(plan, node.node_id, iteration)
         raise CheckpointUnavailableError(problem)

@@ -116,7 +116,7 @@ def _train(instance: Any, context: StageContext) -> None:
             metrics = instance.train()
             metrics.pop("config", None)
         try:
-            context.record(metrics, lambda step: _payload(instance, step, stage_trainable))
+            context.record(metrics, lambda iteration: _payload(instance, iteration, stage_trainable))
         except BatchEnd:
             return
 
@@ -133,18 +133,18 @@ def _stop(instance: Any) -> None:
         shutil.rmtree(logdir, ignore_errors=True)  # the temporary folder Trainable made outside Tune
 
 
-def _payload(instance: Any, step: int, stage_trainable: bool) -> CheckpointPayload:
+def _payload(instance: Any, iteration: int, stage_trainable: bool) -> CheckpointPayload:
     # Tune's own Trainable.get_state() is its bookkeeping, not the model.
     state = instance.get_state() if stage_trainable else None
     if state is not None:
-        return CheckpointPayload(step, capture_rng_state(), state=state)
+        return CheckpointPayload(iteration, capture_rng_state(), state=state)
     path = tempfile.mkdtemp(prefix="stagetree_save_")
     try:
         saved = instance.save_checkpoint(path)
         if isinstance(saved, dict):  # Tune's dict form: kept in the directory as Tune keeps it
             with open(os.path.join(path, DICT_CHECKPOINT_FILE), "wb") as file:
                 pickle.dump(saved, file)
-        return CheckpointPayload(step, capture_rng_state(), directory=pack_directory(path))
+        return CheckpointPayload(iteration, capture_rng_state(), directory=pack_directory(path))
     finally:
         shutil.rmtree(path, ignore_errors=True)
 

@@ -55,7 +55,7 @@ class ReportError(TypeError):
 _PLAIN_METRICS = (int, float, str, bool, type(None), np.number)
 
 
-def check_picklable(metrics: dict[str, Any], step: int) -> None:
+def check_picklable(metrics: dict[str, Any], iteration: int) -> None:
     """Raise `ReportError` naming the first metric that cannot be pickled:
     metrics travel to the study's controller, and a value that cannot would
     otherwise fail there, for every trial on the worker's batch."""
@@ -68,7 +68,7 @@ def check_picklable(metrics: dict[str, Any], step: int) -> None:
             ray.cloudpickle.dumps(value)
         except Exception as error:  # each type refuses in its own way
             raise ReportError(
-                f"the trial reported {key}={value!r} ({type(value).__name__}) at iteration {step}, which cannot "
+                f"the trial reported {key}={value!r} ({type(value).__name__}) at iteration {iteration}, which cannot "
                 f"be pickled ({type(error).__name__}: {error}); metrics are sent to the study's controller: "
                 "report numbers, strings, or other picklable values"
             ) from None
@@ -100,13 +100,13 @@ class StageContext:
         # that continues it (None: the trainable ends).
         self._park = park
         self._begin(spec)
-        self._visible = sequences_so_far(spec.config, self._config, spec.plain, lambda: self.step)
+        self._visible = sequences_so_far(spec.config, self._config, spec.plain, lambda: self.iteration)
         self._restart_payload: CheckpointPayload | None = None
         self._source: CheckpointPayload | None = None
         self._restored_dir: str | None = None
         self._ended = False  # a report said done
         self._parking = False  # the controller's reply at the batch's end said park
-        self._put_steps: set[int] = set()  # steps whose checkpoint went to the outbox
+        self._put_iterations: set[int] = set()  # iterations whose checkpoint went to the outbox
         # The last checkpoint report() got, kept (hard-linked) past the user's
         # temporary folder: if the function ends the trial right after it,
         # it is the trial's final checkpoint, as in Tune.
@@ -115,11 +115,11 @@ class StageContext:
     def _begin(self, spec: BatchSpec) -> None:
         """Take ``spec`` as the batch to train (also a batch that continues a parked one)."""
         self.spec = spec
-        self.step = spec.start
+        self.iteration = spec.start
         self.stop = spec.stop
         self._config = spec.trial_config
         self._config_changes = self._plain_value_changes()
-        self.save_steps = set(spec.save_steps) | self._config_changes
+        self.save_iterations = set(spec.save_iterations) | self._config_changes
         self._pending = BatchOutcome(spec.batch_id)
         self._last_flush = self._iteration_started = time.monotonic()
         self.missing_checkpoint: int | None = None  # first branch point whose checkpoint report() did not get
@@ -129,7 +129,7 @@ class StageContext:
         changes: set[int] = set()
         sequences = dict(zip(self._config.names, self._config.sequences))
         for name in self.spec.plain:
-            values = [sequences[name].value(step) for step in range(self.spec.start, self.spec.stop)]
+            values = [sequences[name].value(iteration) for iteration in range(self.spec.start, self.spec.stop)]
             changes.update(self.spec.start + k for k in range(1, len(values)) if values[k] != values[k - 1])
         return changes
 
@@ -148,15 +148,15 @@ class StageContext:
         config = self._visible
         if not self.spec.plain:
             return config
-        values = self._config.hparams_at(self.step)
+        values = self._config.hparams_at(self.iteration)
         changed = {name: values[name] for name in self.spec.plain if _differs(self.spec.config, name, values[name])}
         return _replaced(config, changed) if changed else config
 
     def hparams(self) -> dict[str, Any]:
-        return self._config.hparams_at(self.step)
+        return self._config.hparams_at(self.iteration)
 
     def should_checkpoint(self) -> bool:
-        return self.step + 1 in self.save_steps
+        return self.iteration + 1 in self.save_iterations
 
     def source_payload(self) -> CheckpointPayload | None:
         import ray
@@ -169,7 +169,7 @@ class StageContext:
             self._source = ray.get(self.spec.source)
         payload = self._source
         if payload.step != self.spec.start:
-            raise RuntimeError(f"checkpoint holds step {payload.step}, batch starts at {self.spec.start}")
+            raise RuntimeError(f"checkpoint holds iteration {payload.step}, batch starts at {self.spec.start}")
         return payload
 
     def get_checkpoint(self):
@@ -195,13 +195,13 @@ class StageContext:
                 f"None, got {type(checkpoint).__name__}: {checkpoint!r}"
             )
 
-        def payload(step: int) -> CheckpointPayload | None:
+        def payload(iteration: int) -> CheckpointPayload | None:
             if checkpoint is None:
-                if step < self.stop:  # a branch point: forks will retrain (the end only serves a later resume)
-                    self.missing_checkpoint = self.missing_checkpoint or step
+                if iteration < self.stop:  # a branch point: forks will retrain (the end only serves a later resume)
+                    self.missing_checkpoint = self.missing_checkpoint or iteration
                 return None
             with checkpoint.as_directory() as path:
-                return CheckpointPayload(step, capture_rng_state(), directory=pack_directory(path))
+                return CheckpointPayload(iteration, capture_rng_state(), directory=pack_directory(path))
 
         if checkpoint is not None:
             self._keep_latest(checkpoint)
@@ -212,7 +212,7 @@ class StageContext:
         with checkpoint.as_directory() as path:
             shutil.copytree(path, kept, copy_function=_link_or_copy, dirs_exist_ok=True, symlinks=True)
         self._drop_latest()
-        self._latest = (self.step + 1, kept)
+        self._latest = (self.iteration + 1, kept)
 
     def _drop_latest(self) -> None:
         if self._latest is not None:
@@ -223,19 +223,20 @@ class StageContext:
         """The function ended its trial itself (it returned, or reported
         ``done``) after an iteration whose checkpoint the plan had not asked
         for: put that checkpoint, the trial's last, in the outbox."""
-        step, folder = self._latest
-        if (self.returned_at is None and not self._ended) or step != self.step or step in self._put_steps:
+        iteration, folder = self._latest
+        ended = self.returned_at is not None or self._ended
+        if not ended or iteration != self.iteration or iteration in self._put_iterations:
             return
         # The RNG states are those at the function's end, not at its last report.
-        payload = CheckpointPayload(step, capture_rng_state(), directory=pack_directory(folder))
-        key = f"{self.spec.batch_id}:{step}"
+        payload = CheckpointPayload(iteration, capture_rng_state(), directory=pack_directory(folder))
+        key = f"{self.spec.batch_id}:{iteration}"
         self._put(key, payload)
-        outcome.checkpoints.append((self.node_at(step), step, key, size_of(payload)))
+        outcome.checkpoints.append((self.node_at(iteration), iteration, key, size_of(payload)))
 
     # -- shared by both APIs ------------------------------------------------
 
-    def node_at(self, step: int) -> int:
-        return self.spec.node_at(step)
+    def node_at(self, iteration: int) -> int:
+        return self.spec.node_at(iteration)
 
     def record(
         self,
@@ -244,40 +245,40 @@ class StageContext:
         can_checkpoint: bool = True,
     ) -> None:
         """One iteration done: stream its metrics, and a checkpoint (made by
-        ``make_payload(step)``) where the plan needs one. At the batch's end
+        ``make_payload(iteration)``) where the plan needs one. At the batch's end
         the controller's reply says whether the batch goes on (live
         continuation); the end's checkpoint is made only if it does not."""
-        check_picklable(metrics, self.step + 1)
+        check_picklable(metrics, self.iteration + 1)
         now = time.monotonic()
-        self.step += 1
+        self.iteration += 1
         row = dict(metrics)
-        row["training_iteration"] = self.step
+        row["training_iteration"] = self.iteration
         row["time_this_iter_s"] = now - self._iteration_started
         for key, value in _worker_facts().items():  # Tune's auto-filled keys
             row.setdefault(key, value)
         self._iteration_started = now
-        node_id = self.node_at(self.step)
-        self._pending.records.append((node_id, self.step, row))
+        node_id = self.node_at(self.iteration)
+        self._pending.records.append((node_id, self.iteration, row))
         if row.get("done") is True:  # the trial ends here, as Tune ends it: so does the batch
-            self.stop = self.step
+            self.stop = self.iteration
             self._ended = True
-        if self.step >= self.stop:
+        if self.iteration >= self.stop:
             # Without a checkpoint here, stopping would mean retraining: the controller continues live.
             self._pending.can_checkpoint = can_checkpoint
             self.flush()
-        payload = make_payload(self.step) if self.step in self.save_steps else None
+        payload = make_payload(self.iteration) if self.iteration in self.save_iterations else None
         if payload is not None:
-            key = f"{self.spec.batch_id}:{self.step}"
+            key = f"{self.spec.batch_id}:{self.iteration}"
             self._put(key, payload)
-            self._put_steps.add(self.step)
-            self._pending.checkpoints.append((node_id, self.step, key, size_of(payload)))
-        if self.step < self.stop and (payload is not None or now - self._last_flush >= FLUSH_SECONDS):
+            self._put_iterations.add(self.iteration)
+            self._pending.checkpoints.append((node_id, self.iteration, key, size_of(payload)))
+        if self.iteration < self.stop and (payload is not None or now - self._last_flush >= FLUSH_SECONDS):
             self.flush()
-        if self.step >= self.stop:
+        if self.iteration >= self.stop:
             if not self._parking:
                 raise BatchEnd()
             self._wait_parked()
-        if self.step in self._config_changes:
+        if self.iteration in self._config_changes:
             self._restart(payload)
 
     def _wait_parked(self) -> None:
@@ -294,8 +295,10 @@ class StageContext:
         follow_up = self._park(outcome)
         if follow_up is None:
             raise BatchEnd()
-        if follow_up.start != self.step:
-            raise RuntimeError(f"batch {follow_up.batch_id} starts at {follow_up.start}, the parked trainable is at {self.step}")
+        if follow_up.start != self.iteration:
+            raise RuntimeError(
+                f"batch {follow_up.batch_id} starts at {follow_up.start}, the parked trainable is at {self.iteration}"
+            )
         self._begin(follow_up)
         retarget(self._visible, self._config)
         restore_rng_state(rng)
@@ -303,7 +306,7 @@ class StageContext:
     def _restart(self, payload: CheckpointPayload | None) -> None:
         if payload is None:
             raise RuntimeError(
-                f"a plain config value changes at iteration {self.step} (PBT explored it) and the function "
+                f"a plain config value changes at iteration {self.iteration} (PBT explored it) and the function "
                 "must restart there from a checkpoint, but report() got none: pass "
                 "checkpoint=tune.Checkpoint.from_directory(...) to report() where should_checkpoint() is True"
             )
@@ -327,16 +330,16 @@ class StageContext:
         self._last_flush = time.monotonic()
         if self._controller is None:
             return
-        save_steps, needed, batch_stop, park = ray.get(self._controller.worker_report.remote(outcome))
-        self._parking = park and self._park is not None and batch_stop == self.step and not self._ended
-        self.save_steps = set(save_steps) | self._config_changes
+        save_iterations, needed, batch_stop, park = ray.get(self._controller.worker_report.remote(outcome))
+        self._parking = park and self._park is not None and batch_stop == self.iteration and not self._ended
+        self.save_iterations = set(save_iterations) | self._config_changes
         if batch_stop > self.spec.stop:
             node_id, start, _ = self.spec.segments[-1]
             self.spec.segments[-1] = (node_id, start, batch_stop)
             self._config_changes = self._plain_value_changes()
-            self.save_steps |= self._config_changes
+            self.save_iterations |= self._config_changes
         if not self._ended:
-            self.stop = max(min(needed, batch_stop), self.step)
+            self.stop = max(min(needed, batch_stop), self.iteration)
 
     def finish(self) -> BatchOutcome:
         outcome = self._pending

@@ -77,7 +77,7 @@ class StudySpec:
     """Everything the controller needs, validated by the Tuner on the driver."""
 
     trainable: bytes  # cloudpickled; unpickled by each worker
-    source: Any  # a VariantSource or SearcherSource (ray_stagetree.searchers.sources)
+    trial_source: Any  # a VariantSource or SearcherSource (ray_stagetree.searchers.sources)
     horizon: int | None  # None: open-ended trials, ended by stop criteria, schedulers or the trainable
     experiment_path: str
     storage_filesystem: Any = None
@@ -176,15 +176,15 @@ class StudyController:
             secret=spec.payload_key,
             trusted=spec.trust_storage,
         )
-        self.source = spec.source
+        self.trial_source = spec.trial_source
         horizon = math.inf if spec.horizon is None else spec.horizon
         if restore is not None:
-            self.source, self.host = restore.state.source, restore.state.host
+            self.trial_source, self.host = restore.state.source, restore.state.host
             self.host.attach(self._stop)
         else:
             self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, on_stop=self._stop)
         self.lifecycle = TrialLifecycle(
-            self.plan, self.host, self.source, self._sharing_key, self._next_request, self._requested, self._ended
+            self.plan, self.host, self.trial_source, self._share_key, self._next_request, self._requested, self._ended
         )
         self.trials: dict[str, TrialState] = self.lifecycle.trials
         # Stop criteria, and schedulers other than ASHA/HyperBand/PBT/FIFO, may
@@ -226,7 +226,7 @@ class StudyController:
         self._warned_missing_checkpoint = False
         self._warnings: list[str] = []  # for the driver to show, once each
         self._unwritten: list[str] = []  # what storage refused at the end, and why
-        self._shared_retries: set[tuple[int, int]] = set()  # (node, step) of shared stages retried after an error
+        self._shared_retries: set[tuple[int, int]] = set()  # (node, iteration) of shared stages retried after an error
         self.study_error: str | None = None  # why the whole study stopped
         self._state_write: Any = None  # the snapshot being written, if any
         self._frozen = False  # interrupted: saved, and changed no more
@@ -277,8 +277,10 @@ class StudyController:
 
     # -- trials ----------------------------------------------------------------
 
-    def _sharing_key(self, trial_id: str) -> str:
-        """The plan's sharing key of a trial: trials share stages only under one key."""
+    def _share_key(self, trial_id: str) -> str:
+        """A trial's share key in the plan: trials share stages only under one key.
+        (Its value "study" is in the plans studies saved: it stays, so that a
+        restored or resumed study's new trials share with its old ones.)"""
         return "study" if self.spec.stage_sharing else trial_id
 
     @property
@@ -290,13 +292,13 @@ class StudyController:
         return budget is not None and time.time() - self._started > budget
 
     def _admit(self) -> bool:
-        """Admit the source's next trials, up to `ADMIT_PER_TURN`; True when
+        """Admit the trial source's next trials, up to `ADMIT_PER_TURN`; True when
         it stopped there (more may come at once)."""
         limit = self.spec.max_concurrent_trials or float("inf")
         for _ in range(ADMIT_PER_TURN):
             if self.lifecycle.live() >= limit or self._over_budget() or self._halted:
                 return False
-            proposal = self.source.next_trial()
+            proposal = self.trial_source.next_trial()
             if proposal is None or proposal == WAIT:
                 return False
             trial_id, config = proposal
@@ -328,7 +330,7 @@ class StudyController:
         """Metric name -> what compares its values (the trial scheduler, the
         searcher): those must be numbers."""
         consumers = {}
-        searcher = getattr(self.source, "searcher", None)
+        searcher = getattr(self.trial_source, "searcher", None)
         scheduler = self.host.scheduler
         if type(scheduler).__name__ == "FIFOScheduler":
             scheduler = None
@@ -339,7 +341,7 @@ class StudyController:
                 consumers[name] = f"the {role} ({type(consumer).__name__})"
         return consumers
 
-    def _check_metrics(self, state: TrialState, step: int, metrics: dict[str, Any]) -> str | None:
+    def _check_metrics(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> str | None:
         """Why the trial cannot go on with these metrics (a value its
         scheduler or searcher must compare is not a number), or None. Warns,
         once per study, when the study's metric is missing."""
@@ -348,7 +350,7 @@ class StudyController:
             self._warned_missing_metric = True
             self._warnings.append(
                 f"trial {state.name or state.trial_id} reported {sorted(k for k in metrics if k != 'time_this_iter_s')} "
-                f"at iteration {step}, without TuneConfig's metric {metric!r}: results without it are not ranked "
+                f"at iteration {iteration}, without TuneConfig's metric {metric!r}: results without it are not ranked "
                 "(this warning is shown once per study)"
             )
         for name, consumer in self._numeric_metrics.items():
@@ -356,37 +358,37 @@ class StudyController:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.number))):
                 return (
                     f"trial {state.name or state.trial_id} reported {name}={value!r} ({type(value).__name__}) at "
-                    f"iteration {step}, but {consumer} compares {name!r}: it must be a number"
+                    f"iteration {iteration}, but {consumer} compares {name!r}: it must be a number"
                 )
         return None
 
-    def _add_row(self, state: TrialState, step: int, metrics: dict[str, Any]) -> None:
+    def _add_row(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> None:
         # An iteration trained again (a retry, an evicted checkpoint) was
         # already reported: searchers and schedulers see each iteration once.
-        if state.status in ENDED or step in state.rows:
+        if state.status in ENDED or iteration in state.rows:
             return
-        invalid = self._check_metrics(state, step, metrics)
+        invalid = self._check_metrics(state, iteration, metrics)
         if invalid is not None:
             self._fail({state.trial_id}, invalid, retry=False)  # a retry would report the same value
             return
         row = dict(metrics)
         row["trial_id"] = state.trial_id
-        row["training_iteration"] = step
+        row["training_iteration"] = iteration
         ended = bool(row.get("done", False))
-        row["done"] = ended or step >= self.host.horizon
+        row["done"] = ended or iteration >= self.host.horizon
         row["config"] = state.config_json
         previous = state.reported[-1] if state.reported else {}
         row["time_total_s"] = previous.get("time_total_s", 0.0) + row.get("time_this_iter_s", 0.0)
         since = previous.get("time_since_restore", 0.0) if previous.get("training_iteration", 0) > state.restored_at else 0.0
         row["time_since_restore"] = since + row.get("time_this_iter_s", 0.0)
-        row["iterations_since_restore"] = step - state.restored_at
-        self.lifecycle.record(state, step, row)
+        row["iterations_since_restore"] = iteration - state.restored_at
+        self.lifecycle.record(state, iteration, row)
         state.reported.append(row)
         self._announce(state)
         self._new_rows.append(row)
         if not row["done"] and self._stop_criteria_met(state.trial_id, row):
             row["done"] = ended = True  # Tune's stop criteria end a trial without asking its scheduler
-        self.source.on_result(state.trial_id, row)
+        self.trial_source.on_result(state.trial_id, row)
         if self.spec.stopper is not None and self.spec.stopper.stop_all():
             row["done"] = ended = True
             self._halt()
@@ -394,20 +396,20 @@ class StudyController:
             # The horizon, or the trainable reported done (Tune ends the trial).
             self._stop(state.trial_id) if ended else self.lifecycle.finish(state)
         else:
-            self.lifecycle.decide(state, step, row)
+            self.lifecycle.decide(state, iteration, row)
         self._resume()
 
     def _resume(self) -> None:
         """Run again the paused trials the scheduler chooses."""
         self.lifecycle.resume()
 
-    def _requested(self, state: TrialState, request: Request, step: int) -> None:
-        """The lifecycle moved the trial's request on from ``step``: take what
+    def _requested(self, state: TrialState, request: Request, iteration: int) -> None:
+        """The lifecycle moved the trial's request on from ``iteration``: take what
         the plan already holds beyond it (work shared with other trials)."""
         self._requested_node(state, request.node)
         self._wake.set()
         for later, metrics in self.plan.history(state.trial_id).items():
-            if later > step:
+            if later > iteration:
                 self._add_row(state, later, metrics)
 
     def _requested_node(self, state: TrialState, node: Any) -> None:
@@ -417,11 +419,11 @@ class StudyController:
             self._node_plain[node.node_id] = state.plain
             self._node_owner[node.node_id] = state.trial_id
 
-    def _next_request(self, trial_id: str, step: int) -> int:
-        """The step a trial at ``step`` is requested to: its scheduler's next
+    def _next_request(self, trial_id: str, iteration: int) -> int:
+        """The iteration a trial at ``iteration`` is requested to: its scheduler's next
         decision point, or the next iteration where any result may end it."""
-        decision = self.host.next_decision(trial_id, step)
-        return step + 1 if self._every_result or math.isinf(decision) else decision
+        decision = self.host.next_decision(trial_id, iteration)
+        return iteration + 1 if self._every_result or math.isinf(decision) else decision
 
     def _stop_criteria_met(self, trial_id: str, row: dict[str, Any]) -> bool:
         """RunConfig.stop: a metric reached its threshold, or the stopper says so."""
@@ -465,9 +467,9 @@ class StudyController:
 
     def worker_report(self, outcome: BatchOutcome) -> FlushReply:
         """Fold a worker's records into the plan (trials' schedulers decide on
-        them here); reply with the batch's checkpoint steps, the step it may
-        stop at, its end, later than before where it continues live, and
-        whether its trainable parks there (`runtime.parking`)."""
+        them here); reply with the batch's checkpoint iterations, the iteration
+        it may stop at, its end, later than before where it continues live,
+        and whether its trainable parks there (`runtime.parking`)."""
         if self._frozen:
             return FlushReply([], 0, 0)  # stop: the study was saved as it stood
         self._ingest(outcome)
@@ -481,7 +483,7 @@ class StudyController:
             if yielding is not None:
                 return yielding
         node, _, stop = self.plan.batch_segments(batch_id)[-1]
-        save_steps = []
+        save_iterations = []
         at_end = bool(outcome.records) and outcome.records[-1][1] == stop
         extended = None
         if at_end and self._continue_live(node, stop, outcome.can_checkpoint):
@@ -489,24 +491,24 @@ class StudyController:
             # (A trainable that reported no checkpoint here gets no request
             # for one: it has nothing to save, and nothing forks here.)
             if extended is not None and self._keeps_decision_points and outcome.can_checkpoint:
-                save_steps.append(stop)
+                save_iterations.append(stop)
         park = (
             at_end
             and extended is None
             and not outcome.can_checkpoint
             and self.parking.wanted(node, stop, lambda trial_id: self._status(trial_id) == PAUSED)
         )
-        save_steps += [step for _, step in self.plan.checkpoints_needed(batch_id)]
-        save_steps += self._configured_saves(batch_id, outcome)
+        save_iterations += [iteration for _, iteration in self.plan.checkpoints_needed(batch_id)]
+        save_iterations += self._configured_saves(batch_id, outcome)
         needed = self.plan.needed_until(batch_id)
-        return FlushReply(save_steps, needed[1] if needed is not None else 0, extended or stop, park)
+        return FlushReply(save_iterations, needed[1] if needed is not None else 0, extended or stop, park)
 
     def _status(self, trial_id: str) -> str | None:
         state = self.trials.get(trial_id)
         return None if state is None else state.status
 
     def _time_shared(
-        self, batch_id: int, node_id: int, step: int, can_checkpoint: bool
+        self, batch_id: int, node_id: int, iteration: int, can_checkpoint: bool
     ) -> FlushReply | None:
         """The reply to a batch that a time-sharing policy pre-empts (its
         quantum is over and other work comes first), None for the others. It
@@ -518,19 +520,19 @@ class StudyController:
         if self._time_sharing_off:
             return None
         at = self._yield_at.get(batch_id)
-        if at is not None and step >= at and not can_checkpoint:
+        if at is not None and iteration >= at and not can_checkpoint:
             self._time_sharing_off = True
             del self._yield_at[batch_id]
             self._warnings.append(
                 f"execution_policy={self.policy!r} pre-empts batches at a checkpoint, but the trainable reported "
-                f"none at iteration {step} (should_checkpoint() was True): pre-empted trials would train again "
+                f"none at iteration {iteration} (should_checkpoint() was True): pre-empted trials would train again "
                 "from their last checkpoint, so this study no longer time-shares its workers"
             )
             return None
         if at is None:
-            if not self.policy.at_boundary(self.plan, batch_id, self.plan.nodes[node_id], step, time.monotonic()):
+            if not self.policy.at_boundary(self.plan, batch_id, self.plan.nodes[node_id], iteration, time.monotonic()):
                 return None
-            at = self._yield_at[batch_id] = step + 1
+            at = self._yield_at[batch_id] = iteration + 1
         needed = self.plan.needed_until(batch_id)
         saves = [point for _, point in self.plan.checkpoints_needed(batch_id)] + [at]
         return FlushReply(saves, min(at, needed[1]) if needed is not None else 0, self.plan.batch_segments(batch_id)[-1][2])
@@ -539,7 +541,7 @@ class StudyController:
         """CheckpointConfig's saves on a batch (class trainables; the Tuner
         refuses them for functions): every ``checkpoint_frequency``-th
         iteration, and with ``checkpoint_at_end`` the last iteration of a
-        trial that just ended (the worker saves the batch's current step after
+        trial that just ended (the worker saves the batch's current iteration after
         this reply)."""
         config = self.spec.checkpoint_config
         if config is None:
@@ -547,14 +549,14 @@ class StudyController:
         segments = self.plan.batch_segments(batch_id)
         start, stop = segments[0][1], segments[-1][2]
         every = config.checkpoint_frequency or 0
-        steps = list(range((start // every + 1) * every, stop + 1, every)) if every > 0 else []
+        iterations = list(range((start // every + 1) * every, stop + 1, every)) if every > 0 else []
         if config.checkpoint_at_end and outcome is not None and outcome.records:
-            node_id, step, _ = outcome.records[-1]
-            through = self._trials_through(self.plan.nodes[node_id], step)
+            node_id, iteration, _ = outcome.records[-1]
+            through = self._trials_through(self.plan.nodes[node_id], iteration)
             ended = [self.trials[t] for t in through if t in self.trials and self.trials[t].status == TERMINATED]
-            if any(state.rows and max(state.rows) == step for state in ended):
-                steps.append(step)
-        return steps
+            if any(state.rows and max(state.rows) == iteration for state in ended):
+                iterations.append(iteration)
+        return iterations
 
     def _continue_live(self, node: Any, stop: int, can_checkpoint: bool) -> bool:
         """Should a batch at a scheduler's decision point go on live? Yes,
@@ -566,7 +568,7 @@ class StudyController:
         return not any(
             request.trials
             and request.state is RequestState.NOT_SCHED
-            and not (request.node is node and request.step > stop)
+            and not (request.node is node and request.iteration > stop)
             for request in self.plan.open_requests()
         )
 
@@ -582,22 +584,22 @@ class StudyController:
                 "checkpoint=tune.Checkpoint.from_directory(...) to report() where should_checkpoint() is True "
                 "(this warning is shown once per study)"
             )
-        for node_id, step, metrics in outcome.records:
+        for node_id, iteration, metrics in outcome.records:
             node = self.plan.nodes[node_id]
             self._iterations += 1
-            self.plan.record_metrics(node_id, step, metrics)
-            self.plan.record_progress(outcome.batch_id, node_id, step)
-            for trial_id in sorted(self._trials_through(node, step)):
-                self._add_row(self.trials[trial_id], step, metrics)
+            self.plan.record_metrics(node_id, iteration, metrics)
+            self.plan.record_progress(outcome.batch_id, node_id, iteration)
+            for trial_id in sorted(self._trials_through(node, iteration)):
+                self._add_row(self.trials[trial_id], iteration, metrics)
         if outcome.batch_id in self.plan.running_batches:  # the cost model's input
             self.plan.record_batch_timings(
-                outcome.batch_id, [(node_id, step, row.get("time_this_iter_s")) for node_id, step, row in outcome.records]
+                outcome.batch_id, [(node_id, at, row.get("time_this_iter_s")) for node_id, at, row in outcome.records]
             )
         worker = self._batch_workers.get(outcome.batch_id)
-        for node_id, step, key, size in outcome.checkpoints:
+        for node_id, iteration, key, size in outcome.checkpoints:
             # The call's return value is the payload: an object this actor owns.
             ref = worker.take_checkpoint.remote(key)
-            self.store.add(self.plan, self.plan.nodes[node_id], step, ref, size)
+            self.store.add(self.plan, self.plan.nodes[node_id], iteration, ref, size)
         if outcome.records or outcome.checkpoints:
             self._wake.set()
 
@@ -653,13 +655,13 @@ class StudyController:
         source = batch.source
         handle = None
         if parked is None and source is not None and not source.is_initialization:
-            handle = await self.store.handle(self.plan, source.node, source.step)
+            handle = await self.store.handle(self.plan, source.node, source.iteration)
         return BatchSpec(
             batch_id=batch.batch_id,
             config=config,
             trial_config=leaf.config,
             segments=[(node.node_id, start, stop) for node, start, stop in batch.segments],
-            save_steps={step for _, step in self.plan.checkpoints_needed(batch.batch_id)}
+            save_iterations={iteration for _, iteration in self.plan.checkpoints_needed(batch.batch_id)}
             | set(self._configured_saves(batch.batch_id)),
             source=handle,
             plain=self._node_plain.get(leaf.node_id, frozenset()),
@@ -715,7 +717,7 @@ class StudyController:
             # the batch starts again from its durable copy, or retrains.
             logger.warning("%s; starting the batch again", outcome.source_lost)
             if spec.resumes is None:
-                self.store.forget_copy(self.plan, batch.source.node, batch.source.step)
+                self.store.forget_copy(self.plan, batch.source.node, batch.source.iteration)
             self.plan.release_batch(batch.batch_id)
             self._batch_workers.pop(batch.batch_id, None)
             self._idle.append(worker)
@@ -742,22 +744,22 @@ class StudyController:
         self._release_unneeded()
         self._idle.append(worker)
 
-    def _trials_through(self, node: Any, step: int) -> set[str]:
-        """This run's trials whose path passes through ``(node, step)``. A
+    def _trials_through(self, node: Any, iteration: int) -> set[str]:
+        """This run's trials whose path passes through ``(node, iteration)``. A
         plan continued by `Study` also holds the trials of earlier runs: they
         share its nodes, but nothing here reports to them."""
-        return {trial_id for trial_id in self.plan.trials_through(node, step) if trial_id in self.trials}
+        return {trial_id for trial_id in self.plan.trials_through(node, iteration) if trial_id in self.trials}
 
-    def _trainable_returned(self, batch_id: int, step: int) -> None:
-        """The function returned after ``step`` iterations instead of training
+    def _trainable_returned(self, batch_id: int, iteration: int) -> None:
+        """The function returned after ``iteration`` iterations instead of training
         the next one (a finite loop): every trial that needs that next
         iteration on this path observes what the function saw, so it ends
         here, as Tune ends a trial whose function returns."""
-        after = [node for node, start, stop in self.plan.batch_segments(batch_id) if start <= step < stop]
+        after = [node for node, start, stop in self.plan.batch_segments(batch_id) if start <= iteration < stop]
         if not after:
             return
         node = after[0]
-        for trial_id in sorted(self._trials_through(node, step + 1)):
+        for trial_id in sorted(self._trials_through(node, iteration + 1)):
             state = self.trials[trial_id]
             if state.status not in ENDED:
                 if state.reported:
@@ -773,18 +775,18 @@ class StudyController:
         node = self.plan.nodes[outcome.error_node]
         affected = {
             trial_id
-            for trial_id in self._trials_through(node, outcome.error_step)
+            for trial_id in self._trials_through(node, outcome.error_iteration)
             if self.trials[trial_id].status not in ENDED
         }
         if not outcome.error_retryable:  # the trainable reported something it must not: a retry repeats it
             self._fail(affected, outcome.error, retry=False)
             return
-        point = (outcome.error_node, outcome.error_step)
+        point = (outcome.error_node, outcome.error_iteration)
         if len(affected) > 1 and point not in self._shared_retries:
             self._shared_retries.add(point)
             logger.warning(
                 "iteration %d, shared by %d trials, failed; retrying it once before it counts as their failure:\n%s",
-                outcome.error_step,
+                outcome.error_iteration,
                 len(affected),
                 outcome.error,
             )
@@ -833,7 +835,7 @@ class StudyController:
                 self._stop(state.trial_id)
 
     def _unfinished(self) -> bool:
-        return self.lifecycle.live() > 0 or (self.source.remaining != 0 and not self._over_budget() and not self._halted)
+        return self.lifecycle.live() > 0 or (self.trial_source.remaining != 0 and not self._over_budget() and not self._halted)
 
     def _enforce_budget(self) -> None:
         """Past the time budget, trials stop (running batches stop at their
@@ -933,9 +935,9 @@ class StudyController:
             if points and points[-1][1] == max(state.rows) and state.final_retrains <= FINAL_RETRAINS:
                 finals.setdefault((points[-1][0].node_id, points[-1][1]), []).append(state)
         lost = False
-        for (node_id, step), states in finals.items():
+        for (node_id, iteration), states in finals.items():
             try:
-                await self.store.verify(self.plan, self.plan.nodes[node_id], step)
+                await self.store.verify(self.plan, self.plan.nodes[node_id], iteration)
             except CheckpointUnavailableError as error:
                 for state in states:
                     state.final_retrains += 1
@@ -951,15 +953,15 @@ class StudyController:
         return lost
 
     def _path_checkpoints(self, state: TrialState) -> list[tuple[Any, int]]:
-        """The checkpoints on a finished trial's path up to its last step, oldest first."""
+        """The checkpoints on a finished trial's path up to its last iteration, oldest first."""
         if state.status != TERMINATED or not state.rows:
             return []
         last = max(state.rows)
         node, upper = state.node, last
         points = []
         while node is not None:
-            points += [(node, step) for step in node.checkpoints if node.fork_step < step <= upper]
-            node, upper = node.parent, min(node.fork_step, last)
+            points += [(node, iteration) for iteration in node.checkpoints if node.fork_iteration < iteration <= upper]
+            node, upper = node.parent, min(node.fork_iteration, last)
         return sorted(points, key=lambda point: point[1])
 
     # -- study state ---------------------------------------------------------------
@@ -968,7 +970,7 @@ class StudyController:
         return StudyState(
             plan=self.plan.records(),
             trials=[dataclasses.replace(trial, node=None) for trial in self.trials.values()],
-            source=self.source,
+            source=self.trial_source,
             host=self.host,
             iterations=self._iterations,
             worker_seconds=self._worker_seconds,
@@ -1038,20 +1040,20 @@ class StudyController:
         exported, best = [], {}
         for state in self.trials.values():
             kept, best[state.trial_id] = self._exposed_checkpoints(state)
-            exported += [(state, step, self.store.export(self.plan, node, step, state.dirname)) for node, step in kept]
+            exported += [(state, at, self.store.export(self.plan, node, at, state.dirname)) for node, at in kept]
         paths = await asyncio.gather(*(write for _, _, write in exported))
         written: dict[tuple[str, int], str] = {}
-        for (state, step, _), path in zip(exported, paths):
+        for (state, iteration, _), path in zip(exported, paths):
             if isinstance(path, WriteFailed):
                 self._unwritten.append(path.reason)
             elif path is not None:
-                state.checkpoints.append((path, self._checkpoint_metrics(state, step)))
-                written[state.trial_id, step] = path
+                state.checkpoints.append((path, self._checkpoint_metrics(state, iteration)))
+                written[state.trial_id, iteration] = path
         for state in self.trials.values():
             state.best_checkpoints = [
-                (written[state.trial_id, step], self._checkpoint_metrics(state, step))
-                for step in best[state.trial_id]
-                if (state.trial_id, step) in written
+                (written[state.trial_id, iteration], self._checkpoint_metrics(state, iteration))
+                for iteration in best[state.trial_id]
+                if (state.trial_id, iteration) in written
             ]
             if state.checkpoints:
                 self._event("checkpoint", state, path=state.checkpoints[-1][0])
@@ -1069,22 +1071,22 @@ class StudyController:
 
     def _exposed_checkpoints(self, state: TrialState) -> tuple[list[tuple[Any, int]], list[int]]:
         """What a trial keeps in its folder (`kept_checkpoints`): points
-        oldest first, and the steps of ``Result.best_checkpoints``. The plan
+        oldest first, and the iterations of ``Result.best_checkpoints``. The plan
         keeps the stage checkpoints other trials need whatever this says."""
         points = self._path_checkpoints(state)
         kept, best = kept_checkpoints(
-            [step for _, step in points], lambda step: self._checkpoint_metrics(state, step), self.spec.checkpoint_config
+            [at for _, at in points], lambda at: self._checkpoint_metrics(state, at), self.spec.checkpoint_config
         )
         return [point for point in points if point[1] in kept], best
 
-    def _checkpoint_metrics(self, state: TrialState, step: int) -> dict[str, Any]:
-        if step in state.rows:
-            return state.rows[step]
+    def _checkpoint_metrics(self, state: TrialState, iteration: int) -> dict[str, Any]:
+        if iteration in state.rows:
+            return state.rows[iteration]
         # Before a PBT exploit: the checkpoint was trained on the source's path.
         for node in [state.node, *state.node.ancestors()]:
-            if step in node.metrics and node.fork_step < step:
-                return {**node.metrics[step], "training_iteration": step}
-        return {"training_iteration": step}
+            if iteration in node.metrics and node.fork_iteration < iteration:
+                return {**node.metrics[iteration], "training_iteration": iteration}
+        return {"training_iteration": iteration}
 
     # -- driver queries --------------------------------------------------------------
 

@@ -47,7 +47,9 @@ class StudyState:
 
     plan: dict[str, list[dict[str, Any]]]  # SearchPlan.records()
     trials: list[Any]  # the controller's TrialStates, without their plan nodes
-    source: Any  # the VariantSource / SearcherSource, with the searcher's own state
+    # The study's TrialSource (a VariantSource / SearcherSource, with the
+    # searcher's own state); "source" is the name snapshots were written with.
+    source: Any
     host: Any  # the SchedulerHost, with the scheduler's own state
     iterations: int = 0
     worker_seconds: float = 0.0

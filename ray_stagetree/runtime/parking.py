@@ -33,7 +33,7 @@ class ParkedTrainable:
     worker: Any
     batch_id: int  # the batch it parked at the end of: the worker's name for it
     node: PlanNode
-    step: int
+    iteration: int
 
 
 class Parking:
@@ -48,21 +48,21 @@ class Parking:
     def __len__(self) -> int:
         return len(self._at)
 
-    def wanted(self, node: PlanNode, step: int, paused: Callable[[str], bool]) -> bool:
-        """Should a batch ending at ``(node, step)`` without a checkpoint park?
+    def wanted(self, node: PlanNode, iteration: int, paused: Callable[[str], bool]) -> bool:
+        """Should a batch ending at ``(node, iteration)`` without a checkpoint park?
         Yes where a trial through that point is paused there, and parking is on."""
-        return self.per_worker > 0 and any(paused(trial_id) for trial_id in self.plan.trials_through(node, step))
+        return self.per_worker > 0 and any(paused(trial_id) for trial_id in self.plan.trials_through(node, iteration))
 
-    def park(self, worker: Any, batch_id: int, node: PlanNode, step: int) -> list[ParkedTrainable]:
+    def park(self, worker: Any, batch_id: int, node: PlanNode, iteration: int) -> list[ParkedTrainable]:
         """The batch ended parked; returns the ones to release to make room."""
-        parked = ParkedTrainable(worker, batch_id, node, step)
-        evicted = [self._at[(node.node_id, step)]] if (node.node_id, step) in self._at else []
+        parked = ParkedTrainable(worker, batch_id, node, iteration)
+        evicted = [self._at[(node.node_id, iteration)]] if (node.node_id, iteration) in self._at else []
         for old in evicted:
             self.take(old)
-        self._at[(node.node_id, step)] = parked
+        self._at[(node.node_id, iteration)] = parked
         queue = self._by_worker[worker]
         queue.append(parked)
-        self.plan.record_parked(node.node_id, step)
+        self.plan.record_parked(node.node_id, iteration)
         while len(queue) > self.per_worker:
             oldest = queue[0]
             self.take(oldest)
@@ -74,7 +74,7 @@ class Parking:
         source = batch.source
         if source is None or source.node is None:
             return None
-        return self._at.get((source.node.node_id, source.step))
+        return self._at.get((source.node.node_id, source.iteration))
 
     def admit(self, idle: Iterable[Any]) -> Callable[[StageBatch], bool]:
         """An ``admit`` for `ExecutionPolicy.select`: a batch that continues a
@@ -94,20 +94,20 @@ class Parking:
 
     def take(self, parked: ParkedTrainable) -> None:
         """Forget ``parked``: it went on with a batch, or is being released."""
-        if self._at.get((parked.node.node_id, parked.step)) is not parked:
+        if self._at.get((parked.node.node_id, parked.iteration)) is not parked:
             return
-        del self._at[(parked.node.node_id, parked.step)]
+        del self._at[(parked.node.node_id, parked.iteration)]
         self._by_worker[parked.worker].remove(parked)
         if not self._by_worker[parked.worker]:
             del self._by_worker[parked.worker]
-        self.plan.drop_parked(parked.node.node_id, parked.step)
+        self.plan.drop_parked(parked.node.node_id, parked.iteration)
 
     def unneeded(self, unfinished: Callable[[str], bool]) -> list[ParkedTrainable]:
         """Parked trainables no unfinished trial passes through any more, forgotten."""
         gone = [
             parked
             for parked in self._at.values()
-            if not any(map(unfinished, self.plan.trials_through(parked.node, parked.step)))
+            if not any(map(unfinished, self.plan.trials_through(parked.node, parked.iteration)))
         ]
         for parked in gone:
             self.take(parked)

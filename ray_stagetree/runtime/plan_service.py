@@ -39,7 +39,8 @@ from ray_stagetree.runtime.trainable_identity import parameter_registries
 
 logger = logging.getLogger(__name__)
 
-#: The file naming a plan directory's trainable identity.
+#: The file naming a plan directory's trainable identity, its share key
+#: (stored under "sharing_key", as plan directories were written before issue 20).
 IDENTITY_FILE = "stagetree_sharing_key.json"
 
 
@@ -81,25 +82,25 @@ class PlanService:
 
     # -- studies ------------------------------------------------------------------------
 
-    async def attach(self, spec: StudySpec, sharing_key: str, weight: float) -> str:
+    async def attach(self, spec: StudySpec, share_key: str, weight: float) -> str:
         """Attach a study (the Tuner built ``spec``; its experiment path is a
         folder of its plan directory); returns its id."""
         if self._watchdog is None:
             self._watchdog = asyncio.ensure_future(self._watch())
         plan_dir = spec.experiment_path.rstrip("/").rsplit("/", 1)[0]
-        if self.shared is not None and self.shared.sharing_key != sharing_key:
+        if self.shared is not None and self.shared.share_key != share_key:
             if self.shared.studies:
                 raise ValueError(
                     f"plan service {self.name!r} runs {len(self.shared.studies)} studies of another trainable "
-                    f"identity ({self.shared.sharing_key!r}; this study's is {sharing_key!r}: a different "
+                    f"identity ({self.shared.share_key!r}; this study's is {share_key!r}: a different "
                     "study_group, or a trainable whose code or with_parameters objects differ). Studies share a "
                     "plan only with the same trainable: wait for them to end, or use another plan service name"
                 )
             await self._close_shared()
         if self.shared is None:
-            _claim(CheckpointStorage(plan_dir, self.storage_filesystem), sharing_key)
+            _claim(CheckpointStorage(plan_dir, self.storage_filesystem), share_key)
             own = dataclasses.replace(spec, experiment_path=plan_dir, trainable=_adopt_parameters(spec.trainable))
-            self.shared = SharedPlan(own, sharing_key)
+            self.shared = SharedPlan(own, share_key)
             here = ray.get_runtime_context().current_actor
             workers = [start_worker(self.shared.spec, here) for _ in range(spec.num_workers)]
             self._loop = asyncio.ensure_future(self.shared.run(workers))
@@ -143,14 +144,14 @@ class PlanService:
         return self.shared.worker_report(outcome)
 
     def status(self) -> dict[str, Any]:
-        """What the service holds: its location, the sharing key and studies of
+        """What the service holds: its location, the share key and studies of
         its plan, iterations and worker-seconds so far."""
         self._fail_if_loop_died()
         return {
             "name": self.name,
             "root": self.root,
             "uptime_s": time.time() - self._started,
-            "sharing_key": self.shared.sharing_key if self.shared else None,
+            "sharing_key": self.shared.share_key if self.shared else None,
             **(self.shared.workload() if self.shared else {"studies": []}),
         }
 
@@ -207,18 +208,18 @@ class PlanService:
         ray.actor.exit_actor()
 
 
-def _claim(storage: CheckpointStorage, sharing_key: str) -> None:
-    """Mark a plan directory as the plan of ``sharing_key``, or refuse one
+def _claim(storage: CheckpointStorage, share_key: str) -> None:
+    """Mark a plan directory as the plan of ``share_key``, or refuse one
     that holds another identity's plan (never load its checkpoints)."""
     path = storage.path(IDENTITY_FILE)
     if storage.filesystem.isfile(path):
         stored = json.loads(storage.read_key(IDENTITY_FILE))["sharing_key"]
-        if stored != sharing_key:
+        if stored != share_key:
             raise ValueError(
-                f"the plan directory {storage!r} holds the plan of trainable identity {stored!r}, not {sharing_key!r}"
+                f"the plan directory {storage!r} holds the plan of trainable identity {stored!r}, not {share_key!r}"
             )
         return
-    storage.write_text(IDENTITY_FILE, json.dumps({"sharing_key": sharing_key}))
+    storage.write_text(IDENTITY_FILE, json.dumps({"sharing_key": share_key}))
 
 
 def _adopt_parameters(trainable: bytes) -> bytes:

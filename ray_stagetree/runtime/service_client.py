@@ -128,7 +128,7 @@ def status(name: str) -> dict[str, Any]:
 def run_attached(
     config: PlanServiceConfig,
     spec: StudySpec,
-    sharing_key: str,
+    share_key: str,
     storage_path: str,
     callbacks: Any,
     reporter: Any,
@@ -139,7 +139,7 @@ def run_attached(
     poll its progress into the callbacks and reporter until it ends (or the
     driver is interrupted: its trials stop), then return the last progress
     and the trials' summaries. The study is detached in any case."""
-    service, study_id = _attach(config, spec, sharing_key, storage_path)
+    service, study_id = _attach(config, spec, share_key, storage_path)
     try:
         while True:
             progress = ray.get(service.progress.remote(study_id))
@@ -171,14 +171,14 @@ def run_attached(
 ATTACH_ATTEMPTS = 5
 
 
-def _attach(config: PlanServiceConfig, spec: StudySpec, sharing_key: str, storage_path: str) -> tuple[Any, str]:
+def _attach(config: PlanServiceConfig, spec: StudySpec, share_key: str, storage_path: str) -> tuple[Any, str]:
     """(the service, the study's id). A service that ends as the study
     attaches (its idle timeout) is replaced by a new one (its name is
     released once its process is gone)."""
     for attempt in range(1, ATTACH_ATTEMPTS + 1):
         try:
             service = connect(config, storage_path, spec.storage_filesystem)
-            return service, ray.get(service.attach.remote(spec, sharing_key, config.weight))
+            return service, ray.get(service.attach.remote(spec, share_key, config.weight))
         except ray.exceptions.RayActorError:
             if attempt == ATTACH_ATTEMPTS:
                 raise

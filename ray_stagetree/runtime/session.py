@@ -105,7 +105,7 @@ def should_checkpoint() -> bool:
 
 def get_iteration() -> int:
     """Iterations completed so far (the iteration about to be trained, 0-based)."""
-    return _context().step
+    return _context().iteration
 
 
 class StageTuneContext:

@@ -7,7 +7,7 @@ study that owns them (`AttachedStudy`): results, stops, failures, trial
 checkpoints. Batches are chosen by the execution policy over all studies'
 requests with each study's share of workers bounded (`planning.fair_share`).
 
-The plan lives in one directory per trainable identity (`sharing_key`):
+The plan lives in one directory per trainable identity (`share_key`):
 ``plan/`` and ``checkpoints/`` there, and each study's trial folders in a
 sub-folder. A plan service started later on the same storage loads it, so
 later studies get the metrics and checkpoints of earlier ones; a trial the
@@ -46,16 +46,16 @@ class SharedPlan(StudyController):
         The first attaching study's spec, for what the shared part needs: the
         trainable, the workers' resources, the storage and its key; its
         ``experiment_path`` is the plan's directory.
-    sharing_key:
-        `runtime.trainable_identity.sharing_key` of the studies it accepts.
+    share_key:
+        `runtime.trainable_identity.share_key` of the studies it accepts.
     """
 
-    def __init__(self, spec: StudySpec, sharing_key: str) -> None:
+    def __init__(self, spec: StudySpec, share_key: str) -> None:
         storage = CheckpointStorage(spec.experiment_path, spec.storage_filesystem)
         plan_exists = storage.filesystem.isfile(storage.path("plan/nodes.parquet"))
         own = StudySpec(
             trainable=spec.trainable,
-            source=VariantSource([]),
+            trial_source=VariantSource([]),
             horizon=None,
             experiment_path=spec.experiment_path,
             storage_filesystem=spec.storage_filesystem,
@@ -73,7 +73,7 @@ class SharedPlan(StudyController):
         # their nodes, metrics and checkpoints stay for the studies to come.
         for trial_id in list(self.plan.trials):
             self.plan.remove_trial(trial_id)
-        self.sharing_key = sharing_key
+        self.share_key = share_key
         self.studies: dict[str, AttachedStudy] = {}
         self.trials = collections.ChainMap({})
         self._node_configs = collections.ChainMap(self._node_configs)
@@ -176,7 +176,7 @@ class SharedPlan(StudyController):
     def _ingest(self, outcome: BatchOutcome) -> None:
         for study in self.studies.values():
             served = sum(
-                1 for node_id, step, _ in outcome.records if study._trials_through(self.plan.nodes[node_id], step)
+                1 for node_id, at, _ in outcome.records if study._trials_through(self.plan.nodes[node_id], at)
             )
             if served:
                 study.add_work(0.0, served)
@@ -218,8 +218,8 @@ class SharedPlan(StudyController):
 
     # -- what a controller does for its own trials, done by their study -------------------
 
-    def _add_row(self, state: Any, step: int, metrics: dict[str, Any]) -> None:
-        self._owner_of(state.trial_id)._add_row(state, step, metrics)
+    def _add_row(self, state: Any, iteration: int, metrics: dict[str, Any]) -> None:
+        self._owner_of(state.trial_id)._add_row(state, iteration, metrics)
 
     def _fail(self, trial_ids: set[str], error: str, retry: bool = True) -> None:
         by_study: dict[str, set[str]] = {}
@@ -253,7 +253,7 @@ class SharedPlan(StudyController):
         return super()._owner(node_id)
 
     def _configured_saves(self, batch_id: int, outcome: BatchOutcome | None = None) -> list[int]:
-        return sorted({step for s in self.studies.values() for step in s._configured_saves(batch_id, outcome)})
+        return sorted({at for s in self.studies.values() for at in s._configured_saves(batch_id, outcome)})
 
     def workload(self) -> dict[str, Any]:
         """The shared plan's totals, for the service's status."""

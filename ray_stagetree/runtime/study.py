@@ -83,9 +83,9 @@ class Study:
         if trial_id not in plan.trials:
             raise KeyError(f"no trial {trial_id!r} in the study at {self.experiment_path!r}")
         record = plan.trials[trial_id]
-        if iteration <= record.request.step:
+        if iteration <= record.request.iteration:
             raise ValueError(
-                f"trial {trial_id!r} already ran {record.request.step} iterations; extend it beyond that, "
+                f"trial {trial_id!r} already ran {record.request.iteration} iterations; extend it beyond that, "
                 f"got {iteration}"
             )
         config = from_tune_config(unflatten(record.config.to_json()))

@@ -3,7 +3,7 @@
 Trials share a stage only when every value the trainable observes there is
 equal (the plan checks the hyper-parameters). Across studies the trainable
 itself must be the same too: the same code, and the same objects passed with
-``tune.with_parameters``. A plan service keeps one plan per `sharing_key`,
+``tune.with_parameters``. A plan service keeps one plan per `share_key`,
 so studies whose trainables differ, even silently (an edited function under
 the same name, other data), never share a stage.
 
@@ -37,7 +37,7 @@ MAX_DEPTH = 8
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def sharing_key(study_group: str, trainable: Any) -> str:
+def share_key(study_group: str, trainable: Any) -> str:
     """``"<study_group>:<fingerprint>"``: studies with equal keys share stages."""
     if not isinstance(study_group, str) or not study_group or "/" in study_group:
         raise ValueError(

@@ -60,7 +60,7 @@ from ray_stagetree.runtime.reproducibility import (
 from ray_stagetree.runtime.results import ResultGrid
 from ray_stagetree.runtime.service_client import PlanServiceConfig, run_attached, service_config
 from ray_stagetree.runtime.storage import CheckpointStorage
-from ray_stagetree.runtime.trainable_identity import sharing_key
+from ray_stagetree.runtime.trainable_identity import share_key
 from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.searchers.variants import VariantStream, sample_variants
@@ -471,11 +471,11 @@ class Tuner:
                 raise ValueError(f"RunConfig.stop['training_iteration'] must be an int >= 1, got {horizon!r}")
             self.horizon = int(horizon)
 
-    def _resources(self, source: VariantSource | SearcherSource) -> dict[str, float]:
+    def _resources(self, trial_source: VariantSource | SearcherSource) -> dict[str, float]:
         """One stage worker's resources: ``tune.with_resources``, or a class's
         ``default_resource_request``, for the first trial's config (workers are
         alike: every trial of a study asks for the same)."""
-        first = source.peek() if isinstance(source, VariantSource) else None
+        first = trial_source.peek() if isinstance(trial_source, VariantSource) else None
         config = first if first is not None else self.param_space
         request = getattr(self.trainable, "_resources", None)
         if isinstance(self.trainable, type):
@@ -495,7 +495,7 @@ class Tuner:
                 total[key] = total.get(key, 0.0) + float(value)
         return {key: value for key, value in total.items() if value}
 
-    def _source(self) -> VariantSource | SearcherSource:
+    def _trial_source(self) -> VariantSource | SearcherSource:
         """Where trials come from. Grid and random variants are drawn as the
         study admits them; the points to evaluate and the grid's first repeat
         are drawn and validated here, before anything runs: every grid value
@@ -514,11 +514,12 @@ class Tuner:
         if isinstance(config.search_alg, SequenceGridSearch):
             # Its filter makes the trials' number known only once all are drawn: drawn here.
             configs = config.search_alg.generate(self.param_space, config.num_samples)
-            source = VariantSource(each_draw(configs) if each_draw else configs)
+            trial_source = VariantSource(each_draw(configs) if each_draw else configs)
         else:
             seed = self.seed if self.reproducible else None
-            source = VariantSource(_variants(self.param_space, config.num_samples, config.search_alg, seed, each_draw))
-        for index, trial_config in enumerate(source.drawn()):
+            variants = _variants(self.param_space, config.num_samples, config.search_alg, seed, each_draw)
+            trial_source = VariantSource(variants)
+        for index, trial_config in enumerate(trial_source.drawn()):
             try:
                 TrialConfig.from_config(trial_config)
                 ray.cloudpickle.dumps(trial_config)
@@ -526,7 +527,7 @@ class Tuner:
                     trial_seed(trial_config, Reproducibility(self.seed))
             except (TypeError, ValueError) as error:
                 raise ValueError(f"trial {index} ({trial_config!r}) cannot run: {error}") from None
-        return source
+        return trial_source
 
     # -- running -------------------------------------------------------------------
 
@@ -540,8 +541,8 @@ class Tuner:
         name = run_config.name or f"stagetree_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}_{uuid.uuid4().hex[:4]}"
         if self.plan_service is None:
             return f"{self._storage_path()}/{name}"
-        self._sharing_key = sharing_key(self.plan_service.study_group, self.trainable)
-        plan_dir = self._sharing_key.replace(":", "-")
+        self._share_key = share_key(self.plan_service.study_group, self.trainable)
+        plan_dir = self._share_key.replace(":", "-")
         return f"{self._storage_path()}/{self.plan_service.name}/{plan_dir}/{name}"
 
     def _num_workers(self, resources: dict[str, float], trials: int) -> int:
@@ -597,22 +598,22 @@ class Tuner:
             state = read_state(storage)
             restore = Restore(state, *self._restore_options)
             return self._execute(state.source, self.horizon, experiment_path, resume=False, restore=restore)
-        source = self._source()
+        trial_source = self._trial_source()
         self._save_settings(experiment_path)
-        return self._execute(source, self.horizon, experiment_path, resume=False)
+        return self._execute(trial_source, self.horizon, experiment_path, resume=False)
 
     def _execute(
         self,
-        source: VariantSource | SearcherSource,
+        trial_source: VariantSource | SearcherSource,
         horizon: int | None,
         experiment_path: str,
         resume: bool,
         restore: Restore | None = None,
     ) -> ResultGrid:
-        """Run the trials of ``source`` to ``horizon`` under ``experiment_path``,
+        """Run the trials of ``trial_source`` to ``horizon`` under ``experiment_path``,
         starting from the plan saved there when ``resume``, or from a
         snapshot's whole study with ``restore``."""
-        resources = self._resources(source)
+        resources = self._resources(trial_source)
         if not ray.is_initialized():
             ray.init()  # joins the cluster the script runs on (RAY_ADDRESS, `ray start`), else starts one
         check_shared_storage(experiment_path, self.run_config.storage_filesystem)
@@ -635,11 +636,13 @@ class Tuner:
             trial_name_creator=self.tune_config.trial_name_creator,
             trial_dirname_creator=self.tune_config.trial_dirname_creator,
             trainable=self._pickled_trainable(),
-            source=source,
+            trial_source=trial_source,
             horizon=horizon,
             experiment_path=experiment_path,
             storage_filesystem=self.run_config.storage_filesystem,
-            num_workers=self._num_workers(resources, _trials_to_run(source, restore) or self.tune_config.num_samples),
+            num_workers=self._num_workers(
+                resources, _trials_to_run(trial_source, restore) or self.tune_config.num_samples
+            ),
             worker_options=worker_options,
             max_concurrent_trials=self._max_concurrent,
             stage_sharing=self.stage_sharing,
@@ -665,8 +668,8 @@ class Tuner:
                 Reproducibility(self.seed, self.deterministic_algorithms) if self.reproducible else None
             ),
         )
-        callbacks = self._callback_runner(source, experiment_path)
-        reporter = self._progress_reporter(source)
+        callbacks = self._callback_runner(trial_source, experiment_path)
+        reporter = self._progress_reporter(trial_source)
         restarts = 0
         while True:
             try:
@@ -718,7 +721,7 @@ class Tuner:
         if self.plan_service is not None:
             with _interruptible() as interrupted:
                 return run_attached(
-                    self.plan_service, spec, self._sharing_key, self._storage_path(), callbacks, reporter, interrupted, POLL_SECONDS
+                    self.plan_service, spec, self._share_key, self._storage_path(), callbacks, reporter, interrupted, POLL_SECONDS
                 )
         # On the driver's node, as Tune's controller is in the driver: a study
         # outlives any worker node, and so must what drives it.
@@ -769,7 +772,7 @@ class Tuner:
                         ray.kill(actor)
         return progress, summaries
 
-    def _callback_runner(self, source: VariantSource | SearcherSource, experiment_path: str) -> CallbackRunner:
+    def _callback_runner(self, trial_source: VariantSource | SearcherSource, experiment_path: str) -> CallbackRunner:
         """``RunConfig.callbacks`` and Tune's default loggers, set up as Tune
         sets them up."""
         sync_config = getattr(self.run_config, "sync_config", None)
@@ -781,11 +784,11 @@ class Tuner:
             sync_period=getattr(sync_config, "sync_period", 300.0),
         )
         runner.setup(
-            stop=self.stopper, num_samples=self.tune_config.num_samples, total_num_samples=_total_samples(source)
+            stop=self.stopper, num_samples=self.tune_config.num_samples, total_num_samples=_total_samples(trial_source)
         )
         return runner
 
-    def _progress_reporter(self, source: VariantSource | SearcherSource) -> ProgressReporter:
+    def _progress_reporter(self, trial_source: VariantSource | SearcherSource) -> ProgressReporter:
         """The stage-sharing line, or ``RunConfig.progress_reporter``'s
         table with that line in it; ``verbose=0`` prints neither."""
         table = self.run_config.progress_reporter
@@ -794,7 +797,7 @@ class Tuner:
             # (and refuses them when it was given its own).
             table.setup(
                 start_time=time.time(),
-                total_samples=_total_samples(source),
+                total_samples=_total_samples(trial_source),
                 metric=self.tune_config.metric,
                 mode=self.tune_config.mode,
             )
@@ -1053,11 +1056,11 @@ def _stall_warning_seconds() -> float:
     return seconds
 
 
-def _trials_to_run(source: VariantSource | SearcherSource, restore: Restore | None) -> float:
+def _trials_to_run(trial_source: VariantSource | SearcherSource, restore: Restore | None) -> float:
     """Trials still to come, and those a restore continues."""
     if restore is None:
-        return source.remaining
-    return source.remaining + sum(
+        return trial_source.remaining
+    return trial_source.remaining + sum(
         restore.action(trial.status) != "end" and trial.status != TERMINATED for trial in restore.state.trials
     )
 
@@ -1069,9 +1072,9 @@ def _absolute(path: str, storage_filesystem: Any) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
-def _total_samples(source: VariantSource | SearcherSource) -> int | None:
+def _total_samples(trial_source: VariantSource | SearcherSource) -> int | None:
     """The trials a study will run, where known (not with ``num_samples=-1``)."""
-    remaining = source.remaining
+    remaining = trial_source.remaining
     return int(remaining) if math.isfinite(remaining) else None
 
 

@@ -5,7 +5,7 @@ counter, or whatever a searcher or a restored study brings). On a plan
 service they meet in one search plan, where a trial id names one trial:
 two studies proposing the same id would have their trials merged (the
 plan refuses the second, or its results go to the first study). A study's
-source is therefore wrapped: an id already taken in the shared plan is
+trial source is therefore wrapped: an id already taken in the shared plan is
 renamed for the study's trial, and the searcher still hears of it under
 the id it proposed.
 """
@@ -19,26 +19,26 @@ logger = logging.getLogger(__name__)
 
 
 class UniqueTrialIds:
-    """A trial source (`searchers.sources`) whose ids are unique in a shared plan.
+    """A `planning.lifecycle.TrialSource` whose ids are unique in a shared plan.
 
     Parameters
     ----------
-    source:
-        The study's own source.
+    trial_source:
+        The study's own trial source (`searchers.sources`).
     taken:
         Whether an id is in use in the shared plan (any study's trial).
     suffix:
         Appended to a colliding id (the study's id in the service: unique there).
     """
 
-    def __init__(self, source: Any, taken: Callable[[str], bool], suffix: str) -> None:
-        self.source = source
+    def __init__(self, trial_source: Any, taken: Callable[[str], bool], suffix: str) -> None:
+        self.trial_source = trial_source
         self.taken = taken
         self.suffix = suffix
         self.proposed: dict[str, str] = {}  # renamed id -> the id its source proposed
 
     def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
-        proposal = self.source.next_trial()
+        proposal = self.trial_source.next_trial()
         if not isinstance(proposal, tuple) or not self.taken(proposal[0]):
             return proposal
         trial_id, config = proposal
@@ -50,11 +50,11 @@ class UniqueTrialIds:
         return renamed, config
 
     def on_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        self.source.on_result(self.proposed.get(trial_id, trial_id), result)
+        self.trial_source.on_result(self.proposed.get(trial_id, trial_id), result)
 
     def on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool = False) -> None:
-        self.source.on_complete(self.proposed.get(trial_id, trial_id), result, error=error)
+        self.trial_source.on_complete(self.proposed.get(trial_id, trial_id), result, error=error)
 
     def __getattr__(self, name: str) -> Any:
-        # The rest (remaining, peek, searcher) is the source's.
-        return getattr(self.source, name)
+        # The rest (remaining, peek, searcher) is the trial source's.
+        return getattr(self.trial_source, name)

@@ -2,10 +2,10 @@
 
 A worker receives a `BatchSpec` (the config of the batch's deepest plan node,
 which describes the whole path; the checkpoint to start from; the segments
-to train; the steps to checkpoint at), runs the user's trainable through it
+to train; the iterations to checkpoint at), runs the user's trainable through it
 and streams records back to the controller in small batches: metrics of
 every iteration, checkpoints where asked. The controller's reply to a flush
-can add checkpoint steps (a trial arrived that forks here), move the end
+can add checkpoint iterations (a trial arrived that forks here), move the end
 of the batch earlier (no live trial needs the rest), or, at the batch's end,
 later: the trial goes on, and so does the live function (live continuation).
 Class trainables run through `ray_stagetree.runtime.class_trainables`.
@@ -57,8 +57,8 @@ def run_function(trainable: Callable, context: StageContext) -> None:
             break
     finally:
         activate(None)
-    if context.step < context.stop:
-        context.returned_at = context.step
+    if context.iteration < context.stop:
+        context.returned_at = context.iteration
 
 
 def _load_error_message(error: Exception) -> str:
@@ -212,8 +212,8 @@ class StageWorker:
         except (Exception, SystemExit) as error:
             outcome = context.finish()
             outcome.error = traceback.format_exc() + _sequence_hint(error)
-            outcome.error_step = context.step + 1
-            outcome.error_node = context.node_at(min(context.step + 1, context.spec.stop))
+            outcome.error_iteration = context.iteration + 1
+            outcome.error_node = context.node_at(min(context.iteration + 1, context.spec.stop))
             outcome.error_retryable = not isinstance(error, ReportError)
             return outcome
         return context.finish()

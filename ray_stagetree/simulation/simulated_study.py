@@ -7,7 +7,7 @@ each with its own Tune scheduler) into one search plan and runs them on a
 `Simulation`. Its trials go through the lifecycle the Ray controller's go
 through (`planning.lifecycle`, one per study): a trial is requested only up to
 its next decision point (its next rung); when the request is answered the scheduler
-sees the row ``{"training_iteration": step, metric: value}`` and answers
+sees the row ``{"training_iteration": iteration, metric: value}`` and answers
 CONTINUE (the request moves on to the next decision point), STOP (nothing
 more is requested) or PAUSE (synchronous schedulers; the trial resumes when
 the scheduler picks it). Trial-based execution (Ray Tune, the paper's
@@ -254,7 +254,7 @@ PROFILES = {profile.name: profile for profile in (RESNET56, RESNET20, MOBILENETV
 
 class Curves:
     """Learning-curve states of a plan's nodes, computed once per trained
-    iteration: the state at ``(node, step)`` continues the parent's at the
+    iteration: the state at ``(node, iteration)`` continues the parent's at the
     fork, so it depends only on the values along the path.
 
     Parameters
@@ -270,30 +270,30 @@ class Curves:
     def profile(self, node: PlanNode) -> ModelProfile:
         return self.profiles[node.config.hparams_at(0)["model"]]
 
-    def state(self, node: PlanNode, step: int) -> CurveState:
-        """State after ``step`` iterations of ``node``'s path."""
+    def state(self, node: PlanNode, iteration: int) -> CurveState:
+        """State after ``iteration`` iterations of ``node``'s path."""
         states = self._states.get(node.node_id)
         if states is None:
             curve = self.profile(node).curve
             if node.parent is None:
                 first = curve.initial(node.config.static)
             else:
-                first = self.state(node.parent, node.fork_step)
+                first = self.state(node.parent, node.fork_iteration)
             states = self._states[node.node_id] = [first]
-        if len(states) <= step - node.fork_step:
+        if len(states) <= iteration - node.fork_iteration:
             curve = self.profile(node).curve
-            while len(states) <= step - node.fork_step:
-                iteration = node.fork_step + len(states) - 1
-                states.append(curve.advance(states[-1], node.config.hparams_at(iteration)))
-        return states[step - node.fork_step]
+            while len(states) <= iteration - node.fork_iteration:
+                trained = node.fork_iteration + len(states) - 1
+                states.append(curve.advance(states[-1], node.config.hparams_at(trained)))
+        return states[iteration - node.fork_iteration]
 
-    def metrics(self, node: PlanNode, step: int) -> dict[str, float]:
+    def metrics(self, node: PlanNode, iteration: int) -> dict[str, float]:
         profile = self.profile(node)
-        return {profile.metric: profile.curve.score(self.state(node, step))}
+        return {profile.metric: profile.curve.score(self.state(node, iteration))}
 
-    def seconds(self, node: PlanNode, step: int) -> float:
-        """GPU-seconds of iteration ``step`` of ``node``."""
-        return self.profile(node).iteration_seconds(node.config.hparams_at(step))
+    def seconds(self, node: PlanNode, iteration: int) -> float:
+        """GPU-seconds of iteration ``iteration`` of ``node`` (0-based)."""
+        return self.profile(node).iteration_seconds(node.config.hparams_at(iteration))
 
 
 @dataclass
@@ -339,7 +339,7 @@ class StudyDefinition:
     param_space: Mapping[str, Any] | None = None
     num_samples: int = 0
 
-    def source(self) -> VariantSource | SearcherSource:
+    def trial_source(self) -> VariantSource | SearcherSource:
         """Where the study's trials come from, fresh for one run."""
         if self.searcher is None:
             return VariantSource(self.trials, [f"{index:04d}" for index in range(len(self.trials))])
@@ -389,32 +389,33 @@ class StudyRun:
 @dataclass(kw_only=True, eq=False)
 class _Trial(Trial):
     study: StudyDefinition
-    reported_step: int = 0  # results the study's source has seen
+    reported_iteration: int = 0  # results the study's trial source has seen
 
 
-class _StudySource:
-    """A study's source under the run's trial ids (``study/id``, unique
-    across the studies of one plan); its searcher knows the ids it proposed."""
+class _StudyTrialSource:
+    """A study's `planning.lifecycle.TrialSource` under the run's trial ids
+    (``study/id``, unique across the studies of one plan); its searcher
+    knows the ids it proposed."""
 
-    def __init__(self, study: str, source: VariantSource | SearcherSource) -> None:
+    def __init__(self, study: str, trial_source: VariantSource | SearcherSource) -> None:
         self._study = study
-        self._source = source
+        self._trial_source = trial_source
 
     @property
     def remaining(self) -> float:
-        return self._source.remaining
+        return self._trial_source.remaining
 
     def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
-        proposed = self._source.next_trial()
+        proposed = self._trial_source.next_trial()
         if proposed is None or proposed == WAIT:
             return proposed
         return f"{self._study}/{proposed[0]}", proposed[1]
 
     def on_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        self._source.on_result(trial_id.partition("/")[2], result)
+        self._trial_source.on_result(trial_id.partition("/")[2], result)
 
     def on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool = False) -> None:
-        self._source.on_complete(trial_id.partition("/")[2], result, error=error)
+        self._trial_source.on_complete(trial_id.partition("/")[2], result, error=error)
 
 
 class _Driver:
@@ -441,15 +442,15 @@ class _Driver:
             self.lifecycles[study.name] = TrialLifecycle(
                 plan,
                 host,
-                _StudySource(study.name, study.source()),
-                self._sharing_key,
+                _StudyTrialSource(study.name, study.trial_source()),
+                self._share_key,
                 host.next_decision,
                 self._requested,
                 self._ended,
             )
 
-    def _sharing_key(self, trial_id: str) -> str:
-        # One plan key for every study when sharing (studies of one model
+    def _share_key(self, trial_id: str) -> str:
+        # One share key for every study when sharing (studies of one model
         # share stages); a key per trial gives each its own tree.
         return "shared" if self.share else trial_id
 
@@ -460,7 +461,7 @@ class _Driver:
             lifecycle = self.lifecycles[name]
             limit = study.max_concurrent_trials or math.inf
             while lifecycle.live() < limit:
-                proposed = lifecycle.source.next_trial()
+                proposed = lifecycle.trial_source.next_trial()
                 if proposed is None or proposed == WAIT:
                     break
                 trial_id, config = proposed[0], {**proposed[1], "model": study.profile.name}
@@ -469,11 +470,11 @@ class _Driver:
                 trial.configure(config, lifecycle.parse(trial_id, config))
                 lifecycle.admit(trial)
 
-    def _requested(self, trial: Trial, request: Request, step: int) -> None:
+    def _requested(self, trial: Trial, request: Request, iteration: int) -> None:
         """The trial is requested further: the plan may already hold the
         answer (another trial trained that path)."""
         if request.answered:
-            self._report(trial, request.step)
+            self._report(trial, request.iteration)
 
     # -- results -------------------------------------------------------------------
 
@@ -481,34 +482,34 @@ class _Driver:
         """`Simulation.run`'s hook. Answers of one instant reach the
         schedulers in trial-id order, so a scheduler sees the same sequence
         whether or not the stages were shared."""
-        answered = sorted({(trial_id, request.step) for request in requests for trial_id in request.trials})
-        for trial_id, step in answered:
+        answered = sorted({(trial_id, request.iteration) for request in requests for trial_id in request.trials})
+        for trial_id, iteration in answered:
             trial = self.trials[trial_id]
             if trial_id in self._final:
                 self._final.discard(trial_id)
-            elif trial.status in LIVE and self.plan.trials[trial_id].request.step == step:
-                self._report(trial, step)
+            elif trial.status in LIVE and self.plan.trials[trial_id].request.iteration == iteration:
+                self._report(trial, iteration)
         self.admit()
         self._final_training()
 
-    def _report(self, trial: _Trial, step: int) -> None:
+    def _report(self, trial: _Trial, iteration: int) -> None:
         study, lifecycle = trial.study, self.lifecycles[trial.study.name]
         node = self.plan.trials[trial.trial_id].request.node
-        row = {"training_iteration": step, study.profile.metric: node.metrics[step][study.profile.metric]}
-        lifecycle.record(trial, step, row)
-        self._feed_source(trial, step)
-        if step >= study.horizon:
+        row = {"training_iteration": iteration, study.profile.metric: node.metrics[iteration][study.profile.metric]}
+        lifecycle.record(trial, iteration, row)
+        self._feed_trial_source(trial, iteration)
+        if iteration >= study.horizon:
             outcome = self.outcomes[study.name]
             outcome.finished.add(trial.trial_id)
             outcome.finishes.append((self._trained_seconds(), row[study.profile.metric]))
             lifecycle.finish(trial)
             return
-        lifecycle.decide(trial, step, row)
+        lifecycle.decide(trial, iteration, row)
         lifecycle.resume()
 
     def stop(self, trial_id: str) -> None:
         """The scheduler stopped the trial: nothing more is requested for it;
-        the plan keeps its last answered step for the accounting."""
+        the plan keeps its last answered iteration for the accounting."""
         trial = self.trials[trial_id]
         self.lifecycles[trial.study.name].stop(trial)
 
@@ -517,21 +518,21 @@ class _Driver:
         if trial.trial_id not in outcome.finished:
             outcome.stopped.add(trial.trial_id)
 
-    # -- the study's source sees what a searcher in the runtime sees ----------------------
+    # -- the study's trial source sees what a searcher in the runtime sees -----------------
 
-    def _feed_source(self, trial: _Trial, step: int) -> None:
-        """Every iteration's result up to ``step``, once and in order (the
+    def _feed_trial_source(self, trial: _Trial, iteration: int) -> None:
+        """Every iteration's result up to ``iteration``, once and in order (the
         plan holds them all: the simulated workers record each iteration)."""
         metric = trial.study.profile.metric
-        source = self.lifecycles[trial.study.name].source
+        trial_source = self.lifecycles[trial.study.name].trial_source
         for at, metrics in self.plan.history(trial.trial_id).items():
-            if trial.reported_step < at <= step:
-                source.on_result(trial.trial_id, {"training_iteration": at, metric: metrics[metric]})
-        trial.reported_step = max(trial.reported_step, step)
+            if trial.reported_iteration < at <= iteration:
+                trial_source.on_result(trial.trial_id, {"training_iteration": at, metric: metrics[metric]})
+        trial.reported_iteration = max(trial.reported_iteration, iteration)
 
     def _trained_seconds(self) -> float:
         """GPU-seconds of every iteration trained so far (each once)."""
-        return sum(self.seconds(node, step - 1) for node in self.plan.nodes for step in node.metrics)
+        return sum(self.seconds(node, at - 1) for node in self.plan.nodes for at in node.metrics)
 
     # -- the end -----------------------------------------------------------------------
 
@@ -540,7 +541,7 @@ class _Driver:
         ``final_iterations`` more (once)."""
         for name, study in self.studies.items():
             outcome, lifecycle = self.outcomes[name], self.lifecycles[name]
-            if outcome.best_trial is not None or lifecycle.source.remaining:
+            if outcome.best_trial is not None or lifecycle.trial_source.remaining:
                 continue
             if lifecycle.live():
                 continue
@@ -586,7 +587,7 @@ def simulate(
         it dispatches whole root-to-leaf paths (default: the policy's own),
         or an `ExecutionPolicy` instance (copied; ``batch_stages`` is its own).
     metrics:
-        What a trial reports after iteration ``step`` of ``node``
+        What a trial reports after ``iteration`` iterations of ``node``
         (default: the profiles' learning curves), e.g. real training.
 
     Example

@@ -65,13 +65,13 @@ class SimulationResult:
         return self.makespan / self.lower_bound if self.lower_bound else 1.0
 
 
-def _unit_cost(node: PlanNode, step: int) -> float:
+def _unit_cost(node: PlanNode, iteration: int) -> float:
     return 1.0
 
 
 class KnownCosts(CostModel):
     """A cost model that knows the simulated per-iteration costs: the thesis'
-    scheduler profiles a configuration's time per step when its plan node is
+    scheduler profiles a configuration's time per iteration when its plan node is
     added, which is what a simulation knows exactly. (Fitting `CostModel` on
     every new timing is quadratic in the batches of a long simulation.)"""
 
@@ -90,18 +90,18 @@ class KnownCosts(CostModel):
         return self.stage_seconds(node, start, stop) / (stop - start) if stop > start else 0.0
 
     def stage_seconds(self, node: PlanNode, start: int, stop: int) -> float:
-        return sum(self._cost(node, step) for step in range(start, stop))
+        return sum(self._cost(node, iteration) for iteration in range(start, stop))
 
 
 @dataclass(eq=False)
 class _Progress:
     """A dispatched batch as its worker goes through it. ``times[i]`` is when
     the worker finishes the ``i``-th iteration of the batch; ``index`` maps a
-    plan node to (first step trained on it, position of that step)."""
+    plan node to (first iteration trained on it, position of that iteration)."""
 
     batch: StageBatch
     started: float
-    steps: list[tuple[PlanNode, int]]
+    iterations: list[tuple[PlanNode, int]]
     times: list[float]
     index: dict[int, tuple[int, int]]
     passed: int = 0
@@ -109,14 +109,14 @@ class _Progress:
     released: bool = False
     boundary: int | None = None  # the iteration ending its quantum (time-sharing policies)
 
-    def position(self, node: PlanNode, step: int) -> int | None:
-        """Position of the iteration that ends at ``(node, step)``, if the batch trains it."""
+    def position(self, node: PlanNode, iteration: int) -> int | None:
+        """Position of the iteration that ends at ``(node, iteration)``, if the batch trains it."""
         found = self.index.get(node.node_id)
         if found is None:
             return None
         start, offset = found
-        position = offset + step - start - 1
-        if 0 <= position < len(self.steps) and self.steps[position] == (node, step):
+        position = offset + iteration - start - 1
+        if 0 <= position < len(self.iterations) and self.iterations[position] == (node, iteration):
             return position
         return None
 
@@ -130,7 +130,7 @@ class Simulation:
     workers:
         Number of simulated workers (GPUs).
     seconds_per_iteration:
-        Cost of iteration ``step`` of plan node ``node``; one unit by default.
+        Cost of (0-based) ``iteration`` of plan node ``node``; one unit by default.
     checkpoint_load_seconds:
         Paid when a batch starts from a stored checkpoint rather than from scratch.
     checkpoint_save_seconds:
@@ -139,15 +139,16 @@ class Simulation:
         written in the background while training goes on (thesis section
         4.3), so they cost no worker time.
     metrics:
-        ``metrics(node, step)``: what the trainable reports after iteration
-        ``step`` of ``node``'s path (beside ``time_total_s``); nothing by default.
+        ``metrics(node, iteration)``: what the trainable reports after
+        ``iteration`` iterations of ``node``'s path (beside ``time_total_s``); nothing by default.
     profiled_costs:
         Policies given by name estimate stage times with the simulated costs
         (`KnownCosts`); otherwise they use their default `CostModel`.
 
     Example
     -------
-    >>> from ray_stagetree import MultiStep, SearchPlan
+    >>> from ray_stagetree import MultiStep
+    >>> from ray_stagetree.planning import SearchPlan
     >>> plan = SearchPlan()
     >>> _ = plan.add_trials([(f"t{m}", {"lr": MultiStep(0.1, [m], 0.1)}, 100) for m in (30, 60, 90)])
     >>> Simulation(workers=3).run(plan).makespan  # one worker per branch, each from its fork
@@ -169,7 +170,7 @@ class Simulation:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
     def _seconds(self, node: PlanNode, start: int, stop: int) -> float:
-        return sum(self.seconds_per_iteration(node, step) for step in range(start, stop))
+        return sum(self.seconds_per_iteration(node, iteration) for iteration in range(start, stop))
 
     def policy(self, policy: str | ExecutionPolicy, batch_stages: bool | None = None) -> ExecutionPolicy:
         """The execution policy for a run: a name gives that policy,
@@ -196,15 +197,15 @@ class Simulation:
         what to train, no schedule of that work ends sooner (checkpoint
         costs left out)."""
         work = sum(
-            self._seconds(plan.nodes[node_id], plan.nodes[node_id].fork_step, stop)
+            self._seconds(plan.nodes[node_id], plan.nodes[node_id].fork_iteration, stop)
             for node_id, stop in plan.requested_extent().items()
         )
         longest = 0.0
         for record in plan.trials.values():
-            node, step = record.request.node, record.request.step
-            path = self._seconds(node, node.fork_step, step) if step > node.fork_step else 0.0
+            node, iteration = record.request.node, record.request.iteration
+            path = self._seconds(node, node.fork_iteration, iteration) if iteration > node.fork_iteration else 0.0
             while node.parent is not None:
-                path += self._seconds(node.parent, node.parent.fork_step, node.fork_step)
+                path += self._seconds(node.parent, node.parent.fork_iteration, node.fork_iteration)
                 node = node.parent
             longest = max(longest, path)
         return max(longest, work / self.workers)
@@ -304,14 +305,14 @@ class _Run:
             if source is not None and not source.is_initialization:
                 elapsed += self.sim.checkpoint_load_seconds
                 self.loads += 1
-            steps, times, index = [], [], {}
+            iterations, times, index = [], [], {}
             for node, start, stop in batch.segments:
-                index[node.node_id] = (start, len(steps))
-                for step in range(start, stop):
-                    elapsed += self.sim.seconds_per_iteration(node, step)
-                    steps.append((node, step + 1))
+                index[node.node_id] = (start, len(iterations))
+                for iteration in range(start, stop):
+                    elapsed += self.sim.seconds_per_iteration(node, iteration)
+                    iterations.append((node, iteration + 1))
                     times.append(round(elapsed, _TIME_DECIMALS))
-            progress = self.running[batch.batch_id] = _Progress(batch, self.now, steps, times, index)
+            progress = self.running[batch.batch_id] = _Progress(batch, self.now, iterations, times, index)
             # Every stage end (requests and branch points as dispatched) and
             # the batch's end get an event; points that appear later are
             # queued by `_review`.
@@ -332,13 +333,13 @@ class _Run:
         """The quantum is over: the worker stops here with a checkpoint if
         the policy runs other work next, and otherwise goes on."""
         batch_id = progress.batch.batch_id
-        node, step = progress.steps[progress.passed - 1]
-        if not self.policy.at_boundary(self.plan, batch_id, node, step, self.now):
+        node, iteration = progress.iterations[progress.passed - 1]
+        if not self.policy.at_boundary(self.plan, batch_id, node, iteration, self.now):
             self._set_boundary(progress, self.policy.quantum_deadline(batch_id))
             return
         self.yielded += 1
-        if step not in node.checkpoints:
-            self._save(node, step)
+        if iteration not in node.checkpoints:
+            self._save(node, iteration)
         progress.released = True
         done = round(self.now + self.sim.checkpoint_save_seconds, _TIME_DECIMALS)
         heapq.heappush(self.events, (done, next(self.tie_break), batch_id, -1))
@@ -357,19 +358,19 @@ class _Run:
         """Record every iteration the worker has finished by now; save the
         checkpoints the plan needs at the points passed."""
         plan, batch_id = self.plan, progress.batch.batch_id
-        wanted = {(node.node_id, step) for node, step in plan.checkpoints_needed(batch_id)}
+        wanted = {(node.node_id, iteration) for node, iteration in plan.checkpoints_needed(batch_id)}
         answered: list[Request] = []
-        while progress.passed < len(progress.steps) and progress.times[progress.passed] <= self.now:
-            node, step = progress.steps[progress.passed]
+        while progress.passed < len(progress.iterations) and progress.times[progress.passed] <= self.now:
+            node, iteration = progress.iterations[progress.passed]
             progress.passed += 1
             self.iterations += 1
             metrics = {"time_total_s": progress.times[progress.passed - 1]}
             if self.sim.metrics is not None:
-                metrics.update(self.sim.metrics(node, step))
-            answered += plan.record_metrics(node.node_id, step, metrics)
-            if (node.node_id, step) in wanted:
-                self._save(node, step)
-        if progress.passed == len(progress.steps):
+                metrics.update(self.sim.metrics(node, iteration))
+            answered += plan.record_metrics(node.node_id, iteration, metrics)
+            if (node.node_id, iteration) in wanted:
+                self._save(node, iteration)
+        if progress.passed == len(progress.iterations):
             self._finish(progress)
         return answered
 
@@ -384,13 +385,14 @@ class _Run:
             self._preempt(progress)
             return
         self._queue(progress, furthest)
-        for node, step in self.plan.checkpoints_needed(batch_id):
-            self._queue(progress, progress.position(node, step))
+        for node, iteration in self.plan.checkpoints_needed(batch_id):
+            self._queue(progress, progress.position(node, iteration))
         for request in self.plan.scheduled_requests(batch_id):
-            self._queue(progress, progress.position(request.node, request.step))
+            self._queue(progress, progress.position(request.node, request.iteration))
 
-    def _save(self, node: PlanNode, step: int) -> None:
-        self.plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"simulated://{node.node_id}/{step}"))
+    def _save(self, node: PlanNode, iteration: int) -> None:
+        info = CheckpointInfo(path=f"simulated://{node.node_id}/{iteration}")
+        self.plan.record_checkpoint(node.node_id, iteration, info)
         self.saves += 1
 
     def _finish(self, progress: _Progress) -> None:
@@ -398,7 +400,7 @@ class _Run:
         (saved above) and is free once it is written."""
         progress.released = True
         for node, start, stop in progress.batch.segments:
-            seconds = sum(self.sim.seconds_per_iteration(node, step) for step in range(start, stop))
+            seconds = sum(self.sim.seconds_per_iteration(node, iteration) for iteration in range(start, stop))
             self.plan.record_timing(node.node_id, start, stop, seconds)
         done = round(self.now + self.sim.checkpoint_save_seconds, _TIME_DECIMALS)
         heapq.heappush(self.events, (done, next(self.tie_break), progress.batch.batch_id, -1))
@@ -411,7 +413,7 @@ class _Run:
 
     def _release(self, progress: _Progress) -> None:
         batch_id = progress.batch.batch_id
-        last = progress.steps[progress.passed - 1] if progress.passed else None
+        last = progress.iterations[progress.passed - 1] if progress.passed else None
         self.policy.ended(self.plan, batch_id, self.now, last)
         del self.running[batch_id]
         self.plan.release_batch(batch_id)

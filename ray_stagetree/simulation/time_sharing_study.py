@@ -105,18 +105,18 @@ def _curve_values(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Metrics:
-    """Loss and accuracy of the simulated jobs, by plan node and step."""
+    """Loss and accuracy of the simulated jobs, by plan node and iteration."""
 
     def __init__(self, model: CnnModel) -> None:
         self.model = model
         self.curves = Curves({model.name: _profile(model)})
 
-    def __call__(self, node: PlanNode, step: int) -> dict[str, float]:
-        accuracy = self.curves.metrics(node, step)["accuracy"]
+    def __call__(self, node: PlanNode, iteration: int) -> dict[str, float]:
+        accuracy = self.curves.metrics(node, iteration)["accuracy"]
         return {"accuracy": accuracy, "loss": 1.0 - accuracy}
 
-    def seconds(self, node: PlanNode, step: int) -> float:
-        return self.model.iteration_seconds(node.config.hparams_at(step)["batch_size"])
+    def seconds(self, node: PlanNode, iteration: int) -> float:
+        return self.model.iteration_seconds(node.config.hparams_at(iteration)["batch_size"])
 
 
 def _final_accuracy(model: CnnModel, config: dict[str, Any]) -> float:

@@ -90,7 +90,7 @@ class SchedulerAdapter(abc.ABC):
     @abc.abstractmethod
     def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any] | None) -> Decision:
         """The decision on the trial's result ``row``; ``values`` are its
-        hyper-parameters at this step (flattened), for families that read them."""
+        hyper-parameters at this iteration (flattened), for families that read them."""
 
     @abc.abstractmethod
     def on_complete(self, trial_id: str, row: dict[str, Any] | None) -> None:
@@ -105,6 +105,6 @@ class SchedulerAdapter(abc.ABC):
         """Paused trials to run again, each with the `Exploit` it resumes with or None."""
 
     @abc.abstractmethod
-    def next_decision(self, trial_id: str, step: int) -> float:
-        """The next step after ``step`` at which the scheduler decides about
+    def next_decision(self, trial_id: str, iteration: int) -> float:
+        """The next iteration after ``iteration`` at which the scheduler decides about
         the trial, else the horizon."""

@@ -4,7 +4,7 @@
 the user's scheduler object (any of Tune's ``TrialScheduler`` objects it
 hosts, or a custom one), hands it to the adapter of its family
 (`ray_stagetree.trial_schedulers.registry`), and answers with the words of
-`ray_stagetree.planning.decisions` and the step each trial is
+`ray_stagetree.planning.decisions` and the iteration each trial is
 requested up to. What changes against Tune is what gets trained: a trial is
 requested only up to its next decision point (its next ASHA rung, HyperBand
 milestone or PBT perturbation), so no iteration past a rung is spent on a
@@ -83,7 +83,7 @@ class SchedulerHost:
     def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any] | None = None) -> Decision:
         """The scheduler's decision; with PBT, an `Exploit`, PAUSE (synchronous
         PBT) or CONTINUE.
-        ``values`` are the trial's hyper-parameters at this step (for PBT)."""
+        ``values`` are the trial's hyper-parameters at this iteration (for PBT)."""
         return self._adapter.on_result(trial_id, row, values)
 
     def on_complete(self, trial_id: str, row: dict[str, Any] | None) -> None:
@@ -101,7 +101,7 @@ class SchedulerHost:
         """The trial failed."""
         self._adapter.on_error(trial_id)
 
-    def next_decision(self, trial_id: str, step: int) -> float:
-        """The next step after ``step`` at which the scheduler decides about
+    def next_decision(self, trial_id: str, iteration: int) -> float:
+        """The next iteration after ``iteration`` at which the scheduler decides about
         the trial: its next ASHA rung or PBT perturbation, else the horizon."""
-        return self._adapter.next_decision(trial_id, step)
+        return self._adapter.next_decision(trial_id, iteration)

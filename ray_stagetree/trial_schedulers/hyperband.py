@@ -38,9 +38,9 @@ class _MilestoneAdapter(TuneFedAdapter):
         # A subclass may override on_trial_result and decide elsewhere.
         return self.exact and self._counts_iterations
 
-    def next_decision(self, trial_id: str, step: int) -> float:
+    def next_decision(self, trial_id: str, iteration: int) -> float:
         milestones = self._milestones(trial_id)
-        position = bisect.bisect_right(milestones, step)
+        position = bisect.bisect_right(milestones, iteration)
         return milestones[position] if position < len(milestones) else self.horizon
 
     def _milestones(self, trial_id: str) -> list[int]:

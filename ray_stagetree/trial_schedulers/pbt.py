@@ -80,7 +80,9 @@ class _PopulationMember:
     last_perturbation: float = 0
     last_train_time: float = 0
     iteration: int = 0
-    checkpoint_step: int | None = None  # set while the trial is a top one, as in Ray
+    # The iteration of its checkpoint, set while the trial is a top one, as in
+    # Ray ("step": the name study snapshots pickled).
+    checkpoint_step: int | None = None
     finished: bool = False
     paused: bool = False
     pending: Exploit | None = None  # synchronous mode: applied when it resumes
@@ -133,8 +135,8 @@ class PopulationBasedAdapter(SchedulerAdapter):
             # again (Ray waits forever here): rank them now.
             self._perturb_all(max(member.last_train_time for member in live))
 
-    def next_decision(self, trial_id: str, step: int) -> float:
-        """The first iteration after ``step`` at which Ray's rule perturbs the
+    def next_decision(self, trial_id: str, iteration: int) -> float:
+        """The first iteration after ``iteration`` at which Ray's rule perturbs the
         trial (past the burn-in, an interval after its last perturbation).
         With a time attribute other than ``training_iteration`` (Ray's default
         is ``time_total_s``) perturbation points are not known in advance:
@@ -144,11 +146,11 @@ class PopulationBasedAdapter(SchedulerAdapter):
         if settings.time_attr != "training_iteration":
             return self.horizon
         due = max(settings.burn_in_period, self._members[trial_id].last_perturbation + settings.perturbation_interval)
-        return min(self.horizon, max(step + 1, math.ceil(due)))
+        return min(self.horizon, max(iteration + 1, math.ceil(due)))
 
     def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any] | None) -> Decision:
         """An `Exploit` of this trial, `PAUSE` (synchronous mode) or CONTINUE.
-        ``values``: the trial's hyper-parameters at this step (flattened)."""
+        ``values``: the trial's hyper-parameters at this iteration (flattened)."""
         settings, member = self.settings, self._members[trial_id]
         time = row.get(settings.time_attr)
         if time is None or settings.metric not in row or time < settings.burn_in_period:

@@ -121,7 +121,7 @@ class TuneFedAdapter(SchedulerAdapter):
             chosen.append((proxy.trial_id, None))
         return chosen
 
-    def next_decision(self, trial_id: str, step: int) -> float:
+    def next_decision(self, trial_id: str, iteration: int) -> float:
         return self.horizon
 
 

@@ -133,7 +133,7 @@ def test_file_errors_name_the_file_and_the_line(tmp_path):
 
 def test_the_example_spec_draws_the_python_studys_trials():
     spec = JobSpec.from_file(os.path.join(EXAMPLES, "mnist1d_study.yaml"))
-    from_spec = [config for _, config in iter(spec.dry_tuner()._source().next_trial, None)]
+    from_spec = [config for _, config in iter(spec.dry_tuner()._trial_source().next_trial, None)]
     assert len(from_spec) == 14
     assert from_spec == generate_trials(mnist1d_study.param_space(), 1)
     tuner = spec.dry_tuner()
@@ -183,7 +183,7 @@ def test_an_argument_may_be_a_python_object_by_import_path(tmp_path):
         "tune_config.search_alg": {"name": "grid", "filter": {"import": "filters:short_decay"}},
     })
     spec = JobSpec(data, base_dir=str(tmp_path))
-    trials = [config for _, config in iter(spec.dry_tuner()._source().next_trial, None)]
+    trials = [config for _, config in iter(spec.dry_tuner()._trial_source().next_trial, None)]
     assert [config["lr"].milestones for config in trials] == [(5,)]
     data["tune_config"]["search_alg"]["filter"] = {"import": "filters:nothing"}
     assert problems_of(data) == [

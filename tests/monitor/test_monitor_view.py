@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from ray_stagetree import MultiStep, SearchPlan
+from ray_stagetree import MultiStep
+from ray_stagetree.planning import SearchPlan
 from ray_stagetree.monitor import serve
 from ray_stagetree.monitor.__main__ import main
 from ray_stagetree.monitor.view import ExperimentReader, sharing, stage_tree, study_state, trial_table

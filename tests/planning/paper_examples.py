@@ -1,12 +1,13 @@
 """The worked examples of the Hippo paper, as trial configs.
 
 Figure 3/4 (the thesis' Figure 1.1/3.1): four learning-rate trials over 300
-steps, values from {0.1, 0.05, 0.02, 0.01}. Figure 5: trial 5 keeps 0.1 for
-150 steps, which splits stage A2. Figure 6/7: a search plan with checkpoints
+iterations, values from {0.1, 0.05, 0.02, 0.01}. Figure 5: trial 5 keeps 0.1 for
+150 iterations, which splits stage A2. Figure 6/7: a search plan with checkpoints
 and metrics already recorded, turned into a stage tree.
 """
 
-from ray_stagetree import Constant, Cosine, Exponential, Linear, MultiStep, SearchPlan
+from ray_stagetree import Constant, Cosine, Exponential, Linear, MultiStep
+from ray_stagetree.planning import SearchPlan
 from ray_stagetree.planning.plan import CheckpointInfo
 
 FIGURE_4_TRIALS = {
@@ -28,7 +29,7 @@ FIGURE_6_CONFIGS = {
         "batch_size": MultiStep(values=(128, 64), milestones=[40]),
     },
 }
-# (plan node, step) of each request in Figure 6, in the order the nodes appear.
+# (plan node, iteration) of each request in Figure 6, in the order the nodes appear.
 FIGURE_6_REQUESTS = [("H1", 15), ("H1", 30), ("H2", 25), ("H3", 35), ("H3", 40), ("H4", 50)]
 FIGURE_6_CHECKPOINTS = {"H1": [10, 20], "H2": [20], "H3": [30]}
 FIGURE_6_METRICS = {"H1": {10: 0.6, 20: 0.7}, "H2": {20: 0.75}, "H3": {25: 0.75, 30: 0.8}}
@@ -38,13 +39,13 @@ def figure_6_plan() -> tuple[SearchPlan, dict[str, int]]:
     """The plan of Figure 6 and the node id of each of H1..H4."""
     plan = SearchPlan()
     node_ids: dict[str, int] = {}
-    for name, step in FIGURE_6_REQUESTS:
-        request = plan.add_trial(f"{name}@{step}", FIGURE_6_CONFIGS[name], step)
+    for name, iteration in FIGURE_6_REQUESTS:
+        request = plan.add_trial(f"{name}@{iteration}", FIGURE_6_CONFIGS[name], iteration)
         node_ids.setdefault(name, request.node.node_id)
-    for name, steps in FIGURE_6_CHECKPOINTS.items():
-        for step in steps:
-            plan.record_checkpoint(node_ids[name], step, CheckpointInfo(path=f"/ckpt_path/{name}/{step}_steps"))
+    for name, iterations in FIGURE_6_CHECKPOINTS.items():
+        for iteration in iterations:
+            plan.record_checkpoint(node_ids[name], iteration, CheckpointInfo(path=f"/ckpt_path/{name}/{iteration}_steps"))
     for name, metrics in FIGURE_6_METRICS.items():
-        for step, accuracy in metrics.items():
-            plan.record_metrics(node_ids[name], step, {"test_acc": accuracy})
+        for iteration, accuracy in metrics.items():
+            plan.record_metrics(node_ids[name], iteration, {"test_acc": accuracy})
     return plan, node_ids

@@ -4,7 +4,8 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
-from ray_stagetree import Constant, MultiStep, SearchPlan, TrialConfig
+from ray_stagetree import Constant, MultiStep
+from ray_stagetree.planning import SearchPlan, TrialConfig
 from ray_stagetree.planning.config import unflatten
 
 
@@ -66,11 +67,11 @@ def test_nan_inf_and_numpy_values_are_planned_as_tune_takes_them(tmp_path):
 def test_plan_saves_to_a_local_directory_and_a_pyarrow_filesystem(tmp_path):
     plan = SearchPlan()
     plan.add_trial("a", {"lr": MultiStep(0.1, [30], 0.1), "layers": [8]}, 50)
-    plan.add_trial("b", {"lr": Constant(0.1), "layers": [8]}, 50, study="other")
+    plan.add_trial("b", {"lr": Constant(0.1), "layers": [8]}, 50, share_key="other")
     plan.save(str(tmp_path / "plan"))
     plan.save("plan2", storage_filesystem=pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()))
     for loaded in (SearchPlan.load(str(tmp_path / "plan")), SearchPlan.load(f"file://{tmp_path}/plan2")):
-        assert loaded.trials["b"].study == "other"
+        assert loaded.trials["b"].share_key == "other"
         assert loaded.describe() == plan.describe()
         assert loaded.unique_iterations() == plan.unique_iterations()
 

@@ -1,6 +1,7 @@
 import pytest
 
-from ray_stagetree import CostModel, MultiStep, SearchPlan
+from ray_stagetree import MultiStep
+from ray_stagetree.planning import CostModel, SearchPlan
 
 
 def plan_with_timings(per_iteration):
@@ -29,7 +30,7 @@ def test_linear_regression_recovers_cost_per_batch_size():
 def test_stage_cost_follows_values_that_change_inside_the_stage():
     plan = plan_with_timings({64: 0.74, 128: 1.38})
     model = CostModel(ridge=0.0).fit(plan)
-    node = plan.add_trial("steps", {"lr": 0.1, "batch_size": MultiStep(values=(64, 128), milestones=[50])}, 100).node
+    node = plan.add_trial("step", {"lr": 0.1, "batch_size": MultiStep(values=(64, 128), milestones=[50])}, 100).node
     assert model.stage_seconds(node, 0, 100) == pytest.approx(50 * 0.74 + 50 * 1.38, rel=1e-6)
 
 
@@ -58,10 +59,10 @@ def test_recompute_cost_is_priced_from_the_previous_checkpoint_on_the_path():
     plan = SearchPlan()
     parent = plan.add_trial("a", {"lr": MultiStep(0.1, [6], 0.1)}, 10).node
     child = plan.add_trial("b", {"lr": MultiStep(0.1, [8], 0.1)}, 10).node
-    assert child.parent is parent and child.fork_step == 6
+    assert child.parent is parent and child.fork_iteration == 6
     for node in (parent, child):
-        for step in range(node.fork_step + 1, 11):
-            plan.record_metrics(node.node_id, step, {"time_this_iter_s": float(step)})
+        for iteration in range(node.fork_iteration + 1, 11):
+            plan.record_metrics(node.node_id, iteration, {"time_this_iter_s": float(iteration)})
     # One flush carried iterations 9 and 10 (19 s); the checkpoint at 10
     # would be retrained from the one at 4 on the parent: iterations 5..10.
     plan.record_checkpoint(parent.node_id, 4, CheckpointInfo(path="checkpoints/p4"))

@@ -1,6 +1,7 @@
 """Fair shares of workers between studies on one plan (planning.fair_share)."""
 
-from ray_stagetree import Constant, CriticalPathPolicy, SearchPlan
+from ray_stagetree import Constant, CriticalPathPolicy
+from ray_stagetree.planning import SearchPlan
 from ray_stagetree.planning.fair_share import FairShare
 
 
@@ -113,7 +114,7 @@ def test_incremental_shares_equal_the_scan_through_a_plans_changes():
             plan.remove_trial(rng.choice(live))
         elif action == "answer":
             request = plan.trials[rng.choice(live)].request
-            plan.record_metrics(request.node.node_id, request.step, {"loss": 0.0})
+            plan.record_metrics(request.node.node_id, request.iteration, {"loss": 0.0})
         elif action == "dispatch":
             share.select(plan, 1)
         elif action == "release" and plan.running_batches:

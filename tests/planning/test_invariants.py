@@ -8,7 +8,8 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ray_stagetree import CheckpointInfo, MultiStep, SearchPlan, TrialConfig, build_stage_tree, merge_rate
+from ray_stagetree import MultiStep, merge_rate
+from ray_stagetree.planning import CheckpointInfo, SearchPlan, TrialConfig, build_stage_tree
 from ray_stagetree.planning.policies import POLICIES
 
 MAX_HORIZON = 60
@@ -51,8 +52,8 @@ def shared_in_plan(plan, a, b):
 
     def exit_step(path, trial):
         if len(path) > last + 1:
-            return path[last + 1].fork_step
-        return plan.trials[trial].request.step
+            return path[last + 1].fork_iteration
+        return plan.trials[trial].request.iteration
 
     return min(exit_step(path_a, a), exit_step(path_b, b))
 
@@ -73,16 +74,16 @@ def test_invariant_1_trials_share_exactly_their_identical_prefix(trial_list):
 def test_invariant_2_each_request_served_by_one_chain_from_an_existing_checkpoint(trial_list, rnd):
     plan = build(trial_list)
     for node in plan.nodes:
-        for step in range(node.fork_step + 1, MAX_HORIZON + 1):
+        for iteration in range(node.fork_iteration + 1, MAX_HORIZON + 1):
             if rnd.random() < 0.05:
-                plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"{node.node_id}/{step}"))
+                plan.record_checkpoint(node.node_id, iteration, CheckpointInfo(path=f"{node.node_id}/{iteration}"))
     tree = build_stage_tree(plan)
     serving = {}
     for stage in tree.stages:
         for request in stage.requests:
             assert id(request) not in serving, "a request served twice"
             serving[id(request)] = stage
-            assert (stage.node, stage.stop) == (request.node, request.step)
+            assert (stage.node, stage.stop) == (request.node, request.iteration)
     open_requests = [r for r in plan.open_requests() if r.trials]
     assert set(serving) == {id(r) for r in open_requests}
     for request in open_requests:
@@ -97,7 +98,7 @@ def test_invariant_2_each_request_served_by_one_chain_from_an_existing_checkpoin
         if source.is_initialization:
             assert stage.start == 0 and stage.node.parent is None
         else:
-            assert source.step in source.node.checkpoints and source.node in path
+            assert source.iteration in source.node.checkpoints and source.node in path
     # no iteration of a node is trained twice
     for node in plan.nodes:
         spans = sorted((s.start, s.stop) for s in tree.stages if s.node is node)
@@ -124,10 +125,10 @@ def test_merge_rate_of_n_identical_trials_is_n(trial_list, copies):
 def execute(plan, batch):
     """What a worker does: report every iteration, save where the plan asks."""
     for stage in batch.stages:
-        for step in range(stage.start + 1, stage.stop + 1):
-            plan.record_metrics(stage.node.node_id, step, {"step": step})
-    for node, step in plan.checkpoints_needed(batch.batch_id):
-        plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"{node.node_id}/{step}"))
+        for iteration in range(stage.start + 1, stage.stop + 1):
+            plan.record_metrics(stage.node.node_id, iteration, {"step": iteration})
+    for node, iteration in plan.checkpoints_needed(batch.batch_id):
+        plan.record_checkpoint(node.node_id, iteration, CheckpointInfo(path=f"{node.node_id}/{iteration}"))
     plan.release_batch(batch.batch_id)
     return batch.iterations
 
@@ -165,10 +166,10 @@ def test_invariant_3_executing_batches_runs_each_unique_iteration_once(early, la
 def test_parquet_round_trip_keeps_the_whole_plan(trial_list, rnd):
     plan = build(trial_list)
     for node in plan.nodes:
-        step = rnd.randint(node.fork_step + 1, node.fork_step + 5)
-        plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"checkpoints/p{step}", size_bytes=step, checksum="c"))
-        plan.record_metrics(node.node_id, step, {"acc": rnd.random(), "nested": {"x": [1, 2]}})
-        plan.record_timing(node.node_id, node.fork_step, step, rnd.random())
+        iteration = rnd.randint(node.fork_iteration + 1, node.fork_iteration + 5)
+        plan.record_checkpoint(node.node_id, iteration, CheckpointInfo(path=f"checkpoints/p{iteration}", size_bytes=iteration, checksum="c"))
+        plan.record_metrics(node.node_id, iteration, {"acc": rnd.random(), "nested": {"x": [1, 2]}})
+        plan.record_timing(node.node_id, node.fork_iteration, iteration, rnd.random())
     url = f"memory://plans/{uuid.uuid4().hex}"
     plan.save(url)
     loaded = SearchPlan.load(url)
@@ -183,7 +184,7 @@ def snapshot(plan):
         (
             n.node_id,
             None if n.parent is None else n.parent.node_id,
-            n.fork_step,
+            n.fork_iteration,
             json.dumps(n.config.to_json(), sort_keys=True),
             n.config.static_key,
             sorted(n.checkpoints.items()),
@@ -192,7 +193,7 @@ def snapshot(plan):
         )
         for n in plan.nodes
     ]
-    trials = sorted((t, r.request.node.node_id, r.request.step, r.study) for t, r in plan.trials.items())
+    trials = sorted((t, r.request.node.node_id, r.request.iteration, r.share_key) for t, r in plan.trials.items())
     return nodes, trials, plan.timings
 
 
@@ -246,14 +247,14 @@ def test_select_dispatches_what_a_fresh_stage_tree_would(early, late, policy_nam
         batch = running.pop(rnd.randrange(len(running)))
         for node, start, stop in batch.segments:
             plan.record_timing(node.node_id, start, stop, (stop - start) * (1 + node.node_id % 3))
-            for step in range(start + 1, stop + 1):
-                plan.record_metrics(node.node_id, step, {"step": step})
+            for iteration in range(start + 1, stop + 1):
+                plan.record_metrics(node.node_id, iteration, {"step": iteration})
         writes += plan.checkpoints_needed(batch.batch_id)
         plan.release_batch(batch.batch_id)
         while writes and rnd.random() < 0.7:  # written behind: stored after their batch ended
-            node, step = writes.pop(rnd.randrange(len(writes)))
-            plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"{node.node_id}/{step}"))
-        saved = [(node.node_id, step) for node in plan.nodes for step in node.checkpoints]
+            node, iteration = writes.pop(rnd.randrange(len(writes)))
+            plan.record_checkpoint(node.node_id, iteration, CheckpointInfo(path=f"{node.node_id}/{iteration}"))
+        saved = [(node.node_id, iteration) for node in plan.nodes for iteration in node.checkpoints]
         if saved and rnd.random() < 0.2:
             plan.drop_checkpoint(*rnd.choice(saved))
     assert all(record.request.answered for record in plan.trials.values())

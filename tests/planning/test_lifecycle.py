@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from ray_stagetree import MultiStep, SearchPlan
+from ray_stagetree import MultiStep
+from ray_stagetree.planning import SearchPlan
 from ray_stagetree.planning.lifecycle import (
     CONTINUE,
     ERROR,
@@ -40,9 +41,9 @@ class ScriptedHost:
         self.calls.append(("add", trial_id))
 
     def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any] | None = None) -> Any:
-        step = row["training_iteration"]
-        self.calls.append(("result", trial_id, step, values))
-        return self.decisions.get((trial_id, step), CONTINUE)
+        iteration = row["training_iteration"]
+        self.calls.append(("result", trial_id, iteration, values))
+        return self.decisions.get((trial_id, iteration), CONTINUE)
 
     def on_complete(self, trial_id: str, row: dict[str, Any] | None) -> None:
         self.calls.append(("complete", trial_id, row and row["training_iteration"]))
@@ -54,11 +55,11 @@ class ScriptedHost:
         chosen, self.to_resume = self.to_resume, []
         return chosen
 
-    def next_decision(self, trial_id: str, step: int) -> int:
-        return min((step // RUNG + 1) * RUNG, HORIZON)
+    def next_decision(self, trial_id: str, iteration: int) -> int:
+        return min((iteration // RUNG + 1) * RUNG, HORIZON)
 
 
-class RecordingSource:
+class RecordingTrialSource:
     def __init__(self) -> None:
         self.completed: list[tuple[str, Any, bool]] = []
 
@@ -72,16 +73,16 @@ class Study:
     def __init__(self, host: ScriptedHost | None = None) -> None:
         self.plan = SearchPlan()
         self.host = host or ScriptedHost()
-        self.source = RecordingSource()
-        self.requested: list[tuple[str, int, int]] = []  # (trial, request step, from step)
+        self.trial_source = RecordingTrialSource()
+        self.requested: list[tuple[str, int, int]] = []  # (trial, request iteration, from iteration)
         self.ended: list[tuple[str, str]] = []  # (trial, status)
         self.lifecycle = TrialLifecycle(
             self.plan,
             self.host,
-            self.source,
-            sharing_key=lambda trial_id: "study",
+            self.trial_source,
+            share_key=lambda trial_id: "study",
             next_request=self.host.next_decision,
-            on_request=lambda trial, request, step: self.requested.append((trial.trial_id, request.step, step)),
+            on_request=lambda trial, request, iteration: self.requested.append((trial.trial_id, request.iteration, iteration)),
             on_end=lambda trial: self.ended.append((trial.trial_id, trial.status)),
         )
 
@@ -93,14 +94,14 @@ class Study:
         self.lifecycle.admit(trial)
         return trial
 
-    def result(self, trial: Trial, step: int) -> None:
-        row = {"training_iteration": step, "loss": 1.0 / step}
-        self.lifecycle.record(trial, step, row)
-        self.lifecycle.decide(trial, step, row)
+    def result(self, trial: Trial, iteration: int) -> None:
+        row = {"training_iteration": iteration, "loss": 1.0 / iteration}
+        self.lifecycle.record(trial, iteration, row)
+        self.lifecycle.decide(trial, iteration, row)
         self.lifecycle.resume()
 
-    def request_step(self, trial_id: str) -> int:
-        return self.plan.trials[trial_id].request.step
+    def request_iteration(self, trial_id: str) -> int:
+        return self.plan.trials[trial_id].request.iteration
 
 
 def test_admission_requests_the_trial_up_to_its_first_decision_point():
@@ -108,7 +109,7 @@ def test_admission_requests_the_trial_up_to_its_first_decision_point():
     trial = study.admit("a")
     assert trial.status == PENDING
     assert study.lifecycle.live() == 1 and study.lifecycle.counts() == {PENDING: 1}
-    assert study.request_step("a") == RUNG
+    assert study.request_iteration("a") == RUNG
     assert study.requested == [("a", RUNG, 0)]
     assert trial.node is study.plan.trials["a"].request.node
     # Parsed once, under the plan's sharing key: the plan holds that parse.
@@ -121,9 +122,9 @@ def test_a_result_runs_the_trial_and_continue_moves_the_request_on_at_its_end():
     trial = study.admit("a")
     study.result(trial, 1)
     assert trial.status == RUNNING and study.lifecycle.counts() == {RUNNING: 1}
-    assert study.request_step("a") == RUNG, "a result before the decision point moves nothing"
+    assert study.request_iteration("a") == RUNG, "a result before the decision point moves nothing"
     study.result(trial, RUNG)
-    assert study.request_step("a") == 2 * RUNG
+    assert study.request_iteration("a") == 2 * RUNG
     assert study.requested[-1] == ("a", 2 * RUNG, RUNG)
 
 
@@ -132,12 +133,12 @@ def test_stop_ends_the_trial_at_its_last_result_and_tells_scheduler_and_searcher
     trial = study.admit("a")
     study.result(trial, RUNG)
     assert trial.status == TERMINATED and study.lifecycle.live() == 0
-    assert study.request_step("a") == RUNG, "the plan keeps the iterations the trial trained"
+    assert study.request_iteration("a") == RUNG, "the plan keeps the iterations the trial trained"
     assert study.ended == [("a", TERMINATED)]
     assert ("complete", "a", RUNG) in study.host.calls
-    assert study.source.completed == [("a", RUNG, False)]
+    assert study.trial_source.completed == [("a", RUNG, False)]
     study.lifecycle.stop(trial)  # stopping an ended trial changes nothing
-    assert study.source.completed == [("a", RUNG, False)]
+    assert study.trial_source.completed == [("a", RUNG, False)]
 
 
 def test_pause_holds_the_trial_until_the_scheduler_resumes_it():
@@ -145,11 +146,11 @@ def test_pause_holds_the_trial_until_the_scheduler_resumes_it():
     trial = study.admit("a")
     study.result(trial, RUNG)
     assert trial.status == PAUSED and study.lifecycle.live() == 0
-    assert study.request_step("a") == RUNG
+    assert study.request_iteration("a") == RUNG
     study.host.to_resume = [("a", None)]
     study.lifecycle.resume()
     assert trial.status == RUNNING
-    assert study.request_step("a") == 2 * RUNG
+    assert study.request_iteration("a") == 2 * RUNG
 
 
 def test_pause_before_the_end_of_a_request_moves_it_back_to_the_pause():
@@ -157,24 +158,24 @@ def test_pause_before_the_end_of_a_request_moves_it_back_to_the_pause():
     trial = study.admit("a")
     study.result(trial, 2)
     assert trial.status == PAUSED
-    assert study.request_step("a") == 2 and trial.node is study.plan.trials["a"].request.node
+    assert study.request_iteration("a") == 2 and trial.node is study.plan.trials["a"].request.node
 
 
 def test_an_exploit_forks_the_trial_from_the_source_checkpoint_with_the_explored_values():
     study = Study()
     source = study.admit("a", {"lr": MultiStep(0.1, [6], 0.1), "momentum": 0.9})
     trial = study.admit("b", {"lr": MultiStep(0.3, [6], 0.1), "momentum": 0.9})
-    for step in range(1, RUNG + 1):
-        study.result(source, step)
-        study.result(trial, step)
+    for iteration in range(1, RUNG + 1):
+        study.result(source, iteration)
+        study.result(trial, iteration)
     study.host.decisions[("b", 2 * RUNG)] = Exploit("a", RUNG, {"lr": 0.05})
-    for step in range(RUNG + 1, 2 * RUNG + 1):
-        study.result(trial, step)
+    for iteration in range(RUNG + 1, 2 * RUNG + 1):
+        study.result(trial, iteration)
     assert trial.trial_config.hparams_at(RUNG - 1)["lr"] == pytest.approx(0.1), "the source's values up to the fork"
     assert trial.trial_config.hparams_at(RUNG)["lr"] == 0.05, "the explored value after"
     assert trial.config["momentum"] == 0.9 and trial.config is not source.config
     assert max(trial.rows) == RUNG, "results past the fork belong to the path it left"
-    assert study.request_step("b") == 2 * RUNG
+    assert study.request_iteration("b") == 2 * RUNG
     assert study.requested[-1] == ("b", 2 * RUNG, RUNG)
     assert study.plan.path("b")[0] is study.plan.path("a")[0], "it shares the source's prefix"
 
@@ -189,11 +190,11 @@ def test_pbt_hears_the_hyper_parameters_of_the_iteration_its_result_followed():
 def test_finish_keeps_the_request_where_it_ended():
     study = Study()
     trial = study.admit("a")
-    for step in range(1, HORIZON + 1):
-        study.lifecycle.record(trial, step, {"training_iteration": step})
+    for iteration in range(1, HORIZON + 1):
+        study.lifecycle.record(trial, iteration, {"training_iteration": iteration})
     study.lifecycle.finish(trial)
-    assert trial.status == TERMINATED and study.request_step("a") == RUNG
-    assert study.source.completed == [("a", HORIZON, False)]
+    assert trial.status == TERMINATED and study.request_iteration("a") == RUNG
+    assert study.trial_source.completed == [("a", HORIZON, False)]
 
 
 def test_a_failed_trial_leaves_the_plan():
@@ -204,7 +205,7 @@ def test_a_failed_trial_leaves_the_plan():
     assert trial.status == ERROR and "a" not in study.plan.trials
     assert study.ended == [("a", ERROR)]
     assert ("error", "a") in study.host.calls
-    assert study.source.completed == [("a", None, True)]
+    assert study.trial_source.completed == [("a", None, True)]
     assert study.lifecycle.counts() == {ERROR: 1}
 
 
@@ -214,7 +215,7 @@ def test_a_trial_that_ends_without_having_started_leaves_the_plan():
     study.lifecycle.stop(trial)
     assert trial.status == TERMINATED and "a" not in study.plan.trials
     assert ("complete", "a", None) in study.host.calls
-    assert study.source.completed == [("a", None, False)]
+    assert study.trial_source.completed == [("a", None, False)]
 
 
 def test_a_refused_trial_ends_in_error_without_entering_the_plan():
@@ -223,19 +224,19 @@ def test_a_refused_trial_ends_in_error_without_entering_the_plan():
     study.lifecycle.refuse(trial)
     assert trial.status == ERROR and "bad" not in study.plan.trials
     assert study.lifecycle.counts() == {ERROR: 1}
-    assert study.source.completed == [("bad", None, True)]
+    assert study.trial_source.completed == [("bad", None, True)]
 
 
 def test_an_errored_trial_reruns_from_its_last_result():
     study = Study()
     trial = study.admit("a")
-    for step in range(1, RUNG + 1):
-        study.result(trial, step)
+    for iteration in range(1, RUNG + 1):
+        study.result(trial, iteration)
     study.lifecycle.fail(trial)
     study.lifecycle.rerun(trial, max(trial.rows))
     assert trial.status == PENDING and study.lifecycle.counts() == {PENDING: 1}
     assert study.host.calls.count(("add", "a")) == 2, "its scheduler sees it again"
-    assert study.request_step("a") == 2 * RUNG
+    assert study.request_iteration("a") == 2 * RUNG
 
 
 def test_a_stop_frees_a_trial_the_scheduler_held():
@@ -245,4 +246,4 @@ def test_a_stop_frees_a_trial_the_scheduler_held():
     study.host.to_resume = [("a", None)]  # what a synchronous scheduler chooses once b is stopped
     study.result(stopped, RUNG)
     assert (held.status, stopped.status) == (RUNNING, TERMINATED)
-    assert study.request_step("a") == 2 * RUNG
+    assert study.request_iteration("a") == 2 * RUNG

@@ -2,7 +2,8 @@ import pickle
 
 import pytest
 
-from ray_stagetree import Constant, MultiStep, RequestState, SearchPlan, build_stage_tree
+from ray_stagetree import Constant, MultiStep
+from ray_stagetree.planning import RequestState, SearchPlan, build_stage_tree
 from ray_stagetree.planning.plan import CheckpointInfo
 from ray_stagetree.planning.policies import CriticalPathPolicy
 
@@ -21,14 +22,14 @@ def test_nested_configs_share_by_flattened_path():
     plan = SearchPlan()
     a = plan.add_trial("a", {"optim": {"lr": LR_80, "name": "sgd"}}, 100)
     b = plan.add_trial("b", {"optim": {"lr": LR_50, "name": "sgd"}}, 100)
-    assert b.node.parent is a.node and b.node.fork_step == 50
+    assert b.node.parent is a.node and b.node.fork_iteration == 50
 
 
 def test_roots_split_on_static_config_and_study_key():
     plan = SearchPlan()
     plan.add_trial("a", {"lr": LR_80, "layers": [64, 64]}, 100)
     plan.add_trial("b", {"lr": LR_80, "layers": [128]}, 100)
-    plan.add_trial("c", {"lr": LR_80, "layers": [64, 64]}, 100, study="other")
+    plan.add_trial("c", {"lr": LR_80, "layers": [64, 64]}, 100, share_key="other")
     plan.add_trial("d", {"lr": LR_80, "layers": [64, 64]}, 100)
     assert len(plan.roots) == 3
     assert plan.trials["a"].request is plan.trials["d"].request
@@ -49,7 +50,7 @@ def test_adding_a_trial_adds_at_most_one_node_and_follows_longest_match():
     c = plan.add_trial("c", {"lr": MultiStep(values=(0.1, 0.05, 0.02, 0.001), milestones=[30, 60, 80])}, 90)
     assert len(plan.nodes) == 3
     # c matches a up to 30, b (node 1, forked at 60) up to 80, and forks from b.
-    assert c.node.parent is plan.nodes[1] and c.node.fork_step == 80
+    assert c.node.parent is plan.nodes[1] and c.node.fork_iteration == 80
 
 
 def test_known_metrics_answer_a_request_at_once():
@@ -139,7 +140,7 @@ def test_fork_from_a_running_batch_waits_for_its_checkpoint():
     assert CriticalPathPolicy().select(plan, 1) == []
     plan.record_checkpoint(0, 50, CheckpointInfo(path="x"))
     (stage,) = build_stage_tree(plan).stages
-    assert stage.ready and stage.source.step == 50
+    assert stage.ready and stage.source.iteration == 50
 
 
 def test_released_batch_puts_unanswered_requests_back():
@@ -165,10 +166,10 @@ def test_extend_trial_continues_from_its_checkpoint():
     assert (stage.start, stage.stop) == (40, 100)
 
 
-@pytest.mark.parametrize("step", [0, -1, 1.5, True, "10"])
-def test_bad_step_is_rejected(step):
-    with pytest.raises(ValueError, match="step must be an int >= 1"):
-        SearchPlan().add_trial("a", {"lr": 0.1}, step)
+@pytest.mark.parametrize("iteration", [0, -1, 1.5, True, "10"])
+def test_bad_iteration_is_rejected(iteration):
+    with pytest.raises(ValueError, match="iteration must be an int >= 1"):
+        SearchPlan().add_trial("a", {"lr": 0.1}, iteration)
 
 
 def test_bad_configs_are_rejected_with_the_key_named():
@@ -186,7 +187,7 @@ def test_checkpoint_must_lie_after_the_fork():
     plan = SearchPlan()
     plan.add_trial("a", {"lr": LR_80}, 100)
     child = plan.add_trial("b", {"lr": LR_50}, 100).node
-    with pytest.raises(ValueError, match="after its fork step 50"):
+    with pytest.raises(ValueError, match="after its fork iteration 50"):
         plan.record_checkpoint(child.node_id, 50, CheckpointInfo())
 
 
@@ -210,7 +211,7 @@ def test_a_batch_does_not_continue_over_another_batchs_segment():
     plan.record_checkpoint(0, 20, CheckpointInfo(path="x"))  # kept from an earlier study
     plan.add_trial("b", {"lr": LR_80}, 40)
     (second,) = CriticalPathPolicy().select(plan, 1)
-    assert second.source.step == 20
+    assert second.source.iteration == 20
     plan.record_metrics(0, 10, {})
     assert plan.extend_batch(first.batch_id) is None
 
@@ -284,7 +285,7 @@ def test_covered_iterations_are_what_live_trials_already_train():
     plan.remove_trial("b")
     assert plan.covered_iterations(candidates[:1], 30) == [10]
     path, shared = plan.follow(candidates[0], 30)
-    assert shared == 20 and [node.fork_step for node in path] == [0, 10]
+    assert shared == 20 and [node.fork_iteration for node in path] == [0, 10]
 
 
 def test_a_batch_is_timed_per_run_of_iterations_without_its_setup():
@@ -293,7 +294,7 @@ def test_a_batch_is_timed_per_run_of_iterations_without_its_setup():
     plan.add_trial("b", {"lr": LR_50}, 100)
     (batch,) = CriticalPathPolicy().select(plan, 1)
     (first, start, _), *_ = plan.batch_segments(batch.batch_id)
-    times = [(first.node_id, step, 0.5) for step in range(start + 1, start + 5)]
+    times = [(first.node_id, iteration, 0.5) for iteration in range(start + 1, start + 5)]
     times += [(first.node_id, start + 5, "n/a")]  # a user's own value: no number, no timing
     plan.record_batch_timings(batch.batch_id, times)
     # The first iteration also paid for the worker's setup: it is no stage's cost.

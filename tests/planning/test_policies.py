@@ -1,17 +1,8 @@
 import pytest
 from paper_examples import FIGURE_4_HORIZON, FIGURE_4_TRIALS, figure_6_plan
 
-from ray_stagetree import (
-    BreadthFirstPolicy,
-    CostModel,
-    CriticalPathPolicy,
-    MultiStep,
-    RequestState,
-    SearchPlan,
-    ThroughputPolicy,
-    build_stage_tree,
-    get_policy,
-)
+from ray_stagetree import BreadthFirstPolicy, CriticalPathPolicy, MultiStep, ThroughputPolicy, get_policy
+from ray_stagetree.planning import CostModel, RequestState, SearchPlan, build_stage_tree
 
 
 def spans(batch):
@@ -28,7 +19,7 @@ def test_critical_path_dispatches_longest_path_first_on_figure_7():
         [(h["H2"], 20, 25)],
     ]
     assert batches[0].segments == [(plan.nodes[h["H3"]], 30, 40), (plan.nodes[h["H4"]], 40, 50)]
-    assert batches[0].source.node is plan.nodes[h["H3"]] and batches[0].source.step == 30
+    assert batches[0].source.node is plan.nodes[h["H3"]] and batches[0].source.iteration == 30
     assert all(r.state is RequestState.SCHED for r in plan.open_requests())
     assert build_stage_tree(plan).stages == [], "everything is scheduled"
 
@@ -43,7 +34,7 @@ def test_critical_path_batches_a_whole_root_to_leaf_path():
     assert first.iterations == 300
     # the other branches start from checkpoints this batch saves
     assert all(batch.after is not None and not batch.ready for batch in order[1:])
-    points = {(n.node_id, step) for n, step in first.checkpoint_points}
+    points = {(n.node_id, iteration) for n, iteration in first.checkpoint_points}
     assert (first.stages[0].node.node_id, 100) in points
     assert sum(batch.iterations for batch in order) == plan.unique_iterations()
 
@@ -139,11 +130,11 @@ def test_a_dispatch_costs_what_changed_not_the_whole_study(policy_name, study, m
                 return len(built) / trials
             batch = running.pop(0)
             for node, start, stop in batch.segments:
-                for step in range(start + 1, stop + 1):
-                    plan.record_metrics(node.node_id, step, {"y": 0.0})
+                for iteration in range(start + 1, stop + 1):
+                    plan.record_metrics(node.node_id, iteration, {"y": 0.0})
                 plan.record_timing(node.node_id, start, stop, 0.01)
-            for node, step in plan.checkpoints_needed(batch.batch_id):
-                plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"{node.node_id}/{step}"))
+            for node, iteration in plan.checkpoints_needed(batch.batch_id):
+                plan.record_checkpoint(node.node_id, iteration, CheckpointInfo(path=f"{node.node_id}/{iteration}"))
             plan.release_batch(batch.batch_id)
 
     small, large = stages_per_trial(200), stages_per_trial(1600)

@@ -9,7 +9,8 @@ from paper_examples import (
     figure_6_plan,
 )
 
-from ray_stagetree import MultiStep, SearchPlan, build_stage_tree
+from ray_stagetree import MultiStep
+from ray_stagetree.planning import SearchPlan, build_stage_tree
 from ray_stagetree.planning.plan import CheckpointInfo
 
 
@@ -22,7 +23,7 @@ def shape(tree):
         elif stage.source.is_initialization:
             above = ("init",)
         else:
-            above = ("ckpt", stage.source.node.node_id, stage.source.step)
+            above = ("ckpt", stage.source.node.node_id, stage.source.iteration)
         out.add((stage.node.node_id, stage.start, stage.stop, above))
     return out
 
@@ -65,7 +66,7 @@ def test_figure_5_trial_5_splits_a2_and_forks_f_from_step_150():
     nodes_before = len(plan.nodes)
     request = plan.add_trial("trial_5", FIGURE_5_TRIAL, FIGURE_4_HORIZON)
     assert len(plan.nodes) == nodes_before + 1, "adding a trial adds at most one plan node"
-    assert request.node.parent.node_id == 0 and request.node.fork_step == 150
+    assert request.node.parent.node_id == 0 and request.node.fork_iteration == 150
     tree = build_stage_tree(plan)
     a1, a3 = ("after", 0, 0, 100), ("after", 0, 100, 150)
     assert {s for s in shape(tree) if s[0] in (0, request.node.node_id)} == {
@@ -79,7 +80,7 @@ def test_figure_5_trial_5_splits_a2_and_forks_f_from_step_150():
 
 def test_figure_6_plan_becomes_figure_7_stage_tree():
     plan, h = figure_6_plan()
-    assert [plan.nodes[h[n]].fork_step for n in ("H1", "H2", "H3", "H4")] == [0, 10, 20, 40]
+    assert [plan.nodes[h[n]].fork_iteration for n in ("H1", "H2", "H3", "H4")] == [0, 10, 20, 40]
     assert plan.nodes[h["H4"]].parent is plan.nodes[h["H3"]]
     tree = build_stage_tree(plan)
     assert shape(tree) == {
@@ -110,17 +111,17 @@ def test_stage_restarts_from_latest_checkpoint_not_from_scratch():
     plan.record_checkpoint(request.node.node_id, 40, CheckpointInfo(path="a"))
     plan.record_checkpoint(request.node.node_id, 70, CheckpointInfo(path="b"))
     (stage,) = build_stage_tree(plan).stages
-    assert (stage.start, stage.stop, stage.source.step) == (70, 100, 70)
+    assert (stage.start, stage.stop, stage.source.iteration) == (70, 100, 70)
     plan.drop_checkpoint(request.node.node_id, 70)
     (stage,) = build_stage_tree(plan).stages
-    assert (stage.start, stage.source.step) == (40, 40)
+    assert (stage.start, stage.source.iteration) == (40, 40)
 
 
 def test_child_starts_from_parent_checkpoint_at_fork():
     plan = SearchPlan()
     parent = plan.add_trial("a", {"lr": MultiStep(0.1, [80], 0.1)}, 100).node
     child = plan.add_trial("b", {"lr": MultiStep(0.1, [50], 0.1)}, 100).node
-    assert child.parent is parent and child.fork_step == 50
+    assert child.parent is parent and child.fork_iteration == 50
     plan.record_checkpoint(parent.node_id, 50, CheckpointInfo(path="p50"))
     stages = {(s.node.node_id, s.start): s for s in build_stage_tree(plan).stages}
     assert stages[(child.node_id, 50)].source.node is parent
@@ -139,9 +140,9 @@ def test_a_parked_trainable_is_where_its_node_and_forks_from_it_go_on():
     plan.extend_trial("a", 100)
     at_fork = plan.add_trial("b", {"lr": MultiStep(0.1, [30], 0.1)}, 100).node
     later = plan.add_trial("c", {"lr": MultiStep(0.1, [50], 0.1)}, 100).node
-    assert (at_fork.fork_step, later.fork_step) == (30, 50)
+    assert (at_fork.fork_iteration, later.fork_iteration) == (30, 50)
     stages = {(stage.node.node_id, stage.start): stage for stage in build_stage_tree(plan).stages}
-    assert (stages[(node.node_id, 30)].source.node, stages[(node.node_id, 30)].source.step) == (node, 30)
+    assert (stages[(node.node_id, 30)].source.node, stages[(node.node_id, 30)].source.iteration) == (node, 30)
     assert stages[(at_fork.node_id, 30)].source == stages[(node.node_id, 30)].source
     assert stages[(later.node_id, 50)].parent is stages[(node.node_id, 30)]
     assert not any(stage.start == 0 for stage in stages.values())

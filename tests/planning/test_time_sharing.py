@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from ray_stagetree import MultiStep, SearchPlan
+from ray_stagetree import MultiStep
+from ray_stagetree.planning import SearchPlan
 from ray_stagetree.planning.plan import CheckpointInfo
 from ray_stagetree.planning.policies import get_policy
 from ray_stagetree.planning.time_sharing import (
@@ -66,10 +67,10 @@ class Cluster:
         for k, loss in enumerate(losses, start + 1):
             self.plan.record_metrics(node.node_id, k, {self.policy.metric or "loss": loss})
         self.now += seconds
-        step = start + len(losses)
-        yielded = self.policy.at_boundary(self.plan, batch.batch_id, node, step, self.now)
+        iteration = start + len(losses)
+        yielded = self.policy.at_boundary(self.plan, batch.batch_id, node, iteration, self.now)
         if yielded:
-            self.plan.record_checkpoint(node.node_id, step, CheckpointInfo(path=f"ckpt/{node.node_id}/{step}"))
+            self.plan.record_checkpoint(node.node_id, iteration, CheckpointInfo(path=f"ckpt/{node.node_id}/{iteration}"))
             self.plan.release_batch(batch.batch_id)
         return yielded
 
@@ -154,8 +155,8 @@ def test_a_fork_inherits_the_convergence_of_its_prefix():
     (batch,) = policy.select(plan, 1)
     root = batch.stages[0].node
     policy.started(batch, 0.0)
-    for step, loss in zip((1, 2, 3), (1.0, 0.8, 0.7)):
-        plan.record_metrics(root.node_id, step, {"loss": loss})
+    for iteration, loss in zip((1, 2, 3), (1.0, 0.8, 0.7)):
+        plan.record_metrics(root.node_id, iteration, {"loss": loss})
     policy.ended(plan, batch.batch_id, 1.0, (root, 3))
     (child,) = root.children.values()
     assert policy.record_of(child) is policy.records[root.node_id]
@@ -191,7 +192,7 @@ def test_numpy_metrics_count_and_missing_or_non_finite_ones_do_not():
     cluster = Cluster(HermesPolicy(metric="loss", mode="min", quantum_s=10))
     batch = cluster.dispatch()
     node = batch.stages[0].node
-    for step, loss in enumerate([np.float32(2.0), None, float("nan"), np.float64(1.0)], 1):
-        cluster.plan.record_metrics(node.node_id, step, {} if loss is None else {"loss": loss})
+    for iteration, loss in enumerate([np.float32(2.0), None, float("nan"), np.float64(1.0)], 1):
+        cluster.plan.record_metrics(node.node_id, iteration, {} if loss is None else {"loss": loss})
     cluster.policy.ended(cluster.plan, batch.batch_id, 10.0, (node, 4))
     assert cluster.policy.records[node.node_id].convergence == pytest.approx((2.0 - 1.0) / 2)

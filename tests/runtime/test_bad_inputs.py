@@ -71,7 +71,7 @@ def resources(request):
 
 def draw(space, **kwargs):
     """The trials fit() would run (drawn and checked on the driver, before Ray)."""
-    return Tuner(train, param_space=space, tune_config=tune.TuneConfig(**kwargs))._source()
+    return Tuner(train, param_space=space, tune_config=tune.TuneConfig(**kwargs))._trial_source()
 
 
 def restore(path, trainable=train, **kwargs):
@@ -282,14 +282,14 @@ def test_param_space_values_tune_accepts(space):
     assert TrialConfig.from_json(stored).static_key == flat.static_key, "the stored form must plan as the original"
 
 
-def _context(save_steps=()):
+def _context(save_iterations=()):
     config = {"lr": 0.1}
     spec = BatchSpec(
         batch_id=0,
         config=config,
         trial_config=TrialConfig.from_config(config),
         segments=[(0, 0, 3)],
-        save_steps=set(save_steps),
+        save_iterations=set(save_iterations),
     )
     context = StageContext(spec, None, lambda key, payload: None)
     activate(context)
@@ -308,7 +308,7 @@ def _context(save_steps=()):
     ids=["list", "float", "none", "checkpoint-path", "checkpoint-dict"],
 )
 def test_report_arguments(metrics, checkpoint, message):
-    _context(save_steps=[1])
+    _context(save_iterations=[1])
     try:
         with pytest.raises(TypeError, match=message):
             ray_stagetree.report(metrics, checkpoint=checkpoint)

@@ -6,7 +6,7 @@ import os
 import pytest
 import ray
 
-from ray_stagetree import SearchPlan, build_stage_tree
+from ray_stagetree.planning import SearchPlan, build_stage_tree
 from ray_stagetree.runtime.checkpoint_store import CheckpointStore
 from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.runtime.payload import CheckpointPayload

@@ -233,7 +233,7 @@ def test_a_lost_checkpoint_object_is_read_back_from_its_durable_copy(tmp_path, r
     retrained). The multi-node study above loses real nodes."""
     import asyncio
 
-    from ray_stagetree import SearchPlan, TrialConfig
+    from ray_stagetree.planning import SearchPlan, TrialConfig
     from ray_stagetree.runtime.batches import BatchSpec
     from ray_stagetree.runtime.checkpoint_store import CheckpointStore
     from ray_stagetree.runtime.payload import CheckpointPayload
@@ -267,7 +267,7 @@ def test_a_lost_checkpoint_object_is_read_back_from_its_durable_copy(tmp_path, r
         config={"lr": 0.1},
         trial_config=TrialConfig.from_config({"lr": 0.1}),
         segments=[(node.node_id, 10, 12)],
-        save_steps=set(),
+        save_iterations=set(),
         source=lost,
     )
     outcome = worker.run_batch(spec)

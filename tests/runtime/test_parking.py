@@ -3,14 +3,15 @@ may continue one, on which worker, and when one is let go."""
 
 import pytest
 
-from ray_stagetree import CriticalPathPolicy, MultiStep, SearchPlan
+from ray_stagetree import CriticalPathPolicy, MultiStep
+from ray_stagetree.planning import SearchPlan
 from ray_stagetree.runtime.parking import Parking
 
 
-def paused_at(plan: SearchPlan, trial_id: str, lr: float, step: int):
-    """A trial of ``MultiStep(lr, [50], 0.5)`` trained to ``step`` and paused there; its node."""
-    node = plan.add_trial(trial_id, {"lr": MultiStep(lr, [50], 0.5)}, step).node
-    plan.record_metrics(node.node_id, step, {"x": 1.0})
+def paused_at(plan: SearchPlan, trial_id: str, lr: float, iteration: int):
+    """A trial of ``MultiStep(lr, [50], 0.5)`` trained to ``iteration`` and paused there; its node."""
+    node = plan.add_trial(trial_id, {"lr": MultiStep(lr, [50], 0.5)}, iteration).node
+    plan.record_metrics(node.node_id, iteration, {"x": 1.0})
     return node
 
 
@@ -26,7 +27,7 @@ def test_the_batch_continuing_a_parked_trainable_runs_on_its_worker_once_it_is_i
     plan = SearchPlan()
     parking = Parking(plan)
     a = paused_at(plan, "a", 0.1, 10)
-    parking.park("w1", batch_id=7, node=a, step=10)
+    parking.park("w1", batch_id=7, node=a, iteration=10)
     plan.extend_trial("a", 20)
 
     def select(idle):

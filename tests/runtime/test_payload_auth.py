@@ -12,7 +12,8 @@ from ray import tune
 from test_tuner import LRS
 from trainables_for_tests import count_of, noisy_descent
 
-from ray_stagetree import SearchPlan, Study, Tuner
+from ray_stagetree import Study, Tuner
+from ray_stagetree.planning import SearchPlan
 from ray_stagetree.planning.plan import CheckpointInfo
 from ray_stagetree.runtime.checkpoint_store import StorageIO
 from ray_stagetree.runtime.payload import checksum

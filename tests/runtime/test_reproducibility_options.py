@@ -94,7 +94,7 @@ def test_seeded_repeater_repeats_each_suggestion_and_reports_the_mean():
 
 def test_a_tuner_with_a_searcher_and_repeats_suggests_each_configuration_repeats_times():
     config = tune.TuneConfig(search_alg=Counting(), num_samples=2, metric="loss", mode="min")
-    source = Tuner(train, param_space={"lr": tune.uniform(0.1, 1.0)}, tune_config=config, seed=3, repeats=2)._source()
+    source = Tuner(train, param_space={"lr": tune.uniform(0.1, 1.0)}, tune_config=config, seed=3, repeats=2)._trial_source()
     assert source.remaining == 4  # num_samples counts configurations
     trials = [source.next_trial()[1] for _ in range(4)]
     assert [(trial["lr"], trial["seed"]) for trial in trials] == [(1.0, 3), (1.0, 4), (2.0, 3), (2.0, 4)]
@@ -138,11 +138,11 @@ def test_repeats_refuse_a_space_with_its_own_seed():
 def test_repeats_multiply_the_trials_and_reproducible_random_spaces_are_drawn_from_the_seed():
     space = {"lr": MultiStep(tune.uniform(0.01, 0.1), [5], 0.1)}
     tuner = Tuner(train, param_space=space, tune_config=tune.TuneConfig(num_samples=2), reproducible=True, seed=1, repeats=3)
-    source = tuner._source()
+    source = tuner._trial_source()
     configs = [source.next_trial()[1] for _ in range(source.remaining)]
     assert [config["seed"] for config in configs] == [1, 2, 3] * 2
     again = Tuner(train, param_space=space, tune_config=tune.TuneConfig(num_samples=2), reproducible=True, seed=1, repeats=3)
-    assert [c["lr"] for c in configs] == [again._source().next_trial()[1]["lr"]] * 3 + [configs[3]["lr"]] * 3
+    assert [c["lr"] for c in configs] == [again._trial_source().next_trial()[1]["lr"]] * 3 + [configs[3]["lr"]] * 3
     assert configs[0]["lr"] != configs[3]["lr"]
 
 

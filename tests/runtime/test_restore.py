@@ -18,7 +18,7 @@ import ray
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
-from restore_study import HORIZON, accumulate, build_tuner, summary
+from restore_study import HORIZON, accumulate, build_tuner, key, summary
 from trainables_for_tests import kill_ray_processes
 
 from ray_stagetree import Tuner
@@ -105,6 +105,31 @@ def test_an_interrupted_study_restores_to_the_uninterrupted_results(tmp_path, st
         assert logged == list(range(1, HORIZON + 1))
     resumed = [row for result in restored for row in result.metrics_dataframe["resumed_from"].tolist() if row > 0]
     assert resumed, "training went on from stored checkpoints, not from scratch"
+
+
+def test_a_study_stored_before_the_vocabulary_rename_restores(tmp_path, ray_session):
+    """`tests/fixtures/make_pre_vocabulary.py` interrupted this study with the
+    code before issue 20's renames: its snapshot, saved plan and sealed
+    checkpoints continue to the uninterrupted study's results."""
+    from fixtures.make_pre_vocabulary import FIXTURE
+
+    from ray_stagetree.runtime.payload_auth import key_dir
+
+    path = copy_of(os.path.join(FIXTURE, "study"), tmp_path)
+    with open(os.path.join(path, "stagetree_experiment_id")) as file:
+        experiment_id = file.read().strip()
+    os.makedirs(key_dir(), exist_ok=True)
+    shutil.copy(os.path.join(FIXTURE, "key"), os.path.join(key_dir(), experiment_id))
+    stored = read_state(CheckpointStorage(path)).trials
+    assert any(trial.status != "TERMINATED" for trial in stored), "the fixture is a study stopped part way"
+    restored = Tuner.restore(path, accumulate).fit()
+    with open(os.path.join(FIXTURE, "reference.json")) as file:
+        reference = json.load(file)
+    trial_ids = {key(trial.config_json): trial.trial_id for trial in stored}
+    assert summary(restored) == {config: dict(trial, trial_id=trial_ids[config]) for config, trial in reference.items()}
+    assert any(row > 0 for result in restored for row in result.metrics_dataframe["resumed_from"]), (
+        "training went on from the stored checkpoints"
+    )
 
 
 def test_newest_checkpoints_lost_from_the_directory_are_trained_again(tmp_path, stopped, reference):

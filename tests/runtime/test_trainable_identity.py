@@ -12,7 +12,7 @@ from ray import tune
 
 from ray_stagetree import Tuner
 from ray_stagetree.runtime.service_client import SERVICE_ENV, PlanServiceConfig
-from ray_stagetree.runtime.trainable_identity import sharing_key
+from ray_stagetree.runtime.trainable_identity import share_key
 from trainables_for_tests import NoisyDescent, noisy_descent, sum_of_lr
 
 
@@ -28,31 +28,31 @@ def test_the_same_trainable_has_the_same_key_in_every_process():
     # A tensor's pickle differs between processes: its contents are what count.
     code = (
         "import torch; from ray import tune; from trainables_for_tests import sum_of_lr;"
-        "from ray_stagetree.runtime.trainable_identity import sharing_key;"
-        "print(sharing_key('g', sum_of_lr), sharing_key('g', tune.with_parameters(sum_of_lr, data=torch.arange(6.0))))"
+        "from ray_stagetree.runtime.trainable_identity import share_key;"
+        "print(share_key('g', sum_of_lr), share_key('g', tune.with_parameters(sum_of_lr, data=torch.arange(6.0))))"
     )
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
     other_process = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=environment
     ).stdout
-    here = [sharing_key("g", sum_of_lr), sharing_key("g", tune.with_parameters(sum_of_lr, data=torch.arange(6.0)))]
+    here = [share_key("g", sum_of_lr), share_key("g", tune.with_parameters(sum_of_lr, data=torch.arange(6.0)))]
     assert other_process.split() == here
-    assert sharing_key("g", tune.with_resources(sum_of_lr, {"cpu": 1})) == sharing_key("g", sum_of_lr)
+    assert share_key("g", tune.with_resources(sum_of_lr, {"cpu": 1})) == share_key("g", sum_of_lr)
 
 
 def test_other_code_data_or_group_is_another_identity():
     keys = {
-        sharing_key("g", train),
-        sharing_key("g", train_edited),  # other code
-        sharing_key("other", train),  # other study group
-        sharing_key("g", tune.with_parameters(train, data=np.zeros(3))),
-        sharing_key("g", tune.with_parameters(train, data=np.ones(3))),  # other with_parameters data
-        sharing_key("g", noisy_descent),
-        sharing_key("g", NoisyDescent),
+        share_key("g", train),
+        share_key("g", train_edited),  # other code
+        share_key("other", train),  # other study group
+        share_key("g", tune.with_parameters(train, data=np.zeros(3))),
+        share_key("g", tune.with_parameters(train, data=np.ones(3))),  # other with_parameters data
+        share_key("g", noisy_descent),
+        share_key("g", NoisyDescent),
     }
     assert len(keys) == 7
-    assert sharing_key("g", tune.with_parameters(train, data=np.ones(3))) == sharing_key(
+    assert share_key("g", tune.with_parameters(train, data=np.ones(3))) == share_key(
         "g", tune.with_parameters(train, data=np.ones(3))
     )
 

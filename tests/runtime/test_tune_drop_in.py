@@ -184,7 +184,8 @@ def test_pbt_hands_a_plain_trainable_plain_values(ray_session):
 def test_a_plain_value_changing_inside_a_batch_restarts_the_function_from_its_checkpoint():
     """A batch that crosses the point where PBT changed a plain value (its
     source checkpoint was lost, say) restarts the function there, Ray-free."""
-    from ray_stagetree import Constant, TrialConfig, get_checkpoint, report
+    from ray_stagetree import Constant, get_checkpoint, report
+    from ray_stagetree.planning import TrialConfig
     from ray_stagetree.runtime.batches import BatchSpec
     from ray_stagetree.runtime.context import StageContext
     from ray_stagetree.runtime.worker import run_function
@@ -195,7 +196,7 @@ def test_a_plain_value_changing_inside_a_batch_restarts_the_function_from_its_ch
         config=config,
         trial_config=TrialConfig.from_config(config),
         segments=[(0, 0, 3), (1, 3, 5)],
-        save_steps=set(),
+        save_iterations=set(),
         plain=frozenset({"lr"}),
     )
     outbox: dict = {}

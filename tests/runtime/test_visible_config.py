@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ray_stagetree import Exponential, MultiStep, TrialConfig
+from ray_stagetree import Exponential, MultiStep
+from ray_stagetree.planning import TrialConfig
 from ray_stagetree.runtime.batches import BatchSpec
 from ray_stagetree.runtime.context import StageContext
 from ray_stagetree.runtime.visible_config import FutureValueError, SequenceSoFar
@@ -20,10 +21,10 @@ def visible(config, iteration):
     """The config a batch of ``config`` hands the trainable at ``iteration``."""
     flat = TrialConfig.from_config(config)
     spec = BatchSpec(
-        1, config, segments=[(0, 0, HORIZON)], save_steps=set(), trial_config=flat, plain=frozenset(flat.names) - flat.declared
+        1, config, segments=[(0, 0, HORIZON)], save_iterations=set(), trial_config=flat, plain=frozenset(flat.names) - flat.declared
     )
     context = StageContext(spec, controller=None, put=None)
-    context.step = iteration
+    context.iteration = iteration
     return context.trainable_config()
 
 

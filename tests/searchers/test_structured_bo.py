@@ -19,21 +19,21 @@ def learning_rates(suggestion):
     return config.sequences[config.names.index("lr")].values(0, HORIZON)
 
 
-def mean_lr_score(lrs, step):
-    """Best (0 - 1/step) at a mean learning rate of 10**-1.5 over the prefix."""
-    return -((np.log10(lrs[:step].mean()) + 1.5) ** 2) - 1 / step
+def mean_lr_score(lrs, iteration):
+    """Best (0 - 1/iteration) at a mean learning rate of 10**-1.5 over the prefix."""
+    return -((np.log10(lrs[:iteration].mean()) + 1.5) ** 2) - 1 / iteration
 
 
-def late_ratio_score(lrs, step):
+def late_ratio_score(lrs, iteration):
     """Only the decay factor after the milestone matters (best 0.5); the
     first learning rate, which decides the shared prefix, does not."""
-    return -((lrs[step - 1] / lrs[0] - 0.5) ** 2)
+    return -((lrs[iteration - 1] / lrs[0] - 0.5) ** 2)
 
 
 def run_trial(searcher, trial_id, suggestion, score, stop=HORIZON):
     lrs = learning_rates(suggestion)
-    for step in range(1, stop + 1):
-        searcher.on_trial_result(trial_id, {"training_iteration": step, "score": score(lrs, step)})
+    for iteration in range(1, stop + 1):
+        searcher.on_trial_result(trial_id, {"training_iteration": iteration, "score": score(lrs, iteration)})
     searcher.on_trial_complete(trial_id, {"training_iteration": stop, "score": score(lrs, stop)})
     return score(lrs, stop)
 
@@ -61,7 +61,7 @@ def test_finds_the_optimum_of_a_known_schedule_function():
 
 def test_minimises_when_asked():
     searcher = StructuredBO(DECAY_SPACE, metric="score", mode="min", horizon=HORIZON, num_initial=5, seed=0, **QUICK)
-    finals = study(searcher, lambda lrs, step: -mean_lr_score(lrs, step), 12)
+    finals = study(searcher, lambda lrs, iteration: -mean_lr_score(lrs, iteration), 12)
     assert min(finals) < 1 / HORIZON + 0.01
 
 

@@ -15,23 +15,23 @@ def planned(lr):
     return TrialConfig.from_config({"lr": lr, "batch_size": 64})
 
 
-def known_metric(config, step):
+def known_metric(config, iteration):
     """Best at a mean learning rate of 0.1 over the prefix, rising with training."""
-    mean_lr = config.sequences[config.names.index("lr")].values(0, step).mean()
-    return -((np.log10(mean_lr) + 1) ** 2) - 1 / step
+    mean_lr = config.sequences[config.names.index("lr")].values(0, iteration).mean()
+    return -((np.log10(mean_lr) + 1) ** 2) - 1 / iteration
 
 
-def measured(configs, steps=range(1, HORIZON + 1, 2)):
-    return [(config, step, known_metric(config, step)) for config in configs for step in steps]
+def measured(configs, iterations=range(1, HORIZON + 1, 2)):
+    return [(config, iteration, known_metric(config, iteration)) for config in configs for iteration in iterations]
 
 
 def test_prefix_features_are_equal_exactly_where_schedules_share_a_prefix():
     early, late = planned(MultiStep(0.1, [5], 0.1)), planned(MultiStep(0.1, [12], 0.1))
     features = PrefixFeatures([early, late], HORIZON)
-    steps = np.arange(1, HORIZON + 1)
-    same = np.all(features(early, steps) == features(late, steps), axis=1)
-    assert same.tolist() == [step <= 5 for step in steps]
-    assert np.all((features(early, steps) >= 0) & (features(early, steps) <= 1))
+    iterations = np.arange(1, HORIZON + 1)
+    same = np.all(features(early, iterations) == features(late, iterations), axis=1)
+    assert same.tolist() == [iteration <= 5 for iteration in iterations]
+    assert np.all((features(early, iterations) >= 0) & (features(early, iterations) <= 1))
 
 
 def test_prefix_features_refuse_other_hyper_parameters():
@@ -41,9 +41,9 @@ def test_prefix_features_refuse_other_hyper_parameters():
 
 
 def test_learning_curve_prior_recovers_a_known_power_law():
-    steps = np.arange(1, 41)
-    values = 0.9 + 0.3 * (steps**-0.5 - 1) / -0.5
-    prior = LearningCurvePrior().fit(steps, values)
+    iterations = np.arange(1, 41)
+    values = 0.9 + 0.3 * (iterations**-0.5 - 1) / -0.5
+    prior = LearningCurvePrior().fit(iterations, values)
     np.testing.assert_allclose(prior.params, [0.9, 0.3, -0.5], atol=1e-3)
     assert prior(np.array([10_000]))[0] == pytest.approx(0.9 + 0.3 / 0.5, abs=0.01)  # its asymptote
 
@@ -77,7 +77,7 @@ def test_a_candidate_forking_from_a_measured_prefix_is_forecast_from_the_measure
     luck = 0.05
     measured_trial = planned(MultiStep(0.1, [10], 0.5))
     others = [planned(Constant(lr)) for lr in (0.003, 0.03, 0.3)]
-    points = measured(others) + [(config, step, value + luck) for config, step, value in measured([measured_trial])]
+    points = measured(others) + [(config, iteration, value + luck) for config, iteration, value in measured([measured_trial])]
     model = PrefixSurrogate(HORIZON, seed=0).fit(points)
     candidate = planned(MultiStep(0.1, [15], 0.5))  # follows measured_trial for 10 iterations
     anchor = Anchor(10, known_metric(measured_trial, 10) + luck)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from ray import tune
 
-from ray_stagetree import Constant, Cosine, CyclicLR, Exponential, MultiStep, SearchPlan, Warmup
+from ray_stagetree import Constant, Cosine, CyclicLR, Exponential, MultiStep, Warmup
+from ray_stagetree.planning import SearchPlan
 from ray_stagetree.searchers import generate_trials
 from ray_stagetree.searchers.variants import sample_variants
 

@@ -8,7 +8,8 @@ import sys
 import pytest
 from ray.tune.schedulers import ASHAScheduler
 
-from ray_stagetree import MultiStep, SearchPlan, Warmup
+from ray_stagetree import MultiStep, Warmup
+from ray_stagetree.planning import SearchPlan
 from ray_stagetree.simulation.simulated_study import (
     RESNET20,
     Curves,
@@ -58,7 +59,7 @@ def test_learning_curves_equal_on_shared_prefixes():
     shared, alone = SearchPlan(), SearchPlan()
     for index, config in enumerate(configs):
         shared.add_trial(f"t{index}", config, 40)
-        alone.add_trial(f"t{index}", config, 40, study=f"t{index}")  # a tree per trial
+        alone.add_trial(f"t{index}", config, 40, share_key=f"t{index}")  # a tree per trial
     profiles = {"unit": UNIT}
     curves_shared, curves_alone = Curves(profiles), Curves(profiles)
 
@@ -66,10 +67,10 @@ def test_learning_curves_equal_on_shared_prefixes():
         path = plan.path(trial_id)
         node = path[-1]
         points = []
-        for step in range(1, 41):
-            # the node of the path that trains iteration step - 1
-            owner = next(n for n in reversed(path) if n.fork_step < step)
-            points.append(curves.metrics(owner, step)["accuracy"])
+        for iteration in range(1, 41):
+            # the node of the path that trains iteration iteration - 1
+            owner = next(n for n in reversed(path) if n.fork_iteration < iteration)
+            points.append(curves.metrics(owner, iteration)["accuracy"])
         assert points[-1] == curves.metrics(node, 40)["accuracy"]
         return points
 
@@ -79,7 +80,7 @@ def test_learning_curves_equal_on_shared_prefixes():
     first, second = curve(shared, curves_shared, "t0"), curve(shared, curves_shared, "t4")
     assert first[:20] == second[:20]
     assert first[20] != second[20]
-    # ...and the decay pays off within a few epochs, as in real step-decay curves.
+    # ...and the decay pays off within a few epochs, as in real iteration-decay curves.
     assert first[23] > second[23]
 
 
@@ -89,7 +90,7 @@ def test_simulation_records_the_same_metrics_shared_and_alone():
     for share in (True, False):
         plan = SearchPlan()
         for index, config in enumerate(small_space()):
-            plan.add_trial(f"t{index}", config, 30, study="s" if share else f"t{index}")
+            plan.add_trial(f"t{index}", config, 30, share_key="s" if share else f"t{index}")
         curves = Curves(profiles)
         Simulation(4, seconds_per_iteration=curves.seconds, metrics=curves.metrics).run(plan)
         histories.append({t: {s: m["accuracy"] for s, m in plan.history(t).items()} for t in plan.trials})

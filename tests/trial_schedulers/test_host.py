@@ -387,7 +387,7 @@ def synch_pbt_hosted(trial_ids, seed):
             statuses[resumed] = "RUNNING"
             if exploit is not None:
                 values[resumed] = {**values[exploit.source], **exploit.values}
-                steps[resumed] = exploit.step
+                steps[resumed] = exploit.iteration
                 exploits.append((resumed, f"checkpoint of {exploit.source}", exploit.values["lr"], round(exploit.values["momentum"], 12)))
             log.append(("resume", resumed, values[resumed]["lr"]))
     return log, sorted(exploits)
@@ -414,5 +414,5 @@ def test_synchronous_pbt_goes_on_when_the_trial_it_waits_for_ends():
     host.on_error("c")
     resumed = dict(host.resumable())
     assert sorted(resumed) == ["a", "b"]
-    assert resumed["b"] is not None and resumed["b"].source == "a" and resumed["b"].step == 4
+    assert resumed["b"] is not None and resumed["b"].source == "a" and resumed["b"].iteration == 4
     assert host.next_decision("a", 4) == 8
