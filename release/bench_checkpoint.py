@@ -66,7 +66,7 @@ import torch
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.runtime.checkpoint_store import IO_THREADS, StorageIO
 from ray_stagetree.runtime.cluster import init_ray
-from ray_stagetree.runtime.batches import BatchSpec
+from ray_stagetree.runtime.batches import BatchSpec, FlushReply
 from ray_stagetree.runtime.payload import pack_directory, unpack_directory
 from ray_stagetree.runtime.storage import CheckpointStorage
 from ray_stagetree.runtime.worker import StageWorker
@@ -134,11 +134,11 @@ class ControllerStub:
     def __init__(self) -> None:
         self.checkpoints: list[tuple[int, int, str, int]] = []
 
-    def worker_report(self, outcome: Any) -> tuple[list[int], int, int]:
+    def worker_report(self, outcome: Any) -> FlushReply:
         self.checkpoints.extend(outcome.checkpoints)
         # Checkpoint the batch's end (the iteration just reported), end it there, no continuation.
         end = outcome.records[-1][1] if outcome.records else 0
-        return [end], end, end
+        return FlushReply([end], end, end)
 
     def take_notes(self) -> list[tuple[int, int, str, int]]:
         notes, self.checkpoints = self.checkpoints, []
