@@ -100,8 +100,10 @@ def test_a_raising_trainable_errors_its_trial_only(tmp_path, ray_session):
 def test_a_worker_killed_mid_batch_is_retried_with_identical_results(tmp_path, ray_session):
     marker = str(tmp_path / "died")
     reference = run(noisy_descent, tmp_path, "undisturbed")
+    # Iterations of 0.2 s: the worker dies well after the controller took the checkpoint it
+    # made two iterations before (dying within that call's round trip loses the checkpoint).
     survived = run(
-        noisy_descent, tmp_path, "killed", extra={"die_once_at": 6, "marker": marker}, max_failures=1
+        noisy_descent, tmp_path, "killed", extra={"die_once_at": 6, "marker": marker, "sleep": 0.2}, max_failures=1
     )
     assert os.path.exists(marker), "the worker did die"
     assert survived.num_errors == 0
