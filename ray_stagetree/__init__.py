@@ -8,7 +8,7 @@ starts nothing.
 
 from ray_stagetree import planning
 from ray_stagetree.planning._deprecated import moved_names
-from ray_stagetree.runtime.session import (
+from ray_stagetree.runtime.workers.session import (
     get_checkpoint,
     get_hparams,
     get_iteration,
@@ -34,11 +34,11 @@ __getattr__ = moved_names(
         "Source": "ray_stagetree.planning.CheckpointSource",
     },
     lazy={
-        "Tuner": "ray_stagetree.runtime.tuner.Tuner",
-        "ResultGrid": "ray_stagetree.runtime.results.ResultGrid",
-        "Study": "ray_stagetree.runtime.study.Study",
-        "init_ray": "ray_stagetree.runtime.cluster.init_ray",
-        "PlanServiceConfig": "ray_stagetree.runtime.service_client.PlanServiceConfig",
+        "Tuner": "ray_stagetree.runtime.driver.tuner.Tuner",
+        "ResultGrid": "ray_stagetree.runtime.driver.results.ResultGrid",
+        "Study": "ray_stagetree.runtime.driver.study.Study",
+        "init_ray": "ray_stagetree.runtime.driver.cluster.init_ray",
+        "PlanServiceConfig": "ray_stagetree.runtime.service.service_client.PlanServiceConfig",
     },
 )
 

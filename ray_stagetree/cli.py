@@ -48,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from ray_stagetree.runtime.tuner import Tuner
+    from ray_stagetree.runtime.driver.tuner import Tuner
 
     path = _absolute(args.path)
     if not Tuner.can_restore(path):
@@ -238,7 +238,7 @@ def _load(path: str) -> Any:
 def _start_ray(args: argparse.Namespace) -> None:
     import ray
 
-    from ray_stagetree.runtime.cluster import init_ray
+    from ray_stagetree.runtime.driver.cluster import init_ray
 
     if args.address:
         ray.init(address=args.address, num_cpus=args.num_cpus if args.address == "local" else None,
@@ -258,8 +258,8 @@ def _default_name(data: dict[str, Any], spec_path: str) -> str | None:
 
 def _save_job(path: str, spec: Any) -> None:
     """The spec beside the study, so `stagetree restore PATH` finds its trainable."""
+    from ray_stagetree.execution.storage import CheckpointStorage
     from ray_stagetree.jobs.experiments import JOB_FILE
-    from ray_stagetree.runtime.storage import CheckpointStorage
 
     record = {"spec": spec.data, "base_dir": spec.base_dir, "source": os.path.abspath(spec.source)}
     try:

@@ -10,6 +10,6 @@ earlier ones alike. See README, "Sharing across studies: plan services".
 >>> plan_service.shutdown("team")                      # doctest: +SKIP
 """
 
-from ray_stagetree.runtime.service_client import SERVICE_ENV, PlanServiceConfig, shutdown, status
+from ray_stagetree.runtime.service.service_client import SERVICE_ENV, PlanServiceConfig, shutdown, status
 
 __all__ = ["PlanServiceConfig", "SERVICE_ENV", "shutdown", "status"]

@@ -21,7 +21,7 @@ Every path below is the library's own code where one exists:
                     both include the SHA-256 checksum (computed on write,
                     verified on read) and the write its temp-name + rename.
 * spill task /      the runtime's `StorageIO` actor of
-  reload task       `ray_stagetree.runtime.checkpoint_store`, end to end: its ``write``
+  reload task       `ray_stagetree.runtime.control.checkpoint_store`, end to end: its ``write``
                     fetches the payload from the object store, pickles it and
                     spills it (sealed with an HMAC); its ``reload`` reads, verifies and unpickles it
                     and puts it back, and the caller gets it.
@@ -63,13 +63,13 @@ import ray
 import ray.cloudpickle
 import torch
 
+from ray_stagetree.execution.batches import BatchSpec, FlushReply
+from ray_stagetree.execution.payload import pack_directory, unpack_directory
+from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.config import TrialConfig
-from ray_stagetree.runtime.checkpoint_store import IO_THREADS, StorageIO
-from ray_stagetree.runtime.cluster import init_ray
-from ray_stagetree.runtime.batches import BatchSpec, FlushReply
-from ray_stagetree.runtime.payload import pack_directory, unpack_directory
-from ray_stagetree.runtime.storage import CheckpointStorage
-from ray_stagetree.runtime.worker import StageWorker
+from ray_stagetree.runtime.control.checkpoint_store import IO_THREADS, StorageIO
+from ray_stagetree.runtime.driver.cluster import init_ray
+from ray_stagetree.runtime.workers.worker import StageWorker
 
 MB = 10**6
 OBJECT_STORE_BYTES = 4 * 2**30  # room for a 1 GB object in flight plus one not yet freed

@@ -9,7 +9,7 @@ EXAMPLES = os.path.join(os.path.dirname(TESTS), "examples")
 # Shared helpers (trainables_for_tests) live here and the examples are imported
 # by name, from every test folder.
 sys.path[:0] = [TESTS, EXAMPLES]
-# Experiments' checkpoint keys (ray_stagetree.runtime.payload_auth) go to a
+# Experiments' checkpoint keys (ray_stagetree.execution.payload_auth) go to a
 # folder of this session, not the user's ~/.ray_stagetree; subprocesses inherit it.
 os.environ.setdefault("RAY_STAGETREE_KEY_DIR", tempfile.mkdtemp(prefix="stagetree_test_keys_"))
 

@@ -1,5 +1,6 @@
 """The package's layering (ARCHITECTURE.md): which layer may import which,
-no import circles, and a planning core that works without Ray."""
+which room of the runtime may import which, no import circles, and layers
+below the runtime that work without Ray or torch."""
 
 from __future__ import annotations
 
@@ -16,22 +17,39 @@ import pytest
 import ray_stagetree
 
 # Layers from the bottom up; a module may import its own layer and those listed before it.
-LAYERS = ["sequences", "planning", "searchers", "trial_schedulers", "simulation", "trainables", "monitor", "runtime", "jobs"]
-PURE_LAYERS = ("sequences", "planning")
+LAYERS = [
+    "sequences",
+    "planning",
+    "execution",
+    "searchers",
+    "trial_schedulers",
+    "simulation",
+    "trainables",
+    "monitor",
+    "runtime",
+    "jobs",
+]
+PURE_LAYERS = ("sequences", "planning", "execution")
+# The runtime's rooms from the bottom up, under the same rule.
+ROOMS = ["workers", "control", "service", "driver"]
+# What the driver may import of the controller side: the actor and its
+# settings (StudyController, StudySpec, start_worker), and the snapshot files
+# Tuner.restore reads. Everything else of the controller's is behind its actor.
+CONTROL_API = {"ray_stagetree.runtime.control.controller", "ray_stagetree.runtime.control.experiment_state"}
 
 
 def _modules() -> dict[str, Path]:
-    """Every module of the installed package, by dotted name. searchers/ and
-    trainables/ are mapped into it by setup.cfg, so they are walked by name:
-    an editable install does not show them under ray_stagetree/."""
+    """Every module of the installed package, by dotted name, each layer
+    walked from where its package is found (setup.cfg maps searchers/ and
+    trainables/ into the package from the top of the repository)."""
     found = {"ray_stagetree": Path(ray_stagetree.__file__)}
-    packages = [("ray_stagetree", ray_stagetree.__path__)]
-    for mapped in ("ray_stagetree.searchers", "ray_stagetree.trainables"):
-        spec = importlib.util.find_spec(mapped)
-        found[mapped] = Path(spec.origin)
-        packages.append((mapped, spec.submodule_search_locations))
-    for prefix, path in packages:
-        for info in pkgutil.walk_packages(path, f"{prefix}."):
+    for layer in LAYERS:
+        spec = importlib.util.find_spec(f"ray_stagetree.{layer}")
+        found[spec.name] = Path(spec.origin)
+        for info in pkgutil.walk_packages(spec.submodule_search_locations, f"{spec.name}."):
+            found[info.name] = Path(info.module_finder.find_spec(info.name).origin)
+    for info in pkgutil.iter_modules(ray_stagetree.__path__, "ray_stagetree."):
+        if not info.ispkg:
             found[info.name] = Path(info.module_finder.find_spec(info.name).origin)
     return found
 
@@ -57,6 +75,11 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 def _layer(name: str) -> str | None:
     parts = name.split(".")
     return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def _room(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "runtime" and parts[2] in ROOMS else None
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +113,31 @@ def test_each_layer_imports_only_the_layers_below_it(import_graph):
     assert violations == []
 
 
-def test_sequences_and_planning_import_without_ray_or_torch():
+def test_the_runtime_is_all_in_rooms(import_graph):
+    loose = [name for name in import_graph if _layer(name) == "runtime" and name != "ray_stagetree.runtime"]
+    assert [name for name in loose if _room(name) is None] == []
+    assert {_room(name) for name in loose} == set(ROOMS)
+
+
+def test_each_room_imports_only_the_rooms_below_it(import_graph):
+    violations = []
+    for source, target in import_graph.edges:
+        source_room, target_room = _room(source), _room(target)
+        if source_room and target_room and ROOMS.index(target_room) > ROOMS.index(source_room):
+            violations.append(f"{source} ({source_room}) imports {target} ({target_room})")
+    assert violations == []
+
+
+def test_the_driver_reaches_the_controller_only_through_its_actor_api(import_graph):
+    reached = {
+        target
+        for source, target in import_graph.edges
+        if _room(source) == "driver" and _room(target) == "control" and target != "ray_stagetree.runtime.control"
+    }
+    assert reached <= CONTROL_API
+
+
+def test_the_layers_below_the_runtime_import_without_ray_or_torch():
     pure = sorted(name for name in _modules() if _layer(name) in PURE_LAYERS)
     code = (
         "import sys\n"

@@ -13,7 +13,7 @@ things make that work with PyTorch:
   boundary (the data pipeline of the TreeML thesis, section 5.1).
 
 Together with ``model.state_dict()``, ``optimizer.state_dict()`` and
-`ray_stagetree.runtime.rng.capture_rng_state` they make a complete checkpoint.
+`ray_stagetree.execution.rng.capture_rng_state` they make a complete checkpoint.
 
 (One module of about 600 lines on purpose: the sampler, the loader and its
 batch iterator share one cursor invariant and are read together.)
@@ -450,7 +450,7 @@ class ResumableLoader:
     workers, seeded per internal DataLoader (which is recreated after
     `set_batch_size` / `load_state_dict`); such randomness is not resume-exact.
     With ``num_workers=0`` it uses the main process' generators, which
-    `ray_stagetree.runtime.rng.capture_rng_state` covers.
+    `ray_stagetree.execution.rng.capture_rng_state` covers.
 
     Example
     -------

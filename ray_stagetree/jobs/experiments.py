@@ -22,8 +22,8 @@ from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.filesystems import resolve
 from ray_stagetree.planning.lifecycle import ENDED, ERROR, PENDING, TERMINATED
 from ray_stagetree.planning.plan import SearchPlan
-from ray_stagetree.runtime.callbacks import ERROR_FILE, RESULT_FILE
-from ray_stagetree.runtime.experiment_state import TUNER_FILE
+from ray_stagetree.runtime.control.experiment_state import TUNER_FILE
+from ray_stagetree.runtime.driver.callbacks import ERROR_FILE, RESULT_FILE
 from ray_stagetree.sequences import from_json, is_sequence_spec
 
 #: The spec a study was started from, at its experiment root (written by ``stagetree run``).

@@ -12,7 +12,7 @@ A user's config is a (possibly nested) dict. The planner splits it into
 
 NumPy scalars are numbers here, as in Tune: their constant holds the Python
 number, the stored form (`TrialConfig.to_json`) too; the trainable still gets
-the user's object (`runtime.context` hands plain values over unchanged).
+the user's object (`runtime.workers.context` hands plain values over unchanged).
 
 Nested dicts are flattened with ``/`` (Tune's separator), so
 ``{"optim": {"lr": Exponential(...)}}`` has the tunable ``"optim/lr"``. A key

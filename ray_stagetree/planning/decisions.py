@@ -1,6 +1,6 @@
 """What a hosted trial scheduler tells the controller about a trial.
 
-The controller (`ray_stagetree.runtime.controller`) and the simulator
+The controller (`ray_stagetree.runtime.control.controller`) and the simulator
 (`ray_stagetree.simulation.simulated_study`) act on these and nothing else,
 whichever scheduler family decided.
 """

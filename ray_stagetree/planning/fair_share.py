@@ -1,6 +1,6 @@
 """Fair shares of workers between the studies of one shared plan.
 
-Several studies attached to a plan service (`runtime.plan_service`) put
+Several studies attached to a plan service (`runtime.service.actor`) put
 their requests into one search plan; the execution policy orders all of
 them. Left alone, a study with 1,000 trials would fill every worker and a
 10-trial study would wait behind it. `FairShare` bounds each study's share:

@@ -1,7 +1,7 @@
 """One trial lifecycle: the states of a study's trials, and how a trial
 scheduler's decisions change the search plan.
 
-The Ray controller (`runtime.controller`) and the simulated study
+The Ray controller (`runtime.control.controller`) and the simulated study
 (`simulation.simulated_study`) both drive their trials through a
 `TrialLifecycle`; what differs between them (where results come from, what
 the driver is told) stays in those modules, behind two callbacks.
@@ -97,7 +97,7 @@ class TrialSource(Protocol):
 @dataclass(kw_only=True)
 class Trial:
     """One trial as the lifecycle sees it; owners subclass it with what they
-    add (the controller's `runtime.controller.TrialState`)."""
+    add (the controller's `runtime.control.controller.TrialState`)."""
 
     trial_id: str
     config: dict[str, Any]  # as the trainable takes it: the user's objects

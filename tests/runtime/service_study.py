@@ -10,10 +10,10 @@ import sys
 
 import numpy as np
 from ray import tune
+from trainables_for_tests import sum_of_lr
 
 from ray_stagetree import MultiStep, Tuner
-from ray_stagetree.runtime.service_client import PlanServiceConfig
-from trainables_for_tests import sum_of_lr
+from ray_stagetree.runtime.service.service_client import PlanServiceConfig
 
 HORIZON = 6
 

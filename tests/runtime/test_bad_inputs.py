@@ -25,9 +25,9 @@ from ray_stagetree import (
     Values,
     Warmup,
 )
+from ray_stagetree.execution.batches import BatchSpec
 from ray_stagetree.planning.config import TrialConfig
-from ray_stagetree.runtime.batches import BatchSpec
-from ray_stagetree.runtime.context import StageContext, activate
+from ray_stagetree.runtime.workers.context import StageContext, activate
 
 
 def train(config):

@@ -1,4 +1,4 @@
-"""Tune's callbacks and loggers on the driver (`runtime/callbacks.py`): the
+"""Tune's callbacks and loggers on the driver (`runtime/driver/callbacks.py`): the
 runner fed with the controller's progress, then end to end through `Tuner`."""
 
 import csv
@@ -15,7 +15,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCall
 from trainables_for_tests import noisy_descent
 
 from ray_stagetree import MultiStep, Tuner
-from ray_stagetree.runtime.callbacks import CallbackRunner, searched_paths, with_default_loggers
+from ray_stagetree.runtime.driver.callbacks import CallbackRunner, searched_paths, with_default_loggers
 
 CONFIG = {"lr": {"family": "MultiStep", "init": 0.1, "milestones": [4], "gamma": 0.5, "values": None}, "seed": 0}
 

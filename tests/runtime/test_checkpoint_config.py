@@ -10,8 +10,8 @@ from ray import tune
 from trainables_for_tests import noisy_descent
 
 from ray_stagetree import MultiStep, Tuner
-from ray_stagetree.runtime.payload import STATE_FILE
-from ray_stagetree.runtime.results import kept_checkpoints
+from ray_stagetree.execution.payload import STATE_FILE
+from ray_stagetree.execution.retention import kept_checkpoints
 from ray_stagetree.trainables import StageTrainable
 
 PEAK = 4.2  # the score peaks between iterations 4 and 5, and no two iterations tie

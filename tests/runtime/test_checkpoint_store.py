@@ -6,10 +6,10 @@ import os
 import pytest
 import ray
 
+from ray_stagetree.execution.payload import CheckpointPayload
+from ray_stagetree.execution.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.planning import SearchPlan, build_stage_tree
-from ray_stagetree.runtime.checkpoint_store import CheckpointStore
-from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
-from ray_stagetree.runtime.payload import CheckpointPayload
+from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore
 
 
 def store_with_checkpoint(tmp_path, budget):

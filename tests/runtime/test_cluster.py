@@ -138,7 +138,6 @@ def a_job_and_a_driver_attach_to_one_plan_service(ray_cli, dashboard, gcs_port, 
     import json
 
     from ray._private.services import get_node_ip_address
-
     from service_study import expected_total
 
     def arguments(name, milestones, **where):
@@ -233,12 +232,12 @@ def test_a_lost_checkpoint_object_is_read_back_from_its_durable_copy(tmp_path, r
     retrained). The multi-node study above loses real nodes."""
     import asyncio
 
+    from ray_stagetree.execution.batches import BatchSpec
+    from ray_stagetree.execution.payload import CheckpointPayload
+    from ray_stagetree.execution.storage import CheckpointStorage
     from ray_stagetree.planning import SearchPlan, TrialConfig
-    from ray_stagetree.runtime.batches import BatchSpec
-    from ray_stagetree.runtime.checkpoint_store import CheckpointStore
-    from ray_stagetree.runtime.payload import CheckpointPayload
-    from ray_stagetree.runtime.storage import CheckpointStorage
-    from ray_stagetree.runtime.worker import StageWorker
+    from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore
+    from ray_stagetree.runtime.workers.worker import StageWorker
 
     plan = SearchPlan()
     node = plan.add_trial("a", {"lr": 0.1}, 20).node

@@ -18,8 +18,8 @@ from ray.tune.schedulers import ASHAScheduler
 from trainables_for_tests import sum_of_lr
 
 from ray_stagetree import MultiStep, Tuner, get_hparams, report
-from ray_stagetree.runtime.experiment_state import STATE_FILE, read_state
-from ray_stagetree.runtime.storage import CheckpointStorage
+from ray_stagetree.execution.storage import CheckpointStorage
+from ray_stagetree.runtime.control.experiment_state import STATE_FILE, read_state
 
 
 class ReadOnlyFileSystem(LocalFileSystem):
@@ -102,7 +102,7 @@ def test_storage_in_the_drivers_memory_is_refused_before_anything_trains():
 
 @pytest.mark.timeout(60)
 def test_storage_probe_leaves_nothing_behind(tmp_path):
-    from ray_stagetree.runtime.tuner import _check_writable
+    from ray_stagetree.runtime.driver.tuner import _check_writable
 
     _check_writable(CheckpointStorage(str(tmp_path / "exp")), str(tmp_path / "exp"))
     assert fsspec.filesystem("file").ls(str(tmp_path / "exp")) == []

@@ -13,12 +13,12 @@ from test_tuner import LRS
 from trainables_for_tests import count_of, noisy_descent
 
 from ray_stagetree import Study, Tuner
+from ray_stagetree.execution.payload import checksum
+from ray_stagetree.execution.payload_auth import ID_FILE, experiment_key, key_dir
+from ray_stagetree.execution.storage import CheckpointCorruptError, CheckpointStorage, StoredCheckpoint
 from ray_stagetree.planning import SearchPlan
 from ray_stagetree.planning.plan import CheckpointInfo
-from ray_stagetree.runtime.checkpoint_store import StorageIO
-from ray_stagetree.runtime.payload import checksum
-from ray_stagetree.runtime.payload_auth import ID_FILE, experiment_key, key_dir
-from ray_stagetree.runtime.storage import CheckpointCorruptError, CheckpointStorage, StoredCheckpoint
+from ray_stagetree.runtime.control.checkpoint_store import StorageIO
 
 
 class RunsCode:

@@ -12,12 +12,11 @@ import time
 
 import pytest
 import ray
-
-from ray_stagetree.runtime.service_client import shutdown, status
 from service_study import HORIZON, expected_total, same_trial_ids, summary, tuner
 from trainables_for_tests import count_of, noisy_descent, sum_of_lr
 
 from ray_stagetree import Tuner
+from ray_stagetree.runtime.service.service_client import shutdown, status
 
 STUDY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "service_study.py")
 

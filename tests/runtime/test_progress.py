@@ -3,8 +3,8 @@ from ray.tune import CLIReporter
 from trainables_for_tests import noisy_descent
 
 from ray_stagetree import MultiStep, Tuner
-from ray_stagetree.runtime.callbacks import CallbackRunner
-from ray_stagetree.runtime.progress import ProgressReporter
+from ray_stagetree.runtime.driver.callbacks import CallbackRunner
+from ray_stagetree.runtime.driver.progress import ProgressReporter
 
 
 def progress(rows=()):

@@ -12,14 +12,14 @@ from ray import tune
 from ray.tune.search import Searcher
 
 from ray_stagetree import MultiStep, Tuner
-from ray_stagetree.runtime.reproducibility import (
+from ray_stagetree.runtime.driver.results import ResultGrid
+from ray_stagetree.runtime.workers.reproducibility import (
     Reproducibility,
     SeededRepeater,
     repeat_configs,
     seed_stage,
     stage_seed,
 )
-from ray_stagetree.runtime.results import ResultGrid
 
 torch = pytest.importorskip("torch")
 

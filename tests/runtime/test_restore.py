@@ -22,8 +22,8 @@ from restore_study import HORIZON, accumulate, build_tuner, key, summary
 from trainables_for_tests import kill_ray_processes
 
 from ray_stagetree import Tuner
-from ray_stagetree.runtime.experiment_state import STATE_FILE, read_state
-from ray_stagetree.runtime.storage import CheckpointStorage
+from ray_stagetree.execution.storage import CheckpointStorage
+from ray_stagetree.runtime.control.experiment_state import STATE_FILE, read_state
 
 
 def stored_rows(path: str) -> int:
@@ -113,7 +113,7 @@ def test_a_study_stored_before_the_vocabulary_rename_restores(tmp_path, ray_sess
     checkpoints continue to the uninterrupted study's results."""
     from fixtures.make_pre_vocabulary import FIXTURE
 
-    from ray_stagetree.runtime.payload_auth import key_dir
+    from ray_stagetree.execution.payload_auth import key_dir
 
     path = copy_of(os.path.join(FIXTURE, "study"), tmp_path)
     with open(os.path.join(path, "stagetree_experiment_id")) as file:

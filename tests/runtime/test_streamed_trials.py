@@ -11,7 +11,7 @@ import pytest
 from ray import tune
 
 from ray_stagetree import Tuner
-from ray_stagetree.runtime.controller import ADMIT_PER_TURN, ERROR, StudyController, StudySpec
+from ray_stagetree.runtime.control.controller import ADMIT_PER_TURN, ERROR, StudyController, StudySpec
 
 
 def train(config):

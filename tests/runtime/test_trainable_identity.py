@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 from ray import tune
+from trainables_for_tests import NoisyDescent, noisy_descent, sum_of_lr
 
 from ray_stagetree import Tuner
-from ray_stagetree.runtime.service_client import SERVICE_ENV, PlanServiceConfig
-from ray_stagetree.runtime.trainable_identity import share_key
-from trainables_for_tests import NoisyDescent, noisy_descent, sum_of_lr
+from ray_stagetree.runtime.service.service_client import SERVICE_ENV, PlanServiceConfig
+from ray_stagetree.runtime.service.trainable_identity import share_key
 
 
 def train(config, data=None):
@@ -28,7 +28,7 @@ def test_the_same_trainable_has_the_same_key_in_every_process():
     # A tensor's pickle differs between processes: its contents are what count.
     code = (
         "import torch; from ray import tune; from trainables_for_tests import sum_of_lr;"
-        "from ray_stagetree.runtime.trainable_identity import share_key;"
+        "from ray_stagetree.runtime.service.trainable_identity import share_key;"
         "print(share_key('g', sum_of_lr), share_key('g', tune.with_parameters(sum_of_lr, data=torch.arange(6.0))))"
     )
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -185,10 +185,10 @@ def test_a_plain_value_changing_inside_a_batch_restarts_the_function_from_its_ch
     """A batch that crosses the point where PBT changed a plain value (its
     source checkpoint was lost, say) restarts the function there, Ray-free."""
     from ray_stagetree import Constant, get_checkpoint, report
+    from ray_stagetree.execution.batches import BatchSpec
     from ray_stagetree.planning import TrialConfig
-    from ray_stagetree.runtime.batches import BatchSpec
-    from ray_stagetree.runtime.context import StageContext
-    from ray_stagetree.runtime.worker import run_function
+    from ray_stagetree.runtime.workers.context import StageContext
+    from ray_stagetree.runtime.workers.worker import run_function
 
     config = {"lr": Constant(0.25).then(Constant(0.5), at=3)}
     spec = BatchSpec(

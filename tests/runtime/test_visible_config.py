@@ -9,10 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ray_stagetree import Exponential, MultiStep
+from ray_stagetree.execution.batches import BatchSpec
 from ray_stagetree.planning import TrialConfig
-from ray_stagetree.runtime.batches import BatchSpec
-from ray_stagetree.runtime.context import StageContext
-from ray_stagetree.runtime.visible_config import FutureValueError, SequenceSoFar
+from ray_stagetree.runtime.workers.context import StageContext
+from ray_stagetree.runtime.workers.visible_config import FutureValueError, SequenceSoFar
 
 HORIZON = 12
 

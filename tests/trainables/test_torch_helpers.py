@@ -13,7 +13,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from torch.utils.data import TensorDataset  # noqa: E402
 
-from ray_stagetree.runtime.rng import capture_rng_state, restore_rng_state, seed_everything  # noqa: E402
+from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state, seed_everything  # noqa: E402
 from ray_stagetree.trainables.torch import (  # noqa: E402
     ResumableLoader,
     ResumableSampler,

@@ -21,11 +21,11 @@ import collections
 import time
 from typing import Any
 
+from ray_stagetree.execution.batches import BatchOutcome
+from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.fair_share import FairShare
-from ray_stagetree.runtime.attached_study import AttachedStudy
-from ray_stagetree.runtime.batches import BatchOutcome
-from ray_stagetree.runtime.controller import StudyController, StudySpec
-from ray_stagetree.runtime.storage import CheckpointStorage
+from ray_stagetree.runtime.control.controller import StudyController, StudySpec
+from ray_stagetree.runtime.service.attached_study import AttachedStudy
 from ray_stagetree.searchers.sources import VariantSource
 
 #: Seconds between the loop's checks of attached drivers and study ends
@@ -47,7 +47,7 @@ class SharedPlan(StudyController):
         trainable, the workers' resources, the storage and its key; its
         ``experiment_path`` is the plan's directory.
     share_key:
-        `runtime.trainable_identity.share_key` of the studies it accepts.
+        `runtime.service.trainable_identity.share_key` of the studies it accepts.
     """
 
     def __init__(self, spec: StudySpec, share_key: str) -> None:

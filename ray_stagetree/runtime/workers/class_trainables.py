@@ -18,9 +18,9 @@ import shutil
 import tempfile
 from typing import Any
 
-from ray_stagetree.runtime.context import BatchEnd, ConfigChange, StageContext, activate
-from ray_stagetree.runtime.payload import CheckpointPayload, pack_directory, unpack_directory
-from ray_stagetree.runtime.rng import capture_rng_state, restore_rng_state
+from ray_stagetree.execution.payload import CheckpointPayload, pack_directory, unpack_directory
+from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state
+from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, StageContext, activate
 
 # Ray Tune's name for a checkpoint that save_checkpoint returned as a dict.
 DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"

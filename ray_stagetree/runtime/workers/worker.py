@@ -8,7 +8,7 @@ every iteration, checkpoints where asked. The controller's reply to a flush
 can add checkpoint iterations (a trial arrived that forks here), move the end
 of the batch earlier (no live trial needs the rest), or, at the batch's end,
 later: the trial goes on, and so does the live function (live continuation).
-Class trainables run through `ray_stagetree.runtime.class_trainables`.
+Class trainables run through `ray_stagetree.runtime.workers.class_trainables`.
 
 Each trainable runs in a thread of its own (`LiveTrainable`). A trial paused
 where its trainable keeps no checkpoint (synchronous HyperBand) would have to
@@ -33,12 +33,12 @@ from typing import Any, Callable
 
 import ray
 
-from ray_stagetree.runtime import session
-from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
-from ray_stagetree.runtime.class_trainables import run_class
-from ray_stagetree.runtime.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
-from ray_stagetree.runtime.payload import CheckpointPayload
-from ray_stagetree.runtime.reproducibility import seed_stage
+from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
+from ray_stagetree.execution.payload import CheckpointPayload
+from ray_stagetree.runtime.workers import session
+from ray_stagetree.runtime.workers.class_trainables import run_class
+from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
+from ray_stagetree.runtime.workers.reproducibility import seed_stage
 
 
 def run_function(trainable: Callable, context: StageContext) -> None:

@@ -24,13 +24,13 @@ trust.
 from __future__ import annotations
 
 import dataclasses
-import pickle
 from typing import Any
 
 import ray
 
+from ray_stagetree.execution import stored_pickles
+from ray_stagetree.execution.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.planning.lifecycle import ERROR, UNFINISHED
-from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
 
 TUNER_FILE = "stagetree_tuner.pkl"
 STATE_FILE = "stagetree_state.pkl"
@@ -89,7 +89,7 @@ def read_state(storage: CheckpointStorage) -> StudyState:
     """The latest snapshot under ``storage``'s root; raises ValueError when
     there is none or it is not one this version reads."""
     data = _read(storage, STATE_FILE)
-    state = pickle.loads(data)  # written by this library in a directory the user chose to restore
+    state = stored_pickles.loads(data)  # written by this library in a directory the user chose to restore
     if not isinstance(state, StudyState):
         raise ValueError(f"{storage.path(STATE_FILE)!r} is not a ray_stagetree study state")
     if state.version > FORMAT_VERSION:
@@ -112,7 +112,7 @@ def write_tuner_settings(storage: CheckpointStorage, settings: dict[str, Any]) -
 
 
 def read_tuner_settings(storage: CheckpointStorage) -> dict[str, Any]:
-    return pickle.loads(_read(storage, TUNER_FILE))
+    return stored_pickles.loads(_read(storage, TUNER_FILE))
 
 
 def can_restore(storage: CheckpointStorage) -> bool:

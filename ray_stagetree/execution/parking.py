@@ -4,7 +4,7 @@ Synchronous HyperBand pauses a trial at each rung until the other trials of
 its bracket get there, then resumes the best. A trial resumed from a
 checkpoint costs a restore; one whose trainable keeps no checkpoint would
 train again from scratch, as under Tune. Instead its batch ends with the
-trainable parked: alive on its worker, waiting (`runtime.worker`). The
+trainable parked: alive on its worker, waiting (`runtime.workers.worker`). The
 worker takes other batches meanwhile. The plan knows the point as parked
 (`SearchPlan.record_parked`), so the stage that continues the trial starts
 there, and it goes to that worker only (`Parking.admit`), once it is idle.

@@ -30,7 +30,7 @@ import re
 import uuid
 from typing import Any
 
-from ray_stagetree.runtime.storage import CheckpointCorruptError, CheckpointStorage, CheckpointUnavailableError
+from ray_stagetree.execution.storage import CheckpointCorruptError, CheckpointStorage, CheckpointUnavailableError
 
 #: File in the experiment directory naming the experiment's key (not the key).
 ID_FILE = "stagetree_experiment_id"

@@ -6,7 +6,7 @@ either a packed checkpoint directory or a class trainable's in-memory
 state. Its forms:
 
 * bytes in storage: `to_bytes` / `from_bytes` (a pickle, which the storage
-  actor seals with the experiment's key, `runtime.payload_auth`, before it
+  actor seals with the experiment's key, `execution.payload_auth`, before it
   is written, and verifies before `from_bytes` reads it);
 * a trial's checkpoint folder, as Tune lays it out: `write_directory`;
 * a checkpoint directory inside it: `pack_directory` / `unpack_directory`
@@ -25,6 +25,8 @@ import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from ray_stagetree.execution import stored_pickles
 
 _CHECKSUM_ALGORITHM = "sha256"
 
@@ -58,9 +60,9 @@ def to_bytes(payload: CheckpointPayload) -> bytes:
 
 def from_bytes(data: bytes | memoryview) -> CheckpointPayload:
     """The payload `to_bytes` wrote. Only for bytes whose seal verified
-    (`runtime.payload_auth.unseal`): they were written by the experiment's
+    (`execution.payload_auth.unseal`): they were written by the experiment's
     own workers, so unpickling them runs nothing foreign."""
-    return pickle.loads(data)
+    return stored_pickles.loads(data)
 
 
 def write_directory(payload: CheckpointPayload, path: str) -> None:

@@ -11,7 +11,7 @@ store that need no Ray:
   corrupt copy raises a `CheckpointUnavailableError` so the caller recomputes
   it instead of training on from damaged state. The checksum detects damage,
   not tampering (whoever rewrites a file can rewrite its checksum): payloads
-  are authenticated by `runtime.payload_auth`.
+  are authenticated by `execution.payload_auth`.
 * **Eviction accounting.** `CheckpointCache` tracks what the object store
   holds and, when over budget, names the checkpoints whose loss costs least
   per byte freed: recompute seconds x expected reuse / size, as in Nectar
@@ -34,8 +34,8 @@ import fsspec
 import pyarrow.fs as pafs
 from fsspec.implementations.local import LocalFileSystem
 
+from ray_stagetree.execution.payload import checksum, tree_entries
 from ray_stagetree.planning.filesystems import resolve
-from ray_stagetree.runtime.payload import checksum, tree_entries
 
 __all__ = [
     "CheckpointCache",

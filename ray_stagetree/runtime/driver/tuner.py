@@ -30,16 +30,17 @@ from ray import tune
 from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ray_stagetree.execution.parking import PARKED_PER_WORKER
+from ray_stagetree.execution.payload_auth import TRUST_ENV, experiment_key, key_dir, trust_storage
+from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.monitor.live import live_monitor
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.filesystems import arrow_filesystem, is_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import study_policy
-from ray_stagetree.runtime.callbacks import CallbackRunner, check_driver_hooks
-from ray_stagetree.runtime.cluster import check_shared_storage
-from ray_stagetree.runtime.controller import StudyController, StudySpec, start_worker
-from ray_stagetree.runtime.experiment_state import (
+from ray_stagetree.runtime.control.controller import StudyController, StudySpec, start_worker
+from ray_stagetree.runtime.control.experiment_state import (
     Restore,
     can_restore,
     has_state,
@@ -47,20 +48,19 @@ from ray_stagetree.runtime.experiment_state import (
     read_tuner_settings,
     write_tuner_settings,
 )
-from ray_stagetree.runtime.payload_auth import TRUST_ENV, experiment_key, key_dir, trust_storage
-from ray_stagetree.runtime.parking import PARKED_PER_WORKER
-from ray_stagetree.runtime.progress import ProgressReporter
-from ray_stagetree.runtime.reproducibility import (
+from ray_stagetree.runtime.driver.callbacks import CallbackRunner, check_driver_hooks
+from ray_stagetree.runtime.driver.cluster import check_shared_storage
+from ray_stagetree.runtime.driver.progress import ProgressReporter
+from ray_stagetree.runtime.driver.results import ResultGrid
+from ray_stagetree.runtime.service.service_client import PlanServiceConfig, run_attached, service_config
+from ray_stagetree.runtime.service.trainable_identity import share_key
+from ray_stagetree.runtime.workers.reproducibility import (
     Reproducibility,
     SeededRepeater,
     check_reproducibility_arguments,
     repeat_configs,
     trial_seed,
 )
-from ray_stagetree.runtime.results import ResultGrid
-from ray_stagetree.runtime.service_client import PlanServiceConfig, run_attached, service_config
-from ray_stagetree.runtime.storage import CheckpointStorage
-from ray_stagetree.runtime.trainable_identity import share_key
 from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.searchers.variants import VariantStream, sample_variants

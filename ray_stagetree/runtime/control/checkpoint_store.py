@@ -20,16 +20,16 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ray_stagetree.planning.cost import recompute_seconds
-from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, SearchPlan
-from ray_stagetree.runtime.payload import CheckpointPayload, from_bytes, to_bytes, write_directory
-from ray_stagetree.runtime.payload_auth import seal, unseal
-from ray_stagetree.runtime.storage import (
+from ray_stagetree.execution.payload import CheckpointPayload, from_bytes, to_bytes, write_directory
+from ray_stagetree.execution.payload_auth import seal, unseal
+from ray_stagetree.execution.storage import (
     CheckpointCache,
     CheckpointStorage,
     CheckpointUnavailableError,
     StoredCheckpoint,
 )
+from ray_stagetree.planning.cost import recompute_seconds
+from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, SearchPlan
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +44,9 @@ class StorageIO:
     as resolved objects (Ray passes a referenced checkpoint to the method
     directly), so their bytes never visit the driver or the controller.
 
-    Payloads are stored in their byte form (`runtime.payload`), sealed with
+    Payloads are stored in their byte form (`execution.payload`), sealed with
     an HMAC under ``secret`` (the experiment's key, see
-    `runtime.payload_auth`): `reload` unpickles only what verifies, so a payload placed in storage by anyone without the key
+    `execution.payload_auth`): `reload` unpickles only what verifies, so a payload placed in storage by anyone without the key
     is refused, whatever checksum the plan's table claims for it.
     """
 
@@ -105,14 +105,14 @@ class StorageIO:
         return None, self.write_trial_checkpoint(trial_dir, payload)
 
     def write_state(self, key: str, data: bytes) -> None:
-        """A study snapshot, written atomically (see `runtime.experiment_state`)."""
+        """A study snapshot, written atomically (see `runtime.control.experiment_state`)."""
         self.storage.write(key, data)
 
     def write_trial_checkpoint(self, trial_dir: str, payload: CheckpointPayload) -> str | WriteFailed:
         """A trial's checkpoint folder, ``<trial_dir>/checkpoint_<step>/`` as
         Tune lays it out, and its path; `WriteFailed` when storage refuses it.
         (``params.json``, ``result.json`` and the other logs are the driver's
-        loggers' alone: see `runtime.callbacks`.)"""
+        loggers' alone: see `runtime.driver.callbacks`.)"""
         return with_retries(lambda: self._upload(trial_dir, payload), f"a checkpoint of {trial_dir!r}")
 
     def _upload(self, trial_dir: str, payload: CheckpointPayload) -> str:
@@ -164,7 +164,7 @@ class CheckpointStore:
         dropped from memory once their durable copy exists.
     secret:
         The experiment's key, which seals the durable copies
-        (`runtime.payload_auth`); None: a key for this store's lifetime only.
+        (`execution.payload_auth`); None: a key for this store's lifetime only.
     trusted:
         Read stored payloads that do not verify (``RAY_STAGETREE_TRUST_STORAGE``).
     """

@@ -4,8 +4,8 @@ may continue one, on which worker, and when one is let go."""
 import pytest
 
 from ray_stagetree import CriticalPathPolicy, MultiStep
+from ray_stagetree.execution.parking import Parking
 from ray_stagetree.planning import SearchPlan
-from ray_stagetree.runtime.parking import Parking
 
 
 def paused_at(plan: SearchPlan, trial_id: str, lr: float, iteration: int):

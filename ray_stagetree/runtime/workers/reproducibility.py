@@ -10,7 +10,7 @@ iteration the batch starts at. The seed depends only on what the trials
 through a stage share (their ``seed`` entry, or the study's seed), never on
 a trial's id, so a shared stage and the same trial trained alone draw the
 same numbers; a batch resuming from a checkpoint is then set to the exact
-generator state the checkpoint carries (`runtime.rng`) when the trainable
+generator state the checkpoint carries (`execution.rng`) when the trainable
 calls ``get_checkpoint()``.
 
 Repeats put the seed into the configuration (``config["seed"]``): an int is
@@ -34,7 +34,7 @@ from typing import Any
 
 from ray.tune.search import Repeater, Searcher
 
-from ray_stagetree.runtime.rng import seed_everything
+from ray_stagetree.execution.rng import seed_everything
 
 #: The config entry that holds a trial's seed (set per repeat, or by the user).
 SEED_KEY = "seed"

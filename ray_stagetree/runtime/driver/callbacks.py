@@ -37,9 +37,9 @@ from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 from ray.tune.utils import flatten_dict
 
+from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, PENDING, RUNNING, TERMINATED
-from ray_stagetree.runtime.storage import CheckpointStorage
 from ray_stagetree.sequences._params import _is_unresolved
 
 logger = logging.getLogger("ray_stagetree")

@@ -20,8 +20,8 @@ from typing import Any
 
 import ray
 
-from ray_stagetree.runtime.controller import StudySpec
-from ray_stagetree.runtime.plan_service import PlanService
+from ray_stagetree.runtime.control.controller import StudySpec
+from ray_stagetree.runtime.service.actor import PlanService
 
 logger = logging.getLogger("ray_stagetree")
 
@@ -43,7 +43,7 @@ class PlanServiceConfig:
     study_group:
         Studies share stages only within one group and with the same
         trainable (code and ``with_parameters`` objects; see
-        `runtime.trainable_identity`).
+        `runtime.service.trainable_identity`).
     weight:
         The study's weight in the share of workers between attached studies.
     idle_timeout_s:

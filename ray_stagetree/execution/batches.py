@@ -27,7 +27,7 @@ class BatchSpec:
     trial_name: str = "default"
     experiment_name: str = ""
     trial_dir: str = ""  # that trial's folder when the experiment path is local, else ""
-    # A reproducible study's `runtime.reproducibility.Reproducibility`: the worker seeds the batch with it.
+    # A reproducible study's `runtime.workers.reproducibility.Reproducibility`: the worker seeds the batch with it.
     reproducibility: Any = None
     # The batch whose trainable waits parked on this worker at ``start``: this
     # batch continues it, live, instead of starting from a checkpoint.

@@ -31,11 +31,11 @@ from typing import Any
 
 import ray
 
-from ray_stagetree.runtime.batches import BatchOutcome
-from ray_stagetree.runtime.controller import StudySpec, start_worker
-from ray_stagetree.runtime.shared_plan import TICK_S, SharedPlan
-from ray_stagetree.runtime.storage import CheckpointStorage
-from ray_stagetree.runtime.trainable_identity import parameter_registries
+from ray_stagetree.execution.batches import BatchOutcome
+from ray_stagetree.execution.storage import CheckpointStorage
+from ray_stagetree.runtime.control.controller import StudySpec, start_worker
+from ray_stagetree.runtime.service.shared_plan import TICK_S, SharedPlan
+from ray_stagetree.runtime.service.trainable_identity import parameter_registries
 
 logger = logging.getLogger(__name__)
 

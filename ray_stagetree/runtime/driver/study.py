@@ -16,7 +16,7 @@ from ray import tune
 
 from ray_stagetree.planning.config import unflatten
 from ray_stagetree.planning.plan import SearchPlan
-from ray_stagetree.runtime.tuner import Tuner
+from ray_stagetree.runtime.driver.tuner import Tuner
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import VariantSource
 

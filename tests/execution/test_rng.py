@@ -1,4 +1,4 @@
-"""Capture / restore of the global random number generators (ray_stagetree.runtime.rng)."""
+"""Capture / restore of the global random number generators (ray_stagetree.execution.rng)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from ray_stagetree.runtime.rng import capture_rng_state, restore_rng_state, seed_everything
+from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state, seed_everything
 
 
 def _draw(with_torch: bool = True) -> list:
@@ -91,7 +91,7 @@ def test_json_round_trip_of_python_and_numpy_state():
 def test_capture_without_torch_imported_has_no_torch_entry():
     code = (
         "import sys, random\n"
-        "from ray_stagetree.runtime.rng import capture_rng_state, restore_rng_state\n"
+        "from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state\n"
         "s = capture_rng_state()\n"
         "assert 'torch' not in sys.modules, 'rng imported torch'\n"
         "assert not any(k.startswith('torch') for k in s), sorted(s)\n"

@@ -27,13 +27,16 @@ from typing import Any
 import numpy as np
 import ray
 
+from ray_stagetree.execution.batches import BatchOutcome, BatchSpec, FlushReply
+from ray_stagetree.execution.parking import PARKED_PER_WORKER, Parking
+from ray_stagetree.execution.retention import kept_checkpoints
+from ray_stagetree.execution.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.planning.config import TrialConfig, unflatten
 from ray_stagetree.planning.lifecycle import (
     ENDED,
     ERROR,
     LIVE,
     PAUSED,
-    PENDING,
     TERMINATED,
     UNFINISHED,
     Trial,
@@ -41,15 +44,11 @@ from ray_stagetree.planning.lifecycle import (
 )
 from ray_stagetree.planning.plan import Request, RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
-from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec, FlushReply
-from ray_stagetree.runtime.checkpoint_store import CheckpointStore, WriteFailed
-from ray_stagetree.runtime.cluster import workers_that_fit
-from ray_stagetree.runtime.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
-from ray_stagetree.runtime.parking import PARKED_PER_WORKER, Parking
-from ray_stagetree.runtime.results import kept_checkpoints
-from ray_stagetree.runtime.storage import CheckpointStorage, CheckpointUnavailableError
-from ray_stagetree.runtime.trials import TrialInfo, trial_name
-from ray_stagetree.runtime.worker import StageWorker
+from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore, WriteFailed
+from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
+from ray_stagetree.runtime.control.resources import workers_that_fit
+from ray_stagetree.runtime.control.trials import TrialInfo, trial_name
+from ray_stagetree.runtime.workers.worker import StageWorker
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import WAIT
 from ray_stagetree.trial_schedulers.host import SchedulerHost
@@ -103,10 +102,10 @@ class StudySpec:
     trial_dirname_creator: Any = None
     checkpoint_config: Any = None  # ray.tune.CheckpointConfig, validated by the Tuner
     stall_warning_s: float = 60.0  # the progress names a batch's trials after this long without a report
-    # The experiment's key, which seals stored checkpoints (runtime.payload_auth); never written to storage.
+    # The experiment's key, which seals stored checkpoints (execution.payload_auth); never written to storage.
     payload_key: bytes | None = field(default=None, repr=False)
     trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
-    reproducibility: Any = None  # Tuner(reproducible=True): how workers seed batches (runtime.reproducibility)
+    reproducibility: Any = None  # Tuner(reproducible=True): how workers seed batches (runtime.workers.reproducibility)
     parked_per_worker: int = PARKED_PER_WORKER  # paused trainables with no checkpoint a worker keeps alive
 
 
@@ -150,7 +149,7 @@ class StudyController:
     spec:
         The study, validated by the Tuner.
     plan, store:
-        A plan service's, shared with other studies (`runtime.shared_plan`);
+        A plan service's, shared with other studies (`runtime.service.shared_plan`);
         by default the study's own.
     """
 
@@ -469,7 +468,7 @@ class StudyController:
         """Fold a worker's records into the plan (trials' schedulers decide on
         them here); reply with the batch's checkpoint iterations, the iteration
         it may stop at, its end, later than before where it continues live,
-        and whether its trainable parks there (`runtime.parking`)."""
+        and whether its trainable parks there (`execution.parking`)."""
         if self._frozen:
             return FlushReply([], 0, 0)  # stop: the study was saved as it stood
         self._ingest(outcome)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray_stagetree.runtime.controller import StudyController, StudySpec
-from ray_stagetree.runtime.unique_trial_ids import UniqueTrialIds
+from ray_stagetree.runtime.control.controller import StudyController, StudySpec
+from ray_stagetree.runtime.service.unique_trial_ids import UniqueTrialIds
 
 
 class _StudyFolderStore:
@@ -39,7 +39,7 @@ class AttachedStudy(StudyController):
         The study's spec, as the Tuner builds it; its ``experiment_path`` is
         the study's folder inside the shared plan's directory.
     shared:
-        The `runtime.shared_plan.SharedPlan` whose plan, store and workers it runs on.
+        The `runtime.service.shared_plan.SharedPlan` whose plan, store and workers it runs on.
     study_id:
         Its name in the service (progress, results and detach use it).
     weight:

@@ -1,6 +1,6 @@
 """The per-batch state a trainable runs against on a stage worker.
 
-`StageContext` is what the function API (`ray_stagetree.runtime.session`) and
+`StageContext` is what the function API (`ray_stagetree.runtime.workers.session`) and
 the class-API driver call into: this iteration's hyper-parameters, where to
 checkpoint, and the recording of each iteration's metrics, which it streams
 to the controller. `report` ends the trainable at the batch's last iteration
@@ -20,16 +20,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ray_stagetree.planning.config import split_path
-from ray_stagetree.runtime.batches import BatchOutcome, BatchSpec
-from ray_stagetree.runtime.payload import (
+from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
+from ray_stagetree.execution.payload import (
     CheckpointPayload,
     pack_directory,
     size_of,
     unpack_directory,
 )
-from ray_stagetree.runtime.rng import capture_rng_state, restore_rng_state
-from ray_stagetree.runtime.visible_config import retarget, sequences_so_far
+from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state
+from ray_stagetree.planning.config import split_path
+from ray_stagetree.runtime.workers.visible_config import retarget, sequences_so_far
 
 FLUSH_SECONDS = 0.5
 

@@ -20,7 +20,7 @@ A Tune function trainable ports by changing its imports::
 
 A stage worker runs the function for one stage batch: from the batch's
 starting checkpoint to its last iteration, where `report` ends the function
-(see `ray_stagetree.runtime.context`). Each `report` is one iteration.
+(see `ray_stagetree.runtime.workers.context`). Each `report` is one iteration.
 
 Run by ``ray.tune.Tuner`` instead, `report` and `get_checkpoint` are Tune's
 own, so a ported trainable can still be compared against vanilla Tune (it
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ray_stagetree.runtime.context import StageContext, current
+from ray_stagetree.runtime.workers.context import StageContext, current
 
 if TYPE_CHECKING:
     from ray.tune import Checkpoint

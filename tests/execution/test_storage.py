@@ -1,4 +1,4 @@
-"""Tests of ray_stagetree.runtime.storage: payload packing, durable storage, eviction accounting."""
+"""Tests of ray_stagetree.execution.storage: payload packing, durable storage, eviction accounting."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ray_stagetree.runtime.storage import (
+from ray_stagetree.execution.payload import checksum, pack_directory, unpack_directory
+from ray_stagetree.execution.storage import (
     CheckpointCache,
     CheckpointCorruptError,
     CheckpointMissingError,
@@ -25,7 +26,6 @@ from ray_stagetree.runtime.storage import (
     CheckpointUnavailableError,
     StoredCheckpoint,
 )
-from ray_stagetree.runtime.payload import checksum, pack_directory, unpack_directory
 
 # ---------------------------------------------------------------- payloads
 

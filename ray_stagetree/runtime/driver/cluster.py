@@ -9,7 +9,6 @@ a running cluster); `init_ray` does the right thing in both places.
 from __future__ import annotations
 
 import logging
-import math
 import uuid
 from typing import Any
 
@@ -85,7 +84,7 @@ def check_shared_storage(experiment_path: str, storage_filesystem: Any = None) -
         return
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from ray_stagetree.runtime.storage import CheckpointStorage
+    from ray_stagetree.execution.storage import CheckpointStorage
 
     storage = CheckpointStorage(experiment_path, storage_filesystem)
     token = uuid.uuid4().hex
@@ -118,16 +117,3 @@ def _sees_marker(storage: Any, token: str) -> bool:
         return storage.filesystem.cat_file(storage.path(VALIDATE_STORAGE_MARKER)) == token.encode()
     except (FileNotFoundError, OSError):
         return False
-
-
-def workers_that_fit(worker_options: dict[str, Any]) -> float:
-    """How many stage workers with these actor options (``num_cpus``,
-    ``num_gpus``, ``resources``, ``memory``) the cluster's live nodes hold
-    in all."""
-    request = {"CPU": worker_options.get("num_cpus", 0), "GPU": worker_options.get("num_gpus", 0)}
-    request.update(worker_options.get("resources", {}))
-    if worker_options.get("memory"):
-        request["memory"] = worker_options["memory"]
-    total = ray.cluster_resources()
-    fits = [math.floor(total.get(key, 0.0) / amount) for key, amount in request.items() if amount]
-    return min(fits) if fits else math.inf
