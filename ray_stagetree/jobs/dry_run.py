@@ -17,11 +17,12 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
+from ray_stagetree._extras import require
+from ray_stagetree.jobs.spec import JobSpec
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.planning.stage_tree import Stage, StageTree, build_stage_tree
 from ray_stagetree.searchers import generate_trials
-from ray_stagetree.jobs.spec import JobSpec
 
 
 @dataclasses.dataclass
@@ -149,8 +150,7 @@ def draw_picture(tree: StageTree, path: str, horizon: int) -> None:
     """The stage tree as a picture (SVG, PNG or PDF, by ``path``'s extension):
     one bar per stage over its iterations, one row per path from the root to
     a leaf, a line where a stage forks from its parent."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "stagetree plan --picture", "monitor")
     matplotlib.use("Agg")  # a file, never a window
     import matplotlib.pyplot as plt
 

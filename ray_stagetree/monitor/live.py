@@ -8,6 +8,8 @@ import errno
 from collections.abc import Iterator
 from typing import Any
 
+from ray_stagetree._extras import require
+
 #: Seconds the page waits for the controller's view before showing the directory's.
 VIEW_TIMEOUT_S = 10.0
 
@@ -21,13 +23,10 @@ def live_monitor(
     monitor is an optional extra (``pip install ray_stagetree[monitor]``)."""
     import ray
 
-    try:
-        from ray_stagetree.monitor.options import DEFAULT_PORT
-        from ray_stagetree.monitor.server import serve
-    except ImportError as error:
-        raise ImportError(
-            f"Tuner(monitor=True) needs the monitor's dependencies ({error}): pip install 'ray_stagetree[monitor]'"
-        ) from None
+    require("flask", "Tuner(monitor=True)", "monitor")
+    require("matplotlib", "Tuner(monitor=True)", "monitor")
+    from ray_stagetree.monitor.options import DEFAULT_PORT
+    from ray_stagetree.monitor.server import serve
 
     def view() -> dict[str, Any] | None:
         try:
