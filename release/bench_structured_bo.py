@@ -1,4 +1,4 @@
-"""StructuredBO against generic searchers at equal worker-seconds (issue 16).
+"""StructuredBO against generic searchers at equal worker-seconds.
 
 Each searcher drives one study at a time, ``--seeds`` times, 4 trials at
 once; the best final metric reached is recorded against the worker-seconds

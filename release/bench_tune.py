@@ -30,7 +30,7 @@ importing torch, building the model and optimizer; writing results):
 measured as a one-trial, one-epoch study's wall time less that epoch, it is
 printed, and the makespan is also given without it.
 
-Targets (issue 5): worker-seconds ratio (a)/(c) at least 0.9 x the merge rate
+Targets: worker-seconds ratio (a)/(c) at least 0.9 x the merge rate
 on the grid and above it on ASHA; makespan at most 1.2 x the lower bound;
 best accuracy equal to Tune's.
 

@@ -1,6 +1,6 @@
 """Old names of the planning API, kept for one release.
 
-Issue 20 gave the planning core one vocabulary: ``iteration`` where it said
+The vocabulary rename gave the planning core one vocabulary: ``iteration`` where it said
 ``step`` (one training iteration of a trial), ``share_key`` where it said
 ``study`` for the group of trials that may share stages, `CheckpointSource`
 for the checkpoint a stage starts from, and the planning internals moved

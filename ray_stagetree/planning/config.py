@@ -102,7 +102,7 @@ def _json_default(value: Any) -> Any:
 
 def _static_key(share_key: str, static: Mapping[str, Any]) -> str:
     # allow_nan: nan and inf are keyed as NaN / Infinity, which json reads back.
-    # The share key is stored under "study", its name before issue 20: saved
+    # The share key is stored under "study", its name before the vocabulary rename: saved
     # plans key their roots by this text, so it must not change.
     return json.dumps({"study": share_key, "static": static}, sort_keys=True, default=_json_default)
 

@@ -255,5 +255,5 @@ def _link(
         stage.source = CheckpointSource(anchor, start)
 
 
-# `CheckpointSource` was called `Source` before issue 20.
+# `CheckpointSource` was called `Source` before the vocabulary rename.
 __getattr__ = moved_names(__name__, {"Source": f"{__name__}.CheckpointSource"})

@@ -1,4 +1,4 @@
-"""The names issue 20 renamed keep working for one release: old keyword
+"""The names the vocabulary rename changed keep working for one release: old keyword
 arguments, attributes and module names do what the new ones do, and warn
 with the new name, at the caller's line."""
 
