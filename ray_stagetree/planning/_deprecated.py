@@ -67,7 +67,7 @@ def renamed_attributes(**renames: str) -> Callable[[Class], Class]:
                 for attribute, value in (part or {}).items():
                     object.__setattr__(self, renames.get(attribute, attribute), value)
 
-        cls.__setstate__ = __setstate__
+        setattr(cls, "__setstate__", __setstate__)  # noqa: B010 (a class's own attribute, set from outside)
         return cls
 
     return decorate

@@ -156,6 +156,7 @@ def recompute_seconds(node: "PlanNode", iteration: int) -> float:
             seconds += float(measured) if isinstance(measured, (int, float)) and measured >= 0 else 1.0
         if previous > current.fork_iteration:
             break
-        current, iteration = current.parent, current.fork_iteration
+        iteration = current.fork_iteration
+        current = current.parent
         latest = iteration
     return seconds

@@ -147,7 +147,7 @@ class TrialLifecycle:
         host: SchedulerHost,
         trial_source: TrialSource,
         share_key: Callable[[str], str],
-        next_request: Callable[[str, int], float],
+        next_request: Callable[[str, int], int],
         on_request: Callable[[Trial, Request, int], None],
         on_end: Callable[[Trial], None],
     ) -> None:
@@ -212,6 +212,7 @@ class TrialLifecycle:
         if trial.trial_id in self.plan.trials:
             request = self.plan.extend_trial(trial.trial_id, target)
         else:
+            assert trial.trial_config is not None  # configured when it was admitted
             request = self.plan.add_trial(
                 trial.trial_id, trial.trial_config, target, share_key=self.share_key(trial.trial_id)
             )
@@ -231,6 +232,7 @@ class TrialLifecycle:
         the answer. The owner calls `resume` after (a stop may free trials
         the scheduler held)."""
         # Only PBT reads the hyper-parameters (the values it explores from).
+        assert trial.trial_config is not None  # it reported: it was admitted
         values = trial.trial_config.hparams_at(iteration - 1) if self.host.population is not None else None
         decision = self.host.on_result(trial.trial_id, row, values)
         if isinstance(decision, Exploit):

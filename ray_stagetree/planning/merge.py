@@ -15,7 +15,9 @@ from ray_stagetree.planning.plan import SearchPlan
 
 
 def _horizons(horizon: int | SequenceType[int], count: int, what: str) -> list[int]:
-    if isinstance(horizon, int) and not isinstance(horizon, bool):
+    if isinstance(horizon, bool):
+        raise ValueError(f"{what}: horizon must be an int or one int per trial, got {horizon!r}")
+    if isinstance(horizon, int):
         return [horizon] * count
     horizons = list(horizon)
     if len(horizons) != count:

@@ -155,7 +155,9 @@ class ExecutionPolicy(abc.ABC):
         """`order`'s batches, made as they are taken."""
         costs, priority = self._costs_and_priorities(tree)
         tie_break = itertools.count()
-        heap = [(-priority[root], next(tie_break), root, None) for root in tree.roots]
+        heap: list[tuple[float, int, Stage, StageBatch | None]] = [
+            (-priority[root], next(tie_break), root, None) for root in tree.roots
+        ]
         heapq.heapify(heap)
         while heap:
             _, _, stage, after = heapq.heappop(heap)

@@ -144,7 +144,7 @@ def starts_unit(node: PlanNode) -> bool:
 def unit_of(node: PlanNode) -> PlanNode:
     """The node that starts the unit of replanning ``node`` is in."""
     while not starts_unit(node):
-        node = node.parent
+        node = node.parent  # type: ignore[assignment]  # a root starts its unit: every node above one has a parent
     return node
 
 
@@ -184,9 +184,9 @@ def build_stage_tree(plan: "SearchPlan", units: "Iterable[PlanNode] | None" = No
                 pending_at[(node.node_id, iteration)] = batch_id
             else:
                 stage = Stage(node, iteration, iteration)
-                request = node.requests.get(iteration)
-                if request is not None and _open(request):
-                    stage.requests.append(request)
+                served = node.requests.get(iteration)
+                if served is not None and _open(served):
+                    stage.requests.append(served)
                 stage_at[(node.node_id, iteration)] = stage
 
     # Link each stage to the point before it. Parents fork no later than their
@@ -197,9 +197,10 @@ def build_stage_tree(plan: "SearchPlan", units: "Iterable[PlanNode] | None" = No
         points = sorted(iterations)
         saved = sorted(iteration for iteration in {*node.checkpoints, *node.parked} if iteration > node.fork_iteration)
         for index, iteration in enumerate(points):
-            stage = stage_at.get((node.node_id, iteration))
-            if stage is None:
+            linked = stage_at.get((node.node_id, iteration))
+            if linked is None:
                 continue
+            stage = linked
             previous_target = points[index - 1] if index else None
             position = bisect.bisect_left(saved, iteration)
             previous_saved = saved[position - 1] if position else None
@@ -236,6 +237,7 @@ def _link(
         stage.source = CheckpointSource(node, start)
         return
     if kind == "running":
+        assert running is not None  # "running" is a candidate only when there is a running segment
         stage.source, stage.waits_for = CheckpointSource(node, start), running[1]
         return
     if kind == "target":

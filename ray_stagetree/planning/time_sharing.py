@@ -226,6 +226,7 @@ class TimeSharingPolicy(ExecutionPolicy):
     # -- quanta ------------------------------------------------------------------
 
     def started(self, batch: StageBatch, now: float) -> float | None:
+        assert batch.batch_id is not None  # a dispatched batch has its id
         first = batch.stages[0]
         start = (first.node, first.start)
         self._quanta[batch.batch_id] = _Quantum(first.node, start, now, start)
@@ -287,7 +288,8 @@ class TimeSharingPolicy(ExecutionPolicy):
                     losses.append(sign * float(value))
             if node is start[0]:
                 break
-            node, upper = node.parent, node.fork_iteration
+            upper = node.fork_iteration
+            node = node.parent  # type: ignore[assignment]  # start's node is above: the walk ends there
         losses.reverse()
         return losses
 
@@ -331,6 +333,7 @@ class HermesPolicy(TimeSharingPolicy):
 
     def quantum_seconds(self, record: JobRecord | None) -> float | None:
         passed = record.milestones_passed if record is not None else 0
+        assert self.quantum_s is not None  # default_quantum_s: this policy always pre-empts
         return self.quantum_s * self.quantum_growth**passed
 
 

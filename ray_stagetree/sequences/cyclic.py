@@ -79,7 +79,7 @@ class Cosine(Sequence):
         iterations = np.arange(start, stop, dtype=np.int64)
         if self.gamma == 1:
             t_cur = iterations % self.period
-            t_len = np.full(len(iterations), self.period, dtype=np.int64)
+            t_len: np.ndarray = np.full(len(iterations), self.period, dtype=np.int64)
         else:
             # Cycle starts grow geometrically: only O(log stop) of them, built
             # with exact integer arithmetic (a float log misplaces boundaries).
