@@ -27,9 +27,6 @@ from typing import Any
 
 from ray.tune.schedulers import HyperBandScheduler
 
-# Ray's synchronous bracket; `SuccessiveHalving` only chooses its size.
-from ray.tune.schedulers.hyperband import _Bracket as _HyperBandBracket
-
 from ray_stagetree.sequences import (
     Cosine,
     CyclicLR,
@@ -39,6 +36,7 @@ from ray_stagetree.sequences import (
     Sequence,
     Warmup,
 )
+from ray_stagetree.trial_schedulers.ray_fields import hyperband_bracket_class
 
 #: Max training iterations (epochs) of the ResNet56 studies (Table 1).
 RESNET56_HORIZON = 120
@@ -271,8 +269,9 @@ class SuccessiveHalving(HyperBandScheduler):
         # One bracket per band, so every trial lands in the same bracket.
         self._s_max_1 = 1
 
-    def _create_bracket(self, s: int) -> _HyperBandBracket:
-        return _HyperBandBracket(
+    def _create_bracket(self, s: int) -> Any:
+        # Ray's synchronous bracket; `SuccessiveHalving` only chooses its size.
+        return hyperband_bracket_class()(
             time_attr=self._time_attr,
             max_trials=self._num_trials,
             init_t_attr=self._grace_period,

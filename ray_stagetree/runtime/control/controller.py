@@ -52,6 +52,7 @@ from ray_stagetree.runtime.workers.worker import StageWorker
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import WAIT
 from ray_stagetree.trial_schedulers.host import SchedulerHost
+from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
 
 logger = logging.getLogger(__name__)
 
@@ -334,7 +335,7 @@ class StudyController:
         if type(scheduler).__name__ == "FIFOScheduler":
             scheduler = None
         for consumer, role in ((searcher, "searcher"), (scheduler, "trial scheduler")):
-            metric = getattr(consumer, "_metric", None) or []
+            metric = searcher_metric(consumer) or []
             # A multi-objective searcher (OptunaSearch(metric=["loss", "gain"])) compares several.
             for name in [metric] if isinstance(metric, str) else metric:
                 consumers[name] = f"the {role} ({type(consumer).__name__})"

@@ -65,6 +65,7 @@ from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.searchers.variants import VariantStream, sample_variants
 from ray_stagetree.trainables import StageTrainable
+from ray_stagetree.trial_schedulers.ray_fields import trainable_resources
 from ray_stagetree.trial_schedulers.registry import check_scheduler, scheduler_max_t
 
 POLL_SECONDS = 0.5
@@ -341,7 +342,7 @@ class Tuner:
             raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {config.mode!r}")
         _check_tune_config(config)
         _check_run_config(self.run_config)
-        _check_resource_request(getattr(trainable, "_resources", None))
+        _check_resource_request(trainable_resources(trainable))
         check_scheduler(config.scheduler, config.metric, config.mode)
         if config.search_alg is not None and not isinstance(
             config.search_alg, (Searcher, BasicVariantGenerator, SequenceGridSearch)
@@ -477,7 +478,7 @@ class Tuner:
         alike: every trial of a study asks for the same)."""
         first = trial_source.peek() if isinstance(trial_source, VariantSource) else None
         config = first if first is not None else self.param_space
-        request = getattr(self.trainable, "_resources", None)
+        request = trainable_resources(self.trainable)
         if isinstance(self.trainable, type):
             request = self.trainable.default_resource_request(config)
         elif callable(request) and not hasattr(request, "bundles"):  # with_resources(fn, lambda config: ...)
