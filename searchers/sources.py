@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ray_stagetree.planning.lifecycle import WAIT
 from ray_stagetree.searchers.variants import (
     VariantStream,
     _resolve_nested,
@@ -23,7 +24,6 @@ from ray_stagetree.searchers.variants import (
     to_tune_space,
 )
 
-WAIT = "WAIT"  # the searcher has nothing to suggest right now
 
 #: Tune's searchers name a parameter by its path of dict keys (Optuna joins
 #: them with "/"), so a domain inside a list, such as a `MultiStep`'s

@@ -86,12 +86,29 @@ class SchedulerHost(Protocol):
     def resumable(self) -> list[tuple[str, Exploit | None]]: ...
 
 
+#: What a trial source's `next_trial` answers when its searcher has nothing
+#: to suggest right now (more may come after results).
+WAIT = "WAIT"
+
+
 class TrialSource(Protocol):
     """Where a study's trials come from, its searcher (`searchers.sources`):
-    what the lifecycle tells it. (Not a `stage_tree.CheckpointSource`, the
-    checkpoint a stage starts from.)"""
+    what the lifecycle asks and tells it. (Not a `stage_tree.CheckpointSource`,
+    the checkpoint a stage starts from.)"""
+
+    def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
+        """``(trial_id, config)``, `WAIT`, or None when no trial is left."""
 
     def on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool = False) -> None: ...
+
+
+class Refused(Exception):
+    """A proposed trial that cannot run: its config cannot be planned, or the
+    owner could not make the trial (a user's naming hook raised)."""
+
+    def __init__(self, trial_id: str, config: dict[str, Any], error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.trial_id, self.config, self.error = trial_id, config, error
 
 
 @dataclass(kw_only=True)
@@ -187,12 +204,30 @@ class TrialLifecycle:
 
     # -- admission -----------------------------------------------------------------------
 
-    def admit(self, trial: Trial) -> None:
-        """A new trial (its scheduler has seen it: `SchedulerHost.on_add`,
-        which may add to its config, comes before `parse`) is requested up
-        to its first decision point; a trial of a restored plan is extended."""
+    def admit_next(self, make: Callable[[str, dict[str, Any], TrialConfig], Trial]) -> Trial | None:
+        """Admit the trial source's next trial; None when it has none now.
+
+        Its scheduler hears of it first (`SchedulerHost.on_add` may add to
+        its config), then the config is parsed under its share key, ``make``
+        builds the owner's trial from ``(trial_id, config, trial_config)``,
+        and the trial is requested up to its first decision point (a trial
+        of a restored plan is extended). Raises `Refused` when the config
+        cannot be planned or ``make`` raises: the owner ends it (`refuse`).
+        """
+        proposal = self.trial_source.next_trial()
+        if not isinstance(proposal, tuple):  # None or WAIT
+            return None
+        trial_id, config = proposal
+        self.host.on_add(trial_id, config)
+        try:
+            trial_config = self.parse(trial_id, config)
+            trial = make(trial_id, config, trial_config)
+        except Exception as error:
+            raise Refused(trial_id, config, error) from error
+        trial.configure(config, trial_config)
         self.add(trial)
         self._request_from(trial, 0)
+        return trial
 
     def refuse(self, trial: Trial) -> None:
         """A trial whose config or names could not be made ends in ERROR at once."""
@@ -297,6 +332,18 @@ class TrialLifecycle:
             trial.node = self.plan.extend_trial(trial.trial_id, max(trial.rows)).node
         else:
             self.plan.remove_trial(trial.trial_id)
+
+    def abort(self, trial: Trial) -> None:
+        """The study stops on an error no trial caused (no worker can run the
+        trainable): the unfinished trial ends in ERROR and leaves the plan;
+        its scheduler and searcher are not told, the study is over."""
+        self.set_status(trial, ERROR)
+        self.plan.remove_trial(trial.trial_id)
+
+    def close(self, trial: Trial) -> None:
+        """The study ended with the trial paused (its scheduler never resumed
+        it) or past the study's end: TERMINATED as it stands, nothing told."""
+        self.set_status(trial, TERMINATED)
 
     def fail(self, trial: Trial) -> None:
         """The trial ends in error (no retry left): it leaves the plan."""

@@ -39,6 +39,7 @@ from ray_stagetree.planning.lifecycle import (
     PAUSED,
     TERMINATED,
     UNFINISHED,
+    Refused,
     Trial,
     TrialLifecycle,
 )
@@ -50,7 +51,6 @@ from ray_stagetree.runtime.control.resources import workers_that_fit
 from ray_stagetree.runtime.control.trials import TrialInfo, trial_name
 from ray_stagetree.runtime.workers.worker import StageWorker
 from ray_stagetree.searchers import from_tune_config
-from ray_stagetree.searchers.sources import WAIT
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
 
@@ -298,33 +298,27 @@ class StudyController:
         for _ in range(ADMIT_PER_TURN):
             if self.lifecycle.live() >= limit or self._over_budget() or self._halted:
                 return False
-            proposal = self.trial_source.next_trial()
-            if proposal is None or proposal == WAIT:
-                return False
-            trial_id, config = proposal
-            self.host.on_add(trial_id, config)  # PBT may add to the config: before it is parsed
             try:
-                trial_config = self.lifecycle.parse(trial_id, config)
-                info = TrialInfo(trial_id, config, self.spec.trainable_name)
-                name = trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False)
-                dirname = trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True)
-            except Exception as error:  # a bad config, or a user hook that raised
+                if self.lifecycle.admit_next(self._new_trial) is None:
+                    return False
+            except Refused as refused:  # a bad config, or a user hook that raised
                 failed = TrialState(
-                    trial_id=trial_id, config=config, error=f"{type(error).__name__}: {error}", dirname=trial_id
+                    trial_id=refused.trial_id, config=refused.config, error=str(refused), dirname=refused.trial_id
                 )
                 self.lifecycle.refuse(failed)
                 self._after_error()
-                continue
-            state = TrialState(
-                trial_id=trial_id,
-                config=config,
-                plain=frozenset(trial_config.names) - trial_config.declared,
-                name=name,
-                dirname=dirname,
-            )
-            state.configure(config, trial_config)
-            self.lifecycle.admit(state)  # a trial of a restored plan is extended
         return True
+
+    def _new_trial(self, trial_id: str, config: dict[str, Any], trial_config: TrialConfig) -> TrialState:
+        """A trial being admitted, named by the user's hooks."""
+        info = TrialInfo(trial_id, config, self.spec.trainable_name)
+        return TrialState(
+            trial_id=trial_id,
+            config=config,
+            plain=frozenset(trial_config.names) - trial_config.declared,
+            name=trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False),
+            dirname=trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True),
+        )
 
     def _metrics_consumed(self) -> dict[str, str]:
         """Metric name -> what compares its values (the trial scheduler, the
@@ -814,10 +808,9 @@ class StudyController:
         self._halted = True
         for state in self.trials.values():
             if state.status in UNFINISHED:
-                self.lifecycle.set_status(state, ERROR)
+                self.lifecycle.abort(state)
                 state.error = error
                 self._event("error", state, error=error)
-                self.plan.remove_trial(state.trial_id)
 
     def _after_error(self) -> None:
         """With ``fail_fast``, the first errored trial ends the study."""
@@ -1035,7 +1028,7 @@ class StudyController:
     async def _finalize(self) -> None:
         for state in self.trials.values():
             if state.status == PAUSED:  # its scheduler never resumed it
-                self.lifecycle.set_status(state, TERMINATED)
+                self.lifecycle.close(state)
                 self._event("complete", state)
         exported, best = [], {}
         for state in self.trials.values():
