@@ -215,7 +215,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=200, help="short trials (default 200)")
     parser.add_argument("--workers", type=int, default=WORKERS, help="workers (default: CPUs)")
     parser.add_argument("--iterations", type=int, default=10, help="iterations per short trial (default 10)")
-    parser.add_argument("--seconds", type=float, default=0.05, help="seconds per iteration of a short trial (default 0.05)")
+    parser.add_argument(
+        "--seconds", type=float, default=0.05, help="seconds per iteration of a short trial (default 0.05)"
+    )
     parser.add_argument(
         "--sections",
         default="short,throughput,persistence",

@@ -83,7 +83,11 @@ def _classes(registry: Mapping[str, type]) -> dict[str, Callable[[], type]]:
 
 
 def _build(
-    entry: str | dict[str, Any], table: Mapping[str, Callable[[], type]], what: str, base_dir: str, path: tuple,
+    entry: str | dict[str, Any],
+    table: Mapping[str, Callable[[], type]],
+    what: str,
+    base_dir: str,
+    path: tuple,
     importable: tuple[type, ...],
 ) -> tuple[Any, list[str]]:
     """The object ``entry`` names: a name of ``table``, or an import path

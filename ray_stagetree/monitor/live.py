@@ -34,7 +34,9 @@ def live_monitor(
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
             return None  # the study ended (or its controller is busy): the directory still shows it
 
-    options = dict(metric=metric, mode=mode or "min", storage_filesystem=storage_filesystem, block=False, live_view=view)
+    options = dict(
+        metric=metric, mode=mode or "min", storage_filesystem=storage_filesystem, block=False, live_view=view
+    )
     try:
         server = serve(experiment_path, port=DEFAULT_PORT, **options)
     except OSError as error:  # another study's monitor has the port: any free one

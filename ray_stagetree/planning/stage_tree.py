@@ -17,8 +17,9 @@ from it wait for that batch (``Stage.waits_for``).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from ray_stagetree.planning._deprecated import moved_names, renamed_attributes
 from ray_stagetree.planning._gc import without_gc
@@ -52,11 +53,11 @@ class Stage:
     node: PlanNode
     start: int
     stop: int
-    parent: "Stage | None" = None
+    parent: Stage | None = None
     source: CheckpointSource | None = None
     waits_for: int | None = None
     requests: list[Request] = field(default_factory=list)
-    children: list["Stage"] = field(default_factory=list)
+    children: list[Stage] = field(default_factory=list)
 
     @property
     def iterations(self) -> int:
@@ -84,7 +85,7 @@ class StageTree:
         for stage in self.stages:
             yield from stage.requests
 
-    def to_networkx(self) -> "networkx.DiGraph":
+    def to_networkx(self) -> networkx.DiGraph:
         """The tree as a directed graph of stages (edges parent -> child)."""
         import networkx
 
@@ -148,7 +149,7 @@ def unit_of(node: PlanNode) -> PlanNode:
     return node
 
 
-def _unit_nodes(units: "Iterable[PlanNode]") -> list[PlanNode]:
+def _unit_nodes(units: Iterable[PlanNode]) -> list[PlanNode]:
     """The nodes of ``units`` (nodes that `starts_unit`), each down to the
     next unit, in the plan's (id) order."""
     found = []
@@ -161,7 +162,7 @@ def _unit_nodes(units: "Iterable[PlanNode]") -> list[PlanNode]:
 
 
 @without_gc
-def build_stage_tree(plan: "SearchPlan", units: "Iterable[PlanNode] | None" = None) -> StageTree:
+def build_stage_tree(plan: SearchPlan, units: Iterable[PlanNode] | None = None) -> StageTree:
     """Stages serving every unscheduled request of ``plan`` that some trial needs.
 
     With ``units`` (nodes that `starts_unit`), only their stages: stages

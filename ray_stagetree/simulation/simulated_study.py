@@ -56,9 +56,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ray_stagetree.planning.lifecycle import LIVE, TERMINATED, WAIT, Trial, TrialLifecycle
 from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
@@ -231,12 +232,8 @@ _CIFAR_RECIPE = {"lr": 0.1, "momentum": 0.9, "optimizer": "sgd_momentum", "batch
 # are a few MB: a load is mostly restarting the model and input pipeline
 # (10 s); BERT-Base with its Adam state is 1.3 GB from GlusterFS at ~100 MB/s
 # (30 s).
-RESNET56 = ModelProfile(
-    "resnet56", "accuracy", 105.0, LearningCurve(0.1, 0.94, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0
-)
-RESNET20 = ModelProfile(
-    "resnet20", "accuracy", 35.0, LearningCurve(0.1, 0.925, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0
-)
+RESNET56 = ModelProfile("resnet56", "accuracy", 105.0, LearningCurve(0.1, 0.94, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0)
+RESNET20 = ModelProfile("resnet20", "accuracy", 35.0, LearningCurve(0.1, 0.925, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0)
 MOBILENETV2 = ModelProfile(
     "mobilenetv2", "accuracy", 118.0, LearningCurve(0.1, 0.955, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0
 )

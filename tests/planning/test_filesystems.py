@@ -28,5 +28,8 @@ def test_an_fsspec_filesystem_is_used_as_it_is():
 
 
 def test_anything_else_is_refused_by_name():
-    with pytest.raises(TypeError, match="storage_filesystem must be a pyarrow.fs.FileSystem, an fsspec.AbstractFileSystem or None, got str"):
+    with pytest.raises(
+        TypeError,
+        match="storage_filesystem must be a pyarrow.fs.FileSystem, an fsspec.AbstractFileSystem or None, got str",
+    ):
         resolve("/exp", "s3")

@@ -85,7 +85,9 @@ class Study:
             self.trial_source,
             share_key=lambda trial_id: "study",
             next_request=self.host.next_decision,
-            on_request=lambda trial, request, iteration: self.requested.append((trial.trial_id, request.iteration, iteration)),
+            on_request=lambda trial, request, iteration: self.requested.append(
+                (trial.trial_id, request.iteration, iteration)
+            ),
             on_end=lambda trial: self.ended.append((trial.trial_id, trial.status)),
         )
 

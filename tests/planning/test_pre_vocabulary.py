@@ -11,7 +11,6 @@ import warnings
 
 import pyarrow.parquet as pq
 import pytest
-
 from fixtures.make_pre_vocabulary import FIXTURE as STORED
 from fixtures.make_pre_vocabulary import build_plan
 
