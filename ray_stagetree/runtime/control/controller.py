@@ -48,6 +48,7 @@ from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore, WriteFailed
 from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
 from ray_stagetree.runtime.control.resources import workers_that_fit
+from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trials import TrialInfo, trial_name
 from ray_stagetree.runtime.workers.worker import StageWorker
 from ray_stagetree.searchers import from_tune_config
@@ -55,10 +56,6 @@ from ray_stagetree.trial_schedulers.host import SchedulerHost
 from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
 
 logger = logging.getLogger(__name__)
-
-# Past the time budget, a batch that has not stopped at a report by then
-# (its trainable never reports, or takes this long per iteration) is killed.
-BUDGET_GRACE_S = 1.0
 
 # Retrains of a trial's final checkpoint found damaged in storage, before it
 # ends without one (a storage that damages every file it keeps).
@@ -211,7 +208,6 @@ class StudyController:
         self._running: dict[Any, tuple[Any, StageBatch, BatchSpec, float]] = {}
         self._batch_workers: dict[int, Any] = {}
         self._batch_heard: dict[int, float] = {}  # batch id -> time.monotonic() of its last report
-        self._budget_killed: set[int] = set()  # batches whose worker the time budget killed
         self._warned_missing_metric = False
         self._numeric_metrics = self._metrics_consumed()
         self._wake = asyncio.Event()
@@ -219,7 +215,7 @@ class StudyController:
         self._worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
         # The time budget counts from here, as Tune's from its loop's first step: starting
         # the workers is in it, starting this actor is not.
-        self._started = time.time()
+        self.budget = TimeBudget(spec.time_budget_s)
         self._new_rows: list[dict[str, Any]] = []
         self._events: list[dict[str, Any]] = []  # trial lifecycle, for the driver's callbacks (see `progress`)
         self._halted = False  # fail_fast, a stopper's stop_all, or abort: nothing more runs
@@ -245,7 +241,7 @@ class StudyController:
         restore options apply to each (`Restore.action`)."""
         state = restore.state
         self._iterations, self._worker_seconds = state.iterations, state.worker_seconds
-        self._started -= state.elapsed
+        self.budget.restored(state.elapsed)
         for trial in state.trials:
             self.lifecycle.add(trial)
             record = self.plan.trials.get(trial.trial_id)
@@ -287,16 +283,12 @@ class StudyController:
     def _plan_path(self) -> str:
         return f"{self.spec.experiment_path}/plan"
 
-    def _over_budget(self) -> bool:
-        budget = self.spec.time_budget_s
-        return budget is not None and time.time() - self._started > budget
-
     def _admit(self) -> bool:
         """Admit the trial source's next trials, up to `ADMIT_PER_TURN`; True when
         it stopped there (more may come at once)."""
         limit = self.spec.max_concurrent_trials or float("inf")
         for _ in range(ADMIT_PER_TURN):
-            if self.lifecycle.live() >= limit or self._over_budget() or self._halted:
+            if self.lifecycle.live() >= limit or self.budget.over() or self._halted:
                 return False
             try:
                 if self.lifecycle.admit_next(self._new_trial) is None:
@@ -828,35 +820,24 @@ class StudyController:
                 self._stop(state.trial_id)
 
     def _unfinished(self) -> bool:
-        return self.lifecycle.live() > 0 or (self.trial_source.remaining != 0 and not self._over_budget() and not self._halted)
+        return self.lifecycle.live() > 0 or (self.trial_source.remaining != 0 and not self.budget.over() and not self._halted)
 
     def _enforce_budget(self) -> None:
         """Past the time budget, trials stop (running batches stop at their
-        next report); a batch still running ``BUDGET_GRACE_S`` later is
+        next report); a batch still running `time_budget.GRACE_S` later is
         killed with its worker: it cannot be stopped cooperatively."""
-        if not self._over_budget():
+        if not self.budget.over():
             return
         for state in list(self.trials.values()):
             if state.status in LIVE:
                 self.stop_trial(state.trial_id)
-        if time.time() - self._started < self.spec.time_budget_s + BUDGET_GRACE_S:
-            return
-        for worker, batch, _, _ in list(self._running.values()):
-            if batch.batch_id not in self._budget_killed:
-                self._budget_killed.add(batch.batch_id)
-                ray.kill(worker)
+        workers = {batch.batch_id: worker for worker, batch, _, _ in self._running.values()}
+        for batch_id in self.budget.to_kill(workers):
+            ray.kill(workers[batch_id])
 
     def _budget_timeout(self) -> float | None:
-        """Seconds until the loop must wake for the time budget: when it
-        ends, and when batches still running past it are killed."""
-        budget = self.spec.time_budget_s
-        if budget is None or math.isinf(budget):
-            return None
-        left = budget - (time.time() - self._started)
-        if left > 0:
-            return left
-        pending = [b for _, b, _, _ in self._running.values() if b.batch_id not in self._budget_killed]
-        return max(0.0, left + BUDGET_GRACE_S) if pending else None
+        """Seconds until the loop must wake for the time budget."""
+        return self.budget.wake_in(batch.batch_id for _, batch, _, _ in self._running.values())
 
     async def run(self, workers: list[Any]) -> None:
         """Run the study on ``workers`` (from `start_worker`, started by the
@@ -967,7 +948,7 @@ class StudyController:
             host=self.host,
             iterations=self._iterations,
             worker_seconds=self._worker_seconds,
-            elapsed=time.time() - self._started,
+            elapsed=self.budget.elapsed,
         )
 
     def _save_state_soon(self) -> None:
@@ -1118,7 +1099,7 @@ class StudyController:
             **self._sharing_figures(),
             "rows": rows,
             "events": events,
-            "elapsed": time.time() - self._started,
+            "elapsed": self.budget.elapsed,
             "study_error": self.study_error,
             "warnings": warnings,
             "stalled": self._stalled(),
