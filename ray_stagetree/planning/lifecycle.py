@@ -70,7 +70,7 @@ UNFINISHED = frozenset({PENDING, RUNNING, PAUSED})
 ENDED = frozenset({TERMINATED, ERROR})
 
 
-class SchedulerHost(Protocol):
+class HostedScheduler(Protocol):
     """What the lifecycle asks of a hosted trial scheduler (`trial_schedulers.host.SchedulerHost`)."""
 
     population: Any  # PBT's host, or None: only PBT reads a result's hyper-parameters
@@ -161,7 +161,7 @@ class TrialLifecycle:
     def __init__(
         self,
         plan: SearchPlan,
-        host: SchedulerHost,
+        host: HostedScheduler,
         trial_source: TrialSource,
         share_key: Callable[[str], str],
         next_request: Callable[[str, int], int],
