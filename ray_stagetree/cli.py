@@ -326,26 +326,41 @@ def _default_name(data: dict[str, Any], spec_path: str) -> str | None:
 
 
 def _save_job(path: str, spec: Any) -> None:
-    """The spec beside the study, so `stagetree restore PATH` finds its trainable."""
+    """The spec beside the study, so `stagetree restore PATH` finds its
+    trainable; sealed with the experiment's key, since it names code to import."""
+    from ray_stagetree.execution.payload_auth import experiment_key, seal_record
     from ray_stagetree.execution.storage import CheckpointStorage
     from ray_stagetree.jobs.experiments import JOB_FILE
 
     record = {"spec": spec.data, "base_dir": spec.base_dir, "source": os.path.abspath(spec.source)}
     try:
-        CheckpointStorage(path).write_text(JOB_FILE, json.dumps(record, indent=2))
+        storage = CheckpointStorage(path)
+        record["seal"] = seal_record(experiment_key(storage)[0], JOB_FILE, record)
+        storage.write_text(JOB_FILE, json.dumps(record, indent=2))
     except OSError as error:
         raise CommandError(f"cannot write to the experiment directory {path!r}: {error}", FAILED) from None
 
 
 def _saved_job(path: str) -> Any:
-    from ray_stagetree.jobs.experiments import read_experiment
+    """The spec `_save_job` left beside the study, if this machine's key for
+    the experiment verifies it (or the folder is declared trusted): its
+    imports run code, so a planted or edited file is refused."""
+    from ray_stagetree.execution.payload_auth import TRUST_ENV, existing_key, trust_storage, verify_record
+    from ray_stagetree.execution.storage import CheckpointStorage
+    from ray_stagetree.jobs.experiments import JOB_FILE, read_experiment
     from ray_stagetree.jobs.spec import JobSpec
 
     job = read_experiment(path).job
     if job is None:
         raise CommandError(
-            f"{path!r} was not started by `stagetree run` (no stagetree_job.json): "
-            "pass the spec it was started from with --spec"
+            f"{path!r} was not started by `stagetree run` (no {JOB_FILE}): pass the spec it was started from with --spec"
+        )
+    tag = job.pop("seal", None)
+    if not trust_storage() and not verify_record(existing_key(CheckpointStorage(path)), JOB_FILE, job, tag):
+        raise CommandError(
+            f"{JOB_FILE} in {path!r} is not authenticated by this experiment's key (written on another machine, "
+            "or changed since); it names code to import, so it is not used. Pass the spec with --spec, or set "
+            f"{TRUST_ENV}=1 if the folder is trusted"
         )
     return JobSpec(job["spec"], job["base_dir"], job["source"])
 

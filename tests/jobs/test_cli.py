@@ -231,3 +231,34 @@ def test_run_inspect_and_restore_a_study(ray_session, tmp_path, capsys):
     assert all(trial["iterations"] == 3 for trial in shown["trials"])
     assert main(["plan", str(spec), "--cost-from", str(path)]) == 0
     assert f"seconds per iteration fitted to {path}" in capsys.readouterr().out
+
+
+def test_restore_uses_only_a_job_file_this_experiment_sealed(tmp_path, monkeypatch):
+    """stagetree_job.json names code to import: `stagetree restore` uses it
+    only when the experiment's key verifies it, or the folder is trusted."""
+    from types import SimpleNamespace
+
+    from ray_stagetree.cli import CommandError, _save_job, _saved_job
+
+    data = {"trainable": "trainables_for_tests:noisy_descent", "param_space": {"lr": 0.1}}
+    spec = SimpleNamespace(data=data, base_dir=str(tmp_path), source=str(tmp_path / "job.yaml"))
+    study = tmp_path / "study"
+    study.mkdir()
+    _save_job(str(study), spec)
+    assert _saved_job(str(study)).data["trainable"] == "trainables_for_tests:noisy_descent"
+
+    job_file = study / "stagetree_job.json"
+    edited = json.loads(job_file.read_text())
+    edited["base_dir"] = "/somewhere/else"
+    job_file.write_text(json.dumps(edited))
+    with pytest.raises(CommandError, match="not authenticated by this experiment's key.*--spec"):
+        _saved_job(str(study))
+
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "stagetree_job.json").write_text(json.dumps({**data, "spec": data, "source": "x", "seal": "00"}))
+    with pytest.raises(CommandError, match="not authenticated"):
+        _saved_job(str(planted))
+
+    monkeypatch.setenv("RAY_STAGETREE_TRUST_STORAGE", "1")
+    assert _saved_job(str(study)).base_dir == "/somewhere/else", "a trusted folder's file is used as it is"
