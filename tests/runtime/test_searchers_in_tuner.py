@@ -1,10 +1,14 @@
 """Searchers given to a Tuner as every Tune searcher is: constructed with no
 arguments, the space in ``param_space`` (Tune domains inside a sequence's
-list), the horizon from ``RunConfig.stop`` or the scheduler, end to end."""
+list), the horizon from ``RunConfig.stop`` or the scheduler, end to end; and
+HyperBandForBOHB, the scheduler half of BOHB, talking to the searcher."""
+
+import random
 
 import pytest
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler
+from ray.tune.schedulers import ASHAScheduler, HyperBandForBOHB
+from ray.tune.search import Searcher
 
 from ray_stagetree import MultiStep, Tuner, get_hparams
 from ray_stagetree.searchers import StructuredBO
@@ -68,3 +72,69 @@ def test_tunes_searchers_search_domains_inside_a_sequences_list(tmp_path, ray_se
         pytest.importorskip("hyperopt")
         from ray.tune.search.hyperopt import HyperOptSearch as Searcher
     study(tmp_path, Searcher(), 4, {"training_iteration": ITERATIONS})
+
+
+class PauseLog(Searcher):
+    """Random ``lr`` in [0.1, 1); writes what HyperBandForBOHB tells it
+    (pauses, resumes, the bracket budget in a result) to ``path``, one line each."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        self.rng = random.Random(0)
+
+    def _log(self, *words):
+        with open(self.path, "a") as file:
+            file.write(" ".join(map(str, words)) + "\n")
+
+    def suggest(self, trial_id):
+        return {"lr": 0.1 + 0.9 * self.rng.random()}
+
+    def on_trial_result(self, trial_id, result):
+        budget = result.get("hyperband_info", {}).get("budget")
+        if budget is not None:
+            self._log("budget", trial_id, result["training_iteration"], budget)
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        pass
+
+    def on_pause(self, trial_id):
+        self._log("pause", trial_id)
+
+    def on_unpause(self, trial_id):
+        self._log("unpause", trial_id)
+
+
+def linear(config):
+    for iteration in range(1, 100):
+        tune.report({"x": config["lr"] * iteration})
+
+
+def test_hyperband_for_bohb_halves_its_bracket_and_talks_to_the_searcher(tmp_path, ray_session):
+    """It used to be refused as a scheduler that "changes trials' configs or
+    resources". One bracket of 9 trials, max_t=9, reduction_factor=3: 9 run 1
+    iteration, 3 of them 3, 1 of those 9. The searcher is told of pauses and
+    resumes, and gets each milestone's budget in the result, after the
+    scheduler wrote it (what TuneBOHB learns from)."""
+    log = tmp_path / "searcher.log"
+    grid = Tuner(
+        linear,
+        param_space={"lr": tune.uniform(0.1, 1.0)},
+        tune_config=tune.TuneConfig(
+            metric="x", mode="max", num_samples=9, search_alg=PauseLog(str(log)),
+            scheduler=HyperBandForBOHB(time_attr="training_iteration", max_t=9, reduction_factor=3),
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="bohb", stop={"training_iteration": 9}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    lengths = sorted(result.metrics["training_iteration"] for result in grid)
+    assert lengths == [1] * 6 + [3] * 2 + [9]
+    best = max(grid, key=lambda result: result.config["lr"])
+    assert best.metrics["training_iteration"] == 9, "the best learning rate survives both halvings"
+    assert grid.iterations_executed == sum(lengths)
+    lines = [line.split() for line in log.read_text().splitlines()]
+    budgets = sorted(float(words[3]) for words in lines if words[0] == "budget")
+    assert budgets == [1.0] * 9 + [3.0] * 3, "each milestone's budget reached the searcher with the result"
+    paused = [words[1] for words in lines if words[0] == "pause"]
+    resumed = [words[1] for words in lines if words[0] == "unpause"]
+    assert paused and set(resumed) <= set(paused)
