@@ -262,14 +262,21 @@ class TrialLifecycle:
         if trial.status == PENDING:
             self.set_status(trial, RUNNING)
 
-    def decide(self, trial: Trial, iteration: int, row: dict[str, Any]) -> None:
+    def decide(
+        self, trial: Trial, iteration: int, row: dict[str, Any], then: Callable[[], None] | None = None
+    ) -> None:
         """Ask the trial's scheduler about its result at ``iteration`` and apply
-        the answer. The owner calls `resume` after (a stop may free trials
+        the answer; ``then`` runs between the two (the owner tells the
+        searcher there: Tune's order, in which the searcher gets the row the
+        scheduler may have written into, e.g. HyperBandForBOHB's budget for
+        TuneBOHB). The owner calls `resume` after (a stop may free trials
         the scheduler held)."""
         # Only PBT reads the hyper-parameters (the values it explores from).
         assert trial.trial_config is not None  # it reported: it was admitted
         values = trial.trial_config.hparams_at(iteration - 1) if self.host.population is not None else None
         decision = self.host.on_result(trial.trial_id, row, values)
+        if then is not None:
+            then()
         if isinstance(decision, Exploit):
             self._exploit(trial, decision)
         elif decision == STOP:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -177,9 +178,10 @@ class StudyController:
         horizon = math.inf if spec.horizon is None else spec.horizon
         if restore is not None:
             self.trial_source, self.host = restore.state.source, restore.state.host
-            self.host.attach(self._stop)
+            self.host.attach(self._stop, getattr(self.trial_source, "searcher", None))
         else:
-            self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, on_stop=self._stop)
+            searcher = getattr(self.trial_source, "searcher", None)  # told of pauses (HyperBandForBOHB)
+            self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, self._stop, searcher)
         self.lifecycle = TrialLifecycle(
             self.plan, self.host, self.trial_source, self._share_key, self._next_request, self._requested, self._ended
         )
@@ -374,15 +376,19 @@ class StudyController:
         self._new_rows.append(row)
         if not row["done"] and self._stop_criteria_met(state.trial_id, row):
             row["done"] = ended = True  # Tune's stop criteria end a trial without asking its scheduler
-        self.trial_source.on_result(state.trial_id, row)
-        if self.spec.stopper is not None and self.spec.stopper.stop_all():
+        halt = self.spec.stopper is not None and self.spec.stopper.stop_all()
+        if halt:
             row["done"] = ended = True
-            self._halt()
+        # Tune's order: the scheduler sees a result before the searcher does.
+        tell_searcher = functools.partial(self.trial_source.on_result, state.trial_id, row)
         if row["done"]:
+            tell_searcher()
+            if halt:
+                self._halt()
             # The horizon, or the trainable reported done (Tune ends the trial).
             self._stop(state.trial_id) if ended else self.lifecycle.finish(state)
         else:
-            self.lifecycle.decide(state, iteration, row)
+            self.lifecycle.decide(state, iteration, row, then=tell_searcher)
         self._resume()
 
     def _resume(self) -> None:
