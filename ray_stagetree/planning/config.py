@@ -88,7 +88,7 @@ class PickledValue:
     text: str
 
     @classmethod
-    def of(cls, value: Any) -> "PickledValue":
+    def of(cls, value: Any) -> PickledValue:
         kind = type(value)
         try:
             text = repr(value)
@@ -114,7 +114,7 @@ class PickledValue:
         return {PICKLED: {"ref": self.ref, "type": self.type, "repr": self.text}}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "PickledValue":
+    def from_json(cls, data: Mapping[str, Any]) -> PickledValue:
         inner = data[PICKLED]
         return cls(inner["ref"], inner.get("type", ""), inner.get("repr", ""))
 
@@ -268,7 +268,7 @@ class TrialConfig:
         share_key: str = "default",
         intern: dict[Sequence, Sequence] | None = None,
         objects: Mapping[str, Any] | None = None,
-        copied_from: "TrialConfig | None" = None,
+        copied_from: TrialConfig | None = None,
     ) -> "TrialConfig":
         """Split ``config``; raises a ValueError naming any value that cannot be planned.
 
@@ -279,7 +279,7 @@ class TrialConfig:
         With ``intern``, equal sequences are replaced by the instance held there
         (added if new), so they compare by identity and share one value cache.
 
-        ``objects`` (by ref, see `objects`) gives stored `PickledValue`\ s
+        ``objects`` (by ref, see `objects`) gives stored `PickledValue` values
         their objects back; one it lacks stays a `PickledValue`, keyed the same.
 
         ``copied_from``: a config whose static values ``config``'s are copies
@@ -384,7 +384,7 @@ class TrialConfig:
         return unflatten(flat)
 
     def objects(self) -> dict[str, Any]:
-        """The objects behind this config's `PickledValue`\ s, by ref: what the
+        """The objects behind this config's `PickledValue` values, by ref: what the
         side file of a stored plan holds for it (`from_json`'s ``objects``)."""
         return {
             pickled.ref: self.static[name]

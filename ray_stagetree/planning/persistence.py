@@ -14,6 +14,7 @@ so a crash mid-save leaves the previous table intact.
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 from typing import Any
@@ -140,7 +141,7 @@ def records(plan: Any) -> dict[str, list[dict[str, Any]]]:
 
 
 def objects(plan: Any) -> dict[str, Any]:
-    """The objects behind the plan's `PickledValue`\ s, by ref (what `save`
+    """The objects behind the plan's `PickledValue` values, by ref (what `save`
     writes to the side file, and a study's snapshot keeps)."""
     found: dict[str, Any] = {}
     for node in plan.nodes:
@@ -178,7 +179,7 @@ def save(plan: Any, url: str, storage_filesystem: Any = None) -> None:
     for name, rows in records(plan).items():
         table = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
         table = table.replace_schema_metadata({"format": FORMAT, "version": str(VERSION)})
-        _write(filesystem, f"{root}/{name}.parquet", lambda path: pq.write_table(table, path, filesystem=filesystem))
+        _write(filesystem, f"{root}/{name}.parquet", functools.partial(pq.write_table, table, filesystem=filesystem))
     found = objects(plan)
     if found:  # the plan only grows: a side file written before holds a subset of these
         data = dumps_objects(found)
@@ -220,7 +221,7 @@ def _read(filesystem: pafs.FileSystem, root: str, name: str) -> list[dict[str, A
 def load_into(plan: Any, url: str, storage_filesystem: Any = None, objects: bool = False) -> None:
     """Fill an empty plan with the tables written by `save`; with
     ``objects``, config values JSON cannot hold come back from the side file
-    (else they stay `PickledValue`\ s: nothing is unpickled)."""
+    (else they stay `PickledValue` values: nothing is unpickled)."""
     filesystem, root = _arrow(url, storage_filesystem)
     loaded = load_objects(url, storage_filesystem) if objects else None
     fill(plan, {name: _read(filesystem, root, name) for name in SCHEMAS}, loaded)

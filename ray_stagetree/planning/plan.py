@@ -783,7 +783,7 @@ class SearchPlan:
     def load(cls, url: str, storage_filesystem: Any = None, objects: bool = False) -> "SearchPlan":
         """Read a plan written by `save`. Scheduled requests come back unscheduled:
         no batch survives a restore. Config values JSON cannot hold stay
-        `PickledValue`\ s unless ``objects`` (then the side file is unpickled:
+        `PickledValue` values unless ``objects`` (then the side file is unpickled:
         only to continue a study in a directory the user chose)."""
         plan = cls()
         persistence.load_into(plan, url, storage_filesystem, objects)

@@ -14,10 +14,8 @@ from typing import Any, Callable
 
 from ray import tune
 
-from ray_stagetree.planning.config import unflatten
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.driver.tuner import Tuner
-from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import VariantSource
 
 
@@ -47,7 +45,8 @@ class Study:
         self.storage_filesystem = storage_filesystem
 
     def _plan(self) -> SearchPlan:
-        return SearchPlan.load(f"{self.experiment_path}/plan", self.storage_filesystem)
+        # Its config objects too (the side file): the study goes on, as in a restore.
+        return SearchPlan.load(f"{self.experiment_path}/plan", self.storage_filesystem, objects=True)
 
     def _tuner(self, horizon: int) -> Tuner:
         storage, name = posixpath.split(self.experiment_path)
@@ -88,7 +87,7 @@ class Study:
                 f"trial {trial_id!r} already ran {record.request.iteration} iterations; extend it beyond that, "
                 f"got {iteration}"
             )
-        config = from_tune_config(unflatten(record.config.to_json()))
+        config = record.config.to_config()
         grid = self._tuner(iteration)._execute(
             VariantSource([config], [trial_id]), iteration, self.experiment_path, resume=True
         )
