@@ -23,8 +23,10 @@ standard pickle refuses (a lambda, a class defined in a function) has no
 stable fingerprint: its token is unique, so its trial shares nothing and
 still runs. The stored form (`TrialConfig.to_json`, the plan's tables) holds
 the `PickledValue`'s JSON (fingerprint, type, repr), never the pickle: the
-objects themselves (`TrialConfig.objects`) go to a side file that only a
-restore loads, and `TrialConfig.from_json` takes them back by fingerprint.
+objects themselves (`TrialConfig.objects`) are kept apart, in the study's
+snapshot (which `Tuner.restore` loads) and a side file beside the plan's
+tables (`planning.persistence`); `TrialConfig.from_json` takes them back by
+ref when it is given them.
 
 NumPy scalars are numbers here, as in Tune: their constant holds the Python
 number, the stored form (`TrialConfig.to_json`) too; the trainable still gets

@@ -3,10 +3,12 @@
 The tables pickle nothing: configurations are stored in their declarative
 JSON form, so a plan written by one version can be read (and audited) by
 anything that reads Parquet. Config values JSON cannot hold are stored there
-as their `PickledValue` (fingerprint, type, repr); the objects themselves go
-to a side file, ``objects.pkl`` (`OBJECTS_FILE`), which only continuing the
-study loads (``load(..., objects=True)``: `Tuner.restore`, a resumed plan),
-never status, show or the monitor. `SearchPlan.save` and `SearchPlan.load` call into this module,
+as their `PickledValue` (fingerprint, type, repr), so a plan loads without
+unpickling anything and keys such values as they were keyed. The objects
+themselves go to a side file, ``objects.pkl`` (`OBJECTS_FILE`), read only
+when asked (``load(..., objects=True)``): the runtime never asks (status,
+show, the monitor, `Study`, a resumed plan); `Tuner.restore` takes them from
+the study's snapshot, a pickle it trusts anyway. `SearchPlan.save` and `SearchPlan.load` call into this module,
 which takes the plan as an argument and never imports it (no import circle).
 Each table is written to a temporary name and moved into place,
 so a crash mid-save leaves the previous table intact.

@@ -65,7 +65,7 @@ def test_result_grid_has_tunes_interface(tmp_path, ray_session, url):
     assert len(grid) == 3 and grid.num_errors == 0 and grid.num_terminated == 3
     best = grid.get_best_result()
     assert best.metrics["loss"] == min(r.metrics["loss"] for r in grid)
-    assert best.config["lr"]["family"] == "MultiStep"
+    assert isinstance(best.config["lr"], MultiStep)  # the user's sequence object, as given
     assert best.metrics["training_iteration"] == HORIZON
     with best.checkpoint.as_directory() as path:
         assert os.path.exists(os.path.join(path, "state.json"))

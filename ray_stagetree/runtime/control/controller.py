@@ -165,7 +165,9 @@ class StudyController:
         elif restore is not None:
             self.plan = SearchPlan.from_records(restore.state.plan, restore.state.objects)
         elif spec.resume:
-            self.plan = SearchPlan.load(self._plan_path, spec.storage_filesystem, objects=True)
+            # Without its side file of objects (nothing here unpickles a plan): a node whose values JSON
+            # cannot hold are fingerprints only is configured by the first trial requesting it (below).
+            self.plan = SearchPlan.load(self._plan_path, spec.storage_filesystem)
         else:
             self.plan = SearchPlan()
         self.policy = get_policy(spec.policy)

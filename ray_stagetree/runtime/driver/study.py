@@ -45,8 +45,7 @@ class Study:
         self.storage_filesystem = storage_filesystem
 
     def _plan(self) -> SearchPlan:
-        # Its config objects too (the side file): the study goes on, as in a restore.
-        return SearchPlan.load(f"{self.experiment_path}/plan", self.storage_filesystem, objects=True)
+        return SearchPlan.load(f"{self.experiment_path}/plan", self.storage_filesystem)
 
     def _tuner(self, horizon: int) -> Tuner:
         storage, name = posixpath.split(self.experiment_path)
@@ -86,6 +85,15 @@ class Study:
             raise ValueError(
                 f"trial {trial_id!r} already ran {record.request.iteration} iterations; extend it beyond that, "
                 f"got {iteration}"
+            )
+        if not record.config.complete:
+            # The plan holds such values only as fingerprints; their objects are pickles, which Study never reads.
+            held = ", ".join(f"config[{name!r}] = {value!r}" for name, value in record.config.static.items()
+                             if name in record.config.pickled)
+            raise ValueError(
+                f"trial {trial_id!r} has config values JSON cannot hold ({held}): Study reads no pickles, so it "
+                f"cannot rebuild them; continue the study with Tuner.restore({self.experiment_path!r}, trainable), "
+                "which trusts its snapshot, or evaluate the full config with Study.evaluate(config, iteration)"
             )
         config = record.config.to_config()
         grid = self._tuner(iteration)._execute(
