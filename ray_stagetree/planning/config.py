@@ -13,15 +13,15 @@ A user's config is a (possibly nested) dict. The planner splits it into
 
 A static value JSON cannot hold (a ``pathlib.Path``, a tuple holding one, an
 ``argparse.Namespace``, a dataset object...) is keyed by a `PickledValue`: the
-SHA-256 of its pickle (standard pickle, protocol 4) when the standard pickle
-takes it, else a token of its own. Equal pickles mean the trainable receives
-equal state, so such trials may share; the value's ``__eq__`` is not used: it
-is identity for most classes (and Tune hands each trial its own copy), it may
-call values equal that a trainable tells apart (``1 == 1.0``), and its hash is
-not stable across processes, so it cannot key a stored plan. A value the
-standard pickle refuses (a lambda, a class defined in a function) has no
-stable fingerprint: its token is unique, so its trial shares nothing and
-still runs. The stored form (`TrialConfig.to_json`, the plan's tables) holds
+SHA-256 of its pickle (protocol 4; the standard pickle, or cloudpickle for
+what only it takes, see `_fingerprint`), else a token of its own. Equal
+pickles mean the trainable receives equal state, so such trials may share;
+the value's ``__eq__`` is not used: it is identity for most classes (and
+Tune hands each trial its own copy), it may call values equal that a
+trainable tells apart (``1 == 1.0``), and its hash is not stable across
+processes, so it cannot key a stored plan. A value without a fingerprint
+(pickled twice it gives different bytes) gets a unique token: its trial
+shares nothing and still runs. The stored form (`TrialConfig.to_json`, the plan's tables) holds
 the `PickledValue`'s JSON (fingerprint, type, repr), never the pickle: the
 objects themselves (`TrialConfig.objects`) are kept apart, in the study's
 snapshot (which `Tuner.restore` loads) and a side file beside the plan's
@@ -48,6 +48,7 @@ import hashlib
 import json
 import math
 import pickle
+import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -98,10 +99,8 @@ class PickledValue:
             text = f"<{kind.__qualname__}>"
         if len(text) > REPR_LIMIT:
             text = text[: REPR_LIMIT - 3] + "..."
-        try:
-            ref = "sha256:" + hashlib.sha256(pickle.dumps(value, protocol=FINGERPRINT_PROTOCOL)).hexdigest()
-        except Exception:  # the standard pickle refuses it: no fingerprint stays stable
-            ref = "unique:" + uuid.uuid4().hex
+        fingerprint = _fingerprint(value)
+        ref = "unique:" + uuid.uuid4().hex if fingerprint is None else "sha256:" + fingerprint
         return cls(ref, f"{kind.__module__}.{kind.__qualname__}", text)
 
     @property
@@ -123,6 +122,41 @@ class PickledValue:
     def __repr__(self) -> str:
         # What status, show and the monitor print where the object is not loaded.
         return f"<pickled {self.text}>"
+
+
+def _picklers() -> Iterator[Any]:
+    """The standard pickle, then cloudpickle where this process has it (the
+    Ray controller always has Ray's; nothing here imports Ray)."""
+    yield pickle.dumps
+    by_value = sys.modules.get("ray.cloudpickle") or sys.modules.get("cloudpickle")
+    if by_value is None:
+        try:
+            import cloudpickle as by_value
+        except ImportError:
+            return
+    yield by_value.dumps
+
+
+def _fingerprint(value: Any) -> str | None:
+    """The SHA-256 of ``value``'s pickle, or None when it has none that repeats.
+
+    The standard pickle's bytes (classes and functions by reference) are the
+    same in every process. A value only cloudpickle takes (a class defined in
+    a script's ``__main__``, a lambda: pickled by value, classes tagged with a
+    tracker id drawn per process) gets bytes that are the same within the
+    process that keys the study's trials (its controller), which is all
+    sharing needs: a stored plan keeps its keys, and a value fingerprinted
+    again elsewhere only misses a saving. Equal bytes from either mean equal
+    state, so sharing never joins values a trainable could tell apart. A
+    value pickled twice to different bytes (its state holds a clock or a
+    counter), or that neither pickles, has no fingerprint."""
+    for dumps in _picklers():
+        try:
+            first, second = dumps(value, protocol=FINGERPRINT_PROTOCOL), dumps(value, protocol=FINGERPRINT_PROTOCOL)
+        except Exception:  # this pickler refuses it: the next may take it
+            continue
+        return hashlib.sha256(first).hexdigest() if first == second else None
+    return None
 
 
 def is_pickled_spec(value: Any) -> bool:

@@ -5,6 +5,7 @@ continuing study loads."""
 
 import argparse
 import copy
+import itertools
 import json
 import pathlib
 
@@ -89,20 +90,39 @@ def test_objects_that_differ_in_content_do_not_share():
         assert a.first_difference(b, 10) == 0, (first, second)
 
 
-def test_a_value_without_a_stable_fingerprint_shares_nothing_but_is_planned():
-    def local_factory():  # a local function: the standard pickle refuses it
-        return 1
+class Clock:
+    """A value whose pickle differs each time (its state holds a counter): no stable fingerprint."""
 
-    config = {"lr": 0.1, "make": local_factory}
+    ticks = itertools.count()
+
+    def __getstate__(self):
+        return {"tick": next(Clock.ticks)}
+
+
+def test_a_value_without_a_stable_fingerprint_shares_nothing_but_is_planned():
+    config = {"lr": 0.1, "clock": Clock()}
     a, b = TrialConfig.from_config(config), TrialConfig.from_config(config)
-    assert a.pickled["make"].ref.startswith("unique:") and not a.pickled["make"].shareable
+    assert a.pickled["clock"].ref.startswith("unique:") and not a.pickled["clock"].shareable
     assert a.first_difference(b, 10) == 0  # not even with itself, parsed again
     plan = SearchPlan()
     first, second = plan.add_trial("a", config, 10), plan.add_trial("b", config, 10)
     assert first.node is not second.node and first.node.fork_iteration == second.node.fork_iteration == 0
     # ...except with the copy it was made from (PBT's exploit deep-copies its source's config)
     copied = TrialConfig.from_config(copy.deepcopy(config), copied_from=a)
-    assert copied.first_difference(a, 10) is None and copied.static["make"] is local_factory
+    assert copied.first_difference(a, 10) is None and isinstance(copied.static["clock"], Clock)
+
+
+def test_a_value_only_cloudpickle_takes_is_fingerprinted_by_it():
+    pytest.importorskip("cloudpickle")
+
+    def local_factory():  # a local function: the standard pickle refuses it, cloudpickle takes it by value
+        return 1
+
+    a = TrialConfig.from_config({"lr": 0.1, "make": local_factory})
+    b = TrialConfig.from_config({"lr": 0.1, "make": local_factory})
+    assert a.pickled["make"].shareable and a.first_difference(b, 10) is None
+    c = TrialConfig.from_config({"lr": 0.1, "make": lambda: 2})
+    assert a.first_difference(c, 10) == 0
 
 
 def test_the_plan_tables_are_readable_with_pyarrow_alone_and_nothing_is_unpickled(tmp_path):

@@ -8,6 +8,7 @@ its folder without unpickling anything."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import pathlib
@@ -38,6 +39,15 @@ class Box:
 
     def __repr__(self):
         return f"Box({self.size})"
+
+
+class Clock:
+    """A value whose pickle differs each time (its state holds a counter): no stable fingerprint."""
+
+    ticks = itertools.count()
+
+    def __getstate__(self):
+        return {"tick": next(Clock.ticks)}
 
 
 def observe(config):
@@ -111,8 +121,10 @@ def test_equal_objects_share_and_unequal_or_unfingerprintable_ones_do_not(tmp_pa
     assert shared_run(tmp_path, "equal", Box(1)) == (9, 12)
     # a grid over unequal boxes: each lr with each box, and boxes never share
     assert shared_run(tmp_path, "unequal", tune.grid_search([Box(1), Box(2)])) == (18, 24)
-    # a lambda has no stable fingerprint (the standard pickle refuses it): nothing is shared, all run
-    assert shared_run(tmp_path, "unfingerprintable", lambda x: x) == (12, 12)
+    # a value whose pickle differs each time has no stable fingerprint: nothing is shared, all run
+    assert shared_run(tmp_path, "unfingerprintable", Clock()) == (12, 12)
+    # a lambda is fingerprinted by cloudpickle (by value): trials with it share
+    assert shared_run(tmp_path, "lambda", lambda x: x) == (9, 12)
 
 
 def pbt_trainable(config):
@@ -122,7 +134,7 @@ def pbt_trainable(config):
         with checkpoint.as_directory() as path:
             with open(os.path.join(path, "state.json")) as file:
                 state = json.load(file)
-    assert config["marker"].name == "marker" and config["make"](2) == 2
+    assert config["marker"].name == "marker" and isinstance(config["clock"], Clock)
     while True:
         state["x"] += config["lr"]
         with tempfile.TemporaryDirectory() as path:
@@ -138,7 +150,7 @@ def test_pbt_result_config_holds_the_values_in_force_and_the_schedule_beside_it(
     grid = Tuner(
         tune.with_resources(pbt_trainable, {"cpu": 0.5}),
         # a value without a fingerprint: the exploit's copy still forks from its source's checkpoint
-        param_space={"lr": tune.grid_search([0.01, 0.1, 0.5, 0.9]), "marker": tmp_path / "marker", "make": lambda x: x},
+        param_space={"lr": tune.grid_search([0.01, 0.1, 0.5, 0.9]), "marker": tmp_path / "marker", "clock": Clock()},
         tune_config=tune.TuneConfig(metric="x", mode="max", scheduler=pbt),
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="pbt", stop={"training_iteration": 6}, verbose=0),
     ).fit()

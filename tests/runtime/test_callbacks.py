@@ -361,7 +361,7 @@ def test_mlflow_logger_callback_works_unchanged(tmp_path, ray_session, monkeypat
         history = client.get_metric_history(run.info.run_id, "loss")
         assert [m.step for m in history] == list(range(1, HORIZON + 1))
         assert [m.value for m in history] == pytest.approx(result.metrics_dataframe["loss"].tolist())
-        assert run.data.params["lr/milestones"] == str(result.config["lr"]["milestones"])
+        assert run.data.params["lr/milestones"] == str(result.config["lr"].to_json()["milestones"])
 
 
 def logs_to_mlflow(config):

@@ -129,7 +129,7 @@ def test_searcher_wrappers_limit_concurrency_and_repeat(tmp_path, ray_session):
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="wrappers", stop={"training_iteration": 3}, verbose=0),
     ).fit()
     assert len(grid) == 4 and grid.num_errors == 0
-    inits = sorted(r.config["lr"]["init"] for r in grid)
+    inits = sorted(r.config["lr"].init for r in grid)
     assert inits[0] == inits[1] and inits[2] == inits[3], "Repeater ran each suggestion twice"
 
 

@@ -94,7 +94,7 @@ class TrialView:
         gridded), flattened with "/": Tune's hyper-parameter columns and
         TensorBoard's hparams. A sequence contributes its declarative
         parameters ("lr/init", "lr/milestones", ...)."""
-        flat = flatten_dict(self.config, delimiter="/")
+        flat = flatten_dict(tabular(self.config), delimiter="/")
         if self._searched is None:
             return flat
         return {
@@ -203,10 +203,6 @@ class _DeclarativeTrial:
     @property
     def config(self) -> dict[str, Any]:
         return tabular(self._view.config)
-
-    @property
-    def evaluated_params(self) -> dict[str, Any]:
-        return TrialView.evaluated_params.fget(self)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._view, name)
