@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib
 import json
 import math
 import pickle
@@ -131,7 +132,7 @@ def _picklers() -> Iterator[Any]:
     by_value = sys.modules.get("ray.cloudpickle") or sys.modules.get("cloudpickle")
     if by_value is None:
         try:
-            import cloudpickle as by_value
+            by_value = importlib.import_module("cloudpickle")
         except ImportError:
             return
     yield by_value.dumps

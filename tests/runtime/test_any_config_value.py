@@ -11,7 +11,6 @@ import argparse
 import itertools
 import json
 import os
-import pathlib
 import subprocess
 import sys
 import tempfile
