@@ -34,7 +34,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ray.tune import Callback
-from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback, TBXLoggerCallback
 from ray.tune.utils import flatten_dict
 
 from ray_stagetree.execution.storage import CheckpointStorage
@@ -183,18 +183,8 @@ def with_default_loggers(callbacks: list[Callback] | None) -> list[Callback]:
     return callbacks
 
 
-#: Tune's file loggers. ``trial.config`` and ``result["config"]`` hold the
-#: user's objects, as in Tune, and these would write a sequence as its
-#: ``str()``: they are shown each sequence as its JSON form instead
-#: (`CallbackRunner._call`), so ``params.json`` and ``result.json`` keep the
-#: declarative form that ``stagetree show`` and the monitor read back without
-#: unpickling, and TensorBoard's hparams a sequence's parameters
-#: (``lr/init``, ...). Other objects (a ``Path``) are written as Tune writes them.
-FILE_LOGGERS = (CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback)
-
-
 class _DeclarativeTrial:
-    """A `TrialView` as `FILE_LOGGERS` see it: ``config`` with sequences in
+    """A `TrialView` as Tune's loggers see it: ``config`` with sequences in
     their declarative form; every other attribute is the view's."""
 
     def __init__(self, view: TrialView) -> None:
@@ -254,7 +244,7 @@ class CallbackRunner:
         self._last_sync = time.monotonic()
         self._uploaded: dict[str, tuple[int, int]] = {}  # local file -> (size, mtime_ns) uploaded
         self.trials: dict[str, TrialView] = {}
-        self._declarative_views: dict[str, _DeclarativeTrial] = {}  # what FILE_LOGGERS see of self.trials
+        self._declarative_views: dict[str, _DeclarativeTrial] = {}  # what loggers see of self.trials
         # The views in order, handed to every hook as Tune hands its trial list (not copied per call).
         self._trial_list: list[TrialView] = []
         self._logged: dict[str, int] = {}  # trial id -> last training_iteration logged
@@ -263,14 +253,23 @@ class CallbackRunner:
     def _call(self, hook: str, **info: Any) -> None:
         declarative = None
         for callback in self.callbacks:
-            if isinstance(callback, FILE_LOGGERS):
+            if isinstance(callback, LoggerCallback):
                 declarative = declarative or self._declarative(info)
                 getattr(callback, hook)(**declarative)
             else:
                 getattr(callback, hook)(**info)
 
     def _declarative(self, info: dict[str, Any]) -> dict[str, Any]:
-        """A hook's arguments as `FILE_LOGGERS` see them."""
+        """A hook's arguments as Tune's loggers (its file loggers, MLflow's,
+        W&B's: every ``LoggerCallback``) see them. ``trial.config`` and
+        ``result["config"]`` hold the user's objects, as in Tune, and a
+        logger would write a sequence as its ``str()``: loggers see each
+        sequence as its JSON form instead, so ``params.json`` and
+        ``result.json`` keep the declarative form that ``stagetree show``
+        and the monitor read back without unpickling, and TensorBoard's
+        hparams and MLflow's params a sequence's parameters (``lr/init``,
+        ...). Other objects (a ``Path``) are written as Tune writes them;
+        other callbacks get the user's objects."""
 
         def trial(view: Any) -> Any:
             if not isinstance(view, TrialView):
