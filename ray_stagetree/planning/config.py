@@ -297,6 +297,11 @@ class TrialConfig:
     static: Mapping[str, Any] = field(default_factory=dict)
     pickled: Mapping[str, PickledValue] = field(default_factory=dict)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Study snapshots pickled before values JSON cannot hold were planned hold none.
+        state.setdefault("pickled", {})
+        self.__dict__.update(state)
+
     @classmethod
     @renamed_arguments(study="share_key")
     def from_config(
