@@ -13,7 +13,7 @@ A user's config is a (possibly nested) dict. The planner splits it into
 
 A static value JSON cannot hold (a ``pathlib.Path``, a tuple holding one, an
 ``argparse.Namespace``, a dataset object...) is keyed by a `PickledValue`: the
-SHA-256 of its pickle (protocol 4; the standard pickle, or cloudpickle for
+SHA-256 of its pickle (protocol 5; the standard pickle, or cloudpickle for
 what only it takes, see `_fingerprint`), else a token of its own. Equal
 pickles mean the trainable receives equal state, so such trials may share;
 the value's ``__eq__`` is not used: it is identity for most classes (and
@@ -70,8 +70,9 @@ PATH_SEPARATOR = "/"
 
 #: The key of a `PickledValue`'s stored (JSON) form: ``{"__pickled__": {...}}``.
 PICKLED = "__pickled__"
-#: A fingerprint's pickle protocol, fixed so that a new Python's default does not change stored keys.
-FINGERPRINT_PROTOCOL = 4
+#: A fingerprint's pickle protocol, fixed so that a new Python's default does not change stored keys
+#: (5: large buffers out of band, see `_Digest`).
+FINGERPRINT_PROTOCOL = 5
 #: How much of a value's repr its stored form keeps, for status / show / the monitor.
 REPR_LIMIT = 200
 
@@ -126,16 +127,34 @@ class PickledValue:
 
 
 def _picklers() -> Iterator[Any]:
-    """The standard pickle, then cloudpickle where this process has it (the
-    Ray controller always has Ray's; nothing here imports Ray)."""
-    yield pickle.dumps
+    """The standard pickle's Pickler, then cloudpickle's where this process
+    has it (the Ray controller always has Ray's; nothing here imports Ray)."""
+    yield pickle.Pickler
     by_value = sys.modules.get("ray.cloudpickle") or sys.modules.get("cloudpickle")
     if by_value is None:
         try:
             by_value = importlib.import_module("cloudpickle")
         except ImportError:
             return
-    yield by_value.dumps
+    yield by_value.Pickler
+
+
+class _Digest:
+    """A pickle's SHA-256, taken as it is written: large buffers (NumPy
+    arrays, bytes) are hashed in place, out of band, never copied into a
+    stream (a 16 MB array costs one pass of hashing)."""
+
+    def __init__(self) -> None:
+        self.sha = hashlib.sha256()
+
+    def write(self, data: Any) -> None:
+        self.sha.update(data)
+
+    def buffer(self, buffer: pickle.PickleBuffer) -> bool:
+        raw = buffer.raw()
+        self.sha.update(b"%d:" % raw.nbytes)  # the stream marks where a buffer goes, this its length
+        self.sha.update(raw)
+        return False  # out of band: not written to the stream again
 
 
 def _fingerprint(value: Any) -> str | None:
@@ -151,12 +170,16 @@ def _fingerprint(value: Any) -> str | None:
     state, so sharing never joins values a trainable could tell apart. A
     value pickled twice to different bytes (its state holds a clock or a
     counter), or that neither pickles, has no fingerprint."""
-    for dumps in _picklers():
+    for pickler in _picklers():
+        digests = []
         try:
-            first, second = dumps(value, protocol=FINGERPRINT_PROTOCOL), dumps(value, protocol=FINGERPRINT_PROTOCOL)
+            for _ in range(2):
+                digest = _Digest()
+                pickler(digest, protocol=FINGERPRINT_PROTOCOL, buffer_callback=digest.buffer).dump(value)
+                digests.append(digest.sha.hexdigest())
         except Exception:  # this pickler refuses it: the next may take it
             continue
-        return hashlib.sha256(first).hexdigest() if first == second else None
+        return digests[0] if digests[0] == digests[1] else None
     return None
 
 

@@ -9,6 +9,7 @@ import itertools
 import json
 import pathlib
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -165,3 +166,19 @@ def test_records_and_objects_rebuild_the_plan_as_a_snapshot_does():
     # a new trial with equal objects joins the restored plan's node
     request = rebuilt.add_trial("b", {"lr": 0.1, "args": copy.deepcopy(value), "paths": (pathlib.Path("/x"), 3)}, 10)
     assert request.node is rebuilt.trials["a"].request.node
+
+
+class MockData:
+    """A dataset-like object holding a large array (as Ray's restore tests put in param_space)."""
+
+    def __init__(self, data):
+        self.data = data
+
+
+def test_a_dataset_like_object_is_keyed_by_its_content():
+    data = np.random.default_rng(0).random(2 * 1024 * 1024)  # 16 MB, hashed in place
+    mine = TrialConfig.from_config({"lr": 0.1, "data": MockData(data)})
+    assert mine.first_difference(TrialConfig.from_config({"lr": 0.1, "data": MockData(data.copy())}), 10) is None
+    changed = data.copy()
+    changed[-1] += 1.0
+    assert mine.first_difference(TrialConfig.from_config({"lr": 0.1, "data": MockData(changed)}), 10) == 0
