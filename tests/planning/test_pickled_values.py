@@ -62,7 +62,9 @@ def test_a_value_json_cannot_hold_is_planned_and_stored_as_its_description(value
     config = TrialConfig.from_config({"lr": MultiStep(0.1, [5], 0.1), "data": value})
     assert config.static["data"] is value  # the user's object, as given
     stored = config.to_json()["data"][PICKLED]
-    assert stored["ref"].startswith("sha256:") and stored["type"] == f"{type(value).__module__}.{type(value).__qualname__}"
+    assert (
+        stored["ref"].startswith("sha256:") and stored["type"] == f"{type(value).__module__}.{type(value).__qualname__}"
+    )
     assert stored["repr"] == repr(value)[:200] or stored["repr"].endswith("...")
     json.dumps(config.to_json())  # the stored form is JSON
 

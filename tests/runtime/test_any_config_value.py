@@ -52,12 +52,14 @@ class Clock:
 def observe(config):
     """Reports what it was given: each value's type and the values themselves."""
     for _ in range(3):
-        tune.report({
-            "score": config["box"].size,
-            "types": ",".join(f"{key}={type(value).__name__}" for key, value in sorted(config.items())),
-            "marker_exists": config["path"].exists(),
-            "args_smoke": config["args"].smoke_test,
-        })
+        tune.report(
+            {
+                "score": config["box"].size,
+                "types": ",".join(f"{key}={type(value).__name__}" for key, value in sorted(config.items())),
+                "marker_exists": config["path"].exists(),
+                "args_smoke": config["args"].smoke_test,
+            }
+        )
 
 
 class Recorder(tune.Callback):
@@ -255,8 +257,11 @@ def test_listing_commands_and_the_monitor_read_the_folder_without_unpickling(tmp
     grid = Tuner(
         observe,
         param_space={
-            "path": tmp_path, "pair": (None, tmp_path), "args": argparse.Namespace(smoke_test=False),
-            "box": tune.grid_search([Box(1), Box(2)]), "drawn": 0,
+            "path": tmp_path,
+            "pair": (None, tmp_path),
+            "args": argparse.Namespace(smoke_test=False),
+            "box": tune.grid_search([Box(1), Box(2)]),
+            "drawn": 0,
         },
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="listed", verbose=0),
     ).fit()
@@ -275,6 +280,8 @@ def test_listing_commands_and_the_monitor_read_the_folder_without_unpickling(tmp
         assert "Error" not in ran.stderr, ran.stderr
     shown = subprocess.run([STAGETREE, "show", path], capture_output=True, text=True, env=environment, timeout=120)
     assert "Box(1)" in shown.stdout and "Box(2)" in shown.stdout
-    inspected = subprocess.run([sys.executable, "-c", INSPECT, path], capture_output=True, text=True, env=environment, timeout=120)
+    inspected = subprocess.run(
+        [sys.executable, "-c", INSPECT, path], capture_output=True, text=True, env=environment, timeout=120
+    )
     assert inspected.returncode == 0, inspected.stderr
     assert inspected.stdout.split()[0] == "2"

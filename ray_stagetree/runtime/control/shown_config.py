@@ -47,7 +47,9 @@ def scheduled(config: dict[str, Any], plain: frozenset[str]) -> frozenset[str]:
     return frozenset(name for name in plain if isinstance(_at(config, name), Sequence))
 
 
-def shown_config(config: dict[str, Any], trial_config: TrialConfig | None, plain: frozenset[str], iteration: int) -> dict[str, Any]:
+def shown_config(
+    config: dict[str, Any], trial_config: TrialConfig | None, plain: frozenset[str], iteration: int
+) -> dict[str, Any]:
     """``config`` as Tune shows it after ``iteration`` iterations (0: before
     the first): each name PBT made a schedule holds its value at the last
     iteration trained; everything else is the user's object, unchanged."""

@@ -88,8 +88,11 @@ class Study:
             )
         if not record.config.complete:
             # The plan holds such values only as fingerprints; their objects are pickles, which Study never reads.
-            held = ", ".join(f"config[{name!r}] = {value!r}" for name, value in record.config.static.items()
-                             if name in record.config.pickled)
+            held = ", ".join(
+                f"config[{name!r}] = {value!r}"
+                for name, value in record.config.static.items()
+                if name in record.config.pickled
+            )
             raise ValueError(
                 f"trial {trial_id!r} has config values JSON cannot hold ({held}): Study reads no pickles, so it "
                 f"cannot rebuild them; continue the study with Tuner.restore({self.experiment_path!r}, trainable), "
