@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import pyarrow.parquet as pq
 from ray import tune
@@ -138,6 +139,7 @@ def pbt_trainable(config):
     assert config["marker"].name == "marker" and isinstance(config["clock"], Clock)
     while True:
         state["x"] += config["lr"]
+        time.sleep(0.2)  # slow enough that the population reaches each perturbation together
         with tempfile.TemporaryDirectory() as path:
             with open(os.path.join(path, "state.json"), "w") as file:
                 json.dump(state, file)
