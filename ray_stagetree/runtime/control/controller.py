@@ -189,6 +189,10 @@ class StudyController:
         else:
             searcher = getattr(self.trial_source, "searcher", None)  # told of pauses (HyperBandForBOHB)
             self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, self._stop, searcher)
+        if self.host.order_sensitive:
+            # A scheduler comparing trials decides on the order they reach it:
+            # run them in admission order, as Tune runs them (issue 31).
+            self.policy.admission_order()
         self.lifecycle = TrialLifecycle(
             self.plan, self.host, self.trial_source, self._share_key, self._next_request, self._requested, self._ended
         )
