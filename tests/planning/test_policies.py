@@ -139,3 +139,31 @@ def test_a_dispatch_costs_what_changed_not_the_whole_study(policy_name, study, m
 
     small, large = stages_per_trial(200), stages_per_trial(1600)
     assert large < 2 * small, (small, large)  # rebuilding the whole tree (or root): 8x
+
+
+@pytest.mark.parametrize("policy_name", ["critical_path", "thr", "bfs"])
+def test_a_study_whose_scheduler_compares_trials_runs_them_in_admission_order(policy_name):
+    # Issue 31: ASHA decides on the order trials reach its rungs. Tune runs the
+    # oldest unfinished trials; ordering ready batches by path length or by plan
+    # node (configs sorted by value) fed ASHA the trials in ascending-lr order.
+    plan = SearchPlan()
+    admitted = [("t0", 0.0067), ("t1", 0.0001), ("t2", 0.0165), ("t3", 0.0008), ("t4", 0.1), ("t5", 0.0003)]
+    for trial_id, lr in admitted:
+        plan.add_trial(trial_id, {"lr": lr}, 1)
+    plan.extend_trial("t4", 8)  # a younger trial with a longer request: it waits for older ones
+    policy = get_policy(policy_name).admission_order()
+    served = [sorted(request.trials) for batch in policy.select(plan, 6) for request in batch.requests]
+    assert served == [["t0"], ["t1"], ["t2"], ["t3"], ["t4"], ["t5"]]
+
+
+def test_admission_order_holds_across_dispatches_as_trials_leave_and_arrive():
+    plan = SearchPlan()
+    for index in range(4):
+        plan.add_trial(f"t{index}", {"lr": 1.0 / (index + 1)}, 1)
+    policy = CriticalPathPolicy().admission_order()
+    (first,) = policy.select(plan, 1)
+    assert [sorted(r.trials) for r in first.requests] == [["t0"]]
+    plan.remove_trial("t1")  # stopped before its first result
+    plan.add_trial("t4", {"lr": 10.0}, 1)
+    served = [sorted(request.trials) for batch in policy.select(plan, 3) for request in batch.requests]
+    assert served == [["t2"], ["t3"], ["t4"]]
