@@ -167,3 +167,24 @@ def test_admission_order_holds_across_dispatches_as_trials_leave_and_arrive():
     plan.add_trial("t4", {"lr": 10.0}, 1)
     served = [sorted(request.trials) for batch in policy.select(plan, 3) for request in batch.requests]
     assert served == [["t2"], ["t3"], ["t4"]]
+
+
+def test_timing_noise_no_longer_sorts_constant_trials_by_their_values():
+    # What issue 31 measured: trials alike in cost, but iteration timings a
+    # little noisy. The fitted cost model then orders them by learning rate
+    # (here: smaller is slower), and ASHA saw rung arrivals sorted by a value
+    # its metric depends on, continuing nearly every trial, or stopping them.
+    def build():
+        plan = SearchPlan()
+        rates = [0.0067, 0.0001, 0.0165, 0.0008, 0.1, 0.0003]
+        for index, lr in enumerate(rates):
+            plan.add_trial(f"t{index}", {"lr": lr}, 2)
+        plan.record_timing(plan.trials["t4"].request.node.node_id, 0, 1, 0.050)
+        plan.record_timing(plan.trials["t1"].request.node.node_id, 0, 1, 0.051)
+        return plan
+
+    def order(policy):
+        return [sorted(r.trials) for batch in policy.select(build(), 6) for r in batch.requests]
+
+    assert order(CriticalPathPolicy(cost_model=CostModel()))[:2] == [["t1"], ["t5"]]  # sorted by lr
+    assert order(CriticalPathPolicy(cost_model=CostModel()).admission_order()) == [[f"t{i}"] for i in range(6)]
