@@ -27,7 +27,7 @@ import abc
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -152,6 +152,20 @@ class ExecutionPolicy(abc.ABC):
         self.trial_order = on
         self._forest = None
         return self
+
+    def yields(self, plan: SearchPlan, serving: set[str], waiting: Iterable[Request]) -> bool:
+        """Should a batch serving the trials ``serving``, at a decision point
+        with every worker busy, stop there for other work, ``waiting`` being
+        the requests not yet scheduled? Yes if any waits, unless in
+        `trial_order`: then only for an older trial's, as Tune keeps a trial
+        on its worker until it stops (the continuing batch would be chosen
+        again, at the cost of a checkpoint round trip)."""
+        if not self.trial_order:
+            return any(True for _ in waiting)
+        admitted = self._admitted(plan)
+        assert admitted is not None  # in trial order
+        oldest = min((admitted.get(trial_id, math.inf) for trial_id in serving), default=math.inf)
+        return any(admitted.get(trial_id, math.inf) < oldest for request in waiting for trial_id in request.trials)
 
     def _costs_and_priorities(self, tree: StageTree) -> tuple[dict[Stage, float], dict[Stage, float]]:
         costs = {stage: self.cost_model.stage_seconds(stage.node, stage.start, stage.stop) for stage in tree.stages}

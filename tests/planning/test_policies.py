@@ -188,3 +188,15 @@ def test_timing_noise_no_longer_sorts_constant_trials_by_their_values():
 
     assert order(CriticalPathPolicy(cost_model=CostModel()))[:2] == [["t1"], ["t5"]]  # sorted by lr
     assert order(CriticalPathPolicy(cost_model=CostModel()).admission_order()) == [[f"t{i}"] for i in range(6)]
+
+
+def test_in_admission_order_a_batch_at_a_rung_yields_only_to_an_older_trial():
+    plan = SearchPlan()
+    for index in range(3):
+        plan.add_trial(f"t{index}", {"lr": 0.1 * (index + 1)}, 1)
+    waiting = [plan.trials["t2"].request]
+    assert CriticalPathPolicy().yields(plan, {"t1"}, waiting), "by default any waiting work takes the worker"
+    policy = CriticalPathPolicy().admission_order()
+    assert not policy.yields(plan, {"t1"}, waiting), "t1 is older: Tune keeps it on its worker"
+    assert policy.yields(plan, {"t1"}, [plan.trials["t0"].request])
+    assert not CriticalPathPolicy().yields(plan, {"t1"}, [])

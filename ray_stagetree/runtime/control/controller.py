@@ -572,12 +572,15 @@ class StudyController:
         costs a checkpoint, not a retrained prefix)."""
         if not self._keeps_decision_points or not can_checkpoint or self._idle_count() > 0:
             return True
-        return not any(
-            request.trials
+        serving = {trial_id for trial_id in self._trials_through(node, stop) if self._status(trial_id) in UNFINISHED}
+        waiting = (
+            request
+            for request in self.plan.open_requests()
+            if request.trials
             and request.state is RequestState.NOT_SCHED
             and not (request.node is node and request.iteration > stop)
-            for request in self.plan.open_requests()
         )
+        return not self.policy.yields(self.plan, serving, waiting)
 
     def _ingest(self, outcome: BatchOutcome) -> None:
         if self.host.population is not None and (outcome.missing_checkpoint is not None or not outcome.can_checkpoint):
