@@ -618,7 +618,11 @@ class StudyController:
     def _worker(self) -> Any:
         """An idle worker, or a new one in place of one that died."""
         if self._idle:
-            return self._idle.pop()
+            # The longest idle first: at the start, the first started (and
+            # likely first ready) worker takes the highest-priority batch, the
+            # oldest trial in admission order, which then reports first, as
+            # Tune's first trial does (issue 31).
+            return self._idle.pop(0)
         worker = start_worker(self.spec, ray.get_runtime_context().current_actor)
         self._workers.append(worker)
         return worker
