@@ -180,22 +180,30 @@ def main() -> None:
     ray.init(num_cpus=args.workers, include_dashboard=False, configure_logging=False)
     systems = {"Ray Tune (reuse_actors=True)": run_tune, "ray_stagetree": run_stagetree}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
-    print(f"{args.trials} trials, ASHA(max_t={MAX_T}, grace={GRACE}, rf={RF}), {args.workers} workers, "
-          f"{args.seconds}s/iteration, checkpoints={args.checkpoints}, load {os.getloadavg()[0]:.1f}")
+    print(
+        f"{args.trials} trials, ASHA(max_t={MAX_T}, grace={GRACE}, rf={RF}), {args.workers} workers, "
+        f"{args.seconds}s/iteration, checkpoints={args.checkpoints}, load {os.getloadavg()[0]:.1f}"
+    )
     print(f"trials reaching rungs {RUNGS}")
     with tempfile.TemporaryDirectory() as storage:
         for repeat in range(args.repeats):
             for name, run in systems.items():  # interleaved: A, B, A, B, ...
                 outcome = run(args, storage)
                 runs[name].append(outcome)
-                print(f"  repeat {repeat + 1} {name:30s} iterations {outcome['iterations']:4d}  "
-                      f"worker-s {outcome['worker_s']:6.1f}  wall {outcome['wall']:5.1f}  rungs {outcome['rungs']}",
-                      flush=True)
-    print(f"\n{'system':30s} {'iterations: median [range]':>30s} {'worker-s: median [range]':>30s} "
-          f"{'wall: median [range]':>26s}")
+                print(
+                    f"  repeat {repeat + 1} {name:30s} iterations {outcome['iterations']:4d}  "
+                    f"worker-s {outcome['worker_s']:6.1f}  wall {outcome['wall']:5.1f}  rungs {outcome['rungs']}",
+                    flush=True,
+                )
+    print(
+        f"\n{'system':30s} {'iterations: median [range]':>30s} {'worker-s: median [range]':>30s} "
+        f"{'wall: median [range]':>26s}"
+    )
     for name, outcomes in runs.items():
-        print(f"{name:30s} {_summary([o['iterations'] for o in outcomes]):>30s} "
-              f"{_summary([o['worker_s'] for o in outcomes]):>30s} {_summary([o['wall'] for o in outcomes]):>26s}")
+        print(
+            f"{name:30s} {_summary([o['iterations'] for o in outcomes]):>30s} "
+            f"{_summary([o['worker_s'] for o in outcomes]):>30s} {_summary([o['wall'] for o in outcomes]):>26s}"
+        )
     tune_runs, tree_runs = runs.values()
     for key in ("iterations", "worker_s"):
         ratio = statistics.median(o[key] for o in tree_runs) / statistics.median(o[key] for o in tune_runs)

@@ -366,7 +366,14 @@ class _StageForest:
         for stage in ready:
             batch = self.policy._batch_from(stage, costs, priority)
             entry = (
-                rank[stage], -priority[stage], stage.node.node_id, stage.start, next(self.tie_break), key, generation, batch
+                rank[stage],
+                -priority[stage],
+                stage.node.node_id,
+                stage.start,
+                next(self.tie_break),
+                key,
+                generation,
+                batch,
             )
             heapq.heappush(self.heap, entry)
 
