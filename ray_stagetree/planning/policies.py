@@ -26,7 +26,8 @@ from __future__ import annotations
 import abc
 import heapq
 import itertools
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -122,11 +123,20 @@ class ExecutionPolicy(abc.ABC):
     #: True when `priorities` of a stage depend only on the stages under it:
     #: `select` then replans only the units of the plan that changed.
     local_priorities: bool = False
+    #: Set (`admission_order`) for a study whose trial scheduler decides on
+    #: results (ASHA, HyperBand, median stopping): ready batches go by the
+    #: oldest trial they serve, the policy's priority only breaking ties.
+    #: Ray Tune runs the oldest unfinished trials, each until its scheduler
+    #: stops it; such a scheduler's decisions depend on the order in which
+    #: trials reach its rungs, so ordering by anything else (estimated path
+    #: length, node order) feeds it another study than Tune would.
+    trial_order: bool = False
 
     def __init__(self, cost_model: CostModel | None = None, batch_stages: bool | None = None) -> None:
         self.cost_model = cost_model if cost_model is not None else CostModel()
         self.batch_stages = self.default_batch_stages if batch_stages is None else bool(batch_stages)
         self._forest: _StageForest | None = None
+        self._admissions: dict[str, int] = {}
 
     @abc.abstractmethod
     def priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
@@ -137,9 +147,50 @@ class ExecutionPolicy(abc.ABC):
         with gc_paused():
             return list(self._batches(tree))
 
+    def admission_order(self, on: bool = True) -> ExecutionPolicy:
+        """Order ready batches by their trials' admission (see `trial_order`)."""
+        self.trial_order = on
+        self._forest = None
+        return self
+
+    def yields(self, plan: SearchPlan, serving: set[str], waiting: Iterable[Request]) -> bool:
+        """Should a batch serving the trials ``serving``, at a decision point
+        with every worker busy, stop there for other work, ``waiting`` being
+        the requests not yet scheduled? Yes if any waits, unless in
+        `trial_order`: then only for an older trial's, as Tune keeps a trial
+        on its worker until it stops (the continuing batch would be chosen
+        again, at the cost of a checkpoint round trip)."""
+        if not self.trial_order:
+            return any(True for _ in waiting)
+        admitted = self._admitted(plan)
+        assert admitted is not None  # in trial order
+        oldest = min((admitted.get(trial_id, math.inf) for trial_id in serving), default=math.inf)
+        return any(admitted.get(trial_id, math.inf) < oldest for request in waiting for trial_id in request.trials)
+
     def _costs_and_priorities(self, tree: StageTree) -> tuple[dict[Stage, float], dict[Stage, float]]:
         costs = {stage: self.cost_model.stage_seconds(stage.node, stage.start, stage.stop) for stage in tree.stages}
         return costs, self.priorities(tree, costs)
+
+    def _ranks(self, tree: StageTree, admitted: dict[str, int] | None) -> dict[Stage, float]:
+        """Each stage's rank: the admission position of the oldest trial it
+        or a stage under it serves (0 for all without `trial_order`)."""
+        if admitted is None:
+            return dict.fromkeys(tree.stages, 0.0)
+        ranks: dict[Stage, float] = {}
+        for stage in reversed(_top_down(tree)):
+            own = (admitted.get(trial_id, math.inf) for request in stage.requests for trial_id in request.trials)
+            ranks[stage] = min(itertools.chain(own, (ranks[child] for child in stage.children)), default=math.inf)
+        return ranks
+
+    def _admitted(self, plan: SearchPlan) -> dict[str, int] | None:
+        """Trial id -> admission number, None without `trial_order`. The plan
+        lists trials as they were added; numbers stay fixed as trials leave,
+        so batches ranked at different calls compare."""
+        if not self.trial_order:
+            return None
+        for trial_id in plan.trials:
+            self._admissions.setdefault(trial_id, len(self._admissions))
+        return self._admissions
 
     def _batch_from(
         self, stage: Stage, costs: dict[Stage, float], priority: dict[Stage, float], after: StageBatch | None = None
@@ -150,16 +201,17 @@ class ExecutionPolicy(abc.ABC):
             path.append(max(path[-1].children, key=priority.__getitem__))
         return StageBatch(path, sum(costs[s] for s in path), after=after)
 
-    def _batches(self, tree: StageTree) -> Iterator[StageBatch]:
+    def _batches(self, tree: StageTree, admitted: dict[str, int] | None = None) -> Iterator[StageBatch]:
         """`order`'s batches, made as they are taken."""
         costs, priority = self._costs_and_priorities(tree)
+        rank = self._ranks(tree, admitted)
         tie_break = itertools.count()
-        heap: list[tuple[float, int, Stage, StageBatch | None]] = [
-            (-priority[root], next(tie_break), root, None) for root in tree.roots
+        heap: list[tuple[float, float, int, Stage, StageBatch | None]] = [
+            (rank[root], -priority[root], next(tie_break), root, None) for root in tree.roots
         ]
         heapq.heapify(heap)
         while heap:
-            _, _, stage, after = heapq.heappop(heap)
+            _, _, _, stage, after = heapq.heappop(heap)
             batch = self._batch_from(stage, costs, priority, after)
             path = batch.stages
             yield batch
@@ -167,7 +219,7 @@ class ExecutionPolicy(abc.ABC):
             for member in path:
                 for child in member.children:
                     if id(child) not in on_path:
-                        heapq.heappush(heap, (-priority[child], next(tie_break), child, batch))
+                        heapq.heappush(heap, (rank[child], -priority[child], next(tie_break), child, batch))
 
     def select(
         self, plan: SearchPlan, idle_workers: int, admit: Callable[[StageBatch], bool] | None = None
@@ -198,7 +250,7 @@ class ExecutionPolicy(abc.ABC):
             if self._forest is None or self._forest.plan is not plan:
                 self._forest = _StageForest(self, plan)
             return self._forest.ready_batches()
-        return (batch for batch in self._batches(build_stage_tree(plan)) if batch.ready)
+        return (batch for batch in self._batches(build_stage_tree(plan), self._admitted(plan)) if batch.ready)
 
     # -- time sharing: a stage-tree policy runs every batch to its end; the
     # time-sharing policies (planning/time_sharing.py) pre-empt at these
@@ -251,7 +303,8 @@ class _StageForest:
         self.generation: dict[int, int] = {}  # unit (its first node's id) -> its current build
         self.live: dict[int, int] = {}  # current unit -> its entries in the heap
         self.live_total = 0
-        self.heap: list[tuple[float, int, int, int, int, int, StageBatch]] = []
+        self.heap: list[tuple[float, float, int, int, int, int, int, StageBatch]] = []
+        self.admitted: dict[str, int] | None = None
         self.tie_break = itertools.count()
 
     def ready_batches(self) -> Iterator[StageBatch]:
@@ -264,9 +317,9 @@ class _StageForest:
         try:
             while self.heap:
                 entry = heapq.heappop(self.heap)
-                if self.generation.get(entry[4]) == entry[5]:
+                if self.generation.get(entry[5]) == entry[6]:
                     seen.append(entry)
-                    yield entry[6]
+                    yield entry[7]
         finally:
             for entry in seen:
                 heapq.heappush(self.heap, entry)
@@ -288,10 +341,12 @@ class _StageForest:
             self.live.clear()
             self.live_total = 0
         self.read_up_to = self.plan.changes
+        if units:
+            self.admitted = self.policy._admitted(self.plan)
         for unit in units:
             self._rebuild(unit)
         if len(self.heap) > 64 + 4 * self.live_total:
-            self.heap = [entry for entry in self.heap if self.generation.get(entry[4]) == entry[5]]
+            self.heap = [entry for entry in self.heap if self.generation.get(entry[5]) == entry[6]]
             heapq.heapify(self.heap)
 
     def _rebuild(self, unit: PlanNode) -> None:
@@ -304,12 +359,22 @@ class _StageForest:
             return
         tree = build_stage_tree(self.plan, [unit])
         costs, priority = self.policy._costs_and_priorities(tree)
+        rank = self.policy._ranks(tree, self.admitted)
         ready = [stage for stage in tree.roots if stage.ready]
         self.live[key] = len(ready)
         self.live_total += len(ready)
         for stage in ready:
             batch = self.policy._batch_from(stage, costs, priority)
-            entry = (-priority[stage], stage.node.node_id, stage.start, next(self.tie_break), key, generation, batch)
+            entry = (
+                rank[stage],
+                -priority[stage],
+                stage.node.node_id,
+                stage.start,
+                next(self.tie_break),
+                key,
+                generation,
+                batch,
+            )
             heapq.heappush(self.heap, entry)
 
 

@@ -201,6 +201,11 @@ class TimeSharingPolicy(ExecutionPolicy):
     def priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
         return {stage: self.priority_of(stage.node) for stage in tree.stages}
 
+    def admission_order(self, on: bool = True) -> ExecutionPolicy:
+        # A time-sharing policy's order of jobs is what it is chosen for
+        # (Hermes, SLAQ, round robin): it keeps it under any scheduler.
+        return self
+
     # -- admission (G_thres) ---------------------------------------------------
 
     def bind(self, workers: int) -> None:

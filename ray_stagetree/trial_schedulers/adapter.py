@@ -78,6 +78,13 @@ class SchedulerAdapter(abc.ABC):
         at any result."""
         return False
 
+    @property
+    def order_sensitive(self) -> bool:
+        """Whether the scheduler's decisions depend on the order in which
+        trials run and report (it compares trials: ASHA's rungs, HyperBand,
+        median stopping, PBT); only Ray's own FIFO never does."""
+        return True
+
     def attach(self, on_stop: Callable[[str], None], searcher: Any = None) -> None:
         """Report the scheduler's stops of trials other than the one whose
         result it is processing (paused ones) to ``on_stop``, a callable

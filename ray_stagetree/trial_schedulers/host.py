@@ -69,6 +69,13 @@ class SchedulerHost:
         return self._adapter.decides_at_milestones
 
     @property
+    def order_sensitive(self) -> bool:
+        """Whether the scheduler's decisions depend on the order trials run
+        in: the study then dispatches its trials in admission order, as Tune
+        does (`ExecutionPolicy.trial_order`)."""
+        return self._adapter.order_sensitive
+
+    @property
     def population(self) -> PopulationBasedAdapter | None:
         """The PBT adapter, whose decisions read each trial's hyper-parameter
         values and need checkpoints; None under any other scheduler."""

@@ -163,6 +163,10 @@ class FifoAdapter(TuneFedAdapter):
     def decides_at_milestones(self) -> bool:
         return self.exact
 
+    @property
+    def order_sensitive(self) -> bool:
+        return not self.exact
+
 
 class MedianStoppingAdapter(TuneFedAdapter):
     """``MedianStoppingRule``: it may stop a trial at any result past its

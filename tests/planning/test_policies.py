@@ -139,3 +139,64 @@ def test_a_dispatch_costs_what_changed_not_the_whole_study(policy_name, study, m
 
     small, large = stages_per_trial(200), stages_per_trial(1600)
     assert large < 2 * small, (small, large)  # rebuilding the whole tree (or root): 8x
+
+
+@pytest.mark.parametrize("policy_name", ["critical_path", "thr", "bfs"])
+def test_a_study_whose_scheduler_compares_trials_runs_them_in_admission_order(policy_name):
+    # Issue 31: ASHA decides on the order trials reach its rungs. Tune runs the
+    # oldest unfinished trials; ordering ready batches by path length or by plan
+    # node (configs sorted by value) fed ASHA the trials in ascending-lr order.
+    plan = SearchPlan()
+    admitted = [("t0", 0.0067), ("t1", 0.0001), ("t2", 0.0165), ("t3", 0.0008), ("t4", 0.1), ("t5", 0.0003)]
+    for trial_id, lr in admitted:
+        plan.add_trial(trial_id, {"lr": lr}, 1)
+    plan.extend_trial("t4", 8)  # a younger trial with a longer request: it waits for older ones
+    policy = get_policy(policy_name).admission_order()
+    served = [sorted(request.trials) for batch in policy.select(plan, 6) for request in batch.requests]
+    assert served == [["t0"], ["t1"], ["t2"], ["t3"], ["t4"], ["t5"]]
+
+
+def test_admission_order_holds_across_dispatches_as_trials_leave_and_arrive():
+    plan = SearchPlan()
+    for index in range(4):
+        plan.add_trial(f"t{index}", {"lr": 1.0 / (index + 1)}, 1)
+    policy = CriticalPathPolicy().admission_order()
+    (first,) = policy.select(plan, 1)
+    assert [sorted(r.trials) for r in first.requests] == [["t0"]]
+    plan.remove_trial("t1")  # stopped before its first result
+    plan.add_trial("t4", {"lr": 10.0}, 1)
+    served = [sorted(request.trials) for batch in policy.select(plan, 3) for request in batch.requests]
+    assert served == [["t2"], ["t3"], ["t4"]]
+
+
+def test_timing_noise_no_longer_sorts_constant_trials_by_their_values():
+    # What issue 31 measured: trials alike in cost, but iteration timings a
+    # little noisy. The fitted cost model then orders them by learning rate
+    # (here: smaller is slower), and ASHA saw rung arrivals sorted by a value
+    # its metric depends on, continuing nearly every trial, or stopping them.
+    def build():
+        plan = SearchPlan()
+        rates = [0.0067, 0.0001, 0.0165, 0.0008, 0.1, 0.0003]
+        for index, lr in enumerate(rates):
+            plan.add_trial(f"t{index}", {"lr": lr}, 2)
+        plan.record_timing(plan.trials["t4"].request.node.node_id, 0, 1, 0.050)
+        plan.record_timing(plan.trials["t1"].request.node.node_id, 0, 1, 0.051)
+        return plan
+
+    def order(policy):
+        return [sorted(r.trials) for batch in policy.select(build(), 6) for r in batch.requests]
+
+    assert order(CriticalPathPolicy(cost_model=CostModel()))[:2] == [["t1"], ["t5"]]  # sorted by lr
+    assert order(CriticalPathPolicy(cost_model=CostModel()).admission_order()) == [[f"t{i}"] for i in range(6)]
+
+
+def test_in_admission_order_a_batch_at_a_rung_yields_only_to_an_older_trial():
+    plan = SearchPlan()
+    for index in range(3):
+        plan.add_trial(f"t{index}", {"lr": 0.1 * (index + 1)}, 1)
+    waiting = [plan.trials["t2"].request]
+    assert CriticalPathPolicy().yields(plan, {"t1"}, waiting), "by default any waiting work takes the worker"
+    policy = CriticalPathPolicy().admission_order()
+    assert not policy.yields(plan, {"t1"}, waiting), "t1 is older: Tune keeps it on its worker"
+    assert policy.yields(plan, {"t1"}, [plan.trials["t0"].request])
+    assert not CriticalPathPolicy().yields(plan, {"t1"}, [])

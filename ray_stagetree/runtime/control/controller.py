@@ -189,6 +189,10 @@ class StudyController:
         else:
             searcher = getattr(self.trial_source, "searcher", None)  # told of pauses (HyperBandForBOHB)
             self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, self._stop, searcher)
+        if self.host.order_sensitive:
+            # A scheduler comparing trials decides on the order they reach it:
+            # run them in admission order, as Tune runs them (issue 31).
+            self.policy.admission_order()
         self.lifecycle = TrialLifecycle(
             self.plan, self.host, self.trial_source, self._share_key, self._next_request, self._requested, self._ended
         )
@@ -568,12 +572,15 @@ class StudyController:
         costs a checkpoint, not a retrained prefix)."""
         if not self._keeps_decision_points or not can_checkpoint or self._idle_count() > 0:
             return True
-        return not any(
-            request.trials
+        serving = {trial_id for trial_id in self._trials_through(node, stop) if self._status(trial_id) in UNFINISHED}
+        waiting = (
+            request
+            for request in self.plan.open_requests()
+            if request.trials
             and request.state is RequestState.NOT_SCHED
             and not (request.node is node and request.iteration > stop)
-            for request in self.plan.open_requests()
         )
+        return not self.policy.yields(self.plan, serving, waiting)
 
     def _ingest(self, outcome: BatchOutcome) -> None:
         if self.host.population is not None and (outcome.missing_checkpoint is not None or not outcome.can_checkpoint):
@@ -611,7 +618,11 @@ class StudyController:
     def _worker(self) -> Any:
         """An idle worker, or a new one in place of one that died."""
         if self._idle:
-            return self._idle.pop()
+            # The longest idle first: at the start, the first started (and
+            # likely first ready) worker takes the highest-priority batch, the
+            # oldest trial in admission order, which then reports first, as
+            # Tune's first trial does (issue 31).
+            return self._idle.pop(0)
         worker = start_worker(self.spec, ray.get_runtime_context().current_actor)
         self._workers.append(worker)
         return worker
