@@ -57,6 +57,7 @@ class BatchOutcome:
     checkpoints: list[tuple[int, int, Any, int]] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
+    error_pickle: bytes | None = None  # the trainable's exception as Tune's Result.error, pickled (trial_errors)
     error_iteration: int | None = None
     error_node: int | None = None
     error_retryable: bool = True  # False: the trainable's own code is wrong (`ReportError`), a retry repeats it

@@ -118,6 +118,7 @@ class TrialState(Trial):
     reported: list[dict[str, Any]] = field(default_factory=list)  # every row, in order
     failures: int = 0
     error: str | None = None
+    error_pickle: bytes | None = None  # the trainable's exception for Result.error (runtime.workers.trial_errors)
     checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # in the trial's folder, oldest first
     best_checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Tune's order: best last
     plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
@@ -268,7 +269,7 @@ class StudyController:
         """An errored trial runs again: from its latest checkpoint, or with
         its results starting over (the plan still answers what it stored:
         retraining would give the same values)."""
-        state.error, state.failures = None, 0
+        state.error, state.error_pickle, state.failures = None, None, 0
         if restart:
             state.rows, state.reported = {}, []
         state.restored_at = max(state.rows, default=0)
@@ -778,7 +779,7 @@ class StudyController:
             if self.trials[trial_id].status not in ENDED
         }
         if not outcome.error_retryable:  # the trainable reported something it must not: a retry repeats it
-            self._fail(affected, outcome.error, retry=False)
+            self._fail(affected, outcome.error, retry=False, error_pickle=outcome.error_pickle)
             return
         point = (outcome.error_node, outcome.error_iteration)
         if len(affected) > 1 and point not in self._shared_retries:
@@ -790,9 +791,9 @@ class StudyController:
                 outcome.error,
             )
             return
-        self._fail(affected, outcome.error)
+        self._fail(affected, outcome.error, error_pickle=outcome.error_pickle)
 
-    def _fail(self, trial_ids: set[str], error: str, retry: bool = True) -> None:
+    def _fail(self, trial_ids: set[str], error: str, retry: bool = True, error_pickle: bytes | None = None) -> None:
         for trial_id in trial_ids:
             state = self.trials[trial_id]
             if state.status in ENDED:
@@ -801,7 +802,7 @@ class StudyController:
             if retry and state.failures <= self.spec.max_failures:
                 self._event("recover", state, error=error)
             else:
-                state.error = error
+                state.error, state.error_pickle = error, error_pickle
                 self.lifecycle.fail(state)
                 self._after_error()
                 self._resume()
@@ -1167,6 +1168,7 @@ class StudyController:
                 "config_json": state.config_json,
                 "status": state.status,
                 "error": state.error,
+                "error_pickle": state.error_pickle,
                 "rows": state.reported,
                 # (path, metrics), oldest first; the last is Result.checkpoint
                 "checkpoints": state.checkpoints,

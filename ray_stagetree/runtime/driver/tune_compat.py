@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect
 import io
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: Environment variables ``tune.run`` refuses (it raises DeprecationWarning).
 DEPRECATED_ENV = ("TUNE_RESULT_DIR", "RAY_AIR_LOCAL_CACHE_DIR")

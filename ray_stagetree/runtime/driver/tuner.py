@@ -70,6 +70,7 @@ from ray_stagetree.runtime.workers.reproducibility import (
     repeat_configs,
     trial_seed,
 )
+from ray_stagetree.runtime.workers.trial_errors import unpack_error
 from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.searchers.variants import VariantStream, sample_variants
@@ -849,7 +850,6 @@ class Tuner:
 
     def _result_grid(self, summaries: list[dict[str, Any]], experiment_path: str, progress: dict) -> ResultGrid:
         import pandas as pd
-        from ray.tune.error import TuneError
         from ray.tune.utils import flatten_dict
 
         results = []
@@ -861,7 +861,7 @@ class Tuner:
             best = [(tune.Checkpoint(path, filesystem), metrics) for path, metrics in summary["best_checkpoints"]]
             error = None
             if summary["status"] == ERROR:
-                error = TuneError(f"trial {summary['name']} failed:\n{summary['error']}")
+                error = unpack_error(summary.get("error_pickle"), summary["error"], summary["name"])
             results.append(
                 tune.Result(
                     metrics=rows[-1] if rows else {"config": summary["config_json"]},
