@@ -246,3 +246,38 @@ def test_a_registered_trainable_runs_by_name_and_restores(tmp_path, ray_session)
     assert len(restored.fit()) == 2
     with pytest.raises(TuneError, match="Unknown trainable: stagetree_nothing"):
         Tuner("stagetree_nothing", run_config=run_config(tmp_path, "unknown"))
+
+
+# -- Tune's default trial names --------------------------------------------------
+
+
+def reports_its_name(config):
+    tune.report({"name": tune.get_context().get_trial_name(), "id": tune.get_context().get_trial_id()})
+
+
+class NameRecorder(tune.Callback):
+    def __init__(self):
+        self.names = set()
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.names.add((str(trial), trial.trial_id))
+
+
+def test_default_trial_names_are_tunes(tmp_path, ray_session):
+    recorder = NameRecorder()
+    grid = Tuner(
+        reports_its_name,
+        param_space={"lr": tune.grid_search([0.5, 0.25]), "fixed": 3},
+        run_config=run_config(tmp_path, "names", callbacks=[recorder]),
+    ).fit()
+    expected = {f"reports_its_name_{result.metrics['id']}" for result in grid}
+    assert {result.metrics["name"] for result in grid} == expected  # get_trial_name(), what MLflow/W&B default to
+    assert {name for name, _ in recorder.names} == expected  # str(trial) in callbacks
+    for result in grid:
+        # Tune's folder: <name>_<counter>_<tuned values>_<date>; the counter is the trial id's number.
+        counter = int(result.metrics["id"].rsplit("_", 1)[1])
+        folder = os.path.basename(result.path)
+        prefix = f"{result.metrics['name']}_{counter}_lr={result.config['lr']:.4f}_"
+        assert folder.startswith(prefix), folder
+        assert len(folder) == len(prefix) + len("2025-01-01_00-00-00")
+        assert os.path.isfile(os.path.join(result.path, "result.json"))

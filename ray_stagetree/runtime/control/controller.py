@@ -47,7 +47,7 @@ from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore, WriteFailed
 from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
 from ray_stagetree.runtime.control.resources import workers_that_fit
-from ray_stagetree.runtime.control.trials import TrialInfo, trial_name
+from ray_stagetree.runtime.control.trials import TrialInfo, experiment_tag, trial_name
 from ray_stagetree.runtime.workers.worker import StageWorker
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import WAIT
@@ -100,6 +100,9 @@ class StudySpec:
     trainable_name: str = "trainable"
     trial_name_creator: Any = None  # TuneConfig's hooks, called with a TrialInfo
     trial_dirname_creator: Any = None
+    # The config paths a grid or random search draws, for Tune's experiment tag in folder names
+    # (None: a searcher's trials, tagged with every value, as Tune tags them).
+    tuned_paths: frozenset[tuple[str, ...]] | None = None
     checkpoint_config: Any = None  # ray.tune.CheckpointConfig, validated by the Tuner
     stall_warning_s: float = 60.0  # the progress names a batch's trials after this long without a report
     # The experiment's key, which seals stored checkpoints (execution.payload_auth); never written to storage.
@@ -305,7 +308,9 @@ class StudyController:
             self.host.on_add(trial_id, config)  # PBT may add to the config: before it is parsed
             try:
                 trial_config = self.lifecycle.parse(trial_id, config)
-                info = TrialInfo(trial_id, config, self.spec.trainable_name)
+                info = TrialInfo(
+                    trial_id, config, self.spec.trainable_name, experiment_tag(trial_id, config, self.spec.tuned_paths)
+                )
                 name = trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False)
                 dirname = trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True)
             except Exception as error:  # a bad config, or a user hook that raised

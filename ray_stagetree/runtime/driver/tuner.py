@@ -73,7 +73,7 @@ from ray_stagetree.runtime.workers.reproducibility import (
 from ray_stagetree.runtime.workers.trial_errors import unpack_error
 from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
-from ray_stagetree.searchers.variants import VariantStream, sample_variants
+from ray_stagetree.searchers.variants import VariantStream, sample_variants, tuned_paths
 from ray_stagetree.trainables import StageTrainable
 from ray_stagetree.trial_schedulers.registry import check_scheduler, scheduler_max_t
 
@@ -679,6 +679,7 @@ class Tuner:
             trainable_name=self._trainable_name,
             trial_name_creator=self.tune_config.trial_name_creator,
             trial_dirname_creator=self.tune_config.trial_dirname_creator,
+            tuned_paths=None if isinstance(trial_source, SearcherSource) else tuned_paths(self.param_space),
             trainable=self._pickled_trainable(),
             trial_source=trial_source,
             horizon=horizon,
