@@ -32,6 +32,9 @@ class BatchSpec:
     # The batch whose trainable waits parked on this worker at ``start``: this
     # batch continues it, live, instead of starting from a checkpoint.
     resumes: int | None = None
+    # Store every checkpoint a function reports, not only at ``save_iterations``: the study's
+    # CheckpointConfig(num_to_keep=N) keeps a trial's N best reported checkpoints, as Tune.
+    keep_reported: bool = False
 
     @property
     def start(self) -> int:

@@ -29,7 +29,7 @@ import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec, FlushReply
 from ray_stagetree.execution.parking import PARKED_PER_WORKER, Parking
-from ray_stagetree.execution.retention import kept_checkpoints
+from ray_stagetree.execution.retention import keeps_reported, kept_checkpoints
 from ray_stagetree.execution.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.planning.config import TrialConfig, unflatten
 from ray_stagetree.planning.lifecycle import (
@@ -672,6 +672,7 @@ class StudyController:
             plain=self._node_plain.get(leaf.node_id, frozenset()),
             reproducibility=self.spec.reproducibility,
             resumes=None if parked is None else parked.batch_id,
+            keep_reported=keeps_reported(self.spec.checkpoint_config),
             **self._owner(leaf.node_id),
         )
 
