@@ -10,7 +10,7 @@ import threading
 
 import pytest
 from ray import cloudpickle, tune
-from ray.exceptions import RayTaskError
+from ray.exceptions import RayActorError, RayTaskError
 from ray.tune.error import TuneError
 
 from ray_stagetree import Tuner
@@ -129,6 +129,16 @@ def test_an_unpicklable_exception_degrades_to_its_traceback(tmp_path, ray_sessio
     (result,) = Tuner(raises_unpicklable, run_config=run_config(tmp_path, "unpicklable")).fit()
     assert isinstance(result.error, RayTaskError)
     assert "UnpicklableError: holds a lock" in str(result.error)
+
+
+def kills_its_worker(config):
+    tune.report({"loss": 1.0})
+    os._exit(1)
+
+
+def test_a_dead_worker_is_tunes_actor_error(tmp_path, ray_session):
+    (result,) = Tuner(kills_its_worker, run_config=run_config(tmp_path, "dead")).fit()
+    assert isinstance(result.error, RayActorError)  # what Tune's Result.error holds when the trainable's actor died
 
 
 # -- get_best_result, get_results --------------------------------------------------

@@ -48,6 +48,7 @@ from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore, Writ
 from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
 from ray_stagetree.runtime.control.resources import workers_that_fit
 from ray_stagetree.runtime.control.trials import TrialInfo, experiment_tag, trial_name
+from ray_stagetree.runtime.workers.trial_errors import pack_exception
 from ray_stagetree.runtime.workers.worker import StageWorker
 from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import WAIT
@@ -706,7 +707,9 @@ class StudyController:
             # Its node may be gone: start no more workers than the cluster now holds.
             self._capacity = max(1, min(self.spec.num_workers, workers_that_fit(self.spec.worker_options)))
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
-            self._fail(affected, f"the worker running batch {batch.batch_id} died: {error}")
+            # Result.error is Ray's RayActorError, as in Tune.
+            died = f"the worker running batch {batch.batch_id} died: {error}"
+            self._fail(affected, died, error_pickle=pack_exception(error))
             self.plan.release_batch(batch.batch_id)
             return
         except ray.exceptions.RayError as error:  # its outcome could not come back (it failed to serialize)

@@ -22,7 +22,6 @@ logger = logging.getLogger("ray_stagetree")
 def pack_error(error: BaseException, traceback_text: str, function_name: str) -> bytes | None:
     """``error`` as Tune's ``RayTaskError`` (an instance of the error's type
     too), pickled; None when neither it nor a cause-less one pickles."""
-    import ray.cloudpickle as pickle
     from ray.exceptions import RayTaskError
 
     if not isinstance(error, Exception):  # SystemExit: Ray's task would raise it as itself
@@ -34,13 +33,23 @@ def pack_error(error: BaseException, traceback_text: str, function_name: str) ->
         pass
     candidates.append(RayTaskError(function_name, traceback_text, None))
     for candidate in candidates:
-        try:
-            data = pickle.dumps(candidate)
-            pickle.loads(data)  # a class whose __init__ cannot take its own args fails here, not on the driver
+        data = pack_exception(candidate)
+        if data is not None:
             return data
-        except Exception:  # noqa: BLE001, S112 - whatever an exception's pickling raises, the next form is tried
-            continue
     return None
+
+
+def pack_exception(error: BaseException) -> bytes | None:
+    """``error`` pickled as it is (Ray's own errors: a worker that died is
+    Tune's ``RayActorError``), None when it does not survive the round trip."""
+    import ray.cloudpickle as pickle
+
+    try:
+        data = pickle.dumps(error)
+        pickle.loads(data)  # a class whose __init__ cannot take its own args fails here, not on the driver
+    except Exception:  # noqa: BLE001 - whatever an exception's pickling raises, it degrades to its text
+        return None
+    return data
 
 
 def unpack_error(data: bytes | None, text: str, trial_name: str) -> Exception:
