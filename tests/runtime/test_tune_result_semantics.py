@@ -291,3 +291,25 @@ def test_default_trial_names_are_tunes(tmp_path, ray_session):
         assert folder.startswith(prefix), folder
         assert len(folder) == len(prefix) + len("2025-01-01_00-00-00")
         assert os.path.isfile(os.path.join(result.path, "result.json"))
+
+
+def reports_wandb_defaults(config):
+    """setup_wandb as a Tune trainable calls it; wandb itself (not installed
+    here) is a stand-in whose init returns what it was given."""
+    import types
+
+    from ray.air.integrations import wandb as wandb_integration
+
+    wandb_integration.wandb = types.SimpleNamespace(init=lambda **kwargs: kwargs)
+    os.environ["WANDB_MODE"] = "offline"  # no API key asked for
+    run = wandb_integration.setup_wandb(config, project="stagetree")
+    tune.report({"id": run["id"], "name": run["name"], "group": run["group"], "seen_id": tune.get_context().get_trial_id()})
+
+
+def test_setup_wandb_defaults_to_the_trial_and_experiment(tmp_path, ray_session):
+    (result,) = Tuner(reports_wandb_defaults, param_space={"x": 1}, run_config=run_config(tmp_path, "wandb")).fit()
+    assert result.error is None, result.error
+    trial_id = result.metrics["trial_id"]
+    assert result.metrics["id"] == result.metrics["seen_id"] == trial_id
+    assert result.metrics["name"] == f"reports_wandb_defaults_{trial_id}"
+    assert result.metrics["group"] == "wandb"

@@ -132,6 +132,14 @@ def _install_tune_shims() -> None:
     # trainable's modules import it by name.
     in_tune_session = trainable_fn_utils._in_tune_session
     trainable_fn_utils._in_tune_session = lambda: current() is not None or bool(in_tune_session())
+    # setup_wandb takes its default run id, name and group from Ray Train's session, which it
+    # imported by name: as under Tune, they are the trial's id and name and the experiment's name.
+    from ray.air.integrations import wandb as wandb_integration
+
+    train_session = wandb_integration.get_session
+    wandb_integration.get_session = lambda: (
+        session.StageTrainSession(current()) if current() is not None else train_session()
+    )
 
 
 class LiveTrainable:
