@@ -80,8 +80,8 @@ def _report_output(context: StageContext, output: Any) -> None:
         context.report(output)
     elif isinstance(output, numbers.Number):
         context.report({DEFAULT_METRIC: output})
-    else:  # Tune's error
-        raise ValueError(
+    else:  # Tune's error and type
+        raise ValueError(  # noqa: TRY004
             "Invalid return or yield value. Either return/yield a single number or a dictionary object in your "
             "trainable function."
         )
