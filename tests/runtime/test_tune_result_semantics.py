@@ -178,6 +178,8 @@ def test_the_experiment_folder_exists_after_tuner(tmp_path):
 def test_restoring_a_never_fitted_tuner_runs_the_study(tmp_path, ray_session):
     Tuner(returns_number, param_space={"x": tune.grid_search([1, 2])}, run_config=run_config(tmp_path, "never"))
     tuner = Tuner.restore(os.path.join(tmp_path, "never"), returns_number)
+    with pytest.raises(RuntimeError, match="Can't return results as experiment has not been run, yet"):
+        tuner.get_results()  # nothing ran: no results to load, as in Tune
     grid = tuner.fit()
     assert sorted(result.metrics["_metric"] for result in grid) == [2, 4]
 
@@ -253,6 +255,10 @@ def test_a_registered_trainable_runs_by_name_and_restores(tmp_path, ray_session)
     grid = tuner.fit()
     assert sorted(result.metrics["_metric"] for result in grid) == [2, 6]
     restored = Tuner.restore(os.path.join(tmp_path, "named"), "stagetree_doubler")
+    # Before fit(), get_results() gives the results the experiment folder holds, as Tune's restored Tuner.
+    stored = restored.get_results()
+    assert sorted(result.metrics["_metric"] for result in stored) == [2, 6]
+    assert {result.path for result in stored} == {result.path for result in grid}
     assert len(restored.fit()) == 2
     with pytest.raises(TuneError, match="Unknown trainable: stagetree_nothing"):
         Tuner("stagetree_nothing", run_config=run_config(tmp_path, "unknown"))

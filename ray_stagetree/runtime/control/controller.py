@@ -113,6 +113,26 @@ class StudySpec:
     parked_per_worker: int = PARKED_PER_WORKER  # paused trainables with no checkpoint a worker keeps alive
 
 
+def trial_summary(state: TrialState) -> dict[str, Any]:
+    """What the driver makes a trial's ``ray.tune.Result`` from: at the end of
+    a study (`StudyController.results`), or from a snapshot's trials
+    (``Tuner.get_results()`` of a restored Tuner)."""
+    return {
+        "trial_id": state.trial_id,
+        "name": state.name,
+        "dirname": state.dirname,
+        "config": state.config,
+        "config_json": state.config_json,
+        "status": state.status,
+        "error": state.error,
+        "error_pickle": state.error_pickle,
+        "rows": state.reported,
+        # (path, metrics), oldest first; the last is Result.checkpoint
+        "checkpoints": state.checkpoints,
+        "best_checkpoints": state.best_checkpoints,
+    }
+
+
 @dataclass(kw_only=True)
 class TrialState(Trial):
     """A trial's lifecycle state (`planning.lifecycle.Trial`) and what Tune
@@ -1168,23 +1188,7 @@ class StudyController:
         return stalled
 
     def results(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "trial_id": state.trial_id,
-                "name": state.name,
-                "dirname": state.dirname,
-                "config": state.config,
-                "config_json": state.config_json,
-                "status": state.status,
-                "error": state.error,
-                "error_pickle": state.error_pickle,
-                "rows": state.reported,
-                # (path, metrics), oldest first; the last is Result.checkpoint
-                "checkpoints": state.checkpoints,
-                "best_checkpoints": state.best_checkpoints,
-            }
-            for state in self.trials.values()
-        ]
+        return [trial_summary(state) for state in self.trials.values()]
 
     def monitor_view(self) -> dict[str, Any]:
         """Read-only, for the web monitor (`ray_stagetree.monitor`): the plan

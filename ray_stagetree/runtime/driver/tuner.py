@@ -40,7 +40,7 @@ from ray_stagetree.planning.filesystems import arrow_filesystem, is_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import study_policy
-from ray_stagetree.runtime.control.controller import StudyController, StudySpec, start_worker
+from ray_stagetree.runtime.control.controller import StudyController, StudySpec, start_worker, trial_summary
 from ray_stagetree.runtime.control.experiment_state import (
     Restore,
     can_restore,
@@ -311,7 +311,29 @@ class Tuner:
         finally:
             _RESTORING.reset(restoring)
         tuner._restore_options = (resume_unfinished, resume_errored, restart_errored)
+        tuner._results = tuner._stored_results()
         return tuner
+
+    def _stored_results(self) -> ResultGrid | None:
+        """The results of the study as its last snapshot left it, for
+        ``get_results()`` before the restored study runs (Tune loads them the
+        same way, and has none when they cannot be read)."""
+        storage = CheckpointStorage(self._experiment_dir, self.run_config.storage_filesystem)
+        try:
+            state = read_state(storage) if has_state(storage) else None
+        except Exception as error:  # noqa: BLE001 - as Tune: unreadable results are no results
+            logger.warning("the results stored at %s cannot be read: %s", self._experiment_dir, error)
+            return None
+        if state is None:
+            return None
+        progress = {
+            "iterations": state.iterations,
+            "unique_iterations": 0,
+            "total_iterations": 0,
+            "worker_seconds": state.worker_seconds,
+            "state_seconds": 0.0,
+        }
+        return self._result_grid([trial_summary(trial) for trial in state.trials], self._experiment_dir, progress)
 
     @classmethod
     def can_restore(cls, path: str, storage_filesystem: Any = None) -> bool:
