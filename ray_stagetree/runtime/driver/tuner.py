@@ -320,20 +320,21 @@ class Tuner:
         same way, and has none when they cannot be read)."""
         storage = CheckpointStorage(self._experiment_dir, self.run_config.storage_filesystem)
         try:
-            state = read_state(storage) if has_state(storage) else None
-        except Exception as error:  # noqa: BLE001 - as Tune: unreadable results are no results
+            if not has_state(storage):
+                return None
+            state = read_state(storage)
+            progress = {
+                "iterations": state.iterations,
+                "unique_iterations": 0,
+                "total_iterations": 0,
+                "worker_seconds": state.worker_seconds,
+                "state_seconds": 0.0,
+            }
+            summaries = [trial_summary(trial) for trial in state.trials]
+            return self._result_grid(summaries, self._experiment_dir, progress)
+        except Exception as error:  # noqa: BLE001 - as Tune: results that cannot be read are no results
             logger.warning("the results stored at %s cannot be read: %s", self._experiment_dir, error)
             return None
-        if state is None:
-            return None
-        progress = {
-            "iterations": state.iterations,
-            "unique_iterations": 0,
-            "total_iterations": 0,
-            "worker_seconds": state.worker_seconds,
-            "state_seconds": 0.0,
-        }
-        return self._result_grid([trial_summary(trial) for trial in state.trials], self._experiment_dir, progress)
 
     @classmethod
     def can_restore(cls, path: str, storage_filesystem: Any = None) -> bool:
