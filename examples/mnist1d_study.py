@@ -54,8 +54,12 @@ class CNN(nn.Module):
     def __init__(self, width: int = 16):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv1d(1, width, 5, padding=2), nn.ReLU(), nn.MaxPool1d(2),
-            nn.Conv1d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool1d(2),
+            nn.Conv1d(1, width, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool1d(2),
+            nn.Conv1d(width, 2 * width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool1d(2),
         )
         self.head = nn.Linear(2 * width * 10, 10)
 
@@ -129,8 +133,11 @@ def run(stage_sharing: bool, epochs: int = EPOCHS, storage_path: str | None = No
         tune.with_parameters(train_mnist1d, data=make_data()),
         param_space=param_space(epochs),
         tune_config=tune.TuneConfig(metric="accuracy", mode="max"),
-        run_config=tune.RunConfig(name=f"mnist1d_{'shared' if stage_sharing else 'trial'}_{int(time.time())}",
-                                  storage_path=storage_path, stop={"training_iteration": epochs}),
+        run_config=tune.RunConfig(
+            name=f"mnist1d_{'shared' if stage_sharing else 'trial'}_{int(time.time())}",
+            storage_path=storage_path,
+            stop={"training_iteration": epochs},
+        ),
         stage_sharing=stage_sharing,
     )
     started = time.perf_counter()
@@ -155,7 +162,9 @@ def main():
     results, seconds = run(stage_sharing=True, epochs=args.epochs, storage_path=args.storage_path)
     best = results.get_best_result()
     print(f"\n{len(results)} trials, {results.num_errors} errors, {seconds:.1f} s")
-    lr, batch_size = (from_json(v) if isinstance(v, dict) else v for v in (best.config["lr"], best.config["batch_size"]))
+    lr, batch_size = (
+        from_json(v) if isinstance(v, dict) else v for v in (best.config["lr"], best.config["batch_size"])
+    )
     print(f"best accuracy {best.metrics['accuracy']:.4f} with lr={lr!r}, batch_size={batch_size!r}")
     print(
         f"epochs executed: {results.iterations_executed} (unique {results.unique_iterations}); "
@@ -164,9 +173,11 @@ def main():
     )
     if args.compare:
         baseline, baseline_seconds = run(stage_sharing=False, epochs=args.epochs, storage_path=args.storage_path)
-        print(f"trial by trial: {baseline_seconds:.1f} s, {baseline.iterations_executed} epochs "
-              f"({baseline_seconds / seconds:.2f}x the time); best accuracy "
-              f"{baseline.get_best_result().metrics['accuracy']:.4f}")
+        print(
+            f"trial by trial: {baseline_seconds:.1f} s, {baseline.iterations_executed} epochs "
+            f"({baseline_seconds / seconds:.2f}x the time); best accuracy "
+            f"{baseline.get_best_result().metrics['accuracy']:.4f}"
+        )
 
 
 if __name__ == "__main__":

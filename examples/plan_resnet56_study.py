@@ -14,8 +14,8 @@ import time
 from ray_stagetree import merge_rate
 from ray_stagetree.planning import SearchPlan, build_stage_tree
 from ray_stagetree.searchers import generate_trials
-from ray_stagetree.simulation.simulator import Simulation
 from ray_stagetree.simulation.paper_spaces import RESNET56_HORIZON, resnet56_space
+from ray_stagetree.simulation.simulator import Simulation
 
 WORKERS = 4
 

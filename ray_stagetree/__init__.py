@@ -24,7 +24,7 @@ globals().update((name, getattr(planning, name)) for name in planning.USER_API)
 
 __version__ = "0.1.0"
 
-# Planning internals were exported here before issue 20; they live in
+# Planning internals were exported here before the vocabulary rename; they live in
 # `ray_stagetree.planning`, and work here for one more release, with a warning.
 # The runtime imports Ray: it loads on first use, so the planning core stays light.
 __getattr__ = moved_names(

@@ -52,12 +52,19 @@ def _restore(args: argparse.Namespace) -> int:
 
     path = _absolute(args.path)
     if not Tuner.can_restore(path):
-        raise CommandError(f"{args.path!r} is not a ray_stagetree experiment directory that can be restored "
-                           "(no stagetree_tuner.pkl): pass the folder `stagetree run` printed")
+        raise CommandError(
+            f"{args.path!r} is not a ray_stagetree experiment directory that can be restored "
+            "(no stagetree_tuner.pkl): pass the folder `stagetree run` printed"
+        )
     spec = _load(args.spec) if args.spec else _saved_job(path)
     _start_ray(args)
-    tuner = Tuner.restore(path, spec.trainable(), resume_unfinished=not args.no_resume_unfinished,
-                          resume_errored=args.resume_errored, restart_errored=args.restart_errored)
+    tuner = Tuner.restore(
+        path,
+        spec.trainable(),
+        resume_unfinished=not args.no_resume_unfinished,
+        resume_errored=args.resume_errored,
+        restart_errored=args.restart_errored,
+    )
     print(f"stagetree: continuing {path}", flush=True)
     return _finish(_fit(tuner), spec.tune_config.metric)
 
@@ -74,8 +81,10 @@ def _submit(args: argparse.Namespace) -> int:
     working_dir = os.path.abspath(args.working_dir)
     relative = os.path.relpath(spec_path, working_dir)
     if relative.startswith(".."):
-        raise CommandError(f"the spec {args.spec!r} must be inside the working directory {working_dir!r} "
-                           "(--working-dir), which is what the cluster receives")
+        raise CommandError(
+            f"the spec {args.spec!r} must be inside the working directory {working_dir!r} "
+            "(--working-dir), which is what the cluster receives"
+        )
     runtime_env: dict[str, Any] = {"working_dir": working_dir}
     requirements = args.requirements or os.path.join(working_dir, "requirements.txt")
     if args.requirements and not os.path.isfile(args.requirements):
@@ -83,8 +92,7 @@ def _submit(args: argparse.Namespace) -> int:
     if os.path.isfile(requirements):
         runtime_env["pip"] = os.path.abspath(requirements)
     entrypoint = " ".join(
-        [args.python, "-m", "ray_stagetree.cli", "run",
-         _quote(relative)]
+        [args.python, "-m", "ray_stagetree.cli", "run", _quote(relative)]
         + (["--storage-path", _quote(args.storage_path)] if args.storage_path else [])
         + (["--name", _quote(args.name)] if args.name else [])
     )
@@ -129,26 +137,45 @@ def _plan(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as error:  # a drawn trial's config is invalid, or no horizon
         raise CommandError(str(error)) from None
     if args.json:
-        print(json.dumps({
-            "trials": len(result.trials), "horizon": result.horizon, "sampled": result.sampled,
-            "merge_rate": result.merge_rate, "unique_iterations": result.unique_iterations,
-            "trial_by_trial_iterations": result.total_iterations, "stages": len(result.tree.stages),
-            "worker_hours": result.shared_seconds / 3600,
-            "trial_by_trial_worker_hours": result.trial_by_trial_seconds / 3600,
-            "makespan_bound_hours": result.makespan_bound(args.workers) / 3600, "workers": args.workers,
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "trials": len(result.trials),
+                    "horizon": result.horizon,
+                    "sampled": result.sampled,
+                    "merge_rate": result.merge_rate,
+                    "unique_iterations": result.unique_iterations,
+                    "trial_by_trial_iterations": result.total_iterations,
+                    "stages": len(result.tree.stages),
+                    "worker_hours": result.shared_seconds / 3600,
+                    "trial_by_trial_worker_hours": result.trial_by_trial_seconds / 3600,
+                    "makespan_bound_hours": result.makespan_bound(args.workers) / 3600,
+                    "workers": args.workers,
+                },
+                indent=2,
+            )
+        )
     else:
-        origin = ("drawn at random from the space (the searcher's own depend on results)" if result.sampled
-                  else "as the study draws them")
+        origin = (
+            "drawn at random from the space (the searcher's own depend on results)"
+            if result.sampled
+            else "as the study draws them"
+        )
         print(f"{len(result.trials)} trials of {result.horizon} iterations, {origin}")
-        print(f"merge rate {result.merge_rate:.2f}: {result.unique_iterations} unique iterations, "
-              f"{result.total_iterations} trial by trial")
+        print(
+            f"merge rate {result.merge_rate:.2f}: {result.unique_iterations} unique iterations, "
+            f"{result.total_iterations} trial by trial"
+        )
         print(f"stage tree: {len(result.tree.stages)} stages\n")
         print(draw_text(result.tree, args.max_lines))
-        print(f"\nestimated worker-hours ({calibration}): {hours(result.shared_seconds)} with stage sharing, "
-              f"{hours(result.trial_by_trial_seconds)} trial by trial")
-        print(f"on {args.workers} worker{'s' if args.workers != 1 else ''}: no schedule ends in under "
-              f"{hours(result.makespan_bound(args.workers))} hours")
+        print(
+            f"\nestimated worker-hours ({calibration}): {hours(result.shared_seconds)} with stage sharing, "
+            f"{hours(result.trial_by_trial_seconds)} trial by trial"
+        )
+        print(
+            f"on {args.workers} worker{'s' if args.workers != 1 else ''}: no schedule ends in under "
+            f"{hours(result.makespan_bound(args.workers))} hours"
+        )
     if args.draw:
         draw_picture(result.tree, args.draw, result.horizon)
         print(f"stage tree drawn in {args.draw}", file=sys.stderr if args.json else sys.stdout)
@@ -176,15 +203,40 @@ def _show(args: argparse.Namespace) -> int:
     experiment = _read_experiment(args.path)
     metric, mode = experiment.metric_and_mode(args.metric, args.mode)
     if args.json:
-        print(json.dumps({
-            "path": experiment.path, "ended": experiment.ended, "metric": metric, "mode": mode,
-            "trials": [{"trial": trial.dirname, "status": trial.status, "iterations": trial.iterations,
-                        "config": trial.config, "last_result": trial.last, "error": trial.error}
-                       for trial in experiment.trials],
-        }, indent=2, default=str))
+        print(
+            json.dumps(
+                {
+                    "path": experiment.path,
+                    "ended": experiment.ended,
+                    "metric": metric,
+                    "mode": mode,
+                    "trials": [
+                        {
+                            "trial": trial.dirname,
+                            "status": trial.status,
+                            "iterations": trial.iterations,
+                            "config": trial.config,
+                            "last_result": trial.last,
+                            "error": trial.error,
+                        }
+                        for trial in experiment.trials
+                    ],
+                },
+                indent=2,
+                default=str,
+            )
+        )
         return OK
-    rows = [(trial.dirname, trial.status, str(trial.iterations), _number(trial.last.get(metric)),
-             trial.error or config_text(trial.config)) for trial in experiment.trials]
+    rows = [
+        (
+            trial.dirname,
+            trial.status,
+            str(trial.iterations),
+            _number(trial.last.get(metric)),
+            trial.error or config_text(trial.config),
+        )
+        for trial in experiment.trials
+    ]
     _print_table(["trial", "status", "iter", metric or "metric", "config (or error)"], rows)
     return _status(args)
 
@@ -203,9 +255,16 @@ def _ls(args: argparse.Namespace) -> int:
         metric, mode = experiment.metric_and_mode()
         best = experiment.best(metric, mode)
         counts = experiment.counts()
-        rows.append((experiment.path.rstrip("/").rsplit("/", 1)[-1], "ended" if experiment.ended else "not ended",
-                     str(len(experiment.trials)), str(counts.get(ERROR, 0)),
-                     f"{metric}={_number(best.last[metric])}" if best else "-", age(experiment.last_update)))
+        rows.append(
+            (
+                experiment.path.rstrip("/").rsplit("/", 1)[-1],
+                "ended" if experiment.ended else "not ended",
+                str(len(experiment.trials)),
+                str(counts.get(ERROR, 0)),
+                f"{metric}={_number(best.last[metric])}" if best else "-",
+                age(experiment.last_update),
+            )
+        )
     if not rows:
         print(f"no ray_stagetree experiments in {storage}")
         return OK
@@ -221,7 +280,13 @@ def _monitor(args: argparse.Namespace) -> int:
 
 
 SUBCOMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "run": _run, "submit": _submit, "plan": _plan, "status": _status, "show": _show, "ls": _ls, "restore": _restore,
+    "run": _run,
+    "submit": _submit,
+    "plan": _plan,
+    "status": _status,
+    "show": _show,
+    "ls": _ls,
+    "restore": _restore,
     "monitor": _monitor,
 }
 
@@ -241,8 +306,12 @@ def _start_ray(args: argparse.Namespace) -> None:
     from ray_stagetree.runtime.driver.cluster import init_ray
 
     if args.address:
-        ray.init(address=args.address, num_cpus=args.num_cpus if args.address == "local" else None,
-                 include_dashboard=False, configure_logging=False)
+        ray.init(
+            address=args.address,
+            num_cpus=args.num_cpus if args.address == "local" else None,
+            include_dashboard=False,
+            configure_logging=False,
+        )
     else:
         init_ray(num_cpus=args.num_cpus, include_dashboard=False)
 
@@ -257,25 +326,42 @@ def _default_name(data: dict[str, Any], spec_path: str) -> str | None:
 
 
 def _save_job(path: str, spec: Any) -> None:
-    """The spec beside the study, so `stagetree restore PATH` finds its trainable."""
+    """The spec beside the study, so `stagetree restore PATH` finds its
+    trainable; sealed with the experiment's key, since it names code to import."""
+    from ray_stagetree.execution.payload_auth import experiment_key, seal_record
     from ray_stagetree.execution.storage import CheckpointStorage
     from ray_stagetree.jobs.experiments import JOB_FILE
 
     record = {"spec": spec.data, "base_dir": spec.base_dir, "source": os.path.abspath(spec.source)}
     try:
-        CheckpointStorage(path).write_text(JOB_FILE, json.dumps(record, indent=2))
+        storage = CheckpointStorage(path)
+        record["seal"] = seal_record(experiment_key(storage)[0], JOB_FILE, record)
+        storage.write_text(JOB_FILE, json.dumps(record, indent=2))
     except OSError as error:
         raise CommandError(f"cannot write to the experiment directory {path!r}: {error}", FAILED) from None
 
 
 def _saved_job(path: str) -> Any:
-    from ray_stagetree.jobs.experiments import read_experiment
+    """The spec `_save_job` left beside the study, if this machine's key for
+    the experiment verifies it (or the folder is declared trusted): its
+    imports run code, so a planted or edited file is refused."""
+    from ray_stagetree.execution.payload_auth import TRUST_ENV, existing_key, trust_storage, verify_record
+    from ray_stagetree.execution.storage import CheckpointStorage
+    from ray_stagetree.jobs.experiments import JOB_FILE, read_experiment
     from ray_stagetree.jobs.spec import JobSpec
 
     job = read_experiment(path).job
     if job is None:
-        raise CommandError(f"{path!r} was not started by `stagetree run` (no stagetree_job.json): "
-                           "pass the spec it was started from with --spec")
+        raise CommandError(
+            f"{path!r} was not started by `stagetree run` (no {JOB_FILE}): pass the spec it was started from with --spec"
+        )
+    tag = job.pop("seal", None)
+    if not trust_storage() and not verify_record(existing_key(CheckpointStorage(path)), JOB_FILE, job, tag):
+        raise CommandError(
+            f"{JOB_FILE} in {path!r} is not authenticated by this experiment's key (written on another machine, "
+            "or changed since); it names code to import, so it is not used. Pass the spec with --spec, or set "
+            f"{TRUST_ENV}=1 if the folder is trusted"
+        )
     return JobSpec(job["spec"], job["base_dir"], job["source"])
 
 
@@ -297,8 +383,10 @@ def _finish(results: Any, metric: str | None) -> int:
     counts = read_experiment(results.experiment_path).counts()
     finished, errors = counts.get(TERMINATED, 0), counts.get(ERROR, 0)
     unfinished = len(results) - finished - errors
-    print(f"\n{len(results)} trials: {finished} finished, {errors} errors"
-          + (f", {unfinished} unfinished" if unfinished else ""))
+    print(
+        f"\n{len(results)} trials: {finished} finished, {errors} errors"
+        + (f", {unfinished} unfinished" if unfinished else "")
+    )
     if metric is not None:
         try:
             best = results.get_best_result()
@@ -372,12 +460,16 @@ def parser() -> argparse.ArgumentParser:
     commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help, description=help, epilog=EXIT_CODES,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+        return commands.add_parser(
+            name, help=help, description=help, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
 
     def ray_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--address", help="Ray cluster to join ('local' starts a new one); default: RAY_ADDRESS, "
-                         "else the latest `ray start` on this machine, else a local Ray")
+        sub.add_argument(
+            "--address",
+            help="Ray cluster to join ('local' starts a new one); default: RAY_ADDRESS, "
+            "else the latest `ray start` on this machine, else a local Ray",
+        )
         sub.add_argument("--num-cpus", type=int, help="CPUs of a Ray started locally (default: every core)")
 
     def experiment_options(sub: argparse.ArgumentParser) -> None:
@@ -389,34 +481,49 @@ def parser() -> argparse.ArgumentParser:
     experiment_options(run)
     ray_options(run)
 
-    submit = command("submit", "run the study on a Ray cluster through Ray Jobs (working directory and "
-                     "requirements.txt shipped as its runtime environment)")
+    submit = command(
+        "submit",
+        "run the study on a Ray cluster through Ray Jobs (working directory and "
+        "requirements.txt shipped as its runtime environment)",
+    )
     submit.add_argument("spec", help="the job spec, inside the working directory")
     submit.add_argument("--address", required=True, help="the cluster's Ray Jobs address, e.g. http://head:8265")
     submit.add_argument("--working-dir", default=".", help="folder shipped to the cluster (default: this one)")
-    submit.add_argument("--requirements", help="pip requirements file for the job (default: requirements.txt in "
-                        "the working directory, when there is one)")
+    submit.add_argument(
+        "--requirements",
+        help="pip requirements file for the job (default: requirements.txt in "
+        "the working directory, when there is one)",
+    )
     submit.add_argument("--python", default="python", help="the Python command on the cluster (default: python)")
     submit.add_argument("--no-wait", action="store_true", help="return once submitted instead of following the logs")
     experiment_options(submit)
 
-    plan = command("plan", "dry run: trials, merge rate, the stage tree (text, and --draw for a picture), "
-                   "estimated worker-hours")
+    plan = command(
+        "plan", "dry run: trials, merge rate, the stage tree (text, and --draw for a picture), estimated worker-hours"
+    )
     plan.add_argument("spec", help="the job spec")
     plan.add_argument("--horizon", type=_positive_int, help="iterations per trial, when the spec sets none")
     plan.add_argument("--samples", type=_positive_int, help="trials to plan for a searcher (default: num_samples)")
-    plan.add_argument("--seconds-per-iteration", type=_positive_float, default=1.0,
-                      help="cost of one iteration for the estimate (default: 1)")
-    plan.add_argument("--cost-from", metavar="EXPERIMENT",
-                      help="fit the cost model to the timings of an ended study instead")
+    plan.add_argument(
+        "--seconds-per-iteration",
+        type=_positive_float,
+        default=1.0,
+        help="cost of one iteration for the estimate (default: 1)",
+    )
+    plan.add_argument(
+        "--cost-from", metavar="EXPERIMENT", help="fit the cost model to the timings of an ended study instead"
+    )
     plan.add_argument("--workers", type=_positive_int, default=1, help="workers for the wall-time bound (default: 1)")
-    plan.add_argument("--draw", metavar="FILE", type=_picture_path,
-                      help="also draw the stage tree to FILE (.svg, .png or .pdf)")
+    plan.add_argument(
+        "--draw", metavar="FILE", type=_picture_path, help="also draw the stage tree to FILE (.svg, .png or .pdf)"
+    )
     plan.add_argument("--max-lines", type=_positive_int, default=200, help="stages drawn as text (default: 200)")
     plan.add_argument("--json", action="store_true", help="figures as JSON instead of text")
 
-    for name, help in (("status", "how a study stands: trials by status, what was trained, the best result"),
-                       ("show", "a study's trials table, then its status")):
+    for name, help in (
+        ("status", "how a study stands: trials by status, what was trained, the best result"),
+        ("show", "a study's trials table, then its status"),
+    ):
         sub = command(name, help)
         sub.add_argument("path", help="the experiment folder (local path or URI)")
         sub.add_argument("--metric", help="metric ranking the trials (default: the spec's)")
@@ -430,14 +537,18 @@ def parser() -> argparse.ArgumentParser:
     restore = command("restore", "continue a study that stopped (Ctrl-C, a lost driver) from its experiment folder")
     restore.add_argument("path", help="the experiment folder")
     restore.add_argument("--spec", help="the job spec (default: the copy `stagetree run` saved in the folder)")
-    restore.add_argument("--resume-errored", action="store_true",
-                         help="run errored trials again from their latest checkpoint")
+    restore.add_argument(
+        "--resume-errored", action="store_true", help="run errored trials again from their latest checkpoint"
+    )
     restore.add_argument("--restart-errored", action="store_true", help="start errored trials' results over")
     restore.add_argument("--no-resume-unfinished", action="store_true", help="end unfinished trials where they stood")
     ray_options(restore)
 
-    monitor = command("monitor", "serve a live web page of a study (running or ended): trials, learning curves, "
-                      "stage tree, workers; Ctrl-C stops it")
+    monitor = command(
+        "monitor",
+        "serve a live web page of a study (running or ended): trials, learning curves, "
+        "stage tree, workers; Ctrl-C stops it",
+    )
     add_monitor_arguments(monitor)
     monitor.set_defaults(subparser=monitor)  # the monitor reports a bad port or path as its usage error
     return main

@@ -163,7 +163,11 @@ class Runtime:
         self._batches += 1
         config = {"state_bytes": size}
         spec = BatchSpec(
-            self._batches, config, segments=[(0, 0, 1)], save_iterations={1}, trial_config=TrialConfig.from_config(config)
+            self._batches,
+            config,
+            segments=[(0, 0, 1)],
+            save_iterations={1},
+            trial_config=TrialConfig.from_config(config),
         )
         outcome = ray.get(self.worker.run_batch.remote(spec))
         if outcome.error:

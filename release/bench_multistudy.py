@@ -116,8 +116,12 @@ def run_one(system: str, index: int, epochs: int, samples: int, storage: str) ->
 
 def driver_main(arguments: dict[str, Any]) -> None:
     """A driver process of modes (a2) and (c): joins the benchmark's Ray."""
-    ray.init(address=arguments["address"], namespace=arguments["namespace"], configure_logging=False, log_to_driver=False)
-    result = run_one(arguments["system"], arguments["index"], arguments["epochs"], arguments["samples"], arguments["storage"])
+    ray.init(
+        address=arguments["address"], namespace=arguments["namespace"], configure_logging=False, log_to_driver=False
+    )
+    result = run_one(
+        arguments["system"], arguments["index"], arguments["epochs"], arguments["samples"], arguments["storage"]
+    )
     with open(arguments["out"], "w") as file:
         json.dump(result, file)
 
@@ -172,7 +176,11 @@ def fixed_cost(storage: str, service: PlanServiceConfig | None) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="2 studies x 4 trials x 3 epochs, 500 samples, the plan service and the fixed cost only")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 studies x 4 trials x 3 epochs, 500 samples, the plan service and the fixed cost only",
+    )
     parser.add_argument("--studies", type=int, default=4, help="overlapping studies (4 to 8; 2 with --quick)")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--driver", help=argparse.SUPPRESS)

@@ -26,8 +26,8 @@ machinery, not stage sharing.
    (``TUNE_GLOBAL_CHECKPOINT_S=inf``), alternated; the controller's seconds
    spent taking snapshots against the workers' seconds.
 
-Targets (issue 5): overhead per trial at most Tune's; at least 5,000
-results/s through the controller. Issue 12: persistence under 5% of worker time.
+Targets: overhead per trial at most Tune's; at least 5,000
+results/s through the controller. Persistence under 5% of worker time.
 
     python release/bench_overhead.py            # about 15 minutes on 2 CPUs
     python release/bench_overhead.py --quick    # 8 short trials, 4 x 500 results, Tune reused only (CI smoke test)
@@ -215,7 +215,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=200, help="short trials (default 200)")
     parser.add_argument("--workers", type=int, default=WORKERS, help="workers (default: CPUs)")
     parser.add_argument("--iterations", type=int, default=10, help="iterations per short trial (default 10)")
-    parser.add_argument("--seconds", type=float, default=0.05, help="seconds per iteration of a short trial (default 0.05)")
+    parser.add_argument(
+        "--seconds", type=float, default=0.05, help="seconds per iteration of a short trial (default 0.05)"
+    )
     parser.add_argument(
         "--sections",
         default="short,throughput,persistence",

@@ -183,5 +183,6 @@ def main() -> None:
         print(f"kept vs rebuilt at {loop_sizes[0]} trials: {rebuilt / kept[0]:.1f}x less planner time per trial")
         print(f"per-trial time at {loop_sizes[-1]} / at {loop_sizes[0]} trials: {kept[-1] / kept[0]:.2f} (linear: 1.0)")
 
+
 if __name__ == "__main__":
     main()

@@ -121,7 +121,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", default="10000,100000", help="comma-separated study sizes (default 10000,100000)")
     parser.add_argument("--quick", action="store_true", help="100 and 300 trials")
-    parser.add_argument("--final-checkpoints", type=int, metavar="N", help="the memory case instead, N trials (max 255)")
+    parser.add_argument(
+        "--final-checkpoints", type=int, metavar="N", help="the memory case instead, N trials (max 255)"
+    )
     args = parser.parse_args()
     if args.final_checkpoints is not None:
         if not 1 <= args.final_checkpoints <= 255:  # the trainable fills its checkpoint with the trial's uint8 lr
@@ -144,7 +146,9 @@ def main() -> None:
         parser.error(f"--trials needs sizes of at least 10 trials, got {args.trials!r}")
     print(f"machine: {platform.machine()}, python {platform.python_version()}, ray {ray.__version__}")
     _start_ray()
-    print(f"{'trials':>8} {'wall s':>8} {'setup s':>8} {'ms/trial':>9} {'2nd 10% /s':>13} {'last 10% /s':>12} {'last/first':>11}")
+    print(
+        f"{'trials':>8} {'wall s':>8} {'setup s':>8} {'ms/trial':>9} {'2nd 10% /s':>13} {'last 10% /s':>12} {'last/first':>11}"
+    )
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
         for size in sizes:

@@ -60,25 +60,18 @@ are against Ray Tune; both are printed.
 from __future__ import annotations
 
 import argparse
+import functools
 import platform
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ray.tune.schedulers import ASHAScheduler
 
 from ray_stagetree.planning.merge import kwise_merge_rate, merge_rate
 from ray_stagetree.searchers import generate_trials
-from ray_stagetree.simulation.simulated_study import (
-    BERT_BASE,
-    MOBILENETV2,
-    RESNET20,
-    RESNET56,
-    StudyDefinition,
-    StudyRun,
-    simulate,
-)
 from ray_stagetree.simulation.paper_spaces import (
     BERT_BASE_HORIZON,
     MOBILENETV2_HORIZON,
@@ -90,6 +83,15 @@ from ray_stagetree.simulation.paper_spaces import (
     resnet20_study_spaces,
     resnet56_filter,
     resnet56_sha_space,
+)
+from ray_stagetree.simulation.simulated_study import (
+    BERT_BASE,
+    MOBILENETV2,
+    RESNET20,
+    RESNET56,
+    StudyDefinition,
+    StudyRun,
+    simulate,
 )
 
 WORKERS = 40  # five p2.8xlarge, 8 K80 each
@@ -133,8 +135,8 @@ def _subsample(trials: list[dict[str, Any]], every: int) -> list[dict[str, Any]]
 def single_studies(every: int) -> dict[str, StudyDefinition]:
     """Table 1's studies, keeping each ``every``-th trial."""
     resnet = _subsample(generate_trials(resnet56_sha_space(), filter=resnet56_filter), every)
-    sha = lambda: SuccessiveHalving(len(resnet), grace_period=15, max_t=RESNET56_HORIZON, reduction_factor=4)
-    asha = lambda: ASHAScheduler(max_t=RESNET56_HORIZON, grace_period=15, reduction_factor=4)
+    sha = functools.partial(SuccessiveHalving, len(resnet), grace_period=15, max_t=RESNET56_HORIZON, reduction_factor=4)
+    asha = functools.partial(ASHAScheduler, max_t=RESNET56_HORIZON, grace_period=15, reduction_factor=4)
     mobilenet = _subsample(generate_trials(mobilenetv2_space()), every)
     bert = _subsample(generate_trials(bert_base_space()), every)
     return {
@@ -169,8 +171,8 @@ def report_single(studies: dict[str, StudyDefinition], gpus: int = WORKERS) -> d
     for label, study in studies.items():
         paper = PAPER[label]
         rate = merge_rate(study.trials, study.horizon)
-        trial, seconds_trial = _timed(lambda: simulate([study], gpus, share=False))
-        stage, seconds_stage = _timed(lambda: simulate([study], gpus, share=True))
+        trial, seconds_trial = _timed(functools.partial(simulate, [study], gpus, share=False))
+        stage, seconds_stage = _timed(functools.partial(simulate, [study], gpus, share=True))
         runs[label] = (trial, stage)
         best = 100 * stage.studies[study.name].best
         print(
@@ -250,7 +252,7 @@ def report_multi(every: int, sizes: list[int], gpus: int = WORKERS) -> dict[str,
                     RESNET20,
                     RESNET20_HORIZON,
                     # Bind this study's trial count now, not the loop's last.
-                    lambda count=len(trials): SuccessiveHalving(count, 15, RESNET20_HORIZON, 4),
+                    functools.partial(SuccessiveHalving, len(trials), 15, RESNET20_HORIZON, 4),
                 )
                 for index, trials in enumerate(spaces[:size])
             ]

@@ -1,4 +1,4 @@
-"""StructuredBO against generic searchers at equal worker-seconds (issue 16).
+"""StructuredBO against generic searchers at equal worker-seconds.
 
 Each searcher drives one study at a time, ``--seeds`` times, 4 trials at
 once; the best final metric reached is recorded against the worker-seconds
@@ -38,20 +38,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from ray import tune
 
 from ray_stagetree import Step, Warmup
-from ray_stagetree.searchers import StructuredBO
 from ray_stagetree.planning.plan import PlanNode
+from ray_stagetree.searchers import StructuredBO
 from ray_stagetree.simulation.simulated_study import RESNET20, ModelProfile, StudyDefinition, simulate
 
 HORIZON = 30
@@ -174,8 +176,11 @@ class RealTraining:
             self._train((0.1,) * 5)
             epoch_seconds = float(np.median(self.seconds[1:]))
         return dataclasses.replace(
-            RESNET20, name="mnist1d_cnn", seconds_per_iteration=epoch_seconds,
-            checkpoint_load_seconds=0.05, checkpoint_save_seconds=0.05,
+            RESNET20,
+            name="mnist1d_cnn",
+            seconds_per_iteration=epoch_seconds,
+            checkpoint_load_seconds=0.05,
+            checkpoint_save_seconds=0.05,
         )
 
 
@@ -192,8 +197,14 @@ def simulator_runs(
     started = time.perf_counter()
     for seed in seeds:
         study = StudyDefinition(
-            "s", [], profile, horizon, max_concurrent_trials=WORKERS,
-            searcher=lambda: make(seed), param_space=space, num_samples=trials,
+            "s",
+            [],
+            profile,
+            horizon,
+            max_concurrent_trials=WORKERS,
+            searcher=functools.partial(make, seed),
+            param_space=space,
+            num_samples=trials,
         )
         run = simulate([study], gpus=WORKERS, metrics=metrics)
         runs.traces.append(best_so_far(run.studies["s"].finishes))
@@ -229,9 +240,7 @@ def report(title: str, results: dict[str, Runs], budget: float, unit: str) -> No
         reach = share_to_reach(lambda spent: median_at(ours, spent), median, budget) if compared else None
         reach_text = "" if reach is None else ("never" if math.isinf(reach) else f"{reach:.2f} of budget")
         merge = np.mean(runs.merge_rates)
-        print(
-            f"{name:<14} {median:>8.4f} {q25:>8.4f} {q75:>8.4f} {merge:>10.2f} {reach_text:>18} {runs.seconds:>7.0f}"
-        )
+        print(f"{name:<14} {median:>8.4f} {q25:>8.4f} {q75:>8.4f} {merge:>10.2f} {reach_text:>18} {runs.seconds:>7.0f}")
 
 
 def plot(path: str, title: str, results: dict[str, Runs], budget: float, unit: str) -> None:
@@ -279,14 +288,23 @@ def real_training(names: list[str], seeds: int, out: str, cache: str | None) -> 
         trials = 2 * budget_trials if name == "structured-bo" else budget_trials
         results[name] = cached(
             cache and os.path.join(cache, f"mnist1d-{name}-{seeds}.json"),
-            lambda: simulator_runs(
-                factories[name], range(seeds), trials, profile, MNIST1D_HORIZON, MNIST1D_SPACE, metrics=training
+            functools.partial(
+                simulator_runs,
+                factories[name],
+                range(seeds),
+                trials,
+                profile,
+                MNIST1D_HORIZON,
+                MNIST1D_SPACE,
+                metrics=training,
             ),
         )
     report(
         f"2. MNIST-1D CNN trained for real ({profile.seconds_per_iteration:.2f} s an epoch here), "
         f"Warmup(w, 2, Step(b, 3, gamma)), {MNIST1D_HORIZON} epochs, 4 workers",
-        results, budget, "worker-s",
+        results,
+        budget,
+        "worker-s",
     )
     title = f"MNIST-1D CNN, {MNIST1D_HORIZON} epochs, 4 workers"
     plot(os.path.join(out, "best_vs_budget_mnist1d.png"), title, results, budget, "worker-seconds")
@@ -316,7 +334,7 @@ def main() -> None:
         part = f"{seeds}" if args.first_seed == 0 else f"{args.first_seed}+{seeds}"
         results[name] = cached(
             args.cache and os.path.join(args.cache, f"simulator-{name}-{part}.json"),
-            lambda: simulator_runs(factories[name], range(args.first_seed, args.first_seed + seeds), trials),
+            functools.partial(simulator_runs, factories[name], range(args.first_seed, args.first_seed + seeds), trials),
         )
     title = "1. Simulator, ResNet20 profile, Warmup(w, 10, Step(b, 10, gamma)), 30 epochs, 4 workers"
     report(title, results, budget, "GPU-s")

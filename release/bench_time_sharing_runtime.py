@@ -112,7 +112,9 @@ def main() -> None:
             print(f"{name}: {runs[name][1]:.1f} s, best accuracy {runs[name][2]:.4f}", flush=True)
     target = runs["fifo"][2]
     print(f"\n{2 * len(lrs)} trials x {epochs} epochs on 2 workers; target = FIFO's best accuracy {target:.4f}\n")
-    print("| policy | to target (s) | all good trials to 95% of it (s) | study (s) | to target / hermes | good / hermes |")
+    print(
+        "| policy | to target (s) | all good trials to 95% of it (s) | study (s) | to target / hermes | good / hermes |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     good_trials = 2 * sum(1 for lr in lrs if lr in GOOD_LRS)
     hermes = runs["hermes"][0]

@@ -30,7 +30,7 @@ importing torch, building the model and optimizer; writing results):
 measured as a one-trial, one-epoch study's wall time less that epoch, it is
 printed, and the makespan is also given without it.
 
-Targets (issue 5): worker-seconds ratio (a)/(c) at least 0.9 x the merge rate
+Targets: worker-seconds ratio (a)/(c) at least 0.9 x the merge rate
 on the grid and above it on ASHA; makespan at most 1.2 x the lower bound;
 best accuracy equal to Tune's.
 
@@ -81,8 +81,8 @@ def searcher_space() -> dict[str, Any]:
 def _searcher(searcher: bool) -> Any:
     if not searcher:
         return None
-    from ray.tune.search.optuna import OptunaSearch
     import optuna
+    from ray.tune.search.optuna import OptunaSearch
 
     sampler = optuna.samplers.TPESampler(seed=0, n_startup_trials=SEARCHER_SAMPLES)
     return OptunaSearch(sampler=sampler)
@@ -188,7 +188,8 @@ def run_tune(
 ) -> Run:
     occupancy = TrialOccupancy()
     tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(example.train_mnist1d, data=data, hparams_at=values_at, checkpoints=checkpoints),
+        tune.with_resources(
+            tune.with_parameters(example.train_mnist1d, data=data, hparams_at=values_at, checkpoints=checkpoints),
             {"cpu": 1},
         ),
         # A searcher gets the sequences' declarative form, domains inside, as ray_stagetree gives it them.
@@ -215,7 +216,9 @@ def run_stagetree(
     searcher: bool = False,
 ) -> Run:
     tuner = Tuner(
-        tune.with_resources(tune.with_parameters(example.train_mnist1d, data=data, checkpoints=checkpoints), {"cpu": 1}),
+        tune.with_resources(
+            tune.with_parameters(example.train_mnist1d, data=data, checkpoints=checkpoints), {"cpu": 1}
+        ),
         param_space=space,
         tune_config=_tune_config(asha, epochs, searcher),
         run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": epochs}, verbose=0),
@@ -318,7 +321,9 @@ def main() -> None:
     global WORKERS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="4 trials, 3 epochs, 1,000 samples")
-    parser.add_argument("--workers", type=int, default=WORKERS, help="stage workers and Tune trials at once (default: CPUs)")
+    parser.add_argument(
+        "--workers", type=int, default=WORKERS, help="stage workers and Tune trials at once (default: CPUs)"
+    )
     parser.add_argument(
         "--studies",
         default=None,
@@ -358,7 +363,15 @@ def main() -> None:
             label, asha, checkpoints = studies[name]
             searcher = name == "searcher"
             figures[name] = study(
-                label, searcher_space() if searcher else space, data, epochs, asha, storage, fixed, checkpoints, searcher
+                label,
+                searcher_space() if searcher else space,
+                data,
+                epochs,
+                asha,
+                storage,
+                fixed,
+                checkpoints,
+                searcher,
             )
     print("\nTargets: worker-seconds ratio >= 0.9 x merge rate (grid), > merge rate (ASHA); makespan <= 1.2 x bound;")
     print("without checkpoints, never more epochs than Tune")

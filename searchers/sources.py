@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ray_stagetree.planning.lifecycle import WAIT
 from ray_stagetree.searchers.variants import (
     VariantStream,
     _resolve_nested,
@@ -23,7 +24,6 @@ from ray_stagetree.searchers.variants import (
     to_tune_space,
 )
 
-WAIT = "WAIT"  # the searcher has nothing to suggest right now
 
 #: Tune's searchers name a parameter by its path of dict keys (Optuna joins
 #: them with "/"), so a domain inside a list, such as a `MultiStep`'s
@@ -120,9 +120,24 @@ class SearcherSource:
     num_samples:
         Total trials to run (Tune's meaning when a searcher is used; -1 runs
         until the searcher returns ``Searcher.FINISHED`` or the time budget ends).
+    spec:
+        What Tune passes to ``set_search_properties`` besides the space
+        (``stop``, ``num_samples``, ``time_budget_s``), and ``max_t``: the
+        most iterations the study's scheduler lets a trial run, None if it
+        sets no limit, for searchers that model whole trials (`StructuredBO`);
+        Tune's searchers take ``**spec`` and ignore what they do not read.
     """
 
-    def __init__(self, searcher: Any, param_space: dict[str, Any], metric: str | None, mode: str | None, num_samples: int):
+    def __init__(
+        self,
+        searcher: Any,
+        param_space: dict[str, Any],
+        metric: str | None,
+        mode: str | None,
+        num_samples: int,
+        spec: Mapping[str, Any] | None = None,
+    ):
+        from ray.tune.search.util import _set_search_properties_backwards_compatible
         self.searcher = searcher
         self._space = searchable_space(to_tune_space(param_space))
         self._num_samples = math.inf if num_samples < 0 else num_samples
@@ -130,7 +145,9 @@ class SearcherSource:
         self._finished = False
         self._prefix = uuid.uuid4().hex[:5]
         self._completed: set[str] = set()
-        if not searcher.set_search_properties(metric, mode, self._space):
+        # Ray's wrapper calls a custom searcher written without **spec with the space alone.
+        properties = _set_search_properties_backwards_compatible
+        if not properties(searcher.set_search_properties, metric, mode, self._space, **(spec or {})):
             if searcher.metric is None and metric is None:
                 raise ValueError(
                     f"{type(searcher).__name__} needs a metric: pass TuneConfig(metric=..., mode=...) "

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ray_stagetree.searchers.sources import from_searchable
 from ray_stagetree.searchers.variants import from_tune_config, to_tune_space
 
 
@@ -25,7 +26,9 @@ class LeafSpace:
     Parameters
     ----------
     space:
-        A Tune ``param_space`` (sequences allowed). Its domains must be
+        A Tune ``param_space`` (sequences allowed), or that space as a hosted
+        Tune searcher receives it from the Tuner (`searchable_space`: lists
+        holding domains as marked dicts, turned back into lists). Its domains must be
         ``Float`` (uniform, loguniform, quantized), ``Integer`` (randint,
         lograndint) or ``Categorical`` (tune.choice) at fixed places; grid
         searches, ``tune.sample_from`` and domains inside a choice's
@@ -50,7 +53,7 @@ class LeafSpace:
 
         if not isinstance(space, Mapping):
             raise TypeError(f"{owner}: the search space must be a dict, got {type(space).__name__}")
-        self.spec = to_tune_space(dict(space))
+        self.spec = from_searchable(to_tune_space(dict(space)))
         _, domains, grids = parse_spec_vars(self.spec)
         if grids:
             raise ValueError(

@@ -54,9 +54,17 @@ class StructuredBO(Searcher):
     metric, mode:
         As every Tune searcher; None to take ``TuneConfig``'s.
     horizon:
-        Iterations a trial trains (``RunConfig(stop={"training_iteration":
-        horizon})``): the surrogate forecasts the metric there, and costs
-        are unique iterations out of it.
+        Iterations a trial trains: the surrogate forecasts the metric there,
+        and costs are unique iterations out of it. None (the default) takes
+        it from the study, as Tune hands it to every searcher: the
+        ``training_iteration`` of ``RunConfig(stop=...)`` (a dict or a
+        ``MaximumIterationStopper``), or the scheduler's ``max_t`` (ASHA,
+        HyperBand), the smaller where both are set. A study with neither has
+        open-ended trials (they end themselves, or a ``Stopper`` ends
+        them): the horizon is then the longest trial completed so far (one
+        that ended in an error does not count), suggestions are random until
+        the first trial completes, and the model is refitted, with every
+        result kept, whenever a longer trial completes.
     num_initial:
         Trials drawn at random before the model proposes (it also draws at
         random while nothing has been measured).
@@ -85,8 +93,9 @@ class StructuredBO(Searcher):
     >>> sorted(searcher.suggest("t0")["lr"])
     ['family', 'gamma', 'init', 'milestones', 'values']
 
-    Pass it as ``TuneConfig(search_alg=StructuredBO(horizon=30), num_samples=40,
-    max_concurrent_trials=4)`` to `ray_stagetree.Tuner`.
+    Pass it as ``TuneConfig(search_alg=StructuredBO(), num_samples=40,
+    max_concurrent_trials=4)`` to `ray_stagetree.Tuner`, with the space as the
+    Tuner's ``param_space`` and ``RunConfig(stop={"training_iteration": 30})``.
     """
 
     def __init__(
@@ -95,7 +104,7 @@ class StructuredBO(Searcher):
         metric: str | None = None,
         mode: str | None = None,
         *,
-        horizon: int,
+        horizon: int | None = None,
         num_initial: int = 5,
         num_candidates: int = 256,
         num_samples: int = 128,
@@ -105,8 +114,9 @@ class StructuredBO(Searcher):
     ) -> None:
         if mode not in (None, "min", "max"):
             raise ValueError(f"StructuredBO: mode must be 'min' or 'max', got {mode!r}")
+        if horizon is not None:
+            _check_horizon(horizon, "horizon")
         for name, value, low in (
-            ("horizon", horizon, 1),
             ("num_initial", num_initial, 1),
             ("num_candidates", num_candidates, 2),
             ("num_samples", num_samples, 1),
@@ -120,7 +130,9 @@ class StructuredBO(Searcher):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"StructuredBO: seed must be an int or None, got {seed!r}")
         super().__init__(metric=metric, mode=mode)
-        self.horizon = horizon
+        self.horizon = horizon  # None until the study gives it (see the class docstring)
+        # Whether the horizon is the longest trial completed so far (open-ended trials).
+        self._learns_horizon = False
         self.num_initial = num_initial
         self.num_candidates = num_candidates
         self.num_samples = num_samples
@@ -132,8 +144,12 @@ class StructuredBO(Searcher):
         self._plan = SearchPlan()
         self._leaves: dict[str, list[Any]] = {}
         self._running: set[str] = set()
+        # trial id -> {iteration: metric} for every result, beyond the horizon
+        # too: a learned horizon grows, and the plan is rebuilt from these.
+        self._reported: dict[str, dict[int, float]] = {}
         # trial id -> the last iteration it reported ("step": the name study snapshots pickled)
         self._last_step: dict[str, int] = {}
+        self._errored: set[str] = set()  # trials that ended in an error: no natural end, for a learned horizon
         self._model: PrefixSurrogate | None = None  # None: results arrived since the last fit
         self._previous_model: PrefixSurrogate | None = None
         if space is not None:
@@ -142,6 +158,9 @@ class StructuredBO(Searcher):
     # -- Tune's Searcher interface ---------------------------------------------
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        if self.horizon is None and not self._leaves:
+            self.horizon = study_horizon(spec)
+            self._learns_horizon = self.horizon is None
         if self._space is not None:
             return False
         if mode not in (None, "min", "max"):
@@ -158,25 +177,28 @@ class StructuredBO(Searcher):
             )
         if self._metric is None or self._mode is None:
             raise RuntimeError("StructuredBO needs metric and mode: pass them to it or to TuneConfig")
-        if len(self._leaves) < self.num_initial or not any(node.metrics for node in self._plan.nodes):
+        if self.horizon is None and not self._learns_horizon:
+            # Used outside a Tuner with no horizon given: trials are open-ended.
+            self._learns_horizon = True
+        modelled = self.horizon is not None and any(node.metrics for node in self._plan.nodes)
+        if len(self._leaves) < self.num_initial or not modelled:
             leaves, config = self._draw()
         else:
             leaves, config = self._propose()
-        self._plan.add_trial(trial_id, config, self.horizon)
         self._leaves[trial_id] = leaves
         self._running.add(trial_id)
+        if self.horizon is not None:
+            self._plan.add_trial(trial_id, config, self.horizon)
         return self._space.resolved(leaves)
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         iteration, value = result.get("training_iteration"), result.get(self._metric)
-        if trial_id not in self._running or not _is_number(value) or not isinstance(iteration, int):
+        if trial_id not in self._running or not _is_number(value) or not isinstance(iteration, int) or iteration < 1:
             return
-        if 0 < iteration <= self.horizon:
-            config = self._plan.trials[trial_id].config
-            node = self._plan.locate(config, iteration)
-            self._plan.record_metrics(node.node_id, iteration, {self._metric: float(value)})
-            self._last_step[trial_id] = max(iteration, self._last_step.get(trial_id, 0))
-            self._model = None
+        self._reported.setdefault(trial_id, {})[iteration] = float(value)
+        self._last_step[trial_id] = max(iteration, self._last_step.get(trial_id, 0))
+        if self.horizon is not None and iteration <= self.horizon:
+            self._record(trial_id, iteration, float(value))
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         if trial_id not in self._running:
@@ -184,13 +206,41 @@ class StructuredBO(Searcher):
         if result:
             self.on_trial_result(trial_id, result)
         self._running.discard(trial_id)
-        # What a trial never trained is not shared with anyone: its request
-        # ends where it stopped (early stopping, an error).
+        if error:
+            self._errored.add(trial_id)
         last = self._last_step.get(trial_id, 0)
+        if self._learns_horizon and not error and last > (self.horizon or 0):
+            # An open-ended trial ended itself: the study's trials run at least this long.
+            self.horizon = last
+            self._rebuild_plan()
+        elif self.horizon is not None:
+            self._end_in_plan(trial_id)
+
+    def _record(self, trial_id: str, iteration: int, value: float) -> None:
+        node = self._plan.locate(self._plan.trials[trial_id].config, iteration)
+        self._plan.record_metrics(node.node_id, iteration, {self._metric: value})
+        self._model = None
+
+    def _end_in_plan(self, trial_id: str) -> None:
+        """What a trial never trained is not shared with anyone: its request
+        ends where it stopped (early stopping, an error)."""
+        last = min(self._last_step.get(trial_id, 0), self.horizon)
         if last == 0:
             self._plan.remove_trial(trial_id)
         elif last < self.horizon:
             self._plan.extend_trial(trial_id, last)
+
+    def _rebuild_plan(self) -> None:
+        """The plan of every trial suggested so far, at the current horizon."""
+        self._plan = SearchPlan()
+        self._model = self._previous_model = None  # fitted for another horizon
+        for trial_id, leaves in self._leaves.items():
+            self._plan.add_trial(trial_id, self._space.config(leaves), self.horizon)
+            for iteration, value in sorted(self._reported.get(trial_id, {}).items()):
+                if iteration <= self.horizon:
+                    self._record(trial_id, iteration, value)
+            if trial_id not in self._running:
+                self._end_in_plan(trial_id)
 
     # -- the model ------------------------------------------------------------------
 
@@ -305,20 +355,25 @@ class StructuredBO(Searcher):
 
     def save(self, checkpoint_path: str) -> None:
         """Write the searcher's state as JSON (no pickle): its suggestions,
-        what it measured of them and its random state."""
-        trials = []
-        for trial_id, leaves in self._leaves.items():
-            record = self._plan.trials.get(trial_id)
-            history = self._plan.history(trial_id) if record is not None else {}
-            trials.append(
-                {
-                    "trial_id": trial_id,
-                    "leaves": leaves,
-                    "running": trial_id in self._running,
-                    "metrics": {str(at): m[self._metric] for at, m in history.items() if self._metric in m},
-                }
-            )
-        state = {"metric": self._metric, "mode": self._mode, "rng": self._rng.bit_generator.state, "trials": trials}
+        what it measured of them, its random state and a learned horizon."""
+        trials = [
+            {
+                "trial_id": trial_id,
+                "leaves": leaves,
+                "running": trial_id in self._running,
+                "error": trial_id in self._errored,
+                "metrics": {str(at): value for at, value in self._reported.get(trial_id, {}).items()},
+            }
+            for trial_id, leaves in self._leaves.items()
+        ]
+        state = {
+            "metric": self._metric,
+            "mode": self._mode,
+            "rng": self._rng.bit_generator.state,
+            "trials": trials,
+            "horizon": self.horizon,
+            "learns_horizon": self._learns_horizon,
+        }
         with open(checkpoint_path, "w") as file:
             json.dump(state, file)
 
@@ -331,15 +386,44 @@ class StructuredBO(Searcher):
             state = json.load(file)
         self._metric, self._mode = state["metric"], state["mode"]
         self._rng.bit_generator.state = state["rng"]
+        if state.get("learns_horizon"):
+            self.horizon, self._learns_horizon = state["horizon"], True
         for trial in state["trials"]:
             trial_id = trial["trial_id"]
-            self._plan.add_trial(trial_id, self._space.config(trial["leaves"]), self.horizon)
             self._leaves[trial_id] = trial["leaves"]
             self._running.add(trial_id)
+            if self.horizon is not None:
+                self._plan.add_trial(trial_id, self._space.config(trial["leaves"]), self.horizon)
             for iteration, value in sorted(trial["metrics"].items(), key=lambda item: int(item[0])):
                 self.on_trial_result(trial_id, {"training_iteration": int(iteration), self._metric: value})
             if not trial["running"]:
-                self.on_trial_complete(trial_id)
+                self.on_trial_complete(trial_id, error=trial.get("error", False))
+
+
+def study_horizon(spec: Mapping[str, Any]) -> int | None:
+    """The iterations a study's trials run, from what Tune gives a searcher's
+    ``set_search_properties`` (``stop``: a dict or a
+    ``MaximumIterationStopper``) and ``max_t`` (the scheduler's, given by
+    ray_stagetree's Tuner): the smaller of those set, None for neither."""
+    from ray.tune.stopper import MaximumIterationStopper
+
+    stop, ends = spec.get("stop"), []
+    if isinstance(stop, Mapping) and stop.get("training_iteration") is not None:
+        ends.append(_check_horizon(stop["training_iteration"], "stop['training_iteration']"))
+    elif type(stop) is MaximumIterationStopper:
+        ends.append(_check_horizon(stop._max_iter, "MaximumIterationStopper(max_iter)"))
+    if spec.get("max_t") is not None:
+        ends.append(_check_horizon(spec["max_t"], "the scheduler's max_t"))
+    return min(ends, default=None)
+
+
+def _check_horizon(value: Any, name: str) -> int:
+    """``value`` as a horizon (an int >= 1; a float that is one, as Tune's
+    schedulers keep ``max_t``), or a ValueError naming it."""
+    whole = isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and float(value).is_integer()
+    if not whole or value < 1:
+        raise ValueError(f"StructuredBO: {name} must be an int >= 1, got {value!r} (the iterations a trial trains)")
+    return int(value)
 
 
 def _is_number(value: Any) -> bool:

@@ -33,8 +33,8 @@ from collections.abc import Sequence as SequenceType
 from dataclasses import dataclass
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
+from ray_stagetree._extras import require
 from ray_stagetree.planning.config import TrialConfig
 
 
@@ -213,8 +213,10 @@ class PrefixSurrogate:
         likelihood) from measured ``(config, iteration, value)`` points; the
         search starts from ``previous``'s kernel when it has as many inputs
         (hyper-parameters move little from one result to the next)."""
-        from sklearn.gaussian_process import GaussianProcessRegressor
-        from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+        gaussian_process = require("sklearn.gaussian_process", "StructuredBO", "bo")
+        kernels = gaussian_process.kernels
+        GaussianProcessRegressor = gaussian_process.GaussianProcessRegressor
+        ConstantKernel, Matern, WhiteKernel = kernels.ConstantKernel, kernels.Matern, kernels.WhiteKernel
 
         configs = _distinct(config for config, _, _ in points)
         self.features = PrefixFeatures(configs, self.horizon)
@@ -240,7 +242,7 @@ class PrefixSurrogate:
     def condition(self, points: SequenceType[tuple[TrialConfig, int, float]]) -> "PrefixSurrogate":
         """A copy that also holds ``points`` (e.g. fantasies of running
         trials), with the same features, prior and kernel hyper-parameters."""
-        from sklearn.gaussian_process import GaussianProcessRegressor
+        GaussianProcessRegressor = require("sklearn.gaussian_process", "StructuredBO", "bo").GaussianProcessRegressor
 
         if not points:
             return self
@@ -254,9 +256,7 @@ class PrefixSurrogate:
 
     def _fit_gp(self, inputs: np.ndarray, residuals: np.ndarray) -> None:
         self._inputs_seen, self._residuals = inputs, residuals
-        # A few hundred points: one BLAS thread is fastest, and threads fight
-        # the study's workers for the cores.
-        with warnings.catch_warnings(), threadpool_limits(1):
+        with warnings.catch_warnings(), _one_blas_thread():
             warnings.simplefilter("ignore")  # a length scale at its bound: that input does not matter
             self.gp.fit(inputs, (residuals - self._shift) / self._scale)
 
@@ -295,7 +295,7 @@ class PrefixSurrogate:
         anchored = [index for index, anchor in enumerate(anchors) if anchor is not None]
         rows = [self.features(config, [self.horizon]) for config in configs]
         rows += [self.features(configs[index], [anchors[index].iteration]) for index in anchored]
-        with threadpool_limits(1):
+        with _one_blas_thread():
             mean, covariance = self.gp.predict(np.vstack(rows), return_cov=True)
         mean, covariance = mean * self._scale + self._shift, covariance * self._scale**2
         # The kernel's white noise is on the diagonal: the horizon's value is
@@ -318,3 +318,9 @@ def _distinct(configs) -> list[TrialConfig]:
     for config in configs:
         seen.setdefault(id(config), config)
     return list(seen.values())
+
+
+def _one_blas_thread():
+    """A few hundred points: one BLAS thread is fastest, and threads fight
+    the study's workers for the cores (threadpoolctl comes with scikit-learn)."""
+    return require("threadpoolctl", "StructuredBO", "bo").threadpool_limits(1)

@@ -45,7 +45,9 @@ def ray_session():
 
     # Ray's workers import the trainables defined in test modules and examples by
     # name, as pytest imported them: from the folder of each test module.
-    folders = [TESTS, EXAMPLES] + [entry.path for entry in os.scandir(TESTS) if entry.is_dir() and entry.name[0] not in "._"]
+    folders = [TESTS, EXAMPLES] + [
+        entry.path for entry in os.scandir(TESTS) if entry.is_dir() and entry.name[0] not in "._"
+    ]
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, folders + [os.environ.get("PYTHONPATH")]))
     # address="local": never the cluster RAY_ADDRESS or a `ray start` on this machine names.
     ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, configure_logging=False)

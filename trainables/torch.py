@@ -477,9 +477,7 @@ class ResumableLoader:
         **dataloader_kwargs: Any,
     ) -> None:
         if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__"):
-            raise ValueError(
-                f"dataset must be map-style (__len__ and __getitem__), got {type(dataset).__name__}"
-            )
+            raise ValueError(f"dataset must be map-style (__len__ and __getitem__), got {type(dataset).__name__}")
         reserved = sorted(set(dataloader_kwargs) & set(_RESERVED_LOADER_KWARGS))
         if reserved:
             raise ValueError(

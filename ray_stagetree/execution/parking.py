@@ -18,8 +18,9 @@ more is released at once (`Parking.unneeded`).
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ray_stagetree.planning.plan import PlanNode, SearchPlan
 from ray_stagetree.planning.policies import StageBatch

@@ -36,7 +36,7 @@ class CheckpointPayload:
     """What a checkpoint holds in the object store and in storage."""
 
     # The iteration it was taken after. Payloads are pickled into storage:
-    # the field keeps the name checkpoints were written with before issue 20.
+    # the field keeps the name checkpoints were written with before the vocabulary rename.
     step: int
     rng: dict[str, Any]
     directory: bytes | None = None  # a packed ray.tune.Checkpoint directory

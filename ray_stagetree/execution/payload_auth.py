@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import re
 import uuid
@@ -85,6 +86,31 @@ def experiment_key(storage: CheckpointStorage) -> tuple[bytes, bool]:
     with os.fdopen(descriptor, "wb") as file:
         file.write(key)
     return key, False
+
+
+def existing_key(storage: CheckpointStorage) -> bytes | None:
+    """The experiment's key when this machine holds it; creates nothing."""
+    try:
+        found = storage.read_key(ID_FILE).decode("ascii", "replace").strip()
+        if not _ID_PATTERN.fullmatch(found):
+            return None
+        with open(os.path.join(key_dir(), found), "rb") as file:
+            key = file.read()
+    except (CheckpointUnavailableError, FileNotFoundError):
+        return None
+    return key if len(key) == 32 else None
+
+
+def seal_record(key: bytes, name: str, record: dict[str, Any]) -> str:
+    """An HMAC tag binding the JSON ``record`` stored under ``name`` to the
+    experiment: a JSON file that names code to import (``stagetree_job.json``)
+    is trusted like a sealed payload, never because it is in the folder."""
+    return _tag(key, name, json.dumps(record, sort_keys=True).encode()).hex()
+
+
+def verify_record(key: bytes | None, name: str, record: dict[str, Any], tag: Any) -> bool:
+    """Whether ``tag`` is `seal_record`'s for ``record`` under ``key``."""
+    return key is not None and isinstance(tag, str) and hmac.compare_digest(tag, seal_record(key, name, record))
 
 
 def _tag(key: bytes, name: str, data: Any) -> bytes:

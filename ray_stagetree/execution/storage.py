@@ -125,9 +125,7 @@ class CheckpointStorage:
         """Filesystem path of ``key`` (a relative, ``/``-separated name)."""
         parts = key.split("/") if isinstance(key, str) else None
         if not key or parts is None or key.startswith("/") or "\\" in key or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(
-                f"key must be a relative '/'-separated path without empty, '.' or '..' parts, got {key!r}"
-            )
+            raise ValueError(f"key must be a relative '/'-separated path without empty, '.' or '..' parts, got {key!r}")
         if not self.root:
             return key
         return f"{self.root}/{key}" if self.root != "/" else f"/{key}"

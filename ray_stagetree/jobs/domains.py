@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ray import tune
-from ray.tune.search.sample import Categorical, Float, Integer, Normal, Quantized, Domain, LogUniform
+from ray.tune.search.sample import Categorical, Domain, Float, Integer, LogUniform, Normal, Quantized
 
 from ray_stagetree.jobs.errors import field_path
 from ray_stagetree.sequences import FAMILIES, Sequence, from_json
@@ -35,8 +35,18 @@ from ray_stagetree.sequences import FAMILIES, Sequence, from_json
 DOMAINS = {
     name: getattr(tune, name)
     for name in (
-        "uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn",
-        "randint", "qrandint", "lograndint", "qlograndint", "choice", "grid_search",
+        "uniform",
+        "quniform",
+        "loguniform",
+        "qloguniform",
+        "randn",
+        "qrandn",
+        "randint",
+        "qrandint",
+        "lograndint",
+        "qlograndint",
+        "choice",
+        "grid_search",
     )
 }
 
@@ -56,7 +66,7 @@ def _convert(value: Any, path: tuple, problems: list[str]) -> Any:
     if "family" in value:
         return _sequence(value, path, problems)
     if len(value) == 1:
-        (name, arguments), = value.items()
+        ((name, arguments),) = value.items()
         if name in DOMAINS:
             return _domain(name, arguments, path, problems)
     return {key: _convert(item, (*path, key), problems) for key, item in value.items()}
@@ -147,7 +157,11 @@ def _domain_form(domain: Domain) -> dict[str, Any]:
             return {f"{prefix}randn": [inner.mean, inner.sd] + ([quantum] if quantum is not None else [])}
         log = isinstance(inner, LogUniform)
         kind = "uniform" if isinstance(domain, Float) else "randint"
-        name = {("uniform", False): "uniform", ("uniform", True): "loguniform",
-                ("randint", False): "randint", ("randint", True): "lograndint"}[kind, log]
+        name = {
+            ("uniform", False): "uniform",
+            ("uniform", True): "loguniform",
+            ("randint", False): "randint",
+            ("randint", True): "lograndint",
+        }[kind, log]
         return {prefix + name: [domain.lower, domain.upper] + ([quantum] if quantum is not None else [])}
     raise ValueError(f"{domain!r} has no declarative form (tune.sample_from and custom domains take Python code)")

@@ -17,11 +17,12 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
+from ray_stagetree._extras import require
+from ray_stagetree.jobs.spec import JobSpec
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.planning.stage_tree import Stage, StageTree, build_stage_tree
 from ray_stagetree.searchers import generate_trials
-from ray_stagetree.jobs.spec import JobSpec
 
 
 @dataclasses.dataclass
@@ -149,8 +150,7 @@ def draw_picture(tree: StageTree, path: str, horizon: int) -> None:
     """The stage tree as a picture (SVG, PNG or PDF, by ``path``'s extension):
     one bar per stage over its iterations, one row per path from the root to
     a leaf, a line where a stage forks from its parent."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "stagetree plan --picture", "monitor")
     matplotlib.use("Agg")  # a file, never a window
     import matplotlib.pyplot as plt
 
@@ -170,16 +170,24 @@ def draw_picture(tree: StageTree, path: str, horizon: int) -> None:
     height = max(next_row[0], 1)
     figure, axes = plt.subplots(figsize=(10, min(2 + 0.3 * height, 60)))
     for stage, row in rows.items():
-        axes.barh(row, stage.iterations, left=stage.start, height=0.6, edgecolor="white", linewidth=0.8,
-                  color="tab:blue" if stage.children else "tab:green")
+        axes.barh(
+            row,
+            stage.iterations,
+            left=stage.start,
+            height=0.6,
+            edgecolor="white",
+            linewidth=0.8,
+            color="tab:blue" if stage.children else "tab:green",
+        )
         if stage.parent is not None:
             axes.plot([stage.start, stage.start], [rows[stage.parent], row], color="grey", linewidth=0.8)
     axes.set_xlim(0, horizon)
     axes.set_ylim(height - 0.5, -0.5)
     axes.set_yticks([])
     axes.set_xlabel("iteration")
-    axes.set_title(f"stage tree: {len(tree.stages)} stages, {tree.iterations} iterations "
-                   "(blue: forks below it; green: a leaf)")
+    axes.set_title(
+        f"stage tree: {len(tree.stages)} stages, {tree.iterations} iterations (blue: forks below it; green: a leaf)"
+    )
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)

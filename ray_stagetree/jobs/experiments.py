@@ -195,6 +195,7 @@ def list_experiments(storage_path: str) -> list[Experiment]:
 
 def config_text(config: dict[str, Any]) -> str:
     """A config on one line, sequences as their constructor calls."""
+
     def shown(value: Any) -> Any:
         if is_sequence_spec(value):
             return from_json(value)

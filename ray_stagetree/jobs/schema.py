@@ -80,8 +80,10 @@ SCHEMA: dict[str, Any] = {
                     "anyOf": [{"const": -1}, {"minimum": 1}],
                     "description": "an int >= 1, or -1 with a searcher (until it is finished)",
                 },
-                "max_concurrent_trials": {"anyOf": [_POSITIVE_COUNT, {"type": "null"}],
-                                          "description": "an int >= 1, or null (no limit)"},
+                "max_concurrent_trials": {
+                    "anyOf": [_POSITIVE_COUNT, {"type": "null"}],
+                    "description": "an int >= 1, or null (no limit)",
+                },
                 "time_budget_s": {"type": "number", "exclusiveMinimum": 0},
                 "scheduler": _NAMED,
                 "search_alg": _NAMED,
@@ -91,8 +93,7 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "name": {"type": "string", "pattern": r"^[^/\\]+$",
-                         "description": "a folder name (no '/')"},
+                "name": {"type": "string", "pattern": r"^[^/\\]+$", "description": "a folder name (no '/')"},
                 "storage_path": {"type": "string", "minLength": 1},
                 "stop": {
                     "type": "object",
@@ -111,8 +112,10 @@ SCHEMA: dict[str, Any] = {
                     "type": "object",
                     "additionalProperties": False,
                     "properties": {
-                        "num_to_keep": {"anyOf": [_POSITIVE_COUNT, {"type": "null"}],
-                                        "description": "an int >= 1, or null (keep all)"},
+                        "num_to_keep": {
+                            "anyOf": [_POSITIVE_COUNT, {"type": "null"}],
+                            "description": "an int >= 1, or null (keep all)",
+                        },
                         "checkpoint_score_attribute": {"type": ["string", "null"]},
                         "checkpoint_score_order": {"enum": ["min", "max"]},
                         "checkpoint_frequency": {"type": "integer", "minimum": 0},
@@ -142,8 +145,15 @@ SCHEMA: dict[str, Any] = {
 }
 
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
-_JSON_TYPES = {"object": "a dict", "array": "a list", "string": "a string", "integer": "an int",
-               "number": "a number", "boolean": "true or false", "null": "null"}
+_JSON_TYPES = {
+    "object": "a dict",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an int",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
 
 
 def problems(spec: Any) -> list[str]:

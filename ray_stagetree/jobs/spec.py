@@ -21,7 +21,7 @@ from ray_stagetree.jobs import schema
 from ray_stagetree.jobs.domains import to_param_space
 from ray_stagetree.jobs.errors import SpecError, field_path
 from ray_stagetree.jobs.imports import load_object
-from ray_stagetree.jobs.registry import build_policy, build_scheduler, build_searcher
+from ray_stagetree.jobs.algorithms import build_policy, build_scheduler, build_searcher
 from ray_stagetree.runtime.driver.tuner import Tuner
 
 #: Top-level keys passed to the Tuner as keyword arguments of the same name,
@@ -75,7 +75,7 @@ class JobSpec:
         self.dry_tuner()  # the Tuner's own checks (horizon, metric and scheduler, checkpoint config, ...)
 
     @classmethod
-    def from_file(cls, path: str) -> "JobSpec":
+    def from_file(cls, path: str) -> JobSpec:
         """Read a ``.yaml`` / ``.yml`` / ``.json`` spec; a file that is missing
         or does not parse raises SpecError naming the line."""
         try:
@@ -198,7 +198,10 @@ def checked_storage_path(path: str, field: str, source: str) -> str:
     expanded = os.path.expanduser(path)
     if "://" in expanded or os.path.isabs(expanded):
         return expanded
-    raise SpecError([
-        f"{field}: must be an absolute path, a path under '~' or a URI (s3://, gs://, file://, ...), got {path!r}: "
-        "a relative path would land in the working folder of whichever process writes it"
-    ], source)
+    raise SpecError(
+        [
+            f"{field}: must be an absolute path, a path under '~' or a URI (s3://, gs://, file://, ...), got {path!r}: "
+            "a relative path would land in the working folder of whichever process writes it"
+        ],
+        source,
+    )

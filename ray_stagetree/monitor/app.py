@@ -12,7 +12,8 @@ script polls ``/api/state`` and re-renders.
 from __future__ import annotations
 
 import io
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from flask import Flask, Response, jsonify, render_template, request
 

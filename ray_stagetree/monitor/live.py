@@ -8,6 +8,8 @@ import errno
 from collections.abc import Iterator
 from typing import Any
 
+from ray_stagetree._extras import require
+
 #: Seconds the page waits for the controller's view before showing the directory's.
 VIEW_TIMEOUT_S = 10.0
 
@@ -21,13 +23,10 @@ def live_monitor(
     monitor is an optional extra (``pip install ray_stagetree[monitor]``)."""
     import ray
 
-    try:
-        from ray_stagetree.monitor.options import DEFAULT_PORT
-        from ray_stagetree.monitor.server import serve
-    except ImportError as error:
-        raise ImportError(
-            f"Tuner(monitor=True) needs the monitor's dependencies ({error}): pip install 'ray_stagetree[monitor]'"
-        ) from None
+    require("flask", "Tuner(monitor=True)", "monitor")
+    require("matplotlib", "Tuner(monitor=True)", "monitor")
+    from ray_stagetree.monitor.options import DEFAULT_PORT
+    from ray_stagetree.monitor.server import serve
 
     def view() -> dict[str, Any] | None:
         try:
@@ -35,7 +34,9 @@ def live_monitor(
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
             return None  # the study ended (or its controller is busy): the directory still shows it
 
-    options = dict(metric=metric, mode=mode or "min", storage_filesystem=storage_filesystem, block=False, live_view=view)
+    options = dict(
+        metric=metric, mode=mode or "min", storage_filesystem=storage_filesystem, block=False, live_view=view
+    )
     try:
         server = serve(experiment_path, port=DEFAULT_PORT, **options)
     except OSError as error:  # another study's monitor has the port: any free one

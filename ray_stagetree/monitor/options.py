@@ -13,6 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The monitor's options, on ``parser``."""
     parser.add_argument("path", help="the study's experiment directory (a path or a URI)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)"
+    )
     parser.add_argument("--metric", default=None, help="metric to rank trials by (default: the first reported)")
     parser.add_argument("--mode", choices=("min", "max"), default="min", help="whether lower or higher is better")

@@ -4,12 +4,13 @@ background thread (what ``Tuner(monitor=True)`` uses)."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from ray_stagetree.monitor.options import DEFAULT_PORT
 from ray_stagetree.monitor.app import create_app
+from ray_stagetree.monitor.options import DEFAULT_PORT
 from ray_stagetree.monitor.view import ExperimentReader
 
 #: The monitor's port unless told otherwise (Ray's dashboard has 8265).
@@ -35,7 +36,7 @@ class MonitorServer:
         self.url = f"http://{shown}:{self.port}/"
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "MonitorServer":
+    def start(self) -> MonitorServer:
         """Serve in a daemon thread and return at once."""
         self._thread = threading.Thread(target=self._server.serve_forever, name="stagetree-monitor", daemon=True)
         self._thread.start()
@@ -51,7 +52,7 @@ class MonitorServer:
         if self._thread is not None:
             self._thread.join()
 
-    def __enter__(self) -> "MonitorServer":
+    def __enter__(self) -> MonitorServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -70,7 +70,9 @@ class ExperimentReader:
         iteration), ``done`` and ``error`` (``error.txt`` is there)."""
         listing = self.filesystem.get_file_info(pafs.FileSelector(self.root, recursive=False))
         trials = []
-        for folder in sorted((entry for entry in listing if entry.type == pafs.FileType.Directory), key=lambda e: e.path):
+        for folder in sorted(
+            (entry for entry in listing if entry.type == pafs.FileType.Directory), key=lambda e: e.path
+        ):
             files = {
                 posixpath.basename(entry.path): entry
                 for entry in self.filesystem.get_file_info(pafs.FileSelector(folder.path, recursive=False))
@@ -155,9 +157,12 @@ def trial_table(trials: list[dict[str, Any]], metric: str | None, mode: str, liv
             status = live[trial["name"]]
         else:
             status = (
-                lifecycle.ERROR if trial["error"]
-                else lifecycle.TERMINATED if trial["done"]
-                else lifecycle.RUNNING if trial["rows"]
+                lifecycle.ERROR
+                if trial["error"]
+                else lifecycle.TERMINATED
+                if trial["done"]
+                else lifecycle.RUNNING
+                if trial["rows"]
                 else lifecycle.PENDING
             )
         table.append(
@@ -165,7 +170,9 @@ def trial_table(trials: list[dict[str, Any]], metric: str | None, mode: str, liv
                 "name": trial["name"],
                 "status": status,
                 "config": _flat_config(trial["config"]),
-                "iterations": int(trial["rows"][-1].get("training_iteration", len(trial["rows"]))) if trial["rows"] else 0,
+                "iterations": int(trial["rows"][-1].get("training_iteration", len(trial["rows"])))
+                if trial["rows"]
+                else 0,
                 "latest": values[-1] if values else None,
                 "best": pick(values) if values else None,
             }
@@ -239,9 +246,14 @@ def stage_tree(records: dict[str, list[dict[str, Any]]], running: list[dict[str,
     for node_id in sorted(nodes):
         row = nodes[node_id]
         points = sorted(at for at in cuts[node_id] if at >= row["fork_step"])
+        previous = row["fork_step"]  # the start of the stage before, on this node
         for start, stop in zip(points, points[1:]):
             if start == row["fork_step"]:
-                parent = None if row["parent_id"] is None else f"H{row['parent_id']}:{_stage_start(cuts, row['parent_id'], start)}"
+                parent = (
+                    None
+                    if row["parent_id"] is None
+                    else f"H{row['parent_id']}:{_stage_start(cuts, row['parent_id'], start)}"
+                )
             else:
                 parent = f"H{node_id}:{previous}"
             if stop <= trained.get(node_id, row["fork_step"]):

@@ -48,7 +48,7 @@ USER_API = [
     "kwise_merge_rate",
 ]
 
-#: Planning internals `ray_stagetree` exported before issue 20 (it still
+#: Planning internals `ray_stagetree` exported before the vocabulary rename (it still
 #: does for one release, with a DeprecationWarning).
 FORMERLY_TOP_LEVEL = [
     "TrialConfig",

@@ -1,6 +1,6 @@
 """Old names of the planning API, kept for one release.
 
-Issue 20 gave the planning core one vocabulary: ``iteration`` where it said
+The vocabulary rename gave the planning core one vocabulary: ``iteration`` where it said
 ``step`` (one training iteration of a trial), ``share_key`` where it said
 ``study`` for the group of trials that may share stages, `CheckpointSource`
 for the checkpoint a stage starts from, and the planning internals moved
@@ -67,7 +67,7 @@ def renamed_attributes(**renames: str) -> Callable[[Class], Class]:
                 for attribute, value in (part or {}).items():
                     object.__setattr__(self, renames.get(attribute, attribute), value)
 
-        cls.__setstate__ = __setstate__
+        setattr(cls, "__setstate__", __setstate__)  # noqa: B010 (a class's own attribute, set from outside)
         return cls
 
     return decorate

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-from typing import Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 F = TypeVar("F", bound=Callable)
 

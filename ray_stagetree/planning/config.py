@@ -102,7 +102,7 @@ def _json_default(value: Any) -> Any:
 
 def _static_key(share_key: str, static: Mapping[str, Any]) -> str:
     # allow_nan: nan and inf are keyed as NaN / Infinity, which json reads back.
-    # The share key is stored under "study", its name before issue 20: saved
+    # The share key is stored under "study", its name before the vocabulary rename: saved
     # plans key their roots by this text, so it must not change.
     return json.dumps({"study": share_key, "static": static}, sort_keys=True, default=_json_default)
 
@@ -178,7 +178,7 @@ class TrialConfig:
     @renamed_arguments(study="share_key")
     def from_config(
         cls,
-        config: Mapping[str, Any],
+        config: "Mapping[str, Any] | TrialConfig",
         share_key: str = "default",
         intern: dict[Sequence, Sequence] | None = None,
     ) -> "TrialConfig":
@@ -203,7 +203,7 @@ class TrialConfig:
         for path, value in _flatten(config):
             if _is_scalar(value):
                 value = _python(value)
-                tunable[path] = _constant(type(value), value)
+                tunable[path] = _constant(type(value), value)  # type: ignore[arg-type]  # a type is hashable
             elif isinstance(value, Sequence) or is_sequence_spec(value):
                 sequence = value if isinstance(value, Sequence) else from_json(value)
                 if not sequence.is_resolved:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ray_stagetree.planning.plan import PlanNode, SearchPlan
 
 
-def stage_features(node: "PlanNode", start: int, stop: int) -> dict[str, float]:
+def stage_features(node: PlanNode, start: int, stop: int) -> dict[str, float]:
     """Mean hyper-parameter values of ``node`` over ``[start, stop)``."""
     features: dict[str, float] = {}
     for name, sequence in zip(node.config.names, node.config.sequences):
@@ -58,9 +58,7 @@ class CostModel:
 
     def __init__(self, default_seconds_per_iteration: float = 1.0, ridge: float = 1e-3) -> None:
         if not default_seconds_per_iteration > 0:
-            raise ValueError(
-                f"default_seconds_per_iteration must be > 0, got {default_seconds_per_iteration!r}"
-            )
+            raise ValueError(f"default_seconds_per_iteration must be > 0, got {default_seconds_per_iteration!r}")
         if not ridge >= 0:
             raise ValueError(f"ridge must be >= 0, got {ridge!r}")
         self.default_seconds_per_iteration = float(default_seconds_per_iteration)
@@ -81,7 +79,7 @@ class CostModel:
     def is_fitted(self) -> bool:
         return self._coefficients is not None
 
-    def fit(self, plan: "SearchPlan") -> "CostModel":
+    def fit(self, plan: SearchPlan) -> CostModel:
         """Regress seconds per iteration on stage features; refits only when
         new timings arrived (past `REFIT_ALWAYS_BELOW` of them, when their
         number grew by `REFIT_GROWTH`)."""
@@ -118,7 +116,7 @@ class CostModel:
         self._floor = max(float(targets.min()) * 0.1, 1e-9)
         return self
 
-    def seconds_per_iteration(self, node: "PlanNode", start: int, stop: int) -> float:
+    def seconds_per_iteration(self, node: PlanNode, start: int, stop: int) -> float:
         if self._coefficients is None:
             return self.default_seconds_per_iteration
         features = self._stage_features(node, start, stop)
@@ -127,18 +125,18 @@ class CostModel:
         prediction = self._coefficients[0] + float(x @ self._coefficients[1:])
         return max(prediction, self._floor)
 
-    def _stage_features(self, node: "PlanNode", start: int, stop: int) -> dict[str, float]:
+    def _stage_features(self, node: PlanNode, start: int, stop: int) -> dict[str, float]:
         key = (node.node_id, start, stop)
         features = self._features.get(key)
         if features is None:
             features = self._features[key] = stage_features(node, start, stop)
         return features
 
-    def stage_seconds(self, node: "PlanNode", start: int, stop: int) -> float:
+    def stage_seconds(self, node: PlanNode, start: int, stop: int) -> float:
         return (stop - start) * self.seconds_per_iteration(node, start, stop)
 
 
-def recompute_seconds(node: "PlanNode", iteration: int) -> float:
+def recompute_seconds(node: PlanNode, iteration: int) -> float:
     """What losing the checkpoint at ``(node, iteration)`` costs: the seconds the
     plan measured (``time_this_iter_s``) for the iterations since the
     previous checkpoint on the path to it, or since initialization without
@@ -147,7 +145,7 @@ def recompute_seconds(node: "PlanNode", iteration: int) -> float:
     Iterations with no measured time count one second each, the cost
     model's unit before any timing exists."""
     seconds = 0.0
-    current: "PlanNode | None" = node
+    current: PlanNode | None = node
     latest = iteration - 1  # the latest checkpoint a retraining could start from
     while current is not None:
         previous = max((saved for saved in current.checkpoints if saved <= latest), default=current.fork_iteration)
@@ -156,6 +154,7 @@ def recompute_seconds(node: "PlanNode", iteration: int) -> float:
             seconds += float(measured) if isinstance(measured, (int, float)) and measured >= 0 else 1.0
         if previous > current.fork_iteration:
             break
-        current, iteration = current.parent, current.fork_iteration
+        iteration = current.fork_iteration
+        current = current.parent
         latest = iteration
     return seconds

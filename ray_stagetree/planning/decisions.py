@@ -8,7 +8,7 @@ whichever scheduler family decided.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from ray_stagetree.planning._deprecated import renamed_attributes
 
@@ -31,4 +31,4 @@ class Exploit:
 
 
 #: One of the words above, or an `Exploit`.
-Decision = Union[str, Exploit]
+Decision = str | Exploit

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ray_stagetree.planning.plan import Request, SearchPlan

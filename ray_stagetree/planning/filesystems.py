@@ -3,7 +3,9 @@
 Every file the project writes (the plan's tables, checkpoint payloads, trial
 folders) goes through an ``fsspec.AbstractFileSystem``: `resolve` turns a
 URL, or Tune's ``storage_filesystem`` (a ``pyarrow.fs.FileSystem`` or an
-fsspec one) and a path inside it, into that filesystem and its path.
+fsspec one) and a path inside it, into that filesystem and its path. A URL
+whose fsspec driver is not installed (``s3://`` without s3fs, ``gs://``
+without gcsfs) is opened with pyarrow's own filesystem, as Tune opens it.
 `arrow_filesystem` is the adapter back for the readers whose API takes only
 pyarrow (Parquet, Tune's ``Checkpoint``); a pyarrow filesystem given by the
 user comes back as itself. A new backend needs nothing here: any installed
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import fsspec
+import pyarrow as pa
 import pyarrow.fs as pafs
 from fsspec.implementations.arrow import ArrowFSWrapper
 
@@ -40,7 +43,13 @@ def resolve(url: str, storage_filesystem: Any = None) -> tuple[fsspec.AbstractFi
     ('MemoryFileSystem', '/studies/a')
     """
     if storage_filesystem is None:
-        return fsspec.core.url_to_fs(url)
+        try:
+            return fsspec.core.url_to_fs(url)
+        except ImportError as missing_driver:
+            resolved = _pyarrow_resolve(url)
+            if resolved is None:
+                raise missing_driver  # neither knows the scheme: fsspec's error names the package to install
+            return resolved
     if not is_filesystem(storage_filesystem):
         raise TypeError(
             "storage_filesystem must be a pyarrow.fs.FileSystem, an fsspec.AbstractFileSystem or None, "
@@ -50,6 +59,16 @@ def resolve(url: str, storage_filesystem: Any = None) -> tuple[fsspec.AbstractFi
         ArrowFSWrapper(storage_filesystem) if isinstance(storage_filesystem, pafs.FileSystem) else storage_filesystem
     )
     return filesystem, filesystem._strip_protocol(url)
+
+
+def _pyarrow_resolve(url: str) -> tuple[fsspec.AbstractFileSystem, str] | None:
+    """``url`` opened by pyarrow's own filesystems (S3, GCS, HDFS, ...), as
+    Tune's storage opens it; None when pyarrow does not know its scheme."""
+    try:
+        filesystem, path = pafs.FileSystem.from_uri(url)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return ArrowFSWrapper(filesystem), path
 
 
 def arrow_filesystem(filesystem: Any) -> pafs.FileSystem:

@@ -70,7 +70,7 @@ UNFINISHED = frozenset({PENDING, RUNNING, PAUSED})
 ENDED = frozenset({TERMINATED, ERROR})
 
 
-class SchedulerHost(Protocol):
+class HostedScheduler(Protocol):
     """What the lifecycle asks of a hosted trial scheduler (`trial_schedulers.host.SchedulerHost`)."""
 
     population: Any  # PBT's host, or None: only PBT reads a result's hyper-parameters
@@ -86,12 +86,29 @@ class SchedulerHost(Protocol):
     def resumable(self) -> list[tuple[str, Exploit | None]]: ...
 
 
+#: What a trial source's `next_trial` answers when its searcher has nothing
+#: to suggest right now (more may come after results).
+WAIT = "WAIT"
+
+
 class TrialSource(Protocol):
     """Where a study's trials come from, its searcher (`searchers.sources`):
-    what the lifecycle tells it. (Not a `stage_tree.CheckpointSource`, the
-    checkpoint a stage starts from.)"""
+    what the lifecycle asks and tells it. (Not a `stage_tree.CheckpointSource`,
+    the checkpoint a stage starts from.)"""
+
+    def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
+        """``(trial_id, config)``, `WAIT`, or None when no trial is left."""
 
     def on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool = False) -> None: ...
+
+
+class Refused(Exception):
+    """A proposed trial that cannot run: its config cannot be planned, or the
+    owner could not make the trial (a user's naming hook raised)."""
+
+    def __init__(self, trial_id: str, config: dict[str, Any], error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.trial_id, self.config, self.error = trial_id, config, error
 
 
 @dataclass(kw_only=True)
@@ -144,10 +161,10 @@ class TrialLifecycle:
     def __init__(
         self,
         plan: SearchPlan,
-        host: SchedulerHost,
+        host: HostedScheduler,
         trial_source: TrialSource,
         share_key: Callable[[str], str],
-        next_request: Callable[[str, int], float],
+        next_request: Callable[[str, int], int],
         on_request: Callable[[Trial, Request, int], None],
         on_end: Callable[[Trial], None],
     ) -> None:
@@ -187,12 +204,30 @@ class TrialLifecycle:
 
     # -- admission -----------------------------------------------------------------------
 
-    def admit(self, trial: Trial) -> None:
-        """A new trial (its scheduler has seen it: `SchedulerHost.on_add`,
-        which may add to its config, comes before `parse`) is requested up
-        to its first decision point; a trial of a restored plan is extended."""
+    def admit_next(self, make: Callable[[str, dict[str, Any], TrialConfig], Trial]) -> Trial | None:
+        """Admit the trial source's next trial; None when it has none now.
+
+        Its scheduler hears of it first (`SchedulerHost.on_add` may add to
+        its config), then the config is parsed under its share key, ``make``
+        builds the owner's trial from ``(trial_id, config, trial_config)``,
+        and the trial is requested up to its first decision point (a trial
+        of a restored plan is extended). Raises `Refused` when the config
+        cannot be planned or ``make`` raises: the owner ends it (`refuse`).
+        """
+        proposal = self.trial_source.next_trial()
+        if not isinstance(proposal, tuple):  # None or WAIT
+            return None
+        trial_id, config = proposal
+        self.host.on_add(trial_id, config)
+        try:
+            trial_config = self.parse(trial_id, config)
+            trial = make(trial_id, config, trial_config)
+        except Exception as error:
+            raise Refused(trial_id, config, error) from error
+        trial.configure(config, trial_config)
         self.add(trial)
         self._request_from(trial, 0)
+        return trial
 
     def refuse(self, trial: Trial) -> None:
         """A trial whose config or names could not be made ends in ERROR at once."""
@@ -212,6 +247,7 @@ class TrialLifecycle:
         if trial.trial_id in self.plan.trials:
             request = self.plan.extend_trial(trial.trial_id, target)
         else:
+            assert trial.trial_config is not None  # configured when it was admitted
             request = self.plan.add_trial(
                 trial.trial_id, trial.trial_config, target, share_key=self.share_key(trial.trial_id)
             )
@@ -226,13 +262,21 @@ class TrialLifecycle:
         if trial.status == PENDING:
             self.set_status(trial, RUNNING)
 
-    def decide(self, trial: Trial, iteration: int, row: dict[str, Any]) -> None:
+    def decide(
+        self, trial: Trial, iteration: int, row: dict[str, Any], then: Callable[[], None] | None = None
+    ) -> None:
         """Ask the trial's scheduler about its result at ``iteration`` and apply
-        the answer. The owner calls `resume` after (a stop may free trials
+        the answer; ``then`` runs between the two (the owner tells the
+        searcher there: Tune's order, in which the searcher gets the row the
+        scheduler may have written into, e.g. HyperBandForBOHB's budget for
+        TuneBOHB). The owner calls `resume` after (a stop may free trials
         the scheduler held)."""
         # Only PBT reads the hyper-parameters (the values it explores from).
+        assert trial.trial_config is not None  # it reported: it was admitted
         values = trial.trial_config.hparams_at(iteration - 1) if self.host.population is not None else None
         decision = self.host.on_result(trial.trial_id, row, values)
+        if then is not None:
+            then()
         if isinstance(decision, Exploit):
             self._exploit(trial, decision)
         elif decision == STOP:
@@ -295,6 +339,18 @@ class TrialLifecycle:
             trial.node = self.plan.extend_trial(trial.trial_id, max(trial.rows)).node
         else:
             self.plan.remove_trial(trial.trial_id)
+
+    def abort(self, trial: Trial) -> None:
+        """The study stops on an error no trial caused (no worker can run the
+        trainable): the unfinished trial ends in ERROR and leaves the plan;
+        its scheduler and searcher are not told, the study is over."""
+        self.set_status(trial, ERROR)
+        self.plan.remove_trial(trial.trial_id)
+
+    def close(self, trial: Trial) -> None:
+        """The study ended with the trial paused (its scheduler never resumed
+        it) or past the study's end: TERMINATED as it stands, nothing told."""
+        self.set_status(trial, TERMINATED)
 
     def fail(self, trial: Trial) -> None:
         """The trial ends in error (no retry left): it leaves the plan."""

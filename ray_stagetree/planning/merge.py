@@ -8,14 +8,17 @@ merges the trials of several studies into one plan.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
-from typing import Sequence as SequenceType
+from collections.abc import Iterable, Mapping
+from collections.abc import Sequence as SequenceType
+from typing import Any
 
 from ray_stagetree.planning.plan import SearchPlan
 
 
 def _horizons(horizon: int | SequenceType[int], count: int, what: str) -> list[int]:
-    if isinstance(horizon, int) and not isinstance(horizon, bool):
+    if isinstance(horizon, bool):
+        raise ValueError(f"{what}: horizon must be an int or one int per trial, got {horizon!r}")
+    if isinstance(horizon, int):
         return [horizon] * count
     horizons = list(horizon)
     if len(horizons) != count:
@@ -57,9 +60,7 @@ def merge_rate(configs: Iterable[Mapping[str, Any]], horizon: int | SequenceType
     return _rate(plan)
 
 
-def kwise_merge_rate(
-    studies: Iterable[Iterable[Mapping[str, Any]]], horizon: int | SequenceType[Any]
-) -> float:
+def kwise_merge_rate(studies: Iterable[Iterable[Mapping[str, Any]]], horizon: int | SequenceType[Any]) -> float:
     """Merge rate of several studies planned together (Hippo's k-wise merge rate).
 
     ``horizon`` is one int for every trial, or one entry per study (an int or

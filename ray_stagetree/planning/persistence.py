@@ -24,7 +24,7 @@ from ray_stagetree.planning.filesystems import arrow_filesystem, resolve
 FORMAT = "ray_stagetree.planning.plan"
 VERSION = 1
 
-# The column names are older than the plan's vocabulary (issue 20): a
+# The column names are older than the plan's vocabulary (the vocabulary rename): a
 # "fork_step" is a node's fork iteration, a "step" an iteration, a "study" a
 # share key. They stay as they are, so that plans saved before read the same
 # and plans saved now read in the version before.

@@ -26,8 +26,9 @@ from __future__ import annotations
 import abc
 import heapq
 import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 from ray_stagetree.planning._gc import gc_paused
 from ray_stagetree.planning.cost import CostModel
@@ -47,7 +48,7 @@ class StageBatch:
 
     stages: list[Stage]
     estimated_seconds: float
-    after: "StageBatch | None" = None
+    after: StageBatch | None = None
     batch_id: int | None = field(default=None)
 
     @property
@@ -67,7 +68,7 @@ class StageBatch:
         return sum(stage.iterations for stage in self.stages)
 
     @property
-    def segments(self) -> list[tuple["PlanNode", int, int]]:
+    def segments(self) -> list[tuple[PlanNode, int, int]]:
         """``(node, start, stop)`` runs, consecutive stages of a node merged."""
         merged: list[tuple[PlanNode, int, int]] = []
         for stage in self.stages:
@@ -78,11 +79,11 @@ class StageBatch:
         return merged
 
     @property
-    def requests(self) -> list["Request"]:
+    def requests(self) -> list[Request]:
         return [request for stage in self.stages for request in stage.requests]
 
     @property
-    def checkpoint_points(self) -> list[tuple["PlanNode", int]]:
+    def checkpoint_points(self) -> list[tuple[PlanNode, int]]:
         """Where the worker must save: branch points other batches start
         from, and the end (a trial is often extended from its last iteration)."""
         points = []
@@ -137,9 +138,7 @@ class ExecutionPolicy(abc.ABC):
             return list(self._batches(tree))
 
     def _costs_and_priorities(self, tree: StageTree) -> tuple[dict[Stage, float], dict[Stage, float]]:
-        costs = {
-            stage: self.cost_model.stage_seconds(stage.node, stage.start, stage.stop) for stage in tree.stages
-        }
+        costs = {stage: self.cost_model.stage_seconds(stage.node, stage.start, stage.stop) for stage in tree.stages}
         return costs, self.priorities(tree, costs)
 
     def _batch_from(
@@ -155,7 +154,9 @@ class ExecutionPolicy(abc.ABC):
         """`order`'s batches, made as they are taken."""
         costs, priority = self._costs_and_priorities(tree)
         tie_break = itertools.count()
-        heap = [(-priority[root], next(tie_break), root, None) for root in tree.roots]
+        heap: list[tuple[float, int, Stage, StageBatch | None]] = [
+            (-priority[root], next(tie_break), root, None) for root in tree.roots
+        ]
         heapq.heapify(heap)
         while heap:
             _, _, stage, after = heapq.heappop(heap)
@@ -169,7 +170,7 @@ class ExecutionPolicy(abc.ABC):
                         heapq.heappush(heap, (-priority[child], next(tie_break), child, batch))
 
     def select(
-        self, plan: "SearchPlan", idle_workers: int, admit: Callable[[StageBatch], bool] | None = None
+        self, plan: SearchPlan, idle_workers: int, admit: Callable[[StageBatch], bool] | None = None
     ) -> list[StageBatch]:
         """Dispatch up to ``idle_workers`` ready batches: they are marked
         scheduled in ``plan`` and carry their ``batch_id``. ``admit``, when
@@ -191,7 +192,7 @@ class ExecutionPolicy(abc.ABC):
             batch.batch_id = plan.mark_scheduled(batch.segments)
         return chosen
 
-    def _candidates(self, plan: "SearchPlan") -> Iterator[StageBatch]:
+    def _candidates(self, plan: SearchPlan) -> Iterator[StageBatch]:
         """The ready batches of the plan's stage tree, best first."""
         if self.local_priorities:
             if self._forest is None or self._forest.plan is not plan:
@@ -215,14 +216,12 @@ class ExecutionPolicy(abc.ABC):
         """When the running batch may next be pre-empted (None: never)."""
         return None
 
-    def at_boundary(self, plan: "SearchPlan", batch_id: int, node: "PlanNode", iteration: int, now: float) -> bool:
+    def at_boundary(self, plan: SearchPlan, batch_id: int, node: PlanNode, iteration: int, now: float) -> bool:
         """The running batch has trained ``(node, iteration)``: True if it stops
         there (with a checkpoint) for other work."""
         return False
 
-    def ended(
-        self, plan: "SearchPlan", batch_id: int, now: float, point: "tuple[PlanNode, int] | None" = None
-    ) -> None:
+    def ended(self, plan: SearchPlan, batch_id: int, now: float, point: tuple[PlanNode, int] | None = None) -> None:
         """The batch ended at ``now``, at ``point`` if given (else the last
         one `at_boundary` saw); called before the plan releases it."""
 
@@ -245,7 +244,7 @@ class _StageForest:
     since they were pushed are stale and skipped.
     """
 
-    def __init__(self, policy: ExecutionPolicy, plan: "SearchPlan") -> None:
+    def __init__(self, policy: ExecutionPolicy, plan: SearchPlan) -> None:
         self.policy, self.plan = policy, plan
         self.read_up_to = 0
         self.model_fits: tuple[int, int] | None = None
@@ -279,7 +278,9 @@ class _StageForest:
         for node in self.plan.touched_since(self.read_up_to):
             units.add(unit_of(node))
             # Children that start a unit and were not one, or the reverse.
-            units.update(child for child in node.children.values() if starts_unit(child) != (child.node_id in self.live))
+            units.update(
+                child for child in node.children.values() if starts_unit(child) != (child.node_id in self.live)
+            )
         if fits != self.model_fits:  # new estimates: reorder every ready batch
             self.model_fits = fits
             units |= {self.plan.nodes[unit_id] for unit_id in self.live}
@@ -293,7 +294,7 @@ class _StageForest:
             self.heap = [entry for entry in self.heap if self.generation.get(entry[4]) == entry[5]]
             heapq.heapify(self.heap)
 
-    def _rebuild(self, unit: "PlanNode") -> None:
+    def _rebuild(self, unit: PlanNode) -> None:
         """Replace the unit's entries; one no longer a unit (its stages are
         in the unit above it now) leaves none."""
         key = unit.node_id
@@ -355,7 +356,7 @@ POLICIES: dict[str, type[ExecutionPolicy]] = {
 }
 
 
-def get_policy(policy: "str | ExecutionPolicy") -> ExecutionPolicy:
+def get_policy(policy: str | ExecutionPolicy) -> ExecutionPolicy:
     """An `ExecutionPolicy` from an instance or one of the names in `POLICIES`."""
     if isinstance(policy, ExecutionPolicy):
         return policy

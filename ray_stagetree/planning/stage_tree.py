@@ -17,8 +17,9 @@ from it wait for that batch (``Stage.waits_for``).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from ray_stagetree.planning._deprecated import moved_names, renamed_attributes
 from ray_stagetree.planning._gc import without_gc
@@ -52,11 +53,11 @@ class Stage:
     node: PlanNode
     start: int
     stop: int
-    parent: "Stage | None" = None
+    parent: Stage | None = None
     source: CheckpointSource | None = None
     waits_for: int | None = None
     requests: list[Request] = field(default_factory=list)
-    children: list["Stage"] = field(default_factory=list)
+    children: list[Stage] = field(default_factory=list)
 
     @property
     def iterations(self) -> int:
@@ -84,7 +85,7 @@ class StageTree:
         for stage in self.stages:
             yield from stage.requests
 
-    def to_networkx(self) -> "networkx.DiGraph":
+    def to_networkx(self) -> networkx.DiGraph:
         """The tree as a directed graph of stages (edges parent -> child)."""
         import networkx
 
@@ -144,11 +145,11 @@ def starts_unit(node: PlanNode) -> bool:
 def unit_of(node: PlanNode) -> PlanNode:
     """The node that starts the unit of replanning ``node`` is in."""
     while not starts_unit(node):
-        node = node.parent
+        node = node.parent  # type: ignore[assignment]  # a root starts its unit: every node above one has a parent
     return node
 
 
-def _unit_nodes(units: "Iterable[PlanNode]") -> list[PlanNode]:
+def _unit_nodes(units: Iterable[PlanNode]) -> list[PlanNode]:
     """The nodes of ``units`` (nodes that `starts_unit`), each down to the
     next unit, in the plan's (id) order."""
     found = []
@@ -161,7 +162,7 @@ def _unit_nodes(units: "Iterable[PlanNode]") -> list[PlanNode]:
 
 
 @without_gc
-def build_stage_tree(plan: "SearchPlan", units: "Iterable[PlanNode] | None" = None) -> StageTree:
+def build_stage_tree(plan: SearchPlan, units: Iterable[PlanNode] | None = None) -> StageTree:
     """Stages serving every unscheduled request of ``plan`` that some trial needs.
 
     With ``units`` (nodes that `starts_unit`), only their stages: stages
@@ -184,9 +185,9 @@ def build_stage_tree(plan: "SearchPlan", units: "Iterable[PlanNode] | None" = No
                 pending_at[(node.node_id, iteration)] = batch_id
             else:
                 stage = Stage(node, iteration, iteration)
-                request = node.requests.get(iteration)
-                if request is not None and _open(request):
-                    stage.requests.append(request)
+                served = node.requests.get(iteration)
+                if served is not None and _open(served):
+                    stage.requests.append(served)
                 stage_at[(node.node_id, iteration)] = stage
 
     # Link each stage to the point before it. Parents fork no later than their
@@ -197,9 +198,10 @@ def build_stage_tree(plan: "SearchPlan", units: "Iterable[PlanNode] | None" = No
         points = sorted(iterations)
         saved = sorted(iteration for iteration in {*node.checkpoints, *node.parked} if iteration > node.fork_iteration)
         for index, iteration in enumerate(points):
-            stage = stage_at.get((node.node_id, iteration))
-            if stage is None:
+            linked = stage_at.get((node.node_id, iteration))
+            if linked is None:
                 continue
+            stage = linked
             previous_target = points[index - 1] if index else None
             position = bisect.bisect_left(saved, iteration)
             previous_saved = saved[position - 1] if position else None
@@ -236,6 +238,7 @@ def _link(
         stage.source = CheckpointSource(node, start)
         return
     if kind == "running":
+        assert running is not None  # "running" is a candidate only when there is a running segment
         stage.source, stage.waits_for = CheckpointSource(node, start), running[1]
         return
     if kind == "target":
@@ -255,5 +258,5 @@ def _link(
         stage.source = CheckpointSource(anchor, start)
 
 
-# `CheckpointSource` was called `Source` before issue 20.
+# `CheckpointSource` was called `Source` before the vocabulary rename.
 __getattr__ = moved_names(__name__, {"Source": f"{__name__}.CheckpointSource"})

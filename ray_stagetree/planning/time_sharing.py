@@ -52,8 +52,8 @@ import copy
 import dataclasses
 import math
 import numbers
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.policies import POLICIES, ExecutionPolicy, StageBatch, get_policy
@@ -111,10 +111,10 @@ class JobRecord:
 
 @dataclasses.dataclass
 class _Quantum:
-    job: "PlanNode"
-    start: tuple["PlanNode", int]  # where the quantum's losses begin (exclusive)
+    job: PlanNode
+    start: tuple[PlanNode, int]  # where the quantum's losses begin (exclusive)
     began: float
-    last: tuple["PlanNode", int]  # the latest point the batch reported
+    last: tuple[PlanNode, int]  # the latest point the batch reported
 
 
 def _check_positive(name: str, value: object) -> None:
@@ -176,14 +176,14 @@ class TimeSharingPolicy(ExecutionPolicy):
 
     # -- priorities --------------------------------------------------------
 
-    def job_priority(self, node: "PlanNode", record: JobRecord) -> float:
+    def job_priority(self, node: PlanNode, record: JobRecord) -> float:
         """Higher runs first (a job without a record runs before all)."""
         raise NotImplementedError
 
     def quantum_seconds(self, record: JobRecord | None) -> float | None:
         return self.quantum_s
 
-    def record_of(self, node: "PlanNode") -> JobRecord | None:
+    def record_of(self, node: PlanNode) -> JobRecord | None:
         """The node's record, or its nearest ancestor's (a fork inherits the
         convergence of the prefix it forks from)."""
         current: PlanNode | None = node
@@ -194,7 +194,7 @@ class TimeSharingPolicy(ExecutionPolicy):
             current = current.parent
         return None
 
-    def priority_of(self, node: "PlanNode") -> float:
+    def priority_of(self, node: PlanNode) -> float:
         record = self.record_of(node)
         return math.inf if record is None else self.job_priority(node, record)
 
@@ -206,15 +206,13 @@ class TimeSharingPolicy(ExecutionPolicy):
     def bind(self, workers: int) -> None:
         self.workers = workers
 
-    def _active_jobs(self, plan: "SearchPlan") -> int:
+    def _active_jobs(self, plan: SearchPlan) -> int:
         """Jobs that have run and still have work: they hold their slots."""
         return sum(
-            1
-            for node_id in self.records
-            if any(request.trials for request in plan.nodes[node_id].requests.values())
+            1 for node_id in self.records if any(request.trials for request in plan.nodes[node_id].requests.values())
         )
 
-    def _candidates(self, plan: "SearchPlan") -> Iterator[StageBatch]:
+    def _candidates(self, plan: SearchPlan) -> Iterator[StageBatch]:
         room = math.inf if self.workers is None else self.max_jobs_per_worker * self.workers - self._active_jobs(plan)
         for batch in super()._candidates(plan):
             if self.record_of(batch.stages[0].node) is None:
@@ -226,6 +224,7 @@ class TimeSharingPolicy(ExecutionPolicy):
     # -- quanta ------------------------------------------------------------------
 
     def started(self, batch: StageBatch, now: float) -> float | None:
+        assert batch.batch_id is not None  # a dispatched batch has its id
         first = batch.stages[0]
         start = (first.node, first.start)
         self._quanta[batch.batch_id] = _Quantum(first.node, start, now, start)
@@ -238,7 +237,7 @@ class TimeSharingPolicy(ExecutionPolicy):
         seconds = self.quantum_seconds(self.record_of(quantum.job))
         return None if seconds is None else quantum.began + seconds
 
-    def at_boundary(self, plan: "SearchPlan", batch_id: int, node: "PlanNode", iteration: int, now: float) -> bool:
+    def at_boundary(self, plan: SearchPlan, batch_id: int, node: PlanNode, iteration: int, now: float) -> bool:
         quantum = self._quanta.get(batch_id)
         if quantum is None:
             return False
@@ -254,7 +253,7 @@ class TimeSharingPolicy(ExecutionPolicy):
         self._quanta[batch_id] = _Quantum(node, (node, iteration), now, (node, iteration))  # it goes on: a new quantum
         return False
 
-    def ended(self, plan: "SearchPlan", batch_id: int, now: float, point: tuple["PlanNode", int] | None = None) -> None:
+    def ended(self, plan: SearchPlan, batch_id: int, now: float, point: tuple[PlanNode, int] | None = None) -> None:
         quantum = self._quanta.pop(batch_id, None)
         if quantum is not None:
             if point is not None:
@@ -272,7 +271,7 @@ class TimeSharingPolicy(ExecutionPolicy):
         if quantum.job is not node and quantum.job.node_id in self.records:
             self.records[quantum.job.node_id].last_ran = now
 
-    def _losses(self, start: tuple["PlanNode", int], end: tuple["PlanNode", int]) -> list[float]:
+    def _losses(self, start: tuple[PlanNode, int], end: tuple[PlanNode, int]) -> list[float]:
         """The losses recorded on the path from ``start`` (exclusive) to ``end``."""
         if self.metric is None:
             raise ValueError(f"{type(self).__name__} needs a metric: pass metric=... or set TuneConfig(metric=...)")
@@ -287,7 +286,8 @@ class TimeSharingPolicy(ExecutionPolicy):
                     losses.append(sign * float(value))
             if node is start[0]:
                 break
-            node, upper = node.parent, node.fork_iteration
+            upper = node.fork_iteration
+            node = node.parent  # type: ignore[assignment]  # start's node is above: the walk ends there
         losses.reverse()
         return losses
 
@@ -326,11 +326,12 @@ class HermesPolicy(TimeSharingPolicy):
             raise ValueError(f"quantum_growth must be >= 1 (quanta grow at milestones), got {quantum_growth!r}")
         self.milestones, self.quantum_growth = milestones, float(quantum_growth)
 
-    def job_priority(self, node: "PlanNode", record: JobRecord) -> float:
+    def job_priority(self, node: PlanNode, record: JobRecord) -> float:
         return math.inf if record.convergence is None else record.convergence
 
     def quantum_seconds(self, record: JobRecord | None) -> float | None:
         passed = record.milestones_passed if record is not None else 0
+        assert self.quantum_s is not None  # default_quantum_s: this policy always pre-empts
         return self.quantum_s * self.quantum_growth**passed
 
 
@@ -341,7 +342,7 @@ class RoundRobinPolicy(TimeSharingPolicy):
     default_quantum_s = 30.0
     needs_metric = False
 
-    def job_priority(self, node: "PlanNode", record: JobRecord) -> float:
+    def job_priority(self, node: PlanNode, record: JobRecord) -> float:
         return -record.last_ran
 
 
@@ -352,7 +353,7 @@ class SlaqPolicy(TimeSharingPolicy):
     name = "slaq"
     default_quantum_s = 30.0
 
-    def job_priority(self, node: "PlanNode", record: JobRecord) -> float:
+    def job_priority(self, node: PlanNode, record: JobRecord) -> float:
         if record.last_loss is None:
             return math.inf
         return record.last_loss / abs(record.first_loss) if record.first_loss else record.last_loss
@@ -364,14 +365,14 @@ class FifoPolicy(TimeSharingPolicy):
     name = "fifo"
     needs_metric = False
 
-    def job_priority(self, node: "PlanNode", record: JobRecord) -> float:
+    def job_priority(self, node: PlanNode, record: JobRecord) -> float:
         return -float(node.node_id)
 
-    def priority_of(self, node: "PlanNode") -> float:
+    def priority_of(self, node: PlanNode) -> float:
         return -float(node.node_id)
 
 
-def study_policy(policy: "str | ExecutionPolicy", metric: str | None, mode: str | None) -> ExecutionPolicy:
+def study_policy(policy: str | ExecutionPolicy, metric: str | None, mode: str | None) -> ExecutionPolicy:
     """A fresh execution policy for one study (``Tuner(execution_policy=...)``):
     a name, or an instance, which is copied (a policy keeps per-study state).
     A time-sharing policy without its own metric and mode takes the study's;

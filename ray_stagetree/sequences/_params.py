@@ -198,13 +198,10 @@ def _scalars(family: str, name: str, value: Any) -> tuple | Any:
     return tuple(_scalar(family, f"{name}[{k}]", item) for k, item in enumerate(items))
 
 
-
-
 def _length_check(family: str, items_name: str, items: Any, milestones: Any) -> None:
     if isinstance(items, tuple) and isinstance(milestones, tuple) and len(items) != len(milestones) + 1:
         raise ValueError(
-            f"{family}: {items_name} must have len(milestones) + 1 = {len(milestones) + 1} "
-            f"entries, got {len(items)}"
+            f"{family}: {items_name} must have len(milestones) + 1 = {len(milestones) + 1} entries, got {len(items)}"
         )
 
 

@@ -34,11 +34,11 @@ from ray_stagetree.sequences._params import (
     _type_name,
 )
 
-FAMILIES: dict[str, type["Sequence"]] = {}
+FAMILIES: dict[str, type[Sequence]] = {}
 """Family name -> class, filled as the families are defined."""
 
 
-def _register(cls: type["Sequence"]) -> None:
+def _register(cls: type[Sequence]) -> None:
     """Register a family under its class name, the name its JSON form
     carries. An abstract base (a `Sequence` still missing `_range`) is no
     family; a second class of an existing family's name is refused, since
@@ -212,7 +212,6 @@ class Sequence(abc.ABC):
         other._require_resolved("compare values")
         return first_difference_unchecked(self, other, stop, start)
 
-
     # -- composition ------------------------------------------------------
 
     def _pieces(self, until: int | None = None) -> tuple[tuple[Any, ...], tuple[int, ...]]:
@@ -309,7 +308,6 @@ class Sequence(abc.ABC):
                 continue
             shown.append(f"{name}={_repr_value(value)}")
         return f"{self.family}({', '.join(shown)})"
-
 
 
 def first_difference_unchecked(a: Sequence, b: Sequence, stop: int, start: int = 0) -> int | None:

@@ -50,6 +50,7 @@ class CyclicLR(Sequence):
         scale = np.where(x <= step_ratio, x / step_ratio, (x - 1) / (step_ratio - 1))
         return self.init + (self.max_y - self.init) * scale
 
+
 class Cosine(Sequence):
     """Cosine annealing with warm restarts, SGDR (torch ``CosineAnnealingWarmRestarts``).
 
@@ -79,7 +80,7 @@ class Cosine(Sequence):
         iterations = np.arange(start, stop, dtype=np.int64)
         if self.gamma == 1:
             t_cur = iterations % self.period
-            t_len = np.full(len(iterations), self.period, dtype=np.int64)
+            t_len: np.ndarray = np.full(len(iterations), self.period, dtype=np.int64)
         else:
             # Cycle starts grow geometrically: only O(log stop) of them, built
             # with exact integer arithmetic (a float log misplaces boundaries).
@@ -91,6 +92,7 @@ class Cosine(Sequence):
             t_cur = iterations - np.array(starts, dtype=np.int64)[cycle]
             t_len = np.array(lengths, dtype=np.float64)[cycle]
         return self.min_y + (self.init - self.min_y) * (1 + np.cos(np.pi * t_cur / t_len)) / 2
+
 
 class OneCycle(Sequence):
     """The 1cycle policy (torch ``OneCycleLR`` learning rate, ``cycle_momentum=False``).
@@ -130,18 +132,14 @@ class OneCycle(Sequence):
         if not (_is_domain(anneal_strategy) or anneal_strategy in ("cos", "linear")):
             raise ValueError(f'OneCycle: anneal_strategy must be "cos" or "linear", got {anneal_strategy!r}')
         if not (_is_domain(three_phase) or isinstance(three_phase, (bool, np.bool_))):
-            raise TypeError(
-                f"OneCycle: three_phase must be a bool, got {three_phase!r} ({_type_name(three_phase)})"
-            )
+            raise TypeError(f"OneCycle: three_phase must be a bool, got {three_phase!r} ({_type_name(three_phase)})")
         self._setup(
             max_value=_number("OneCycle", "max_value", max_value),
             total_steps=_integer("OneCycle", "total_steps", total_steps),
             pct_start=_number("OneCycle", "pct_start", pct_start, " in (0, 1)", lambda x: 0 < x < 1),
             anneal_strategy=anneal_strategy,
             div_factor=_number("OneCycle", "div_factor", div_factor, " > 0", lambda x: x > 0),
-            final_div_factor=_number(
-                "OneCycle", "final_div_factor", final_div_factor, " > 0", lambda x: x > 0
-            ),
+            final_div_factor=_number("OneCycle", "final_div_factor", final_div_factor, " > 0", lambda x: x > 0),
             three_phase=_plain(three_phase),
         )
 

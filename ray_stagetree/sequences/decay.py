@@ -32,6 +32,7 @@ class Exponential(Sequence):
         exponents = np.arange(start, stop, dtype=np.float64)
         return self.init * np.power(float(self.gamma), exponents)
 
+
 class Linear(Sequence):
     """Linear from ``init`` to ``end`` over ``period`` iterations, then ``end`` (torch ``LinearLR``).
 
@@ -57,6 +58,7 @@ class Linear(Sequence):
         ramp = self.init + (self.end - self.init) * i / self.period
         # Exactly `end` afterwards: init + (end - init) can be off by one ulp.
         return np.where(i >= self.period, float(self.end), ramp)
+
 
 class Polynomial(Sequence):
     """``(init - end) * (1 - min(i, T) / T)**power + end`` (torch ``PolynomialLR`` when ``end == 0``).
@@ -84,6 +86,7 @@ class Polynomial(Sequence):
         i = np.minimum(np.arange(start, stop, dtype=np.float64), self.total_steps)
         return (self.init - self.end) * (1.0 - i / self.total_steps) ** self.power + self.end
 
+
 class InverseSqrt(Sequence):
     """``init * sqrt(timescale / (i + timescale))``.
 
@@ -108,6 +111,7 @@ class InverseSqrt(Sequence):
     def _range(self, start: int, stop: int) -> np.ndarray:
         i = np.arange(start, stop, dtype=np.float64)
         return self.init * np.sqrt(self.timescale / (i + self.timescale))
+
 
 class Warmup(Sequence):
     """Linear warm-up from ``init`` to ``func.value(0)``, then ``func`` shifted by ``period``.

@@ -43,6 +43,7 @@ class Step(Sequence):
         decays = np.arange(start, stop, dtype=np.int64) // self.step_size
         return self.init * np.power(float(self.gamma), decays.astype(np.float64))
 
+
 class MultiStep(Sequence):
     """Piecewise constant, changing at ``milestones``.
 
@@ -78,8 +79,7 @@ class MultiStep(Sequence):
         if values is None:
             if init is None or gamma is None:
                 raise ValueError(
-                    "MultiStep: give either init and gamma, or values; "
-                    f"got init={init!r}, gamma={gamma!r}, values=None"
+                    f"MultiStep: give either init and gamma, or values; got init={init!r}, gamma={gamma!r}, values=None"
                 )
             init = _number("MultiStep", "init", init)
             gamma = _number("MultiStep", "gamma", gamma, " > 0", lambda x: x > 0)
@@ -109,6 +109,7 @@ class MultiStep(Sequence):
     def _range(self, start: int, stop: int) -> np.ndarray:
         iterations = np.arange(start, stop, dtype=np.int64)
         return self._table[np.searchsorted(self._milestone_array, iterations, side="right")]
+
 
 class Values(Sequence):
     """An explicit list: ``values[i]``, and the last value after the list ends.

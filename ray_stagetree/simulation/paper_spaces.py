@@ -27,9 +27,6 @@ from typing import Any
 
 from ray.tune.schedulers import HyperBandScheduler
 
-# Ray's synchronous bracket; `SuccessiveHalving` only chooses its size.
-from ray.tune.schedulers.hyperband import _Bracket as _HyperBandBracket
-
 from ray_stagetree.sequences import (
     Cosine,
     CyclicLR,
@@ -39,6 +36,7 @@ from ray_stagetree.sequences import (
     Sequence,
     Warmup,
 )
+from ray_stagetree.trial_schedulers.ray_fields import hyperband_bracket_class
 
 #: Max training iterations (epochs) of the ResNet56 studies (Table 1).
 RESNET56_HORIZON = 120
@@ -83,7 +81,6 @@ def resnet56_space() -> dict[str, Any]:
     }
 
 
-
 def _step_decays(init: float, milestone_sets: list[list[int]], warmup: int) -> list[Sequence]:
     """Step decay by 10x at each milestone set, without and with a warm-up."""
     out: list[Sequence] = []
@@ -114,9 +111,7 @@ def resnet56_sha_space() -> dict[str, Any]:
     lrs += [CyclicLR(0.001, 0.1, 20), Warmup(_WARMUP_START, 10, Cosine(0.1, 0.0, 20, 2))]
     return {
         "lr": tune.grid_search(lrs),
-        "batch_size": tune.grid_search(
-            [128] + [MultiStep(values=(128, 256), milestones=[m]) for m in (50, 80, 100)]
-        ),
+        "batch_size": tune.grid_search([128] + [MultiStep(values=(128, 256), milestones=[m]) for m in (50, 80, 100)]),
         "momentum": tune.grid_search([0.9, MultiStep(values=(0.7, 0.8, 0.9), milestones=[40, 80])]),
         "weight_decay": tune.grid_search([1e-4, 1e-3]),
         "optimizer": tune.grid_search(["adam", "sgd", "sgd_momentum"]),
@@ -149,9 +144,7 @@ def mobilenetv2_space() -> dict[str, Any]:
     lrs += [CyclicLR(0.001, top, half) for top, half in ((0.05, 20), (0.1, 20), (0.1, 10), (0.2, 20))]
     return {
         "lr": tune.grid_search(lrs),
-        "batch_size": tune.grid_search(
-            [128] + [MultiStep(values=(128, 256), milestones=[m]) for m in (60, 90, 100)]
-        ),
+        "batch_size": tune.grid_search([128] + [MultiStep(values=(128, 256), milestones=[m]) for m in (60, 90, 100)]),
         "cutout": tune.grid_search(
             [16] + [MultiStep(values=(16, 18, 20), milestones=m) for m in ([80, 100], [70, 100])]
         ),
@@ -183,9 +176,7 @@ def bert_base_space() -> dict[str, Any]:
     switches = [step // BERT_STEPS_PER_ITERATION for step in (9_000, 15_000, 21_000, 24_000)]
     return {
         "lr": tune.grid_search(lrs),
-        "max_seq_length": tune.grid_search(
-            [384] + [MultiStep(values=(384, 512), milestones=[m]) for m in switches]
-        ),
+        "max_seq_length": tune.grid_search([384] + [MultiStep(values=(384, 512), milestones=[m]) for m in switches]),
     }
 
 
@@ -271,8 +262,9 @@ class SuccessiveHalving(HyperBandScheduler):
         # One bracket per band, so every trial lands in the same bracket.
         self._s_max_1 = 1
 
-    def _create_bracket(self, s: int) -> _HyperBandBracket:
-        return _HyperBandBracket(
+    def _create_bracket(self, s: int) -> Any:
+        # Ray's synchronous bracket; `SuccessiveHalving` only chooses its size.
+        return hyperband_bracket_class()(
             time_attr=self._time_attr,
             max_trials=self._num_trials,
             init_t_attr=self._grace_period,

@@ -56,15 +56,16 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from ray_stagetree.planning.lifecycle import LIVE, TERMINATED, Trial, TrialLifecycle
+from ray_stagetree.planning.lifecycle import LIVE, TERMINATED, WAIT, Trial, TrialLifecycle
 from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import TimeSharingPolicy
-from ray_stagetree.searchers.sources import WAIT, SearcherSource, VariantSource
+from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.simulation.simulator import Simulation, SimulationResult
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 
@@ -231,12 +232,8 @@ _CIFAR_RECIPE = {"lr": 0.1, "momentum": 0.9, "optimizer": "sgd_momentum", "batch
 # are a few MB: a load is mostly restarting the model and input pipeline
 # (10 s); BERT-Base with its Adam state is 1.3 GB from GlusterFS at ~100 MB/s
 # (30 s).
-RESNET56 = ModelProfile(
-    "resnet56", "accuracy", 105.0, LearningCurve(0.1, 0.94, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0
-)
-RESNET20 = ModelProfile(
-    "resnet20", "accuracy", 35.0, LearningCurve(0.1, 0.925, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0
-)
+RESNET56 = ModelProfile("resnet56", "accuracy", 105.0, LearningCurve(0.1, 0.94, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0)
+RESNET20 = ModelProfile("resnet20", "accuracy", 35.0, LearningCurve(0.1, 0.925, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0)
 MOBILENETV2 = ModelProfile(
     "mobilenetv2", "accuracy", 118.0, LearningCurve(0.1, 0.955, 15.0, 0.06, _CIFAR_RECIPE), 10.0, 5.0
 )
@@ -397,8 +394,8 @@ class _StudyTrialSource:
     (``study/id``, unique across the studies of one plan); its searcher
     knows the ids it proposed."""
 
-    def __init__(self, study: str, trial_source: VariantSource | SearcherSource) -> None:
-        self._study = study
+    def __init__(self, study: str, model: str, trial_source: VariantSource | SearcherSource) -> None:
+        self._study, self._model = study, model
         self._trial_source = trial_source
 
     @property
@@ -409,7 +406,8 @@ class _StudyTrialSource:
         proposed = self._trial_source.next_trial()
         if proposed is None or proposed == WAIT:
             return proposed
-        return f"{self._study}/{proposed[0]}", proposed[1]
+        # The model is part of every config: trials of different models share nothing.
+        return f"{self._study}/{proposed[0]}", {**proposed[1], "model": self._model}
 
     def on_result(self, trial_id: str, result: dict[str, Any]) -> None:
         self._trial_source.on_result(trial_id.partition("/")[2], result)
@@ -442,7 +440,7 @@ class _Driver:
             self.lifecycles[study.name] = TrialLifecycle(
                 plan,
                 host,
-                _StudyTrialSource(study.name, study.trial_source()),
+                _StudyTrialSource(study.name, study.profile.name, study.trial_source()),
                 self._share_key,
                 host.next_decision,
                 self._requested,
@@ -461,14 +459,12 @@ class _Driver:
             lifecycle = self.lifecycles[name]
             limit = study.max_concurrent_trials or math.inf
             while lifecycle.live() < limit:
-                proposed = lifecycle.trial_source.next_trial()
-                if proposed is None or proposed == WAIT:
+                trial = lifecycle.admit_next(
+                    lambda trial_id, config, _, study=study: _Trial(trial_id=trial_id, config=config, study=study)
+                )
+                if trial is None:
                     break
-                trial_id, config = proposed[0], {**proposed[1], "model": study.profile.name}
-                trial = self.trials[trial_id] = _Trial(trial_id=trial_id, config=config, study=study)
-                lifecycle.host.on_add(trial_id, config)
-                trial.configure(config, lifecycle.parse(trial_id, config))
-                lifecycle.admit(trial)
+                self.trials[trial.trial_id] = trial
 
     def _requested(self, trial: Trial, request: Request, iteration: int) -> None:
         """The trial is requested further: the plan may already hold the
@@ -555,7 +551,7 @@ class _Driver:
             if study.final_iterations:
                 # Past its study's end: not live, and no scheduler stops it.
                 if best.status != TERMINATED:
-                    lifecycle.set_status(best, TERMINATED)
+                    lifecycle.close(best)
                 request = self.plan.extend_trial(best.trial_id, max(best.rows) + study.final_iterations)
                 if not request.answered:
                     self._final.add(best.trial_id)

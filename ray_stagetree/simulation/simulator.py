@@ -25,8 +25,9 @@ import bisect
 import copy
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, Request, SearchPlan
@@ -79,7 +80,7 @@ class KnownCosts(CostModel):
         super().__init__()
         self._cost = seconds_per_iteration
 
-    def fit(self, plan: SearchPlan) -> "KnownCosts":
+    def fit(self, plan: SearchPlan) -> KnownCosts:
         return self
 
     @property
@@ -348,9 +349,7 @@ class _Run:
         if position is None or position < progress.passed or position in progress.queued:
             return
         progress.queued.add(position)
-        heapq.heappush(
-            self.events, (progress.times[position], next(self.tie_break), progress.batch.batch_id, position)
-        )
+        heapq.heappush(self.events, (progress.times[position], next(self.tie_break), progress.batch.batch_id, position))
 
     # -- a worker going through its batch ------------------------------------------
 

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ray_stagetree.planning.plan import PlanNode, SearchPlan
 from ray_stagetree.planning.policies import ExecutionPolicy

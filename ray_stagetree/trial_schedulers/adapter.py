@@ -78,10 +78,12 @@ class SchedulerAdapter(abc.ABC):
         at any result."""
         return False
 
-    def attach(self, on_stop: Callable[[str], None]) -> None:
+    def attach(self, on_stop: Callable[[str], None], searcher: Any = None) -> None:
         """Report the scheduler's stops of trials other than the one whose
         result it is processing (paused ones) to ``on_stop``, a callable
-        taking the trial id; a family that never makes them ignores it."""
+        taking the trial id; a family that never makes them ignores it.
+        ``searcher`` is the study's Tune searcher, for schedulers that talk
+        to it (HyperBandForBOHB tells it of pauses); None if there is none."""
 
     @abc.abstractmethod
     def on_add(self, trial_id: str, config: dict[str, Any]) -> None:

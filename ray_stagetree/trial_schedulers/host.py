@@ -35,6 +35,9 @@ class SchedulerHost:
     on_stop:
         Called with a trial id when the scheduler stops a trial other than
         the one whose result it is processing (a paused one).
+    searcher:
+        The study's Tune searcher, if any: ``HyperBandForBOHB`` tells it
+        when it pauses and resumes trials (``on_pause`` / ``on_unpause``).
     """
 
     def __init__(
@@ -44,6 +47,7 @@ class SchedulerHost:
         mode: str | None,
         horizon: float,
         on_stop: Callable[[str], None] | None = None,
+        searcher: Any = None,
     ) -> None:
         from ray.tune.schedulers import FIFOScheduler
 
@@ -55,7 +59,7 @@ class SchedulerHost:
         adapter, exact = adapter_for(self.scheduler)
         self._adapter = adapter(self.scheduler, horizon, exact)
         if on_stop is not None:
-            self._adapter.attach(on_stop)
+            self._adapter.attach(on_stop, searcher)
 
     @property
     def decides_at_milestones(self) -> bool:
@@ -70,10 +74,11 @@ class SchedulerHost:
         values and need checkpoints; None under any other scheduler."""
         return self._adapter if isinstance(self._adapter, PopulationBasedAdapter) else None
 
-    def attach(self, on_stop: Callable[[str], None]) -> None:
-        """Report the scheduler's stops of paused trials to ``on_stop``
-        (a restored host: its snapshot kept no controller to report to)."""
-        self._adapter.attach(on_stop)
+    def attach(self, on_stop: Callable[[str], None], searcher: Any = None) -> None:
+        """Report the scheduler's stops of paused trials to ``on_stop``, and
+        its pauses to ``searcher`` (a restored host: its snapshot kept no
+        controller or searcher to report to)."""
+        self._adapter.attach(on_stop, searcher)
 
     def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
         """A new trial; PBT samples the hyper-parameters it mutates that

@@ -1,4 +1,4 @@
-"""Ray Tune's private fields, read through one accessor with a clear error.
+"""Ray's private fields, read here and nowhere else.
 
 Hosting a scheduler on the plan means reading state Ray keeps private:
 ASHA's rungs, HyperBand's bracket milestones, PBT's settings and explore
@@ -8,6 +8,10 @@ one fails where it is read, naming the field, the scheduler and the Ray
 versions the adapter was tested against, rather than with a bare
 ``AttributeError`` deep in a study, or silently through a ``getattr``
 default that would size requests wrongly.
+
+The runtime and the simulator read a few more, each through a function
+below; `tests/trial_schedulers/test_ray_fields.py` checks every one of them
+on the installed Ray.
 """
 
 from __future__ import annotations
@@ -38,3 +42,38 @@ def ray_field(owner: Any, name: str, scheduler: Any, tested_with: tuple[str, ...
             f"Ray Tune that Ray {ray.__version__} does not have; the adapter was tested against Ray "
             f"{', '.join(tested_with)}: install one of those, or update ray_stagetree.trial_schedulers for this Ray"
         ) from None
+
+
+def trainable_resources(trainable: Any) -> Any:
+    """What ``tune.with_resources`` attached to ``trainable`` (a dict, a
+    ``PlacementGroupFactory`` or a function of the config); None when it
+    was not wrapped."""
+    return getattr(trainable, "_resources", None)
+
+
+def searcher_metric(searcher: Any) -> str | list[str] | None:
+    """The metric (or metrics) a Tune searcher or trial scheduler compares:
+    Ray keeps it in their private ``_metric``; None for those without one."""
+    return getattr(searcher, "_metric", None)
+
+
+def in_tune_session() -> bool:
+    """True inside a trainable that ``ray.tune.Tuner`` itself runs."""
+    from ray.tune.trainable import trainable_fn_utils
+
+    return bool(ray_field(trainable_fn_utils, "_in_tune_session", trainable_fn_utils)())
+
+
+def bootstrap_address() -> str | None:
+    """The cluster ``ray.init()`` would join (``RAY_ADDRESS``, else the
+    latest ``ray start`` on this machine); None when it would start one."""
+    from ray._private import services
+
+    return ray_field(services, "canonicalize_bootstrap_address", services)(None)
+
+
+def hyperband_bracket_class() -> type:
+    """Ray's synchronous HyperBand bracket, ``hyperband._Bracket``."""
+    from ray.tune.schedulers import hyperband
+
+    return ray_field(hyperband, "_Bracket", hyperband)

@@ -2,9 +2,13 @@
 
 The nearest of the scheduler's classes (its own, then its bases) listed in
 `_families` decides: a user's subclass of ``ASHAScheduler`` is fed as ASHA
-is, and a ``TrialScheduler`` of the user's own as FIFO is. Schedulers that
-change trials' configs or resources, or replay or model PBT (PB2, BOHB),
-are refused with a clear error, as is any subclass of a family whose
+is, and a ``TrialScheduler`` of the user's own as FIFO is.
+``HyperBandForBOHB`` (BOHB's synchronous HyperBand) is hosted as HyperBand
+is; it tells the study's searcher of its pauses, and TuneBOHB reads the
+bracket's budget it writes into each result, which the searcher gets after
+the scheduler, as in Tune. Schedulers that change trials' resources, or
+replay or model PBT (ResourceChangingScheduler, PopulationBasedTrainingReplay,
+PB2), are refused with a clear error, as is any subclass of a family whose
 adapter runs the family's rule itself (PBT).
 """
 
@@ -40,7 +44,7 @@ def _families() -> dict[type, type[SchedulerAdapter] | None]:
         HyperBandScheduler: HyperBandAdapter,
         MedianStoppingRule: MedianStoppingAdapter,
         PopulationBasedTraining: PopulationBasedAdapter,  # PB2 is a subclass: refused with the rest
-        HyperBandForBOHB: None,
+        HyperBandForBOHB: HyperBandAdapter,  # its own class: Ray's BOHB variant decides at the same milestones
         PopulationBasedTrainingReplay: None,
         ResourceChangingScheduler: None,
     }

@@ -37,12 +37,39 @@ class TrialProxy:
         return self.trial_id
 
 
+class _SearcherFacade:
+    """``tune_controller.search_alg`` and its ``searcher``, as
+    ``HyperBandForBOHB`` calls them: it tells the study's searcher when it
+    pauses and resumes a trial (TuneBOHB and ConcurrencyLimiter count paused
+    trials apart from running ones). A searcher without ``on_pause`` /
+    ``on_unpause`` (Tune's base ``Searcher``, a grid search) is not told."""
+
+    def __init__(self, searcher: Any = None) -> None:
+        self._searcher = searcher
+
+    @property
+    def searcher(self) -> _SearcherFacade:
+        return self
+
+    def on_pause(self, trial_id: str) -> None:
+        self._tell("on_pause", trial_id)
+
+    def on_unpause(self, trial_id: str) -> None:
+        self._tell("on_unpause", trial_id)
+
+    def _tell(self, method: str, trial_id: str) -> None:
+        call = getattr(self._searcher, method, None)
+        if callable(call):
+            call(trial_id)
+
+
 class _ControllerFacade:
     """The few ``TuneController`` calls schedulers make."""
 
-    def __init__(self, trials: dict[str, TrialProxy], on_stop: Callable[[str], None]) -> None:
+    def __init__(self, trials: dict[str, TrialProxy], on_stop: Callable[[str], None], searcher: Any = None) -> None:
         self._trials = trials
         self._on_stop = on_stop
+        self.search_alg = _SearcherFacade(searcher)
 
     def stop_trial(self, trial: TrialProxy) -> None:
         self._on_stop(trial.trial_id)
@@ -70,13 +97,15 @@ class TuneFedAdapter(SchedulerAdapter):
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled into a study's snapshot without the controller it reports
-        # to; the restoring controller reconnects it with `attach`.
+        # to, or the searcher (the trial source's); the restoring controller
+        # reconnects both with `attach`.
         state = dict(self.__dict__)
         state["_facade"] = _ControllerFacade(self._trials, _ignore_stop)
         return state
 
-    def attach(self, on_stop: Callable[[str], None]) -> None:
+    def attach(self, on_stop: Callable[[str], None], searcher: Any = None) -> None:
         self._facade._on_stop = on_stop
+        self._facade.search_alg = _SearcherFacade(searcher)
 
     def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
         proxy = self._trials[trial_id] = TrialProxy(trial_id, config)

@@ -23,7 +23,9 @@ def environment():
 
 
 def stagetree(*args, timeout=300):
-    return subprocess.run([STAGETREE, *map(str, args)], capture_output=True, text=True, env=environment(), timeout=timeout)
+    return subprocess.run(
+        [STAGETREE, *map(str, args)], capture_output=True, text=True, env=environment(), timeout=timeout
+    )
 
 
 def test_help_everywhere(capsys):
@@ -50,10 +52,14 @@ def test_a_bad_spec_exits_2_with_every_problem_and_no_traceback(tmp_path):
     assert "tune_config.metric: must be a string, got 3" in result.stderr
     assert "tune_config.mode: 'minimize' is not allowed; allowed: 'min', 'max'" in result.stderr
     # The shape is checked first, then what needs Tune and imports to judge.
-    spec.write_text(yaml.safe_dump({"trainable": "trainables_for_tests:nothing", "tune_config": {"scheduler": "ashaa"}}))
+    spec.write_text(
+        yaml.safe_dump({"trainable": "trainables_for_tests:nothing", "tune_config": {"scheduler": "ashaa"}})
+    )
     result = stagetree("plan", spec)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "trainable: 'trainables_for_tests:nothing': 'trainables_for_tests' has no attribute 'nothing'" in result.stderr
+    assert (
+        "trainable: 'trainables_for_tests:nothing': 'trainables_for_tests' has no attribute 'nothing'" in result.stderr
+    )
     assert "tune_config.scheduler.name: unknown scheduler 'ashaa'" in result.stderr
 
 
@@ -97,11 +103,20 @@ def test_plan_is_a_dry_run_of_the_example_study(tmp_path, capsys):
 
 def test_plan_of_a_searcher_draws_an_estimate_and_needs_a_horizon(tmp_path, capsys):
     def write(milestones):
-        spec.write_text(yaml.safe_dump({
-            "trainable": "trainables_for_tests:noisy_descent",
-            "param_space": {"lr": {"family": "MultiStep", "init": 0.1, "milestones": milestones, "gamma": 0.1}},
-            "tune_config": {"metric": "loss", "mode": "min", "num_samples": 6, "search_alg": {"name": "optuna", "seed": 0}},
-        }))
+        spec.write_text(
+            yaml.safe_dump(
+                {
+                    "trainable": "trainables_for_tests:noisy_descent",
+                    "param_space": {"lr": {"family": "MultiStep", "init": 0.1, "milestones": milestones, "gamma": 0.1}},
+                    "tune_config": {
+                        "metric": "loss",
+                        "mode": "min",
+                        "num_samples": 6,
+                        "search_alg": {"name": "optuna", "seed": 0},
+                    },
+                }
+            )
+        )
 
     spec = tmp_path / "search.yaml"
     write({"choice": [[4], [6]]})
@@ -119,11 +134,28 @@ def test_submit_checks_before_it_submits(tmp_path, capsys):
     spec = os.path.join(EXAMPLES, "mnist1d_study.yaml")
     assert main(["submit", spec, "--address", "http://127.0.0.1:9", "--working-dir", str(tmp_path)]) == 2
     assert "must be inside the working directory" in capsys.readouterr().err
-    assert main(["submit", spec, "--address", "http://127.0.0.1:9", "--working-dir", EXAMPLES,
-                 "--requirements", str(tmp_path / "missing.txt")]) == 2
+    assert (
+        main(
+            [
+                "submit",
+                spec,
+                "--address",
+                "http://127.0.0.1:9",
+                "--working-dir",
+                EXAMPLES,
+                "--requirements",
+                str(tmp_path / "missing.txt"),
+            ]
+        )
+        == 2
+    )
     assert "--requirements" in capsys.readouterr().err
-    assert main(["submit", spec, "--address", "http://127.0.0.1:9", "--working-dir", EXAMPLES,
-                 "--storage-path", "results"]) == 2
+    assert (
+        main(
+            ["submit", spec, "--address", "http://127.0.0.1:9", "--working-dir", EXAMPLES, "--storage-path", "results"]
+        )
+        == 2
+    )
     assert "--storage-path: must be an absolute path" in capsys.readouterr().err
     # Nothing listens on port 9: a message and exit 1, not a traceback.
     assert main(["submit", spec, "--address", "http://127.0.0.1:9", "--working-dir", EXAMPLES]) == 1
@@ -138,18 +170,35 @@ def test_run_inspect_and_restore_a_study(ray_session, tmp_path, capsys):
     address = ray_session.get_runtime_context().gcs_address
     marker = tmp_path / "died"
     spec = tmp_path / "tiny.yaml"
-    spec.write_text(yaml.safe_dump({
-        "trainable": "trainables_for_tests:noisy_descent",
-        "param_space": {"lr": {"grid_search": [{"family": "Exponential", "init": 0.1, "gamma": 0.9},
-                                               {"family": "Exponential", "init": 0.2, "gamma": 0.9}]},
-                        "die_once_at": 2, "marker": str(marker), "sleep": 0.5},
-        "tune_config": {"metric": "loss", "mode": "min", "max_concurrent_trials": 1},  # one dies, the other not
-        "run_config": {"name": "tiny", "stop": {"training_iteration": 3}, "verbose": 0},
-    }))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "trainable": "trainables_for_tests:noisy_descent",
+                "param_space": {
+                    "lr": {
+                        "grid_search": [
+                            {"family": "Exponential", "init": 0.1, "gamma": 0.9},
+                            {"family": "Exponential", "init": 0.2, "gamma": 0.9},
+                        ]
+                    },
+                    "die_once_at": 2,
+                    "marker": str(marker),
+                    "sleep": 0.5,
+                },
+                "tune_config": {"metric": "loss", "mode": "min", "max_concurrent_trials": 1},  # one dies, the other not
+                "run_config": {"name": "tiny", "stop": {"training_iteration": 3}, "verbose": 0},
+            }
+        )
+    )
     storage = tmp_path / "results"
     path = storage / "tiny"
-    running = subprocess.Popen([STAGETREE, "run", spec, "--storage-path", storage, "--address", address],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment())
+    running = subprocess.Popen(
+        [STAGETREE, "run", spec, "--storage-path", storage, "--address", address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environment(),
+    )
     # While it runs, status reads the trial folders as they stand.
     while running.poll() is None and not list(path.glob("*/result.json")):
         time.sleep(0.2)
@@ -182,3 +231,34 @@ def test_run_inspect_and_restore_a_study(ray_session, tmp_path, capsys):
     assert all(trial["iterations"] == 3 for trial in shown["trials"])
     assert main(["plan", str(spec), "--cost-from", str(path)]) == 0
     assert f"seconds per iteration fitted to {path}" in capsys.readouterr().out
+
+
+def test_restore_uses_only_a_job_file_this_experiment_sealed(tmp_path, monkeypatch):
+    """stagetree_job.json names code to import: `stagetree restore` uses it
+    only when the experiment's key verifies it, or the folder is trusted."""
+    from types import SimpleNamespace
+
+    from ray_stagetree.cli import CommandError, _save_job, _saved_job
+
+    data = {"trainable": "trainables_for_tests:noisy_descent", "param_space": {"lr": 0.1}}
+    spec = SimpleNamespace(data=data, base_dir=str(tmp_path), source=str(tmp_path / "job.yaml"))
+    study = tmp_path / "study"
+    study.mkdir()
+    _save_job(str(study), spec)
+    assert _saved_job(str(study)).data["trainable"] == "trainables_for_tests:noisy_descent"
+
+    job_file = study / "stagetree_job.json"
+    edited = json.loads(job_file.read_text())
+    edited["base_dir"] = "/somewhere/else"
+    job_file.write_text(json.dumps(edited))
+    with pytest.raises(CommandError, match="not authenticated by this experiment's key.*--spec"):
+        _saved_job(str(study))
+
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "stagetree_job.json").write_text(json.dumps({**data, "spec": data, "source": "x", "seal": "00"}))
+    with pytest.raises(CommandError, match="not authenticated"):
+        _saved_job(str(planted))
+
+    monkeypatch.setenv("RAY_STAGETREE_TRUST_STORAGE", "1")
+    assert _saved_job(str(study)).base_dir == "/somewhere/else", "a trusted folder's file is used as it is"

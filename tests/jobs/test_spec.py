@@ -4,13 +4,13 @@ the study its Python twin builds (no Ray started)."""
 import json
 import os
 
+import mnist1d_study
 import pytest
 import yaml
 from ray import tune
 from ray.tune.schedulers import AsyncHyperBandScheduler, MedianStoppingRule, PopulationBasedTraining
 from ray.tune.search.optuna import OptunaSearch
 
-import mnist1d_study
 from ray_stagetree import Exponential, MultiStep, Warmup
 from ray_stagetree.jobs import JobSpec, SpecError, to_declarative, to_param_space
 from ray_stagetree.searchers import AskTellSearcher, generate_trials
@@ -58,45 +58,103 @@ MALFORMED = [
     ({"tune_config.num_samples": 0}, ["tune_config.num_samples: 0 is not allowed", "an int >= 1, or -1"]),
     ({"tune_config.num_samples": "ten"}, ["tune_config.num_samples: must be an int, got 'ten'"]),
     ({"tune_config.time_budget_s": -5}, ["tune_config.time_budget_s: must be > 0, got -5"]),
-    ({"tune_config.max_concurrent_trials": 0}, ["tune_config.max_concurrent_trials: 0 is not allowed", "an int >= 1, or null"]),
-    ({"tune_config.scheduler": "ashaa"}, ["tune_config.scheduler.name: unknown scheduler 'ashaa'; allowed:", "asha", "pbt"]),
-    ({"tune_config.scheduler": {"name": "asha", "max_tt": 5}},
-     ["tune_config.scheduler.max_tt: AsyncHyperBandScheduler has no argument 'max_tt'; allowed:", "max_t", "grace_period"]),
-    ({"tune_config.scheduler": {"name": "asha", "reduction_factor": 1}},
-     ["tune_config.scheduler: AsyncHyperBandScheduler(reduction_factor=1) failed:", "Reduction Factor"]),
+    (
+        {"tune_config.max_concurrent_trials": 0},
+        ["tune_config.max_concurrent_trials: 0 is not allowed", "an int >= 1, or null"],
+    ),
+    (
+        {"tune_config.scheduler": "ashaa"},
+        ["tune_config.scheduler.name: unknown scheduler 'ashaa'; allowed:", "asha", "pbt"],
+    ),
+    (
+        {"tune_config.scheduler": {"name": "asha", "max_tt": 5}},
+        [
+            "tune_config.scheduler.max_tt: AsyncHyperBandScheduler has no argument 'max_tt'; allowed:",
+            "max_t",
+            "grace_period",
+        ],
+    ),
+    (
+        {"tune_config.scheduler": {"name": "asha", "reduction_factor": 1}},
+        ["tune_config.scheduler: AsyncHyperBandScheduler(reduction_factor=1) failed:", "Reduction Factor"],
+    ),
     ({"tune_config.scheduler": {"max_t": 5}}, ["tune_config.scheduler: {'max_t': 5} is not allowed", "{name: ..."]),
-    ({"tune_config.search_alg": "bohb"}, ["tune_config.search_alg.name: unknown searcher 'bohb'; allowed:", "optuna", "module:Class"]),
-    ({"tune_config.search_alg": "trainables_for_tests:noisy_descent"},
-     ["tune_config.search_alg.name:", "must be a ray.tune.search.Searcher or an AskTellAlgorithm subclass"]),
+    (
+        {"tune_config.search_alg": "bohb"},
+        ["tune_config.search_alg.name: unknown searcher 'bohb'; allowed:", "optuna", "module:Class"],
+    ),
+    (
+        {"tune_config.search_alg": "trainables_for_tests:noisy_descent"},
+        ["tune_config.search_alg.name:", "must be a ray.tune.search.Searcher or an AskTellAlgorithm subclass"],
+    ),
     ({"run_config.stop.training_iteration": 0}, ["run_config.stop.training_iteration: must be >= 1, got 0"]),
     ({"run_config.stop.accuracy": "high"}, ["run_config.stop.accuracy: must be a number or true or false, got 'high'"]),
-    ({"run_config.storage_path": "relative/results"}, ["run_config.storage_path: must be an absolute path", "'relative/results'"]),
+    (
+        {"run_config.storage_path": "relative/results"},
+        ["run_config.storage_path: must be an absolute path", "'relative/results'"],
+    ),
     ({"run_config.name": "a/b"}, ["run_config.name: 'a/b' is not allowed; expected a folder name"]),
-    ({"run_config.failure_config": {"max_failures": -2}}, ["run_config.failure_config.max_failures: must be >= -1, got -2"]),
-    ({"run_config.checkpoint_config": {"checkpoint_score_order": "up"}},
-     ["run_config.checkpoint_config.checkpoint_score_order: 'up' is not allowed; allowed: 'min', 'max'"]),
-    ({"run_config.checkpoint_config": {"num_to_keep": 0}}, ["run_config.checkpoint_config.num_to_keep: 0 is not allowed"]),
-    ({"stagetree": {"execution_policy": "fastest"}}, ["stagetree.execution_policy.name: unknown execution policy 'fastest'; allowed: bfs, critical_path, fifo, hermes, round_robin, slaq, thr, or an import path 'module:Class'"]),
-    ({"stagetree": {"execution_policy": {"name": "round_robin", "quantum": 3}}},
-     ["stagetree.execution_policy.quantum: RoundRobinPolicy has no argument 'quantum'; allowed:", "quantum_s"]),
-    ({"stagetree": {"execution_policy": "ray_stagetree.planning.stage_tree:Stage"}},
-     ["stagetree.execution_policy.name: 'ray_stagetree.planning.stage_tree:Stage' must be an ExecutionPolicy subclass"]),
+    (
+        {"run_config.failure_config": {"max_failures": -2}},
+        ["run_config.failure_config.max_failures: must be >= -1, got -2"],
+    ),
+    (
+        {"run_config.checkpoint_config": {"checkpoint_score_order": "up"}},
+        ["run_config.checkpoint_config.checkpoint_score_order: 'up' is not allowed; allowed: 'min', 'max'"],
+    ),
+    (
+        {"run_config.checkpoint_config": {"num_to_keep": 0}},
+        ["run_config.checkpoint_config.num_to_keep: 0 is not allowed"],
+    ),
+    (
+        {"stagetree": {"execution_policy": "fastest"}},
+        [
+            "stagetree.execution_policy.name: unknown execution policy 'fastest'; allowed: bfs, critical_path, fifo, hermes, round_robin, slaq, thr, or an import path 'module:Class'"
+        ],
+    ),
+    (
+        {"stagetree": {"execution_policy": {"name": "round_robin", "quantum": 3}}},
+        ["stagetree.execution_policy.quantum: RoundRobinPolicy has no argument 'quantum'; allowed:", "quantum_s"],
+    ),
+    (
+        {"stagetree": {"execution_policy": "ray_stagetree.planning.stage_tree:Stage"}},
+        [
+            "stagetree.execution_policy.name: 'ray_stagetree.planning.stage_tree:Stage' must be an ExecutionPolicy subclass"
+        ],
+    ),
     ({"stagetree": {"stage_sharing": "yes"}}, ["stagetree.stage_sharing: must be true or false, got 'yes'"]),
     ({"resources": {"cpu": -1}}, ["resources.cpu: must be >= 0, got -1"]),
     ({"repeats": 0}, ["repeats: must be >= 1, got 0"]),
     ({"reproducible": "no"}, ["reproducible: must be true or false, got 'no'"]),
     ({"seed": -1}, ["seed: must be >= 0, got -1"]),
     ({"monitor": 1}, ["monitor: must be true or false, got 1"]),
-    ({"with_parameters": {"data": {"call": "nocolon"}}}, ["with_parameters.data: {'call': 'nocolon'} is not allowed", "{call: 'module:function'"]),
+    (
+        {"with_parameters": {"data": {"call": "nocolon"}}},
+        ["with_parameters.data: {'call': 'nocolon'} is not allowed", "{call: 'module:function'"],
+    ),
     ({"param_space.lr": {"loguniform": [1e-4]}}, ["param_space.lr.loguniform:", "missing", "upper"]),
-    ({"param_space.lr": {"loguniform": [0.1, 1e-4]}}, ["param_space.lr.loguniform: lower must be < upper, got lower=0.1, upper=0.0001"]),
-    ({"param_space.lr": {"uniform": {"low": 0, "high": 1}}}, ["param_space.lr.uniform: unknown argument(s) high, low; allowed: lower, upper"]),
+    (
+        {"param_space.lr": {"loguniform": [0.1, 1e-4]}},
+        ["param_space.lr.loguniform: lower must be < upper, got lower=0.1, upper=0.0001"],
+    ),
+    (
+        {"param_space.lr": {"uniform": {"low": 0, "high": 1}}},
+        ["param_space.lr.uniform: unknown argument(s) high, low; allowed: lower, upper"],
+    ),
     ({"param_space.lr": {"choice": []}}, ["param_space.lr.choice: must be a non-empty list of values, got []"]),
     ({"param_space.lr": {"randint": ["a", 3]}}, ["param_space.lr.randint.lower: must be a finite number, got 'a'"]),
-    ({"param_space.lr": {"family": "Expo", "init": 0.1}}, ["param_space.lr.family: unknown sequence family 'Expo'; allowed:", "Exponential"]),
-    ({"param_space.lr": {"family": "Exponential", "init": 0.1, "gamma": -1}}, ["param_space.lr: Exponential: gamma must be", "-1"]),
-    ({"param_space.lr": {"family": "Exponential", "init": {"uniform": [1, "x"]}, "gamma": 0.9}},
-     ["param_space.lr.init.uniform.upper: must be a finite number, got 'x'"]),
+    (
+        {"param_space.lr": {"family": "Expo", "init": 0.1}},
+        ["param_space.lr.family: unknown sequence family 'Expo'; allowed:", "Exponential"],
+    ),
+    (
+        {"param_space.lr": {"family": "Exponential", "init": 0.1, "gamma": -1}},
+        ["param_space.lr: Exponential: gamma must be", "-1"],
+    ),
+    (
+        {"param_space.lr": {"family": "Exponential", "init": {"uniform": [1, "x"]}, "gamma": 0.9}},
+        ["param_space.lr.init.uniform.upper: must be a finite number, got 'x'"],
+    ),
     ({"tune_config.metric": None, "tune_config.scheduler": "asha"}, ["AsyncHyperBandScheduler", "metric"]),
 ]
 
@@ -144,7 +202,9 @@ def test_the_example_spec_draws_the_python_studys_trials():
 
 def test_a_python_space_written_as_a_spec_draws_the_same_trials():
     space = {
-        "lr": tune.grid_search([Exponential(tune.loguniform(1e-3, 1e-1), 0.9), Warmup(0.01, tune.randint(2, 6), MultiStep(0.1, [8], 0.1))]),
+        "lr": tune.grid_search(
+            [Exponential(tune.loguniform(1e-3, 1e-1), 0.9), Warmup(0.01, tune.randint(2, 6), MultiStep(0.1, [8], 0.1))]
+        ),
         "batch_size": tune.choice([64, 128]),
         "momentum": tune.quniform(0.8, 0.99, 0.01),
         "width": tune.qlograndint(8, 64, 8),
@@ -160,16 +220,30 @@ def test_a_python_space_written_as_a_spec_draws_the_same_trials():
 
 
 def test_schedulers_and_searchers_by_name_are_tunes_own_with_their_arguments():
-    spec = JobSpec(spec_with(**{
-        "tune_config.scheduler": {"name": "asha", "max_t": 4, "grace_period": 2},
-        "tune_config.search_alg": {"name": "optuna", "seed": 3},
-    }), base_dir=EXAMPLES)
+    spec = JobSpec(
+        spec_with(
+            **{
+                "tune_config.scheduler": {"name": "asha", "max_t": 4, "grace_period": 2},
+                "tune_config.search_alg": {"name": "optuna", "seed": 3},
+            }
+        ),
+        base_dir=EXAMPLES,
+    )
     assert isinstance(spec.tune_config.scheduler, AsyncHyperBandScheduler)
     assert spec.tune_config.scheduler._max_t == 4
     assert isinstance(spec.tune_config.search_alg, OptunaSearch)
-    pbt = JobSpec(spec_with(**{"tune_config.scheduler": {
-        "name": "pbt", "perturbation_interval": 2, "hyperparam_mutations": {"momentum": {"uniform": [0.8, 0.99]}}}}),
-        base_dir=EXAMPLES).tune_config.scheduler
+    pbt = JobSpec(
+        spec_with(
+            **{
+                "tune_config.scheduler": {
+                    "name": "pbt",
+                    "perturbation_interval": 2,
+                    "hyperparam_mutations": {"momentum": {"uniform": [0.8, 0.99]}},
+                }
+            }
+        ),
+        base_dir=EXAMPLES,
+    ).tune_config.scheduler
     assert isinstance(pbt, PopulationBasedTraining)
     assert isinstance(pbt._hyperparam_mutations["momentum"], tune.search.sample.Float)
     median = JobSpec(spec_with(**{"tune_config.scheduler": "median_stopping"}), base_dir=EXAMPLES).tune_config.scheduler
@@ -178,24 +252,37 @@ def test_schedulers_and_searchers_by_name_are_tunes_own_with_their_arguments():
 
 def test_an_argument_may_be_a_python_object_by_import_path(tmp_path):
     (tmp_path / "filters.py").write_text("def short_decay(config):\n    return config['lr'].milestones[0] < 10\n")
-    data = spec_with(**{
-        "param_space.lr": {"family": "MultiStep", "init": 0.1, "milestones": {"grid_search": [[5], [15]]}, "gamma": 0.1},
-        "tune_config.search_alg": {"name": "grid", "filter": {"import": "filters:short_decay"}},
-    })
+    data = spec_with(
+        **{
+            "param_space.lr": {
+                "family": "MultiStep",
+                "init": 0.1,
+                "milestones": {"grid_search": [[5], [15]]},
+                "gamma": 0.1,
+            },
+            "tune_config.search_alg": {"name": "grid", "filter": {"import": "filters:short_decay"}},
+        }
+    )
     spec = JobSpec(data, base_dir=str(tmp_path))
     trials = [config for _, config in iter(spec.dry_tuner()._trial_source().next_trial, None)]
     assert [config["lr"].milestones for config in trials] == [(5,)]
     data["tune_config"]["search_alg"]["filter"] = {"import": "filters:nothing"}
     assert problems_of(data) == [
-        "tune_config.search_alg.filter.import: 'filters:nothing': 'filters' has no attribute 'nothing'"]
+        "tune_config.search_alg.filter.import: 'filters:nothing': 'filters' has no attribute 'nothing'"
+    ]
 
 
 def test_an_ask_tell_algorithm_named_by_import_path_runs_through_the_adapter():
-    spec = JobSpec(spec_with(**{
-        "param_space.lr": {"family": "Exponential", "init": {"loguniform": [1e-3, 1e-1]}, "gamma": 0.9},
-        "tune_config.num_samples": 6,
-        "tune_config.search_alg": {"name": "evolution_search:RegularizedEvolution", "batch_size": 3, "seed": 0},
-    }), base_dir=EXAMPLES)
+    spec = JobSpec(
+        spec_with(
+            **{
+                "param_space.lr": {"family": "Exponential", "init": {"loguniform": [1e-3, 1e-1]}, "gamma": 0.9},
+                "tune_config.num_samples": 6,
+                "tune_config.search_alg": {"name": "evolution_search:RegularizedEvolution", "batch_size": 3, "seed": 0},
+            }
+        ),
+        base_dir=EXAMPLES,
+    )
     searcher = spec.tune_config.search_alg
     assert isinstance(searcher, AskTellSearcher) and searcher.batch_size == 3
     assert searcher.algorithm.population_size == 8
@@ -215,7 +302,10 @@ def test_a_script_path_trainable_and_spec_keys_for_the_tuner(tmp_path):
 
 @pytest.mark.parametrize(
     "entry",
-    [{"name": "round_robin", "quantum_s": 30.0}, {"name": "ray_stagetree.planning.time_sharing:RoundRobinPolicy", "quantum_s": 30.0}],
+    [
+        {"name": "round_robin", "quantum_s": 30.0},
+        {"name": "ray_stagetree.planning.time_sharing:RoundRobinPolicy", "quantum_s": 30.0},
+    ],
     ids=["name-and-arguments", "import-path"],
 )
 def test_an_execution_policy_with_arguments_reaches_the_tuner_as_an_instance(entry):

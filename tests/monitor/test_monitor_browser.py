@@ -77,7 +77,9 @@ def browser():
         pytest.skip("RAY_STAGETREE_SKIP_BROWSER=1")
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not chromium or not driver:
-        pytest.fail("the monitor's browser test needs Debian's chromium and chromedriver: apt-get install -y chromium chromium-driver")
+        pytest.fail(
+            "the monitor's browser test needs Debian's chromium and chromedriver: apt-get install -y chromium chromium-driver"
+        )
     webdriver = pytest.importorskip("selenium.webdriver")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium

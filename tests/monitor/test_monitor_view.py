@@ -7,10 +7,10 @@ import json
 import pytest
 
 from ray_stagetree import MultiStep
-from ray_stagetree.planning import SearchPlan
 from ray_stagetree.monitor import serve
 from ray_stagetree.monitor.__main__ import main
 from ray_stagetree.monitor.view import ExperimentReader, sharing, stage_tree, study_state, trial_table
+from ray_stagetree.planning import SearchPlan
 from ray_stagetree.planning.plan import CheckpointInfo
 
 pytest.importorskip("flask")
@@ -41,7 +41,13 @@ def test_stage_tree_cuts_nodes_where_trials_fork_and_tracks_progress():
     by_id = {stage["id"]: stage for stage in stages}
     assert len(stages) == 4  # [0, 4) shared by all three, then one [4, 8) each (at 4, c keeps 0.1 and a does not)
     first = by_id[f"H{root.node_id}:0"]
-    assert (first["start"], first["stop"], first["status"], first["checkpoints"], first["trials"]) == (0, 4, "finished", [4], 3)
+    assert (first["start"], first["stop"], first["status"], first["checkpoints"], first["trials"]) == (
+        0,
+        4,
+        "finished",
+        [4],
+        3,
+    )
     assert first["parent"] is None and first["hparams"] == {"lr": 0.1}
     assert by_id[f"H{node_b}:4"]["status"] == "running" and by_id[f"H{node_b}:4"]["hparams"] == {"lr": 0.05}
     children = [stage for stage in stages if stage["parent"] == first["id"]]
@@ -54,8 +60,11 @@ def write_trial(root, name, config, rows, error=False, partial_line=False):
     folder = root / name
     folder.mkdir(parents=True)
     (folder / "params.json").write_text(json.dumps(config))
-    lines = [json.dumps({"training_iteration": i + 1, "done": i + 1 == len(rows) and not error, **row}) for i, row in enumerate(rows)]
-    (folder / "result.json").write_text("\n".join(lines) + ("\n{\"loss\": 0." if partial_line else "\n"))
+    lines = [
+        json.dumps({"training_iteration": i + 1, "done": i + 1 == len(rows) and not error, **row})
+        for i, row in enumerate(rows)
+    ]
+    (folder / "result.json").write_text("\n".join(lines) + ('\n{"loss": 0.' if partial_line else "\n"))
     if error:
         (folder / "error.txt").write_text("boom")
 
@@ -76,7 +85,12 @@ def test_reader_reads_trial_folders_and_the_table_ranks_them(experiment):
     assert sorted(trials) == ["t0", "t1", "t2"]
     assert trials["t0"]["rows"][0] == {"training_iteration": 1, "loss": 3.0}  # bookkeeping keys dropped
     table = {row["name"]: row for row in trial_table(reader.trials(), "loss", "min", live={"t2": "RUNNING"})}
-    assert (table["t0"]["status"], table["t0"]["latest"], table["t0"]["best"], table["t0"]["iterations"]) == ("TERMINATED", 2.0, 1.0, 3)
+    assert (table["t0"]["status"], table["t0"]["latest"], table["t0"]["best"], table["t0"]["iterations"]) == (
+        "TERMINATED",
+        2.0,
+        1.0,
+        3,
+    )
     assert table["t0"]["config"] == {"lr": "MultiStep(init=0.1, milestones=[4], gamma=0.1)", "seed": "1"}
     assert table["t1"]["status"] == "ERROR" and table["t2"]["status"] == "RUNNING"
     assert trial_table(reader.trials(), "loss", "max", live={})[0]["best"] == 3.0
@@ -166,7 +180,9 @@ def test_reader_reads_a_study_on_an_fsspec_url():
 
     filesystem = fsspec.filesystem("memory")
     filesystem.pipe("/monitor_study/t0/params.json", json.dumps({"lr": 0.1}).encode())
-    filesystem.pipe("/monitor_study/t0/result.json", json.dumps({"training_iteration": 1, "loss": 2.0, "done": True}).encode())
+    filesystem.pipe(
+        "/monitor_study/t0/result.json", json.dumps({"training_iteration": 1, "loss": 2.0, "done": True}).encode()
+    )
     try:
         state = study_state(ExperimentReader("memory://monitor_study"), metric=None, mode="min")
         assert [(t["name"], t["status"], t["best"]) for t in state["trials"]] == [("t0", "TERMINATED", 2.0)]

@@ -44,7 +44,9 @@ def figure_6_plan() -> tuple[SearchPlan, dict[str, int]]:
         node_ids.setdefault(name, request.node.node_id)
     for name, iterations in FIGURE_6_CHECKPOINTS.items():
         for iteration in iterations:
-            plan.record_checkpoint(node_ids[name], iteration, CheckpointInfo(path=f"/ckpt_path/{name}/{iteration}_steps"))
+            plan.record_checkpoint(
+                node_ids[name], iteration, CheckpointInfo(path=f"/ckpt_path/{name}/{iteration}_steps")
+            )
     for name, metrics in FIGURE_6_METRICS.items():
         for iteration, accuracy in metrics.items():
             plan.record_metrics(node_ids[name], iteration, {"test_acc": accuracy})

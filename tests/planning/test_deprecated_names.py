@@ -1,4 +1,4 @@
-"""The names issue 20 renamed keep working for one release: old keyword
+"""The names the vocabulary rename changed keep working for one release: old keyword
 arguments, attributes and module names do what the new ones do, and warn
 with the new name, at the caller's line."""
 
@@ -10,8 +10,7 @@ import pytest
 
 import ray_stagetree
 from ray_stagetree import MultiStep
-from ray_stagetree.planning import CheckpointSource, SearchPlan, TrialConfig, build_stage_tree
-from ray_stagetree.planning import stage_tree
+from ray_stagetree.planning import CheckpointSource, SearchPlan, TrialConfig, build_stage_tree, stage_tree
 from ray_stagetree.planning.decisions import Exploit
 
 LR = {"lr": MultiStep(0.1, [5], 0.1)}
@@ -109,7 +108,7 @@ def test_stage_tree_source_is_checkpoint_source():
     with deprecated("ray_stagetree.planning.stage_tree.CheckpointSource"):
         assert stage_tree.Source is CheckpointSource
     with pytest.raises(AttributeError, match="has no attribute 'Sauce'"):
-        stage_tree.Sauce
+        stage_tree.Sauce  # noqa: B018 (reading it is what raises)
 
 
 def test_the_top_level_api_is_the_users():

@@ -17,7 +17,9 @@ def two_studies(big=40, small=2):
 
 
 def fair_share(capacity, weights=None):
-    return FairShare(CriticalPathPolicy(), lambda trial_id: trial_id.split("/")[0], lambda: capacity, lambda: weights or {})
+    return FairShare(
+        CriticalPathPolicy(), lambda trial_id: trial_id.split("/")[0], lambda: capacity, lambda: weights or {}
+    )
 
 
 def served(plan, batches):

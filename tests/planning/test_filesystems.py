@@ -28,5 +28,19 @@ def test_an_fsspec_filesystem_is_used_as_it_is():
 
 
 def test_anything_else_is_refused_by_name():
-    with pytest.raises(TypeError, match="storage_filesystem must be a pyarrow.fs.FileSystem, an fsspec.AbstractFileSystem or None, got str"):
+    with pytest.raises(
+        TypeError,
+        match="storage_filesystem must be a pyarrow.fs.FileSystem, an fsspec.AbstractFileSystem or None, got str",
+    ):
         resolve("/exp", "s3")
+
+
+def test_a_url_without_its_fsspec_driver_opens_with_pyarrows_filesystem_as_tune_does(monkeypatch):
+    def no_driver(url, **options):
+        raise ImportError("Install s3fs to access S3")
+
+    monkeypatch.setattr(fsspec.core, "url_to_fs", no_driver)
+    filesystem, path = resolve("s3://bucket/studies/a?endpoint_override=127.0.0.1:9&scheme=http&region=us-east-1")
+    assert isinstance(arrow_filesystem(filesystem), pafs.S3FileSystem) and path == "bucket/studies/a"
+    with pytest.raises(ImportError, match="Install s3fs"):
+        resolve("nosuchscheme://bucket/a")

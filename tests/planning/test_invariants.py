@@ -18,7 +18,10 @@ MAX_HORIZON = 60
 @st.composite
 def step_sequences(draw, values):
     milestones = sorted(draw(st.sets(st.integers(1, MAX_HORIZON - 1), max_size=3)))
-    return MultiStep(values=draw(st.lists(st.sampled_from(values), min_size=len(milestones) + 1, max_size=len(milestones) + 1)), milestones=milestones)
+    return MultiStep(
+        values=draw(st.lists(st.sampled_from(values), min_size=len(milestones) + 1, max_size=len(milestones) + 1)),
+        milestones=milestones,
+    )
 
 
 @st.composite
@@ -118,7 +121,7 @@ def test_invariant_3_stage_tree_iterations_equal_unique_iterations(trial_list):
 @settings(max_examples=30, deadline=None)
 @given(trials(max_size=1), st.integers(1, 20))
 def test_merge_rate_of_n_identical_trials_is_n(trial_list, copies):
-    (config, horizon), = trial_list
+    ((config, horizon),) = trial_list
     assert merge_rate([config] * copies, horizon) == copies
 
 
@@ -134,7 +137,13 @@ def execute(plan, batch):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trials(), trials(min_size=0, max_size=4), st.sampled_from(sorted(POLICIES)), st.integers(1, 4), st.randoms(use_true_random=False))
+@given(
+    trials(),
+    trials(min_size=0, max_size=4),
+    st.sampled_from(sorted(POLICIES)),
+    st.integers(1, 4),
+    st.randoms(use_true_random=False),
+)
 def test_invariant_3_executing_batches_runs_each_unique_iteration_once(early, late, policy_name, workers, rnd):
     """Workers finish batches in random order while new trials arrive. Every
     request is answered; trials known up front cost exactly their unique
@@ -167,7 +176,11 @@ def test_parquet_round_trip_keeps_the_whole_plan(trial_list, rnd):
     plan = build(trial_list)
     for node in plan.nodes:
         iteration = rnd.randint(node.fork_iteration + 1, node.fork_iteration + 5)
-        plan.record_checkpoint(node.node_id, iteration, CheckpointInfo(path=f"checkpoints/p{iteration}", size_bytes=iteration, checksum="c"))
+        plan.record_checkpoint(
+            node.node_id,
+            iteration,
+            CheckpointInfo(path=f"checkpoints/p{iteration}", size_bytes=iteration, checksum="c"),
+        )
         plan.record_metrics(node.node_id, iteration, {"acc": rnd.random(), "nested": {"x": [1, 2]}})
         plan.record_timing(node.node_id, node.fork_iteration, iteration, rnd.random())
     url = f"memory://plans/{uuid.uuid4().hex}"
@@ -218,7 +231,13 @@ def fresh_top_priorities(policy, plan, count):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trials(), trials(min_size=0, max_size=4), st.sampled_from(sorted(POLICIES)), st.integers(1, 4), st.randoms(use_true_random=False))
+@given(
+    trials(),
+    trials(min_size=0, max_size=4),
+    st.sampled_from(sorted(POLICIES)),
+    st.integers(1, 4),
+    st.randoms(use_true_random=False),
+)
 def test_select_dispatches_what_a_fresh_stage_tree_would(early, late, policy_name, workers, rnd):
     """Policies that keep their stage tree between calls (rebuilding only the
     roots the plan changed) choose batches of the same priorities as a tree
@@ -232,7 +251,9 @@ def test_select_dispatches_what_a_fresh_stage_tree_would(early, late, policy_nam
         policy.cost_model.fit(plan)
         ready, expected = fresh_top_priorities(policy, plan, workers - len(running))
         chosen = policy.select(plan, workers - len(running))
-        got = sorted((ready[(b.stages[0].node.node_id, b.stages[0].start, b.stages[0].stop)] for b in chosen), reverse=True)
+        got = sorted(
+            (ready[(b.stages[0].node.node_id, b.stages[0].start, b.stages[0].stop)] for b in chosen), reverse=True
+        )
         assert got == expected
         running += chosen
         if arrivals and rnd.random() < 0.5:

@@ -10,16 +10,15 @@ import pytest
 
 from ray_stagetree import MultiStep
 from ray_stagetree.planning import SearchPlan
+from ray_stagetree.planning.decisions import CONTINUE, PAUSE, STOP, Exploit
 from ray_stagetree.planning.lifecycle import (
-    CONTINUE,
     ERROR,
-    Exploit,
-    PAUSE,
     PAUSED,
     PENDING,
     RUNNING,
-    STOP,
     TERMINATED,
+    WAIT,
+    Refused,
     Trial,
     TrialLifecycle,
 )
@@ -62,6 +61,10 @@ class ScriptedHost:
 class RecordingTrialSource:
     def __init__(self) -> None:
         self.completed: list[tuple[str, Any, bool]] = []
+        self.proposals: list[tuple[str, dict[str, Any]] | str] = []
+
+    def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
+        return self.proposals.pop(0) if self.proposals else None
 
     def on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool = False) -> None:
         self.completed.append((trial_id, result and result["training_iteration"], error))
@@ -82,17 +85,15 @@ class Study:
             self.trial_source,
             share_key=lambda trial_id: "study",
             next_request=self.host.next_decision,
-            on_request=lambda trial, request, iteration: self.requested.append((trial.trial_id, request.iteration, iteration)),
+            on_request=lambda trial, request, iteration: self.requested.append(
+                (trial.trial_id, request.iteration, iteration)
+            ),
             on_end=lambda trial: self.ended.append((trial.trial_id, trial.status)),
         )
 
     def admit(self, trial_id: str, config: dict[str, Any] | None = None) -> Trial:
-        config = config or {"lr": MultiStep(0.1, [6], 0.1)}
-        trial = Trial(trial_id=trial_id, config=config)
-        self.host.on_add(trial_id, config)
-        trial.configure(config, self.lifecycle.parse(trial_id, config))
-        self.lifecycle.admit(trial)
-        return trial
+        self.trial_source.proposals.append((trial_id, config or {"lr": MultiStep(0.1, [6], 0.1)}))
+        return self.lifecycle.admit_next(lambda trial_id, config, trial_config: Trial(trial_id=trial_id, config=config))
 
     def result(self, trial: Trial, iteration: int) -> None:
         row = {"training_iteration": iteration, "loss": 1.0 / iteration}
@@ -115,6 +116,57 @@ def test_admission_requests_the_trial_up_to_its_first_decision_point():
     # Parsed once, under the plan's sharing key: the plan holds that parse.
     assert study.plan.trials["a"].config.static_key == trial.trial_config.static_key
     assert '"study": "study"' in trial.trial_config.static_key
+
+
+def test_admission_asks_the_source_and_tells_the_scheduler_before_parsing():
+    study = Study()
+    assert study.lifecycle.admit_next(lambda *made: pytest.fail("nothing was proposed")) is None
+    study.trial_source.proposals.append(WAIT)
+    assert study.lifecycle.admit_next(lambda *made: pytest.fail("the searcher waits")) is None
+    made = []
+    study.trial_source.proposals.append(("a", {"lr": 0.1}))
+    trial = study.lifecycle.admit_next(lambda *arguments: made.append(arguments) or Trial(trial_id="a", config={}))
+    assert study.host.calls == [("add", "a")]
+    [(trial_id, config, trial_config)] = made
+    assert (trial_id, config) == ("a", {"lr": 0.1}) and trial_config.names == ("lr",)
+    assert trial.config == {"lr": 0.1} and trial.trial_config is trial_config, "the lifecycle configures the trial"
+
+
+def test_a_config_that_cannot_be_planned_or_a_maker_that_raises_is_refused_with_the_trial():
+    study = Study()
+    study.trial_source.proposals.append(("bad", ["lr", 0.1]))  # a config is a dict
+    with pytest.raises(Refused) as refused:
+        study.lifecycle.admit_next(lambda *made: pytest.fail("an unplannable config makes no trial"))
+    assert refused.value.trial_id == "bad" and isinstance(refused.value.error, TypeError)
+
+    def hook_raises(*made):
+        raise KeyError("name")
+
+    study.trial_source.proposals.append(("b", {"lr": 0.1}))
+    with pytest.raises(Refused, match="KeyError") as refused:
+        study.lifecycle.admit_next(hook_raises)
+    assert refused.value.config == {"lr": 0.1}
+    assert study.lifecycle.counts() == {} and "b" not in study.plan.trials
+
+
+def test_abort_ends_unfinished_trials_in_error_without_telling_their_scheduler_or_searcher():
+    study = Study()
+    trial = study.admit("a")
+    study.lifecycle.abort(trial)
+    assert trial.status == ERROR and study.lifecycle.counts() == {ERROR: 1}
+    assert "a" not in study.plan.trials
+    assert study.trial_source.completed == [] and study.ended == []
+
+
+def test_close_terminates_a_paused_trial_as_it_stands():
+    study = Study(ScriptedHost({("a", RUNG): PAUSE}))
+    trial = study.admit("a")
+    for iteration in range(1, RUNG + 1):
+        study.result(trial, iteration)
+    assert trial.status == PAUSED
+    study.lifecycle.close(trial)
+    assert trial.status == TERMINATED and study.lifecycle.counts() == {TERMINATED: 1}
+    assert study.request_iteration("a") == RUNG, "its results stand"
 
 
 def test_a_result_runs_the_trial_and_continue_moves_the_request_on_at_its_end():

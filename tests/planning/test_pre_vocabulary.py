@@ -1,4 +1,4 @@
-"""What was stored before the vocabulary rename (issue 20) loads after it
+"""What was stored before the vocabulary rename loads after it
 and gives the same plan: `tests/fixtures/make_pre_vocabulary.py` wrote the
 fixtures with the code before the rename, and builds the same plan with
 the new names. (A whole study's directory: `tests/runtime/test_restore.py`.)"""
@@ -11,7 +11,6 @@ import warnings
 
 import pyarrow.parquet as pq
 import pytest
-
 from fixtures.make_pre_vocabulary import FIXTURE as STORED
 from fixtures.make_pre_vocabulary import build_plan
 

@@ -3,9 +3,9 @@
 import networkx as nx
 from paper_examples import (
     FIGURE_4_HORIZON,
-    FIGURE_6_CONFIGS,
     FIGURE_4_TRIALS,
     FIGURE_5_TRIAL,
+    FIGURE_6_CONFIGS,
     figure_6_plan,
 )
 
@@ -53,7 +53,9 @@ def test_figure_4_stage_tree_shares_a1_among_four_and_b1_among_three():
     }
     (root,) = tree.roots
     served = {
-        stage.node.node_id: sorted(t for r in stage.requests for t in r.trials) for stage in tree.stages if stage.requests
+        stage.node.node_id: sorted(t for r in stage.requests for t in r.trials)
+        for stage in tree.stages
+        if stage.requests
     }
     assert served == {0: ["trial_1"], 1: ["trial_2"], 2: ["trial_3"], 3: ["trial_4"]}
     assert len(nx.descendants(tree.to_networkx(), root)) == 5
@@ -126,7 +128,6 @@ def test_child_starts_from_parent_checkpoint_at_fork():
     stages = {(s.node.node_id, s.start): s for s in build_stage_tree(plan).stages}
     assert stages[(child.node_id, 50)].source.node is parent
     assert stages[(child.node_id, 50)].ready
-
 
 
 def test_a_parked_trainable_is_where_its_node_and_forks_from_it_go_on():

@@ -70,7 +70,9 @@ class Cluster:
         iteration = start + len(losses)
         yielded = self.policy.at_boundary(self.plan, batch.batch_id, node, iteration, self.now)
         if yielded:
-            self.plan.record_checkpoint(node.node_id, iteration, CheckpointInfo(path=f"ckpt/{node.node_id}/{iteration}"))
+            self.plan.record_checkpoint(
+                node.node_id, iteration, CheckpointInfo(path=f"ckpt/{node.node_id}/{iteration}")
+            )
             self.plan.release_batch(batch.batch_id)
         return yielded
 

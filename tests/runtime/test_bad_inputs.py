@@ -1,4 +1,4 @@
-"""Issue 17's fuzz list: malformed inputs at every boundary a user reaches,
+"""Malformed inputs at every boundary a user reaches,
 each with the clear error it gets (the parameter named, the value shown) or,
 where Tune accepts it, accepted. Everything here is checked before Ray
 starts, except the few resource cases at the end."""

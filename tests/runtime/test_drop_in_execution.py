@@ -1,4 +1,4 @@
-"""Issue 11: Tune scripts run unchanged. Finite loops, open-ended trials and
+"""Tune scripts run unchanged. Finite loops, open-ended trials and
 Tune's stop criteria, ``ray.tune.Trainable`` classes, GPUs for class
 trainables, and live continuation: never more iterations executed than the
 trials report, with or without checkpoints."""

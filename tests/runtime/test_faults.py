@@ -1,4 +1,4 @@
-"""Issue 17's faults end to end: a read-only storage, the time budget,
+"""Faults end to end: a read-only storage, the time budget,
 a trainable that never reports, numpy values in the space, odd metrics."""
 
 import errno

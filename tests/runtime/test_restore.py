@@ -109,7 +109,7 @@ def test_an_interrupted_study_restores_to_the_uninterrupted_results(tmp_path, st
 
 def test_a_study_stored_before_the_vocabulary_rename_restores(tmp_path, ray_session):
     """`tests/fixtures/make_pre_vocabulary.py` interrupted this study with the
-    code before issue 20's renames: its snapshot, saved plan and sealed
+    code before the vocabulary rename: its snapshot, saved plan and sealed
     checkpoints continue to the uninterrupted study's results."""
     from fixtures.make_pre_vocabulary import FIXTURE
 

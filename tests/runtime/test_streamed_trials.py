@@ -1,4 +1,4 @@
-"""Issue 18, point 7: trials are drawn, checked and admitted as a study goes,
+"""Streamed trials: trials are drawn, checked and admitted as a study goes,
 so what happens before its first batch does not grow with ``num_samples``.
 Counted in draws, not timed."""
 

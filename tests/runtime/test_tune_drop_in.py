@@ -1,5 +1,5 @@
 """Tune behaviours a script relies on, each found broken by running Ray Tune's
-own examples with the import changed (issue 19)."""
+own examples with the import changed."""
 
 from __future__ import annotations
 

@@ -176,3 +176,91 @@ def test_trials_that_end_without_a_result_are_forgotten():
     searcher.on_trial_complete("failed", None, error=True)  # errored before its first report
     assert "failed" not in searcher._plan.trials
     assert learning_rates(searcher.suggest("next")).shape == (HORIZON,)
+
+
+# -- used as every Tune searcher is: no arguments, space and horizon from the study
+
+TUNER_SPACE = {"lr": MultiStep(tune.uniform(0.01, 0.5), [tune.randint(2, 8)], 0.3)}
+
+
+def hosted(spec, trials=12, space=TUNER_SPACE, **arguments):
+    """``StructuredBO(**arguments)`` given the space and ``spec`` as the
+    Tuner gives them (through `SearcherSource`), run for ``trials`` trials
+    of ``stop`` iterations each; the searcher and the configs it proposed."""
+    from ray_stagetree.searchers.sources import SearcherSource
+
+    searcher = StructuredBO(seed=0, **QUICK, **arguments)
+    source = SearcherSource(searcher, space, "score", "max", trials, spec)
+    configs = []
+    while (trial := source.next_trial()) is not None:
+        trial_id, config = trial
+        configs.append(config)
+        lrs = np.array([config["lr"].value(i) for i in range(8)])
+        for iteration in range(1, 9):
+            source.on_result(trial_id, {"training_iteration": iteration, "score": mean_lr_score(lrs, iteration)})
+        source.on_complete(trial_id, {"training_iteration": 8, "score": mean_lr_score(lrs, 8)})
+    return searcher, configs
+
+
+def test_takes_the_tuners_param_space_with_domains_inside_a_sequences_list():
+    """The Tuner hands searchers lists that hold domains as marked dicts: StructuredBO
+    used to read them as milestones and refuse every draw."""
+    searcher, configs = hosted({"stop": {"training_iteration": 8}, "num_samples": 12, "time_budget_s": None})
+    assert len(configs) == 12 and searcher.horizon == 8
+    assert all(isinstance(c["lr"], MultiStep) and 2 <= c["lr"].milestones[0] < 8 for c in configs)
+    assert len(searcher._plan.trials) == 12 and any(node.metrics for node in searcher._plan.nodes)
+
+
+@pytest.mark.parametrize(
+    "spec, horizon",
+    [
+        ({"stop": {"training_iteration": 8}}, 8),
+        ({"stop": {}, "max_t": 6.0}, 6),  # a scheduler's max_t (Tune's schedulers keep it as a float)
+        ({"stop": {"training_iteration": 8, "loss": 0.1}, "max_t": 5}, 5),  # the smaller of the two
+        ({"stop": {"training_iteration": 4}, "max_t": None}, 4),
+    ],
+)
+def test_the_horizon_comes_from_the_study(spec, horizon):
+    searcher = StructuredBO()
+    searcher.set_search_properties("score", "max", TUNER_SPACE, **spec)
+    assert searcher.horizon == horizon
+
+
+def test_a_horizon_given_to_it_wins_over_the_studys():
+    searcher = StructuredBO(horizon=3)
+    searcher.set_search_properties("score", "max", TUNER_SPACE, stop={"training_iteration": 8})
+    assert searcher.horizon == 3
+
+
+def test_a_bad_horizon_from_the_study_is_named():
+    with pytest.raises(ValueError, match=r"stop\['training_iteration'\] must be an int >= 1, got 0"):
+        StructuredBO().set_search_properties("score", "max", TUNER_SPACE, stop={"training_iteration": 0})
+
+
+def test_open_ended_trials_give_the_horizon_of_the_longest_completed_one():
+    """No stop and no max_t: random draws until a trial ends, then the model
+    at the longest trial's length, every result kept."""
+    searcher, configs = hosted({"stop": {}}, trials=8, num_initial=3)
+    assert searcher.horizon == 8 and searcher._learns_horizon and len(configs) == 8
+    assert sum(len(searcher._plan.history(t)) for t in searcher._plan.trials) == 8 * 8
+
+
+def test_a_longer_open_ended_trial_grows_the_horizon_and_keeps_what_was_measured(tmp_path):
+    searcher = StructuredBO(TUNER_SPACE, metric="score", mode="max", seed=1, num_initial=2, **QUICK)
+    assert searcher.horizon is None
+    study(searcher, mean_lr_score, 1, stop=4)
+    searcher.suggest("errored")
+    for iteration in range(1, 10):
+        searcher.on_trial_result("errored", {"training_iteration": iteration, "score": -1.0})
+    searcher.on_trial_complete("errored", error=True)  # an error is no natural end: the horizon stays
+    assert searcher.horizon == 4
+    study_longer = [searcher.suggest("long")]
+    run_trial(searcher, "long", study_longer[0], mean_lr_score, stop=6)
+    assert searcher.horizon == 6
+    assert sorted(searcher._plan.history("t0")) == [1, 2, 3, 4], "a trial that ended at 4 stays cut at 4"
+    assert sorted(searcher._plan.history("errored")) == [1, 2, 3, 4, 5, 6]
+    searcher.save(str(tmp_path / "state.json"))
+    restored = StructuredBO(TUNER_SPACE, metric="score", mode="max", num_initial=2, **QUICK)
+    restored.restore(str(tmp_path / "state.json"))
+    assert restored.horizon == 6 and restored._learns_horizon
+    assert learning_rates(restored.suggest("next")).shape == (HORIZON,)

@@ -98,9 +98,7 @@ TORCH_CASES = {
         320,
     ),
     "CyclicLR-asymmetric": (
-        lambda S, o: S.CyclicLR(
-            o, base_lr=0.01, max_lr=0.1, step_size_up=7, step_size_down=29, cycle_momentum=False
-        ),
+        lambda S, o: S.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=7, step_size_down=29, cycle_momentum=False),
         CyclicLR(0.01, 0.1, 7, 29),
         320,
     ),
@@ -303,9 +301,10 @@ def test_first_difference_far_away_and_types() -> None:
     late = Constant(1.0).then(2.0, at=123_456)
     assert Constant(1.0).first_difference(late, stop=10**6) == 123_456
     assert Constant(0.1).first_difference("adam", stop=10) == 0
-    assert MultiStep(values=["adam", "sgd"], milestones=[5]).first_difference(
-        Values(["adam"] * 5 + ["sgd"]), stop=50
-    ) is None
+    assert (
+        MultiStep(values=["adam", "sgd"], milestones=[5]).first_difference(Values(["adam"] * 5 + ["sgd"]), stop=50)
+        is None
+    )
     # A trainable can observe the type: 128 and 128.0 (or 1 and True) are not shared.
     assert Constant(128).first_difference(Constant(128.0), stop=10) == 0
     assert Constant(1).first_difference(Constant(True), stop=10) == 0
@@ -340,10 +339,12 @@ leaf_sequences = st.one_of(
     st.builds(Exponential, finite, positive),
     st.builds(Step, finite, periods, positive),
     milestone_lists.flatmap(
-        lambda ms: st.builds(MultiStep, finite, st.just(ms), positive)
-        | st.builds(
-            lambda values: MultiStep(values=values, milestones=ms),
-            st.lists(st.integers(1, 512), min_size=len(ms) + 1, max_size=len(ms) + 1),
+        lambda ms: (
+            st.builds(MultiStep, finite, st.just(ms), positive)
+            | st.builds(
+                lambda values: MultiStep(values=values, milestones=ms),
+                st.lists(st.integers(1, 512), min_size=len(ms) + 1, max_size=len(ms) + 1),
+            )
         )
     ),
     st.builds(CyclicLR, finite, finite, periods, st.none() | periods),
@@ -356,8 +357,10 @@ leaf_sequences = st.one_of(
 )
 numeric_sequences = st.recursive(
     leaf_sequences,
-    lambda inner: st.builds(Warmup, finite, periods, inner)
-    | st.tuples(inner, inner, st.integers(1, 100)).map(lambda t: t[0].then(t[1], at=t[2])),
+    lambda inner: (
+        st.builds(Warmup, finite, periods, inner)
+        | st.tuples(inner, inner, st.integers(1, 100)).map(lambda t: t[0].then(t[1], at=t[2]))
+    ),
     max_leaves=4,
 )
 
@@ -647,7 +650,10 @@ def test_docstring_examples(module: str) -> None:
 
 
 def test_a_duplicate_family_name_is_refused_with_both_classes_named() -> None:
-    with pytest.raises(TypeError, match=r"family 'MultiStep' is already defined by ray_stagetree\.sequences\.piecewise\.MultiStep; .*MultiStep needs another class name"):
+    with pytest.raises(
+        TypeError,
+        match=r"family 'MultiStep' is already defined by ray_stagetree\.sequences\.piecewise\.MultiStep; .*MultiStep needs another class name",
+    ):
 
         class MultiStep(Sequence):  # noqa: F811 - the clash is the point
             def __init__(self, init: float) -> None:

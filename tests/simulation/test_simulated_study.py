@@ -10,6 +10,7 @@ from ray.tune.schedulers import ASHAScheduler
 
 from ray_stagetree import MultiStep, Warmup
 from ray_stagetree.planning import SearchPlan
+from ray_stagetree.simulation.paper_spaces import SuccessiveHalving
 from ray_stagetree.simulation.simulated_study import (
     RESNET20,
     Curves,
@@ -19,7 +20,6 @@ from ray_stagetree.simulation.simulated_study import (
     simulate,
 )
 from ray_stagetree.simulation.simulator import Simulation
-from ray_stagetree.simulation.paper_spaces import SuccessiveHalving
 
 # Every iteration costs one second and checkpoints are free, so the same
 # rung is reached at the same instant however the stages are cut.

@@ -86,3 +86,61 @@ def test_pbt_explore_function_missing(monkeypatch):
     monkeypatch.delattr(ray_pbt, "_explore")
     with missing("_explore", "ray.tune.schedulers.pbt", "PopulationBasedTraining"):
         SchedulerHost(pbt(), "loss", "min", HORIZON)
+
+
+# The fields the runtime and the simulator read, one test each, on the installed Ray.
+
+
+def test_with_resources_keeps_the_request_where_the_runtime_reads_it():
+    from ray_stagetree.trial_schedulers.ray_fields import trainable_resources
+
+    def wrapped(config):
+        pass
+
+    def plain(config):
+        pass
+
+    assert trainable_resources(tune.with_resources(wrapped, {"cpu": 2, "gpu": 1})).required_resources == {
+        "CPU": 2.0,
+        "GPU": 1.0,
+    }
+    assert trainable_resources(plain) is None
+
+
+def test_a_searchers_metric_is_where_the_runtime_reads_it():
+    from ray.tune.search import BasicVariantGenerator
+    from ray.tune.search.optuna import OptunaSearch
+
+    from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
+
+    assert searcher_metric(OptunaSearch(metric="loss", mode="min")) == "loss"
+    assert searcher_metric(OptunaSearch(metric=["loss", "gain"], mode=["min", "max"])) == ["loss", "gain"]
+    assert searcher_metric(ASHAScheduler(metric="acc", mode="max")) == "acc"
+    assert searcher_metric(BasicVariantGenerator()) is None
+
+
+def test_tunes_session_test_answers_outside_a_trial():
+    from ray_stagetree.trial_schedulers.ray_fields import in_tune_session
+
+    assert in_tune_session() is False
+
+
+def test_the_bootstrap_address_is_none_with_no_cluster_to_join(monkeypatch):
+    from ray._private import services
+
+    from ray_stagetree.trial_schedulers.ray_fields import bootstrap_address
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir=None: None)
+    assert bootstrap_address() is None
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert bootstrap_address() == "10.0.0.1:6379"
+
+
+def test_hyperbands_bracket_class_builds_a_bracket():
+    from ray_stagetree.trial_schedulers.ray_fields import hyperband_bracket_class
+
+    bracket = hyperband_bracket_class()(
+        time_attr="training_iteration", max_trials=3, init_t_attr=1, max_t_attr=9, eta=3, s=2
+    )
+    assert bracket._cumul_r == 1

@@ -55,8 +55,9 @@ def pbt():
         (StopEverything(), FifoAdapter, False),
         (LoudASHA(max_t=8), AsyncHyperBandAdapter, False),
         (SuccessiveHalving(9, grace_period=1, max_t=8), HyperBandAdapter, False),
+        (HyperBandForBOHB(max_t=9), HyperBandAdapter, True),  # BOHB's HyperBand: its own milestones
     ],
-    ids=["fifo", "asha", "hyperband", "median", "pbt", "custom", "asha-subclass", "hyperband-subclass"],
+    ids=["fifo", "asha", "hyperband", "median", "pbt", "custom", "asha-subclass", "hyperband-subclass", "bohb"],
 )
 def test_each_scheduler_type_gets_its_familys_adapter(scheduler, adapter, exact):
     assert adapter_for(scheduler) == (adapter, exact)
@@ -66,11 +67,10 @@ def test_each_scheduler_type_gets_its_familys_adapter(scheduler, adapter, exact)
     "make",
     [
         ResourceChangingScheduler,
-        HyperBandForBOHB,
         lambda: PB2(hyperparam_bounds={"lr": [0.0, 1.0]}),
         lambda: OwnPBT(hyperparam_mutations={"lr": [0.1]}),
     ],
-    ids=["resource-changing", "bohb", "pb2", "pbt-subclass"],
+    ids=["resource-changing", "pb2", "pbt-subclass"],
 )
 def test_schedulers_not_hosted_are_refused_clearly(make):
     scheduler = make()

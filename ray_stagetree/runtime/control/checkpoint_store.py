@@ -199,7 +199,7 @@ class CheckpointStore:
 
     @staticmethod
     def key(node_id: int, iteration: int) -> str:
-        # "step": the name stored checkpoints had before issue 20; plans point at them.
+        # "step": the name stored checkpoints had before the vocabulary rename; plans point at them.
         return f"checkpoints/node{node_id:06d}_step{iteration:07d}.ckpt"
 
     def add(self, plan: SearchPlan, node: PlanNode, iteration: int, ref: Any, size_bytes: int) -> None:

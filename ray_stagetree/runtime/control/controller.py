@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -39,6 +40,7 @@ from ray_stagetree.planning.lifecycle import (
     PAUSED,
     TERMINATED,
     UNFINISHED,
+    Refused,
     Trial,
     TrialLifecycle,
 )
@@ -47,18 +49,15 @@ from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore, WriteFailed
 from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
 from ray_stagetree.runtime.control.resources import workers_that_fit
+from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trials import TrialInfo, experiment_tag, trial_name
 from ray_stagetree.runtime.workers.trial_errors import pack_exception
 from ray_stagetree.runtime.workers.worker import StageWorker
 from ray_stagetree.searchers import from_tune_config
-from ray_stagetree.searchers.sources import WAIT
 from ray_stagetree.trial_schedulers.host import SchedulerHost
+from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
 
 logger = logging.getLogger(__name__)
-
-# Past the time budget, a batch that has not stopped at a report by then
-# (its trainable never reports, or takes this long per iteration) is killed.
-BUDGET_GRACE_S = 1.0
 
 # Retrains of a trial's final checkpoint found damaged in storage, before it
 # ends without one (a storage that damages every file it keeps).
@@ -204,9 +203,10 @@ class StudyController:
         horizon = math.inf if spec.horizon is None else spec.horizon
         if restore is not None:
             self.trial_source, self.host = restore.state.source, restore.state.host
-            self.host.attach(self._stop)
+            self.host.attach(self._stop, getattr(self.trial_source, "searcher", None))
         else:
-            self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, on_stop=self._stop)
+            searcher = getattr(self.trial_source, "searcher", None)  # told of pauses (HyperBandForBOHB)
+            self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, self._stop, searcher)
         self.lifecycle = TrialLifecycle(
             self.plan, self.host, self.trial_source, self._share_key, self._next_request, self._requested, self._ended
         )
@@ -235,7 +235,6 @@ class StudyController:
         self._running: dict[Any, tuple[Any, StageBatch, BatchSpec, float]] = {}
         self._batch_workers: dict[int, Any] = {}
         self._batch_heard: dict[int, float] = {}  # batch id -> time.monotonic() of its last report
-        self._budget_killed: set[int] = set()  # batches whose worker the time budget killed
         self._warned_missing_metric = False
         self._numeric_metrics = self._metrics_consumed()
         self._wake = asyncio.Event()
@@ -243,7 +242,7 @@ class StudyController:
         self._worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
         # The time budget counts from here, as Tune's from its loop's first step: starting
         # the workers is in it, starting this actor is not.
-        self._started = time.time()
+        self.budget = TimeBudget(spec.time_budget_s)
         self._new_rows: list[dict[str, Any]] = []
         self._events: list[dict[str, Any]] = []  # trial lifecycle, for the driver's callbacks (see `progress`)
         self._halted = False  # fail_fast, a stopper's stop_all, or abort: nothing more runs
@@ -269,7 +268,7 @@ class StudyController:
         restore options apply to each (`Restore.action`)."""
         state = restore.state
         self._iterations, self._worker_seconds = state.iterations, state.worker_seconds
-        self._started -= state.elapsed
+        self.budget.restored(state.elapsed)
         for trial in state.trials:
             self.lifecycle.add(trial)
             record = self.plan.trials.get(trial.trial_id)
@@ -311,46 +310,36 @@ class StudyController:
     def _plan_path(self) -> str:
         return f"{self.spec.experiment_path}/plan"
 
-    def _over_budget(self) -> bool:
-        budget = self.spec.time_budget_s
-        return budget is not None and time.time() - self._started > budget
-
     def _admit(self) -> bool:
         """Admit the trial source's next trials, up to `ADMIT_PER_TURN`; True when
         it stopped there (more may come at once)."""
         limit = self.spec.max_concurrent_trials or float("inf")
         for _ in range(ADMIT_PER_TURN):
-            if self.lifecycle.live() >= limit or self._over_budget() or self._halted:
+            if self.lifecycle.live() >= limit or self.budget.over() or self._halted:
                 return False
-            proposal = self.trial_source.next_trial()
-            if proposal is None or proposal == WAIT:
-                return False
-            trial_id, config = proposal
-            self.host.on_add(trial_id, config)  # PBT may add to the config: before it is parsed
             try:
-                trial_config = self.lifecycle.parse(trial_id, config)
-                info = TrialInfo(
-                    trial_id, config, self.spec.trainable_name, experiment_tag(trial_id, config, self.spec.tuned_paths)
-                )
-                name = trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False)
-                dirname = trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True)
-            except Exception as error:  # a bad config, or a user hook that raised
+                if self.lifecycle.admit_next(self._new_trial) is None:
+                    return False
+            except Refused as refused:  # a bad config, or a user hook that raised
                 failed = TrialState(
-                    trial_id=trial_id, config=config, error=f"{type(error).__name__}: {error}", dirname=trial_id
+                    trial_id=refused.trial_id, config=refused.config, error=str(refused), dirname=refused.trial_id
                 )
                 self.lifecycle.refuse(failed)
                 self._after_error()
-                continue
-            state = TrialState(
-                trial_id=trial_id,
-                config=config,
-                plain=frozenset(trial_config.names) - trial_config.declared,
-                name=name,
-                dirname=dirname,
-            )
-            state.configure(config, trial_config)
-            self.lifecycle.admit(state)  # a trial of a restored plan is extended
         return True
+
+    def _new_trial(self, trial_id: str, config: dict[str, Any], trial_config: TrialConfig) -> TrialState:
+        """A trial being admitted, named by the user's hooks."""
+        info = TrialInfo(
+            trial_id, config, self.spec.trainable_name, experiment_tag(trial_id, config, self.spec.tuned_paths)
+        )
+        return TrialState(
+            trial_id=trial_id,
+            config=config,
+            plain=frozenset(trial_config.names) - trial_config.declared,
+            name=trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False),
+            dirname=trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True),
+        )
 
     def _metrics_consumed(self) -> dict[str, str]:
         """Metric name -> what compares its values (the trial scheduler, the
@@ -361,7 +350,7 @@ class StudyController:
         if type(scheduler).__name__ == "FIFOScheduler":
             scheduler = None
         for consumer, role in ((searcher, "searcher"), (scheduler, "trial scheduler")):
-            metric = getattr(consumer, "_metric", None) or []
+            metric = searcher_metric(consumer) or []
             # A multi-objective searcher (OptunaSearch(metric=["loss", "gain"])) compares several.
             for name in [metric] if isinstance(metric, str) else metric:
                 consumers[name] = f"the {role} ({type(consumer).__name__})"
@@ -414,15 +403,19 @@ class StudyController:
         self._new_rows.append(row)
         if not row["done"] and self._stop_criteria_met(state.trial_id, row):
             row["done"] = ended = True  # Tune's stop criteria end a trial without asking its scheduler
-        self.trial_source.on_result(state.trial_id, row)
-        if self.spec.stopper is not None and self.spec.stopper.stop_all():
+        halt = self.spec.stopper is not None and self.spec.stopper.stop_all()
+        if halt:
             row["done"] = ended = True
-            self._halt()
+        # Tune's order: the scheduler sees a result before the searcher does.
+        tell_searcher = functools.partial(self.trial_source.on_result, state.trial_id, row)
         if row["done"]:
+            tell_searcher()
+            if halt:
+                self._halt()
             # The horizon, or the trainable reported done (Tune ends the trial).
             self._stop(state.trial_id) if ended else self.lifecycle.finish(state)
         else:
-            self.lifecycle.decide(state, iteration, row)
+            self.lifecycle.decide(state, iteration, row, then=tell_searcher)
         self._resume()
 
     def _resume(self) -> None:
@@ -843,10 +836,9 @@ class StudyController:
         self._halted = True
         for state in self.trials.values():
             if state.status in UNFINISHED:
-                self.lifecycle.set_status(state, ERROR)
+                self.lifecycle.abort(state)
                 state.error = error
                 self._event("error", state, error=error)
-                self.plan.remove_trial(state.trial_id)
 
     def _after_error(self) -> None:
         """With ``fail_fast``, the first errored trial ends the study."""
@@ -864,35 +856,24 @@ class StudyController:
                 self._stop(state.trial_id)
 
     def _unfinished(self) -> bool:
-        return self.lifecycle.live() > 0 or (self.trial_source.remaining != 0 and not self._over_budget() and not self._halted)
+        return self.lifecycle.live() > 0 or (self.trial_source.remaining != 0 and not self.budget.over() and not self._halted)
 
     def _enforce_budget(self) -> None:
         """Past the time budget, trials stop (running batches stop at their
-        next report); a batch still running ``BUDGET_GRACE_S`` later is
+        next report); a batch still running `time_budget.GRACE_S` later is
         killed with its worker: it cannot be stopped cooperatively."""
-        if not self._over_budget():
+        if not self.budget.over():
             return
         for state in list(self.trials.values()):
             if state.status in LIVE:
                 self.stop_trial(state.trial_id)
-        if time.time() - self._started < self.spec.time_budget_s + BUDGET_GRACE_S:
-            return
-        for worker, batch, _, _ in list(self._running.values()):
-            if batch.batch_id not in self._budget_killed:
-                self._budget_killed.add(batch.batch_id)
-                ray.kill(worker)
+        workers = {batch.batch_id: worker for worker, batch, _, _ in self._running.values()}
+        for batch_id in self.budget.to_kill(workers):
+            ray.kill(workers[batch_id])
 
     def _budget_timeout(self) -> float | None:
-        """Seconds until the loop must wake for the time budget: when it
-        ends, and when batches still running past it are killed."""
-        budget = self.spec.time_budget_s
-        if budget is None or math.isinf(budget):
-            return None
-        left = budget - (time.time() - self._started)
-        if left > 0:
-            return left
-        pending = [b for _, b, _, _ in self._running.values() if b.batch_id not in self._budget_killed]
-        return max(0.0, left + BUDGET_GRACE_S) if pending else None
+        """Seconds until the loop must wake for the time budget."""
+        return self.budget.wake_in(batch.batch_id for _, batch, _, _ in self._running.values())
 
     async def run(self, workers: list[Any]) -> None:
         """Run the study on ``workers`` (from `start_worker`, started by the
@@ -1003,7 +984,7 @@ class StudyController:
             host=self.host,
             iterations=self._iterations,
             worker_seconds=self._worker_seconds,
-            elapsed=time.time() - self._started,
+            elapsed=self.budget.elapsed,
         )
 
     def _save_state_soon(self) -> None:
@@ -1064,7 +1045,7 @@ class StudyController:
     async def _finalize(self) -> None:
         for state in self.trials.values():
             if state.status == PAUSED:  # its scheduler never resumed it
-                self.lifecycle.set_status(state, TERMINATED)
+                self.lifecycle.close(state)
                 self._event("complete", state)
         exported, best = [], {}
         for state in self.trials.values():
@@ -1154,7 +1135,7 @@ class StudyController:
             **self._sharing_figures(),
             "rows": rows,
             "events": events,
-            "elapsed": time.time() - self._started,
+            "elapsed": self.budget.elapsed,
             "study_error": self.study_error,
             "warnings": warnings,
             "stalled": self._stalled(),

@@ -14,6 +14,8 @@ from typing import Any
 
 import ray
 
+from ray_stagetree.trial_schedulers.ray_fields import bootstrap_address
+
 logger = logging.getLogger("ray_stagetree")
 
 #: Tune's name for the file its driver writes and each trial's node must see.
@@ -28,9 +30,7 @@ def running_cluster_address() -> str | None:
     """The cluster ``ray.init()`` would join: ``RAY_ADDRESS`` (set by ``ray
     job submit``), else the latest ``ray start`` on this machine; None when
     there is none and a local Ray would start."""
-    from ray._private import services
-
-    return services.canonicalize_bootstrap_address(None)
+    return bootstrap_address()
 
 
 def init_ray(num_cpus: int | None = None, num_gpus: int | None = None, **kwargs: Any) -> bool:

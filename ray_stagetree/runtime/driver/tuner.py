@@ -75,6 +75,7 @@ from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.searchers.variants import VariantStream, sample_variants, tuned_paths
 from ray_stagetree.trainables import StageTrainable
+from ray_stagetree.trial_schedulers.ray_fields import trainable_resources
 from ray_stagetree.trial_schedulers.registry import check_scheduler, scheduler_max_t
 
 POLL_SECONDS = 0.5
@@ -404,7 +405,7 @@ class Tuner:
             raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {config.mode!r}")
         _check_tune_config(config)
         _check_run_config(self.run_config)
-        _check_resource_request(getattr(trainable, "_resources", None))
+        _check_resource_request(trainable_resources(trainable))
         check_scheduler(config.scheduler, config.metric, config.mode)
         if config.search_alg is not None and not isinstance(
             config.search_alg, (Searcher, BasicVariantGenerator, SequenceGridSearch)
@@ -540,7 +541,7 @@ class Tuner:
         alike: every trial of a study asks for the same)."""
         first = trial_source.peek() if isinstance(trial_source, VariantSource) else None
         config = first if first is not None else self.param_space
-        request = getattr(self.trainable, "_resources", None)
+        request = trainable_resources(self.trainable)
         if isinstance(self.trainable, type):
             request = self.trainable.default_resource_request(config)
         elif callable(request) and not hasattr(request, "bundles"):  # with_resources(fn, lambda config: ...)
@@ -572,7 +573,8 @@ class Tuner:
             if self.repeats > 1:
                 searcher = SeededRepeater(searcher, self.repeats, self.seed)
                 num_samples = num_samples * self.repeats if num_samples > 0 else num_samples
-            return SearcherSource(searcher, self.param_space, config.metric, config.mode, num_samples)
+            spec = searcher_spec(self.run_config.stop, config.num_samples, config.time_budget_s, config.scheduler)
+            return SearcherSource(searcher, self.param_space, config.metric, config.mode, num_samples, spec)
         each_draw = functools.partial(repeat_configs, repeats=self.repeats, seed=self.seed) if self.repeats > 1 else None
         if isinstance(config.search_alg, SequenceGridSearch):
             # Its filter makes the trials' number known only once all are drawn: drawn here.
@@ -1116,6 +1118,27 @@ def _stall_warning_seconds() -> float:
     if not seconds > 0:
         raise ValueError(f"RAY_STAGETREE_STALL_WARNING_S must be seconds > 0, got {value!r}")
     return seconds
+
+
+def searcher_spec(stop: Any, num_samples: int, time_budget_s: Any, scheduler: Any) -> dict[str, Any]:
+    """What a searcher's ``set_search_properties`` gets besides the space:
+    Tune's ``stop`` (its dict of criteria; {} for a ``Stopper``),
+    ``num_samples`` and ``time_budget_s``, and ``max_t``, the most
+    iterations a trial runs by other means (the scheduler's ``max_t``, a
+    ``MaximumIterationStopper``), None if nothing limits them: searchers
+    that model whole trials (StructuredBO) read it, Tune's ignore it."""
+    from ray.tune.stopper import MaximumIterationStopper
+
+    limits = [scheduler_max_t(scheduler)]
+    if type(stop) is MaximumIterationStopper:
+        limits.append(stop._max_iter)
+    limits = [limit for limit in limits if limit is not None]
+    return {
+        "stop": stop if isinstance(stop, dict) else {},
+        "num_samples": num_samples,
+        "time_budget_s": time_budget_s,
+        "max_t": min(limits, default=None),
+    }
 
 
 def _trials_to_run(trial_source: VariantSource | SearcherSource, restore: Restore | None) -> float:

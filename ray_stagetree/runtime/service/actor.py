@@ -40,7 +40,7 @@ from ray_stagetree.runtime.service.trainable_identity import parameter_registrie
 logger = logging.getLogger(__name__)
 
 #: The file naming a plan directory's trainable identity, its share key
-#: (stored under "sharing_key", as plan directories were written before issue 20).
+#: (stored under "sharing_key", as plan directories were written before the vocabulary rename).
 IDENTITY_FILE = "stagetree_sharing_key.json"
 
 

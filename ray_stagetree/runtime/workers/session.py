@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ray_stagetree.runtime.workers.context import StageContext, current
+from ray_stagetree.trial_schedulers.ray_fields import in_tune_session
 
 if TYPE_CHECKING:
     from ray.tune import Checkpoint
@@ -53,12 +54,9 @@ def _tune_session_function(name: str) -> Any:
     defines them: a stage worker replaces the ``ray.tune`` names with ours.)"""
     if current() is not None:
         return None
-    try:
-        from ray.tune.trainable import trainable_fn_utils
-    except ImportError:
-        return None
-    in_session = getattr(trainable_fn_utils, "_in_tune_session", None)
-    return getattr(trainable_fn_utils, name) if in_session is not None and in_session() else None
+    from ray.tune.trainable import trainable_fn_utils
+
+    return getattr(trainable_fn_utils, name) if in_tune_session() else None
 
 
 def report(metrics: Mapping[str, Any], *, checkpoint: "Checkpoint | None" = None) -> None:

@@ -187,6 +187,10 @@ class StageWorker:
         import ray.cloudpickle
 
         _install_tune_shims()
+        # Tune's trainables read the driver's directory from here. A stage serves
+        # several trials, so the worker stays in that directory (as under Tune
+        # with RAY_CHDIR_TO_TRIAL_DIR=0) and paths in a config resolve the same.
+        os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
         self._controller = controller
         self._outbox: dict[str, CheckpointPayload] = {}
         self._trainable: Any = None

@@ -3,7 +3,7 @@ names a job spec gives them.
 
 Names map to Ray Tune's own classes, through Tune's own registries
 (``ray.tune.schedulers.SCHEDULER_IMPORT``, ``ray.tune.search.SEARCH_ALG_IMPORT``)
-where they have them; those the runtime cannot host (PB2, BOHB, resource
+where they have them; those the runtime cannot host (PB2, resource
 changing) are not offered. An argument ``{import: "module:function"}`` is
 that Python object (a grid search's ``filter``). A searcher may also be named by import path
 (``my_module:MySearcher``): a ``ray.tune.search.Searcher`` subclass, or an
@@ -45,6 +45,7 @@ SCHEDULERS: dict[str, Callable[[], type]] = {
     "asha": _tune_scheduler("async_hyperband"),
     "async_hyperband": _tune_scheduler("async_hyperband"),
     "hyperband": _tune_scheduler("hyperband"),
+    "hb_bohb": _tune_scheduler("hb_bohb"),  # HyperBandForBOHB, with the "bohb" searcher (TuneBOHB)
     "median_stopping": _tune_scheduler("median_stopping_rule"),
     "median_stopping_rule": _tune_scheduler("median_stopping_rule"),
     "pbt": _tune_scheduler("pbt"),
@@ -53,7 +54,7 @@ SCHEDULERS: dict[str, Callable[[], type]] = {
 SEARCHERS: dict[str, Callable[[], type]] = {
     "random": lambda: BasicVariantGenerator,
     "grid": lambda: SequenceGridSearch,
-    **{name: _tune_searcher(name) for name in ("optuna", "hyperopt", "ax", "bayesopt", "nevergrad", "zoopt", "hebo")},
+    **{name: _tune_searcher(name) for name in ("optuna", "hyperopt", "ax", "bayesopt", "nevergrad", "zoopt", "hebo", "bohb")},
 }
 
 
@@ -83,7 +84,11 @@ def _classes(registry: Mapping[str, type]) -> dict[str, Callable[[], type]]:
 
 
 def _build(
-    entry: str | dict[str, Any], table: Mapping[str, Callable[[], type]], what: str, base_dir: str, path: tuple,
+    entry: str | dict[str, Any],
+    table: Mapping[str, Callable[[], type]],
+    what: str,
+    base_dir: str,
+    path: tuple,
     importable: tuple[type, ...],
 ) -> tuple[Any, list[str]]:
     """The object ``entry`` names: a name of ``table``, or an import path

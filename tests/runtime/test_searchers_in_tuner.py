@@ -1,0 +1,140 @@
+"""Searchers given to a Tuner as every Tune searcher is: constructed with no
+arguments, the space in ``param_space`` (Tune domains inside a sequence's
+list), the horizon from ``RunConfig.stop`` or the scheduler, end to end; and
+HyperBandForBOHB, the scheduler half of BOHB, talking to the searcher."""
+
+import random
+
+import pytest
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, HyperBandForBOHB
+from ray.tune.search import Searcher
+
+from ray_stagetree import MultiStep, Tuner, get_hparams
+from ray_stagetree.searchers import StructuredBO
+
+ITERATIONS = 6
+SPACE = {"lr": MultiStep(tune.uniform(0.01, 0.5), [tune.randint(2, 8)], 0.3)}
+
+
+def decay(config):
+    """Loss falls by this iteration's learning rate; ends after ITERATIONS by itself."""
+    loss = 1.0
+    for _ in range(ITERATIONS):
+        loss *= 1 - get_hparams()["lr"]
+        tune.report({"loss": loss})
+
+
+def study(tmp_path, search_alg, num_samples, stop=None, scheduler=None):
+    tuner = Tuner(
+        decay,
+        param_space=SPACE,
+        tune_config=tune.TuneConfig(
+            search_alg=search_alg, num_samples=num_samples, metric="loss", mode="min", scheduler=scheduler
+        ),
+        run_config=tune.RunConfig(stop=stop, storage_path=str(tmp_path), name="study", verbose=0),
+    )
+    grid = tuner.fit()
+    assert grid.num_errors == 0, grid.errors
+    assert len(grid) == num_samples
+    milestones = {milestone(result.config["lr"]) for result in grid}
+    assert milestones <= set(range(2, 8)) and len(milestones) > 1, "milestones drawn from tune.randint(2, 8)"
+    return grid
+
+
+def milestone(lr):
+    """The first milestone of a trial's MultiStep (its spec, as result.config shows it today, or the object)."""
+    return lr["milestones"][0] if isinstance(lr, dict) else lr.milestones[0]
+
+
+@pytest.mark.parametrize(
+    "stop, scheduler",
+    [
+        ({"training_iteration": ITERATIONS}, None),
+        (None, ASHAScheduler(max_t=ITERATIONS, grace_period=2)),
+        (None, None),  # open-ended: the trainable ends its trials
+    ],
+    ids=["stop", "max_t", "open_ended"],
+)
+def test_structured_bo_with_no_arguments_searches_the_tuners_param_space(tmp_path, ray_session, stop, scheduler):
+    """It used to need horizon= and the space in its constructor; given the
+    space through param_space, every study failed with "100 random draws ...
+    refuse their parameters"."""
+    study(tmp_path, StructuredBO(), 12, stop, scheduler)
+
+
+@pytest.mark.parametrize("name", ["optuna", "hyperopt"])
+def test_tunes_searchers_search_domains_inside_a_sequences_list(tmp_path, ray_session, name):
+    if name == "optuna":
+        pytest.importorskip("optuna")
+        from ray.tune.search.optuna import OptunaSearch as Searcher
+    else:
+        pytest.importorskip("hyperopt")
+        from ray.tune.search.hyperopt import HyperOptSearch as Searcher
+    study(tmp_path, Searcher(), 4, {"training_iteration": ITERATIONS})
+
+
+class PauseLog(Searcher):
+    """Random ``lr`` in [0.1, 1); writes what HyperBandForBOHB tells it
+    (pauses, resumes, the bracket budget in a result) to ``path``, one line each."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        self.rng = random.Random(0)
+
+    def _log(self, *words):
+        with open(self.path, "a") as file:
+            file.write(" ".join(map(str, words)) + "\n")
+
+    def suggest(self, trial_id):
+        return {"lr": 0.1 + 0.9 * self.rng.random()}
+
+    def on_trial_result(self, trial_id, result):
+        budget = result.get("hyperband_info", {}).get("budget")
+        if budget is not None:
+            self._log("budget", trial_id, result["training_iteration"], budget)
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        pass
+
+    def on_pause(self, trial_id):
+        self._log("pause", trial_id)
+
+    def on_unpause(self, trial_id):
+        self._log("unpause", trial_id)
+
+
+def linear(config):
+    for iteration in range(1, 100):
+        tune.report({"x": config["lr"] * iteration})
+
+
+def test_hyperband_for_bohb_halves_its_bracket_and_talks_to_the_searcher(tmp_path, ray_session):
+    """It used to be refused as a scheduler that "changes trials' configs or
+    resources". One bracket of 9 trials, max_t=9, reduction_factor=3: 9 run 1
+    iteration, 3 of them 3, 1 of those 9. The searcher is told of pauses and
+    resumes, and gets each milestone's budget in the result, after the
+    scheduler wrote it (what TuneBOHB learns from)."""
+    log = tmp_path / "searcher.log"
+    grid = Tuner(
+        linear,
+        param_space={"lr": tune.uniform(0.1, 1.0)},
+        tune_config=tune.TuneConfig(
+            metric="x", mode="max", num_samples=9, search_alg=PauseLog(str(log)),
+            scheduler=HyperBandForBOHB(time_attr="training_iteration", max_t=9, reduction_factor=3),
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="bohb", stop={"training_iteration": 9}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    lengths = sorted(result.metrics["training_iteration"] for result in grid)
+    assert lengths == [1] * 6 + [3] * 2 + [9]
+    best = max(grid, key=lambda result: result.config["lr"])
+    assert best.metrics["training_iteration"] == 9, "the best learning rate survives both halvings"
+    assert grid.iterations_executed == sum(lengths)
+    lines = [line.split() for line in log.read_text().splitlines()]
+    budgets = sorted(float(words[3]) for words in lines if words[0] == "budget")
+    assert budgets == [1.0] * 9 + [3.0] * 3, "each milestone's budget reached the searcher with the result"
+    paused = [words[1] for words in lines if words[0] == "pause"]
+    resumed = [words[1] for words in lines if words[0] == "unpause"]
+    assert paused and set(resumed) <= set(paused)

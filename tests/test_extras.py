@@ -1,0 +1,17 @@
+"""Optional features name the extra to install when their library is missing."""
+
+import sys
+
+import pytest
+
+from ray_stagetree._extras import require
+
+
+def test_a_missing_library_names_the_feature_and_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn.gaussian_process", None)  # import now raises ImportError
+    with pytest.raises(ImportError, match=r"StructuredBO needs sklearn\.gaussian_process.*ray_stagetree\[bo\]"):
+        require("sklearn.gaussian_process", "StructuredBO", "bo")
+
+
+def test_an_installed_library_is_returned():
+    assert require("json", "anything", "none").dumps([1]) == "[1]"
