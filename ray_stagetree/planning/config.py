@@ -6,9 +6,27 @@ A user's config is a (possibly nested) dict. The planner splits it into
   bool). A plain scalar is a constant sequence, so a trial whose plain
   ``lr=0.1`` is later changed by PBT to a sequence still shares its prefix.
 * *static* values: everything else (lists, ``None``, numpy arrays, ``nan`` and
-  ``inf``, nested structures that are not dicts). They must be equal for two
-  trials to share anything, so they go into the key of the plan's roots,
-  canonicalised as JSON (numpy values as Python numbers and lists).
+  ``inf``, nested structures that are not dicts, and any picklable object).
+  They must be equal for two trials to share anything, so they go into the
+  key of the plan's roots, canonicalised as JSON (numpy values as Python
+  numbers and lists).
+
+A static value JSON cannot hold (a ``pathlib.Path``, a tuple holding one, an
+``argparse.Namespace``, a dataset object...) is keyed by a `PickledValue`: the
+SHA-256 of its pickle (protocol 5; the standard pickle, or cloudpickle for
+what only it takes, see `_fingerprint`), else a token of its own. Equal
+pickles mean the trainable receives equal state, so such trials may share;
+the value's ``__eq__`` is not used: it is identity for most classes (and
+Tune hands each trial its own copy), it may call values equal that a
+trainable tells apart (``1 == 1.0``), and its hash is not stable across
+processes, so it cannot key a stored plan. A value without a fingerprint
+(pickled twice it gives different bytes) gets a unique token: its trial
+shares nothing and still runs. The stored form (`TrialConfig.to_json`, the plan's tables) holds
+the `PickledValue`'s JSON (fingerprint, type, repr), never the pickle: the
+objects themselves (`TrialConfig.objects`) are kept apart, in the study's
+snapshot (which `Tuner.restore` loads) and a side file beside the plan's
+tables (`planning.persistence`); `TrialConfig.from_json` takes them back by
+ref when it is given them.
 
 NumPy scalars are numbers here, as in Tune: their constant holds the Python
 number, the stored form (`TrialConfig.to_json`) too; the trainable still gets
@@ -27,9 +45,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib
 import json
 import math
 import pickle
+import sys
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +67,125 @@ from ray_stagetree.sequences import (
 )
 
 PATH_SEPARATOR = "/"
+
+#: The key of a `PickledValue`'s stored (JSON) form: ``{"__pickled__": {...}}``.
+PICKLED = "__pickled__"
+#: A fingerprint's pickle protocol, fixed so that a new Python's default does not change stored keys
+#: (5: large buffers out of band, see `_Digest`).
+FINGERPRINT_PROTOCOL = 5
+#: How much of a value's repr its stored form keeps, for status / show / the monitor.
+REPR_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class PickledValue:
+    """What the plan stores of a config value JSON cannot hold.
+
+    ``ref`` is ``"sha256:<hex>"`` (the fingerprint of the value's pickle:
+    equal refs, equal values) or ``"unique:<hex>"`` (a value without a
+    stable fingerprint: no other trial's ref equals it). ``type`` and
+    ``text`` (the value's repr, cut to `REPR_LIMIT`) are for display only;
+    only ``ref`` is part of the plan's key.
+    """
+
+    ref: str
+    type: str
+    text: str
+
+    @classmethod
+    def of(cls, value: Any) -> PickledValue:
+        kind = type(value)
+        try:
+            text = repr(value)
+        except Exception:  # a broken __repr__ must not stop the trial
+            text = f"<{kind.__qualname__}>"
+        if len(text) > REPR_LIMIT:
+            text = text[: REPR_LIMIT - 3] + "..."
+        fingerprint = _fingerprint(value)
+        ref = "unique:" + uuid.uuid4().hex if fingerprint is None else "sha256:" + fingerprint
+        return cls(ref, f"{kind.__module__}.{kind.__qualname__}", text)
+
+    @property
+    def shareable(self) -> bool:
+        return self.ref.startswith("sha256:")
+
+    def key(self) -> dict[str, str]:
+        """The part of the plan's key this value stands for."""
+        return {PICKLED: self.ref}
+
+    def to_json(self) -> dict[str, dict[str, str]]:
+        return {PICKLED: {"ref": self.ref, "type": self.type, "repr": self.text}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PickledValue:
+        inner = data[PICKLED]
+        return cls(inner["ref"], inner.get("type", ""), inner.get("repr", ""))
+
+    def __repr__(self) -> str:
+        # What status, show and the monitor print where the object is not loaded.
+        return f"<pickled {self.text}>"
+
+
+def _picklers() -> Iterator[Any]:
+    """The standard pickle's Pickler, then cloudpickle's where this process
+    has it (the Ray controller always has Ray's; nothing here imports Ray)."""
+    yield pickle.Pickler
+    by_value = sys.modules.get("ray.cloudpickle") or sys.modules.get("cloudpickle")
+    if by_value is None:
+        try:
+            by_value = importlib.import_module("cloudpickle")
+        except ImportError:
+            return
+    yield by_value.Pickler
+
+
+class _Digest:
+    """A pickle's SHA-256, taken as it is written: large buffers (NumPy
+    arrays, bytes) are hashed in place, out of band, never copied into a
+    stream (a 16 MB array costs one pass of hashing)."""
+
+    def __init__(self) -> None:
+        self.sha = hashlib.sha256()
+
+    def write(self, data: Any) -> None:
+        self.sha.update(data)
+
+    def buffer(self, buffer: pickle.PickleBuffer) -> bool:
+        raw = buffer.raw()
+        self.sha.update(b"%d:" % raw.nbytes)  # the stream marks where a buffer goes, this its length
+        self.sha.update(raw)
+        return False  # out of band: not written to the stream again
+
+
+def _fingerprint(value: Any) -> str | None:
+    """The SHA-256 of ``value``'s pickle, or None when it has none that repeats.
+
+    The standard pickle's bytes (classes and functions by reference) are the
+    same in every process. A value only cloudpickle takes (a class defined in
+    a script's ``__main__``, a lambda: pickled by value, classes tagged with a
+    tracker id drawn per process) gets bytes that are the same within the
+    process that keys the study's trials (its controller), which is all
+    sharing needs: a stored plan keeps its keys, and a value fingerprinted
+    again elsewhere only misses a saving. Equal bytes from either mean equal
+    state, so sharing never joins values a trainable could tell apart. A
+    value pickled twice to different bytes (its state holds a clock or a
+    counter), or that neither pickles, has no fingerprint."""
+    for pickler in _picklers():
+        digests = []
+        try:
+            for _ in range(2):
+                digest = _Digest()
+                pickler(digest, protocol=FINGERPRINT_PROTOCOL, buffer_callback=digest.buffer).dump(value)
+                digests.append(digest.sha.hexdigest())
+        except Exception:  # this pickler refuses it: the next may take it
+            continue
+        return digests[0] if digests[0] == digests[1] else None
+    return None
+
+
+def is_pickled_spec(value: Any) -> bool:
+    """True for a `PickledValue`'s stored form."""
+    return type(value) is dict and len(value) == 1 and isinstance(value.get(PICKLED), dict)
 
 
 def escape_key(key: str) -> str:
@@ -100,11 +240,13 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def _static_key(share_key: str, static: Mapping[str, Any]) -> str:
+def _static_key(share_key: str, static: Mapping[str, Any], pickled: Mapping[str, PickledValue]) -> str:
     # allow_nan: nan and inf are keyed as NaN / Infinity, which json reads back.
     # The share key is stored under "study", its name before the vocabulary rename: saved
-    # plans key their roots by this text, so it must not change.
-    return json.dumps({"study": share_key, "static": static}, sort_keys=True, default=_json_default)
+    # plans key their roots by this text, so it must not change. A pickled
+    # value is keyed by its ref alone (its repr may hold a memory address).
+    keyed = {path: pickled[path].key() if path in pickled else value for path, value in static.items()}
+    return json.dumps({"study": share_key, "static": keyed}, sort_keys=True, default=_json_default)
 
 
 def share_key_of(static_key: str) -> str:
@@ -115,7 +257,7 @@ def share_key_of(static_key: str) -> str:
 @functools.lru_cache(maxsize=1024)
 def _bare_static_key(share_key: str) -> str:
     # Most configs have no static values: one key per share key, built once.
-    return _static_key(share_key, {})
+    return _static_key(share_key, {}, {})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -133,22 +275,19 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
                 f"under {prefix or 'the top level'!r}"
             )
         path = f"{prefix}{escape_key(key)}"
-        if (type(value) is dict or isinstance(value, Mapping)) and not is_sequence_spec(value):
+        if (type(value) is dict or isinstance(value, Mapping)) and not (is_sequence_spec(value) or is_pickled_spec(value)):
             yield from _flatten(value, path + PATH_SEPARATOR)
         else:
             yield path, value
 
 
-def _static_json(path: str, value: Any) -> str:
+def _json_holds(value: Any) -> bool:
+    """Whether the stored (JSON) form can hold ``value`` as it is keyed."""
     try:
-        return json.dumps(value, sort_keys=True, default=_json_default)
-    except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"config[{path!r}] = {value!r} cannot be stored declaratively ({error}). "
-            "ray_stagetree persists configurations as JSON: use numbers (numpy's too), strings, "
-            "bools, lists, numpy arrays, dicts or sequences, and pass other objects with "
-            "tune.with_parameters(...)."
-        ) from None
+        json.dumps(value, sort_keys=True, default=_json_default)
+    except (TypeError, ValueError, RecursionError):  # an object, a cycle, or a non-string dict key
+        return False
+    return True
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,6 +305,12 @@ class TrialConfig:
         different keys never share a plan root.
     declared:
         The names the user gave as sequences (the rest were plain scalars).
+    static:
+        The static values by flattened name: the user's objects, or, for a
+        value JSON cannot hold that was read back without its object, its
+        `PickledValue`.
+    pickled:
+        The `PickledValue` of each static value JSON cannot hold, by name.
     """
 
     names: tuple[str, ...]
@@ -173,6 +318,12 @@ class TrialConfig:
     static_key: str
     declared: frozenset[str] = field(default_factory=frozenset)
     static: Mapping[str, Any] = field(default_factory=dict)
+    pickled: Mapping[str, PickledValue] = field(default_factory=dict)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Study snapshots pickled before values JSON cannot hold were planned hold none.
+        state.setdefault("pickled", {})
+        self.__dict__.update(state)
 
     @classmethod
     @renamed_arguments(study="share_key")
@@ -181,6 +332,8 @@ class TrialConfig:
         config: "Mapping[str, Any] | TrialConfig",
         share_key: str = "default",
         intern: dict[Sequence, Sequence] | None = None,
+        objects: Mapping[str, Any] | None = None,
+        copied_from: TrialConfig | None = None,
     ) -> "TrialConfig":
         """Split ``config``; raises a ValueError naming any value that cannot be planned.
 
@@ -190,6 +343,14 @@ class TrialConfig:
 
         With ``intern``, equal sequences are replaced by the instance held there
         (added if new), so they compare by identity and share one value cache.
+
+        ``objects`` (by ref, see `objects`) gives stored `PickledValue` values
+        their objects back; one it lacks stays a `PickledValue`, keyed the same.
+
+        ``copied_from``: a config whose static values ``config``'s are copies
+        of (PBT's exploit deep-copies its source's): a value JSON cannot hold
+        at a path it pickled takes its `PickledValue`, so a value without a
+        fingerprint still keys equal to the one it was copied from.
         """
         if isinstance(config, TrialConfig):
             if intern is None:
@@ -199,6 +360,7 @@ class TrialConfig:
             raise TypeError(f"config must be a dict, got {type(config).__name__}: {config!r}")
         tunable: dict[str, Sequence] = {}
         static: dict[str, Any] = {}
+        pickled: dict[str, PickledValue] = {}
         declared = set()
         for path, value in _flatten(config):
             if _is_scalar(value):
@@ -215,10 +377,18 @@ class TrialConfig:
                 tunable[path] = sequence
                 declared.add(path)
             else:
-                _static_json(path, value)
+                if is_pickled_spec(value):
+                    value = PickledValue.from_json(value)
+                if isinstance(value, PickledValue):  # read back from the stored form
+                    pickled[path] = value
+                    value = objects.get(value.ref, value) if objects else value
+                elif copied_from is not None and path in copied_from.pickled:
+                    pickled[path] = copied_from.pickled[path]
+                elif not _json_holds(value):
+                    pickled[path] = PickledValue.of(value)
                 static[path] = value
         names = tuple(sorted(tunable))
-        key = _static_key(share_key, static) if static else _bare_static_key(share_key)
+        key = _static_key(share_key, static, pickled) if static else _bare_static_key(share_key)
         sequences = [tunable[name] for name in names]
         if intern is not None:
             sequences = [intern.setdefault(sequence, sequence) for sequence in sequences]
@@ -228,6 +398,7 @@ class TrialConfig:
             static_key=key,
             declared=frozenset(declared),
             static=static,
+            pickled=pickled,
         )
 
     def first_difference(self, other: "TrialConfig", stop: int, start: int = 0) -> int | None:
@@ -259,18 +430,48 @@ class TrialConfig:
         return {name: sequence.value(iteration) for name, sequence in zip(self.names, self.sequences)}
 
     def to_json(self) -> dict[str, Any]:
-        """Flattened declarative form: sequences as their JSON, static values as given."""
-        out: dict[str, Any] = {name: _stored(value) for name, value in self.static.items()}
+        """Flattened declarative form: sequences as their JSON, static values as
+        given (numpy's as Python's), those JSON cannot hold as their `PickledValue`."""
+        out: dict[str, Any] = {
+            name: self.pickled[name].to_json() if name in self.pickled else _stored(value)
+            for name, value in self.static.items()
+        }
         for name, sequence in zip(self.names, self.sequences):
             out[name] = sequence.to_json() if name in self.declared else sequence.value(0)
         return out
 
+    def to_config(self) -> dict[str, Any]:
+        """The nested config a trainable takes: sequences as objects, static
+        values as held (a `PickledValue` where the object was not loaded)."""
+        flat: dict[str, Any] = dict(self.static)
+        for name, sequence in zip(self.names, self.sequences):
+            flat[name] = sequence if name in self.declared else sequence.value(0)
+        return unflatten(flat)
+
+    def objects(self) -> dict[str, Any]:
+        """The objects behind this config's `PickledValue` values, by ref: what the
+        side file of a stored plan holds for it (`from_json`'s ``objects``)."""
+        return {
+            pickled.ref: self.static[name]
+            for name, pickled in self.pickled.items()
+            if not isinstance(self.static[name], PickledValue)
+        }
+
+    @property
+    def complete(self) -> bool:
+        """False when some value JSON cannot hold was read back without its object."""
+        return not any(isinstance(self.static[name], PickledValue) for name in self.pickled)
+
     @classmethod
     @renamed_arguments(study="share_key")
     def from_json(
-        cls, data: Mapping[str, Any], share_key: str = "default", intern: dict[Sequence, Sequence] | None = None
+        cls,
+        data: Mapping[str, Any],
+        share_key: str = "default",
+        intern: dict[Sequence, Sequence] | None = None,
+        objects: Mapping[str, Any] | None = None,
     ) -> "TrialConfig":
-        return cls.from_config(unflatten(data), share_key=share_key, intern=intern)
+        return cls.from_config(unflatten(data), share_key=share_key, intern=intern, objects=objects)
 
 
 def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
@@ -284,3 +485,15 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
             level = level.setdefault(part, {})
         level[leaf] = value
     return nested
+
+
+def tabular(value: Any) -> Any:
+    """``value`` (a result row, a config) with each sequence as its JSON form,
+    through dicts: tables flatten a sequence into its parameters
+    (``config/lr/gamma`` columns), as they did when ``result.config`` held
+    that form. Other objects stay as they are, as in Tune's dataframes."""
+    if isinstance(value, Sequence):
+        return value.to_json()
+    if type(value) is dict:
+        return {key: tabular(item) for key, item in value.items()}
+    return value

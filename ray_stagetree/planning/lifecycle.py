@@ -197,10 +197,11 @@ class TrialLifecycle:
         """Trials by status, statuses without trials left out."""
         return {status: count for status, count in self._counts.items() if count}
 
-    def parse(self, trial_id: str, config: dict[str, Any]) -> TrialConfig:
+    def parse(self, trial_id: str, config: dict[str, Any], copied_from: TrialConfig | None = None) -> TrialConfig:
         """``config``'s planning form under the trial's share key; raises
-        what `TrialConfig.from_config` raises for a config that cannot be planned."""
-        return TrialConfig.from_config(config, self.share_key(trial_id))
+        what `TrialConfig.from_config` raises for a config that cannot be planned.
+        ``copied_from``: the config whose static values ``config``'s are copies of."""
+        return TrialConfig.from_config(config, self.share_key(trial_id), copied_from=copied_from)
 
     # -- admission -----------------------------------------------------------------------
 
@@ -314,7 +315,9 @@ class TrialLifecycle:
             sequence = sequences[name].then(value, at=exploit.iteration) if exploit.iteration > 0 else value
             _set_path(config, name, sequence)
         self.plan.remove_trial(trial.trial_id)
-        trial.configure(config, self.parse(trial.trial_id, config))
+        # The static values are deep copies of the source's: keyed as the
+        # source's, or a value without a fingerprint would not fork from it.
+        trial.configure(config, self.parse(trial.trial_id, config, copied_from=source.trial_config))
         trial.rows = {at: row for at, row in trial.rows.items() if at <= exploit.iteration}
         self._request_from(trial, exploit.iteration)
 

@@ -1,8 +1,14 @@
 """Search plan persistence: one Parquet table per kind of record, via fsspec.
 
-Nothing is pickled: configurations are stored in their declarative JSON form,
-so a plan written by one version can be read (and audited) by anything that
-reads Parquet. `SearchPlan.save` and `SearchPlan.load` call into this module,
+The tables pickle nothing: configurations are stored in their declarative
+JSON form, so a plan written by one version can be read (and audited) by
+anything that reads Parquet. Config values JSON cannot hold are stored there
+as their `PickledValue` (fingerprint, type, repr), so a plan loads without
+unpickling anything and keys such values as they were keyed. The objects
+themselves go to a side file, ``objects.pkl`` (`OBJECTS_FILE`), read only
+when asked (``load(..., objects=True)``): the runtime never asks (status,
+show, the monitor, `Study`, a resumed plan); `Tuner.restore` takes them from
+the study's snapshot, a pickle it trusts anyway. `SearchPlan.save` and `SearchPlan.load` call into this module,
 which takes the plan as an argument and never imports it (no import circle).
 Each table is written to a temporary name and moved into place,
 so a crash mid-save leaves the previous table intact.
@@ -10,7 +16,9 @@ so a crash mid-save leaves the previous table intact.
 
 from __future__ import annotations
 
+import functools
 import json
+import pickle
 from typing import Any
 
 import numpy as np
@@ -21,7 +29,14 @@ import pyarrow.parquet as pq
 from ray_stagetree.planning.config import TrialConfig, share_key_of
 from ray_stagetree.planning.filesystems import arrow_filesystem, resolve
 
+try:  # pickles what the standard pickle refuses (a lambda, a class defined in __main__); Ray depends on it
+    import cloudpickle as _pickler
+except ImportError:  # pragma: no cover - the planning layer runs without it
+    _pickler = pickle
+
 FORMAT = "ray_stagetree.planning.plan"
+#: The side file beside the tables with the objects of config values JSON cannot hold.
+OBJECTS_FILE = "objects.pkl"
 VERSION = 1
 
 # The column names are older than the plan's vocabulary (the vocabulary rename): a
@@ -127,16 +142,66 @@ def records(plan: Any) -> dict[str, list[dict[str, Any]]]:
     return rows
 
 
+def objects(plan: Any) -> dict[str, Any]:
+    """The objects behind the plan's `PickledValue` values, by ref (what `save`
+    writes to the side file, and a study's snapshot keeps)."""
+    found: dict[str, Any] = {}
+    for node in plan.nodes:
+        found.update(node.config.objects())
+    for record in plan.trials.values():
+        found.update(record.config.objects())
+    return found
+
+
+def dumps_objects(found: dict[str, Any]) -> bytes:
+    """``found`` pickled; a value that will not pickle is left out (its
+    trials then continue only from a driver that still holds it)."""
+    try:
+        return _pickler.dumps(found, protocol=5)
+    except Exception:
+        kept = {}
+        for ref, value in found.items():
+            try:
+                _pickler.dumps(value, protocol=5)
+            except Exception:
+                continue
+            kept[ref] = value
+        return _pickler.dumps(kept, protocol=5)
+
+
+def _write(filesystem: pafs.FileSystem, final: str, write: Any) -> None:
+    temporary = f"{final}.tmp"
+    write(temporary)
+    filesystem.move(temporary, final)
+
+
 def save(plan: Any, url: str, storage_filesystem: Any = None) -> None:
     filesystem, root = _arrow(url, storage_filesystem)
     filesystem.create_dir(root, recursive=True)
     for name, rows in records(plan).items():
         table = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
         table = table.replace_schema_metadata({"format": FORMAT, "version": str(VERSION)})
-        final = f"{root}/{name}.parquet"
-        temporary = f"{final}.tmp"
-        pq.write_table(table, temporary, filesystem=filesystem)
-        filesystem.move(temporary, final)
+        _write(filesystem, f"{root}/{name}.parquet", functools.partial(pq.write_table, table, filesystem=filesystem))
+    found = objects(plan)
+    if found:  # the plan only grows: a side file written before holds a subset of these
+        data = dumps_objects(found)
+
+        def write_objects(path: str) -> None:
+            with filesystem.open_output_stream(path) as stream:
+                stream.write(data)
+
+        _write(filesystem, f"{root}/{OBJECTS_FILE}", write_objects)
+
+
+def load_objects(url: str, storage_filesystem: Any = None) -> dict[str, Any]:
+    """The side file's objects (empty when the plan has none). Unpickles:
+    only for continuing a study from a directory the user chose."""
+    filesystem, root = _arrow(url, storage_filesystem)
+    path = f"{root}/{OBJECTS_FILE}"
+    if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
+        return {}
+    with filesystem.open_input_stream(path) as stream:
+        return pickle.loads(stream.read())
 
 
 def _read(filesystem: pafs.FileSystem, root: str, name: str) -> list[dict[str, Any]]:
@@ -155,10 +220,13 @@ def _read(filesystem: pafs.FileSystem, root: str, name: str) -> list[dict[str, A
     return table.to_pylist()
 
 
-def load_into(plan: Any, url: str, storage_filesystem: Any = None) -> None:
-    """Fill an empty plan with the tables written by `save`."""
+def load_into(plan: Any, url: str, storage_filesystem: Any = None, objects: bool = False) -> None:
+    """Fill an empty plan with the tables written by `save`; with
+    ``objects``, config values JSON cannot hold come back from the side file
+    (else they stay `PickledValue` values: nothing is unpickled)."""
     filesystem, root = _arrow(url, storage_filesystem)
-    fill(plan, {name: _read(filesystem, root, name) for name in SCHEMAS})
+    loaded = load_objects(url, storage_filesystem) if objects else None
+    fill(plan, {name: _read(filesystem, root, name) for name in SCHEMAS}, loaded)
 
 
 #: Where a study's checkpoints live, relative to its experiment directory.
@@ -185,11 +253,12 @@ def check_checkpoint_path(path: Any, node_id: Any, iteration: Any) -> None:
         )
 
 
-def fill(plan: Any, tables: dict[str, list[dict[str, Any]]]) -> None:
-    """Fill an empty plan with `records`' rows; raises ValueError on a
-    checkpoint path outside the experiment directory (`check_checkpoint_path`)."""
+def fill(plan: Any, tables: dict[str, list[dict[str, Any]]], objects: dict[str, Any] | None = None) -> None:
+    """Fill an empty plan with `records`' rows (and ``objects`` by ref, see
+    `objects`); raises ValueError on a checkpoint path outside the
+    experiment directory (`check_checkpoint_path`)."""
     for row in sorted(tables["nodes"], key=lambda row: row["node_id"]):
-        config = TrialConfig.from_json(json.loads(row["config"]), row["study"], plan._sequences)
+        config = TrialConfig.from_json(json.loads(row["config"]), row["study"], plan._sequences, objects)
         plan._restore_node(row["node_id"], config, row["parent_id"], row["fork_step"])
     for row in tables["checkpoints"]:
         check_checkpoint_path(row["path"], row["node_id"], row["step"])
@@ -197,7 +266,7 @@ def fill(plan: Any, tables: dict[str, list[dict[str, Any]]]) -> None:
     for row in tables["metrics"]:
         plan.nodes[row["node_id"]].metrics[row["step"]] = json.loads(row["metrics"])
     for row in tables["trials"]:
-        config = TrialConfig.from_json(json.loads(row["config"]), row["study"], plan._sequences)
+        config = TrialConfig.from_json(json.loads(row["config"]), row["study"], plan._sequences, objects)
         plan._restore_trial(row["trial_id"], config, row["study"], row["node_id"], row["step"])
     for row in tables["timings"]:
         plan.record_timing(row["node_id"], row["start"], row["stop"], row["seconds"])

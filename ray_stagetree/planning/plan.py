@@ -780,22 +780,28 @@ class SearchPlan:
         persistence.save(self, url, storage_filesystem)
 
     @classmethod
-    def load(cls, url: str, storage_filesystem: Any = None) -> "SearchPlan":
+    def load(cls, url: str, storage_filesystem: Any = None, objects: bool = False) -> "SearchPlan":
         """Read a plan written by `save`. Scheduled requests come back unscheduled:
-        no batch survives a restore."""
+        no batch survives a restore. Config values JSON cannot hold stay
+        `PickledValue` values unless ``objects`` (then the side file is unpickled:
+        only to continue a study in a directory the user chose)."""
         plan = cls()
-        persistence.load_into(plan, url, storage_filesystem)
+        persistence.load_into(plan, url, storage_filesystem, objects)
         return plan
 
     def records(self) -> dict[str, list[dict[str, Any]]]:
         """The plan as plain rows (what `save` writes), for a study snapshot."""
         return persistence.records(self)
 
+    def objects(self) -> dict[str, Any]:
+        """The objects of its config values JSON cannot hold, by ref (a snapshot keeps them beside `records`)."""
+        return persistence.objects(self)
+
     @classmethod
-    def from_records(cls, records: dict[str, list[dict[str, Any]]]) -> "SearchPlan":
-        """The plan `records` came from, requests unscheduled as in `load`."""
+    def from_records(cls, records: dict[str, list[dict[str, Any]]], objects: dict[str, Any] | None = None) -> "SearchPlan":
+        """The plan `records` (and `objects`) came from, requests unscheduled as in `load`."""
         plan = cls()
-        persistence.fill(plan, records)
+        persistence.fill(plan, records, objects)
         return plan
 
     def _restore_node(

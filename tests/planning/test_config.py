@@ -45,11 +45,10 @@ def test_different_hyper_parameter_names_never_share():
     assert a.first_difference(b, 10) == 0
 
 
-def test_bad_keys_and_values_are_named():
+def test_bad_keys_are_named():
+    # Any value is planned (objects as PickledValue: tests/planning/test_pickled_values.py); keys must be strings.
     with pytest.raises(TypeError, match="config keys must be strings, got 1"):
         TrialConfig.from_config({1: 0.1})
-    with pytest.raises(ValueError, match=r"config\['model'\] = <object object at .*> cannot be stored declaratively"):
-        TrialConfig.from_config({"model": object()})
 
 
 def test_nan_inf_and_numpy_values_are_planned_as_tune_takes_them(tmp_path):

@@ -135,7 +135,7 @@ def main(workdir):
             frame = result.metrics_dataframe
             assert frame["training_iteration"].tolist() == list(range(1, HORIZON + 1)), result.config
             assert (frame["gpus"] != "").all()  # each worker held one of the fake GPUs
-            if result.config["lr"]["gamma"] in blocked:
+            if result.config["lr"].gamma in blocked:
                 # it was in the batch that died with the node: trained again elsewhere
                 assert (frame.loc[frame["training_iteration"] >= BLOCK_AT, "node"] != doomed.node_id).all()
         print(f"OK: blocked {sorted(blocked)}, {grid.iterations_executed} iterations executed")
@@ -144,7 +144,7 @@ def main(workdir):
         doomed = cluster.add_node(num_cpus=1, num_gpus=1)
         cluster.wait_for_nodes()
         grid, blocked = fit_losing_node(cluster, doomed, workdir, "lost_node_no_retry", max_failures=0)
-        errored = {result.config["lr"]["gamma"] for result in grid if result.error is not None}
+        errored = {result.config["lr"].gamma for result in grid if result.error is not None}
         assert errored == blocked, (errored, blocked)
         for result in grid:
             if result.error is None:

@@ -18,6 +18,7 @@ import time
 from ray import tune
 
 from ray_stagetree import MultiStep, Tuner, get_hparams, report
+from ray_stagetree.planning.config import tabular
 
 HORIZON = 12
 SECONDS_PER_ITERATION = 0.05
@@ -94,8 +95,9 @@ def build_tuner(
 
 
 def key(config: dict) -> str:
-    """A trial's identity across runs (trial ids differ between two studies)."""
-    return json.dumps({name: repr(config[name]) for name in ("lr", "decay")}, sort_keys=True)
+    """A trial's identity across runs (trial ids differ between two studies),
+    sequences in their declarative form (the fixture's reference was keyed so)."""
+    return json.dumps({name: repr(tabular(config[name])) for name in ("lr", "decay")}, sort_keys=True)
 
 
 def summary(grid) -> dict:

@@ -46,7 +46,7 @@ def expected_total(milestone):
 
 def summary(results):
     """{milestone: total} of a ResultGrid of `tuner`'s study."""
-    return {r.config["lr"]["milestones"][0]: r.metrics["total"] for r in results}
+    return {r.config["lr"].milestones[0]: r.metrics["total"] for r in results}
 
 
 def same_trial_ids(set_attribute=setattr):

@@ -15,6 +15,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCall
 from trainables_for_tests import noisy_descent
 
 from ray_stagetree import MultiStep, Tuner
+from ray_stagetree.planning.config import tabular
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner, searched_paths, with_default_loggers
 
 CONFIG = {"lr": {"family": "MultiStep", "init": 0.1, "milestones": [4], "gamma": 0.5, "values": None}, "seed": 0}
@@ -302,7 +303,8 @@ def test_a_study_calls_callbacks_and_logs_every_trial(tmp_path, ray_session):
         folder = result.path
         assert result_steps(folder) == csv_steps(folder) == list(range(1, HORIZON + 1))
         with open(os.path.join(folder, "params.json")) as file:
-            assert json.load(file) == result.config
+            # result.config holds the sequence object; Tune's logger writes its declarative form
+            assert json.load(file) == tabular(result.config) and isinstance(result.config["lr"], MultiStep)
         assert [step for step, _ in tensorboard_scalars(folder)["ray/tune/loss"]] == list(range(1, HORIZON + 1))
         assert (trial_id, result.checkpoint.path) in recorder.of("checkpoint")
 
@@ -361,7 +363,7 @@ def test_mlflow_logger_callback_works_unchanged(tmp_path, ray_session, monkeypat
         history = client.get_metric_history(run.info.run_id, "loss")
         assert [m.step for m in history] == list(range(1, HORIZON + 1))
         assert [m.value for m in history] == pytest.approx(result.metrics_dataframe["loss"].tolist())
-        assert run.data.params["lr/milestones"] == str(result.config["lr"]["milestones"])
+        assert run.data.params["lr/milestones"] == str(result.config["lr"].to_json()["milestones"])
 
 
 def logs_to_mlflow(config):

@@ -154,12 +154,12 @@ def test_frequency_and_at_end_save_class_trainables(tmp_path, ray_session):
     space = {"lr": tune.grid_search([MultiStep(0.1, [6], 0.5), MultiStep(0.1, [6], 0.2)])}
 
     def stop(trial_id, result):
-        end = 4 if result["config"]["lr"]["gamma"] == 0.5 else 8
+        end = 4 if result["config"]["lr"].gamma == 0.5 else 8
         return result["training_iteration"] >= end
 
     config = tune.CheckpointConfig(checkpoint_frequency=3, checkpoint_at_end=True)
     grid = fit(tmp_path, "at_end", Scored, config, space=space, stop=stop)
-    stopped, full = sorted(grid, key=lambda r: r.config["lr"]["gamma"], reverse=True)
+    stopped, full = sorted(grid, key=lambda r: r.config["lr"].gamma, reverse=True)
     assert stopped.metrics["training_iteration"] == 4 and full.metrics["training_iteration"] == 8
     assert folder_steps(stopped) == [3, 4]
     assert saved_steps(stopped.checkpoint) == 4

@@ -152,7 +152,7 @@ def test_tune_trainable_subclasses_run_unchanged_and_share_prefixes(tmp_path, ra
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="cls", stop={"training_iteration": 8}, verbose=0),
     ).fit()
     assert grid.num_errors == 0
-    by_milestone = {r.config["lr"]["milestones"][0]: r for r in grid}
+    by_milestone = {r.config["lr"].milestones[0]: r for r in grid}
     assert by_milestone[3].metrics["x"] == pytest.approx(3 + 5 * 0.5)
     assert by_milestone[5].metrics["x"] == pytest.approx(5 + 3 * 0.5)
     assert grid.iterations_executed == 13, "the 3 shared iterations ran once"

@@ -57,7 +57,7 @@ def study(tmp_path, name, **options):
 
 def curves(grid):
     """Every trial's losses by its configuration (the decay after iteration 2) and seed."""
-    return {(r.config["lr"]["gamma"], r.config.get("seed")): r.metrics_dataframe["loss"].tolist() for r in grid}
+    return {(r.config["lr"].gamma, r.config.get("seed")): r.metrics_dataframe["loss"].tolist() for r in grid}
 
 
 def test_reproducible_reruns_are_bit_identical_and_shared_stages_equal_trials_alone(tmp_path, ray_session):

@@ -8,7 +8,7 @@ import pytest
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 
-from ray_stagetree import Exponential, MultiStep, Step, Tuner, get_hparams
+from ray_stagetree import Concat, Exponential, MultiStep, Step, Tuner, get_hparams
 
 HORIZON = 8
 
@@ -95,7 +95,7 @@ def test_model_based_searchers_tune_sequence_parameters(tmp_path, ray_session, s
     assert len(grid) == 6 and grid.num_errors == 0
     for result in grid:
         lr = result.config["lr"]
-        assert lr["family"] == "Exponential" and 0.05 <= lr["init"] <= 0.5 and lr["gamma"] in (0.8, 0.95)
+        assert isinstance(lr, Exponential) and 0.05 <= lr.init <= 0.5 and lr.gamma in (0.8, 0.95)
         assert len(result.metrics_dataframe) == 4
 
 
@@ -129,7 +129,7 @@ def test_searcher_wrappers_limit_concurrency_and_repeat(tmp_path, ray_session):
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="wrappers", stop={"training_iteration": 3}, verbose=0),
     ).fit()
     assert len(grid) == 4 and grid.num_errors == 0
-    inits = sorted(r.config["lr"]["init"] for r in grid)
+    inits = sorted(r.config["lr"].init for r in grid)
     assert inits[0] == inits[1] and inits[2] == inits[3], "Repeater ran each suggestion twice"
 
 
@@ -141,7 +141,6 @@ def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_ses
 
     from ray.tune.schedulers import PopulationBasedTraining
 
-    from ray_stagetree import from_json
     from ray_stagetree.plan_service import shutdown
 
     random.seed(0)
@@ -165,10 +164,11 @@ def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_ses
         if on_service:
             shutdown(tuner.plan_service.name)
     assert grid.num_errors == 0
-    exploited = [r for r in grid if isinstance(r.config["lr"], dict) and r.config["lr"]["family"] == "Concat"]
+    exploited = [r for r in grid if "config_schedule" in r.metrics]
     assert exploited, "the weakest trials exploited stronger ones"
     for result in exploited:
-        schedule = from_json(result.config["lr"])  # the discovered schedule, replayable
+        schedule = result.metrics["config_schedule"]["lr"]  # the discovered schedule, replayable
+        assert isinstance(schedule, Concat) and result.config["lr"] == schedule.value(HORIZON - 1)
         fork = schedule.milestones[-1]
         if synch:  # the whole population perturbs together at every interval
             assert all(milestone % 2 == 0 for milestone in schedule.milestones)
@@ -241,7 +241,7 @@ def test_structured_bo_tunes_a_schedule_and_reuses_its_prefixes(tmp_path, ray_se
     ).fit()
     assert len(grid) == 8 and grid.num_errors == 0
     for result in grid:
-        assert result.config["lr"]["family"] == "Step" and len(result.metrics_dataframe) == horizon
+        assert isinstance(result.config["lr"], Step) and len(result.metrics_dataframe) == horizon
     trial_by_trial = sum(len(result.metrics_dataframe) for result in grid)
     # Its proposals share prefixes (whether a shared prefix is also trained once depends on when a
     # proposal arrives: after the batch passed the fork without a checkpoint there, it is retrained).

@@ -60,11 +60,11 @@ def test_the_first_batch_is_dispatched_after_a_bounded_number_of_draws(num_sampl
 
 
 def test_a_bad_draw_after_the_first_repeat_errs_its_trial_only(tmp_path, ray_session):
-    values = iter([1, 2, object(), 4])
+    values = iter([1, 2, {1: "not a string key"}, 4])
     space = {"x": tune.sample_from(lambda spec: next(values))}
     source = Tuner(train, param_space=space, tune_config=tune.TuneConfig(num_samples=4))._trial_source()
     controller = StudyController(StudySpec(trainable=b"", trial_source=source, horizon=1, experiment_path=str(tmp_path)))
     controller._admit()
     statuses = [state.status for state in controller.trials.values()]
     assert statuses.count(ERROR) == 1 and len(statuses) == 4
-    assert "cannot be stored" in next(s.error for s in controller.trials.values() if s.status == ERROR)
+    assert "config keys must be strings" in next(s.error for s in controller.trials.values() if s.status == ERROR)

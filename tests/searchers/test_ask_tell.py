@@ -121,4 +121,4 @@ def test_an_ask_tell_algorithm_runs_a_study(ray_session):
     assert results.num_errors == 0
     # The second batch was asked for once the first had been told both scores.
     assert sorted(result.config["told"] for result in results) == [0, 0, 2, 2]
-    assert sorted(result.config["lr"]["init"] for result in results) == [0.1, 0.1, 0.2, 0.2]
+    assert sorted(result.config["lr"].init for result in results) == [0.1, 0.1, 0.2, 0.2]

@@ -49,11 +49,11 @@ from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore, WriteFailed
 from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
 from ray_stagetree.runtime.control.resources import workers_that_fit
+from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY, scheduled, shown_config
 from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trials import TrialInfo, experiment_tag, trial_name
 from ray_stagetree.runtime.workers.trial_errors import pack_exception
 from ray_stagetree.runtime.workers.worker import StageWorker
-from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
 
@@ -122,6 +122,7 @@ def trial_summary(state: TrialState) -> dict[str, Any]:
         "dirname": state.dirname,
         "config": state.config,
         "config_json": state.config_json,
+        "shown_config": state.shown_config(),
         "status": state.status,
         "error": state.error,
         "error_pickle": state.error_pickle,
@@ -137,7 +138,7 @@ class TrialState(Trial):
     """A trial's lifecycle state (`planning.lifecycle.Trial`) and what Tune
     shows of it: every row reported, failures, checkpoints, its names."""
 
-    config_json: dict[str, Any] = field(default_factory=dict)  # nested, as Tune's result.config; sequences as JSON
+    config_json: dict[str, Any] = field(default_factory=dict)  # nested, the stored form (objects as PickledValue JSON)
     reported: list[dict[str, Any]] = field(default_factory=list)  # every row, in order
     failures: int = 0
     error: str | None = None
@@ -154,6 +155,11 @@ class TrialState(Trial):
     def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
         super().configure(config, trial_config)
         self.config_json = unflatten(trial_config.to_json())
+
+    def shown_config(self, iteration: int | None = None) -> dict[str, Any]:
+        """Its config as Tune shows it (`shown_config`), after ``iteration`` (default: its last result)."""
+        at = max(self.rows, default=0) if iteration is None else iteration
+        return shown_config(self.config, self.trial_config, self.plain, at)
 
 
 class StudyController:
@@ -183,8 +189,10 @@ class StudyController:
         if plan is not None:
             self.plan = plan
         elif restore is not None:
-            self.plan = SearchPlan.from_records(restore.state.plan)
+            self.plan = SearchPlan.from_records(restore.state.plan, restore.state.objects)
         elif spec.resume:
+            # Without its side file of objects (nothing here unpickles a plan): a node whose values JSON
+            # cannot hold are fingerprints only is configured by the first trial requesting it (below).
             self.plan = SearchPlan.load(self._plan_path, spec.storage_filesystem)
         else:
             self.plan = SearchPlan()
@@ -224,8 +232,10 @@ class StudyController:
             not self._every_result and spec.horizon is not None
         )
         # Configs as the trainable takes them (sequences as objects), per node.
+        # A node whose objects were not stored (see planning.persistence) gets
+        # the config of the first trial requesting it: its fingerprints are equal.
         self._node_configs: dict[int, dict[str, Any]] = {
-            node.node_id: from_tune_config(unflatten(node.config.to_json())) for node in self.plan.nodes
+            node.node_id: node.config.to_config() for node in self.plan.nodes if node.config.complete
         }
         self._node_plain: dict[int, frozenset[str]] = {}  # TrialState.plain of the config above
         self._node_owner: dict[int, str] = {}  # the trial a node was made for
@@ -282,7 +292,7 @@ class StudyController:
             trial.restored_at = max(trial.rows, default=0)
             action = restore.action(trial.status)
             if trial.announced and (trial.status in UNFINISHED or action in ("resume", "restart")):
-                self._event("start", trial, config=trial.config_json)  # the new driver's loggers find its folder
+                self._event("start", trial, config=trial.shown_config())  # the new driver's loggers find its folder
             if action == "end":
                 self._stop(trial.trial_id)
             elif action in ("resume", "restart") and trial.trial_config is not None:
@@ -391,7 +401,9 @@ class StudyController:
         row["training_iteration"] = iteration
         ended = bool(row.get("done", False))
         row["done"] = ended or iteration >= self.host.horizon
-        row["config"] = state.config_json
+        row["config"] = state.shown_config(iteration)
+        if scheduled(state.config, state.plain):
+            row[SCHEDULE_KEY] = state.config
         previous = state.reported[-1] if state.reported else {}
         row["time_total_s"] = previous.get("time_total_s", 0.0) + row.get("time_this_iter_s", 0.0)
         since = previous.get("time_since_restore", 0.0) if previous.get("training_iteration", 0) > state.restored_at else 0.0
@@ -979,6 +991,7 @@ class StudyController:
     def _state(self) -> StudyState:
         return StudyState(
             plan=self.plan.records(),
+            objects=self.plan.objects(),
             trials=[dataclasses.replace(trial, node=None) for trial in self.trials.values()],
             source=self.trial_source,
             host=self.host,
@@ -1109,7 +1122,7 @@ class StudyController:
         as a pending trial does in Tune."""
         if not state.announced:
             state.announced = True
-            self._event("start", state, config=state.config_json)
+            self._event("start", state, config=state.shown_config())
 
     def _event(self, kind: str, state: TrialState, **fields: Any) -> None:
         self._events.append(

@@ -8,7 +8,8 @@ Two files sit at the experiment root:
   when ``fit()`` starts; `Tuner.restore` rebuilds the Tuner from it.
 * ``stagetree_state.pkl``: a `StudyState` snapshot written by the controller
   whenever something changed (a result, a durable checkpoint, a trial's
-  status): the search plan with its metrics and durable checkpoints, every
+  status): the search plan with its metrics and durable checkpoints (and
+  the config objects its JSON records name by fingerprint), every
   trial's state and results, and the searcher and scheduler objects, all
   taken at one instant, so they agree with each other. Each write replaces
   the file atomically (temporary name, then move): a kill mid-write leaves
@@ -55,6 +56,9 @@ class StudyState:
     worker_seconds: float = 0.0
     elapsed: float = 0.0
     version: int = FORMAT_VERSION
+    # SearchPlan.objects(): the config values the plan's JSON records hold
+    # only as fingerprints, by ref. None in snapshots written before them.
+    objects: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

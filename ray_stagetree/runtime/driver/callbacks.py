@@ -34,10 +34,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from ray.tune import Callback
-from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback, TBXLoggerCallback
 from ray.tune.utils import flatten_dict
 
 from ray_stagetree.execution.storage import CheckpointStorage
+from ray_stagetree.planning.config import tabular
 from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, PENDING, RUNNING, TERMINATED
 from ray_stagetree.sequences._params import _is_unresolved
@@ -93,7 +94,7 @@ class TrialView:
         gridded), flattened with "/": Tune's hyper-parameter columns and
         TensorBoard's hparams. A sequence contributes its declarative
         parameters ("lr/init", "lr/milestones", ...)."""
-        flat = flatten_dict(self.config, delimiter="/")
+        flat = flatten_dict(tabular(self.config), delimiter="/")
         if self._searched is None:
             return flat
         return {
@@ -182,6 +183,27 @@ def with_default_loggers(callbacks: list[Callback] | None) -> list[Callback]:
     return callbacks
 
 
+class _DeclarativeTrial:
+    """A `TrialView` as Tune's loggers see it: ``config`` with sequences in
+    their declarative form; every other attribute is the view's."""
+
+    def __init__(self, view: TrialView) -> None:
+        self._view = view
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return tabular(self._view.config)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+    def __str__(self) -> str:
+        return str(self._view)
+
+    def __repr__(self) -> str:
+        return repr(self._view)
+
+
 class CallbackRunner:
     """Calls ``callbacks`` (user callbacks and the default loggers) from the
     controller's progress, on the driver.
@@ -222,14 +244,48 @@ class CallbackRunner:
         self._last_sync = time.monotonic()
         self._uploaded: dict[str, tuple[int, int]] = {}  # local file -> (size, mtime_ns) uploaded
         self.trials: dict[str, TrialView] = {}
+        self._declarative_views: dict[str, _DeclarativeTrial] = {}  # what loggers see of self.trials
         # The views in order, handed to every hook as Tune hands its trial list (not copied per call).
         self._trial_list: list[TrialView] = []
         self._logged: dict[str, int] = {}  # trial id -> last training_iteration logged
         self.iteration = 0  # Tune's loop iteration: here, the driver's polls
 
     def _call(self, hook: str, **info: Any) -> None:
+        declarative = None
         for callback in self.callbacks:
-            getattr(callback, hook)(**info)
+            if isinstance(callback, LoggerCallback):
+                declarative = declarative or self._declarative(info)
+                getattr(callback, hook)(**declarative)
+            else:
+                getattr(callback, hook)(**info)
+
+    def _declarative(self, info: dict[str, Any]) -> dict[str, Any]:
+        """A hook's arguments as Tune's loggers (its file loggers, MLflow's,
+        W&B's: every ``LoggerCallback``) see them. ``trial.config`` and
+        ``result["config"]`` hold the user's objects, as in Tune, and a
+        logger would write a sequence as its ``str()``: loggers see each
+        sequence as its JSON form instead, so ``params.json`` and
+        ``result.json`` keep the declarative form that ``stagetree show``
+        and the monitor read back without unpickling, and TensorBoard's
+        hparams and MLflow's params a sequence's parameters (``lr/init``,
+        ...). Other objects (a ``Path``) are written as Tune writes them;
+        other callbacks get the user's objects."""
+
+        def trial(view: Any) -> Any:
+            if not isinstance(view, TrialView):
+                return view
+            proxy = self._declarative_views.get(view.trial_id)
+            if proxy is None or proxy._view is not view:  # loggers key their files by the trial object
+                proxy = self._declarative_views[view.trial_id] = _DeclarativeTrial(view)
+            return proxy
+
+        out = dict(info)
+        if "trial" in out:
+            out["trial"] = trial(out["trial"])
+        # ``trials`` stays the views: Tune's loggers read only ``trial``, and a copy per call would cost O(trials).
+        if isinstance(out.get("result"), dict):
+            out["result"] = tabular(out["result"])
+        return out
 
     def setup(self, stop: Any = None, num_samples: int | None = None, total_num_samples: int | None = None) -> None:
         self._call("setup", stop=stop, num_samples=num_samples, total_num_samples=total_num_samples)

@@ -14,10 +14,8 @@ from typing import Any, Callable
 
 from ray import tune
 
-from ray_stagetree.planning.config import unflatten
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.driver.tuner import Tuner
-from ray_stagetree.searchers import from_tune_config
 from ray_stagetree.searchers.sources import VariantSource
 
 
@@ -88,7 +86,19 @@ class Study:
                 f"trial {trial_id!r} already ran {record.request.iteration} iterations; extend it beyond that, "
                 f"got {iteration}"
             )
-        config = from_tune_config(unflatten(record.config.to_json()))
+        if not record.config.complete:
+            # The plan holds such values only as fingerprints; their objects are pickles, which Study never reads.
+            held = ", ".join(
+                f"config[{name!r}] = {value!r}"
+                for name, value in record.config.static.items()
+                if name in record.config.pickled
+            )
+            raise ValueError(
+                f"trial {trial_id!r} has config values JSON cannot hold ({held}): Study reads no pickles, so it "
+                f"cannot rebuild them; continue the study with Tuner.restore({self.experiment_path!r}, trainable), "
+                "which trusts its snapshot, or evaluate the full config with Study.evaluate(config, iteration)"
+            )
+        config = record.config.to_config()
         grid = self._tuner(iteration)._execute(
             VariantSource([config], [trial_id]), iteration, self.experiment_path, resume=True
         )

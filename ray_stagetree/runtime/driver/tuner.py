@@ -35,7 +35,7 @@ from ray_stagetree.execution.parking import PARKED_PER_WORKER
 from ray_stagetree.execution.payload_auth import TRUST_ENV, experiment_key, key_dir, trust_storage
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.monitor.live import live_monitor
-from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.planning.config import TrialConfig, tabular
 from ray_stagetree.planning.filesystems import arrow_filesystem, is_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
 from ray_stagetree.planning.policies import ExecutionPolicy
@@ -890,13 +890,13 @@ class Tuner:
                 error = unpack_error(summary.get("error_pickle"), summary["error"], summary["name"])
             results.append(
                 tune.Result(
-                    metrics=rows[-1] if rows else {"config": summary["config_json"]},
+                    metrics=rows[-1] if rows else {"config": summary["shown_config"]},
                     checkpoint=checkpoints[-1][0] if checkpoints else None,
                     best_checkpoints=best,
                     error=error,
                     path=f"{experiment_path}/{summary['dirname']}",
                     # flattened as Tune flattens them: "config/lr/init", ...
-                    metrics_dataframe=pd.DataFrame([flatten_dict(row) for row in rows]) if rows else None,
+                    metrics_dataframe=pd.DataFrame([flatten_dict(tabular(row)) for row in rows]) if rows else None,
                 )
             )
         return ResultGrid(

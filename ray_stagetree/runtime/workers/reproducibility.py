@@ -35,6 +35,7 @@ from typing import Any
 from ray.tune.search import Repeater, Searcher
 
 from ray_stagetree.execution.rng import seed_everything
+from ray_stagetree.planning.config import tabular
 
 #: The config entry that holds a trial's seed (set per repeat, or by the user).
 SEED_KEY = "seed"
@@ -180,7 +181,7 @@ def repeat_statistics(results: Iterable[Any], metric: str):
     rows = []
     for group in groups.values():
         values = np.asarray(group["values"], dtype=float)
-        row = {f"config/{key}": value for key, value in flatten_dict(group["config"]).items()}
+        row = {f"config/{key}": value for key, value in flatten_dict(tabular(group["config"])).items()}
         row.update(
             {
                 "num_repeats": len(group["seeds"]),

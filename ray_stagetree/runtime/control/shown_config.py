@@ -1,0 +1,66 @@
+"""A trial's config as Tune shows it: ``result.config`` (``row["config"]``),
+callbacks' ``trial.config``, ``ResultGrid``.
+
+Tune shows the user's own objects (a ``Path``, an ``argparse.Namespace``, the
+sequences as the objects given) and, under PBT, the values in force at that
+result: a value the user gave plain and PBT explored is the value it had at
+that iteration, not the schedule the plan records for it. The schedule
+(PBT's discovered ``Concat``, replayable as a ``param_space``) is shown
+beside it, under `SCHEDULE_KEY`, on the rows of trials PBT changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ray_stagetree.planning.config import TrialConfig, split_path
+from ray_stagetree.sequences import Sequence
+
+#: The result key of the trial's config with PBT's schedules as sequences.
+SCHEDULE_KEY = "config_schedule"
+
+
+def _at(config: dict[str, Any], path: str) -> Any:
+    for part in split_path(path):
+        config = config[part]
+    return config
+
+
+def _replaced(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the values at the given flattened paths replaced,
+    copying only the dicts on those paths (the user's objects are shared, not copied)."""
+    out = dict(config)
+    for path, value in values.items():
+        *parents, leaf = split_path(path)
+        level = out
+        for part in parents:
+            level[part] = dict(level[part])
+            level = level[part]
+        level[leaf] = value
+    return out
+
+
+def scheduled(config: dict[str, Any], plain: frozenset[str]) -> frozenset[str]:
+    """The names the user gave plain that hold a sequence now (PBT explored them)."""
+    return frozenset(name for name in plain if isinstance(_at(config, name), Sequence))
+
+
+def shown_config(
+    config: dict[str, Any], trial_config: TrialConfig | None, plain: frozenset[str], iteration: int
+) -> dict[str, Any]:
+    """``config`` as Tune shows it after ``iteration`` iterations (0: before
+    the first): each name PBT made a schedule holds its value at the last
+    iteration trained; everything else is the user's object, unchanged."""
+    if trial_config is None:
+        return config
+    names = scheduled(config, plain)
+    if not names:
+        return config
+    values = trial_config.hparams_at(max(iteration - 1, 0))
+    return _replaced(config, {name: _python(values[name]) for name in names})
+
+
+def _python(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
