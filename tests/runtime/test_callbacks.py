@@ -358,7 +358,7 @@ def test_mlflow_logger_callback_works_unchanged(tmp_path, ray_session, monkeypat
     assert len(runs) == len(grid) == 3
     by_trial = {run.data.tags["trial_name"]: run for run in runs}
     for result in grid:
-        run = by_trial[result.metrics["trial_id"]]
+        run = by_trial[f"noisy_descent_{result.metrics['trial_id']}"]  # Tune's trial name: <trainable>_<trial id>
         assert run.info.status == "FINISHED"
         history = client.get_metric_history(run.info.run_id, "loss")
         assert [m.step for m in history] == list(range(1, HORIZON + 1))

@@ -177,3 +177,57 @@ def test_function_trainable_exposes_its_path_checkpoints(tmp_path, ray_session):
         assert [m["training_iteration"] for _, m in result.best_checkpoints] == [3, 9]
         assert result.best_checkpoints[-1][0].path == result.checkpoint.path
         assert os.path.exists(os.path.join(result.checkpoint.path, "state.json"))
+
+
+def checkpoints_every_report(config):
+    """Tune's usual loop: a checkpoint with every `interval`-th report, the
+    step count carried through it."""
+    import json
+    import tempfile
+
+    step = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(os.path.join(path, "step.json")) as file:
+            step = json.load(file)["step"]
+    while True:
+        step += 1
+        metrics = {"score": -abs(step - PEAK), "step": step}
+        if step % config["interval"]:
+            tune.report(metrics)
+            continue
+        with tempfile.TemporaryDirectory() as path:
+            with open(os.path.join(path, "step.json"), "w") as file:
+                json.dump({"step": step}, file)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+def checkpointed_step(checkpoint):
+    import json
+
+    with open(os.path.join(checkpoint.path, "step.json")) as file:
+        return json.load(file)["step"]
+
+
+def test_num_to_keep_keeps_the_best_checkpoints_a_function_reported(tmp_path, ray_session):
+    """Issue 29: a single trial (nothing shared, so the plan asks for no
+    checkpoint but the end) kept only its final one. With num_to_keep, every
+    reported checkpoint is a candidate, as in Tune."""
+    config = tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="score", checkpoint_score_order="max")
+    (result,) = fit(tmp_path, "best_reported", checkpoints_every_report, config, space={"interval": 1})
+    assert result.error is None
+    assert folder_steps(result) == [4, 5, 9]  # the best two (4.2 peaks between them) and the latest
+    assert [metrics["step"] for _, metrics in result.best_checkpoints] == [5, 4]  # worst first, as Tune
+    for checkpoint, metrics in result.best_checkpoints:
+        assert checkpointed_step(checkpoint) == metrics["step"] == metrics["training_iteration"]
+    assert checkpointed_step(result.checkpoint) == 9
+
+
+def test_every_reported_checkpoint_is_listed_up_to_num_to_keep(tmp_path, ray_session):
+    config = tune.CheckpointConfig(num_to_keep=6)
+    (result,) = fit(
+        tmp_path, "every_other", checkpoints_every_report, config, space={"interval": 2}, stop={"training_iteration": 6}
+    )
+    assert [metrics["step"] for _, metrics in result.best_checkpoints] == [2, 4, 6]
+    assert folder_steps(result) == [2, 4, 6]
+    assert [checkpointed_step(checkpoint) for checkpoint, _ in result.best_checkpoints] == [2, 4, 6]

@@ -85,19 +85,18 @@ def run_config(tmp_path, name, **kwargs):
 
 @pytest.mark.timeout(60)
 def test_read_only_storage_fails_before_anything_trains(tmp_path):
-    tuner = Tuner(
-        train_forever,
-        run_config=tune.RunConfig(name="ro", storage_path=str(tmp_path), storage_filesystem=ReadOnlyFileSystem()),
-    )
+    # Tuner() writes the experiment folder (as Tune's does): it fails there, before fit().
     with pytest.raises(PermissionError, match=f"experiment directory '{tmp_path}/ro' is not writable"):
-        tuner.fit()  # no Ray is needed to get here: ray_session is not used
+        Tuner(
+            train_forever,
+            run_config=tune.RunConfig(name="ro", storage_path=str(tmp_path), storage_filesystem=ReadOnlyFileSystem()),
+        )  # no Ray is needed to get here: ray_session is not used
 
 
 @pytest.mark.timeout(60)
 def test_storage_in_the_drivers_memory_is_refused_before_anything_trains():
-    tuner = Tuner(train_forever, run_config=tune.RunConfig(name="exp", storage_path="memory://studies"))
     with pytest.raises(ValueError, match="'memory://studies/exp' is in this process's memory"):
-        tuner.fit()  # no Ray is needed to get here: ray_session is not used
+        Tuner(train_forever, run_config=tune.RunConfig(name="exp", storage_path="memory://studies"))
 
 
 @pytest.mark.timeout(60)

@@ -30,7 +30,7 @@ import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec, FlushReply
 from ray_stagetree.execution.parking import PARKED_PER_WORKER, Parking
-from ray_stagetree.execution.retention import kept_checkpoints
+from ray_stagetree.execution.retention import keeps_reported, kept_checkpoints
 from ray_stagetree.execution.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.planning.config import TrialConfig, unflatten
 from ray_stagetree.planning.lifecycle import (
@@ -51,7 +51,8 @@ from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR, ST
 from ray_stagetree.runtime.control.resources import workers_that_fit
 from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY, scheduled, shown_config
 from ray_stagetree.runtime.control.time_budget import TimeBudget
-from ray_stagetree.runtime.control.trials import TrialInfo, trial_name
+from ray_stagetree.runtime.control.trials import TrialInfo, experiment_tag, trial_name
+from ray_stagetree.runtime.workers.trial_errors import pack_exception
 from ray_stagetree.runtime.workers.worker import StageWorker
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
@@ -99,6 +100,9 @@ class StudySpec:
     trainable_name: str = "trainable"
     trial_name_creator: Any = None  # TuneConfig's hooks, called with a TrialInfo
     trial_dirname_creator: Any = None
+    # The config paths a grid or random search draws, for Tune's experiment tag in folder names
+    # (None: a searcher's trials, tagged with every value, as Tune tags them).
+    tuned_paths: frozenset[tuple[str, ...]] | None = None
     checkpoint_config: Any = None  # ray.tune.CheckpointConfig, validated by the Tuner
     stall_warning_s: float = 60.0  # the progress names a batch's trials after this long without a report
     # The experiment's key, which seals stored checkpoints (execution.payload_auth); never written to storage.
@@ -106,6 +110,27 @@ class StudySpec:
     trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
     reproducibility: Any = None  # Tuner(reproducible=True): how workers seed batches (runtime.workers.reproducibility)
     parked_per_worker: int = PARKED_PER_WORKER  # paused trainables with no checkpoint a worker keeps alive
+
+
+def trial_summary(state: TrialState) -> dict[str, Any]:
+    """What the driver makes a trial's ``ray.tune.Result`` from: at the end of
+    a study (`StudyController.results`), or from a snapshot's trials
+    (``Tuner.get_results()`` of a restored Tuner)."""
+    return {
+        "trial_id": state.trial_id,
+        "name": state.name,
+        "dirname": state.dirname,
+        "config": state.config,
+        "config_json": state.config_json,
+        "shown_config": state.shown_config(),
+        "status": state.status,
+        "error": state.error,
+        "error_pickle": state.error_pickle,
+        "rows": state.reported,
+        # (path, metrics), oldest first; the last is Result.checkpoint
+        "checkpoints": state.checkpoints,
+        "best_checkpoints": state.best_checkpoints,
+    }
 
 
 @dataclass(kw_only=True)
@@ -117,6 +142,7 @@ class TrialState(Trial):
     reported: list[dict[str, Any]] = field(default_factory=list)  # every row, in order
     failures: int = 0
     error: str | None = None
+    error_pickle: bytes | None = None  # the trainable's exception for Result.error (runtime.workers.trial_errors)
     checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # in the trial's folder, oldest first
     best_checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Tune's order: best last
     plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
@@ -280,7 +306,7 @@ class StudyController:
         """An errored trial runs again: from its latest checkpoint, or with
         its results starting over (the plan still answers what it stored:
         retraining would give the same values)."""
-        state.error, state.failures = None, 0
+        state.error, state.error_pickle, state.failures = None, None, 0
         if restart:
             state.rows, state.reported = {}, []
         state.restored_at = max(state.rows, default=0)
@@ -318,7 +344,9 @@ class StudyController:
 
     def _new_trial(self, trial_id: str, config: dict[str, Any], trial_config: TrialConfig) -> TrialState:
         """A trial being admitted, named by the user's hooks."""
-        info = TrialInfo(trial_id, config, self.spec.trainable_name)
+        info = TrialInfo(
+            trial_id, config, self.spec.trainable_name, experiment_tag(trial_id, config, self.spec.tuned_paths)
+        )
         return TrialState(
             trial_id=trial_id,
             config=config,
@@ -681,6 +709,7 @@ class StudyController:
             plain=self._node_plain.get(leaf.node_id, frozenset()),
             reproducibility=self.spec.reproducibility,
             resumes=None if parked is None else parked.batch_id,
+            keep_reported=keeps_reported(self.spec.checkpoint_config),
             **self._owner(leaf.node_id),
         )
 
@@ -714,7 +743,9 @@ class StudyController:
             # Its node may be gone: start no more workers than the cluster now holds.
             self._capacity = max(1, min(self.spec.num_workers, workers_that_fit(self.spec.worker_options)))
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
-            self._fail(affected, f"the worker running batch {batch.batch_id} died: {error}")
+            # Result.error is Ray's RayActorError, as in Tune.
+            died = f"the worker running batch {batch.batch_id} died: {error}"
+            self._fail(affected, died, error_pickle=pack_exception(error))
             self.plan.release_batch(batch.batch_id)
             return
         except ray.exceptions.RayError as error:  # its outcome could not come back (it failed to serialize)
@@ -793,7 +824,7 @@ class StudyController:
             if self.trials[trial_id].status not in ENDED
         }
         if not outcome.error_retryable:  # the trainable reported something it must not: a retry repeats it
-            self._fail(affected, outcome.error, retry=False)
+            self._fail(affected, outcome.error, retry=False, error_pickle=outcome.error_pickle)
             return
         point = (outcome.error_node, outcome.error_iteration)
         if len(affected) > 1 and point not in self._shared_retries:
@@ -805,9 +836,9 @@ class StudyController:
                 outcome.error,
             )
             return
-        self._fail(affected, outcome.error)
+        self._fail(affected, outcome.error, error_pickle=outcome.error_pickle)
 
-    def _fail(self, trial_ids: set[str], error: str, retry: bool = True) -> None:
+    def _fail(self, trial_ids: set[str], error: str, retry: bool = True, error_pickle: bytes | None = None) -> None:
         for trial_id in trial_ids:
             state = self.trials[trial_id]
             if state.status in ENDED:
@@ -816,7 +847,7 @@ class StudyController:
             if retry and state.failures <= self.spec.max_failures:
                 self._event("recover", state, error=error)
             else:
-                state.error = error
+                state.error, state.error_pickle = error, error_pickle
                 self.lifecycle.fail(state)
                 self._after_error()
                 self._resume()
@@ -1162,23 +1193,7 @@ class StudyController:
         return stalled
 
     def results(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "trial_id": state.trial_id,
-                "name": state.name,
-                "dirname": state.dirname,
-                "config": state.config,
-                "config_json": state.config_json,
-                "shown_config": state.shown_config(),
-                "status": state.status,
-                "error": state.error,
-                "rows": state.reported,
-                # (path, metrics), oldest first; the last is Result.checkpoint
-                "checkpoints": state.checkpoints,
-                "best_checkpoints": state.best_checkpoints,
-            }
-            for state in self.trials.values()
-        ]
+        return [trial_summary(state) for state in self.trials.values()]
 
     def monitor_view(self) -> dict[str, Any]:
         """Read-only, for the web monitor (`ray_stagetree.monitor`): the plan

@@ -89,11 +89,19 @@ class ResultGrid:
         """The best trial by ``metric``; ``scope`` is "last", "avg", "last-5-avg",
         "last-10-avg" or "all" (best value over the trial's whole history)."""
 
+        if len(self._results) == 1:  # Tune's rule: the only trial is the best, whatever metric and mode
+            return self._results[0]
         metric = metric or self._default_metric
         mode = mode or self._default_mode
-        if not metric or not mode:
+        if not metric:  # Tune's messages
             raise ValueError(
-                "get_best_result needs a metric and a mode: pass them here, or to TuneConfig(metric=..., mode=...)"
+                "No metric is provided. Either pass in a `metric` arg to `get_best_result` or specify a metric in "
+                "the `TuneConfig` of your `Tuner`."
+            )
+        if not mode:
+            raise ValueError(
+                "No mode is provided. Either pass in a `mode` arg to `get_best_result` or specify a mode in the "
+                "`TuneConfig` of your `Tuner`."
             )
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
@@ -121,7 +129,16 @@ class ResultGrid:
         scored = [(score(result), result) for result in self._results if result.error is None]
         scored = [(value, result) for value, result in scored if value is not None]
         if not scored:
-            raise RuntimeError(f"no finished trial reported {metric!r}; cannot pick the best result")
+            raise RuntimeError(  # Tune's message
+                f"No best trial found for the given metric: {metric}. This means that no trial has reported this "
+                "metric"
+                + (
+                    ", or all values reported for this metric are NaN. To not ignore NaN values, you can set the "
+                    "`filter_nan_and_inf` arg to False."
+                    if filter_nan_and_inf
+                    else "."
+                )
+            )
         pick = max if mode == "max" else min
         return pick(scored, key=lambda item: item[0])[1]
 

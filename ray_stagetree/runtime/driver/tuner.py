@@ -10,6 +10,7 @@ admits trials.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import dataclasses
 import datetime
@@ -39,7 +40,7 @@ from ray_stagetree.planning.filesystems import arrow_filesystem, is_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import study_policy
-from ray_stagetree.runtime.control.controller import StudyController, StudySpec, start_worker
+from ray_stagetree.runtime.control.controller import StudyController, StudySpec, start_worker, trial_summary
 from ray_stagetree.runtime.control.experiment_state import (
     Restore,
     can_restore,
@@ -52,6 +53,14 @@ from ray_stagetree.runtime.driver.callbacks import CallbackRunner, check_driver_
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
 from ray_stagetree.runtime.driver.progress import ProgressReporter
 from ray_stagetree.runtime.driver.results import ResultGrid
+from ray_stagetree.runtime.driver.tune_compat import (
+    check_deprecated_at_fit,
+    check_function_signature,
+    check_param_space,
+    check_serializable,
+    resolve_trainable,
+    trainable_name,
+)
 from ray_stagetree.runtime.service.service_client import PlanServiceConfig, run_attached, service_config
 from ray_stagetree.runtime.service.trainable_identity import share_key
 from ray_stagetree.runtime.workers.reproducibility import (
@@ -61,14 +70,17 @@ from ray_stagetree.runtime.workers.reproducibility import (
     repeat_configs,
     trial_seed,
 )
+from ray_stagetree.runtime.workers.trial_errors import unpack_error
 from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
-from ray_stagetree.searchers.variants import VariantStream, sample_variants
+from ray_stagetree.searchers.variants import VariantStream, sample_variants, tuned_paths
 from ray_stagetree.trainables import StageTrainable
 from ray_stagetree.trial_schedulers.ray_fields import trainable_resources
 from ray_stagetree.trial_schedulers.registry import check_scheduler, scheduler_max_t
 
 POLL_SECONDS = 0.5
+#: Set while Tuner.restore builds its Tuner: the experiment folder is there already.
+_RESTORING: contextvars.ContextVar[bool] = contextvars.ContextVar("stagetree_restoring", default=False)
 #: Times a study whose controller's process died continues from its last
 #: snapshot, in the same fit(), before it stops with an error.
 CONTROLLER_RESTARTS = 3
@@ -171,7 +183,15 @@ class Tuner:
         monitor: bool = False,
         plan_service: str | PlanServiceConfig | None = None,
     ) -> None:
-        self.trainable = trainable
+        # A registered name (tune.register_trainable) stands for its function or class; Tune's name for it
+        # (the registered name, else the function's) starts the default trial names.
+        if not trainable:  # Tune's error
+            from ray.tune.error import TuneError
+
+            raise TuneError("You need to provide a trainable to tune.")
+        self.trainable = resolve_trainable(trainable)
+        _check_trainable(self.trainable)
+        self._trainable_name = trainable_name(trainable)
         self.plan_service = service_config(plan_service)
         # `is None`, not falsiness: an empty dict given as a config is refused, not replaced.
         self.param_space = {} if param_space is None else param_space
@@ -187,7 +207,23 @@ class Tuner:
         self.deterministic_algorithms = deterministic_algorithms
         self.monitor = monitor
         self._restore_options: tuple[bool, bool, bool] | None = None  # set by Tuner.restore
+        self._results: ResultGrid | None = None  # the last fit()'s, for get_results()
         self._validate_arguments()
+        # As Tune: the experiment folder, with what restore needs, exists from here on, so
+        # Tuner.can_restore(path) holds before fit() (a restore continues it from scratch).
+        self._experiment_dir = self._experiment_path()
+        if not _RESTORING.get():  # a restore keeps the folder's settings as they were
+            _check_writable(CheckpointStorage(self._experiment_dir, self.run_config.storage_filesystem), self._experiment_dir)
+            self._save_settings(self._experiment_dir)
+
+    def get_results(self) -> ResultGrid:
+        """The `ResultGrid` the last `fit()` returned (Tune's ``Tuner.get_results``)."""
+        if self._results is None:  # Tune's message
+            raise RuntimeError(
+                "Can't return results as experiment has not been run, yet. Call `Tuner.fit()` to run the "
+                "experiment first."
+            )
+        return self._results
 
     # -- restore ----------------------------------------------------------------------
 
@@ -243,7 +279,7 @@ class Tuner:
         >>> results = tuner.fit()                                       # doctest: +SKIP
         """
         _check_path("Tuner.restore", path)
-        _check_trainable(trainable)
+        _check_trainable(resolve_trainable(trainable))
         _check_filesystem("Tuner.restore's storage_filesystem", storage_filesystem)
         if param_space is not None and not isinstance(param_space, dict):
             raise TypeError(f"Tuner.restore's param_space must be a dict or None, got {param_space!r}")
@@ -263,16 +299,43 @@ class Tuner:
             # (the service keeps no snapshot of a study; its plan answers what the study had trained).
             run_config.storage_path = posixpath.dirname(posixpath.dirname(run_config.storage_path))
         run_config.storage_filesystem = storage_filesystem
-        tuner = cls(
-            trainable,
-            param_space=settings["param_space"] if param_space is None else param_space,
-            tune_config=settings["tune_config"],
-            run_config=run_config,
-            **settings["options"],
-            monitor=monitor,
-        )
+        restoring = _RESTORING.set(True)
+        try:
+            tuner = cls(
+                trainable,
+                param_space=settings["param_space"] if param_space is None else param_space,
+                tune_config=settings["tune_config"],
+                run_config=run_config,
+                **settings["options"],
+                monitor=monitor,
+            )
+        finally:
+            _RESTORING.reset(restoring)
         tuner._restore_options = (resume_unfinished, resume_errored, restart_errored)
+        tuner._results = tuner._stored_results()
         return tuner
+
+    def _stored_results(self) -> ResultGrid | None:
+        """The results of the study as its last snapshot left it, for
+        ``get_results()`` before the restored study runs (Tune loads them the
+        same way, and has none when they cannot be read)."""
+        storage = CheckpointStorage(self._experiment_dir, self.run_config.storage_filesystem)
+        try:
+            if not has_state(storage):
+                return None
+            state = read_state(storage)
+            progress = {
+                "iterations": state.iterations,
+                "unique_iterations": 0,
+                "total_iterations": 0,
+                "worker_seconds": state.worker_seconds,
+                "state_seconds": 0.0,
+            }
+            summaries = [trial_summary(trial) for trial in state.trials]
+            return self._result_grid(summaries, self._experiment_dir, progress)
+        except Exception as error:  # noqa: BLE001 - as Tune: results that cannot be read are no results
+            logger.warning("the results stored at %s cannot be read: %s", self._experiment_dir, error)
+            return None
 
     @classmethod
     def can_restore(cls, path: str, storage_filesystem: Any = None) -> bool:
@@ -312,8 +375,8 @@ class Tuner:
     def _validate_arguments(self) -> None:
         trainable = self.trainable
         _check_trainable(trainable)
-        if not isinstance(self.param_space, dict):
-            raise TypeError(f"param_space must be a dict, got {type(self.param_space).__name__}")
+        check_serializable(trainable)
+        check_param_space(self.param_space)
         if not isinstance(self.tune_config, tune.TuneConfig):
             raise TypeError(f"tune_config must be a ray.tune.TuneConfig, got {type(self.tune_config).__name__}")
         if not isinstance(self.run_config, tune.RunConfig):
@@ -593,16 +656,20 @@ class Tuner:
         continues it (from the start, if the driver was lost before the
         study's first snapshot). Ctrl-C stops the study and returns the
         results so far."""
-        experiment_path = self._experiment_path()
+        check_function_signature(self.trainable)
+        check_deprecated_at_fit(self.tune_config, self.run_config)
+        experiment_path = self._experiment_dir
         storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
         _check_writable(storage, experiment_path)
         if self._restore_options is not None and has_state(storage):
             state = read_state(storage)
             restore = Restore(state, *self._restore_options)
-            return self._execute(state.source, self.horizon, experiment_path, resume=False, restore=restore)
+            self._results = self._execute(state.source, self.horizon, experiment_path, resume=False, restore=restore)
+            return self._results
         trial_source = self._trial_source()
         self._save_settings(experiment_path)
-        return self._execute(trial_source, self.horizon, experiment_path, resume=False)
+        self._results = self._execute(trial_source, self.horizon, experiment_path, resume=False)
+        return self._results
 
     def _execute(
         self,
@@ -634,9 +701,10 @@ class Tuner:
         failure = self.run_config.failure_config
         spec = StudySpec(
             fail_fast=failure.fail_fast if failure is not None else False,
-            trainable_name=_trainable_name(self.trainable),
+            trainable_name=self._trainable_name,
             trial_name_creator=self.tune_config.trial_name_creator,
             trial_dirname_creator=self.tune_config.trial_dirname_creator,
+            tuned_paths=None if isinstance(trial_source, SearcherSource) else tuned_paths(self.param_space),
             trainable=self._pickled_trainable(),
             trial_source=trial_source,
             horizon=horizon,
@@ -808,7 +876,6 @@ class Tuner:
 
     def _result_grid(self, summaries: list[dict[str, Any]], experiment_path: str, progress: dict) -> ResultGrid:
         import pandas as pd
-        from ray.tune.error import TuneError
         from ray.tune.utils import flatten_dict
 
         results = []
@@ -820,7 +887,7 @@ class Tuner:
             best = [(tune.Checkpoint(path, filesystem), metrics) for path, metrics in summary["best_checkpoints"]]
             error = None
             if summary["status"] == ERROR:
-                error = TuneError(f"trial {summary['name']} failed:\n{summary['error']}")
+                error = unpack_error(summary.get("error_pickle"), summary["error"], summary["name"])
             results.append(
                 tune.Result(
                     metrics=rows[-1] if rows else {"config": summary["shown_config"]},
@@ -854,11 +921,6 @@ def _check_trainable(trainable: Any) -> None:
                 f"a class trainable must subclass ray.tune.Trainable or ray_stagetree.trainables.StageTrainable, "
                 f"got {trainable.__name__}"
             )
-    elif isinstance(trainable, str):
-        raise TypeError(
-            f"trainable must be the function or class itself, got the name {trainable!r} "
-            "(registered trainables are not supported)"
-        )
     elif not callable(trainable):
         raise TypeError(
             f"trainable must be a function, a ray.tune.Trainable or a StageTrainable subclass, got {trainable!r}"
@@ -1100,7 +1162,3 @@ def _total_samples(trial_source: VariantSource | SearcherSource) -> int | None:
     remaining = trial_source.remaining
     return int(remaining) if math.isfinite(remaining) else None
 
-
-def _trainable_name(trainable: Any) -> str:
-    """Tune's name for a trainable: the function's or class's name, through with_parameters/with_resources."""
-    return getattr(trainable, "__name__", type(trainable).__name__)

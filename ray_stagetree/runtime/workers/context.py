@@ -205,7 +205,7 @@ class StageContext:
 
         if checkpoint is not None:
             self._keep_latest(checkpoint)
-        self.record(metrics, payload, can_checkpoint=checkpoint is not None)
+        self.record(metrics, payload, can_checkpoint=checkpoint is not None, reported=checkpoint is not None)
 
     def _keep_latest(self, checkpoint: Any) -> None:
         kept = tempfile.mkdtemp(prefix="stagetree_latest_")
@@ -243,9 +243,11 @@ class StageContext:
         metrics: dict[str, Any],
         make_payload: Callable[[int], CheckpointPayload | None],
         can_checkpoint: bool = True,
+        reported: bool = False,
     ) -> None:
         """One iteration done: stream its metrics, and a checkpoint (made by
-        ``make_payload(iteration)``) where the plan needs one. At the batch's end
+        ``make_payload(iteration)``) where the plan needs one, or at every one
+        the function ``reported`` where the batch keeps them. At the batch's end
         the controller's reply says whether the batch goes on (live
         continuation); the end's checkpoint is made only if it does not."""
         check_picklable(metrics, self.iteration + 1)
@@ -266,7 +268,8 @@ class StageContext:
             # Without a checkpoint here, stopping would mean retraining: the controller continues live.
             self._pending.can_checkpoint = can_checkpoint
             self.flush()
-        payload = make_payload(self.iteration) if self.iteration in self.save_iterations else None
+        wanted = self.iteration in self.save_iterations or (reported and self.spec.keep_reported)
+        payload = make_payload(self.iteration) if wanted else None
         if payload is not None:
             key = f"{self.spec.batch_id}:{self.iteration}"
             self._put(key, payload)

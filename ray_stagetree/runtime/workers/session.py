@@ -150,6 +150,19 @@ class StageTuneContext:
         return 1
 
 
+class StageTrainSession:
+    """The fields of Ray Train's internal session that Ray's integrations
+    read for their defaults (``setup_wandb``: run id, name and group), for
+    the trial a batch is named after."""
+
+    world_rank = 0
+
+    def __init__(self, context: StageContext) -> None:
+        self.trial_id = context.spec.trial_id
+        self.trial_name = context.spec.trial_name
+        self.experiment_name = context.spec.experiment_name
+
+
 def get_context() -> StageTuneContext:
     """``ray.tune.get_context()`` inside a trainable that ray_stagetree runs."""
     _context()

@@ -25,6 +25,8 @@ Workers are threaded actors so that call is served while a batch runs.
 
 from __future__ import annotations
 
+import inspect
+import numbers
 import os
 import queue
 import threading
@@ -39,6 +41,7 @@ from ray_stagetree.runtime.workers import session
 from ray_stagetree.runtime.workers.class_trainables import run_class
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
 from ray_stagetree.runtime.workers.reproducibility import seed_stage
+from ray_stagetree.runtime.workers.trial_errors import pack_error
 
 
 def run_function(trainable: Callable, context: StageContext) -> None:
@@ -49,7 +52,11 @@ def run_function(trainable: Callable, context: StageContext) -> None:
     try:
         while True:
             try:
-                trainable(context.trainable_config())
+                if inspect.isgeneratorfunction(trainable):  # Tune reports each value yielded
+                    for output in trainable(context.trainable_config()):
+                        _report_output(context, output)
+                else:
+                    _report_output(context, trainable(context.trainable_config()))
             except ConfigChange:
                 continue
             except BatchEnd:
@@ -59,6 +66,29 @@ def run_function(trainable: Callable, context: StageContext) -> None:
         activate(None)
     if context.iteration < context.stop:
         context.returned_at = context.iteration
+
+
+def _report_output(context: StageContext, output: Any) -> None:
+    """What a function trainable returned (or yielded), reported as Tune's
+    function wrapper reports it: a dict as one more result, a number as
+    ``{"_metric": number}``, nothing for a falsy value."""
+    from ray.tune.result import DEFAULT_METRIC
+
+    if not output:
+        return
+    if isinstance(output, dict):
+        context.report(output)
+    elif isinstance(output, numbers.Number):
+        context.report({DEFAULT_METRIC: output})
+    else:  # Tune's error and type
+        raise ValueError(  # noqa: TRY004
+            "Invalid return or yield value. Either return/yield a single number or a dictionary object in your "
+            "trainable function."
+        )
+
+
+def _name(trainable: Any) -> str:
+    return getattr(trainable, "__name__", type(trainable).__name__)
 
 
 def _load_error_message(error: Exception) -> str:
@@ -102,6 +132,14 @@ def _install_tune_shims() -> None:
     # trainable's modules import it by name.
     in_tune_session = trainable_fn_utils._in_tune_session
     trainable_fn_utils._in_tune_session = lambda: current() is not None or bool(in_tune_session())
+    # setup_wandb takes its default run id, name and group from Ray Train's session, which it
+    # imported by name: as under Tune, they are the trial's id and name and the experiment's name.
+    from ray.air.integrations import wandb as wandb_integration
+
+    train_session = wandb_integration.get_session
+    wandb_integration.get_session = lambda: (
+        session.StageTrainSession(current()) if current() is not None else train_session()
+    )
 
 
 class LiveTrainable:
@@ -216,6 +254,7 @@ class StageWorker:
         except (Exception, SystemExit) as error:
             outcome = context.finish()
             outcome.error = traceback.format_exc() + _sequence_hint(error)
+            outcome.error_pickle = pack_error(error, outcome.error, f"{_name(self._trainable)}.train()")
             outcome.error_iteration = context.iteration + 1
             outcome.error_node = context.node_at(min(context.iteration + 1, context.spec.stop))
             outcome.error_retryable = not isinstance(error, ReportError)

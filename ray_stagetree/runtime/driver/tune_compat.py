@@ -1,0 +1,127 @@
+"""What ``ray.tune.Tuner`` checks and resolves before a study runs, with
+Tune 2.60's exception types and messages, so that a Tune script meets the
+same refusals and warnings here (a drop-in changes an import, nothing else).
+
+Each function names where Tune does the same (its ``TunerInternal`` at
+``Tuner()``, or ``tune.run`` at ``fit()``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import os
+from collections.abc import Callable
+from typing import Any
+
+#: Environment variables ``tune.run`` refuses (it raises DeprecationWarning).
+DEPRECATED_ENV = ("TUNE_RESULT_DIR", "RAY_AIR_LOCAL_CACHE_DIR")
+
+
+def resolve_trainable(trainable: Any) -> Any:
+    """The function or class a trainable given by its registered name
+    (``tune.register_trainable(name, fn)``) stands for; anything else as
+    it is. An unknown name raises Tune's ``TuneError("Unknown trainable:
+    ...")``."""
+    if not isinstance(trainable, str):
+        return trainable
+    from ray.tune.registry import get_trainable_cls
+    from ray.tune.trainable.function_trainable import FunctionTrainable
+
+    registered = get_trainable_cls(trainable)
+    if isinstance(registered, type) and issubclass(registered, FunctionTrainable):
+        # register_trainable wrapped the function in a class (wrap_function) whose
+        # `_trainable_func` closes over it: the function is what stage workers run.
+        function = inspect.getclosurevars(registered._trainable_func).nonlocals.get("train_func")
+        if not callable(function):
+            raise TypeError(
+                f"the trainable registered as {trainable!r} is a function wrapped by a Ray version whose wrapper "
+                "ray_stagetree cannot read (tested with Ray 2.60); pass the function itself to the Tuner"
+            )
+        return function
+    return registered
+
+
+def trainable_name(trainable: Any) -> str:
+    """Tune's identifier of a trainable: the registered name, the function's
+    or class's name (``lambda`` for a lambda), through ``with_parameters`` /
+    ``with_resources``; it starts the default trial names."""
+    from ray.tune.experiment import Experiment
+
+    return Experiment.get_trainable_name(trainable)
+
+
+def check_param_space(param_space: Any) -> None:
+    """As Tune's ``TunerInternal.param_space`` setter and ``_choose_run_config``."""
+    if not isinstance(param_space, dict) and param_space is not None:
+        raise ValueError(f"The `param_space` passed to the `Tuner` must be a dict. Got '{type(param_space)}' instead.")
+    if param_space and "run_config" in param_space:
+        raise ValueError(
+            "`RunConfig` cannot be tuned as part of the `param_space`! Move the run config to be a parameter of "
+            "the `Tuner`: Tuner(..., run_config=RunConfig(...))"
+        )
+
+
+def check_serializable(trainable: Any) -> None:
+    """As Tune's ``TunerInternal._validate_trainable`` at ``Tuner()``: a
+    trainable that cannot be pickled (a ``TypeError`` from pickling) is
+    refused with a trace of what could not be pickled."""
+    import ray.cloudpickle as pickle
+    from ray.util import inspect_serializability
+
+    try:
+        pickle.dumps(trainable)
+    except TypeError as error:
+        trace = io.StringIO()
+        inspect_serializability(trainable, print_file=trace)
+        raise TypeError(
+            "The provided trainable is not serializable, which is a requirement since the trainable is serialized "
+            "and deserialized when transferred to remote workers. See below for a trace of the non-serializable "
+            f"objects that were found in your trainable:\n{trace.getvalue()}"
+        ) from error
+
+
+def check_function_signature(trainable: Callable) -> None:
+    """As Tune's ``wrap_function`` (at ``fit()``): a function trainable takes
+    one ``config`` argument; the old ``(config, checkpoint_dir)`` signature
+    is refused."""
+    if isinstance(trainable, type):
+        return
+    try:
+        inspect.signature(trainable).bind({})
+        return
+    except TypeError:
+        pass
+    except ValueError:  # no signature to read (a builtin): Tune lets it through too
+        return
+    raise ValueError(
+        "Unknown argument found in the Trainable function. The function args must include a single 'config' "
+        f"positional parameter.\nFound: {inspect.getfullargspec(trainable).args}"
+    )
+
+
+def check_deprecated_at_fit(tune_config: Any, run_config: Any) -> None:
+    """What ``tune.run`` refuses when ``Tuner.fit()`` calls it: the deprecated
+    ``TuneConfig(chdir_to_trial_dir=...)`` and result-directory environment
+    variables (Tune raises ``DeprecationWarning`` as an exception), and
+    ``fail_fast`` with retries."""
+    from ray.train.constants import _DEPRECATED_VALUE, RAY_CHDIR_TO_TRIAL_DIR
+
+    for variable in DEPRECATED_ENV:
+        if os.environ.get(variable):
+            raise DeprecationWarning(
+                f"The environment variable `{variable}` is deprecated. It is no longer used and will not have any "
+                "effect. You should set the `storage_path` instead. Files will no longer be written to "
+                "`~/ray_results` as long as `storage_path` is set.See the docs: "
+                "https://docs.ray.io/en/latest/train/user-guides/persistent-storage.html"
+                "#setting-the-local-staging-directory"
+            )
+    if getattr(tune_config, "chdir_to_trial_dir", _DEPRECATED_VALUE) != _DEPRECATED_VALUE:
+        raise DeprecationWarning(
+            f"`chdir_to_trial_dir` is deprecated. Use the {RAY_CHDIR_TO_TRIAL_DIR} environment variable instead. "
+            "Set it to 0 to disable the default behavior of changing the working directory.",
+            DeprecationWarning,
+        )
+    failure = run_config.failure_config
+    if failure is not None and failure.fail_fast and failure.max_failures != 0:
+        raise ValueError("max_failures must be 0 if fail_fast=True.")

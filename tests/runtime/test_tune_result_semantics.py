@@ -1,0 +1,321 @@
+"""Ray Tune 2.60's result semantics, as a Tune script meets them (issue 29.2):
+return values, the trainable's own exception in Result.error, get_best_result
+on one trial, Tuner.get_results(), the experiment folder at Tuner(), Tune's
+refusals, registered trainables by name."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from ray import cloudpickle, tune
+from ray.exceptions import RayActorError, RayTaskError
+from ray.tune.error import TuneError
+
+from ray_stagetree import Tuner
+
+
+def run_config(tmp_path, name, **kwargs):
+    kwargs.setdefault("verbose", 0)
+    return tune.RunConfig(name=name, storage_path=str(tmp_path), **kwargs)
+
+
+# -- return values (Tune's function wrapper) ------------------------------------
+
+
+def reports_then_returns_dict(config):
+    for step in range(2):
+        tune.report({"loss": 10 - step})
+    return {"loss": 0.5, "final": True}
+
+
+def returns_number(config):
+    return config["x"] * 2
+
+
+def yields_results(config):
+    for step in range(3):
+        yield {"score": step * config["x"]}
+
+
+def returns_a_string(config):
+    return "finished"
+
+
+def returns_none(config):
+    tune.report({"loss": 1.0})
+
+
+def test_a_returned_dict_is_the_last_result(tmp_path, ray_session):
+    (result,) = Tuner(reports_then_returns_dict, run_config=run_config(tmp_path, "dict")).fit()
+    assert result.error is None
+    assert result.metrics["loss"] == 0.5 and result.metrics["final"] is True
+    assert result.metrics["training_iteration"] == 3  # one more result, as in Tune
+    assert result.metrics["done"] is True
+    assert list(result.metrics_dataframe["loss"]) == [10, 9, 0.5]
+
+
+def test_a_returned_number_is_recorded_as_metric(tmp_path, ray_session):
+    grid = Tuner(
+        returns_number,
+        param_space={"x": tune.grid_search([1.5, 4])},
+        tune_config=tune.TuneConfig(metric="_metric", mode="max"),
+        run_config=run_config(tmp_path, "number"),
+    ).fit()
+    assert sorted(result.metrics["_metric"] for result in grid) == [3.0, 8]
+    assert all(result.metrics["done"] is True for result in grid)
+    assert grid.get_best_result().config["x"] == 4
+
+
+def test_yielded_values_are_results(tmp_path, ray_session):
+    (result,) = Tuner(yields_results, param_space={"x": 2}, run_config=run_config(tmp_path, "yield")).fit()
+    assert list(result.metrics_dataframe["score"]) == [0, 2, 4]
+    assert result.metrics["done"] is True
+
+
+def test_a_return_tune_refuses_errs_the_trial_and_none_adds_nothing(tmp_path, ray_session):
+    (bad,) = Tuner(returns_a_string, run_config=run_config(tmp_path, "string")).fit()
+    assert isinstance(bad.error, ValueError)
+    assert "Either return/yield a single number or a dictionary" in str(bad.error)
+    (plain,) = Tuner(returns_none, run_config=run_config(tmp_path, "none")).fit()
+    assert plain.error is None and plain.metrics["training_iteration"] == 1
+
+
+# -- Result.error is the trainable's exception ------------------------------------
+
+
+class UnpicklableError(Exception):
+    def __init__(self, message):
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+def raises_runtime_error(config):
+    tune.report({"loss": 1.0})
+    raise RuntimeError(f"boom {config['x']}")
+
+
+def raises_unpicklable(config):
+    raise UnpicklableError("holds a lock")
+
+
+def test_errors_are_the_trainables_own_exception(tmp_path, ray_session):
+    grid = Tuner(
+        raises_runtime_error, param_space={"x": tune.grid_search([1, 2])}, run_config=run_config(tmp_path, "errors")
+    ).fit()
+    assert grid.num_errors == 2 and len(grid.errors) == 2
+    for result in grid:
+        assert isinstance(result.error, RuntimeError)
+        assert isinstance(result.error, RayTaskError)  # as Tune gives it: Ray's task error, an instance of the cause
+        assert isinstance(result.error.cause, RuntimeError)
+        assert str(result.error.cause) == f"boom {result.config['x']}"
+    # It can be passed on as Ray passes errors (its class is made at run time: cloudpickle, as in Tune).
+    again = cloudpickle.loads(cloudpickle.dumps(grid.errors[0]))
+    assert isinstance(again, RuntimeError)
+
+
+def test_fail_fast_raise_raises_the_trainables_exception(tmp_path, ray_session):
+    tuner = Tuner(
+        raises_runtime_error,
+        param_space={"x": 7},
+        run_config=run_config(tmp_path, "raise", failure_config=tune.FailureConfig(fail_fast="raise")),
+    )
+    with pytest.raises(RuntimeError, match="boom 7"):
+        tuner.fit()
+
+
+def test_an_unpicklable_exception_degrades_to_its_traceback(tmp_path, ray_session):
+    (result,) = Tuner(raises_unpicklable, run_config=run_config(tmp_path, "unpicklable")).fit()
+    assert isinstance(result.error, RayTaskError)
+    assert "UnpicklableError: holds a lock" in str(result.error)
+
+
+def kills_its_worker(config):
+    tune.report({"loss": 1.0})
+    os._exit(1)
+
+
+def test_a_dead_worker_is_tunes_actor_error(tmp_path, ray_session):
+    (result,) = Tuner(kills_its_worker, run_config=run_config(tmp_path, "dead")).fit()
+    assert isinstance(result.error, RayActorError)  # what Tune's Result.error holds when the trainable's actor died
+
+
+# -- get_best_result, get_results --------------------------------------------------
+
+
+def test_get_best_result_of_one_trial_needs_no_metric(tmp_path, ray_session):
+    tuner = Tuner(returns_none, run_config=run_config(tmp_path, "one"))
+    with pytest.raises(RuntimeError, match="Can't return results as experiment has not been run, yet"):
+        tuner.get_results()
+    grid = tuner.fit()
+    assert grid.get_best_result() is grid[0]
+    assert tuner.get_results() is grid
+
+
+def test_get_best_result_of_several_trials_asks_for_metric_and_mode(tmp_path, ray_session):
+    grid = Tuner(
+        returns_number, param_space={"x": tune.grid_search([1, 2])}, run_config=run_config(tmp_path, "two")
+    ).fit()
+    with pytest.raises(ValueError, match="No metric is provided"):
+        grid.get_best_result()
+    with pytest.raises(ValueError, match="No mode is provided"):
+        grid.get_best_result(metric="_metric")
+    with pytest.raises(RuntimeError, match="No best trial found for the given metric: nothing"):
+        grid.get_best_result(metric="nothing", mode="max")
+
+
+# -- the experiment folder at Tuner() --------------------------------------------
+
+
+def test_the_experiment_folder_exists_after_tuner(tmp_path):
+    path = os.path.join(tmp_path, "early")
+    assert not Tuner.can_restore(path)
+    Tuner(returns_none, run_config=run_config(tmp_path, "early"))
+    assert Tuner.can_restore(path)  # no Ray needed: nothing ran
+
+
+def test_restoring_a_never_fitted_tuner_runs_the_study(tmp_path, ray_session):
+    Tuner(returns_number, param_space={"x": tune.grid_search([1, 2])}, run_config=run_config(tmp_path, "never"))
+    tuner = Tuner.restore(os.path.join(tmp_path, "never"), returns_number)
+    with pytest.raises(RuntimeError, match="Can't return results as experiment has not been run, yet"):
+        tuner.get_results()  # nothing ran: no results to load, as in Tune
+    grid = tuner.fit()
+    assert sorted(result.metrics["_metric"] for result in grid) == [2, 4]
+
+
+# -- Tune's refusals -------------------------------------------------------------
+
+
+def test_a_non_dict_param_space_is_tunes_value_error(tmp_path):
+    with pytest.raises(ValueError, match="The `param_space` passed to the `Tuner` must be a dict. Got '<class 'list'>'"):
+        Tuner(returns_none, param_space=[1, 2], run_config=run_config(tmp_path, "list"))
+    with pytest.raises(ValueError, match="`RunConfig` cannot be tuned as part of the `param_space`"):
+        Tuner(returns_none, param_space={"run_config": {}}, run_config=run_config(tmp_path, "rc"))
+
+
+def test_an_unpicklable_trainable_is_refused_at_tuner(tmp_path):
+    lock = threading.Lock()
+
+    def holds_a_lock(config):
+        with lock:
+            tune.report({"loss": 1.0})
+
+    with pytest.raises(TypeError, match="The provided trainable is not serializable"):
+        Tuner(holds_a_lock, run_config=run_config(tmp_path, "lock"))
+    assert not os.path.exists(os.path.join(tmp_path, "lock"))  # refused before anything is written
+
+
+def old_signature(config, checkpoint_dir=None):
+    tune.report({"loss": 1.0})
+
+
+def old_signature_required(config, checkpoint_dir):
+    tune.report({"loss": 1.0})
+
+
+def test_the_old_checkpoint_dir_signature_is_refused_at_fit(tmp_path):
+    tuner = Tuner(old_signature_required, run_config=run_config(tmp_path, "old"))
+    with pytest.raises(ValueError, match="Unknown argument found in the Trainable function.*\nFound: \\['config', 'checkpoint_dir'\\]"):
+        tuner.fit()  # before Ray starts, as tune.run refuses it
+    Tuner(old_signature, run_config=run_config(tmp_path, "optional"))  # callable with one config: Tune takes it
+
+
+def test_deprecated_options_are_refused_as_tune_run_refuses_them(tmp_path, monkeypatch):
+    tuner = Tuner(returns_none, tune_config=tune.TuneConfig(chdir_to_trial_dir=False), run_config=run_config(tmp_path, "chdir"))
+    with pytest.raises(DeprecationWarning, match="`chdir_to_trial_dir` is deprecated. Use the RAY_CHDIR_TO_TRIAL_DIR"):
+        tuner.fit()
+    with pytest.raises(TypeError, match="chdir_to_trial_dir"):  # Ray's own RunConfig has no such argument
+        tune.RunConfig(chdir_to_trial_dir=False)
+    monkeypatch.setenv("TUNE_RESULT_DIR", str(tmp_path))
+    tuner = Tuner(returns_none, run_config=run_config(tmp_path, "env"))
+    with pytest.raises(DeprecationWarning, match="The environment variable `TUNE_RESULT_DIR` is deprecated"):
+        tuner.fit()
+    monkeypatch.delenv("TUNE_RESULT_DIR")
+    failure = tune.FailureConfig(fail_fast=True)
+    failure.max_failures = 2  # Ray refuses it at construction; a later change reaches tune.run's check
+    tuner = Tuner(returns_none, run_config=run_config(tmp_path, "ff", failure_config=failure))
+    with pytest.raises(ValueError, match="max_failures must be 0 if fail_fast=True"):
+        tuner.fit()
+
+
+def test_no_trainable_is_tunes_error(tmp_path):
+    with pytest.raises(TuneError, match="You need to provide a trainable to tune"):
+        Tuner(None, run_config=run_config(tmp_path, "none"))
+
+
+# -- registered trainables ---------------------------------------------------------
+
+
+def test_a_registered_trainable_runs_by_name_and_restores(tmp_path, ray_session):
+    tune.register_trainable("stagetree_doubler", returns_number)
+    tuner = Tuner(
+        "stagetree_doubler", param_space={"x": tune.grid_search([1, 3])}, run_config=run_config(tmp_path, "named")
+    )
+    grid = tuner.fit()
+    assert sorted(result.metrics["_metric"] for result in grid) == [2, 6]
+    restored = Tuner.restore(os.path.join(tmp_path, "named"), "stagetree_doubler")
+    # Before fit(), get_results() gives the results the experiment folder holds, as Tune's restored Tuner.
+    stored = restored.get_results()
+    assert sorted(result.metrics["_metric"] for result in stored) == [2, 6]
+    assert {result.path for result in stored} == {result.path for result in grid}
+    assert len(restored.fit()) == 2
+    with pytest.raises(TuneError, match="Unknown trainable: stagetree_nothing"):
+        Tuner("stagetree_nothing", run_config=run_config(tmp_path, "unknown"))
+
+
+# -- Tune's default trial names --------------------------------------------------
+
+
+def reports_its_name(config):
+    tune.report({"name": tune.get_context().get_trial_name(), "id": tune.get_context().get_trial_id()})
+
+
+class NameRecorder(tune.Callback):
+    def __init__(self):
+        self.names = set()
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.names.add((str(trial), trial.trial_id))
+
+
+def test_default_trial_names_are_tunes(tmp_path, ray_session):
+    recorder = NameRecorder()
+    grid = Tuner(
+        reports_its_name,
+        param_space={"lr": tune.grid_search([0.5, 0.25]), "fixed": 3},
+        run_config=run_config(tmp_path, "names", callbacks=[recorder]),
+    ).fit()
+    expected = {f"reports_its_name_{result.metrics['id']}" for result in grid}
+    assert {result.metrics["name"] for result in grid} == expected  # get_trial_name(), what MLflow/W&B default to
+    assert {name for name, _ in recorder.names} == expected  # str(trial) in callbacks
+    for result in grid:
+        # Tune's folder: <name>_<counter>_<tuned values>_<date>; the counter is the trial id's number.
+        counter = int(result.metrics["id"].rsplit("_", 1)[1])
+        folder = os.path.basename(result.path)
+        prefix = f"{result.metrics['name']}_{counter}_lr={result.config['lr']:.4f}_"
+        assert folder.startswith(prefix), folder
+        assert len(folder) == len(prefix) + len("2025-01-01_00-00-00")
+        assert os.path.isfile(os.path.join(result.path, "result.json"))
+
+
+def reports_wandb_defaults(config):
+    """setup_wandb as a Tune trainable calls it; wandb itself (not installed
+    here) is a stand-in whose init returns what it was given."""
+    import types
+
+    from ray.air.integrations import wandb as wandb_integration
+
+    wandb_integration.wandb = types.SimpleNamespace(init=lambda **kwargs: kwargs)
+    os.environ["WANDB_MODE"] = "offline"  # no API key asked for
+    run = wandb_integration.setup_wandb(config, project="stagetree")
+    tune.report({"id": run["id"], "name": run["name"], "group": run["group"], "seen_id": tune.get_context().get_trial_id()})
+
+
+def test_setup_wandb_defaults_to_the_trial_and_experiment(tmp_path, ray_session):
+    (result,) = Tuner(reports_wandb_defaults, param_space={"x": 1}, run_config=run_config(tmp_path, "wandb")).fit()
+    assert result.error is None, result.error
+    trial_id = result.metrics["trial_id"]
+    assert result.metrics["id"] == result.metrics["seen_id"] == trial_id
+    assert result.metrics["name"] == f"reports_wandb_defaults_{trial_id}"
+    assert result.metrics["group"] == "wandb"
