@@ -63,6 +63,10 @@ class BatchOutcome:
     error_pickle: bytes | None = None  # the trainable's exception as Tune's Result.error, pickled (trial_errors)
     error_iteration: int | None = None
     error_node: int | None = None
+    # The last of `checkpoints` is the one the trainable reported just before it raised, put
+    # only so that the trial resumes from it (Tune's retry / resume_errored).
+    error_checkpoint: bool = False
+    error_in_restore: bool = False  # raised while loading the batch's starting checkpoint (TUNE_RESTORE_RETRY_NUM)
     error_retryable: bool = True  # False: the trainable's own code is wrong (`ReportError`), a retry repeats it
     returned_at: int | None = None  # the function trainable returned after this many iterations
     missing_checkpoint: int | None = None  # a branch point where report() got no checkpoint the plan needed

@@ -110,6 +110,7 @@ class StudySpec:
     trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
     reproducibility: Any = None  # Tuner(reproducible=True): how workers seed batches (runtime.workers.reproducibility)
     parked_per_worker: int = PARKED_PER_WORKER  # paused trainables with no checkpoint a worker keeps alive
+    restore_retries: int = 0  # TUNE_RESTORE_RETRY_NUM: failed checkpoint loads retried before one counts as a failure
 
 
 def trial_summary(state: TrialState) -> dict[str, Any]:
@@ -150,6 +151,9 @@ class TrialState(Trial):
     dirname: str = ""  # the trial's folder under the experiment path
     restored_at: int = 0  # the iteration it went on from when its study was restored or it was resumed
     final_retrains: int = 0  # times its final checkpoint was found damaged and trained again
+    # (node, iteration) of the checkpoint it reported just before it raised: restart_errored does not load it
+    error_checkpoint: tuple[int, int] | None = None
+    restore_failures: int = 0  # failed loads of its starting checkpoint since it last trained (TUNE_RESTORE_RETRY_NUM)
     announced: bool = False  # its "start" event went out (Tune's on_trial_start): see `_announce`
 
     def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
@@ -263,7 +267,8 @@ class StudyController:
         self._warned_missing_checkpoint = False
         self._warnings: list[str] = []  # for the driver to show, once each
         self._unwritten: list[str] = []  # what storage refused at the end, and why
-        self._shared_retries: set[tuple[int, int]] = set()  # (node, iteration) of shared stages retried after an error
+        # (node, its trials) of shared stages retried after an error
+        self._shared_retries: set[tuple[int, frozenset[str]]] = set()
         self.study_error: str | None = None  # why the whole study stopped
         self._state_write: Any = None  # the snapshot being written, if any
         self._frozen = False  # interrupted: saved, and changed no more
@@ -309,6 +314,8 @@ class StudyController:
         state.error, state.error_pickle, state.failures = None, None, 0
         if restart:
             state.rows, state.reported = {}, []
+            if state.error_checkpoint is not None:  # Tune's restart loads none of the failed run's checkpoints
+                self.plan.drop_checkpoint(*state.error_checkpoint)
         state.restored_at = max(state.rows, default=0)
         self.lifecycle.rerun(state, state.restored_at)
 
@@ -394,6 +401,7 @@ class StudyController:
     def _add_row(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> None:
         # An iteration trained again (a retry, an evicted checkpoint) was
         # already reported: searchers and schedulers see each iteration once.
+        state.restore_failures = 0  # it trains: its checkpoint loaded (Tune resets the count on restore)
         if state.status in ENDED or iteration in state.rows:
             return
         invalid = self._check_metrics(state, iteration, metrics)
@@ -773,9 +781,15 @@ class StudyController:
             self.plan.release_batch(batch.batch_id)
             self._batch_workers.pop(batch.batch_id, None)
             return
+        shared_retry = outcome.error is not None and self._shared_retry(outcome)
+        if shared_retry and outcome.error_checkpoint:
+            # The retry trains again from where this attempt started, as each of
+            # the sharing trials would in Tune, not from what the failed attempt left.
+            _, _, key, _ = outcome.checkpoints.pop()
+            worker.take_checkpoint.remote(key)  # dropped from the worker's outbox
         self._ingest(outcome)
         self._batch_workers.pop(batch.batch_id, None)
-        if outcome.error is not None:
+        if outcome.error is not None and not shared_retry:
             self._batch_failed(outcome)
         if outcome.returned_at is not None:
             self._trainable_returned(batch.batch_id, outcome.returned_at)
@@ -812,36 +826,65 @@ class StudyController:
                 self._stop(trial_id)
         self._resume()
 
-    def _batch_failed(self, outcome: BatchOutcome) -> None:
-        """The trainable raised. On a stage several live trials share, the
-        first error at a point is retried once before it counts against
-        them: in Tune each of those trials trains the prefix on its own, and
-        a transient error would cost one of them, not all."""
+    def _affected(self, outcome: BatchOutcome) -> set[str]:
+        """The live trials through the point where the trainable raised."""
         node = self.plan.nodes[outcome.error_node]
-        affected = {
+        return {
             trial_id
             for trial_id in self._trials_through(node, outcome.error_iteration)
             if self.trials[trial_id].status not in ENDED
         }
-        if not outcome.error_retryable:  # the trainable reported something it must not: a retry repeats it
-            self._fail(affected, outcome.error, retry=False, error_pickle=outcome.error_pickle)
-            return
-        point = (outcome.error_node, outcome.error_iteration)
-        if len(affected) > 1 and point not in self._shared_retries:
-            self._shared_retries.add(point)
-            logger.warning(
-                "iteration %d, shared by %d trials, failed; retrying it once before it counts as their failure:\n%s",
-                outcome.error_iteration,
-                len(affected),
-                outcome.error,
-            )
-            return
-        self._fail(affected, outcome.error, error_pickle=outcome.error_pickle)
 
-    def _fail(self, trial_ids: set[str], error: str, retry: bool = True, error_pickle: bytes | None = None) -> None:
+    def _shared_retry(self, outcome: BatchOutcome) -> bool:
+        """The trainable raised on a stage several live trials share: their
+        first error there is retried once before it counts against them (in
+        Tune each of those trials trains the prefix on its own, and a
+        transient error would cost one of them, not all). Once per stage and
+        trials, not per iteration: a trainable that fails after a report
+        fails further on at each retry that goes on from a later checkpoint."""
+        if not outcome.error_retryable:  # the trainable reported something it must not: a retry repeats it
+            return False
+        affected = self._affected(outcome)
+        point = (outcome.error_node, frozenset(affected))
+        if len(affected) < 2 or point in self._shared_retries:
+            return False
+        self._shared_retries.add(point)
+        logger.warning(
+            "iteration %d, shared by %d trials, failed; retrying it once before it counts as their failure:\n%s",
+            outcome.error_iteration,
+            len(affected),
+            outcome.error,
+        )
+        return True
+
+    def _batch_failed(self, outcome: BatchOutcome) -> None:
+        """The trainable raised, and it counts against the trials it served."""
+        affected = self._affected(outcome)
+        if outcome.error_checkpoint:
+            for trial_id in affected:
+                self.trials[trial_id].error_checkpoint = outcome.checkpoints[-1][:2]
+        self._fail(affected, outcome.error, outcome.error_retryable, outcome.error_in_restore, outcome.error_pickle)
+
+    def _fail(
+        self,
+        trial_ids: set[str],
+        error: str,
+        retry: bool = True,
+        in_restore: bool = False,
+        error_pickle: bytes | None = None,
+    ) -> None:
+        """The trials failed (``in_restore``: loading their starting
+        checkpoint raised): retried while ``FailureConfig.max_failures``
+        allows, else they end in error. As in Tune, a failed restore is
+        first retried ``TUNE_RESTORE_RETRY_NUM`` times without counting.
+        ``error_pickle``: the trainable's exception as `Result.error` gives it."""
         for trial_id in trial_ids:
             state = self.trials[trial_id]
             if state.status in ENDED:
+                continue
+            if in_restore and retry and state.restore_failures < self.spec.restore_retries:
+                state.restore_failures += 1
+                self._event("recover", state, error=error)
                 continue
             state.failures += 1
             if retry and state.failures <= self.spec.max_failures:

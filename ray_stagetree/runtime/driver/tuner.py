@@ -52,6 +52,13 @@ from ray_stagetree.runtime.control.experiment_state import (
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner, check_driver_hooks
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
 from ray_stagetree.runtime.driver.progress import ProgressReporter
+from ray_stagetree.runtime.driver.restoring import (
+    PARAM_SPACE_KEYS,
+    TRAINABLE_NAME,
+    check_restored_param_space,
+    check_restored_trainable,
+    param_space_keys,
+)
 from ray_stagetree.runtime.driver.results import ResultGrid
 from ray_stagetree.runtime.driver.tune_compat import (
     check_deprecated_at_fit,
@@ -292,6 +299,9 @@ class Tuner:
                 raise TypeError(f"Tuner.restore's {name} must be a bool, got {value!r}")
         path = _absolute(os.fspath(path), storage_filesystem).rstrip("/")
         settings = read_tuner_settings(CheckpointStorage(path, storage_filesystem))
+        check_restored_trainable(trainable, settings.get(TRAINABLE_NAME))
+        if param_space is not None:
+            check_restored_param_space(param_space, settings.get(PARAM_SPACE_KEYS))
         run_config = copy.copy(settings["run_config"])
         run_config.storage_path, run_config.name = posixpath.split(path)
         if settings["options"].get("plan_service") is not None:
@@ -348,6 +358,8 @@ class Tuner:
     def _save_settings(self, experiment_path: str) -> None:
         """What `restore` rebuilds this Tuner from, at the experiment root."""
         settings = {
+            TRAINABLE_NAME: self._trainable_name,
+            PARAM_SPACE_KEYS: param_space_keys(self.param_space),
             "param_space": self.param_space,
             "tune_config": self.tune_config,
             "run_config": self.run_config,
@@ -730,6 +742,7 @@ class Tuner:
             resume=resume,
             restore=restore,
             state_period_s=_state_period(),
+            restore_retries=_restore_retries(),
             checkpoint_config=self.run_config.checkpoint_config,
             stall_warning_s=_stall_warning_seconds(),
             payload_key=payload_key,
@@ -1105,6 +1118,19 @@ def _state_period() -> float | None:
     if not period >= 0:
         raise ValueError(f"TUNE_GLOBAL_CHECKPOINT_S must be 'auto' or seconds >= 0, got {value!r}")
     return period
+
+
+def _restore_retries() -> int:
+    """Tune's ``TUNE_RESTORE_RETRY_NUM``: times a trial's failed checkpoint
+    load is retried before it counts as one of its failures (0 by default)."""
+    value = os.environ.get("TUNE_RESTORE_RETRY_NUM", "0")
+    try:
+        retries = int(value)
+    except ValueError:
+        retries = -1
+    if retries < 0:
+        raise ValueError(f"TUNE_RESTORE_RETRY_NUM must be an int >= 0 (retries of a failed restore), got {value!r}")
+    return retries
 
 
 def _stall_warning_seconds() -> float:

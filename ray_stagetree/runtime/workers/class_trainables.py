@@ -41,7 +41,7 @@ def run_class(trainable_cls: type, context: StageContext) -> None:
     try:
         instance = _create(trainable_cls, context)
         try:
-            _restore(instance, context.source_payload())
+            _restore_from(instance, context)
             while True:
                 try:
                     _train(instance, context)
@@ -50,7 +50,7 @@ def run_class(trainable_cls: type, context: StageContext) -> None:
                     if not _reset(instance, context):
                         _stop(instance)
                         instance = _create(trainable_cls, context)
-                        _restore(instance, context.source_payload())
+                        _restore_from(instance, context)
         finally:
             _stop(instance)
     finally:
@@ -70,6 +70,15 @@ def _is_stage_trainable(instance: Any) -> bool:
     from ray_stagetree.trainables import StageTrainable
 
     return isinstance(instance, StageTrainable)
+
+
+def _restore_from(instance: Any, context: StageContext) -> None:
+    """Load the batch's starting checkpoint; an error raised here leaves
+    ``context.restoring`` set: Tune retries a failed restore
+    (``TUNE_RESTORE_RETRY_NUM``) before it counts as the trial's failure."""
+    context.restoring = True
+    _restore(instance, context.source_payload())
+    context.restoring = False
 
 
 def _restore(instance: Any, payload: CheckpointPayload | None) -> None:

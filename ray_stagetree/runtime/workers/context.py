@@ -111,6 +111,7 @@ class StageContext:
         # temporary folder: if the function ends the trial right after it,
         # it is the trial's final checkpoint, as in Tune.
         self._latest: tuple[int, str] | None = None
+        self.restoring = False  # a class trainable is loading the starting checkpoint (`class_trainables`)
 
     def _begin(self, spec: BatchSpec) -> None:
         """Take ``spec`` as the batch to train (also a batch that continues a parked one)."""
@@ -219,12 +220,14 @@ class StageContext:
             shutil.rmtree(self._latest[1], ignore_errors=True)
             self._latest = None
 
-    def _put_final_checkpoint(self, outcome: BatchOutcome) -> None:
-        """The function ended its trial itself (it returned, or reported
-        ``done``) after an iteration whose checkpoint the plan had not asked
-        for: put that checkpoint, the trial's last, in the outbox."""
+    def _put_final_checkpoint(self, outcome: BatchOutcome, failed: bool) -> None:
+        """The function ended its trial itself (it returned, reported
+        ``done``, or raised) after an iteration whose checkpoint the plan had
+        not asked for: put that checkpoint, the trial's last, in the outbox.
+        After an error it is where Tune resumes the trial (a retry under
+        ``FailureConfig``, ``Tuner.restore(resume_errored=True)``)."""
         iteration, folder = self._latest
-        ended = self.returned_at is not None or self._ended
+        ended = self.returned_at is not None or self._ended or failed
         if not ended or iteration != self.iteration or iteration in self._put_iterations:
             return
         # The RNG states are those at the function's end, not at its last report.
@@ -232,6 +235,7 @@ class StageContext:
         key = f"{self.spec.batch_id}:{iteration}"
         self._put(key, payload)
         outcome.checkpoints.append((self.node_at(iteration), iteration, key, size_of(payload)))
+        outcome.error_checkpoint = failed and self.returned_at is None and not self._ended
 
     # -- shared by both APIs ------------------------------------------------
 
@@ -344,11 +348,12 @@ class StageContext:
         if not self._ended:
             self.stop = max(min(needed, batch_stop), self.iteration)
 
-    def finish(self) -> BatchOutcome:
+    def finish(self, failed: bool = False) -> BatchOutcome:
+        """The batch's last outcome; ``failed``: the trainable raised."""
         outcome = self._pending
         outcome.returned_at = self.returned_at
         if self._latest is not None:
-            self._put_final_checkpoint(outcome)
+            self._put_final_checkpoint(outcome, failed)
             self._drop_latest()
         outcome.missing_checkpoint = self.missing_checkpoint
         outcome.seconds = time.monotonic() - self._last_flush

@@ -252,11 +252,12 @@ class StageWorker:
         # SystemExit too (a trainable calling sys.exit()): in this thread it would
         # end the thread silently, and the worker would wait for the batch forever.
         except (Exception, SystemExit) as error:
-            outcome = context.finish()
+            outcome = context.finish(failed=True)
             outcome.error = traceback.format_exc() + _sequence_hint(error)
             outcome.error_pickle = pack_error(error, outcome.error, f"{_name(self._trainable)}.train()")
             outcome.error_iteration = context.iteration + 1
             outcome.error_node = context.node_at(min(context.iteration + 1, context.spec.stop))
             outcome.error_retryable = not isinstance(error, ReportError)
+            outcome.error_in_restore = context.restoring
             return outcome
         return context.finish()
