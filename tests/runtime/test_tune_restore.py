@@ -23,7 +23,8 @@ from ray_stagetree import Tuner
 def fails_after_a_report(config):
     """Tune's test trainable: reports ``it`` with a checkpoint
     ``num_epochs`` times (going on from its checkpoint), raises while the
-    file ``config["fail"]`` exists, else reports once more and returns."""
+    file ``config["fail"]`` exists, hangs while ``config["hang"]`` does,
+    else reports once more and returns."""
     state = {"it": 0}
     checkpoint = tune.get_checkpoint()
     if checkpoint:
@@ -41,6 +42,8 @@ def fails_after_a_report(config):
         report()
     if config.get("fail") and os.path.exists(config["fail"]):
         raise RuntimeError("failing while the marker exists")
+    if config.get("hang") and os.path.exists(config["hang"]):
+        time.sleep(60)
     state["it"] += 1
     report()
 
@@ -278,3 +281,68 @@ def test_with_parameters_trainables_restore_when_given_again(ray_session, tmp_pa
     assert grid[0].metrics["training_iteration"] == 3
     if not is_class:
         assert grid[0].metrics["it"] == 3, "resumed from the checkpoint reported before the error"
+
+
+
+
+def by_case(config):
+    """`fails_after_a_report` on ``config["case"]`` (one grid over whole cases)."""
+    fails_after_a_report(config["case"])
+
+
+class FailsOnceTwoEnded(tune.Callback):
+    """Raises from ``on_step_begin`` one step after two trials ended."""
+
+    def __init__(self):
+        self.fail_at = None
+
+    def on_step_begin(self, iteration, trials, **info):
+        if self.fail_at is not None and iteration >= self.fail_at:
+            raise RuntimeError("the callback fails")
+        if self.fail_at is None and sum(trial.status in ("TERMINATED", "ERROR") for trial in trials) >= 2:
+            self.fail_at = iteration + 1
+
+
+@pytest.fixture
+def stopped_by_a_callback(ray_session, tmp_path, monkeypatch):
+    """Trials [finishes, hangs, fails, hangs] and a callback that raised
+    once two had ended: fit() raised the callback's error, as Tune's does,
+    and the study was saved for Tuner.restore."""
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "0")
+    fail, hang = tmp_path / "fail", tmp_path / "hang"
+    fail.touch()
+    hang.touch()
+    cases = [{"hang": None}, {"hang": str(hang)}, {"fail": str(fail)}, {"hang": str(hang)}]
+    tuner = Tuner(
+        by_case,
+        param_space={"case": tune.grid_search(cases)},
+        run_config=tune.RunConfig(name="exp", storage_path=str(tmp_path), callbacks=[FailsOnceTwoEnded()], verbose=0),
+    )
+    with pytest.raises(RuntimeError, match="the callback fails"):
+        tuner.fit()
+    fail.unlink()
+    hang.unlink()
+    return str(tmp_path / "exp")
+
+
+def restored_without_the_callback(path, **options):
+    tuner = Tuner.restore(path, by_case, **options)
+    tuner.run_config.callbacks = None
+    return tuner.fit()
+
+
+def test_a_study_a_callback_stopped_resumes_its_unfinished_trials(stopped_by_a_callback):
+    grid = restored_without_the_callback(stopped_by_a_callback)
+    assert len(grid) == 4
+    assert len(grid.errors) == 1 and grid[2].error is not None
+    assert grid[2].metrics["it"] == 1, "the errored trial stays"
+    assert grid[0].metrics["it"] == 2, "the finished trial stays"
+    assert all(result.metrics["it"] >= 2 for result in (grid[1], grid[3])), "the hanging trials went on to the end"
+
+
+def test_resume_errored_only_ends_the_unfinished_trials_where_they_stood(stopped_by_a_callback):
+    grid = restored_without_the_callback(stopped_by_a_callback, resume_unfinished=False, resume_errored=True)
+    assert not grid.errors
+    assert grid[0].metrics["it"] == 2
+    assert grid[2].metrics["it"] == 3, "the errored trial resumed from it=1"
+    assert all(result.metrics.get("it", 0) <= 1 for result in (grid[1], grid[3])), "nothing more trained"

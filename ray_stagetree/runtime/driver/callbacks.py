@@ -301,6 +301,8 @@ class CallbackRunner:
         first: Tune's loggers open files at a trial's start and close them at
         its end, and one poll of a study of short trials holds thousands."""
         self.iteration += 1
+        # Tune's loop steps: here, the driver's polls (a hook that raises ends fit() with its error, as in Tune).
+        self._call("on_step_begin", iteration=self.iteration, trials=self._trial_list)
         by_trial: dict[str, tuple[list[dict], list[dict], list[dict]]] = {}
         for event in progress.get("events", ()):
             starts, _, others = by_trial.setdefault(event["trial_id"], ([], [], []))
@@ -314,6 +316,7 @@ class CallbackRunner:
                 self._result(row)
             for event in others:
                 self._other(event)
+        self._call("on_step_end", iteration=self.iteration, trials=self._trial_list)
         if self._remote and time.monotonic() - self._last_sync >= self.sync_period:
             self.sync()
 

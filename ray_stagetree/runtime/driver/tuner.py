@@ -845,6 +845,10 @@ class Tuner:
                 reporter.update(progress, final=True, trials=list(callbacks.trials.values()))
                 summaries = ray.get(controller.results.remote())
                 callbacks.end()
+            except Exception as error:
+                if not isinstance(error, ray.exceptions.RayError):  # a callback raised: fit() raises it, as Tune's
+                    _save_before_raising(controller)
+                raise
             finally:
                 try:
                     ray.get(controller.shutdown_workers.remote())
@@ -923,6 +927,16 @@ class Tuner:
             worker_seconds=progress["worker_seconds"],
             state_seconds=progress["state_seconds"],
         )
+
+
+def _save_before_raising(controller: Any) -> None:
+    """The driver stops on an error of its own (a callback raised): the
+    study is saved as the driver last saw it, as on Ctrl-C, so that
+    `Tuner.restore` continues it (Tune saves its experiment state too)."""
+    try:
+        ray.get(controller.interrupt.remote())
+    except ray.exceptions.RayError as error:
+        logger.warning("the study could not be saved before fit() raised: %s", error)
 
 
 def _check_trainable(trainable: Any) -> None:
