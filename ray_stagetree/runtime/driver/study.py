@@ -15,7 +15,7 @@ from typing import Any, Callable
 from ray import tune
 
 from ray_stagetree.planning.plan import SearchPlan
-from ray_stagetree.runtime.driver.tuner import Tuner
+from ray_stagetree.runtime.driver.tuner import Tuner, in_existing_experiment
 from ray_stagetree.searchers.sources import VariantSource
 
 
@@ -49,16 +49,17 @@ class Study:
 
     def _tuner(self, horizon: int) -> Tuner:
         storage, name = posixpath.split(self.experiment_path)
-        return Tuner(
-            self.trainable,
-            run_config=tune.RunConfig(
-                name=name,
-                storage_path=storage,
-                storage_filesystem=self.storage_filesystem,
-                stop={"training_iteration": horizon},
-                verbose=0,
-            ),
-        )
+        with in_existing_experiment():  # the study's own settings stay: Tuner.restore reads them
+            return Tuner(
+                self.trainable,
+                run_config=tune.RunConfig(
+                    name=name,
+                    storage_path=storage,
+                    storage_filesystem=self.storage_filesystem,
+                    stop={"training_iteration": horizon},
+                    verbose=0,
+                ),
+            )
 
     def evaluate(self, config: dict[str, Any], iteration: int) -> dict[str, Any]:
         """Metrics of ``config`` after ``iteration`` iterations: from the plan

@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import ray
@@ -86,8 +87,20 @@ from ray_stagetree.trial_schedulers.ray_fields import trainable_resources
 from ray_stagetree.trial_schedulers.registry import check_scheduler, scheduler_max_t
 
 POLL_SECONDS = 0.5
-#: Set while Tuner.restore builds its Tuner: the experiment folder is there already.
-_RESTORING: contextvars.ContextVar[bool] = contextvars.ContextVar("stagetree_restoring", default=False)
+#: Set while a Tuner is built for an experiment folder that is there already.
+_EXISTING: contextvars.ContextVar[bool] = contextvars.ContextVar("stagetree_existing_experiment", default=False)
+
+
+@contextlib.contextmanager
+def in_existing_experiment() -> Iterator[None]:
+    """Tuners built inside work in an experiment folder that exists
+    (`Tuner.restore`, `Study`): they keep the settings saved there, which a
+    later `Tuner.restore` reads, instead of writing their own."""
+    token = _EXISTING.set(True)
+    try:
+        yield
+    finally:
+        _EXISTING.reset(token)
 #: Times a study whose controller's process died continues from its last
 #: snapshot, in the same fit(), before it stops with an error.
 CONTROLLER_RESTARTS = 3
@@ -219,7 +232,7 @@ class Tuner:
         # As Tune: the experiment folder, with what restore needs, exists from here on, so
         # Tuner.can_restore(path) holds before fit() (a restore continues it from scratch).
         self._experiment_dir = self._experiment_path()
-        if not _RESTORING.get():  # a restore keeps the folder's settings as they were
+        if not _EXISTING.get():
             _check_writable(CheckpointStorage(self._experiment_dir, self.run_config.storage_filesystem), self._experiment_dir)
             self._save_settings(self._experiment_dir)
 
@@ -309,8 +322,7 @@ class Tuner:
             # (the service keeps no snapshot of a study; its plan answers what the study had trained).
             run_config.storage_path = posixpath.dirname(posixpath.dirname(run_config.storage_path))
         run_config.storage_filesystem = storage_filesystem
-        restoring = _RESTORING.set(True)
-        try:
+        with in_existing_experiment():
             tuner = cls(
                 trainable,
                 param_space=settings["param_space"] if param_space is None else param_space,
@@ -319,8 +331,6 @@ class Tuner:
                 **settings["options"],
                 monitor=monitor,
             )
-        finally:
-            _RESTORING.reset(restoring)
         tuner._restore_options = (resume_unfinished, resume_errored, restart_errored)
         tuner._results = tuner._stored_results()
         return tuner
