@@ -72,8 +72,9 @@ class AskTellSearcher(Searcher):
         As for any Tune searcher; by default ``TuneConfig``'s.
     """
 
-    def __init__(self, algorithm: AskTellAlgorithm, batch_size: int = 4, metric: str | None = None,
-                 mode: str | None = None) -> None:
+    def __init__(
+        self, algorithm: AskTellAlgorithm, batch_size: int = 4, metric: str | None = None, mode: str | None = None
+    ) -> None:
         if not isinstance(algorithm, AskTellAlgorithm):
             raise TypeError(f"algorithm must be an AskTellAlgorithm, got {type(algorithm).__name__}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -132,4 +133,3 @@ class AskTellSearcher(Searcher):
         if not self._running and not self._queue:
             told, self._told = self._told, []
             self.algorithm.tell(told)
-

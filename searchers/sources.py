@@ -24,7 +24,6 @@ from ray_stagetree.searchers.variants import (
     to_tune_space,
 )
 
-
 #: Tune's searchers name a parameter by its path of dict keys (Optuna joins
 #: them with "/"), so a domain inside a list, such as a `MultiStep`'s
 #: milestones, has no name they accept. Such lists reach them as dicts keyed
@@ -138,6 +137,7 @@ class SearcherSource:
         spec: Mapping[str, Any] | None = None,
     ):
         from ray.tune.search.util import _set_search_properties_backwards_compatible
+
         self.searcher = searcher
         self._space = searchable_space(to_tune_space(param_space))
         self._num_samples = math.inf if num_samples < 0 else num_samples

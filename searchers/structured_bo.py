@@ -306,8 +306,11 @@ class StructuredBO(Searcher):
             if self.horizon in node.metrics
         ]
         model = model.condition(
-            [(config, self.horizon, value) for config, anchor, value in zip(running, anchors, believed)
-             if anchor is None or anchor.iteration < self.horizon]
+            [
+                (config, self.horizon, value)
+                for config, anchor, value in zip(running, anchors, believed)
+                if anchor is None or anchor.iteration < self.horizon
+            ]
         )
         leaves, configs = self._candidates(model)
         covered = np.array(self._plan.covered_iterations(configs, self.horizon))

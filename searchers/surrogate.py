@@ -97,9 +97,7 @@ class PrefixFeatures:
 
     def _raw(self, config: TrialConfig, iterations: np.ndarray) -> np.ndarray:
         if config.names != self.names:
-            raise ValueError(
-                f"config has hyper-parameters {config.names}, the surrogate was trained on {self.names}"
-            )
+            raise ValueError(f"config has hyper-parameters {config.names}, the surrogate was trained on {self.names}")
         stop = int(iterations.max())
         columns = [np.log(iterations) / math.log(max(self.horizon, 2))]
         recent = np.maximum(1, np.ceil(iterations / 4).astype(int))
@@ -147,7 +145,7 @@ class LearningCurvePrior:
     LOWER = (-np.inf, -np.inf, -3.0)
     UPPER = (np.inf, np.inf, 1.0)
 
-    def fit(self, iterations: np.ndarray, values: np.ndarray) -> "LearningCurvePrior":
+    def fit(self, iterations: np.ndarray, values: np.ndarray) -> LearningCurvePrior:
         from scipy.optimize import curve_fit
 
         iterations, values = np.asarray(iterations, dtype=float), np.asarray(values, dtype=float)
@@ -158,8 +156,12 @@ class LearningCurvePrior:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 params, _ = curve_fit(
-                    _power_law, iterations, values, p0=[values[iterations == iterations.min()].mean(), 0.0, -0.5],
-                    bounds=(self.LOWER, self.UPPER), maxfev=2000,
+                    _power_law,
+                    iterations,
+                    values,
+                    p0=[values[iterations == iterations.min()].mean(), 0.0, -0.5],
+                    bounds=(self.LOWER, self.UPPER),
+                    maxfev=2000,
                 )
         except (RuntimeError, ValueError):
             return self
@@ -170,7 +172,6 @@ class LearningCurvePrior:
     def __call__(self, iterations: np.ndarray) -> np.ndarray:
         """The curve at ``iterations``."""
         return _power_law(np.asarray(iterations, dtype=float), *self.params)
-
 
 
 def _power_law(iterations, a, b, p):
@@ -207,8 +208,8 @@ class PrefixSurrogate:
         self.seed = seed
 
     def fit(
-        self, points: SequenceType[tuple[TrialConfig, int, float]], previous: "PrefixSurrogate | None" = None
-    ) -> "PrefixSurrogate":
+        self, points: SequenceType[tuple[TrialConfig, int, float]], previous: PrefixSurrogate | None = None
+    ) -> PrefixSurrogate:
         """Learn the prior and the GP (its kernel hyper-parameters by maximum
         likelihood) from measured ``(config, iteration, value)`` points; the
         search starts from ``previous``'s kernel when it has as many inputs
@@ -225,9 +226,9 @@ class PrefixSurrogate:
         self.prior = LearningCurvePrior().fit(iterations, values)
         inputs = self._inputs(points)
         dimensions = inputs.shape[1]
-        kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
-            np.ones(dimensions), (1e-2, 1e2), nu=2.5
-        ) + WhiteKernel(1e-2, (1e-6, 1.0))
+        kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(np.ones(dimensions), (1e-2, 1e2), nu=2.5) + WhiteKernel(
+            1e-2, (1e-6, 1.0)
+        )
         restarts = 1
         if previous is not None and previous.gp.kernel_.n_dims == kernel.n_dims:
             kernel, restarts = previous.gp.kernel_, 0
@@ -239,7 +240,7 @@ class PrefixSurrogate:
         self._fit_gp(inputs, residuals)
         return self
 
-    def condition(self, points: SequenceType[tuple[TrialConfig, int, float]]) -> "PrefixSurrogate":
+    def condition(self, points: SequenceType[tuple[TrialConfig, int, float]]) -> PrefixSurrogate:
         """A copy that also holds ``points`` (e.g. fantasies of running
         trials), with the same features, prior and kernel hyper-parameters."""
         GaussianProcessRegressor = require("sklearn.gaussian_process", "StructuredBO", "bo").GaussianProcessRegressor

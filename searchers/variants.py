@@ -93,7 +93,7 @@ def sample_variants(
     constant_grid_search: bool = False,
     points_to_evaluate: Iterable[Mapping[str, Any]] = (),
     each_draw: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
-) -> "VariantStream":
+) -> VariantStream:
     """`generate_trials`' configs as a `VariantStream`: the points and the
     grid's first repeat are drawn now, later repeats as they are asked for.
 
@@ -129,12 +129,12 @@ class VariantStream:
     and the repeats left.
     """
 
-    def __init__(self, drawn: Iterable[dict[str, Any]] = (), sampler: "_Sampler | None" = None, repeats: int = 0):
+    def __init__(self, drawn: Iterable[dict[str, Any]] = (), sampler: _Sampler | None = None, repeats: int = 0):
         self._drawn = collections.deque(drawn)
         self._sampler = sampler
         self._repeats_left = repeats if sampler is not None else 0
 
-    def __iter__(self) -> "VariantStream":
+    def __iter__(self) -> VariantStream:
         return self
 
     def __next__(self) -> dict[str, Any]:

@@ -54,7 +54,10 @@ SCHEDULERS: dict[str, Callable[[], type]] = {
 SEARCHERS: dict[str, Callable[[], type]] = {
     "random": lambda: BasicVariantGenerator,
     "grid": lambda: SequenceGridSearch,
-    **{name: _tune_searcher(name) for name in ("optuna", "hyperopt", "ax", "bayesopt", "nevergrad", "zoopt", "hebo", "bohb")},
+    **{
+        name: _tune_searcher(name)
+        for name in ("optuna", "hyperopt", "ax", "bayesopt", "nevergrad", "zoopt", "hebo", "bohb")
+    },
 }
 
 

@@ -18,10 +18,10 @@ import yaml
 from ray import tune
 
 from ray_stagetree.jobs import schema
+from ray_stagetree.jobs.algorithms import build_policy, build_scheduler, build_searcher
 from ray_stagetree.jobs.domains import to_param_space
 from ray_stagetree.jobs.errors import SpecError, field_path
 from ray_stagetree.jobs.imports import load_object
-from ray_stagetree.jobs.algorithms import build_policy, build_scheduler, build_searcher
 from ray_stagetree.runtime.driver.tuner import Tuner
 
 #: Top-level keys passed to the Tuner as keyword arguments of the same name,

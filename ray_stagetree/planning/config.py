@@ -206,9 +206,7 @@ def split_path(path: str) -> list[str]:
 def _is_scalar(value: Any) -> bool:
     value = _python(value)
     # nan and inf are valid config values in Tune, but no Constant: they are static.
-    return isinstance(value, (bool, int, float, str)) and not (
-        isinstance(value, float) and not math.isfinite(value)
-    )
+    return isinstance(value, (bool, int, float, str)) and not (isinstance(value, float) and not math.isfinite(value))
 
 
 def _python(value: Any) -> Any:
@@ -271,11 +269,12 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
     for key, value in config.items():
         if not isinstance(key, str):
             raise TypeError(
-                f"config keys must be strings, got {key!r} ({type(key).__name__}) "
-                f"under {prefix or 'the top level'!r}"
+                f"config keys must be strings, got {key!r} ({type(key).__name__}) under {prefix or 'the top level'!r}"
             )
         path = f"{prefix}{escape_key(key)}"
-        if (type(value) is dict or isinstance(value, Mapping)) and not (is_sequence_spec(value) or is_pickled_spec(value)):
+        if (type(value) is dict or isinstance(value, Mapping)) and not (
+            is_sequence_spec(value) or is_pickled_spec(value)
+        ):
             yield from _flatten(value, path + PATH_SEPARATOR)
         else:
             yield path, value
@@ -329,12 +328,12 @@ class TrialConfig:
     @renamed_arguments(study="share_key")
     def from_config(
         cls,
-        config: "Mapping[str, Any] | TrialConfig",
+        config: Mapping[str, Any] | TrialConfig,
         share_key: str = "default",
         intern: dict[Sequence, Sequence] | None = None,
         objects: Mapping[str, Any] | None = None,
         copied_from: TrialConfig | None = None,
-    ) -> "TrialConfig":
+    ) -> TrialConfig:
         """Split ``config``; raises a ValueError naming any value that cannot be planned.
 
         ``share_key`` names the group of trials that may share stages: trials
@@ -401,7 +400,7 @@ class TrialConfig:
             pickled=pickled,
         )
 
-    def first_difference(self, other: "TrialConfig", stop: int, start: int = 0) -> int | None:
+    def first_difference(self, other: TrialConfig, stop: int, start: int = 0) -> int | None:
         """First iteration in ``[start, stop)`` where the trials observe different values."""
         if self is other:
             return None
@@ -470,7 +469,7 @@ class TrialConfig:
         share_key: str = "default",
         intern: dict[Sequence, Sequence] | None = None,
         objects: Mapping[str, Any] | None = None,
-    ) -> "TrialConfig":
+    ) -> TrialConfig:
         return cls.from_config(unflatten(data), share_key=share_key, intern=intern, objects=objects)
 
 

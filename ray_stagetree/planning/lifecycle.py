@@ -57,11 +57,12 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from ray_stagetree.planning.config import TrialConfig, split_path
-from ray_stagetree.planning.decisions import CONTINUE, PAUSE, STOP, Exploit
+from ray_stagetree.planning.decisions import PAUSE, STOP, Exploit
 from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
@@ -263,9 +264,7 @@ class TrialLifecycle:
         if trial.status == PENDING:
             self.set_status(trial, RUNNING)
 
-    def decide(
-        self, trial: Trial, iteration: int, row: dict[str, Any], then: Callable[[], None] | None = None
-    ) -> None:
+    def decide(self, trial: Trial, iteration: int, row: dict[str, Any], then: Callable[[], None] | None = None) -> None:
         """Ask the trial's scheduler about its result at ``iteration`` and apply
         the answer; ``then`` runs between the two (the owner tells the
         searcher there: Tune's order, in which the searcher gets the row the

@@ -59,7 +59,7 @@ class CheckpointInfo:
 class Request:
     """Train ``node`` up to ``iteration`` and report: serves one or more trials."""
 
-    node: "PlanNode"
+    node: PlanNode
     iteration: int
     trials: set[str] = field(default_factory=set)
     state: RequestState = RequestState.NOT_SCHED
@@ -100,7 +100,7 @@ class PlanNode:
         "trials",
     )
 
-    def __init__(self, node_id: int, config: TrialConfig, parent: "PlanNode | None", fork_iteration: int):
+    def __init__(self, node_id: int, config: TrialConfig, parent: PlanNode | None, fork_iteration: int):
         self.node_id = node_id
         self.config = config
         self.parent = parent
@@ -147,7 +147,7 @@ class PlanNode:
         ends = [(stop, batch_id) for batch_id, (_, stop) in self.running.items() if stop < before]
         return max(ends, default=None)
 
-    def ancestors(self) -> Iterator["PlanNode"]:
+    def ancestors(self) -> Iterator[PlanNode]:
         node = self.parent
         while node is not None:
             yield node
@@ -434,9 +434,7 @@ class SearchPlan:
     @renamed_arguments(step="iteration")
     def trials_through(self, node: PlanNode, iteration: int) -> set[str]:
         """Live trials whose path passes through ``(node, iteration)``."""
-        found = {
-            trial_id for trial_id in node.trials if self.trials[trial_id].request.iteration >= iteration
-        }
+        found = {trial_id for trial_id in node.trials if self.trials[trial_id].request.iteration >= iteration}
         pending = [child for child in node.children.values() if child.fork_iteration >= iteration]
         while pending:
             current = pending.pop()
@@ -562,7 +560,7 @@ class SearchPlan:
         request.batch_id = batch_id
         self._batches[batch_id].requests.append(request)
 
-    def _batch(self, batch_id: int) -> "RunningBatch":
+    def _batch(self, batch_id: int) -> RunningBatch:
         try:
             return self._batches[batch_id]
         except KeyError:
@@ -780,7 +778,7 @@ class SearchPlan:
         persistence.save(self, url, storage_filesystem)
 
     @classmethod
-    def load(cls, url: str, storage_filesystem: Any = None, objects: bool = False) -> "SearchPlan":
+    def load(cls, url: str, storage_filesystem: Any = None, objects: bool = False) -> SearchPlan:
         """Read a plan written by `save`. Scheduled requests come back unscheduled:
         no batch survives a restore. Config values JSON cannot hold stay
         `PickledValue` values unless ``objects`` (then the side file is unpickled:
@@ -798,15 +796,15 @@ class SearchPlan:
         return persistence.objects(self)
 
     @classmethod
-    def from_records(cls, records: dict[str, list[dict[str, Any]]], objects: dict[str, Any] | None = None) -> "SearchPlan":
+    def from_records(
+        cls, records: dict[str, list[dict[str, Any]]], objects: dict[str, Any] | None = None
+    ) -> SearchPlan:
         """The plan `records` (and `objects`) came from, requests unscheduled as in `load`."""
         plan = cls()
         persistence.fill(plan, records, objects)
         return plan
 
-    def _restore_node(
-        self, node_id: int, config: TrialConfig, parent_id: int | None, fork_iteration: int
-    ) -> PlanNode:
+    def _restore_node(self, node_id: int, config: TrialConfig, parent_id: int | None, fork_iteration: int) -> PlanNode:
         if node_id != len(self.nodes):
             raise ValueError(f"plan nodes must be restored in id order, got {node_id} after {len(self.nodes) - 1}")
         parent = None if parent_id is None else self.nodes[parent_id]

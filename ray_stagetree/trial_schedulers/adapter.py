@@ -12,7 +12,8 @@ Ray's private state it reads through
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ray_stagetree.planning.decisions import Decision, Exploit
 from ray_stagetree.trial_schedulers.ray_fields import TESTED_WITH, ray_field

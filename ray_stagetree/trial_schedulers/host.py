@@ -14,7 +14,8 @@ once.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ray_stagetree.planning.decisions import Decision, Exploit
 from ray_stagetree.trial_schedulers.pbt import PopulationBasedAdapter

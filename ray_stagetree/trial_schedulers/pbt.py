@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any
 
 from ray_stagetree.planning.config import unflatten
-from ray_stagetree.trial_schedulers.adapter import SchedulerAdapter
 from ray_stagetree.planning.decisions import CONTINUE, PAUSE, Decision, Exploit
+from ray_stagetree.trial_schedulers.adapter import SchedulerAdapter
 from ray_stagetree.trial_schedulers.ray_fields import ray_field
 
 # The functions of Ray's pbt module the settings carry (without their "_").

@@ -12,8 +12,9 @@ when it picks it (``choose_trial_to_run``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ray_stagetree.planning.decisions import PAUSE, Decision, Exploit
 from ray_stagetree.planning.lifecycle import ERROR, PAUSED, RUNNING, TERMINATED

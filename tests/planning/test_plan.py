@@ -298,7 +298,9 @@ def test_a_batch_is_timed_per_run_of_iterations_without_its_setup():
     times += [(first.node_id, start + 5, "n/a")]  # a user's own value: no number, no timing
     plan.record_batch_timings(batch.batch_id, times)
     # The first iteration also paid for the worker's setup: it is no stage's cost.
-    assert [(t.node_id, t.start, t.stop, t.seconds) for t in plan.timings] == [(first.node_id, start + 1, start + 4, 1.5)]
+    assert [(t.node_id, t.start, t.stop, t.seconds) for t in plan.timings] == [
+        (first.node_id, start + 1, start + 4, 1.5)
+    ]
 
 
 def test_the_plan_is_the_only_writer_of_its_checkpoint_records():
@@ -328,5 +330,11 @@ def test_checkpoint_records_hold_only_what_persists():
     node = plan.add_trial("a", {"lr": 0.1}, 10).node
     plan.record_checkpoint(node.node_id, 5, CheckpointInfo("checkpoints/x", 3, "sha256:00"))
     (row,) = plan.records()["checkpoints"]
-    assert row == {"node_id": node.node_id, "step": 5, "path": "checkpoints/x", "size_bytes": 3, "checksum": "sha256:00"}
+    assert row == {
+        "node_id": node.node_id,
+        "step": 5,
+        "path": "checkpoints/x",
+        "size_bytes": 3,
+        "checksum": "sha256:00",
+    }
     assert pickle.loads(pickle.dumps(node)).checkpoints == node.checkpoints

@@ -20,8 +20,8 @@ import threading
 import time
 
 import ray
-from ray import tune
 from fsspec.implementations.local import LocalFileSystem
+from ray import tune
 from ray.cluster_utils import Cluster
 
 from ray_stagetree import MultiStep, Tuner

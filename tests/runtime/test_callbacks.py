@@ -347,6 +347,7 @@ def test_a_remote_study_uploads_its_logs(tmp_path, ray_session):
 
 def test_mlflow_logger_callback_works_unchanged(tmp_path, ray_session, monkeypatch):
     import mlflow  # mlflow-skinny, in the test extra: the callback must be exercised, not skipped
+
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # a local file tracking URI, no server
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 

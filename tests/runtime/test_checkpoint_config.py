@@ -48,7 +48,9 @@ def fit(tmp_path, name, trainable, checkpoint_config, space=None, stop=None):
 
 
 def folder_steps(result):
-    return sorted(int(entry[len("checkpoint_") :]) for entry in os.listdir(result.path) if entry.startswith("checkpoint_"))
+    return sorted(
+        int(entry[len("checkpoint_") :]) for entry in os.listdir(result.path) if entry.startswith("checkpoint_")
+    )
 
 
 def saved_steps(checkpoint):
@@ -79,7 +81,9 @@ def test_invalid_values_are_refused_at_tuner(field, value, message):
 
 
 def test_checkpoint_config_must_be_tunes():
-    with pytest.raises(TypeError, match="RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got \{'num_to_keep': 1\}"):
+    with pytest.raises(
+        TypeError, match=r"RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got \{'num_to_keep': 1\}"
+    ):
         Tuner(Scored, run_config=tune.RunConfig(checkpoint_config={"num_to_keep": 1}))
 
 

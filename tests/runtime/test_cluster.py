@@ -78,14 +78,39 @@ def test_ray_job_submit_runs_the_mnist1d_example_and_attaches_to_a_plan_service(
     temp_dir = f"/tmp/rst_{uuid.uuid4().hex[:8]}"
     dashboard = f"http://127.0.0.1:{free_port()}"
     head = subprocess.Popen(
-        [*ray_cli, "start", "--head", "--block", "--num-cpus", "2", "--port", str(gcs_port),
-         "--dashboard-port", dashboard.rsplit(":", 1)[1], "--include-dashboard", "true", "--temp-dir", temp_dir,
-         # ports of their own: the defaults may be held by the test session's Ray on this machine
-         "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
-         "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
-         "--ray-client-server-port", str(free_port()),
-         "--disable-usage-stats"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
+        [
+            *ray_cli,
+            "start",
+            "--head",
+            "--block",
+            "--num-cpus",
+            "2",
+            "--port",
+            str(gcs_port),
+            "--dashboard-port",
+            dashboard.rsplit(":", 1)[1],
+            "--include-dashboard",
+            "true",
+            "--temp-dir",
+            temp_dir,
+            # ports of their own: the defaults may be held by the test session's Ray on this machine
+            "--dashboard-agent-listen-port",
+            str(free_port()),
+            "--dashboard-agent-grpc-port",
+            str(free_port()),
+            "--runtime-env-agent-port",
+            str(free_port()),
+            "--metrics-export-port",
+            str(free_port()),
+            "--ray-client-server-port",
+            str(free_port()),
+            "--disable-usage-stats",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO,
     )
     try:
         if not wait_for_dashboard(dashboard, head):
@@ -93,8 +118,22 @@ def test_ray_job_submit_runs_the_mnist1d_example_and_attaches_to_a_plan_service(
             pytest.skip(f"`ray start --head` is impossible here: {head.communicate(timeout=60)[0][-2000:]}")
         for _ in range(30):  # the dashboard answers before its job agent is up ("No available agent")
             code, output = run(
-                [*ray_cli, "job", "submit", "--address", dashboard, "--working-dir", "examples", "--",
-                 "python", "mnist1d_study.py", "--epochs", "3", "--storage-path", str(tmp_path)],
+                [
+                    *ray_cli,
+                    "job",
+                    "submit",
+                    "--address",
+                    dashboard,
+                    "--working-dir",
+                    "examples",
+                    "--",
+                    "python",
+                    "mnist1d_study.py",
+                    "--epochs",
+                    "3",
+                    "--storage-path",
+                    str(tmp_path),
+                ],
                 300,
                 env,
             )
@@ -114,8 +153,17 @@ def test_ray_job_submit_runs_the_mnist1d_example_and_attaches_to_a_plan_service(
         (working_dir / "short.yaml").write_text(spec.replace("training_iteration: 16", "training_iteration: 3"))
         stagetree = [sys.executable, "-m", "ray_stagetree.cli"]
         code, output = run(
-            [*stagetree, "submit", str(working_dir / "short.yaml"), "--address", dashboard,
-             "--working-dir", str(working_dir), "--storage-path", str(tmp_path / "specs")],
+            [
+                *stagetree,
+                "submit",
+                str(working_dir / "short.yaml"),
+                "--address",
+                dashboard,
+                "--working-dir",
+                str(working_dir),
+                "--storage-path",
+                str(tmp_path / "specs"),
+            ],
             300,
             env,
         )

@@ -62,8 +62,19 @@ def checkpointing_loop(config):
 
 #: What Tune adds to every result of a function trainable.
 TUNE_AUTO_KEYS = {
-    "training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "date", "pid", "hostname",
-    "node_ip", "time_since_restore", "iterations_since_restore", "trial_id", "done", "config",
+    "training_iteration",
+    "time_this_iter_s",
+    "time_total_s",
+    "timestamp",
+    "date",
+    "pid",
+    "hostname",
+    "node_ip",
+    "time_since_restore",
+    "iterations_since_restore",
+    "trial_id",
+    "done",
+    "config",
 }
 
 
@@ -222,7 +233,9 @@ def test_the_missing_checkpoint_warning_is_shown_once_per_study(tmp_path, ray_se
         Tuner(
             counting_loop,
             param_space={"lr": tune.grid_search([MultiStep(0.1, [m], 0.5) for m in (2, 3, 4)])},
-            run_config=tune.RunConfig(storage_path=str(tmp_path), name="warn", stop={"training_iteration": 6}, verbose=0),
+            run_config=tune.RunConfig(
+                storage_path=str(tmp_path), name="warn", stop={"training_iteration": 6}, verbose=0
+            ),
         ).fit()
     warnings = [record.message for record in caplog.records if "needs a checkpoint" in record.message]
     assert len(warnings) == 1, warnings
@@ -239,7 +252,9 @@ def test_no_missing_checkpoint_warning_where_nothing_forks(tmp_path, ray_session
             tune_config=tune.TuneConfig(
                 metric="x", mode="max", scheduler=ASHAScheduler(max_t=8, grace_period=1, reduction_factor=2)
             ),
-            run_config=tune.RunConfig(storage_path=str(tmp_path), name="quiet", stop={"training_iteration": 8}, verbose=0),
+            run_config=tune.RunConfig(
+                storage_path=str(tmp_path), name="quiet", stop={"training_iteration": 8}, verbose=0
+            ),
         ).fit()
     assert grid.num_errors == 0
     assert not [record.message for record in caplog.records if "needs a checkpoint" in record.message]
@@ -343,12 +358,17 @@ def test_stop_criteria_become_a_horizon_thresholds_or_a_stopper():
     open_ended = Tuner(counting_loop, param_space={"lr": 0.1})
     assert (open_ended.horizon, open_ended.stopper) == (None, None)
     asha = Tuner(
-        counting_loop, param_space={"lr": 0.1}, tune_config=tune.TuneConfig(scheduler=ASHAScheduler(max_t=9), metric="x", mode="max")
+        counting_loop,
+        param_space={"lr": 0.1},
+        tune_config=tune.TuneConfig(scheduler=ASHAScheduler(max_t=9), metric="x", mode="max"),
     )
     assert asha.horizon == 9
     function = Tuner(counting_loop, param_space={"lr": 0.1}, run_config=run_config(lambda trial_id, result: False))
     assert function.horizon is None and function.stopper is not None
-    for bad, message in ((5, "RunConfig.stop must be None, a dict"), ({"x": "high"}, r"RunConfig.stop\['x'\] must be a number")):
+    for bad, message in (
+        (5, "RunConfig.stop must be None, a dict"),
+        ({"x": "high"}, r"RunConfig.stop\['x'\] must be a number"),
+    ):
         with pytest.raises(ValueError, match=message):
             Tuner(counting_loop, param_space={"lr": 0.1}, run_config=run_config(bad))
     with pytest.raises(ValueError, match=r"stop\['training_iteration'\] must be an int >= 1, got 0"):

@@ -42,7 +42,9 @@ def test_cnn_through_shared_stages_equals_trial_by_trial(tmp_path, ray_session):
 
     def curves(grid):
         return {
-            (repr(r.config["lr"]), repr(r.config["batch_size"])): r.metrics_dataframe[["accuracy", "loss"]].values.tolist()
+            (repr(r.config["lr"]), repr(r.config["batch_size"])): r.metrics_dataframe[
+                ["accuracy", "loss"]
+            ].values.tolist()
             for r in grid
         }
 

@@ -75,7 +75,9 @@ def test_storage_io_unpickles_only_what_it_sealed(tmp_path):
     assert io.reload(other, name)[1] is None
     assert StorageIO(storage, os.urandom(32)).reload(other, "checkpoints/other.ckpt")[1] is None
     # declared trusted (RAY_STAGETREE_TRUST_STORAGE=1), it is read as before: checksum only
-    assert StorageIO(storage, os.urandom(32), trusted=True).reload(other, "checkpoints/other.ckpt")[1] == {"weights": [0]}
+    assert StorageIO(storage, os.urandom(32), trusted=True).reload(other, "checkpoints/other.ckpt")[1] == {
+        "weights": [0]
+    }
     assert not marker.exists()
 
 
@@ -111,7 +113,9 @@ def test_study_evaluate_refuses_a_tampered_checkpoint_and_retrains_it(tmp_path, 
     grid = Tuner(
         noisy_descent,
         param_space=config,
-        run_config=tune.RunConfig(name="tampered", storage_path=str(tmp_path), stop={"training_iteration": 3}, verbose=0),
+        run_config=tune.RunConfig(
+            name="tampered", storage_path=str(tmp_path), stop={"training_iteration": 3}, verbose=0
+        ),
     ).fit()
     info = SearchPlan.load(f"{grid.experiment_path}/plan").nodes[0].checkpoints[3]
     marker = tmp_path / "ran"

@@ -67,10 +67,16 @@ def test_pbt_with_reused_actors_and_a_stopper_executes_no_more_than_it_reports(t
                 perturbation_interval=5,
                 hyperparam_mutations={"lr": lambda: np.random.uniform(0.0001, 1), "momentum": [0.8, 0.9, 0.99]},
             ),
-            metric="mean_accuracy", mode="max", num_samples=4, reuse_actors=True,
+            metric="mean_accuracy",
+            mode="max",
+            num_samples=4,
+            reuse_actors=True,
         ),
         run_config=tune.RunConfig(
-            storage_path=str(tmp_path), name="pbt", stop=StopAtAccuracyOrIterations(), verbose=0,
+            storage_path=str(tmp_path),
+            name="pbt",
+            stop=StopAtAccuracyOrIterations(),
+            verbose=0,
             checkpoint_config=tune.CheckpointConfig(
                 checkpoint_score_attribute="mean_accuracy", checkpoint_frequency=5, num_to_keep=4
             ),

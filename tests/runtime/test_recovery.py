@@ -84,7 +84,10 @@ def test_a_final_checkpoint_found_corrupt_is_trained_again(tmp_path, ray_session
         sum_of_lr,
         param_space={"lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in (2, 3)])},
         run_config=tune.RunConfig(
-            storage_path=str(tmp_path), storage_filesystem=CorruptsFirstRead(), stop={"training_iteration": 4}, verbose=0
+            storage_path=str(tmp_path),
+            storage_filesystem=CorruptsFirstRead(),
+            stop={"training_iteration": 4},
+            verbose=0,
         ),
         checkpoint_budget_bytes=0,  # every checkpoint is dropped from memory once stored, then read back
     ).fit()

@@ -48,7 +48,9 @@ def test_seed_stage_sets_every_generator_from_the_trial_seed_and_start():
 
 
 def test_a_bad_seed_entry_is_named():
-    with pytest.raises(ValueError, match=r"config\['seed'\] \(the trial's seed in a reproducible study\) must be an int >= 0, got -1"):
+    with pytest.raises(
+        ValueError, match=r"config\['seed'\] \(the trial's seed in a reproducible study\) must be an int >= 0, got -1"
+    ):
         seed_stage(Reproducibility(), {"seed": -1}, start=0)
 
 
@@ -94,7 +96,9 @@ def test_seeded_repeater_repeats_each_suggestion_and_reports_the_mean():
 
 def test_a_tuner_with_a_searcher_and_repeats_suggests_each_configuration_repeats_times():
     config = tune.TuneConfig(search_alg=Counting(), num_samples=2, metric="loss", mode="min")
-    source = Tuner(train, param_space={"lr": tune.uniform(0.1, 1.0)}, tune_config=config, seed=3, repeats=2)._trial_source()
+    source = Tuner(
+        train, param_space={"lr": tune.uniform(0.1, 1.0)}, tune_config=config, seed=3, repeats=2
+    )._trial_source()
     assert source.remaining == 4  # num_samples counts configurations
     trials = [source.next_trial()[1] for _ in range(4)]
     assert [(trial["lr"], trial["seed"]) for trial in trials] == [(1.0, 3), (1.0, 4), (2.0, 3), (2.0, 4)]
@@ -109,7 +113,11 @@ def test_a_tuner_with_a_searcher_and_repeats_suggests_each_configuration_repeats
         ({"seed": 1.5}, ValueError, "seed must be an int >= 0, got 1.5"),
         ({"repeats": 0}, ValueError, "repeats must be an int >= 1 (trainings of each configuration), got 0"),
         ({"deterministic_algorithms": True}, ValueError, "deterministic_algorithms=True needs reproducible=True"),
-        ({"deterministic_algorithms": "yes", "reproducible": True}, TypeError, "deterministic_algorithms must be True or False"),
+        (
+            {"deterministic_algorithms": "yes", "reproducible": True},
+            TypeError,
+            "deterministic_algorithms must be True or False",
+        ),
         ({"monitor": "on"}, TypeError, "monitor must be True or False, got 'on'"),
     ],
 )
@@ -126,29 +134,40 @@ def test_a_drawn_config_with_a_bad_seed_is_refused_before_anything_trains(tmp_pa
         run_config=tune.RunConfig(storage_path=str(tmp_path)),
         reproducible=True,
     )
-    with pytest.raises(ValueError, match=r"trial 1 .* cannot run: config\['seed'\] \(the trial's seed in a reproducible study\) must be an int >= 0, got 0.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"trial 1 .* cannot run: config\['seed'\] \(the trial's seed in a reproducible study\) must be an int >= 0, got 0.5",
+    ):
         tuner.fit()
 
 
 def test_repeats_refuse_a_space_with_its_own_seed():
-    with pytest.raises(ValueError, match=r"repeats=2 sets each repeat's config\['seed'\], but param_space already has 'seed'"):
+    with pytest.raises(
+        ValueError, match=r"repeats=2 sets each repeat's config\['seed'\], but param_space already has 'seed'"
+    ):
         Tuner(train, param_space={"lr": 0.1, "seed": tune.grid_search([0, 1])}, repeats=2)
 
 
 def test_repeats_multiply_the_trials_and_reproducible_random_spaces_are_drawn_from_the_seed():
     space = {"lr": MultiStep(tune.uniform(0.01, 0.1), [5], 0.1)}
-    tuner = Tuner(train, param_space=space, tune_config=tune.TuneConfig(num_samples=2), reproducible=True, seed=1, repeats=3)
+    tuner = Tuner(
+        train, param_space=space, tune_config=tune.TuneConfig(num_samples=2), reproducible=True, seed=1, repeats=3
+    )
     source = tuner._trial_source()
     configs = [source.next_trial()[1] for _ in range(source.remaining)]
     assert [config["seed"] for config in configs] == [1, 2, 3] * 2
-    again = Tuner(train, param_space=space, tune_config=tune.TuneConfig(num_samples=2), reproducible=True, seed=1, repeats=3)
+    again = Tuner(
+        train, param_space=space, tune_config=tune.TuneConfig(num_samples=2), reproducible=True, seed=1, repeats=3
+    )
     assert [c["lr"] for c in configs] == [again._trial_source().next_trial()[1]["lr"]] * 3 + [configs[3]["lr"]] * 3
     assert configs[0]["lr"] != configs[3]["lr"]
 
 
 def result(config, loss, error=None):
     frame = pd.DataFrame([{"loss": loss}])
-    return tune.Result(metrics={"loss": loss, "config": config}, checkpoint=None, error=error, path="/x", metrics_dataframe=frame)
+    return tune.Result(
+        metrics={"loss": loss, "config": config}, checkpoint=None, error=error, path="/x", metrics_dataframe=frame
+    )
 
 
 def test_repeats_dataframe_has_mean_and_std_per_configuration():

@@ -89,8 +89,12 @@ def test_model_based_searchers_tune_sequence_parameters(tmp_path, ray_session, s
     grid = Tuner(
         sequence_trainable,
         param_space=space,
-        tune_config=tune.TuneConfig(metric="loss", mode="min", search_alg=Search(), num_samples=6, max_concurrent_trials=2),
-        run_config=tune.RunConfig(storage_path=str(tmp_path), name=searcher_name, stop={"training_iteration": 4}, verbose=0),
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", search_alg=Search(), num_samples=6, max_concurrent_trials=2
+        ),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), name=searcher_name, stop={"training_iteration": 4}, verbose=0
+        ),
     ).fit()
     assert len(grid) == 6 and grid.num_errors == 0
     for result in grid:
@@ -126,7 +130,9 @@ def test_searcher_wrappers_limit_concurrency_and_repeat(tmp_path, ray_session):
         sequence_trainable,
         param_space={"lr": MultiStep(tune.uniform(0.1, 0.5), [2], 0.5), "noise": 0.01},
         tune_config=tune.TuneConfig(metric="loss", mode="min", search_alg=searcher, num_samples=4),
-        run_config=tune.RunConfig(storage_path=str(tmp_path), name="wrappers", stop={"training_iteration": 3}, verbose=0),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), name="wrappers", stop={"training_iteration": 3}, verbose=0
+        ),
     ).fit()
     assert len(grid) == 4 and grid.num_errors == 0
     inits = sorted(r.config["lr"].init for r in grid)
@@ -155,7 +161,9 @@ def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_ses
         tune.with_resources(sequence_trainable, {"cpu": 0.5}),
         param_space={"lr": tune.grid_search([0.05, 0.1, 0.2, 0.4]), "noise": 0.0, "sleep": 0.2},
         tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=pbt),
-        run_config=tune.RunConfig(storage_path=str(tmp_path), name="pbt", stop={"training_iteration": HORIZON}, verbose=0),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), name="pbt", stop={"training_iteration": HORIZON}, verbose=0
+        ),
         plan_service=f"pbt_{os.urandom(3).hex()}" if on_service else None,
     )
     try:
@@ -218,7 +226,9 @@ def test_time_budget_stops_the_study(tmp_path, ray_session):
         tune_docs_trainable,
         param_space={"lr": tune.grid_search([0.1, 0.2]), "noise": 0.0, "sleep": 0.5},
         tune_config=tune.TuneConfig(metric="loss", mode="min", time_budget_s=3),
-        run_config=tune.RunConfig(storage_path=str(tmp_path), name="budget", stop={"training_iteration": 100}, verbose=0),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), name="budget", stop={"training_iteration": 100}, verbose=0
+        ),
     ).fit()
     assert time.monotonic() - started < 30
     # a slow machine may stop a trial before its first report: no rows at all
@@ -236,8 +246,12 @@ def test_structured_bo_tunes_a_schedule_and_reuses_its_prefixes(tmp_path, ray_se
     grid = Tuner(
         sequence_trainable,
         param_space=space,
-        tune_config=tune.TuneConfig(metric="loss", mode="min", search_alg=searcher, num_samples=8, max_concurrent_trials=2),
-        run_config=tune.RunConfig(storage_path=str(tmp_path), name="sbo", stop={"training_iteration": horizon}, verbose=0),
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", search_alg=searcher, num_samples=8, max_concurrent_trials=2
+        ),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), name="sbo", stop={"training_iteration": horizon}, verbose=0
+        ),
     ).fit()
     assert len(grid) == 8 and grid.num_errors == 0
     for result in grid:

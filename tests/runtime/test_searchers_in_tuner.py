@@ -121,7 +121,10 @@ def test_hyperband_for_bohb_halves_its_bracket_and_talks_to_the_searcher(tmp_pat
         linear,
         param_space={"lr": tune.uniform(0.1, 1.0)},
         tune_config=tune.TuneConfig(
-            metric="x", mode="max", num_samples=9, search_alg=PauseLog(str(log)),
+            metric="x",
+            mode="max",
+            num_samples=9,
+            search_alg=PauseLog(str(log)),
             scheduler=HyperBandForBOHB(time_attr="training_iteration", max_t=9, reduction_factor=3),
         ),
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="bohb", stop={"training_iteration": 9}, verbose=0),

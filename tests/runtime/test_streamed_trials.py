@@ -32,7 +32,9 @@ def counted_space(draws: list[int]) -> dict:
 @pytest.mark.parametrize("num_samples", [10, 100_000])
 def test_the_driver_draws_and_checks_one_repeat_of_the_grid(num_samples):
     draws = []
-    source = Tuner(train, param_space=counted_space(draws), tune_config=tune.TuneConfig(num_samples=num_samples))._trial_source()
+    source = Tuner(
+        train, param_space=counted_space(draws), tune_config=tune.TuneConfig(num_samples=num_samples)
+    )._trial_source()
     assert len(draws) == 2 and len(source.drawn()) == 2
     assert source.remaining == 2 * num_samples
 
@@ -44,8 +46,12 @@ class FirstDispatch(Exception):
 @pytest.mark.parametrize("num_samples", [2_000, 100_000])
 def test_the_first_batch_is_dispatched_after_a_bounded_number_of_draws(num_samples, tmp_path, ray_session):
     draws = []
-    source = Tuner(train, param_space=counted_space(draws), tune_config=tune.TuneConfig(num_samples=num_samples))._trial_source()
-    controller = StudyController(StudySpec(trainable=b"", trial_source=source, horizon=1, experiment_path=str(tmp_path)))
+    source = Tuner(
+        train, param_space=counted_space(draws), tune_config=tune.TuneConfig(num_samples=num_samples)
+    )._trial_source()
+    controller = StudyController(
+        StudySpec(trainable=b"", trial_source=source, horizon=1, experiment_path=str(tmp_path))
+    )
     seen = []
 
     async def dispatch():
@@ -63,7 +69,9 @@ def test_a_bad_draw_after_the_first_repeat_errs_its_trial_only(tmp_path, ray_ses
     values = iter([1, 2, {1: "not a string key"}, 4])
     space = {"x": tune.sample_from(lambda spec: next(values))}
     source = Tuner(train, param_space=space, tune_config=tune.TuneConfig(num_samples=4))._trial_source()
-    controller = StudyController(StudySpec(trainable=b"", trial_source=source, horizon=1, experiment_path=str(tmp_path)))
+    controller = StudyController(
+        StudySpec(trainable=b"", trial_source=source, horizon=1, experiment_path=str(tmp_path))
+    )
     controller._admit()
     statuses = [state.status for state in controller.trials.values()]
     assert statuses.count(ERROR) == 1 and len(statuses) == 4

@@ -31,6 +31,8 @@ def test_extend_continues_a_trial_from_its_last_checkpoint(tmp_path, counter):
     fresh = Tuner(
         noisy_descent,
         param_space={"lr": LRS[0]},
-        run_config=tune.RunConfig(storage_path=str(tmp_path), name="fresh", stop={"training_iteration": HORIZON + 4}, verbose=0),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), name="fresh", stop={"training_iteration": HORIZON + 4}, verbose=0
+        ),
     ).fit()
     assert extended.metrics_dataframe["loss"].tolist() == fresh[0].metrics_dataframe["loss"].tolist()

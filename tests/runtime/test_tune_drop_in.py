@@ -100,7 +100,9 @@ def test_a_searcher_that_finishes_ends_the_study(ray_session, tmp_path):
 
 
 def test_num_samples_minus_one_runs_until_the_searcher_is_finished(ray_session, tmp_path):
-    searcher = ListSearcher([{"slope": float(s), "steps": 2} for s in range(3)], tmp_path / "log", metric="score", mode="max")
+    searcher = ListSearcher(
+        [{"slope": float(s), "steps": 2} for s in range(3)], tmp_path / "log", metric="score", mode="max"
+    )
     grid = Tuner(
         finite_loop,
         tune_config=tune.TuneConfig(search_alg=searcher, num_samples=-1),
@@ -118,7 +120,9 @@ def test_a_multi_objective_searcher_gets_every_metric(ray_session, tmp_path):
     grid = Tuner(
         two_objectives,
         param_space={"slope": tune.uniform(0, 1), "steps": 2},
-        tune_config=tune.TuneConfig(search_alg=OptunaSearch(metric=["score", "cost"], mode=["max", "min"]), num_samples=3),
+        tune_config=tune.TuneConfig(
+            search_alg=OptunaSearch(metric=["score", "cost"], mode=["max", "min"]), num_samples=3
+        ),
         run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
     ).fit()
     assert len(grid) == 3 and grid.num_errors == 0

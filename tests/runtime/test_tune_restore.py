@@ -224,8 +224,11 @@ def test_restore_takes_a_param_space_with_the_original_keys_only(finished):
     """A param_space given again may refresh values (object refs), not add
     or drop hyper-parameters: Tune's ValueError and message."""
     for bad in ({}, {"a": 1, "b": {}, "d": 2}, {"a": 1, "b": {"c": 2, "e": 3}, "d": 4}):
-        with pytest.raises(ValueError, match=r"Invalid `param_space` input to `Tuner.restore\(\)`(.|\n)*"
-                           r"Expected: \['a', 'b/c', 'd'\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"Invalid `param_space` input to `Tuner.restore\(\)`(.|\n)*"
+            r"Expected: \['a', 'b/c', 'd'\]",
+        ):
             Tuner.restore(finished, fails_after_a_report, param_space=bad)
     tuner = Tuner.restore(finished, fails_after_a_report, param_space={"a": 2, "b": {"c": 1}, "d": 0.5})
     assert tuner.param_space == {"a": 2, "b": {"c": 1}, "d": 0.5}
@@ -281,8 +284,6 @@ def test_with_parameters_trainables_restore_when_given_again(ray_session, tmp_pa
     assert grid[0].metrics["training_iteration"] == 3
     if not is_class:
         assert grid[0].metrics["it"] == 3, "resumed from the checkpoint reported before the error"
-
-
 
 
 def by_case(config):

@@ -188,7 +188,9 @@ def test_restoring_a_never_fitted_tuner_runs_the_study(tmp_path, ray_session):
 
 
 def test_a_non_dict_param_space_is_tunes_value_error(tmp_path):
-    with pytest.raises(ValueError, match="The `param_space` passed to the `Tuner` must be a dict. Got '<class 'list'>'"):
+    with pytest.raises(
+        ValueError, match="The `param_space` passed to the `Tuner` must be a dict. Got '<class 'list'>'"
+    ):
         Tuner(returns_none, param_space=[1, 2], run_config=run_config(tmp_path, "list"))
     with pytest.raises(ValueError, match="`RunConfig` cannot be tuned as part of the `param_space`"):
         Tuner(returns_none, param_space={"run_config": {}}, run_config=run_config(tmp_path, "rc"))
@@ -216,13 +218,17 @@ def old_signature_required(config, checkpoint_dir):
 
 def test_the_old_checkpoint_dir_signature_is_refused_at_fit(tmp_path):
     tuner = Tuner(old_signature_required, run_config=run_config(tmp_path, "old"))
-    with pytest.raises(ValueError, match="Unknown argument found in the Trainable function.*\nFound: \\['config', 'checkpoint_dir'\\]"):
+    with pytest.raises(
+        ValueError, match="Unknown argument found in the Trainable function.*\nFound: \\['config', 'checkpoint_dir'\\]"
+    ):
         tuner.fit()  # before Ray starts, as tune.run refuses it
     Tuner(old_signature, run_config=run_config(tmp_path, "optional"))  # callable with one config: Tune takes it
 
 
 def test_deprecated_options_are_refused_as_tune_run_refuses_them(tmp_path, monkeypatch):
-    tuner = Tuner(returns_none, tune_config=tune.TuneConfig(chdir_to_trial_dir=False), run_config=run_config(tmp_path, "chdir"))
+    tuner = Tuner(
+        returns_none, tune_config=tune.TuneConfig(chdir_to_trial_dir=False), run_config=run_config(tmp_path, "chdir")
+    )
     with pytest.raises(DeprecationWarning, match="`chdir_to_trial_dir` is deprecated. Use the RAY_CHDIR_TO_TRIAL_DIR"):
         tuner.fit()
     with pytest.raises(TypeError, match="chdir_to_trial_dir"):  # Ray's own RunConfig has no such argument
@@ -309,7 +315,9 @@ def reports_wandb_defaults(config):
     wandb_integration.wandb = types.SimpleNamespace(init=lambda **kwargs: kwargs)
     os.environ["WANDB_MODE"] = "offline"  # no API key asked for
     run = wandb_integration.setup_wandb(config, project="stagetree")
-    tune.report({"id": run["id"], "name": run["name"], "group": run["group"], "seen_id": tune.get_context().get_trial_id()})
+    tune.report(
+        {"id": run["id"], "name": run["name"], "group": run["group"], "seen_id": tune.get_context().get_trial_id()}
+    )
 
 
 def test_setup_wandb_defaults_to_the_trial_and_experiment(tmp_path, ray_session):

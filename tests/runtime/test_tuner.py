@@ -174,7 +174,6 @@ def test_bad_input_fails_before_training(tmp_path, ray_session):
         Tuner(dict, run_config=tune.RunConfig(stop={"training_iteration": 2}))
 
 
-
 def test_an_unported_tune_trainable_runs_unchanged(tmp_path, ray_session):
     """Written for Ray Tune (tune.report, tune.get_checkpoint, a for loop over
     epochs resuming from the checkpoint): only the Tuner import differs."""

@@ -21,7 +21,12 @@ def visible(config, iteration):
     """The config a batch of ``config`` hands the trainable at ``iteration``."""
     flat = TrialConfig.from_config(config)
     spec = BatchSpec(
-        1, config, segments=[(0, 0, HORIZON)], save_iterations=set(), trial_config=flat, plain=frozenset(flat.names) - flat.declared
+        1,
+        config,
+        segments=[(0, 0, HORIZON)],
+        save_iterations=set(),
+        trial_config=flat,
+        plain=frozenset(flat.names) - flat.declared,
     )
     context = StageContext(spec, controller=None, put=None)
     context.iteration = iteration
@@ -42,7 +47,12 @@ def observe(value, iteration):
 
 sequences = st.one_of(
     st.builds(lambda m, g: MultiStep(0.1, [m], g), st.integers(1, HORIZON), st.sampled_from([0.5, 0.1])),
-    st.builds(lambda m1, m2, g: MultiStep(0.1, sorted({m1, m2}), g), st.integers(1, 6), st.integers(1, 6), st.sampled_from([0.5, 0.1])),
+    st.builds(
+        lambda m1, m2, g: MultiStep(0.1, sorted({m1, m2}), g),
+        st.integers(1, 6),
+        st.integers(1, 6),
+        st.sampled_from([0.5, 0.1]),
+    ),
     st.builds(lambda g: Exponential(0.1, g), st.sampled_from([1.0, 0.9])),
 )
 configs = st.fixed_dictionaries(
@@ -71,10 +81,12 @@ def test_a_sequence_shows_its_values_so_far_and_nothing_else():
     seen = visible(config, 2)
     lr = seen["lr"]
     assert seen["batch_size"] == 128 and lr.value(2) == 0.1 and lr.iteration == 2
-    with pytest.raises(FutureValueError, match=r"config\['lr'\] at iteration 4 is not visible at iteration 2.*get_hparams"):
+    with pytest.raises(
+        FutureValueError, match=r"config\['lr'\] at iteration 4 is not visible at iteration 2.*get_hparams"
+    ):
         lr.value(4)
     with pytest.raises(AttributeError):
-        lr.milestones
+        lr.milestones  # noqa: B018 (reading it is what raises)
     # pickled (Tune's loggers pickle configs) it keeps what it showed, no more
     again = pickle.loads(pickle.dumps(lr))
     assert again.value(2) == 0.1 and again.iteration == 2

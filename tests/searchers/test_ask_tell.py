@@ -3,9 +3,9 @@ order, driven through the same SearcherSource a study uses (no Ray started),
 and one end to end in a study."""
 
 import pytest
+from evolution_search import RegularizedEvolution
 from ray import tune
 
-from evolution_search import RegularizedEvolution
 from ray_stagetree import Exponential
 from ray_stagetree.searchers import AskTellAlgorithm, AskTellSearcher
 from ray_stagetree.searchers.sources import WAIT, SearcherSource
@@ -48,7 +48,9 @@ def test_batches_are_asked_run_and_told_in_turn():
     source.on_complete(first[1][0], None, error=True)
     assert algorithm.told == [] and drain(source)[1] == WAIT  # the batch is not over
     source.on_complete(first[2][0], {"accuracy": 0.5})
-    assert algorithm.told == [[({"lr": {"init": 0.1}}, 1.0), ({"lr": {"init": 1.1}}, None), ({"lr": {"init": 2.1}}, None)]]
+    assert algorithm.told == [
+        [({"lr": {"init": 0.1}}, 1.0), ({"lr": {"init": 1.1}}, None), ({"lr": {"init": 2.1}}, None)]
+    ]
     second, _ = drain(source)
     assert [config["lr"].init for _, config in second] == [0.2, 1.2, 2.2]
     for trial_id, _ in second:
@@ -114,8 +116,9 @@ def test_an_ask_tell_algorithm_runs_a_study(ray_session):
     results = Tuner(
         noisy_descent,
         param_space={"lr": Exponential(tune.uniform(0.01, 0.5), 0.9)},
-        tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=4,
-                                    search_alg=AskTellSearcher(TellCounter(), batch_size=2)),
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", num_samples=4, search_alg=AskTellSearcher(TellCounter(), batch_size=2)
+        ),
         run_config=tune.RunConfig(stop={"training_iteration": 3}, verbose=0),
     ).fit()
     assert results.num_errors == 0

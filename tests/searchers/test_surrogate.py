@@ -77,7 +77,9 @@ def test_a_candidate_forking_from_a_measured_prefix_is_forecast_from_the_measure
     luck = 0.05
     measured_trial = planned(MultiStep(0.1, [10], 0.5))
     others = [planned(Constant(lr)) for lr in (0.003, 0.03, 0.3)]
-    points = measured(others) + [(config, iteration, value + luck) for config, iteration, value in measured([measured_trial])]
+    points = measured(others) + [
+        (config, iteration, value + luck) for config, iteration, value in measured([measured_trial])
+    ]
     model = PrefixSurrogate(HORIZON, seed=0).fit(points)
     candidate = planned(MultiStep(0.1, [15], 0.5))  # follows measured_trial for 10 iterations
     anchor = Anchor(10, known_metric(measured_trial, 10) + luck)

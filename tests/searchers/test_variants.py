@@ -34,7 +34,9 @@ def test_random_domains_are_drawn_reproducibly_and_validated():
 
 
 def test_domains_inside_a_sampled_sequence_are_resolved():
-    space = {"lr": tune.choice([CyclicLR(0.001, tune.choice([0.05, 0.1]), 10), Cosine(0.1, 0.0, tune.choice([10, 20]))])}
+    space = {
+        "lr": tune.choice([CyclicLR(0.001, tune.choice([0.05, 0.1]), 10), Cosine(0.1, 0.0, tune.choice([10, 20]))])
+    }
     trials = generate_trials(space, num_samples=20, seed=0)
     assert all(t["lr"].is_resolved for t in trials)
     # drawn trials go straight into a plan

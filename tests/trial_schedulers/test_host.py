@@ -347,7 +347,9 @@ def synch_pbt_by_ray(trial_ids, seed):
             log.append(("done", trial_id))
         else:
             loss = synch_loss(trial_id, steps[trial_id], trial.config["lr"])
-            decision = scheduler.on_trial_result(controller, trial, {"training_iteration": steps[trial_id], "loss": loss})
+            decision = scheduler.on_trial_result(
+                controller, trial, {"training_iteration": steps[trial_id], "loss": loss}
+            )
             for index, (exploited, cloned, *values) in enumerate(exploits):
                 if not isinstance(cloned, str):  # Ray hands over the checkpoint after the config
                     checkpoint = cloned.run_metadata.checkpoint_manager._latest_checkpoint_result.checkpoint
@@ -378,7 +380,10 @@ def synch_pbt_hosted(trial_ids, seed):
             host.on_complete(trial_id, {})
             log.append(("done", trial_id))
         else:
-            row = {"training_iteration": steps[trial_id], "loss": synch_loss(trial_id, steps[trial_id], values[trial_id]["lr"])}
+            row = {
+                "training_iteration": steps[trial_id],
+                "loss": synch_loss(trial_id, steps[trial_id], values[trial_id]["lr"]),
+            }
             decision = host.on_result(trial_id, row, values[trial_id])
             if decision == TrialScheduler.PAUSE:
                 statuses[trial_id] = "PAUSED"
@@ -388,7 +393,14 @@ def synch_pbt_hosted(trial_ids, seed):
             if exploit is not None:
                 values[resumed] = {**values[exploit.source], **exploit.values}
                 steps[resumed] = exploit.iteration
-                exploits.append((resumed, f"checkpoint of {exploit.source}", exploit.values["lr"], round(exploit.values["momentum"], 12)))
+                exploits.append(
+                    (
+                        resumed,
+                        f"checkpoint of {exploit.source}",
+                        exploit.values["lr"],
+                        round(exploit.values["momentum"], 12),
+                    )
+                )
             log.append(("resume", resumed, values[resumed]["lr"]))
     return log, sorted(exploits)
 
@@ -409,7 +421,9 @@ def test_synchronous_pbt_goes_on_when_the_trial_it_waits_for_ends():
     for trial_id in ("a", "b", "c"):
         host.on_add(trial_id, {})
     for trial_id, loss in (("a", 1.0), ("b", 2.0)):
-        assert host.on_result(trial_id, {"training_iteration": 4, "loss": loss}, {"lr": 0.1, "momentum": 0.9}) == "PAUSE"
+        assert (
+            host.on_result(trial_id, {"training_iteration": 4, "loss": loss}, {"lr": 0.1, "momentum": 0.9}) == "PAUSE"
+        )
     assert host.resumable() == [], "a and b wait for c at the perturbation point"
     host.on_error("c")
     resumed = dict(host.resumable())

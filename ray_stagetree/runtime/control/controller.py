@@ -418,7 +418,11 @@ class StudyController:
             row[SCHEDULE_KEY] = state.config
         previous = state.reported[-1] if state.reported else {}
         row["time_total_s"] = previous.get("time_total_s", 0.0) + row.get("time_this_iter_s", 0.0)
-        since = previous.get("time_since_restore", 0.0) if previous.get("training_iteration", 0) > state.restored_at else 0.0
+        since = (
+            previous.get("time_since_restore", 0.0)
+            if previous.get("training_iteration", 0) > state.restored_at
+            else 0.0
+        )
         row["time_since_restore"] = since + row.get("time_this_iter_s", 0.0)
         row["iterations_since_restore"] = iteration - state.restored_at
         self.lifecycle.record(state, iteration, row)
@@ -550,9 +554,7 @@ class StudyController:
         state = self.trials.get(trial_id)
         return None if state is None else state.status
 
-    def _time_shared(
-        self, batch_id: int, node_id: int, iteration: int, can_checkpoint: bool
-    ) -> FlushReply | None:
+    def _time_shared(self, batch_id: int, node_id: int, iteration: int, can_checkpoint: bool) -> FlushReply | None:
         """The reply to a batch that a time-sharing policy pre-empts (its
         quantum is over and other work comes first), None for the others. It
         trains one more iteration, for which ``should_checkpoint()`` is True
@@ -578,7 +580,9 @@ class StudyController:
             at = self._yield_at[batch_id] = iteration + 1
         needed = self.plan.needed_until(batch_id)
         saves = [point for _, point in self.plan.checkpoints_needed(batch_id)] + [at]
-        return FlushReply(saves, min(at, needed[1]) if needed is not None else 0, self.plan.batch_segments(batch_id)[-1][2])
+        return FlushReply(
+            saves, min(at, needed[1]) if needed is not None else 0, self.plan.batch_segments(batch_id)[-1][2]
+        )
 
     def _configured_saves(self, batch_id: int, outcome: BatchOutcome | None = None) -> list[int]:
         """CheckpointConfig's saves on a batch (class trainables; the Tuner
@@ -922,7 +926,9 @@ class StudyController:
                 self._stop(state.trial_id)
 
     def _unfinished(self) -> bool:
-        return self.lifecycle.live() > 0 or (self.trial_source.remaining != 0 and not self.budget.over() and not self._halted)
+        return self.lifecycle.live() > 0 or (
+            self.trial_source.remaining != 0 and not self.budget.over() and not self._halted
+        )
 
     def _enforce_budget(self) -> None:
         """Past the time budget, trials stop (running batches stop at their
@@ -1256,7 +1262,9 @@ class StudyController:
         return {
             "plan": self.plan.records(),
             "running": list(batches.values()),
-            "workers": [{"worker": index + 1, **batches.get(id(worker), {})} for index, worker in enumerate(self._workers)],
+            "workers": [
+                {"worker": index + 1, **batches.get(id(worker), {})} for index, worker in enumerate(self._workers)
+            ],
             "trials": {state.dirname: state.status for state in self.trials.values()},
             "iterations": self._iterations,
         }

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import posixpath
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ray import tune
 

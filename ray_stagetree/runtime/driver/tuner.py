@@ -24,8 +24,8 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import ray
 from ray import tune
@@ -101,6 +101,8 @@ def in_existing_experiment() -> Iterator[None]:
         yield
     finally:
         _EXISTING.reset(token)
+
+
 #: Times a study whose controller's process died continues from its last
 #: snapshot, in the same fit(), before it stops with an error.
 CONTROLLER_RESTARTS = 3
@@ -193,7 +195,7 @@ class Tuner:
         tune_config: tune.TuneConfig | None = None,
         run_config: tune.RunConfig | None = None,
         stage_sharing: bool = True,
-        execution_policy: "str | ExecutionPolicy" = "critical_path",
+        execution_policy: str | ExecutionPolicy = "critical_path",
         checkpoint_budget_bytes: int = 2 * 1024**3,
         parked_trainables_per_worker: int = PARKED_PER_WORKER,
         reproducible: bool = False,
@@ -233,7 +235,9 @@ class Tuner:
         # Tuner.can_restore(path) holds before fit() (a restore continues it from scratch).
         self._experiment_dir = self._experiment_path()
         if not _EXISTING.get():
-            _check_writable(CheckpointStorage(self._experiment_dir, self.run_config.storage_filesystem), self._experiment_dir)
+            _check_writable(
+                CheckpointStorage(self._experiment_dir, self.run_config.storage_filesystem), self._experiment_dir
+            )
             self._save_settings(self._experiment_dir)
 
     def get_results(self) -> ResultGrid:
@@ -259,7 +263,7 @@ class Tuner:
         param_space: dict[str, Any] | None = None,
         storage_filesystem: Any = None,
         monitor: bool = False,
-    ) -> "Tuner":
+    ) -> Tuner:
         """A Tuner that continues the study saved at ``path`` when ``fit()`` is called.
 
         Everything the study stored is kept: finished trials' results, and
@@ -422,7 +426,9 @@ class Tuner:
             raise TypeError(f"monitor must be True or False, got {self.monitor!r}")
         config = self.tune_config
         if config.metric is not None and not isinstance(config.metric, str):
-            raise TypeError(f"TuneConfig.metric must be a str (a key of the reported metrics) or None, got {config.metric!r}")
+            raise TypeError(
+                f"TuneConfig.metric must be a str (a key of the reported metrics) or None, got {config.metric!r}"
+            )
         if not isinstance(config.mode, (str, type(None))) or config.mode not in (None, "min", "max"):
             raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {config.mode!r}")
         _check_tune_config(config)
@@ -497,11 +503,11 @@ class Tuner:
             )
         frequency = config.checkpoint_frequency
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
-            raise ValueError(
-                f"CheckpointConfig.checkpoint_frequency must be an int >= 0 (0: never), got {frequency!r}"
-            )
+            raise ValueError(f"CheckpointConfig.checkpoint_frequency must be an int >= 0 (0: never), got {frequency!r}")
         if config.checkpoint_at_end not in (None, True, False):
-            raise ValueError(f"CheckpointConfig.checkpoint_at_end must be None or a bool, got {config.checkpoint_at_end!r}")
+            raise ValueError(
+                f"CheckpointConfig.checkpoint_at_end must be None or a bool, got {config.checkpoint_at_end!r}"
+            )
         if not isinstance(self.trainable, type):  # Tune's own checks and messages
             if config.checkpoint_at_end:
                 raise ValueError(
@@ -597,7 +603,9 @@ class Tuner:
                 num_samples = num_samples * self.repeats if num_samples > 0 else num_samples
             spec = searcher_spec(self.run_config.stop, config.num_samples, config.time_budget_s, config.scheduler)
             return SearcherSource(searcher, self.param_space, config.metric, config.mode, num_samples, spec)
-        each_draw = functools.partial(repeat_configs, repeats=self.repeats, seed=self.seed) if self.repeats > 1 else None
+        each_draw = (
+            functools.partial(repeat_configs, repeats=self.repeats, seed=self.seed) if self.repeats > 1 else None
+        )
         if isinstance(config.search_alg, SequenceGridSearch):
             # Its filter makes the trials' number known only once all are drawn: drawn here.
             configs = config.search_alg.generate(self.param_space, config.num_samples)
@@ -757,9 +765,7 @@ class Tuner:
             stall_warning_s=_stall_warning_seconds(),
             payload_key=payload_key,
             trust_storage=trust_storage(),
-            reproducibility=(
-                Reproducibility(self.seed, self.deterministic_algorithms) if self.reproducible else None
-            ),
+            reproducibility=(Reproducibility(self.seed, self.deterministic_algorithms) if self.reproducible else None),
         )
         callbacks = self._callback_runner(trial_source, experiment_path)
         reporter = self._progress_reporter(trial_source)
@@ -814,7 +820,14 @@ class Tuner:
         if self.plan_service is not None:
             with _interruptible() as interrupted:
                 return run_attached(
-                    self.plan_service, spec, self._share_key, self._storage_path(), callbacks, reporter, interrupted, POLL_SECONDS
+                    self.plan_service,
+                    spec,
+                    self._share_key,
+                    self._storage_path(),
+                    callbacks,
+                    reporter,
+                    interrupted,
+                    POLL_SECONDS,
                 )
         # On the driver's node, as Tune's controller is in the driver: a study
         # outlives any worker node, and so must what drives it.
@@ -830,9 +843,15 @@ class Tuner:
         # (while the loggers finish, or during clean-up) is absorbed, not raised
         # half way through them; a second one still raises.
         monitor = (
-            live_monitor(experiment_path, controller, self.tune_config.metric, self.tune_config.mode,
-                         self.run_config.storage_filesystem)
-            if self.monitor else contextlib.nullcontext()
+            live_monitor(
+                experiment_path,
+                controller,
+                self.tune_config.metric,
+                self.tune_config.mode,
+                self.run_config.storage_filesystem,
+            )
+            if self.monitor
+            else contextlib.nullcontext()
         )
         with _interruptible() as interrupted, monitor:
             try:
@@ -1004,9 +1023,7 @@ def _check_tune_config(config: tune.TuneConfig) -> None:
     """The TuneConfig fields Tune checks late (or not at all), checked here."""
     limit = config.max_concurrent_trials
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 0):
-        raise ValueError(
-            f"TuneConfig.max_concurrent_trials must be an int >= 1 (0 or None: no limit), got {limit!r}"
-        )
+        raise ValueError(f"TuneConfig.max_concurrent_trials must be an int >= 1 (0 or None: no limit), got {limit!r}")
     for name in ("trial_name_creator", "trial_dirname_creator"):
         hook = getattr(config, name, None)
         if hook is not None and not callable(hook):
@@ -1022,8 +1039,10 @@ def _check_run_config(run_config: tune.RunConfig) -> None:
     if name is not None and (not isinstance(name, str) or name.strip(" /") == "" or name in (".", "..")):
         raise ValueError(f"RunConfig.name must be a folder name (a non-empty str) or None, got {name!r}")
     verbose = run_config.verbose
-    if verbose is not None and not isinstance(verbose, (Verbosity, AirVerbosity)) and (
-        not isinstance(verbose, numbers.Integral) or not 0 <= verbose <= 3
+    if (
+        verbose is not None
+        and not isinstance(verbose, (Verbosity, AirVerbosity))
+        and (not isinstance(verbose, numbers.Integral) or not 0 <= verbose <= 3)
     ):
         raise ValueError(f"RunConfig.verbose must be 0, 1, 2 or 3 (or a Verbosity), got {verbose!r}")
     _check_filesystem("RunConfig.storage_filesystem", run_config.storage_filesystem)
@@ -1211,4 +1230,3 @@ def _total_samples(trial_source: VariantSource | SearcherSource) -> int | None:
     """The trials a study will run, where known (not with ``num_samples=-1``)."""
     remaining = trial_source.remaining
     return int(remaining) if math.isfinite(remaining) else None
-

@@ -165,7 +165,10 @@ class SharedPlan(StudyController):
 
     def _serves(self, study: AttachedStudy) -> bool:
         return any(
-            t in study.trials for b in self.plan.running_batches for r in self.plan.scheduled_requests(b) for t in r.trials
+            t in study.trials
+            for b in self.plan.running_batches
+            for r in self.plan.scheduled_requests(b)
+            for t in r.trials
         )
 
     async def _finalize_study(self, study: AttachedStudy) -> None:
@@ -175,9 +178,7 @@ class SharedPlan(StudyController):
 
     def _ingest(self, outcome: BatchOutcome) -> None:
         for study in self.studies.values():
-            served = sum(
-                1 for node_id, at, _ in outcome.records if study._trials_through(self.plan.nodes[node_id], at)
-            )
+            served = sum(1 for node_id, at, _ in outcome.records if study._trials_through(self.plan.nodes[node_id], at))
             if served:
                 study.add_work(0.0, served)
         super()._ingest(outcome)
@@ -265,4 +266,3 @@ class SharedPlan(StudyController):
             "workers": len(self._workers),
             "capacity": self._capacity,
         }
-

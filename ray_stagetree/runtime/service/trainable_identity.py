@@ -24,7 +24,8 @@ from __future__ import annotations
 import hashlib
 import re
 import types
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import ray
@@ -124,7 +125,6 @@ def _pickled(obj: Any) -> bytes:
         return ray.cloudpickle.dumps(obj)
     except Exception:  # not picklable: its type and repr are what is left to compare
         return f"{type(obj).__module__}.{type(obj).__qualname__}:{obj!r}".encode()
-
 
 
 def parameter_registries(obj: Any, depth: int = 0, seen: set[int] | None = None) -> Iterator[Any]:

@@ -16,7 +16,8 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -74,12 +75,12 @@ def check_picklable(metrics: dict[str, Any], iteration: int) -> None:
             ) from None
 
 
-def current() -> "StageContext | None":
+def current() -> StageContext | None:
     """The context of the batch running on this thread, if any."""
     return getattr(_local, "context", None)
 
 
-def activate(context: "StageContext | None") -> None:
+def activate(context: StageContext | None) -> None:
     _local.context = context
 
 

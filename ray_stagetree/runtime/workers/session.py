@@ -29,7 +29,8 @@ must then find its hyper-parameters without `get_hparams`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ray_stagetree.runtime.workers.context import StageContext, current
 from ray_stagetree.trial_schedulers.ray_fields import in_tune_session
@@ -59,7 +60,7 @@ def _tune_session_function(name: str) -> Any:
     return getattr(trainable_fn_utils, name) if in_tune_session() else None
 
 
-def report(metrics: Mapping[str, Any], *, checkpoint: "Checkpoint | None" = None) -> None:
+def report(metrics: Mapping[str, Any], *, checkpoint: Checkpoint | None = None) -> None:
     """Report one iteration's metrics, and a checkpoint of the state after it.
 
     Parameters
@@ -78,7 +79,7 @@ def report(metrics: Mapping[str, Any], *, checkpoint: "Checkpoint | None" = None
     _context().report(metrics, checkpoint)
 
 
-def get_checkpoint() -> "Checkpoint | None":
+def get_checkpoint() -> Checkpoint | None:
     """The checkpoint to resume from (a ``ray.tune.Checkpoint``), or None for a
     fresh start. Calling it also restores the Python, NumPy and torch random
     states saved with the checkpoint, so call it after any seeding."""

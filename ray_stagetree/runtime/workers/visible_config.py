@@ -15,7 +15,8 @@ an error it raises there is every such trial's error.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -64,10 +65,10 @@ class SequenceSoFar:
         self._check(stop - 1)
         return self._sequence.values(start, stop)
 
-    def __deepcopy__(self, memo: dict) -> "SequenceSoFar":
+    def __deepcopy__(self, memo: dict) -> SequenceSoFar:
         return self  # immutable, and its clock is the running batch's
 
-    def __copy__(self) -> "SequenceSoFar":
+    def __copy__(self) -> SequenceSoFar:
         return self
 
     def __reduce__(self):
@@ -103,7 +104,9 @@ class _Clock:
         return self.iteration
 
 
-def sequences_so_far(config: dict[str, Any], flat: Any, plain: frozenset[str], now: Callable[[], int]) -> dict[str, Any]:
+def sequences_so_far(
+    config: dict[str, Any], flat: Any, plain: frozenset[str], now: Callable[[], int]
+) -> dict[str, Any]:
     """``config`` with every sequence the user gave as a sequence (``flat``'s
     declared names not in ``plain``) replaced by its `SequenceSoFar`,
     copying only the dicts on those paths."""

@@ -31,7 +31,8 @@ import os
 import queue
 import threading
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ray
 
@@ -147,7 +148,9 @@ class LiveTrainable:
     the first batch starts it, each batch that continues a parked one is
     handed to it (`resume`), and `outcome` waits for the current batch's."""
 
-    def __init__(self, train: Callable[[StageContext], BatchOutcome], context_for: Callable[..., StageContext], spec: BatchSpec) -> None:
+    def __init__(
+        self, train: Callable[[StageContext], BatchOutcome], context_for: Callable[..., StageContext], spec: BatchSpec
+    ) -> None:
         self._outcomes: queue.SimpleQueue[BatchOutcome] = queue.SimpleQueue()
         self._follow_ups: queue.SimpleQueue[BatchSpec | None] = queue.SimpleQueue()
         self.context = context_for(spec, self._park)
@@ -222,14 +225,18 @@ class StageWorker:
         if spec.resumes is not None:
             live = self._parked.pop(spec.resumes, None)
             if live is None:
-                return BatchOutcome(spec.batch_id, source_lost=f"no trainable is parked at the end of batch {spec.resumes}")
+                return BatchOutcome(
+                    spec.batch_id, source_lost=f"no trainable is parked at the end of batch {spec.resumes}"
+                )
             live.resume(spec)
         else:
             live = LiveTrainable(self._train, self._context, spec)
             try:
                 live.context.source_payload()
             except ray.exceptions.ObjectLostError as error:
-                return BatchOutcome(spec.batch_id, source_lost=f"the checkpoint batch {spec.batch_id} starts from is lost: {error}")
+                return BatchOutcome(
+                    spec.batch_id, source_lost=f"the checkpoint batch {spec.batch_id} starts from is lost: {error}"
+                )
             live.start()
         outcome = live.outcome()
         if outcome.parked:
