@@ -54,7 +54,8 @@ class AttachedStudy(StudyController):
         self.study_id = study_id
         self.weight = weight
         self.finalized = False
-        self.trial_source = UniqueTrialIds(self.trial_source, self._taken, study_id)
+        # The lifecycle admits from it and tells it of every end: both see the renamed ids.
+        self.trial_source = self.lifecycle.trial_source = UniqueTrialIds(self.trial_source, self._taken, study_id)
 
     def _taken(self, trial_id: str) -> bool:
         """In use on the shared plan: a live trial of the plan, or any trial,
