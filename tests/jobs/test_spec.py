@@ -80,8 +80,8 @@ MALFORMED = [
     ),
     ({"tune_config.scheduler": {"max_t": 5}}, ["tune_config.scheduler: {'max_t': 5} is not allowed", "{name: ..."]),
     (
-        {"tune_config.search_alg": "bohb"},
-        ["tune_config.search_alg.name: unknown searcher 'bohb'; allowed:", "optuna", "module:Class"],
+        {"tune_config.search_alg": "nevergrad_es"},
+        ["tune_config.search_alg.name: unknown searcher 'nevergrad_es'; allowed:", "optuna", "module:Class"],
     ),
     (
         {"tune_config.search_alg": "trainables_for_tests:noisy_descent"},

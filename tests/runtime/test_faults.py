@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 import fsspec
 import numpy as np
@@ -174,9 +175,11 @@ def test_numpy_values_reach_the_trainable_as_given(tmp_path, ray_session):
     assert values["flag"] == ("np.True_", "bool")
     assert values["array"] == ("array([0, 1, 2])", "ndarray")
     assert values["nan"] == ("nan", "float") and values["inf"] == ("-inf", "float")
-    # the stored form: Python numbers and lists
+    # result.config shows the values as given, as Tune's does; the stored form is Python numbers and lists
     config = seen[0].config
-    assert type(config["f32"]) is float and config["array"] == [0, 1, 2] and math.isnan(config["nan"])
+    assert type(config["f32"]) is np.float32 and list(config["array"]) == [0, 1, 2] and math.isnan(config["nan"])
+    stored = json.loads((Path(seen[0].path) / "params.json").read_text())
+    assert type(stored["f32"]) is float and stored["array"] == [0, 1, 2]
 
 
 @pytest.mark.timeout(90)

@@ -75,7 +75,7 @@ def table_trials(tmp_path):
     ]
     ends = [{"event": "complete", "trial_id": t, "name": f"train_{t}", "dirname": t} for t in "abc"]
     runner.update({"rows": rows, "events": events + ends})
-    return list(runner.trials.values())
+    return runner.reported_trials()
 
 
 def test_tunes_cli_reporter_renders_the_trials_with_the_sharing_line(tmp_path, capsys, monkeypatch):

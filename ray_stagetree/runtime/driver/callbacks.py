@@ -184,8 +184,9 @@ def with_default_loggers(callbacks: list[Callback] | None) -> list[Callback]:
 
 
 class _DeclarativeTrial:
-    """A `TrialView` as Tune's loggers see it: ``config`` with sequences in
-    their declarative form; every other attribute is the view's."""
+    """A `TrialView` as Tune's loggers and reporters see it: ``config`` (and
+    the config in ``last_result``) with sequences in their declarative form;
+    every other attribute is the view's."""
 
     def __init__(self, view: TrialView) -> None:
         self._view = view
@@ -193,6 +194,10 @@ class _DeclarativeTrial:
     @property
     def config(self) -> dict[str, Any]:
         return tabular(self._view.config)
+
+    @property
+    def last_result(self) -> dict[str, Any]:
+        return tabular(self._view.last_result)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._view, name)
@@ -271,21 +276,27 @@ class CallbackRunner:
         ...). Other objects (a ``Path``) are written as Tune writes them;
         other callbacks get the user's objects."""
 
-        def trial(view: Any) -> Any:
-            if not isinstance(view, TrialView):
-                return view
-            proxy = self._declarative_views.get(view.trial_id)
-            if proxy is None or proxy._view is not view:  # loggers key their files by the trial object
-                proxy = self._declarative_views[view.trial_id] = _DeclarativeTrial(view)
-            return proxy
-
         out = dict(info)
         if "trial" in out:
-            out["trial"] = trial(out["trial"])
+            out["trial"] = self._declarative_trial(out["trial"])
         # ``trials`` stays the views: Tune's loggers read only ``trial``, and a copy per call would cost O(trials).
         if isinstance(out.get("result"), dict):
             out["result"] = tabular(out["result"])
         return out
+
+    def _declarative_trial(self, view: Any) -> Any:
+        if not isinstance(view, TrialView):
+            return view
+        proxy = self._declarative_views.get(view.trial_id)
+        if proxy is None or proxy._view is not view:  # loggers key their files by the trial object
+            proxy = self._declarative_views[view.trial_id] = _DeclarativeTrial(view)
+        return proxy
+
+    def reported_trials(self) -> list[Any]:
+        """The trials as Tune's progress reporters show them: as the loggers
+        see them, so a parameter column may name a sequence's parameter
+        (``"lr/milestones"``)."""
+        return [self._declarative_trial(view) for view in self._trial_list]
 
     def setup(self, stop: Any = None, num_samples: int | None = None, total_num_samples: int | None = None) -> None:
         self._call("setup", stop=stop, num_samples=num_samples, total_num_samples=total_num_samples)

@@ -858,7 +858,7 @@ class Tuner:
                 while not ray.wait([run], timeout=POLL_SECONDS)[0] and not interrupted.is_set():
                     progress = ray.get(controller.progress.remote())
                     callbacks.update(progress)
-                    reporter.update(progress, trials=list(callbacks.trials.values()))
+                    reporter.update(progress, trials=callbacks.reported_trials())
                 if ray.wait([run], timeout=0)[0]:
                     ray.get(run)
                 else:
@@ -871,7 +871,7 @@ class Tuner:
                 callbacks.update(progress)
                 if progress["study_error"] is not None:
                     raise RuntimeError(progress["study_error"])
-                reporter.update(progress, final=True, trials=list(callbacks.trials.values()))
+                reporter.update(progress, final=True, trials=callbacks.reported_trials())
                 summaries = ray.get(controller.results.remote())
                 callbacks.end()
             except Exception as error:

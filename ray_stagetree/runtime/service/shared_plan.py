@@ -222,13 +222,14 @@ class SharedPlan(StudyController):
     def _add_row(self, state: Any, iteration: int, metrics: dict[str, Any]) -> None:
         self._owner_of(state.trial_id)._add_row(state, iteration, metrics)
 
-    def _fail(self, trial_ids: set[str], error: str, retry: bool = True, error_pickle: bytes | None = None) -> None:
+    def _fail(self, trial_ids: set[str], error: str, *args: Any, **kwargs: Any) -> None:
+        """Each study fails its own trials, as `StudyController._fail` says."""
         by_study: dict[str, set[str]] = {}
         for trial_id in trial_ids:
             by_study.setdefault(self._study_of(trial_id), set()).add(trial_id)
         for study_id, ids in by_study.items():
             if study_id is not None:
-                self.studies[study_id]._fail(ids, error, retry, error_pickle)
+                self.studies[study_id]._fail(ids, error, *args, **kwargs)
 
     def _stop(self, trial_id: str) -> None:
         self._owner_of(trial_id)._stop(trial_id)
