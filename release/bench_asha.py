@@ -20,6 +20,7 @@ decides on what it is fed, and it should be fed what Tune feeds it.
 
     PYTHONPATH=$PWD python release/bench_asha.py               # 3 repeats
     PYTHONPATH=$PWD python release/bench_asha.py --repeats 5 --checkpoints
+    PYTHONPATH=$PWD python release/bench_asha.py --quick       # CI smoke test: 1 repeat, 8 trials
 """
 
 from __future__ import annotations
@@ -175,7 +176,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=0.05, help="seconds per iteration")
     parser.add_argument("--checkpoints", action="store_true", help="the trainable reports checkpoints")
+    parser.add_argument("--quick", action="store_true", help="1 repeat of 8 trials (CI smoke test)")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.trials = 1, 8
 
     ray.init(num_cpus=args.workers, include_dashboard=False, configure_logging=False)
     systems = {"Ray Tune (reuse_actors=True)": run_tune, "ray_stagetree": run_stagetree}
