@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from ray_stagetree.validation import Int, check
+
 __all__ = ["capture_rng_state", "restore_rng_state", "seed_everything"]
 
 #: Bumped when the layout of the captured dict changes.
@@ -164,9 +166,7 @@ def seed_everything(seed: int) -> None:
     >>> seed_everything(7); a == random.random()
     True
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    seed = int(seed)
+    seed = int(check("seed", seed, Int(low=0)))
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch = sys.modules.get("torch")

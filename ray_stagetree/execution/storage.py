@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import numbers
 import os
 import posixpath
 import uuid
@@ -36,6 +35,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from ray_stagetree.execution.payload import checksum, tree_entries
 from ray_stagetree.planning.filesystems import resolve
+from ray_stagetree.validation import Int, Real, check
 
 __all__ = [
     "CheckpointCache",
@@ -261,19 +261,11 @@ class CheckpointStorage:
 
 
 def _check_size(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an int, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return int(value)
+    return int(check(name, value, Int(low=0)))
 
 
 def _check_amount(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return float(value)
+    return float(check(name, value, Real(low=0)))
 
 
 @dataclasses.dataclass

@@ -25,6 +25,7 @@ from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.control.experiment_state import TUNER_FILE
 from ray_stagetree.runtime.driver.callbacks import ERROR_FILE, RESULT_FILE
 from ray_stagetree.sequences import from_json, is_sequence_spec
+from ray_stagetree.validation import is_number
 
 #: The spec a study was started from, at its experiment root (written by ``stagetree run``).
 JOB_FILE = "stagetree_job.json"
@@ -105,7 +106,9 @@ class Experiment:
         """The trial whose last ``metric`` is best, as ``ResultGrid.get_best_result`` ranks by default."""
         if metric is None:
             return None
-        scored = [trial for trial in self.trials if _is_number(trial.last.get(metric))]
+        scored = [
+            trial for trial in self.trials if is_number(value := trial.last.get(metric)) and not math.isnan(value)
+        ]
         if not scored:
             return None
         sign = 1 if mode == "max" else -1
@@ -237,10 +240,6 @@ def _trial(filesystem: Any, folder: str) -> TrialRecord:
             lines = file.read().strip().splitlines()
         error = lines[-1] if lines else "error"
     return TrialRecord(posixpath.basename(folder), config, last, error, updated)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
 def _json(filesystem: Any, path: str) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 from ray_stagetree.monitor.app import create_app
 from ray_stagetree.monitor.options import DEFAULT_PORT
 from ray_stagetree.monitor.view import ExperimentReader
+from ray_stagetree.validation import Int, Options, check
 
 #: The monitor's port unless told otherwise (Ray's dashboard has 8265).
 
@@ -105,12 +106,10 @@ def serve(
     """
     if not isinstance(host, str) or not host:
         raise ValueError(f"host must be a host name or address to listen on, got {host!r}")
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"port must be an int in [0, 65535] (0: any free port), got {port!r}")
+    check("port", port, Int(low=0, high=65535), meaning=" (0: any free port)")
     if metric is not None and (not isinstance(metric, str) or not metric):
         raise ValueError(f"metric must be a reported metric's name or None, got {metric!r}")
-    if mode not in ("min", "max"):
-        raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+    check("mode", mode, Options(("min", "max")))
     reader = ExperimentReader(path, storage_filesystem)
     server = MonitorServer(create_app(reader, metric, mode, live_view), host, port, quiet=not block)
     if not block:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from ray_stagetree.planning._gc import gc_paused
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.stage_tree import CheckpointSource, Stage, StageTree, build_stage_tree, starts_unit, unit_of
+from ray_stagetree.validation import Int, check
 
 if TYPE_CHECKING:
     from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
@@ -228,8 +229,7 @@ class ExecutionPolicy(abc.ABC):
         scheduled in ``plan`` and carry their ``batch_id``. ``admit``, when
         given, skips the batches it refuses (a plan service's share bound,
         `planning.fair_share`); it is asked in priority order."""
-        if isinstance(idle_workers, bool) or not isinstance(idle_workers, int) or idle_workers < 0:
-            raise ValueError(f"idle_workers must be an int >= 0, got {idle_workers!r}")
+        check("idle_workers", idle_workers, Int(low=0))
         if idle_workers == 0:
             return []
         self.cost_model.fit(plan)

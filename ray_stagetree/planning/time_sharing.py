@@ -51,13 +51,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import numbers
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.policies import POLICIES, ExecutionPolicy, StageBatch, get_policy
 from ray_stagetree.planning.stage_tree import Stage, StageTree
+from ray_stagetree.validation import Int, Options, Real, check, is_number
 
 if TYPE_CHECKING:
     from ray_stagetree.planning.plan import PlanNode, SearchPlan
@@ -118,8 +118,7 @@ class _Quantum:
 
 
 def _check_positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    check(name, value, Real(low=0, closed="neither"))
 
 
 class TimeSharingPolicy(ExecutionPolicy):
@@ -153,15 +152,13 @@ class TimeSharingPolicy(ExecutionPolicy):
         super().__init__(cost_model, batch_stages)
         if metric is not None and (not isinstance(metric, str) or not metric):
             raise ValueError(f"metric must be a non-empty str or None, got {metric!r}")
-        if mode not in (None, "min", "max"):
-            raise ValueError(f"mode must be 'min', 'max' or None, got {mode!r}")
+        check("mode", mode, Options(("min", "max")), None)
         if self.default_quantum_s is None and quantum_s is not None:
             raise ValueError(f"{type(self).__name__} never pre-empts: quantum_s must be None, got {quantum_s!r}")
         quantum_s = self.default_quantum_s if quantum_s is None else quantum_s
         if quantum_s is not None:
             _check_positive("quantum_s", quantum_s)
-        if isinstance(max_jobs_per_worker, bool) or not isinstance(max_jobs_per_worker, int) or max_jobs_per_worker < 1:
-            raise ValueError(f"max_jobs_per_worker must be an int >= 1, got {max_jobs_per_worker!r}")
+        check("max_jobs_per_worker", max_jobs_per_worker, Int(low=1))
         self.metric, self.mode = metric, mode
         self.quantum_s = quantum_s
         self.max_jobs_per_worker = max_jobs_per_worker
@@ -287,7 +284,7 @@ class TimeSharingPolicy(ExecutionPolicy):
             lower = start[1] if node is start[0] else node.fork_iteration
             for iteration in range(upper, lower, -1):
                 value = node.metrics.get(iteration, {}).get(self.metric)
-                if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+                if is_number(value) and math.isfinite(value):
                     losses.append(sign * float(value))
             if node is start[0]:
                 break
@@ -322,9 +319,8 @@ class HermesPolicy(TimeSharingPolicy):
     ) -> None:
         super().__init__(metric, mode, quantum_s, max_jobs_per_worker, cost_model, batch_stages)
         milestones = tuple(milestones)
-        if any(isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 < m < 1 for m in milestones) or list(
-            milestones
-        ) != sorted(set(milestones)):
+        fraction = Real(low=0, high=1, closed="neither")
+        if not all(fraction.holds(m) for m in milestones) or list(milestones) != sorted(set(milestones)):
             raise ValueError(f"milestones must be increasing fractions in (0, 1), got {milestones!r}")
         _check_positive("quantum_growth", quantum_growth)
         if quantum_growth < 1:

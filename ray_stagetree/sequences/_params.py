@@ -7,10 +7,11 @@ schedule fails at construction with a message the user can act on.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from ray_stagetree.validation import Int, Interval, Real, check, is_number
 
 # The "kind" of a sequence is the type of all its values; it fixes the dtype of
 # values() and the Python type value() returns.
@@ -69,11 +70,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _is_number(value: Any) -> bool:
-    # bool is an int subclass, but True is never a sensible learning rate.
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _is_finite(value: int | float) -> bool:
     # math.isfinite converts to float, which overflows for huge ints.
     return isinstance(value, int) or math.isfinite(value)
@@ -110,42 +106,22 @@ def _type_name(value: Any) -> str:
 # --------------------------------------------------------------------------
 
 
-def _number(
-    family: str,
-    name: str,
-    value: Any,
-    rule: str = "",
-    ok: Callable[[int | float], bool] = lambda x: True,
-) -> Any:
-    """A finite int or float (not bool) satisfying ``ok``; ``rule`` describes ``ok``."""
-    if _is_domain(value):
-        return value
-    value = _plain(value)
-    allowed = f"a finite number{rule}"
-    if not _is_number(value):
-        raise TypeError(f"{family}: {name} must be {allowed}, got {value!r} ({_type_name(value)})")
-    if not _is_finite(value) or not ok(value):
-        raise ValueError(f"{family}: {name} must be {allowed}, got {value!r}")
-    return value
+_FINITE = Real()
+_POSITIVE_INT = Int(low=0, closed="neither")
 
 
-def _integer(
-    family: str,
-    name: str,
-    value: Any,
-    rule: str = " > 0",
-    ok: Callable[[int], bool] = lambda x: x > 0,
-) -> Any:
-    """An int (not bool) satisfying ``ok``; positive by default."""
+def _number(family: str, name: str, value: Any, allowed: Interval = _FINITE) -> Any:
+    """A finite int or float (not bool) in ``allowed``."""
     if _is_domain(value):
         return value
-    value = _plain(value)
-    allowed = f"an int{rule}"
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{family}: {name} must be {allowed}, got {value!r} ({_type_name(value)})")
-    if not ok(value):
-        raise ValueError(f"{family}: {name} must be {allowed}, got {value!r}")
-    return value
+    return check(f"{family}: {name}", _plain(value), allowed)
+
+
+def _integer(family: str, name: str, value: Any, allowed: Interval = _POSITIVE_INT) -> Any:
+    """An int (not bool) in ``allowed``; positive by default."""
+    if _is_domain(value):
+        return value
+    return check(f"{family}: {name}", _plain(value), allowed)
 
 
 def _scalar(family: str, name: str, value: Any) -> Any:
@@ -154,9 +130,9 @@ def _scalar(family: str, name: str, value: Any) -> Any:
         return value
     value = _plain(value)
     allowed = "a scalar (finite number, str, bool or None)"
-    if not (value is None or isinstance(value, (str, bool)) or _is_number(value)):
+    if not (value is None or isinstance(value, (str, bool)) or is_number(value)):
         raise TypeError(f"{family}: {name} must be {allowed}, got {value!r} ({_type_name(value)})")
-    if _is_number(value) and not _is_finite(value):
+    if is_number(value) and not _is_finite(value):
         raise ValueError(f"{family}: {name} must be {allowed}, got {value!r}")
     return value
 

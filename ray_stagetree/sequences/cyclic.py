@@ -12,6 +12,7 @@ from ray_stagetree.sequences._params import (
     _type_name,
 )
 from ray_stagetree.sequences.base import Sequence
+from ray_stagetree.validation import Int, Real
 
 
 class CyclicLR(Sequence):
@@ -73,7 +74,7 @@ class Cosine(Sequence):
             init=_number("Cosine", "init", init),
             min_y=_number("Cosine", "min_y", min_y),
             period=_integer("Cosine", "period", period),
-            gamma=_integer("Cosine", "gamma", gamma, " >= 1", lambda x: x >= 1),
+            gamma=_integer("Cosine", "gamma", gamma, Int(low=1)),
         )
 
     def _range(self, start: int, stop: int) -> np.ndarray:
@@ -136,10 +137,10 @@ class OneCycle(Sequence):
         self._setup(
             max_value=_number("OneCycle", "max_value", max_value),
             total_steps=_integer("OneCycle", "total_steps", total_steps),
-            pct_start=_number("OneCycle", "pct_start", pct_start, " in (0, 1)", lambda x: 0 < x < 1),
+            pct_start=_number("OneCycle", "pct_start", pct_start, Real(low=0, high=1, closed="neither")),
             anneal_strategy=anneal_strategy,
-            div_factor=_number("OneCycle", "div_factor", div_factor, " > 0", lambda x: x > 0),
-            final_div_factor=_number("OneCycle", "final_div_factor", final_div_factor, " > 0", lambda x: x > 0),
+            div_factor=_number("OneCycle", "div_factor", div_factor, Real(low=0, closed="neither")),
+            final_div_factor=_number("OneCycle", "final_div_factor", final_div_factor, Real(low=0, closed="neither")),
             three_phase=_plain(three_phase),
         )
 

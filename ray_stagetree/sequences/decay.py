@@ -8,6 +8,7 @@ import numpy as np
 
 from ray_stagetree.sequences._params import _integer, _number
 from ray_stagetree.sequences.base import Sequence, _part
+from ray_stagetree.validation import Real
 
 
 class Exponential(Sequence):
@@ -25,7 +26,7 @@ class Exponential(Sequence):
     def __init__(self, init: float, gamma: float) -> None:
         self._setup(
             init=_number("Exponential", "init", init),
-            gamma=_number("Exponential", "gamma", gamma, " > 0", lambda x: x > 0),
+            gamma=_number("Exponential", "gamma", gamma, Real(low=0, closed="neither")),
         )
 
     def _range(self, start: int, stop: int) -> np.ndarray:
@@ -78,7 +79,7 @@ class Polynomial(Sequence):
         self._setup(
             init=_number("Polynomial", "init", init),
             total_steps=_integer("Polynomial", "total_steps", total_steps),
-            power=_number("Polynomial", "power", power, " >= 0", lambda x: x >= 0),
+            power=_number("Polynomial", "power", power, Real(low=0)),
             end=_number("Polynomial", "end", end),
         )
 
@@ -105,7 +106,7 @@ class InverseSqrt(Sequence):
     def __init__(self, init: float, timescale: float) -> None:
         self._setup(
             init=_number("InverseSqrt", "init", init),
-            timescale=_number("InverseSqrt", "timescale", timescale, " > 0", lambda x: x > 0),
+            timescale=_number("InverseSqrt", "timescale", timescale, Real(low=0, closed="neither")),
         )
 
     def _range(self, start: int, stop: int) -> np.ndarray:

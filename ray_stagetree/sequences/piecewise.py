@@ -17,6 +17,7 @@ from ray_stagetree.sequences._params import (
     _scalars,
 )
 from ray_stagetree.sequences.base import Sequence
+from ray_stagetree.validation import Real
 
 
 class Step(Sequence):
@@ -36,7 +37,7 @@ class Step(Sequence):
         self._setup(
             init=_number("Step", "init", init),
             step_size=_integer("Step", "step_size", step_size),
-            gamma=_number("Step", "gamma", gamma, " > 0", lambda x: x > 0),
+            gamma=_number("Step", "gamma", gamma, Real(low=0, closed="neither")),
         )
 
     def _range(self, start: int, stop: int) -> np.ndarray:
@@ -82,7 +83,7 @@ class MultiStep(Sequence):
                     f"MultiStep: give either init and gamma, or values; got init={init!r}, gamma={gamma!r}, values=None"
                 )
             init = _number("MultiStep", "init", init)
-            gamma = _number("MultiStep", "gamma", gamma, " > 0", lambda x: x > 0)
+            gamma = _number("MultiStep", "gamma", gamma, Real(low=0, closed="neither"))
         elif init is not None or gamma is not None:
             raise ValueError(
                 "MultiStep: give either init and gamma, or values, not both; "

@@ -130,5 +130,5 @@ def test_seed_everything_is_reproducible_and_validates():
     assert _draw() != a
     seed_everything(2**40)  # wider than NumPy's 32-bit legacy seed
     for bad in (-1, 1.5, "3", True):
-        with pytest.raises(ValueError, match="seed must be a non-negative int"):
+        with pytest.raises(ValueError, match="seed must be an int >= 0"):
             seed_everything(bad)  # type: ignore[arg-type]

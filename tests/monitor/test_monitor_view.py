@@ -116,8 +116,8 @@ def test_app_serves_state_page_and_curves(experiment):
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        ({"port": -1}, "port must be an int in [0, 65535] (0: any free port), got -1"),
-        ({"port": "80"}, "port must be an int in [0, 65535]"),
+        ({"port": -1}, "port must be an int >= 0 and <= 65535 (0: any free port), got -1"),
+        ({"port": "80"}, "port must be an int >= 0 and <= 65535"),
         ({"mode": "median"}, "mode must be 'min' or 'max', got 'median'"),
         ({"host": ""}, "host must be a host name or address"),
         ({"metric": ""}, "metric must be a reported metric's name or None, got ''"),

@@ -64,13 +64,17 @@ def saved_steps(checkpoint):
 @pytest.mark.parametrize(
     "field, value, message",
     [
-        ("num_to_keep", 0, "num_to_keep must be None (keep all) or an int >= 1, got 0"),
-        ("num_to_keep", -2, "num_to_keep must be None (keep all) or an int >= 1, got -2"),
-        ("num_to_keep", 1.5, "num_to_keep must be None (keep all) or an int >= 1, got 1.5"),
-        ("checkpoint_score_order", "best", "checkpoint_score_order must be 'max' or 'min', got 'best'"),
+        ("num_to_keep", 0, "num_to_keep must be an int >= 1 or None (None keeps all), got 0"),
+        ("num_to_keep", -2, "num_to_keep must be an int >= 1 or None (None keeps all), got -2"),
+        ("num_to_keep", 1.5, "num_to_keep must be an int >= 1 or None (None keeps all), got 1.5"),
+        ("checkpoint_score_order", "best", "checkpoint_score_order must be 'min' or 'max', got 'best'"),
         ("checkpoint_frequency", -1, "checkpoint_frequency must be an int >= 0 (0: never), got -1"),
-        ("checkpoint_score_attribute", 3, "checkpoint_score_attribute must be None (rank by recency) or a metric"),
-        ("checkpoint_at_end", "yes", "checkpoint_at_end must be None or a bool, got 'yes'"),
+        (
+            "checkpoint_score_attribute",
+            3,
+            "checkpoint_score_attribute must be a str or None (None ranks by recency; else a metric name)",
+        ),
+        ("checkpoint_at_end", "yes", "checkpoint_at_end must be True, False or None, got 'yes'"),
     ],
 )
 def test_invalid_values_are_refused_at_tuner(field, value, message):
@@ -82,7 +86,8 @@ def test_invalid_values_are_refused_at_tuner(field, value, message):
 
 def test_checkpoint_config_must_be_tunes():
     with pytest.raises(
-        TypeError, match=r"RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got \{'num_to_keep': 1\}"
+        TypeError,
+        match=r"RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig or None, got \{'num_to_keep': 1\}",
     ):
         Tuner(Scored, run_config=tune.RunConfig(checkpoint_config={"num_to_keep": 1}))
 

@@ -102,9 +102,9 @@ def test_storage_in_the_drivers_memory_is_refused_before_anything_trains():
 
 @pytest.mark.timeout(60)
 def test_storage_probe_leaves_nothing_behind(tmp_path):
-    from ray_stagetree.runtime.driver.tuner import _check_writable
+    from ray_stagetree.runtime.driver.arguments import check_writable
 
-    _check_writable(CheckpointStorage(str(tmp_path / "exp")), str(tmp_path / "exp"))
+    check_writable(CheckpointStorage(str(tmp_path / "exp")), str(tmp_path / "exp"))
     assert fsspec.filesystem("file").ls(str(tmp_path / "exp")) == []
 
 

@@ -191,7 +191,7 @@ def test_can_restore_only_at_the_experiment_root(tmp_path, ray_session):
     assert not Tuner.can_restore(str(tmp_path / "nothing"))
     with pytest.raises(ValueError, match="stagetree_tuner.pkl is missing.*experiment directory"):
         Tuner.restore(grid[0].path, accumulate)
-    with pytest.raises(TypeError, match="resume_errored must be a bool, got 'yes'"):
+    with pytest.raises(TypeError, match="resume_errored must be True or False, got 'yes'"):
         Tuner.restore(path, accumulate, resume_errored="yes")
     # A finished study restores to its results, training nothing.
     again = Tuner.restore(path, accumulate).fit()

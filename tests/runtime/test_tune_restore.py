@@ -182,11 +182,11 @@ def test_a_failed_load_checkpoint_is_retried_as_TUNE_RESTORE_RETRY_NUM_says(
 
 
 def test_TUNE_RESTORE_RETRY_NUM_must_be_a_count(tmp_path, monkeypatch):
-    from ray_stagetree.runtime.driver.tuner import _restore_retries
+    from ray_stagetree.runtime.driver.arguments import restore_retries
 
     monkeypatch.setenv("TUNE_RESTORE_RETRY_NUM", "two")
     with pytest.raises(ValueError, match="TUNE_RESTORE_RETRY_NUM must be an int >= 0.*'two'"):
-        _restore_retries()
+        restore_retries()
 
 
 def renamed(config):

@@ -238,6 +238,8 @@ class CheckpointStore:
 
     async def finish_write(self, plan: SearchPlan, write: Any) -> None:
         """A durable copy landed: record it, unpin, and evict if over budget."""
+        if write not in self._writes:  # finished by an interrupt's snapshot meanwhile
+            return
         node_id, iteration, _ = self._writes.pop(write)
         try:
             stored = await write

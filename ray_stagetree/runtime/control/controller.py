@@ -1109,6 +1109,8 @@ class StudyController:
         what a restore continues is exactly what the driver last heard."""
         self._frozen = True
         self._wake.set()
+        for write in self.store.pending_writes:  # checkpoints already reported are in what it continues
+            await self.store.finish_write(self.plan, write)
         await self.save_state()
 
     def _stuck(self) -> None:

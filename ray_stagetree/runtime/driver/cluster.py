@@ -15,6 +15,7 @@ from typing import Any
 import ray
 
 from ray_stagetree.trial_schedulers.ray_fields import bootstrap_address
+from ray_stagetree.validation import Int, check
 
 logger = logging.getLogger("ray_stagetree")
 
@@ -52,8 +53,7 @@ def init_ray(num_cpus: int | None = None, num_gpus: int | None = None, **kwargs:
     >>> ray_stagetree.init_ray(num_cpus=2)   # doctest: +SKIP
     """
     for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ValueError(f"{name} must be None or an int >= 0, got {value!r}")
+        check(name, value, Int(low=0), None)
     if "address" in kwargs:
         raise ValueError(
             f"init_ray finds the cluster itself (RAY_ADDRESS, else the latest `ray start`), got "

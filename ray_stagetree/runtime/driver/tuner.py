@@ -37,7 +37,7 @@ from ray_stagetree.execution.payload_auth import TRUST_ENV, experiment_key, key_
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.monitor.live import live_monitor
 from ray_stagetree.planning.config import TrialConfig, tabular
-from ray_stagetree.planning.filesystems import arrow_filesystem, is_filesystem
+from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import study_policy
@@ -49,6 +49,22 @@ from ray_stagetree.runtime.control.experiment_state import (
     read_state,
     read_tuner_settings,
     write_tuner_settings,
+)
+from ray_stagetree.runtime.driver.arguments import (
+    check_checkpoint_config,
+    check_filesystem,
+    check_path,
+    check_resource_request,
+    check_restore_arguments,
+    check_run_config,
+    check_stagetree_arguments,
+    check_trainable,
+    check_tune_config,
+    check_writable,
+    request_bundles,
+    restore_retries,
+    stall_warning_seconds,
+    state_period,
 )
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner, check_driver_hooks
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
@@ -82,7 +98,6 @@ from ray_stagetree.runtime.workers.trial_errors import unpack_error
 from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.searchers.variants import VariantStream, sample_variants, tuned_paths
-from ray_stagetree.trainables import StageTrainable
 from ray_stagetree.trial_schedulers.ray_fields import trainable_resources
 from ray_stagetree.trial_schedulers.registry import check_scheduler, scheduler_max_t
 
@@ -212,7 +227,7 @@ class Tuner:
 
             raise TuneError("You need to provide a trainable to tune.")
         self.trainable = resolve_trainable(trainable)
-        _check_trainable(self.trainable)
+        check_trainable(self.trainable)
         self._trainable_name = trainable_name(trainable)
         self.plan_service = service_config(plan_service)
         # `is None`, not falsiness: an empty dict given as a config is refused, not replaced.
@@ -235,7 +250,7 @@ class Tuner:
         # Tuner.can_restore(path) holds before fit() (a restore continues it from scratch).
         self._experiment_dir = self._experiment_path()
         if not _EXISTING.get():
-            _check_writable(
+            check_writable(
                 CheckpointStorage(self._experiment_dir, self.run_config.storage_filesystem), self._experiment_dir
             )
             self._save_settings(self._experiment_dir)
@@ -302,18 +317,17 @@ class Tuner:
         ...     tuner = Tuner(train, param_space=space, run_config=run_config)
         >>> results = tuner.fit()                                       # doctest: +SKIP
         """
-        _check_path("Tuner.restore", path)
-        _check_trainable(resolve_trainable(trainable))
-        _check_filesystem("Tuner.restore's storage_filesystem", storage_filesystem)
-        if param_space is not None and not isinstance(param_space, dict):
-            raise TypeError(f"Tuner.restore's param_space must be a dict or None, got {param_space!r}")
-        for name, value in (
-            ("resume_unfinished", resume_unfinished),
-            ("resume_errored", resume_errored),
-            ("restart_errored", restart_errored),
-        ):
-            if not isinstance(value, bool):
-                raise TypeError(f"Tuner.restore's {name} must be a bool, got {value!r}")
+        check_restore_arguments(
+            path,
+            storage_filesystem,
+            param_space,
+            {
+                "resume_unfinished": resume_unfinished,
+                "resume_errored": resume_errored,
+                "restart_errored": restart_errored,
+            },
+        )
+        check_trainable(resolve_trainable(trainable))
         path = _absolute(os.fspath(path), storage_filesystem).rstrip("/")
         settings = read_tuner_settings(CheckpointStorage(path, storage_filesystem))
         check_restored_trainable(trainable, settings.get(TRAINABLE_NAME))
@@ -365,8 +379,8 @@ class Tuner:
     def can_restore(cls, path: str, storage_filesystem: Any = None) -> bool:
         """True when ``path`` is a study's experiment directory that
         `restore` can continue (its trial folders are not)."""
-        _check_path("Tuner.can_restore", path)
-        _check_filesystem("Tuner.can_restore's storage_filesystem", storage_filesystem)
+        check_path("Tuner.can_restore", path)
+        check_filesystem("Tuner.can_restore's storage_filesystem", storage_filesystem)
         return can_restore(CheckpointStorage(_absolute(os.fspath(path), storage_filesystem), storage_filesystem))
 
     def _save_settings(self, experiment_path: str) -> None:
@@ -400,126 +414,23 @@ class Tuner:
 
     def _validate_arguments(self) -> None:
         trainable = self.trainable
-        _check_trainable(trainable)
+        check_trainable(trainable)
         check_serializable(trainable)
         check_param_space(self.param_space)
-        if not isinstance(self.tune_config, tune.TuneConfig):
-            raise TypeError(f"tune_config must be a ray.tune.TuneConfig, got {type(self.tune_config).__name__}")
-        if not isinstance(self.run_config, tune.RunConfig):
-            raise TypeError(f"run_config must be a ray.tune.RunConfig, got {type(self.run_config).__name__}")
-        if not isinstance(self.stage_sharing, bool):
-            raise TypeError(f"stage_sharing must be True or False, got {self.stage_sharing!r}")
+        check_tune_config(self.tune_config)
+        check_run_config(self.run_config)
+        check_stagetree_arguments(
+            self.stage_sharing, self.checkpoint_budget_bytes, self.parked_trainables_per_worker, self.monitor
+        )
         self._policy = study_policy(self.execution_policy, self.tune_config.metric, self.tune_config.mode)
-        if (
-            isinstance(self.checkpoint_budget_bytes, bool)
-            or not isinstance(self.checkpoint_budget_bytes, int)
-            or (self.checkpoint_budget_bytes < 0)
-        ):
-            raise ValueError(f"checkpoint_budget_bytes must be an int >= 0, got {self.checkpoint_budget_bytes!r}")
-        parked = self.parked_trainables_per_worker
-        if isinstance(parked, bool) or not isinstance(parked, int) or parked < 0:
-            raise ValueError(f"parked_trainables_per_worker must be an int >= 0 (0 parks none), got {parked!r}")
         check_reproducibility_arguments(
             self.reproducible, self.seed, self.repeats, self.deterministic_algorithms, self.param_space
         )
-        if not isinstance(self.monitor, bool):
-            raise TypeError(f"monitor must be True or False, got {self.monitor!r}")
-        config = self.tune_config
-        if config.metric is not None and not isinstance(config.metric, str):
-            raise TypeError(
-                f"TuneConfig.metric must be a str (a key of the reported metrics) or None, got {config.metric!r}"
-            )
-        if not isinstance(config.mode, (str, type(None))) or config.mode not in (None, "min", "max"):
-            raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {config.mode!r}")
-        _check_tune_config(config)
-        _check_run_config(self.run_config)
-        _check_resource_request(trainable_resources(trainable))
-        check_scheduler(config.scheduler, config.metric, config.mode)
-        if config.search_alg is not None and not isinstance(
-            config.search_alg, (Searcher, BasicVariantGenerator, SequenceGridSearch)
-        ):
-            raise TypeError(
-                "TuneConfig.search_alg must be a ray.tune Searcher or ray_stagetree.searchers.SequenceGridSearch, "
-                f"got {type(config.search_alg).__name__}"
-            )
-        if config.time_budget_s is not None:
-            budget = config.time_budget_s
-            seconds = budget.total_seconds() if isinstance(budget, datetime.timedelta) else budget
-            if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not seconds > 0:
-                raise ValueError(
-                    f"TuneConfig.time_budget_s must be a number of seconds > 0 (or a datetime.timedelta), "
-                    f"got {budget!r}"
-                )
-        num_samples = config.num_samples
-        if (
-            isinstance(num_samples, bool)
-            or not isinstance(num_samples, numbers.Integral)
-            or not (num_samples >= 1 or (num_samples == -1 and isinstance(config.search_alg, Searcher)))
-        ):
-            raise ValueError(
-                f"TuneConfig.num_samples must be an int >= 1, or -1 with a searcher (run until it is finished "
-                f"or time_budget_s ends), got {num_samples!r}"
-            )
-        storage = self.run_config.storage_path
-        if storage is not None and not isinstance(storage, str):  # RunConfig made a pathlib.Path a str
-            raise TypeError(f"RunConfig.storage_path must be a str (a path or a URI) or None, got {storage!r}")
-        if (
-            storage
-            and "://" not in str(storage)
-            and self.run_config.storage_filesystem is None
-            and not (os.path.isabs(storage))
-        ):
-            raise ValueError(
-                f"RunConfig.storage_path must be an absolute path or a URI (s3://, gs://, file://, ...), got "
-                f"{storage!r}: a relative path would land in the working directory of whichever process writes it "
-                f"(under `ray job submit`, a temporary one); pass os.path.abspath({storage!r}) to mean this one"
-            )
+        check_resource_request(trainable_resources(trainable))
+        check_scheduler(self.tune_config.scheduler, self.tune_config.metric, self.tune_config.mode)
         self._stop_criteria()
         check_driver_hooks(self.run_config)
-        self._check_checkpoint_config()
-
-    def _check_checkpoint_config(self) -> None:
-        """``RunConfig.checkpoint_config`` as Tune takes it (Ray checks it when
-        built; fields set afterwards are checked here)."""
-        config = self.run_config.checkpoint_config
-        if config is None:
-            return
-        if not isinstance(config, tune.CheckpointConfig):
-            raise TypeError(
-                f"RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got {type(config).__name__}"
-            )
-        keep = config.num_to_keep
-        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-            raise ValueError(f"CheckpointConfig.num_to_keep must be None (keep all) or an int >= 1, got {keep!r}")
-        if config.checkpoint_score_order not in ("max", "min"):
-            raise ValueError(
-                f"CheckpointConfig.checkpoint_score_order must be 'max' or 'min', got {config.checkpoint_score_order!r}"
-            )
-        attribute = config.checkpoint_score_attribute
-        if attribute is not None and not isinstance(attribute, str):
-            raise ValueError(
-                f"CheckpointConfig.checkpoint_score_attribute must be None (rank by recency) or a metric name, "
-                f"got {attribute!r}"
-            )
-        frequency = config.checkpoint_frequency
-        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
-            raise ValueError(f"CheckpointConfig.checkpoint_frequency must be an int >= 0 (0: never), got {frequency!r}")
-        if config.checkpoint_at_end not in (None, True, False):
-            raise ValueError(
-                f"CheckpointConfig.checkpoint_at_end must be None or a bool, got {config.checkpoint_at_end!r}"
-            )
-        if not isinstance(self.trainable, type):  # Tune's own checks and messages
-            if config.checkpoint_at_end:
-                raise ValueError(
-                    "CheckpointConfig(checkpoint_at_end=True) cannot be used with a function trainable: report a "
-                    "checkpoint in the last call to report(metrics, checkpoint=...) of your training loop instead"
-                )
-            if frequency:
-                raise ValueError(
-                    f"CheckpointConfig(checkpoint_frequency={frequency}) cannot be set for a function trainable: "
-                    f"report a checkpoint every {frequency} iterations in your training loop with "
-                    "report(metrics, checkpoint=...) instead"
-                )
+        check_checkpoint_config(self.run_config.checkpoint_config, function_trainable=not isinstance(trainable, type))
 
     def _stop_criteria(self) -> None:
         """``RunConfig.stop`` as Tune takes it (None, a dict, a ``Stopper``, a
@@ -576,13 +487,13 @@ class Tuner:
             request = request(config)
         if request is None:
             return {"CPU": 1.0}
-        _check_resource_request(request)
+        check_resource_request(request)
         if isinstance(request, dict):
             return {key.upper() if key in ("cpu", "gpu") else key: float(v) for key, v in request.items() if v}
         # A worker is one actor: a multi-bundle request (a trainer and its
         # workers, in Tune) is reserved as the sum of its bundles.
         total: dict[str, float] = {}
-        for bundle in _bundles(request):
+        for bundle in request_bundles(request):
             for key, value in bundle.items():
                 total[key] = total.get(key, 0.0) + float(value)
         return {key: value for key, value in total.items() if value}
@@ -690,7 +601,7 @@ class Tuner:
         check_deprecated_at_fit(self.tune_config, self.run_config)
         experiment_path = self._experiment_dir
         storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
-        _check_writable(storage, experiment_path)
+        check_writable(storage, experiment_path)
         if self._restore_options is not None and has_state(storage):
             state = read_state(storage)
             restore = Restore(state, *self._restore_options)
@@ -759,10 +670,10 @@ class Tuner:
             parked_per_worker=self.parked_trainables_per_worker,
             resume=resume,
             restore=restore,
-            state_period_s=_state_period(),
-            restore_retries=_restore_retries(),
+            state_period_s=state_period(),
+            restore_retries=restore_retries(),
             checkpoint_config=self.run_config.checkpoint_config,
-            stall_warning_s=_stall_warning_seconds(),
+            stall_warning_s=stall_warning_seconds(),
             payload_key=payload_key,
             trust_storage=trust_storage(),
             reproducibility=(Reproducibility(self.seed, self.deterministic_algorithms) if self.reproducible else None),
@@ -968,137 +879,6 @@ def _save_before_raising(controller: Any) -> None:
         logger.warning("the study could not be saved before fit() raised: %s", error)
 
 
-def _check_trainable(trainable: Any) -> None:
-    if isinstance(trainable, type):
-        if trainable in (tune.Trainable, StageTrainable):
-            raise TypeError(f"{trainable.__name__} is the base class: subclass it and implement step()")
-        if not issubclass(trainable, tune.Trainable):
-            raise TypeError(
-                f"a class trainable must subclass ray.tune.Trainable or ray_stagetree.trainables.StageTrainable, "
-                f"got {trainable.__name__}"
-            )
-    elif not callable(trainable):
-        raise TypeError(
-            f"trainable must be a function, a ray.tune.Trainable or a StageTrainable subclass, got {trainable!r}"
-        )
-
-
-def _check_path(where: str, path: Any) -> None:
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise TypeError(f"{where}: path must be the experiment directory (a str path or URI), got {path!r}")
-
-
-def _check_filesystem(where: str, filesystem: Any) -> None:
-    if filesystem is not None and not is_filesystem(filesystem):
-        raise TypeError(f"{where} must be a pyarrow.fs.FileSystem or an fsspec filesystem, got {filesystem!r}")
-
-
-def _check_writable(storage: CheckpointStorage, experiment_path: str) -> None:
-    """Write and remove a probe file where the study will write, through the
-    same filesystem: a read-only or unreachable storage fails here, not after
-    training. A file system in this process's memory is refused: the
-    study's controller, workers and storage actor are other processes."""
-    from fsspec.implementations.memory import MemoryFileSystem
-
-    if isinstance(storage.filesystem, MemoryFileSystem):
-        raise ValueError(
-            f"the experiment directory {experiment_path!r} is in this process's memory (fsspec 'memory'), which "
-            "the study's other processes (controller, workers, storage actor) cannot see: set "
-            "RunConfig(storage_path=...) to a local folder or shared storage (a path, s3://, gs://, ...)"
-        )
-    probe = f".stagetree_probe-{uuid.uuid4().hex}"
-    try:
-        stored = storage.write(probe, b"")
-        storage.delete(stored)
-    except Exception as error:  # noqa: BLE001 - each fsspec backend raises its own errors
-        kind = PermissionError if isinstance(error, PermissionError) else OSError
-        raise kind(
-            f"the experiment directory {experiment_path!r} is not writable ({type(error).__name__}: {error}); "
-            "the study writes its checkpoints, logs and state there: set RunConfig(storage_path=..., name=...) "
-            "to a writable place"
-        ) from None
-
-
-def _check_tune_config(config: tune.TuneConfig) -> None:
-    """The TuneConfig fields Tune checks late (or not at all), checked here."""
-    limit = config.max_concurrent_trials
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 0):
-        raise ValueError(f"TuneConfig.max_concurrent_trials must be an int >= 1 (0 or None: no limit), got {limit!r}")
-    for name in ("trial_name_creator", "trial_dirname_creator"):
-        hook = getattr(config, name, None)
-        if hook is not None and not callable(hook):
-            raise TypeError(f"TuneConfig.{name} must be a function (trial) -> str or None, got {hook!r}")
-
-
-def _check_run_config(run_config: tune.RunConfig) -> None:
-    """The RunConfig and FailureConfig fields the study honours."""
-    from ray.tune.experimental.output import AirVerbosity
-    from ray.tune.utils.log import Verbosity
-
-    name = run_config.name
-    if name is not None and (not isinstance(name, str) or name.strip(" /") == "" or name in (".", "..")):
-        raise ValueError(f"RunConfig.name must be a folder name (a non-empty str) or None, got {name!r}")
-    verbose = run_config.verbose
-    if (
-        verbose is not None
-        and not isinstance(verbose, (Verbosity, AirVerbosity))
-        and (not isinstance(verbose, numbers.Integral) or not 0 <= verbose <= 3)
-    ):
-        raise ValueError(f"RunConfig.verbose must be 0, 1, 2 or 3 (or a Verbosity), got {verbose!r}")
-    _check_filesystem("RunConfig.storage_filesystem", run_config.storage_filesystem)
-    sync_config = getattr(run_config, "sync_config", None)
-    period = getattr(sync_config, "sync_period", 300.0)
-    if isinstance(period, bool) or not isinstance(period, numbers.Real) or not 0 <= period < math.inf:
-        raise ValueError(f"RunConfig.sync_config.sync_period must be seconds >= 0, got {period!r}")
-    checkpoint_config = run_config.checkpoint_config
-    if checkpoint_config is not None and not isinstance(checkpoint_config, tune.CheckpointConfig):
-        raise TypeError(f"RunConfig.checkpoint_config must be a ray.tune.CheckpointConfig, got {checkpoint_config!r}")
-    failure = run_config.failure_config
-    if failure is None:
-        return
-    if not isinstance(failure, tune.FailureConfig):
-        raise TypeError(f"RunConfig.failure_config must be a ray.tune.FailureConfig, got {failure!r}")
-    retries = failure.max_failures
-    if isinstance(retries, bool) or not isinstance(retries, numbers.Integral) or retries < -1:
-        raise ValueError(
-            f"FailureConfig.max_failures must be an int >= 0 (retries per trial), or -1 to retry without "
-            f"limit, got {retries!r}"
-        )
-    if not (isinstance(failure.fail_fast, bool) or failure.fail_fast == "raise"):
-        raise ValueError(f"FailureConfig.fail_fast must be True, False or 'raise', got {failure.fail_fast!r}")
-
-
-def _bundles(request: Any) -> list[dict[str, float]]:
-    return getattr(request, "bundles", None) or [request.required_resources]
-
-
-def _check_resource_request(request: Any) -> None:
-    """A resource request (``tune.with_resources``, ``default_resource_request``)
-    Ray could reserve: amounts >= 0, some > 0. Requests that depend on the
-    config are checked when a config is drawn."""
-    if request is None or (callable(request) and not hasattr(request, "bundles")):
-        return
-    if isinstance(request, dict):
-        bundles = [request]
-    elif hasattr(request, "bundles") or hasattr(request, "required_resources"):
-        bundles = _bundles(request)
-    else:
-        raise TypeError(
-            f"a trainable's resource request must be a dict or a tune.PlacementGroupFactory, got {request!r}"
-        )
-    for bundle in bundles:
-        for key, amount in bundle.items():
-            if isinstance(amount, bool) or not isinstance(amount, numbers.Real) or not 0 <= amount < math.inf:
-                raise ValueError(
-                    f"tune.with_resources: {key!r} must be a finite amount >= 0, got {amount!r} (in {bundle!r})"
-                )
-    if not any(amount for bundle in bundles for amount in bundle.values()):
-        raise ValueError(
-            f"tune.with_resources: the request {bundles!r} asks for nothing; ask for at least some CPU "
-            '(e.g. {"cpu": 1}), or fractional amounts such as {"cpu": 0.5}'
-        )
-
-
 def _variants(
     param_space: dict[str, Any],
     num_samples: int,
@@ -1146,47 +926,6 @@ def _interruptible():
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-
-
-def _state_period() -> float | None:
-    """Seconds between study snapshots from Tune's ``TUNE_GLOBAL_CHECKPOINT_S``
-    ("auto", the default: as often as costs the controller at most 5% of its time)."""
-    value = os.environ.get("TUNE_GLOBAL_CHECKPOINT_S", "auto")
-    if value.strip().lower() == "auto":
-        return None
-    try:
-        period = float(value)
-    except ValueError:
-        period = -1.0
-    if not period >= 0:
-        raise ValueError(f"TUNE_GLOBAL_CHECKPOINT_S must be 'auto' or seconds >= 0, got {value!r}")
-    return period
-
-
-def _restore_retries() -> int:
-    """Tune's ``TUNE_RESTORE_RETRY_NUM``: times a trial's failed checkpoint
-    load is retried before it counts as one of its failures (0 by default)."""
-    value = os.environ.get("TUNE_RESTORE_RETRY_NUM", "0")
-    try:
-        retries = int(value)
-    except ValueError:
-        retries = -1
-    if retries < 0:
-        raise ValueError(f"TUNE_RESTORE_RETRY_NUM must be an int >= 0 (retries of a failed restore), got {value!r}")
-    return retries
-
-
-def _stall_warning_seconds() -> float:
-    """After how long without a result the progress names a running trial
-    (``RAY_STAGETREE_STALL_WARNING_S``, 60 by default)."""
-    value = os.environ.get("RAY_STAGETREE_STALL_WARNING_S", "60")
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"RAY_STAGETREE_STALL_WARNING_S must be seconds > 0, got {value!r}")
-    return seconds
 
 
 def searcher_spec(stop: Any, num_samples: int, time_budget_s: Any, scheduler: Any) -> dict[str, Any]:

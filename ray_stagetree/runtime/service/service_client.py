@@ -22,6 +22,7 @@ import ray
 
 from ray_stagetree.runtime.control.controller import StudySpec
 from ray_stagetree.runtime.service.actor import PlanService
+from ray_stagetree.validation import Real, check
 
 logger = logging.getLogger("ray_stagetree")
 
@@ -69,9 +70,7 @@ class PlanServiceConfig:
         if not isinstance(self.study_group, str) or not _NAME.fullmatch(self.study_group):
             raise ValueError(f"PlanServiceConfig.study_group must be a name like name's, got {self.study_group!r}")
         for field in ("weight", "idle_timeout_s", "detach_after_s"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"PlanServiceConfig.{field} must be a number > 0, got {value!r}")
+            check(f"PlanServiceConfig.{field}", getattr(self, field), Real(low=0, closed="neither", finite=False))
 
 
 def service_config(value: Any) -> PlanServiceConfig | None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import numbers
 import os
 import sys
 from collections.abc import Iterable
@@ -36,6 +35,7 @@ from ray.tune.search import Repeater, Searcher
 
 from ray_stagetree.execution.rng import seed_everything
 from ray_stagetree.planning.config import tabular
+from ray_stagetree.validation import BOOL, Int, check
 
 #: The config entry that holds a trial's seed (set per repeat, or by the user).
 SEED_KEY = "seed"
@@ -66,9 +66,7 @@ class Reproducibility:
 
 def check_seed(name: str, value: Any) -> int:
     """``value`` as a seed, or a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:  # NumPy ints too
-        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    return int(value)
+    return int(check(name, value, Int(low=0)))
 
 
 def trial_seed(config: dict[str, Any], reproducibility: Reproducibility) -> int:
@@ -112,13 +110,10 @@ def check_reproducibility_arguments(
 ) -> None:
     """The Tuner's ``reproducible``, ``seed``, ``repeats`` and
     ``deterministic_algorithms``; a clear error for each bad value."""
-    if not isinstance(reproducible, bool):
-        raise TypeError(f"reproducible must be True or False, got {reproducible!r}")
+    check("reproducible", reproducible, BOOL)
     check_seed("seed", seed)
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1 (trainings of each configuration), got {repeats!r}")
-    if not isinstance(deterministic_algorithms, bool):
-        raise TypeError(f"deterministic_algorithms must be True or False, got {deterministic_algorithms!r}")
+    check("repeats", repeats, Int(low=1), meaning=" (trainings of each configuration)")
+    check("deterministic_algorithms", deterministic_algorithms, BOOL)
     if deterministic_algorithms and not reproducible:
         raise ValueError(
             "deterministic_algorithms=True needs reproducible=True: deterministic kernels give the same "
