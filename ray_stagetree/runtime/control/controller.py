@@ -22,17 +22,16 @@ import functools
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec, FlushReply
-from ray_stagetree.execution.parking import PARKED_PER_WORKER, Parking
-from ray_stagetree.execution.retention import keeps_reported, kept_checkpoints
+from ray_stagetree.execution.parking import Parking
+from ray_stagetree.execution.retention import keeps_reported
 from ray_stagetree.execution.storage import CheckpointStorage, CheckpointUnavailableError
-from ray_stagetree.planning.config import TrialConfig, unflatten
+from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.lifecycle import (
     ENDED,
     ERROR,
@@ -41,23 +40,32 @@ from ray_stagetree.planning.lifecycle import (
     TERMINATED,
     UNFINISHED,
     Refused,
-    Trial,
     TrialLifecycle,
 )
 from ray_stagetree.planning.plan import Request, RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore, WriteFailed
-from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
+from ray_stagetree.runtime.control.experiment_state import (
+    STATE_COST_FACTOR,
+    STATE_FILE,
+    Restore,
+    StudyState,
+    dumps,
+    trial_summary,
+)
 from ray_stagetree.runtime.control.resources import workers_that_fit
-from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY, scheduled, shown_config
+from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY, scheduled
+from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
-from ray_stagetree.runtime.control.trials import TrialInfo, experiment_tag, trial_name
+from ray_stagetree.runtime.control.trials import TrialInfo, TrialState, experiment_tag, trial_name
 from ray_stagetree.runtime.workers.trial_errors import pack_exception
-from ray_stagetree.runtime.workers.worker import StageWorker
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
 
 logger = logging.getLogger(__name__)
+
+# (`TrialState` is imported above also for the snapshots written before it
+# moved to trials.py: they name it here.)
 
 # Retrains of a trial's final checkpoint found damaged in storage, before it
 # ends without one (a storage that damages every file it keeps).
@@ -69,101 +77,6 @@ FINAL_RETRAINS = 2
 # turn to end: 1,000 a turn left the workers of a 100,000-trial study idle
 # for most of its admission on a loaded machine).
 ADMIT_PER_TURN = 100
-
-
-@dataclass
-class StudySpec:
-    """Everything the controller needs, validated by the Tuner on the driver."""
-
-    trainable: bytes  # cloudpickled; unpickled by each worker
-    trial_source: Any  # a VariantSource or SearcherSource (ray_stagetree.searchers.sources)
-    horizon: int | None  # None: open-ended trials, ended by stop criteria, schedulers or the trainable
-    experiment_path: str
-    storage_filesystem: Any = None
-    num_workers: int = 1
-    worker_options: dict[str, Any] = field(default_factory=dict)
-    max_concurrent_trials: int | None = None
-    stage_sharing: bool = True
-    max_failures: int | float = 0  # math.inf: FailureConfig(max_failures=-1), no limit
-    stop_thresholds: dict[str, float] = field(default_factory=dict)
-    stopper: Any = None  # a ray.tune Stopper (a stop function arrives wrapped in Tune's FunctionStopper)
-    scheduler: Any = None  # a ray.tune TrialScheduler, hosted by SchedulerHost
-    metric: str | None = None
-    mode: str | None = None
-    time_budget_s: float | None = None
-    policy: Any = "critical_path"  # a name or an ExecutionPolicy (planning.time_sharing.study_policy's)
-    checkpoint_budget_bytes: int = 2 * 1024**3
-    resume: bool = False  # continue the plan saved under experiment_path/plan
-    restore: Restore | None = None  # continue a study's snapshot (Tuner.restore)
-    state_period_s: float | None = None  # seconds between snapshots; None: as often as their cost allows
-    fail_fast: bool | str = False  # FailureConfig.fail_fast: True or "raise" stop the study at the first error
-    trainable_name: str = "trainable"
-    trial_name_creator: Any = None  # TuneConfig's hooks, called with a TrialInfo
-    trial_dirname_creator: Any = None
-    # The config paths a grid or random search draws, for Tune's experiment tag in folder names
-    # (None: a searcher's trials, tagged with every value, as Tune tags them).
-    tuned_paths: frozenset[tuple[str, ...]] | None = None
-    checkpoint_config: Any = None  # ray.tune.CheckpointConfig, validated by the Tuner
-    stall_warning_s: float = 60.0  # the progress names a batch's trials after this long without a report
-    # The experiment's key, which seals stored checkpoints (execution.payload_auth); never written to storage.
-    payload_key: bytes | None = field(default=None, repr=False)
-    trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
-    reproducibility: Any = None  # Tuner(reproducible=True): how workers seed batches (runtime.workers.reproducibility)
-    parked_per_worker: int = PARKED_PER_WORKER  # paused trainables with no checkpoint a worker keeps alive
-    restore_retries: int = 0  # TUNE_RESTORE_RETRY_NUM: failed checkpoint loads retried before one counts as a failure
-
-
-def trial_summary(state: TrialState) -> dict[str, Any]:
-    """What the driver makes a trial's ``ray.tune.Result`` from: at the end of
-    a study (`StudyController.results`), or from a snapshot's trials
-    (``Tuner.get_results()`` of a restored Tuner)."""
-    return {
-        "trial_id": state.trial_id,
-        "name": state.name,
-        "dirname": state.dirname,
-        "config": state.config,
-        "config_json": state.config_json,
-        "shown_config": state.shown_config(),
-        "status": state.status,
-        "error": state.error,
-        "error_pickle": state.error_pickle,
-        "rows": state.reported,
-        # (path, metrics), oldest first; the last is Result.checkpoint
-        "checkpoints": state.checkpoints,
-        "best_checkpoints": state.best_checkpoints,
-    }
-
-
-@dataclass(kw_only=True)
-class TrialState(Trial):
-    """A trial's lifecycle state (`planning.lifecycle.Trial`) and what Tune
-    shows of it: every row reported, failures, checkpoints, its names."""
-
-    config_json: dict[str, Any] = field(default_factory=dict)  # nested, the stored form (objects as PickledValue JSON)
-    reported: list[dict[str, Any]] = field(default_factory=list)  # every row, in order
-    failures: int = 0
-    error: str | None = None
-    error_pickle: bytes | None = None  # the trainable's exception for Result.error (runtime.workers.trial_errors)
-    checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # in the trial's folder, oldest first
-    best_checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Tune's order: best last
-    plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
-    name: str = ""  # TuneConfig.trial_name_creator's, for messages
-    dirname: str = ""  # the trial's folder under the experiment path
-    restored_at: int = 0  # the iteration it went on from when its study was restored or it was resumed
-    final_retrains: int = 0  # times its final checkpoint was found damaged and trained again
-    # (node, iteration) of the checkpoint it reported just before it raised: restart_errored does not load it
-    error_checkpoint: tuple[int, int] | None = None
-    restore_failures: int = 0  # failed loads of its starting checkpoint since it last trained (TUNE_RESTORE_RETRY_NUM)
-    announced: bool = False  # its "start" event went out (Tune's on_trial_start): see `_announce`
-
-    def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
-        super().configure(config, trial_config)
-        self.config_json = unflatten(trial_config.to_json())
-
-    def shown_config(self, iteration: int | None = None) -> dict[str, Any]:
-        """Its config as Tune shows it (`shown_config`), after ``iteration`` (default: its last result)."""
-        at = max(self.rows, default=0) if iteration is None else iteration
-        return shown_config(self.config, self.trial_config, self.plain, at)
 
 
 class StudyController:
@@ -663,7 +576,7 @@ class StudyController:
             # oldest trial in admission order, which then reports first, as
             # Tune's first trial does (issue 31).
             return self._idle.pop(0)
-        worker = start_worker(self.spec, ray.get_runtime_context().current_actor)
+        worker = self.spec.worker.start(ray.get_runtime_context().current_actor)
         self._workers.append(worker)
         return worker
 
@@ -719,7 +632,7 @@ class StudyController:
             | set(self._configured_saves(batch.batch_id)),
             source=handle,
             plain=self._node_plain.get(leaf.node_id, frozenset()),
-            reproducibility=self.spec.reproducibility,
+            reproducibility=self.spec.worker.reproducibility,
             resumes=None if parked is None else parked.batch_id,
             keep_reported=keeps_reported(self.spec.checkpoint_config),
             **self._owner(leaf.node_id),
@@ -753,7 +666,7 @@ class StudyController:
                 self._workers.remove(worker)
             self.parking.forget_worker(worker)
             # Its node may be gone: start no more workers than the cluster now holds.
-            self._capacity = max(1, min(self.spec.num_workers, workers_that_fit(self.spec.worker_options)))
+            self._capacity = max(1, min(self.spec.num_workers, workers_that_fit(self.spec.worker.options)))
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
             # Result.error is Ray's RayActorError, as in Tune.
             died = f"the worker running batch {batch.batch_id} died: {error}"
@@ -948,7 +861,7 @@ class StudyController:
         return self.budget.wake_in(batch.batch_id for _, batch, _, _ in self._running.values())
 
     async def run(self, workers: list[Any]) -> None:
-        """Run the study on ``workers`` (from `start_worker`, started by the
+        """Run the study on ``workers`` (from `WorkerSpec.start`, started by the
         driver with this actor so that both start up at once)."""
         self._workers, self._idle = list(workers), list(workers)
         admitting = self._admit()
@@ -1013,7 +926,7 @@ class StudyController:
         that damages everything it keeps must not retrain it forever."""
         finals: dict[tuple[int, int], list[TrialState]] = {}
         for state in self.trials.values():
-            points = self._path_checkpoints(state)
+            points = state.path_checkpoints()
             if points and points[-1][1] == max(state.rows) and state.final_retrains <= FINAL_RETRAINS:
                 finals.setdefault((points[-1][0].node_id, points[-1][1]), []).append(state)
         lost = False
@@ -1033,18 +946,6 @@ class StudyController:
                     self._requested_node(state, self.plan.reopen(state.trial_id).node)
                     lost = True
         return lost
-
-    def _path_checkpoints(self, state: TrialState) -> list[tuple[Any, int]]:
-        """The checkpoints on a finished trial's path up to its last iteration, oldest first."""
-        if state.status != TERMINATED or not state.rows:
-            return []
-        last = max(state.rows)
-        node, upper = state.node, last
-        points = []
-        while node is not None:
-            points += [(node, iteration) for iteration in node.checkpoints if node.fork_iteration < iteration <= upper]
-            node, upper = node.parent, min(node.fork_iteration, last)
-        return sorted(points, key=lambda point: point[1])
 
     # -- study state ---------------------------------------------------------------
 
@@ -1122,7 +1023,7 @@ class StudyController:
                 self._event("complete", state)
         exported, best = [], {}
         for state in self.trials.values():
-            kept, best[state.trial_id] = self._exposed_checkpoints(state)
+            kept, best[state.trial_id] = state.exposed_checkpoints(self.spec.checkpoint_config)
             exported += [(state, at, self.store.export(self.plan, node, at, state.dirname)) for node, at in kept]
         paths = await asyncio.gather(*(write for _, _, write in exported))
         written: dict[tuple[str, int], str] = {}
@@ -1130,11 +1031,11 @@ class StudyController:
             if isinstance(path, WriteFailed):
                 self._unwritten.append(path.reason)
             elif path is not None:
-                state.checkpoints.append((path, self._checkpoint_metrics(state, iteration)))
+                state.checkpoints.append((path, state.checkpoint_metrics(iteration)))
                 written[state.trial_id, iteration] = path
         for state in self.trials.values():
             state.best_checkpoints = [
-                (written[state.trial_id, iteration], self._checkpoint_metrics(state, iteration))
+                (written[state.trial_id, iteration], state.checkpoint_metrics(iteration))
                 for iteration in best[state.trial_id]
                 if (state.trial_id, iteration) in written
             ]
@@ -1151,25 +1052,6 @@ class StudyController:
                 f"the returned results only: {'; '.join(self._unwritten[:3])}"
                 + (f" (and {len(self._unwritten) - 3} more)" if len(self._unwritten) > 3 else "")
             )
-
-    def _exposed_checkpoints(self, state: TrialState) -> tuple[list[tuple[Any, int]], list[int]]:
-        """What a trial keeps in its folder (`kept_checkpoints`): points
-        oldest first, and the iterations of ``Result.best_checkpoints``. The plan
-        keeps the stage checkpoints other trials need whatever this says."""
-        points = self._path_checkpoints(state)
-        kept, best = kept_checkpoints(
-            [at for _, at in points], lambda at: self._checkpoint_metrics(state, at), self.spec.checkpoint_config
-        )
-        return [point for point in points if point[1] in kept], best
-
-    def _checkpoint_metrics(self, state: TrialState, iteration: int) -> dict[str, Any]:
-        if iteration in state.rows:
-            return state.rows[iteration]
-        # Before a PBT exploit: the checkpoint was trained on the source's path.
-        for node in [state.node, *state.node.ancestors()]:
-            if iteration in node.metrics and node.fork_iteration < iteration:
-                return {**node.metrics[iteration], "training_iteration": iteration}
-        return {"training_iteration": iteration}
 
     # -- driver queries --------------------------------------------------------------
 
@@ -1273,14 +1155,6 @@ class StudyController:
         for worker in self._workers:
             ray.kill(worker)
         self._workers.clear()
-
-
-def start_worker(spec: StudySpec, controller: Any) -> Any:
-    """A stage worker actor running ``spec``'s trainable for ``controller``.
-    It starts at once: a process that imports the trainable's modules, which
-    takes seconds."""
-    actor = ray.remote(StageWorker).options(max_concurrency=3, **spec.worker_options)
-    return actor.remote(spec.trainable, controller)
 
 
 async def _as_future(ref: Any) -> Any:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray_stagetree.runtime.control.controller import StudyController, StudySpec
+from ray_stagetree.runtime.control.controller import StudyController
+from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.unique_trial_ids import UniqueTrialIds
 
 

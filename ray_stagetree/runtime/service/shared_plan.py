@@ -24,7 +24,8 @@ from typing import Any
 from ray_stagetree.execution.batches import BatchOutcome
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.fair_share import FairShare
-from ray_stagetree.runtime.control.controller import StudyController, StudySpec
+from ray_stagetree.runtime.control.controller import StudyController
+from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.attached_study import AttachedStudy
 from ray_stagetree.searchers.sources import VariantSource
 
@@ -54,13 +55,12 @@ class SharedPlan(StudyController):
         storage = CheckpointStorage(spec.experiment_path, spec.storage_filesystem)
         plan_exists = storage.filesystem.isfile(storage.path("plan/nodes.parquet"))
         own = StudySpec(
-            trainable=spec.trainable,
+            worker=spec.worker,
             trial_source=VariantSource([]),
             horizon=None,
             experiment_path=spec.experiment_path,
             storage_filesystem=spec.storage_filesystem,
             num_workers=spec.num_workers,
-            worker_options=spec.worker_options,
             policy=spec.policy,
             checkpoint_budget_bytes=spec.checkpoint_budget_bytes,
             parked_per_worker=spec.parked_per_worker,
@@ -88,10 +88,10 @@ class SharedPlan(StudyController):
     # -- studies ----------------------------------------------------------------------
 
     def attach(self, spec: StudySpec, study_id: str, weight: float) -> AttachedStudy:
-        if spec.worker_options != self.spec.worker_options:
+        if spec.worker.options != self.spec.worker.options:
             raise ValueError(
-                f"the studies sharing this plan run on workers with {self.spec.worker_options}, but this one asks "
-                f"for {spec.worker_options} (tune.with_resources): give it another study_group, or the same resources"
+                f"the studies sharing this plan run on workers with {self.spec.worker.options}, but this one asks "
+                f"for {spec.worker.options} (tune.with_resources): give it another study_group, or the same resources"
             )
         study = AttachedStudy(spec, self, study_id, weight)
         self.studies[study_id] = study
