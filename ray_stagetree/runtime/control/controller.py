@@ -55,6 +55,7 @@ from ray_stagetree.runtime.control.experiment_state import (
 )
 from ray_stagetree.runtime.control.resources import workers_that_fit
 from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY, scheduled
+from ray_stagetree.runtime.control.snapshots import NoSnapshots, Snapshots
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trials import TrialInfo, TrialState, experiment_tag, trial_name
@@ -183,11 +184,12 @@ class StudyController:
         # (node, its trials) of shared stages retried after an error
         self._shared_retries: set[tuple[int, frozenset[str]]] = set()
         self.study_error: str | None = None  # why the whole study stopped
-        self._state_write: Any = None  # the snapshot being written, if any
-        self._frozen = False  # interrupted: saved, and changed no more
-        self._state_changed = True
-        self._next_state_at = 0.0  # time.monotonic() before which no snapshot is taken
-        self._state_seconds = 0.0  # spent taking snapshots
+        self.snapshots: NoSnapshots = Snapshots(
+            lambda: dumps(self._state()),
+            lambda data: self.store.io.write_state.remote(STATE_FILE, data),
+            spec.state_period_s,
+            lambda warning: self._warnings.append(warning),  # (progress() replaces the list)
+        )
         self._sharing: dict[str, int] = {}  # the plan's iteration counts, as `progress` last computed them
         self._sharing_due = 0.0  # time.monotonic() after which `progress` computes them again
         if restore is not None:
@@ -430,7 +432,7 @@ class StudyController:
         them here); reply with the batch's checkpoint iterations, the iteration
         it may stop at, its end, later than before where it continues live,
         and whether its trainable parks there (`execution.parking`)."""
-        if self._frozen:
+        if self.snapshots.frozen:
             return FlushReply([], 0, 0)  # stop: the study was saved as it stood
         self._ingest(outcome)
         batch_id = outcome.batch_id
@@ -654,7 +656,7 @@ class StudyController:
 
     async def _complete(self, ref: Any) -> None:
         worker, batch, spec, dispatched = self._running.pop(ref)
-        if self._frozen:
+        if self.snapshots.frozen:
             return
         self._batch_heard.pop(batch.batch_id, None)
         try:
@@ -869,7 +871,7 @@ class StudyController:
         # during a turn is seen by the next, even by a turn that does not wait
         # (while admitting), which a future made afresh each turn never is.
         awaited: dict[Any, asyncio.Future] = {}
-        while not self._frozen:
+        while not self.snapshots.frozen:
             self._enforce_budget()
             if await self._dispatch():
                 continue
@@ -880,10 +882,10 @@ class StudyController:
                     break
                 if not self.plan.running_batches and not admitting:
                     self._stuck()
-            self._save_state_soon()
+            self.snapshots.save_soon()
             waiting = list(self._running) + self.store.pending_writes
-            if self._state_write is not None:
-                waiting.append(self._state_write)
+            if self.snapshots.in_flight is not None:
+                waiting.append(self.snapshots.in_flight)
             self._wake.clear()
             wake = asyncio.ensure_future(self._wake.wait())
             for ref in awaited.keys() - set(waiting):
@@ -893,29 +895,29 @@ class StudyController:
                     awaited[ref] = asyncio.ensure_future(_as_future(ref))
             futures = {awaited[ref]: ref for ref in waiting}
             timeout = 0.0 if admitting else self._budget_timeout()
-            if self._state_changed and self._state_write is None:  # a snapshot is due then
-                due = max(0.0, self._next_state_at - time.monotonic())
+            due = self.snapshots.due_in()
+            if due is not None:
                 timeout = due if timeout is None else min(timeout, due)
             done, _ = await asyncio.wait([wake, *futures], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             wake.cancel()
             for future in done:
                 ref = futures.get(future)
                 awaited.pop(ref, None)
-                if ref is not None and ref is self._state_write:
-                    await self._state_written()
+                if ref is not None and ref is self.snapshots.in_flight:
+                    await self.snapshots.written()
                     continue
-                self._state_changed = True  # woken (results, stops), a batch ended or a checkpoint landed
+                self.snapshots.changed = True  # woken (results, stops), a batch ended or a checkpoint landed
                 if ref is None:
                     continue
                 if ref in self._running:
                     await self._complete(ref)
                 else:
                     await self.store.finish_write(self.plan, ref)
-            if not self._frozen:
+            if not self.snapshots.frozen:
                 admitting = self._admit()
         for future in awaited.values():
             future.cancel()
-        if not self._frozen:
+        if not self.snapshots.frozen:
             await self._finalize()
 
     async def _final_checkpoints_lost(self) -> bool:
@@ -961,54 +963,15 @@ class StudyController:
             elapsed=self.budget.elapsed,
         )
 
-    def _save_state_soon(self) -> None:
-        """Start writing a snapshot when something changed since the last,
-        none is being written, and the last one's cost has been paid for
-        (`STATE_COST_FACTOR`)."""
-        now = time.monotonic()
-        if self._state_write is not None or not self._state_changed or now < self._next_state_at:
-            return
-        self._start_state_write()
-        cost = time.monotonic() - now
-        period = self.spec.state_period_s
-        self._next_state_at = now + (STATE_COST_FACTOR * cost if period is None else max(period, cost))
-
-    def _start_state_write(self) -> None:
-        self._state_changed = False
-        started = time.perf_counter()
-        try:
-            data = dumps(self._state())
-        except Exception as error:  # an unpicklable searcher or scheduler: the study runs, unrestorable
-            self._next_state_at = math.inf
-            self._warnings.append(
-                f"the study cannot be saved for Tuner.restore ({type(error).__name__}: {error}); it runs on, "
-                "but a driver lost now loses the study"
-            )
-            return
-        self._state_write = self.store.io.write_state.remote(STATE_FILE, data)
-        self._state_seconds += time.perf_counter() - started
-
-    async def _state_written(self) -> None:
-        write, self._state_write = self._state_write, None
-        try:
-            await write
-        except Exception as error:
-            logger.warning("the study's snapshot could not be written: %s", error)
-            self._state_changed = True
-
     async def save_state(self) -> None:
         """Write a snapshot now (the driver asks before it stops)."""
-        if self._state_write is not None:
-            await self._state_written()
-        self._start_state_write()
-        if self._state_write is not None:
-            await self._state_written()
+        await self.snapshots.save_now()
 
     async def interrupt(self) -> None:
         """The driver stops (Ctrl-C): save the study as it stands and change
         it no more (later reports are dropped, batches told to stop), so that
         what a restore continues is exactly what the driver last heard."""
-        self._frozen = True
+        self.snapshots.freeze()
         self._wake.set()
         await self.save_state()
 
@@ -1086,7 +1049,7 @@ class StudyController:
             "status": self.lifecycle.counts(),
             "iterations": self._iterations,
             "worker_seconds": self._worker_seconds,
-            "state_seconds": self._state_seconds,
+            "state_seconds": self.snapshots.seconds,
             **self._sharing_figures(),
             "rows": rows,
             "events": events,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ray_stagetree.runtime.control.controller import StudyController
+from ray_stagetree.runtime.control.snapshots import NoSnapshots
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.unique_trial_ids import UniqueTrialIds
 
@@ -55,6 +56,9 @@ class AttachedStudy(StudyController):
         self.study_id = study_id
         self.weight = weight
         self.finalized = False
+        # The service persists the shared plan; a study has no snapshot of its
+        # own (a study whose driver is gone is detached, not restored).
+        self.snapshots = NoSnapshots()
         # The lifecycle admits from it and tells it of every end: both see the renamed ids.
         self.trial_source = self.lifecycle.trial_source = UniqueTrialIds(self.trial_source, self._taken, study_id)
 
@@ -72,13 +76,6 @@ class AttachedStudy(StudyController):
     @property
     def _plan_path(self) -> str:
         return self.shared._plan_path
-
-    async def save_state(self) -> None:
-        """The service persists the shared plan; a study has no snapshot of its
-        own (a study whose driver is gone is detached, not restored)."""
-
-    def _save_state_soon(self) -> None:
-        pass
 
     def add_work(self, seconds: float, iterations: int) -> None:
         """Its part of a batch that served it (split between the studies served)."""

@@ -25,6 +25,7 @@ from ray_stagetree.execution.batches import BatchOutcome
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.fair_share import FairShare
 from ray_stagetree.runtime.control.controller import StudyController
+from ray_stagetree.runtime.control.snapshots import NoSnapshots
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.attached_study import AttachedStudy
 from ray_stagetree.searchers.sources import VariantSource
@@ -36,6 +37,22 @@ TICK_S = 0.5
 #: Seconds between saves of the shared plan while it changes (it is also
 #: saved whenever a study ends or detaches).
 PLAN_SAVE_S = 10.0
+
+
+class _PlanSaves(NoSnapshots):
+    """A shared plan's snapshots: no study snapshot (the loop would wake for
+    one), the plan instead, every `PLAN_SAVE_S` while it changes."""
+
+    def __init__(self, shared: SharedPlan) -> None:
+        super().__init__()
+        self._shared = shared
+
+    def save_soon(self) -> None:
+        if self._shared._plan_changed and time.monotonic() - self._shared._plan_saved_at > PLAN_SAVE_S:
+            self._shared.save_plan()
+
+    async def save_now(self) -> None:
+        self._shared.save_plan()
 
 
 class SharedPlan(StudyController):
@@ -84,6 +101,7 @@ class SharedPlan(StudyController):
         self._closing = False
         self._plan_saved_at = time.monotonic()
         self._plan_changed = False
+        self.snapshots = _PlanSaves(self)
 
     # -- studies ----------------------------------------------------------------------
 
@@ -192,15 +210,6 @@ class SharedPlan(StudyController):
         await super()._complete(ref)
         for study in served:
             study.add_work((self._worker_seconds - before) / len(served), 0)
-
-    def _save_state_soon(self) -> None:
-        # No study snapshot here (the loop would wake for one): the plan is saved instead.
-        self._state_changed = False
-        if self._plan_changed and time.monotonic() - self._plan_saved_at > PLAN_SAVE_S:
-            self.save_plan()
-
-    async def save_state(self) -> None:
-        self.save_plan()
 
     def save_plan(self) -> None:
         """Persist the plan (Parquet): a later service continues from it."""
