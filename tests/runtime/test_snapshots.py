@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import pickle
 
 import pytest
@@ -134,6 +135,26 @@ def test_a_failed_write_is_taken_again(caplog):
         assert snapshots.changed and snapshots.in_flight is None
         snapshots.save_soon()
         assert len(study.writes) == 2
+
+    run(scenario)
+
+
+def test_a_study_that_cannot_be_pickled_runs_on_unrestorable_with_one_warning():
+    async def scenario():
+        study = Study(Clock())
+
+        def take():
+            raise TypeError("cannot pickle 'generator' object")
+
+        snapshots = Snapshots(take, study.write, None, study.warnings.append, study.clock)
+        snapshots.save_soon()
+        assert study.writes == [] and snapshots.in_flight is None
+        assert len(study.warnings) == 1 and "cannot be saved for Tuner.restore (TypeError" in study.warnings[0]
+        snapshots.changed = True
+        assert snapshots.due_in() == math.inf
+        study.clock.now += 1e9
+        snapshots.save_soon()
+        assert len(study.warnings) == 1
 
     run(scenario)
 

@@ -101,7 +101,8 @@ class Snapshots(NoSnapshots):
         now = self._clock()
         if self.in_flight is not None or not self.changed or now < self._next_at:
             return
-        self._start()
+        if not self._start():
+            return  # it cannot be taken: none again (its warning said so)
         cost = self._clock() - now
         self._next_at = now + (STATE_COST_FACTOR * cost if self.period_s is None else max(self.period_s, cost))
 
@@ -110,7 +111,8 @@ class Snapshots(NoSnapshots):
             return None
         return max(0.0, self._next_at - self._clock())
 
-    def _start(self) -> None:
+    def _start(self) -> bool:
+        """Start a write; False when the snapshot cannot be taken."""
         self.changed = False
         started = self._clock()
         try:
@@ -121,9 +123,10 @@ class Snapshots(NoSnapshots):
                 f"the study cannot be saved for Tuner.restore ({type(error).__name__}: {error}); it runs on, "
                 "but a driver lost now loses the study"
             )
-            return
+            return False
         self.in_flight = self._write(data)
         self.seconds += self._clock() - started
+        return True
 
     async def written(self) -> None:
         write, self.in_flight = self.in_flight, None
