@@ -59,6 +59,7 @@ from ray_stagetree.runtime.control.snapshots import NoSnapshots, Snapshots
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trials import TrialInfo, TrialState, experiment_tag, trial_name
+from ray_stagetree.runtime.control.worker_pool import WorkerPool
 from ray_stagetree.runtime.workers.trial_errors import pack_exception
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
@@ -161,12 +162,9 @@ class StudyController:
         }
         self._node_plain: dict[int, frozenset[str]] = {}  # TrialState.plain of the config above
         self._node_owner: dict[int, str] = {}  # the trial a node was made for
-        self._workers: list[Any] = []
-        self._capacity = spec.num_workers  # fewer once nodes are lost (workers_that_fit)
-        self._idle: list[Any] = []
-        self._running: dict[Any, tuple[Any, StageBatch, BatchSpec, float]] = {}
-        self._batch_workers: dict[int, Any] = {}
-        self._batch_heard: dict[int, float] = {}  # batch id -> time.monotonic() of its last report
+        self.pool = WorkerPool(
+            lambda: self.spec.worker.start(ray.get_runtime_context().current_actor), spec.num_workers
+        )
         self._warned_missing_metric = False
         self._numeric_metrics = self._metrics_consumed()
         self._wake = asyncio.Event()
@@ -436,7 +434,7 @@ class StudyController:
             return FlushReply([], 0, 0)  # stop: the study was saved as it stood
         self._ingest(outcome)
         batch_id = outcome.batch_id
-        self._batch_heard[batch_id] = time.monotonic()
+        self.pool.heard(batch_id)
         self._enforce_budget()  # this batch stops here, not at its next report
         if batch_id not in self.plan.running_batches:
             return FlushReply([], 0, 0)
@@ -525,7 +523,7 @@ class StudyController:
         unless the policy should choose again: every worker is busy, other
         work waits for one, and the trainable checkpoints (so stopping here
         costs a checkpoint, not a retrained prefix)."""
-        if not self._keeps_decision_points or not can_checkpoint or self._idle_count() > 0:
+        if not self._keeps_decision_points or not can_checkpoint or self.pool.idle_count() > 0:
             return True
         serving = {trial_id for trial_id in self._trials_through(node, stop) if self._status(trial_id) in UNFINISHED}
         waiting = (
@@ -560,7 +558,7 @@ class StudyController:
             self.plan.record_batch_timings(
                 outcome.batch_id, [(node_id, at, row.get("time_this_iter_s")) for node_id, at, row in outcome.records]
             )
-        worker = self._batch_workers.get(outcome.batch_id)
+        worker = self.pool.worker_of(outcome.batch_id)
         for node_id, iteration, key, size in outcome.checkpoints:
             # The call's return value is the payload: an object this actor owns.
             ref = worker.take_checkpoint.remote(key)
@@ -570,28 +568,13 @@ class StudyController:
 
     # -- the loop ------------------------------------------------------------------
 
-    def _worker(self) -> Any:
-        """An idle worker, or a new one in place of one that died."""
-        if self._idle:
-            # The longest idle first: at the start, the first started (and
-            # likely first ready) worker takes the highest-priority batch, the
-            # oldest trial in admission order, which then reports first, as
-            # Tune's first trial does (issue 31).
-            return self._idle.pop(0)
-        worker = self.spec.worker.start(ray.get_runtime_context().current_actor)
-        self._workers.append(worker)
-        return worker
-
-    def _idle_count(self) -> int:
-        return self._capacity - len(self._running)
-
     async def _dispatch(self) -> bool:
         """Start batches on idle workers; True when a checkpoint some batch
         was to start from turned out lost (the plan dropped it: select again)."""
         lost = False
         if self.store.writes_behind():
             return lost
-        chosen = self.policy.select(self.plan, self._idle_count(), admit=self.parking.admit(self._idle))
+        chosen = self.policy.select(self.plan, self.pool.idle_count(), admit=self.parking.admit(self.pool.idle))
         # Batches that continue a parked trainable take its worker before the others take any.
         chosen.sort(key=lambda batch: self.parking.source_of(batch) is None)
         for batch in chosen:
@@ -605,13 +588,11 @@ class StudyController:
                 continue
             if parked is not None:
                 self.parking.take(parked)
-                self._idle.remove(parked.worker)
-                worker = parked.worker
+                worker = self.pool.take_parked(parked.worker)
             else:
-                worker = self._worker()
-            self._batch_workers[batch.batch_id] = worker
+                worker = self.pool.take()
             ref = worker.run_batch.remote(spec)
-            self._running[ref] = (worker, batch, spec, time.monotonic())
+            self.pool.dispatched(ref, worker, batch, spec)
             self.policy.started(batch, time.monotonic())
             for request in batch.requests:
                 for trial_id in request.trials & self.trials.keys():
@@ -655,20 +636,18 @@ class StudyController:
         }
 
     async def _complete(self, ref: Any) -> None:
-        worker, batch, spec, dispatched = self._running.pop(ref)
+        running = self.pool.finished(ref)
+        worker, batch, spec, dispatched = running.worker, running.batch, running.spec, running.dispatched
         if self.snapshots.frozen:
             return
-        self._batch_heard.pop(batch.batch_id, None)
         try:
             outcome: BatchOutcome = await ref
         except ray.exceptions.RayActorError as error:
             self._worker_seconds += time.monotonic() - dispatched
-            self._batch_workers.pop(batch.batch_id, None)
-            if worker in self._workers:  # not when the driver shut the workers down (an interrupted fit)
-                self._workers.remove(worker)
-            self.parking.forget_worker(worker)
+            self.pool.folded(batch.batch_id)
             # Its node may be gone: start no more workers than the cluster now holds.
-            self._capacity = max(1, min(self.spec.num_workers, workers_that_fit(self.spec.worker.options)))
+            self.pool.lost(worker, workers_that_fit(self.spec.worker.options), self.spec.num_workers)
+            self.parking.forget_worker(worker)
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
             # Result.error is Ray's RayActorError, as in Tune.
             died = f"the worker running batch {batch.batch_id} died: {error}"
@@ -677,11 +656,11 @@ class StudyController:
             return
         except ray.exceptions.RayError as error:  # its outcome could not come back (it failed to serialize)
             self._worker_seconds += time.monotonic() - dispatched
-            self._batch_workers.pop(batch.batch_id, None)
+            self.pool.folded(batch.batch_id)
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
             self._fail(affected, f"batch {batch.batch_id}'s outcome could not be read from its worker: {error}")
             self.plan.release_batch(batch.batch_id)
-            self._idle.append(worker)
+            self.pool.returned(worker)
             return
         self._worker_seconds += time.monotonic() - dispatched
         if outcome.source_lost is not None:
@@ -691,14 +670,14 @@ class StudyController:
             if spec.resumes is None:
                 self.store.forget_copy(self.plan, batch.source.node, batch.source.iteration)
             self.plan.release_batch(batch.batch_id)
-            self._batch_workers.pop(batch.batch_id, None)
-            self._idle.append(worker)
+            self.pool.folded(batch.batch_id)
+            self.pool.returned(worker)
             self._wake.set()
             return
         if outcome.trainable_unloadable:
             self._abort(outcome.error)
             self.plan.release_batch(batch.batch_id)
-            self._batch_workers.pop(batch.batch_id, None)
+            self.pool.folded(batch.batch_id)
             return
         shared_retry = outcome.error is not None and self._shared_retry(outcome)
         if shared_retry and outcome.error_checkpoint:
@@ -707,7 +686,7 @@ class StudyController:
             _, _, key, _ = outcome.checkpoints.pop()
             worker.take_checkpoint.remote(key)  # dropped from the worker's outbox
         self._ingest(outcome)
-        self._batch_workers.pop(batch.batch_id, None)
+        self.pool.folded(batch.batch_id)
         if outcome.error is not None and not shared_retry:
             self._batch_failed(outcome)
         if outcome.returned_at is not None:
@@ -720,7 +699,7 @@ class StudyController:
             self._release(self.parking.park(worker, batch.batch_id, node, stop))
         self.plan.release_batch(batch.batch_id)
         self._release_unneeded()
-        self._idle.append(worker)
+        self.pool.returned(worker)
 
     def _trials_through(self, node: Any, iteration: int) -> set[str]:
         """This run's trials whose path passes through ``(node, iteration)``. A
@@ -854,18 +833,18 @@ class StudyController:
         for state in list(self.trials.values()):
             if state.status in LIVE:
                 self.stop_trial(state.trial_id)
-        workers = {batch.batch_id: worker for worker, batch, _, _ in self._running.values()}
-        for batch_id in self.budget.to_kill(workers):
-            ray.kill(workers[batch_id])
+        running = self.pool.running_workers()
+        for batch_id in self.budget.to_kill(running):
+            ray.kill(running[batch_id])
 
     def _budget_timeout(self) -> float | None:
         """Seconds until the loop must wake for the time budget."""
-        return self.budget.wake_in(batch.batch_id for _, batch, _, _ in self._running.values())
+        return self.budget.wake_in(self.pool.running_workers())
 
     async def run(self, workers: list[Any]) -> None:
         """Run the study on ``workers`` (from `WorkerSpec.start`, started by the
         driver with this actor so that both start up at once)."""
-        self._workers, self._idle = list(workers), list(workers)
+        self.pool.adopt(workers)
         admitting = self._admit()
         # The future awaiting each ref outlives a turn: one that resolves
         # during a turn is seen by the next, even by a turn that does not wait
@@ -875,7 +854,7 @@ class StudyController:
             self._enforce_budget()
             if await self._dispatch():
                 continue
-            if not self._running and not self.store.pending_writes:
+            if not self.pool.running and not self.store.pending_writes:
                 if not self._unfinished():
                     if await self._final_checkpoints_lost():
                         continue  # train them again
@@ -883,7 +862,7 @@ class StudyController:
                 if not self.plan.running_batches and not admitting:
                     self._stuck()
             self.snapshots.save_soon()
-            waiting = list(self._running) + self.store.pending_writes
+            waiting = list(self.pool.running) + self.store.pending_writes
             if self.snapshots.in_flight is not None:
                 waiting.append(self.snapshots.in_flight)
             self._wake.clear()
@@ -909,7 +888,7 @@ class StudyController:
                 self.snapshots.changed = True  # woken (results, stops), a batch ended or a checkpoint landed
                 if ref is None:
                     continue
-                if ref in self._running:
+                if ref in self.pool.running:
                     await self._complete(ref)
                 else:
                     await self.store.finish_write(self.plan, ref)
@@ -1065,7 +1044,7 @@ class StudyController:
         keeps them under 5% of the controller's time (exact once the study
         is over)."""
         now = time.monotonic()
-        if now >= self._sharing_due or not self._running:
+        if now >= self._sharing_due or not self.pool.running:
             self._sharing = {
                 "unique_iterations": self.plan.unique_iterations(),
                 "total_iterations": self.plan.total_iterations(),
@@ -1076,14 +1055,11 @@ class StudyController:
     def _stalled(self) -> list[tuple[str, float]]:
         """(trials, seconds) of each running batch that has reported nothing
         for ``stall_warning_s``: a trainable stuck, or slower than expected."""
-        now = time.monotonic()
         stalled = []
-        for _, batch, _, dispatched in self._running.values():
-            silent = now - self._batch_heard.get(batch.batch_id, dispatched)
-            if silent >= self.spec.stall_warning_s:
-                trial_ids = sorted({t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials})
-                names = [self.trials[t].name or t for t in trial_ids if t in self.trials]
-                stalled.append((", ".join(names) or f"batch {batch.batch_id}", silent))
+        for batch, silent in self.pool.stalled(self.spec.stall_warning_s):
+            trial_ids = sorted({t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials})
+            names = [self.trials[t].name or t for t in trial_ids if t in self.trials]
+            stalled.append((", ".join(names) or f"batch {batch.batch_id}", silent))
         return stalled
 
     def results(self) -> list[dict[str, Any]]:
@@ -1096,28 +1072,27 @@ class StudyController:
         iterations executed."""
         now = time.monotonic()
         batches = {}
-        for worker, batch, spec, dispatched in self._running.values():
-            trial_ids = sorted({t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials})
-            batches[id(worker)] = {
-                "batch": batch.batch_id,
-                "segments": [list(segment) for segment in spec.segments],
+        for running in self.pool.running.values():
+            batch_id = running.batch.batch_id
+            trial_ids = sorted({t for r in self.plan.scheduled_requests(batch_id) for t in r.trials})
+            batches[id(running.worker)] = {
+                "batch": batch_id,
+                "segments": [list(segment) for segment in running.spec.segments],
                 "trials": [self.trials[t].dirname for t in trial_ids if t in self.trials],
-                "seconds": round(now - dispatched, 1),
+                "seconds": round(now - running.dispatched, 1),
             }
         return {
             "plan": self.plan.records(),
             "running": list(batches.values()),
             "workers": [
-                {"worker": index + 1, **batches.get(id(worker), {})} for index, worker in enumerate(self._workers)
+                {"worker": index + 1, **batches.get(id(worker), {})} for index, worker in enumerate(self.pool.workers)
             ],
             "trials": {state.dirname: state.status for state in self.trials.values()},
             "iterations": self._iterations,
         }
 
     def shutdown_workers(self) -> None:
-        for worker in self._workers:
-            ray.kill(worker)
-        self._workers.clear()
+        self.pool.shut_down(ray.kill)
 
 
 async def _as_future(ref: Any) -> Any:

@@ -70,9 +70,6 @@ class AttachedStudy(StudyController):
     def _share_key(self, trial_id: str) -> str:
         return self.shared.share_key if self.spec.stage_sharing else f"{self.study_id}/{trial_id}"
 
-    def _idle_count(self) -> int:
-        return self.shared._idle_count()
-
     @property
     def _plan_path(self) -> str:
         return self.shared._plan_path

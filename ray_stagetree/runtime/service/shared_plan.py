@@ -96,7 +96,10 @@ class SharedPlan(StudyController):
         self._node_configs = collections.ChainMap(self._node_configs)
         self._node_plain = collections.ChainMap(self._node_plain)
         self.policy = FairShare(
-            self.policy, self._study_of, lambda: self._capacity, lambda: {i: s.weight for i, s in self.studies.items()}
+            self.policy,
+            self._study_of,
+            lambda: self.pool.capacity,
+            lambda: {i: s.weight for i, s in self.studies.items()},
         )
         self._closing = False
         self._plan_saved_at = time.monotonic()
@@ -113,8 +116,8 @@ class SharedPlan(StudyController):
             )
         study = AttachedStudy(spec, self, study_id, weight)
         self.studies[study_id] = study
-        if spec.num_workers > self._capacity:
-            self._capacity = spec.num_workers
+        if spec.num_workers > self.pool.capacity:
+            self.pool.capacity = spec.num_workers
             self.spec.num_workers = spec.num_workers
         self._relink()
         self._wake.set()
@@ -204,7 +207,7 @@ class SharedPlan(StudyController):
             self._plan_changed = True
 
     async def _complete(self, ref: Any) -> None:
-        _, batch, _, _ = self._running[ref]
+        batch = self.pool.running[ref].batch
         served = [self.studies[s] for s in self.policy.studies(self.plan.scheduled_requests(batch.batch_id))]
         before = self._worker_seconds
         await super()._complete(ref)
@@ -273,6 +276,6 @@ class SharedPlan(StudyController):
             "iterations": self._iterations,
             "worker_seconds": self._worker_seconds,
             "plan_nodes": len(self.plan.nodes),
-            "workers": len(self._workers),
-            "capacity": self._capacity,
+            "workers": len(self.pool.workers),
+            "capacity": self.pool.capacity,
         }
