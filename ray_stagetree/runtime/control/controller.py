@@ -53,6 +53,7 @@ from ray_stagetree.runtime.control.experiment_state import (
     dumps,
     trial_summary,
 )
+from ray_stagetree.runtime.control.failures import Failures
 from ray_stagetree.runtime.control.resources import workers_that_fit
 from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY, scheduled
 from ray_stagetree.runtime.control.snapshots import NoSnapshots, Snapshots
@@ -175,13 +176,10 @@ class StudyController:
         self.budget = TimeBudget(spec.time_budget_s)
         self._new_rows: list[dict[str, Any]] = []
         self._events: list[dict[str, Any]] = []  # trial lifecycle, for the driver's callbacks (see `progress`)
-        self._halted = False  # fail_fast, a stopper's stop_all, or abort: nothing more runs
+        self.failures = Failures(spec.max_failures, spec.restore_retries, spec.fail_fast)
         self._warned_missing_checkpoint = False
         self._warnings: list[str] = []  # for the driver to show, once each
         self._unwritten: list[str] = []  # what storage refused at the end, and why
-        # (node, its trials) of shared stages retried after an error
-        self._shared_retries: set[tuple[int, frozenset[str]]] = set()
-        self.study_error: str | None = None  # why the whole study stopped
         self.snapshots: NoSnapshots = Snapshots(
             lambda: dumps(self._state()),
             lambda data: self.store.io.write_state.remote(STATE_FILE, data),
@@ -249,7 +247,7 @@ class StudyController:
         it stopped there (more may come at once)."""
         limit = self.spec.max_concurrent_trials or float("inf")
         for _ in range(ADMIT_PER_TURN):
-            if self.lifecycle.live() >= limit or self.budget.over() or self._halted:
+            if self.lifecycle.live() >= limit or self.budget.over() or self.failures.halted:
                 return False
             try:
                 if self.lifecycle.admit_next(self._new_trial) is None:
@@ -734,19 +732,12 @@ class StudyController:
         }
 
     def _shared_retry(self, outcome: BatchOutcome) -> bool:
-        """The trainable raised on a stage several live trials share: their
-        first error there is retried once before it counts against them (in
-        Tune each of those trials trains the prefix on its own, and a
-        transient error would cost one of them, not all). Once per stage and
-        trials, not per iteration: a trainable that fails after a report
-        fails further on at each retry that goes on from a later checkpoint."""
+        """Whether the error is retried once as a shared stage's (`Failures.retry_shared`)."""
         if not outcome.error_retryable:  # the trainable reported something it must not: a retry repeats it
             return False
         affected = self._affected(outcome)
-        point = (outcome.error_node, frozenset(affected))
-        if len(affected) < 2 or point in self._shared_retries:
+        if not self.failures.retry_shared(outcome.error_node, affected):
             return False
-        self._shared_retries.add(point)
         logger.warning(
             "iteration %d, shared by %d trials, failed; retrying it once before it counts as their failure:\n%s",
             outcome.error_iteration,
@@ -772,20 +763,14 @@ class StudyController:
         error_pickle: bytes | None = None,
     ) -> None:
         """The trials failed (``in_restore``: loading their starting
-        checkpoint raised): retried while ``FailureConfig.max_failures``
-        allows, else they end in error. As in Tune, a failed restore is
-        first retried ``TUNE_RESTORE_RETRY_NUM`` times without counting.
-        ``error_pickle``: the trainable's exception as `Result.error` gives it."""
+        checkpoint raised): retried while `Failures.retried` says, else they
+        end in error. ``error_pickle``: the trainable's exception as
+        `Result.error` gives it."""
         for trial_id in trial_ids:
             state = self.trials[trial_id]
             if state.status in ENDED:
                 continue
-            if in_restore and retry and state.restore_failures < self.spec.restore_retries:
-                state.restore_failures += 1
-                self._event("recover", state, error=error)
-                continue
-            state.failures += 1
-            if retry and state.failures <= self.spec.max_failures:
+            if self.failures.retried(state, retry, in_restore):
                 self._event("recover", state, error=error)
             else:
                 state.error, state.error_pickle = error, error_pickle
@@ -796,8 +781,7 @@ class StudyController:
     def _abort(self, error: str) -> None:
         """No worker can run the trainable: every live trial ends in error
         and the study stops (the Tuner raises ``error``)."""
-        self.study_error = error
-        self._halted = True
+        self.failures.abort(error)
         for state in self.trials.values():
             if state.status in UNFINISHED:
                 self.lifecycle.abort(state)
@@ -806,22 +790,21 @@ class StudyController:
 
     def _after_error(self) -> None:
         """With ``fail_fast``, the first errored trial ends the study."""
-        if self.spec.fail_fast:
+        if self.failures.ends_study():
             self._halt()
 
     def _halt(self) -> None:
         """End the study: no new trial, and the others stop where they are,
         as Tune stops them (fail_fast, a stopper's ``stop_all``)."""
-        if self._halted:
+        if not self.failures.halt():
             return
-        self._halted = True
         for state in list(self.trials.values()):
             if state.status in UNFINISHED:
                 self._stop(state.trial_id)
 
     def _unfinished(self) -> bool:
         return self.lifecycle.live() > 0 or (
-            self.trial_source.remaining != 0 and not self.budget.over() and not self._halted
+            self.trial_source.remaining != 0 and not self.budget.over() and not self.failures.halted
         )
 
     def _enforce_budget(self) -> None:
@@ -1033,7 +1016,7 @@ class StudyController:
             "rows": rows,
             "events": events,
             "elapsed": self.budget.elapsed,
-            "study_error": self.study_error,
+            "study_error": self.failures.study_error,
             "warnings": warnings,
             "stalled": self._stalled(),
         }
