@@ -24,7 +24,6 @@ import math
 import time
 from typing import Any
 
-import numpy as np
 import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec, FlushReply
@@ -55,7 +54,7 @@ from ray_stagetree.runtime.control.experiment_state import (
 )
 from ray_stagetree.runtime.control.failures import Failures
 from ray_stagetree.runtime.control.resources import workers_that_fit
-from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY, scheduled
+from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
 from ray_stagetree.runtime.control.snapshots import NoSnapshots, Snapshots
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
@@ -63,7 +62,6 @@ from ray_stagetree.runtime.control.trials import TrialInfo, TrialState, experime
 from ray_stagetree.runtime.control.worker_pool import WorkerPool
 from ray_stagetree.runtime.workers.trial_errors import pack_exception
 from ray_stagetree.trial_schedulers.host import SchedulerHost
-from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
 
 logger = logging.getLogger(__name__)
 
@@ -166,8 +164,6 @@ class StudyController:
         self.pool = WorkerPool(
             lambda: self.spec.worker.start(ray.get_runtime_context().current_actor), spec.num_workers
         )
-        self._warned_missing_metric = False
-        self._numeric_metrics = self._metrics_consumed()
         self._wake = asyncio.Event()
         self._iterations = 0
         self._worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
@@ -179,6 +175,13 @@ class StudyController:
         self.failures = Failures(spec.max_failures, spec.restore_retries, spec.fail_fast)
         self._warned_missing_checkpoint = False
         self._warnings: list[str] = []  # for the driver to show, once each
+        self.rows = ResultRows(
+            spec.metric,
+            metric_consumers(getattr(self.trial_source, "searcher", None), self.host.scheduler),
+            spec.stop_thresholds,
+            spec.stopper,
+            lambda warning: self._warnings.append(warning),  # (progress() replaces the list)
+        )
         self._unwritten: list[str] = []  # what storage refused at the end, and why
         self.snapshots: NoSnapshots = Snapshots(
             lambda: dumps(self._state()),
@@ -273,76 +276,25 @@ class StudyController:
             dirname=trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True),
         )
 
-    def _metrics_consumed(self) -> dict[str, str]:
-        """Metric name -> what compares its values (the trial scheduler, the
-        searcher): those must be numbers."""
-        consumers = {}
-        searcher = getattr(self.trial_source, "searcher", None)
-        scheduler = self.host.scheduler
-        if type(scheduler).__name__ == "FIFOScheduler":
-            scheduler = None
-        for consumer, role in ((searcher, "searcher"), (scheduler, "trial scheduler")):
-            metric = searcher_metric(consumer) or []
-            # A multi-objective searcher (OptunaSearch(metric=["loss", "gain"])) compares several.
-            for name in [metric] if isinstance(metric, str) else metric:
-                consumers[name] = f"the {role} ({type(consumer).__name__})"
-        return consumers
-
-    def _check_metrics(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> str | None:
-        """Why the trial cannot go on with these metrics (a value its
-        scheduler or searcher must compare is not a number), or None. Warns,
-        once per study, when the study's metric is missing."""
-        metric = self.spec.metric
-        if metric and metric not in metrics and not self._warned_missing_metric:
-            self._warned_missing_metric = True
-            self._warnings.append(
-                f"trial {state.name or state.trial_id} reported {sorted(k for k in metrics if k != 'time_this_iter_s')} "
-                f"at iteration {iteration}, without TuneConfig's metric {metric!r}: results without it are not ranked "
-                "(this warning is shown once per study)"
-            )
-        for name, consumer in self._numeric_metrics.items():
-            value = metrics.get(name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.number))):
-                return (
-                    f"trial {state.name or state.trial_id} reported {name}={value!r} ({type(value).__name__}) at "
-                    f"iteration {iteration}, but {consumer} compares {name!r}: it must be a number"
-                )
-        return None
-
     def _add_row(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> None:
         # An iteration trained again (a retry, an evicted checkpoint) was
         # already reported: searchers and schedulers see each iteration once.
         state.restore_failures = 0  # it trains: its checkpoint loaded (Tune resets the count on restore)
         if state.status in ENDED or iteration in state.rows:
             return
-        invalid = self._check_metrics(state, iteration, metrics)
+        invalid = self.rows.invalid(state, iteration, metrics)
         if invalid is not None:
             self._fail({state.trial_id}, invalid, retry=False)  # a retry would report the same value
             return
-        row = dict(metrics)
-        row["trial_id"] = state.trial_id
-        row["training_iteration"] = iteration
-        ended = bool(row.get("done", False))
-        row["done"] = ended or iteration >= self.host.horizon
-        row["config"] = state.shown_config(iteration)
-        if scheduled(state.config, state.plain):
-            row[SCHEDULE_KEY] = state.config
-        previous = state.reported[-1] if state.reported else {}
-        row["time_total_s"] = previous.get("time_total_s", 0.0) + row.get("time_this_iter_s", 0.0)
-        since = (
-            previous.get("time_since_restore", 0.0)
-            if previous.get("training_iteration", 0) > state.restored_at
-            else 0.0
-        )
-        row["time_since_restore"] = since + row.get("time_this_iter_s", 0.0)
-        row["iterations_since_restore"] = iteration - state.restored_at
+        row = self.rows.row(state, iteration, metrics, self.host.horizon)
+        ended = bool(metrics.get("done", False))
         self.lifecycle.record(state, iteration, row)
         state.reported.append(row)
         self._announce(state)
         self._new_rows.append(row)
-        if not row["done"] and self._stop_criteria_met(state.trial_id, row):
+        if not row["done"] and self.rows.stop_met(state.trial_id, row):
             row["done"] = ended = True  # Tune's stop criteria end a trial without asking its scheduler
-        halt = self.spec.stopper is not None and self.spec.stopper.stop_all()
+        halt = self.rows.stop_all()
         if halt:
             row["done"] = ended = True
         # Tune's order: the scheduler sees a result before the searcher does.
@@ -382,14 +334,6 @@ class StudyController:
         decision point, or the next iteration where any result may end it."""
         decision = self.host.next_decision(trial_id, iteration)
         return iteration + 1 if self._every_result or math.isinf(decision) else decision
-
-    def _stop_criteria_met(self, trial_id: str, row: dict[str, Any]) -> bool:
-        """RunConfig.stop: a metric reached its threshold, or the stopper says so."""
-        reached = any(
-            isinstance(row.get(key), (int, float)) and row[key] >= threshold
-            for key, threshold in self.spec.stop_thresholds.items()
-        )
-        return reached or (self.spec.stopper is not None and bool(self.spec.stopper(trial_id, row)))
 
     def stop_trial(self, trial_id: str) -> None:
         """End a trial now (a stop criterion or a trial scheduler decided so).
