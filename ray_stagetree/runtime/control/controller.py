@@ -44,6 +44,7 @@ from ray_stagetree.planning.lifecycle import (
 from ray_stagetree.planning.plan import Request, RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
 from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore, WriteFailed
+from ray_stagetree.runtime.control.driver_feed import DriverFeed
 from ray_stagetree.runtime.control.experiment_state import (
     STATE_COST_FACTOR,
     STATE_FILE,
@@ -170,24 +171,22 @@ class StudyController:
         # The time budget counts from here, as Tune's from its loop's first step: starting
         # the workers is in it, starting this actor is not.
         self.budget = TimeBudget(spec.time_budget_s)
-        self._new_rows: list[dict[str, Any]] = []
-        self._events: list[dict[str, Any]] = []  # trial lifecycle, for the driver's callbacks (see `progress`)
         self.failures = Failures(spec.max_failures, spec.restore_retries, spec.fail_fast)
         self._warned_missing_checkpoint = False
-        self._warnings: list[str] = []  # for the driver to show, once each
+        self.feed = DriverFeed()  # what the driver hears at its next poll (`progress`)
         self.rows = ResultRows(
             spec.metric,
             metric_consumers(getattr(self.trial_source, "searcher", None), self.host.scheduler),
             spec.stop_thresholds,
             spec.stopper,
-            lambda warning: self._warnings.append(warning),  # (progress() replaces the list)
+            self.feed.warn,
         )
         self._unwritten: list[str] = []  # what storage refused at the end, and why
         self.snapshots: NoSnapshots = Snapshots(
             lambda: dumps(self._state()),
             lambda data: self.store.io.write_state.remote(STATE_FILE, data),
             spec.state_period_s,
-            lambda warning: self._warnings.append(warning),  # (progress() replaces the list)
+            self.feed.warn,
         )
         self._sharing: dict[str, int] = {}  # the plan's iteration counts, as `progress` last computed them
         self._sharing_due = 0.0  # time.monotonic() after which `progress` computes them again
@@ -215,7 +214,7 @@ class StudyController:
             trial.restored_at = max(trial.rows, default=0)
             action = restore.action(trial.status)
             if trial.announced and (trial.status in UNFINISHED or action in ("resume", "restart")):
-                self._event("start", trial, config=trial.shown_config())  # the new driver's loggers find its folder
+                self.feed.event("start", trial, config=trial.shown_config())  # the new driver's loggers find its folder
             if action == "end":
                 self._stop(trial.trial_id)
             elif action in ("resume", "restart") and trial.trial_config is not None:
@@ -290,8 +289,8 @@ class StudyController:
         ended = bool(metrics.get("done", False))
         self.lifecycle.record(state, iteration, row)
         state.reported.append(row)
-        self._announce(state)
-        self._new_rows.append(row)
+        self.feed.announce(state)
+        self.feed.row(row)
         if not row["done"] and self.rows.stop_met(state.trial_id, row):
             row["done"] = ended = True  # Tune's stop criteria end a trial without asking its scheduler
         halt = self.rows.stop_all()
@@ -351,9 +350,9 @@ class StudyController:
         """The lifecycle ended a trial: the driver hears of it, and the loop
         wakes (batches no live trial needs are pre-empted)."""
         if state.status == ERROR:
-            self._event("error", state, error=state.error)
+            self.feed.event("error", state, error=state.error)
         else:
-            self._event("complete", state)
+            self.feed.event("complete", state)
         self._release_unneeded()
         self._wake.set()
 
@@ -423,7 +422,7 @@ class StudyController:
         if at is not None and iteration >= at and not can_checkpoint:
             self._time_sharing_off = True
             del self._yield_at[batch_id]
-            self._warnings.append(
+            self.feed.warn(
                 f"execution_policy={self.policy!r} pre-empts batches at a checkpoint, but the trainable reported "
                 f"none at iteration {iteration} (should_checkpoint() was True): pre-empted trials would train again "
                 "from their last checkpoint, so this study no longer time-shares its workers"
@@ -482,7 +481,7 @@ class StudyController:
             self.host.population.trainable_checkpoints = False  # before PBT decides on these records
         if outcome.missing_checkpoint is not None and not self._warned_missing_checkpoint:
             self._warned_missing_checkpoint = True
-            self._warnings.append(
+            self.feed.warn(
                 f"iteration {outcome.missing_checkpoint} needs a checkpoint (should_checkpoint() was True) but "
                 "report() got none. Trials that branch off a shared prefix will train it again, and a paused "
                 "trial holds its worker's memory until resumed (its trainable waits, parked): pass "
@@ -538,7 +537,7 @@ class StudyController:
             self.policy.started(batch, time.monotonic())
             for request in batch.requests:
                 for trial_id in request.trials & self.trials.keys():
-                    self._announce(self.trials[trial_id])
+                    self.feed.announce(self.trials[trial_id])
         return lost
 
     async def _batch_spec(self, batch: StageBatch, parked: Any = None) -> BatchSpec:
@@ -715,7 +714,7 @@ class StudyController:
             if state.status in ENDED:
                 continue
             if self.failures.retried(state, retry, in_restore):
-                self._event("recover", state, error=error)
+                self.feed.event("recover", state, error=error)
             else:
                 state.error, state.error_pickle = error, error_pickle
                 self.lifecycle.fail(state)
@@ -730,7 +729,7 @@ class StudyController:
             if state.status in UNFINISHED:
                 self.lifecycle.abort(state)
                 state.error = error
-                self._event("error", state, error=error)
+                self.feed.event("error", state, error=error)
 
     def _after_error(self) -> None:
         """With ``fail_fast``, the first errored trial ends the study."""
@@ -845,7 +844,7 @@ class StudyController:
                 for state in states:
                     state.final_retrains += 1
                     if state.final_retrains > FINAL_RETRAINS:
-                        self._warnings.append(
+                        self.feed.warn(
                             f"the final checkpoint of trial {state.name or state.trial_id} was found damaged "
                             f"{FINAL_RETRAINS} times in storage ({error}); it ends without it"
                         )
@@ -889,7 +888,7 @@ class StudyController:
         for state in self.trials.values():
             if state.status == PAUSED:  # its scheduler never resumed it
                 self.lifecycle.close(state)
-                self._event("complete", state)
+                self.feed.event("complete", state)
         exported, best = [], {}
         for state in self.trials.values():
             kept, best[state.trial_id] = state.exposed_checkpoints(self.spec.checkpoint_config)
@@ -909,14 +908,14 @@ class StudyController:
                 if (state.trial_id, iteration) in written
             ]
             if state.checkpoints:
-                self._event("checkpoint", state, path=state.checkpoints[-1][0])
+                self.feed.event("checkpoint", state, path=state.checkpoints[-1][0])
         try:
             self.plan.save(self._plan_path, self.spec.storage_filesystem)
         except Exception as error:  # each fsspec backend raises its own errors
             self._unwritten.append(f"the search plan could not be written ({type(error).__name__}: {error})")
         await self.save_state()
         if self._unwritten:
-            self._warnings.append(
+            self.feed.warn(
                 f"storage under {self.spec.experiment_path!r} refused part of the study's end, which is kept in "
                 f"the returned results only: {'; '.join(self._unwritten[:3])}"
                 + (f" (and {len(self._unwritten) - 3} more)" if len(self._unwritten) > 3 else "")
@@ -924,44 +923,22 @@ class StudyController:
 
     # -- driver queries --------------------------------------------------------------
 
-    def _announce(self, state: TrialState) -> None:
-        """A trial starts (Tune's on_trial_start) when a batch serving it is
-        dispatched, or at its first result if that comes first: not when it
-        is admitted, since the driver's loggers open files for each started
-        trial and a study admits all its trials at once. A trial that ends
-        before either (the time budget, `stop_all`) ends without starting,
-        as a pending trial does in Tune."""
-        if not state.announced:
-            state.announced = True
-            self._event("start", state, config=state.shown_config())
-
-    def _event(self, kind: str, state: TrialState, **fields: Any) -> None:
-        self._events.append(
-            {"event": kind, "trial_id": state.trial_id, "name": state.name, "dirname": state.dirname, **fields}
-        )
-
     def progress(self) -> dict[str, Any]:
         """What happened since the last call, for the driver's reporter and
-        callbacks. ``rows`` are the new results, in order; ``events`` the
-        trials' lifecycle since the last call, in order, each a dict with
-        ``event`` ("start" with the trial's ``config``, "complete", "error"
-        with its ``error`` text, "recover" (it failed with ``error`` and is
-        retried), "checkpoint" with the final checkpoint's ``path``), ``trial_id``, ``name`` and ``dirname``. A trial's "start"
-        comes before its rows, which come before its "complete" or "error"."""
-        rows, self._new_rows = self._new_rows, []
-        events, self._events = self._events, []
-        warnings, self._warnings = self._warnings, []
+        callbacks: the study's figures, and `DriverFeed.take`'s ``rows``
+        (the new results), ``events`` (the trials' lifecycle) and ``warnings``."""
+        news = self.feed.take()
         return {
             "status": self.lifecycle.counts(),
             "iterations": self._iterations,
             "worker_seconds": self._worker_seconds,
             "state_seconds": self.snapshots.seconds,
             **self._sharing_figures(),
-            "rows": rows,
-            "events": events,
+            "rows": news["rows"],
+            "events": news["events"],
             "elapsed": self.budget.elapsed,
             "study_error": self.failures.study_error,
-            "warnings": warnings,
+            "warnings": news["warnings"],
             "stalled": self._stalled(),
         }
 

@@ -173,10 +173,10 @@ class SharedPlan(StudyController):
         return TICK_S
 
     def _admit(self) -> None:
-        if self._warnings:  # the loop's own (a missing checkpoint): every study sees them
+        if self.feed.warnings:  # the loop's own (a missing checkpoint): every study sees them
             for study in self.studies.values():
-                study._warnings += self._warnings
-            self._warnings.clear()
+                study.feed.warnings += self.feed.warnings
+            self.feed.warnings.clear()
         for study in list(self.studies.values()):
             study._enforce_budget()
             study._admit()
@@ -221,7 +221,7 @@ class SharedPlan(StudyController):
         try:
             self.plan.save(self._plan_path, self.spec.storage_filesystem)
         except Exception as error:  # each fsspec backend raises its own errors
-            self._warnings.append(f"the shared plan could not be written ({type(error).__name__}: {error})")
+            self.feed.warn(f"the shared plan could not be written ({type(error).__name__}: {error})")
 
     async def _finalize(self) -> None:
         for study in list(self.studies.values()):
