@@ -43,7 +43,7 @@ from ray_stagetree.planning.lifecycle import (
 )
 from ray_stagetree.planning.plan import Request, RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
-from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore, WriteFailed
+from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore
 from ray_stagetree.runtime.control.driver_feed import DriverFeed
 from ray_stagetree.runtime.control.experiment_state import (
     STATE_COST_FACTOR,
@@ -58,6 +58,7 @@ from ray_stagetree.runtime.control.resources import workers_that_fit
 from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
 from ray_stagetree.runtime.control.snapshots import NoSnapshots, Snapshots
 from ray_stagetree.runtime.control.spec import StudySpec
+from ray_stagetree.runtime.control.study_end import export_kept_checkpoints, retrain_lost_finals
 from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trials import TrialInfo, TrialState, experiment_tag, trial_name
 from ray_stagetree.runtime.control.worker_pool import WorkerPool
@@ -68,10 +69,6 @@ logger = logging.getLogger(__name__)
 
 # (`TrialState` is imported above also for the snapshots written before it
 # moved to trials.py: they name it here.)
-
-# Retrains of a trial's final checkpoint found damaged in storage, before it
-# ends without one (a storage that damages every file it keeps).
-FINAL_RETRAINS = 2
 
 # Trials admitted per turn of the loop: a study of many trials dispatches its
 # first batches after this many, not after drawing them all, and admits the
@@ -181,7 +178,6 @@ class StudyController:
             spec.stopper,
             self.feed.warn,
         )
-        self._unwritten: list[str] = []  # what storage refused at the end, and why
         self.snapshots: NoSnapshots = Snapshots(
             lambda: dumps(self._state()),
             lambda data: self.store.io.write_state.remote(STATE_FILE, data),
@@ -826,33 +822,14 @@ class StudyController:
             await self._finalize()
 
     async def _final_checkpoints_lost(self) -> bool:
-        """Reopen finished trials whose checkpoint at their last result was
-        lost or found corrupt, so that it is trained again; True if any.
-        Each point is checked once (trials that end together share it), and
-        a trial is retrained for it at most `FINAL_RETRAINS` times: storage
-        that damages everything it keeps must not retrain it forever."""
-        finals: dict[tuple[int, int], list[TrialState]] = {}
-        for state in self.trials.values():
-            points = state.path_checkpoints()
-            if points and points[-1][1] == max(state.rows) and state.final_retrains <= FINAL_RETRAINS:
-                finals.setdefault((points[-1][0].node_id, points[-1][1]), []).append(state)
-        lost = False
-        for (node_id, iteration), states in finals.items():
-            try:
-                await self.store.verify(self.plan, self.plan.nodes[node_id], iteration)
-            except CheckpointUnavailableError as error:
-                for state in states:
-                    state.final_retrains += 1
-                    if state.final_retrains > FINAL_RETRAINS:
-                        self.feed.warn(
-                            f"the final checkpoint of trial {state.name or state.trial_id} was found damaged "
-                            f"{FINAL_RETRAINS} times in storage ({error}); it ends without it"
-                        )
-                        continue
-                    logger.warning("%s; training it again", error)
-                    self._requested_node(state, self.plan.reopen(state.trial_id).node)
-                    lost = True
-        return lost
+        """Reopen the finished trials whose final checkpoint was lost or
+        found corrupt, so that it is trained again; True if any."""
+        return await retrain_lost_finals(
+            self.trials.values(),
+            lambda node_id, iteration: self.store.verify(self.plan, self.plan.nodes[node_id], iteration),
+            lambda state: self._requested_node(state, self.plan.reopen(state.trial_id).node),
+            self.feed.warn,
+        )
 
     # -- study state ---------------------------------------------------------------
 
@@ -889,36 +866,21 @@ class StudyController:
             if state.status == PAUSED:  # its scheduler never resumed it
                 self.lifecycle.close(state)
                 self.feed.event("complete", state)
-        exported, best = [], {}
+        export = functools.partial(self.store.export, self.plan)
+        unwritten = await export_kept_checkpoints(self.trials.values(), export, self.spec.checkpoint_config)
         for state in self.trials.values():
-            kept, best[state.trial_id] = state.exposed_checkpoints(self.spec.checkpoint_config)
-            exported += [(state, at, self.store.export(self.plan, node, at, state.dirname)) for node, at in kept]
-        paths = await asyncio.gather(*(write for _, _, write in exported))
-        written: dict[tuple[str, int], str] = {}
-        for (state, iteration, _), path in zip(exported, paths):
-            if isinstance(path, WriteFailed):
-                self._unwritten.append(path.reason)
-            elif path is not None:
-                state.checkpoints.append((path, state.checkpoint_metrics(iteration)))
-                written[state.trial_id, iteration] = path
-        for state in self.trials.values():
-            state.best_checkpoints = [
-                (written[state.trial_id, iteration], state.checkpoint_metrics(iteration))
-                for iteration in best[state.trial_id]
-                if (state.trial_id, iteration) in written
-            ]
             if state.checkpoints:
                 self.feed.event("checkpoint", state, path=state.checkpoints[-1][0])
         try:
             self.plan.save(self._plan_path, self.spec.storage_filesystem)
         except Exception as error:  # each fsspec backend raises its own errors
-            self._unwritten.append(f"the search plan could not be written ({type(error).__name__}: {error})")
+            unwritten.append(f"the search plan could not be written ({type(error).__name__}: {error})")
         await self.save_state()
-        if self._unwritten:
+        if unwritten:
             self.feed.warn(
                 f"storage under {self.spec.experiment_path!r} refused part of the study's end, which is kept in "
-                f"the returned results only: {'; '.join(self._unwritten[:3])}"
-                + (f" (and {len(self._unwritten) - 3} more)" if len(self._unwritten) > 3 else "")
+                f"the returned results only: {'; '.join(unwritten[:3])}"
+                + (f" (and {len(unwritten) - 3} more)" if len(unwritten) > 3 else "")
             )
 
     # -- driver queries --------------------------------------------------------------
