@@ -54,6 +54,7 @@ from ray_stagetree.runtime.control.experiment_state import (
     trial_summary,
 )
 from ray_stagetree.runtime.control.failures import Failures
+from ray_stagetree.runtime.control.preemption import Preemption
 from ray_stagetree.runtime.control.resources import workers_that_fit
 from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
 from ray_stagetree.runtime.control.snapshots import NoSnapshots, Snapshots
@@ -114,9 +115,7 @@ class StudyController:
             self.plan = SearchPlan()
         self.policy = get_policy(spec.policy)
         self.policy.bind(spec.num_workers)
-        self._yield_at: dict[int, int] = {}  # batch id -> where a time-shared batch stops for other work
         self.parking = Parking(self.plan, spec.parked_per_worker)
-        self._time_sharing_off = False  # the trainable keeps no checkpoint where a pre-emption needs one
         self.store = store or CheckpointStore(
             CheckpointStorage(spec.experiment_path, spec.storage_filesystem),
             spec.checkpoint_budget_bytes,
@@ -171,6 +170,7 @@ class StudyController:
         self.failures = Failures(spec.max_failures, spec.restore_retries, spec.fail_fast)
         self._warned_missing_checkpoint = False
         self.feed = DriverFeed()  # what the driver hears at its next poll (`progress`)
+        self.preemption = Preemption(self.plan, self.feed.warn)
         self.rows = ResultRows(
             spec.metric,
             metric_consumers(getattr(self.trial_source, "searcher", None), self.host.scheduler),
@@ -376,7 +376,7 @@ class StudyController:
         if batch_id not in self.plan.running_batches:
             return FlushReply([], 0, 0)
         if outcome.records:
-            yielding = self._time_shared(batch_id, *outcome.records[-1][:2], outcome.can_checkpoint)
+            yielding = self.preemption.reply(self.policy, batch_id, *outcome.records[-1][:2], outcome.can_checkpoint)
             if yielding is not None:
                 return yielding
         node, _, stop = self.plan.batch_segments(batch_id)[-1]
@@ -403,36 +403,6 @@ class StudyController:
     def _status(self, trial_id: str) -> str | None:
         state = self.trials.get(trial_id)
         return None if state is None else state.status
-
-    def _time_shared(self, batch_id: int, node_id: int, iteration: int, can_checkpoint: bool) -> FlushReply | None:
-        """The reply to a batch that a time-sharing policy pre-empts (its
-        quantum is over and other work comes first), None for the others. It
-        trains one more iteration, for which ``should_checkpoint()`` is True
-        in advance (a trainable that saves only then still saves there), and
-        stops; its requests go back to the plan, resumed from there by priority.
-        A trainable that reports no checkpoint there would retrain what the
-        batch trained: its batches go on, and the study stops time-sharing."""
-        if self._time_sharing_off:
-            return None
-        at = self._yield_at.get(batch_id)
-        if at is not None and iteration >= at and not can_checkpoint:
-            self._time_sharing_off = True
-            del self._yield_at[batch_id]
-            self.feed.warn(
-                f"execution_policy={self.policy!r} pre-empts batches at a checkpoint, but the trainable reported "
-                f"none at iteration {iteration} (should_checkpoint() was True): pre-empted trials would train again "
-                "from their last checkpoint, so this study no longer time-shares its workers"
-            )
-            return None
-        if at is None:
-            if not self.policy.at_boundary(self.plan, batch_id, self.plan.nodes[node_id], iteration, time.monotonic()):
-                return None
-            at = self._yield_at[batch_id] = iteration + 1
-        needed = self.plan.needed_until(batch_id)
-        saves = [point for _, point in self.plan.checkpoints_needed(batch_id)] + [at]
-        return FlushReply(
-            saves, min(at, needed[1]) if needed is not None else 0, self.plan.batch_segments(batch_id)[-1][2]
-        )
 
     def _configured_saves(self, batch_id: int, outcome: BatchOutcome | None = None) -> list[int]:
         """CheckpointConfig's saves on a batch (class trainables; the Tuner
@@ -630,7 +600,7 @@ class StudyController:
             self._trainable_returned(batch.batch_id, outcome.returned_at)
         last = outcome.records[-1] if outcome.records else None
         self.policy.ended(self.plan, batch.batch_id, time.monotonic(), last and (self.plan.nodes[last[0]], last[1]))
-        self._yield_at.pop(batch.batch_id, None)
+        self.preemption.ended(batch.batch_id)
         if outcome.parked:
             node, _, stop = self.plan.batch_segments(batch.batch_id)[-1]
             self._release(self.parking.park(worker, batch.batch_id, node, stop))
