@@ -73,7 +73,7 @@ def test_a_bad_draw_after_the_first_repeat_errs_its_trial_only(tmp_path, ray_ses
     controller = StudyController(
         StudySpec(worker=WorkerSpec(b""), trial_source=source, horizon=1, experiment_path=str(tmp_path))
     )
-    controller._admit()
+    controller.admit()
     statuses = [state.status for state in controller.trials.values()]
     assert statuses.count(ERROR) == 1 and len(statuses) == 4
     assert "config keys must be strings" in next(s.error for s in controller.trials.values() if s.status == ERROR)

@@ -9,9 +9,24 @@ decisions live in `plan`, `stage_tree` and `policy`; trial states and what a
 trial scheduler's decisions do to the plan live in `planning.lifecycle`,
 shared with the simulator.
 
-(Over 600 lines: the Ray loop (dispatch, completion, worker death), what
-Tune adds to a result (rows, stop criteria, metric checks), failures and
-retries, the study's snapshot and its end share the controller's state.)
+What is neither the loop nor the trials' handling is a manager beside it,
+each in its own module and tested without Ray (as Tune's controller
+composes its managers): `worker_pool.WorkerPool` (workers, running
+batches, lost nodes), `snapshots.Snapshots` (the study's snapshot),
+`failures.Failures` (FailureConfig, the study's halt),
+`result_rows.ResultRows` (what Tune adds to a result, RunConfig.stop),
+`driver_feed.DriverFeed` (what the driver hears at each poll),
+`preemption.Preemption` (time-sharing), `time_budget.TimeBudget`, and
+`study_end` (final checkpoints verified and exported). A plan service
+extends the controller through the hooks `hooks.StudyHooks` declares, and
+nothing else (``tests/runtime/test_hooks.py``).
+
+(Over 600 lines: the Ray loop (dispatch, worker reports, completion, worker
+death) and a study's handling of its trials (admission, results, stops,
+failures, restore, end) share the plan and the trials. A plan service splits
+the class along that line through the hooks: `SharedPlan` runs the loop over
+many studies, `AttachedStudy` is a study without a loop. Two classes, a loop
+over studies, would end the overriding; that is the next step.)
 """
 
 from __future__ import annotations
@@ -89,7 +104,8 @@ class StudyController:
 
     The trials' states and what their scheduler's decisions do to the plan
     are `planning.lifecycle`'s (``self.lifecycle``); the driver polls
-    `progress` and reads `results` at the end.
+    `progress` and reads `results` at the end. A subclass overrides its
+    hooks only (`hooks.StudyHooks`, each marked ``@hook``).
 
     Parameters
     ----------
@@ -102,6 +118,7 @@ class StudyController:
 
     def __init__(self, spec: StudySpec, plan: SearchPlan | None = None, store: CheckpointStore | None = None) -> None:
         self.spec = spec
+        self.plan_path = f"{spec.experiment_path}/plan"  # where the plan is saved (Parquet) at the end
         restore = spec.restore
         if plan is not None:
             self.plan = plan
@@ -110,7 +127,7 @@ class StudyController:
         elif spec.resume:
             # Without its side file of objects (nothing here unpickles a plan): a node whose values JSON
             # cannot hold are fingerprints only is configured by the first trial requesting it (below).
-            self.plan = SearchPlan.load(self._plan_path, spec.storage_filesystem)
+            self.plan = SearchPlan.load(self.plan_path, spec.storage_filesystem)
         else:
             self.plan = SearchPlan()
         self.policy = get_policy(spec.policy)
@@ -126,16 +143,22 @@ class StudyController:
         horizon = math.inf if spec.horizon is None else spec.horizon
         if restore is not None:
             self.trial_source, self.host = restore.state.source, restore.state.host
-            self.host.attach(self._stop, getattr(self.trial_source, "searcher", None))
+            self.host.attach(self.end_trial, getattr(self.trial_source, "searcher", None))
         else:
             searcher = getattr(self.trial_source, "searcher", None)  # told of pauses (HyperBandForBOHB)
-            self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, self._stop, searcher)
+            self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, self.end_trial, searcher)
         if self.host.order_sensitive:
             # A scheduler comparing trials decides on the order they reach it:
             # run them in admission order, as Tune runs them (issue 31).
             self.policy.admission_order()
         self.lifecycle = TrialLifecycle(
-            self.plan, self.host, self.trial_source, self._share_key, self._next_request, self._requested, self._ended
+            self.plan,
+            self.host,
+            self.trial_source,
+            self.trial_share_key,
+            self._next_request,
+            self._requested,
+            self._ended,
         )
         self.trials: dict[str, TrialState] = self.lifecycle.trials
         # Stop criteria, and schedulers other than ASHA/HyperBand/PBT/FIFO, may
@@ -212,7 +235,7 @@ class StudyController:
             if trial.announced and (trial.status in UNFINISHED or action in ("resume", "restart")):
                 self.feed.event("start", trial, config=trial.shown_config())  # the new driver's loggers find its folder
             if action == "end":
-                self._stop(trial.trial_id)
+                self.end_trial(trial.trial_id)
             elif action in ("resume", "restart") and trial.trial_config is not None:
                 self._rerun(trial, restart=action == "restart")
 
@@ -230,17 +253,13 @@ class StudyController:
 
     # -- trials ----------------------------------------------------------------
 
-    def _share_key(self, trial_id: str) -> str:
+    def trial_share_key(self, trial_id: str) -> str:
         """A trial's share key in the plan: trials share stages only under one key.
         (Its value "study" is in the plans studies saved: it stays, so that a
         restored or resumed study's new trials share with its old ones.)"""
         return "study" if self.spec.stage_sharing else trial_id
 
-    @property
-    def _plan_path(self) -> str:
-        return f"{self.spec.experiment_path}/plan"
-
-    def _admit(self) -> bool:
+    def admit(self) -> bool:
         """Admit the trial source's next trials, up to `ADMIT_PER_TURN`; True when
         it stopped there (more may come at once)."""
         limit = self.spec.max_concurrent_trials or float("inf")
@@ -271,7 +290,9 @@ class StudyController:
             dirname=trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True),
         )
 
-    def _add_row(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> None:
+    def add_result(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> None:
+        """The trial's result at ``iteration``: checked, made a Tune row,
+        decided on by its scheduler and told to its searcher."""
         # An iteration trained again (a retry, an evicted checkpoint) was
         # already reported: searchers and schedulers see each iteration once.
         state.restore_failures = 0  # it trains: its checkpoint loaded (Tune resets the count on restore)
@@ -279,7 +300,7 @@ class StudyController:
             return
         invalid = self.rows.invalid(state, iteration, metrics)
         if invalid is not None:
-            self._fail({state.trial_id}, invalid, retry=False)  # a retry would report the same value
+            self.fail({state.trial_id}, invalid, retry=False)  # a retry would report the same value
             return
         row = self.rows.row(state, iteration, metrics, self.host.horizon)
         ended = bool(metrics.get("done", False))
@@ -297,27 +318,28 @@ class StudyController:
         if row["done"]:
             tell_searcher()
             if halt:
-                self._halt()
+                self.halt()
             # The horizon, or the trainable reported done (Tune ends the trial).
-            self._stop(state.trial_id) if ended else self.lifecycle.finish(state)
+            self.end_trial(state.trial_id) if ended else self.lifecycle.finish(state)
         else:
             self.lifecycle.decide(state, iteration, row, then=tell_searcher)
-        self._resume()
+        self.resume_paused()
 
-    def _resume(self) -> None:
+    def resume_paused(self) -> None:
         """Run again the paused trials the scheduler chooses."""
         self.lifecycle.resume()
 
     def _requested(self, state: TrialState, request: Request, iteration: int) -> None:
         """The lifecycle moved the trial's request on from ``iteration``: take what
         the plan already holds beyond it (work shared with other trials)."""
-        self._requested_node(state, request.node)
+        self.assign_node(state, request.node)
         self._wake.set()
         for later, metrics in self.plan.history(state.trial_id).items():
             if later > iteration:
-                self._add_row(state, later, metrics)
+                self.add_result(state, later, metrics)
 
-    def _requested_node(self, state: TrialState, node: Any) -> None:
+    def assign_node(self, state: TrialState, node: Any) -> None:
+        """The trial's request is on ``node`` now; the first trial requesting a node configures it."""
         state.node = node
         if node.node_id not in self._node_configs:
             self._node_configs[node.node_id] = state.config
@@ -334,12 +356,12 @@ class StudyController:
         """End a trial now (a stop criterion or a trial scheduler decided so).
         Its requests are cancelled; a batch no other trial needs is
         pre-empted when its worker next reports."""
-        self._stop(trial_id)
-        self._resume()  # trials a scheduler held for this one may go on
+        self.end_trial(trial_id)
+        self.resume_paused()  # trials a scheduler held for this one may go on
 
-    def _stop(self, trial_id: str) -> None:
+    def end_trial(self, trial_id: str) -> None:
         """`stop_trial`, leaving paused trials paused: what a scheduler calls
-        while it decides, before it is asked what to resume."""
+        while it decides, before it is asked what to resume (`resume_paused`)."""
         self.lifecycle.stop(self.trials[trial_id])
 
     def _ended(self, state: TrialState) -> None:
@@ -369,10 +391,10 @@ class StudyController:
         and whether its trainable parks there (`execution.parking`)."""
         if self.snapshots.frozen:
             return FlushReply([], 0, 0)  # stop: the study was saved as it stood
-        self._ingest(outcome)
+        self.ingest(outcome)
         batch_id = outcome.batch_id
         self.pool.heard(batch_id)
-        self._enforce_budget()  # this batch stops here, not at its next report
+        self.enforce_budget()  # this batch stops here, not at its next report
         if batch_id not in self.plan.running_batches:
             return FlushReply([], 0, 0)
         if outcome.records:
@@ -396,7 +418,7 @@ class StudyController:
             and self.parking.wanted(node, stop, lambda trial_id: self._status(trial_id) == PAUSED)
         )
         save_iterations += [iteration for _, iteration in self.plan.checkpoints_needed(batch_id)]
-        save_iterations += self._configured_saves(batch_id, outcome)
+        save_iterations += self.configured_saves(batch_id, outcome)
         needed = self.plan.needed_until(batch_id)
         return FlushReply(save_iterations, needed[1] if needed is not None else 0, extended or stop, park)
 
@@ -404,7 +426,7 @@ class StudyController:
         state = self.trials.get(trial_id)
         return None if state is None else state.status
 
-    def _configured_saves(self, batch_id: int, outcome: BatchOutcome | None = None) -> list[int]:
+    def configured_saves(self, batch_id: int, outcome: BatchOutcome | None = None) -> list[int]:
         """CheckpointConfig's saves on a batch (class trainables; the Tuner
         refuses them for functions): every ``checkpoint_frequency``-th
         iteration, and with ``checkpoint_at_end`` the last iteration of a
@@ -442,7 +464,8 @@ class StudyController:
         )
         return not self.policy.yields(self.plan, serving, waiting)
 
-    def _ingest(self, outcome: BatchOutcome) -> None:
+    def ingest(self, outcome: BatchOutcome) -> None:
+        """Fold a worker's records into the plan and the trials, and take its checkpoints into the store."""
         if self.host.population is not None and (outcome.missing_checkpoint is not None or not outcome.can_checkpoint):
             self.host.population.trainable_checkpoints = False  # before PBT decides on these records
         if outcome.missing_checkpoint is not None and not self._warned_missing_checkpoint:
@@ -460,7 +483,7 @@ class StudyController:
             self.plan.record_metrics(node_id, iteration, metrics)
             self.plan.record_progress(outcome.batch_id, node_id, iteration)
             for trial_id in sorted(self._trials_through(node, iteration)):
-                self._add_row(self.trials[trial_id], iteration, metrics)
+                self.add_result(self.trials[trial_id], iteration, metrics)
         if outcome.batch_id in self.plan.running_batches:  # the cost model's input
             self.plan.record_batch_timings(
                 outcome.batch_id, [(node_id, at, row.get("time_this_iter_s")) for node_id, at, row in outcome.records]
@@ -519,16 +542,16 @@ class StudyController:
             trial_config=leaf.config,
             segments=[(node.node_id, start, stop) for node, start, stop in batch.segments],
             save_iterations={iteration for _, iteration in self.plan.checkpoints_needed(batch.batch_id)}
-            | set(self._configured_saves(batch.batch_id)),
+            | set(self.configured_saves(batch.batch_id)),
             source=handle,
             plain=self._node_plain.get(leaf.node_id, frozenset()),
             reproducibility=self.spec.worker.reproducibility,
             resumes=None if parked is None else parked.batch_id,
             keep_reported=keeps_reported(self.spec.checkpoint_config),
-            **self._owner(leaf.node_id),
+            **self.trial_context(leaf.node_id),
         )
 
-    def _owner(self, node_id: int) -> dict[str, str]:
+    def trial_context(self, node_id: int) -> dict[str, str]:
         """The trial a class trainable's ``trial_id`` / ``trial_name`` name."""
         owner = self.trials.get(self._node_owner.get(node_id, ""))
         experiment_name = self.spec.experiment_path.rstrip("/").rsplit("/", 1)[-1]
@@ -542,7 +565,8 @@ class StudyController:
             "trial_dir": f"{self.spec.experiment_path}/{owner.dirname}" if local else "",
         }
 
-    async def _complete(self, ref: Any) -> None:
+    async def complete(self, ref: Any) -> None:
+        """The batch behind ``ref`` ended, failed, or its worker died."""
         running = self.pool.finished(ref)
         worker, batch, spec, dispatched = running.worker, running.batch, running.spec, running.dispatched
         if self.snapshots.frozen:
@@ -558,14 +582,14 @@ class StudyController:
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
             # Result.error is Ray's RayActorError, as in Tune.
             died = f"the worker running batch {batch.batch_id} died: {error}"
-            self._fail(affected, died, error_pickle=pack_exception(error))
+            self.fail(affected, died, error_pickle=pack_exception(error))
             self.plan.release_batch(batch.batch_id)
             return
         except ray.exceptions.RayError as error:  # its outcome could not come back (it failed to serialize)
             self._worker_seconds += time.monotonic() - dispatched
             self.pool.folded(batch.batch_id)
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
-            self._fail(affected, f"batch {batch.batch_id}'s outcome could not be read from its worker: {error}")
+            self.fail(affected, f"batch {batch.batch_id}'s outcome could not be read from its worker: {error}")
             self.plan.release_batch(batch.batch_id)
             self.pool.returned(worker)
             return
@@ -582,7 +606,7 @@ class StudyController:
             self._wake.set()
             return
         if outcome.trainable_unloadable:
-            self._abort(outcome.error)
+            self.abort(outcome.error)
             self.plan.release_batch(batch.batch_id)
             self.pool.folded(batch.batch_id)
             return
@@ -592,7 +616,7 @@ class StudyController:
             # the sharing trials would in Tune, not from what the failed attempt left.
             _, _, key, _ = outcome.checkpoints.pop()
             worker.take_checkpoint.remote(key)  # dropped from the worker's outbox
-        self._ingest(outcome)
+        self.ingest(outcome)
         self.pool.folded(batch.batch_id)
         if outcome.error is not None and not shared_retry:
             self._batch_failed(outcome)
@@ -628,8 +652,8 @@ class StudyController:
             if state.status not in ENDED:
                 if state.reported:
                     state.reported[-1]["done"] = True
-                self._stop(trial_id)
-        self._resume()
+                self.end_trial(trial_id)
+        self.resume_paused()
 
     def _affected(self, outcome: BatchOutcome) -> set[str]:
         """The live trials through the point where the trainable raised."""
@@ -661,9 +685,9 @@ class StudyController:
         if outcome.error_checkpoint:
             for trial_id in affected:
                 self.trials[trial_id].error_checkpoint = outcome.checkpoints[-1][:2]
-        self._fail(affected, outcome.error, outcome.error_retryable, outcome.error_in_restore, outcome.error_pickle)
+        self.fail(affected, outcome.error, outcome.error_retryable, outcome.error_in_restore, outcome.error_pickle)
 
-    def _fail(
+    def fail(
         self,
         trial_ids: set[str],
         error: str,
@@ -685,9 +709,9 @@ class StudyController:
                 state.error, state.error_pickle = error, error_pickle
                 self.lifecycle.fail(state)
                 self._after_error()
-                self._resume()
+                self.resume_paused()
 
-    def _abort(self, error: str) -> None:
+    def abort(self, error: str) -> None:
         """No worker can run the trainable: every live trial ends in error
         and the study stops (the Tuner raises ``error``)."""
         self.failures.abort(error)
@@ -700,23 +724,24 @@ class StudyController:
     def _after_error(self) -> None:
         """With ``fail_fast``, the first errored trial ends the study."""
         if self.failures.ends_study():
-            self._halt()
+            self.halt()
 
-    def _halt(self) -> None:
+    def halt(self) -> None:
         """End the study: no new trial, and the others stop where they are,
         as Tune stops them (fail_fast, a stopper's ``stop_all``)."""
         if not self.failures.halt():
             return
         for state in list(self.trials.values()):
             if state.status in UNFINISHED:
-                self._stop(state.trial_id)
+                self.end_trial(state.trial_id)
 
-    def _unfinished(self) -> bool:
+    def unfinished(self) -> bool:
+        """Live trials, or trials to come (within the budget, the study not halted)."""
         return self.lifecycle.live() > 0 or (
             self.trial_source.remaining != 0 and not self.budget.over() and not self.failures.halted
         )
 
-    def _enforce_budget(self) -> None:
+    def enforce_budget(self) -> None:
         """Past the time budget, trials stop (running batches stop at their
         next report); a batch still running `time_budget.GRACE_S` later is
         killed with its worker: it cannot be stopped cooperatively."""
@@ -729,7 +754,7 @@ class StudyController:
         for batch_id in self.budget.to_kill(running):
             ray.kill(running[batch_id])
 
-    def _budget_timeout(self) -> float | None:
+    def wake_in(self) -> float | None:
         """Seconds until the loop must wake for the time budget."""
         return self.budget.wake_in(self.pool.running_workers())
 
@@ -737,22 +762,22 @@ class StudyController:
         """Run the study on ``workers`` (from `WorkerSpec.start`, started by the
         driver with this actor so that both start up at once)."""
         self.pool.adopt(workers)
-        admitting = self._admit()
+        admitting = self.admit()
         # The future awaiting each ref outlives a turn: one that resolves
         # during a turn is seen by the next, even by a turn that does not wait
         # (while admitting), which a future made afresh each turn never is.
         awaited: dict[Any, asyncio.Future] = {}
         while not self.snapshots.frozen:
-            self._enforce_budget()
+            self.enforce_budget()
             if await self._dispatch():
                 continue
             if not self.pool.running and not self.store.pending_writes:
-                if not self._unfinished():
+                if not self.unfinished():
                     if await self._final_checkpoints_lost():
                         continue  # train them again
                     break
                 if not self.plan.running_batches and not admitting:
-                    self._stuck()
+                    self.stuck()
             self.snapshots.save_soon()
             waiting = list(self.pool.running) + self.store.pending_writes
             if self.snapshots.in_flight is not None:
@@ -765,7 +790,7 @@ class StudyController:
                 if ref not in awaited:
                     awaited[ref] = asyncio.ensure_future(_as_future(ref))
             futures = {awaited[ref]: ref for ref in waiting}
-            timeout = 0.0 if admitting else self._budget_timeout()
+            timeout = 0.0 if admitting else self.wake_in()
             due = self.snapshots.due_in()
             if due is not None:
                 timeout = due if timeout is None else min(timeout, due)
@@ -781,15 +806,15 @@ class StudyController:
                 if ref is None:
                     continue
                 if ref in self.pool.running:
-                    await self._complete(ref)
+                    await self.complete(ref)
                 else:
                     await self.store.finish_write(self.plan, ref)
             if not self.snapshots.frozen:
-                admitting = self._admit()
+                admitting = self.admit()
         for future in awaited.values():
             future.cancel()
         if not self.snapshots.frozen:
-            await self._finalize()
+            await self.finalize()
 
     async def _final_checkpoints_lost(self) -> bool:
         """Reopen the finished trials whose final checkpoint was lost or
@@ -797,7 +822,7 @@ class StudyController:
         return await retrain_lost_finals(
             self.trials.values(),
             lambda node_id, iteration: self.store.verify(self.plan, self.plan.nodes[node_id], iteration),
-            lambda state: self._requested_node(state, self.plan.reopen(state.trial_id).node),
+            lambda state: self.assign_node(state, self.plan.reopen(state.trial_id).node),
             self.feed.warn,
         )
 
@@ -827,11 +852,14 @@ class StudyController:
         self._wake.set()
         await self.save_state()
 
-    def _stuck(self) -> None:
+    def stuck(self) -> None:
+        """Nothing runs or can be dispatched, yet the study is unfinished: a bug."""
         open_requests = [r for r in self.plan.open_requests() if r.trials]
         raise RuntimeError(f"no batch can be dispatched but {len(open_requests)} requests are open: {open_requests}")
 
-    async def _finalize(self) -> None:
+    async def finalize(self) -> None:
+        """The study's end: paused trials close, kept checkpoints go into the
+        trials' folders (`study_end`), the plan and a last snapshot are saved."""
         for state in self.trials.values():
             if state.status == PAUSED:  # its scheduler never resumed it
                 self.lifecycle.close(state)
@@ -842,7 +870,7 @@ class StudyController:
             if state.checkpoints:
                 self.feed.event("checkpoint", state, path=state.checkpoints[-1][0])
         try:
-            self.plan.save(self._plan_path, self.spec.storage_filesystem)
+            self.plan.save(self.plan_path, self.spec.storage_filesystem)
         except Exception as error:  # each fsspec backend raises its own errors
             unwritten.append(f"the search plan could not be written ({type(error).__name__}: {error})")
         await self.save_state()
@@ -934,5 +962,5 @@ class StudyController:
 async def _as_future(ref: Any) -> Any:
     try:
         return await ref
-    except Exception:  # surfaced by ray.get in _complete / finish_write
+    except Exception:  # surfaced by ray.get in complete / finish_write
         return None

@@ -130,7 +130,7 @@ class PlanService:
     def halt(self, study_id: str) -> None:
         """Stop the study's trials where they are (its driver was interrupted)."""
         study = self._study(study_id)
-        study._halt()
+        study.halt()
         self.shared._wake.set()
 
     def detach(self, study_id: str) -> None:
