@@ -118,3 +118,17 @@ def test_a_declared_hook_the_controller_lacks_is_found():
     assert not any(p.startswith("Bare.progress") for p in problems)
     assert len(problems) == len(HOOKS) - 1
     assert StudyHooks.__doc__
+
+
+def test_a_hook_the_controller_changed_without_its_declaration_is_found():
+    class Widened:  # a new optional argument the overrides would not get
+        def progress(self, verbose: bool = False) -> dict:
+            return {}
+
+        def finalize(self) -> None:  # no longer async
+            pass
+
+    problems = [p for p in declaration_problems(Widened) if "has no" not in p]
+    assert [p.split("(")[0] for p in problems] == ["Widened.finalize", "Widened.progress"]
+    assert all("is not as StudyHooks declares it" in p for p in problems)
+    assert "verbose" in problems[1]

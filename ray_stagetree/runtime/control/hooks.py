@@ -147,17 +147,27 @@ def override_problems(cls: type, base: type) -> list[str]:
 
 
 def declaration_problems(base: type) -> list[str]:
-    """Each hook of `StudyHooks` that ``base`` does not define as declared."""
+    """Each hook of `StudyHooks` that ``base`` does not define exactly as
+    declared (the same parameters, defaults, and async or not): a change of
+    the controller's hook is a change of its declaration, which its
+    overrides are then checked against."""
     problems = []
     for name in sorted(HOOKS):
-        method = getattr(base, name, None)
+        method, declared = getattr(base, name, None), getattr(StudyHooks, name)
         if method is None:
             problems.append(f"{base.__name__} has no {name}, a hook of StudyHooks")
-        else:
-            problems += [
-                f"{base.__name__}.{name}: {problem}" for problem in _call_problems(method, getattr(StudyHooks, name))
-            ]
+        elif _parameters(method) != _parameters(declared) or inspect.iscoroutinefunction(
+            method
+        ) != inspect.iscoroutinefunction(declared):
+            problems.append(
+                f"{base.__name__}.{name}{inspect.signature(method)} is not as StudyHooks declares it: "
+                f"{name}{inspect.signature(declared)}"
+            )
     return problems
+
+
+def _parameters(method: Any) -> list[tuple[str, Any, Any]]:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(method).parameters.values()]
 
 
 def _call_problems(method: Any, declared: Any) -> list[str]:
