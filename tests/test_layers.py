@@ -32,10 +32,14 @@ LAYERS = [
 PURE_LAYERS = ("sequences", "planning", "execution")
 # The runtime's rooms from the bottom up, under the same rule.
 ROOMS = ["workers", "control", "service", "driver"]
-# What the driver may import of the controller side: the actor and its
-# settings (StudyController, StudySpec, start_worker), and the snapshot files
+# What the driver may import of the controller side: the actor, its settings
+# (StudySpec, WorkerSpec, which starts the workers), and the snapshot files
 # Tuner.restore reads. Everything else of the controller's is behind its actor.
-CONTROL_API = {"ray_stagetree.runtime.control.controller", "ray_stagetree.runtime.control.experiment_state"}
+CONTROL_API = {
+    "ray_stagetree.runtime.control.controller",
+    "ray_stagetree.runtime.control.spec",
+    "ray_stagetree.runtime.control.experiment_state",
+}
 
 
 def _modules() -> dict[str, Path]:

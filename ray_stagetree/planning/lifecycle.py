@@ -115,7 +115,7 @@ class Refused(Exception):
 @dataclass(kw_only=True)
 class Trial:
     """One trial as the lifecycle sees it; owners subclass it with what they
-    add (the controller's `runtime.control.controller.TrialState`)."""
+    add (the controller's `runtime.control.trials.TrialState`)."""
 
     trial_id: str
     config: dict[str, Any]  # as the trainable takes it: the user's objects

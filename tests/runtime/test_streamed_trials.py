@@ -11,7 +11,8 @@ import pytest
 from ray import tune
 
 from ray_stagetree import Tuner
-from ray_stagetree.runtime.control.controller import ADMIT_PER_TURN, ERROR, StudyController, StudySpec
+from ray_stagetree.runtime.control.controller import ADMIT_PER_TURN, ERROR, StudyController
+from ray_stagetree.runtime.control.spec import StudySpec, WorkerSpec
 
 
 def train(config):
@@ -50,7 +51,7 @@ def test_the_first_batch_is_dispatched_after_a_bounded_number_of_draws(num_sampl
         train, param_space=counted_space(draws), tune_config=tune.TuneConfig(num_samples=num_samples)
     )._trial_source()
     controller = StudyController(
-        StudySpec(trainable=b"", trial_source=source, horizon=1, experiment_path=str(tmp_path))
+        StudySpec(worker=WorkerSpec(b""), trial_source=source, horizon=1, experiment_path=str(tmp_path))
     )
     seen = []
 
@@ -70,9 +71,9 @@ def test_a_bad_draw_after_the_first_repeat_errs_its_trial_only(tmp_path, ray_ses
     space = {"x": tune.sample_from(lambda spec: next(values))}
     source = Tuner(train, param_space=space, tune_config=tune.TuneConfig(num_samples=4))._trial_source()
     controller = StudyController(
-        StudySpec(trainable=b"", trial_source=source, horizon=1, experiment_path=str(tmp_path))
+        StudySpec(worker=WorkerSpec(b""), trial_source=source, horizon=1, experiment_path=str(tmp_path))
     )
-    controller._admit()
+    controller.admit()
     statuses = [state.status for state in controller.trials.values()]
     assert statuses.count(ERROR) == 1 and len(statuses) == 4
     assert "config keys must be strings" in next(s.error for s in controller.trials.values() if s.status == ERROR)

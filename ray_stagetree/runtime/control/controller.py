@@ -9,9 +9,24 @@ decisions live in `plan`, `stage_tree` and `policy`; trial states and what a
 trial scheduler's decisions do to the plan live in `planning.lifecycle`,
 shared with the simulator.
 
-(Over 600 lines: the Ray loop (dispatch, completion, worker death), what
-Tune adds to a result (rows, stop criteria, metric checks), failures and
-retries, the study's snapshot and its end share the controller's state.)
+What is neither the loop nor the trials' handling is a manager beside it,
+each in its own module and tested without Ray (as Tune's controller
+composes its managers): `worker_pool.WorkerPool` (workers, running
+batches, lost nodes), `snapshots.Snapshots` (the study's snapshot),
+`failures.Failures` (FailureConfig, the study's halt),
+`result_rows.ResultRows` (what Tune adds to a result, RunConfig.stop),
+`driver_feed.DriverFeed` (what the driver hears at each poll),
+`preemption.Preemption` (time-sharing), `time_budget.TimeBudget`, and
+`study_end` (final checkpoints verified and exported). A plan service
+extends the controller through the hooks `hooks.StudyHooks` declares, and
+nothing else (``tests/runtime/test_hooks.py``).
+
+(Over 600 lines: the Ray loop (dispatch, worker reports, completion, worker
+death) and a study's handling of its trials (admission, results, stops,
+failures, restore, end) share the plan and the trials. A plan service splits
+the class along that line through the hooks: `SharedPlan` runs the loop over
+many studies, `AttachedStudy` is a study without a loop. Two classes, a loop
+over studies, would end the overriding; that is the next step.)
 """
 
 from __future__ import annotations
@@ -22,17 +37,15 @@ import functools
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec, FlushReply
-from ray_stagetree.execution.parking import PARKED_PER_WORKER, Parking
-from ray_stagetree.execution.retention import keeps_reported, kept_checkpoints
+from ray_stagetree.execution.parking import Parking
+from ray_stagetree.execution.retention import keeps_reported
 from ray_stagetree.execution.storage import CheckpointStorage, CheckpointUnavailableError
-from ray_stagetree.planning.config import TrialConfig, unflatten
+from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.lifecycle import (
     ENDED,
     ERROR,
@@ -41,27 +54,37 @@ from ray_stagetree.planning.lifecycle import (
     TERMINATED,
     UNFINISHED,
     Refused,
-    Trial,
     TrialLifecycle,
 )
 from ray_stagetree.planning.plan import Request, RequestState, SearchPlan
 from ray_stagetree.planning.policies import StageBatch, get_policy
-from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore, WriteFailed
-from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR, STATE_FILE, Restore, StudyState, dumps
+from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore
+from ray_stagetree.runtime.control.driver_feed import DriverFeed
+from ray_stagetree.runtime.control.experiment_state import (
+    STATE_COST_FACTOR,
+    STATE_FILE,
+    Restore,
+    StudyState,
+    dumps,
+    trial_summary,
+)
+from ray_stagetree.runtime.control.failures import Failures
+from ray_stagetree.runtime.control.preemption import Preemption
 from ray_stagetree.runtime.control.resources import workers_that_fit
-from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY, scheduled, shown_config
+from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
+from ray_stagetree.runtime.control.snapshots import NoSnapshots, Snapshots
+from ray_stagetree.runtime.control.spec import StudySpec
+from ray_stagetree.runtime.control.study_end import export_kept_checkpoints, retrain_lost_finals
 from ray_stagetree.runtime.control.time_budget import TimeBudget
-from ray_stagetree.runtime.control.trials import TrialInfo, experiment_tag, trial_name
+from ray_stagetree.runtime.control.trials import TrialInfo, TrialState, experiment_tag, trial_name
+from ray_stagetree.runtime.control.worker_pool import WorkerPool
 from ray_stagetree.runtime.workers.trial_errors import pack_exception
-from ray_stagetree.runtime.workers.worker import StageWorker
 from ray_stagetree.trial_schedulers.host import SchedulerHost
-from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
 
 logger = logging.getLogger(__name__)
 
-# Retrains of a trial's final checkpoint found damaged in storage, before it
-# ends without one (a storage that damages every file it keeps).
-FINAL_RETRAINS = 2
+# (`TrialState` is imported above also for the snapshots written before it
+# moved to trials.py: they name it here.)
 
 # Trials admitted per turn of the loop: a study of many trials dispatches its
 # first batches after this many, not after drawing them all, and admits the
@@ -69,101 +92,6 @@ FINAL_RETRAINS = 2
 # turn to end: 1,000 a turn left the workers of a 100,000-trial study idle
 # for most of its admission on a loaded machine).
 ADMIT_PER_TURN = 100
-
-
-@dataclass
-class StudySpec:
-    """Everything the controller needs, validated by the Tuner on the driver."""
-
-    trainable: bytes  # cloudpickled; unpickled by each worker
-    trial_source: Any  # a VariantSource or SearcherSource (ray_stagetree.searchers.sources)
-    horizon: int | None  # None: open-ended trials, ended by stop criteria, schedulers or the trainable
-    experiment_path: str
-    storage_filesystem: Any = None
-    num_workers: int = 1
-    worker_options: dict[str, Any] = field(default_factory=dict)
-    max_concurrent_trials: int | None = None
-    stage_sharing: bool = True
-    max_failures: int | float = 0  # math.inf: FailureConfig(max_failures=-1), no limit
-    stop_thresholds: dict[str, float] = field(default_factory=dict)
-    stopper: Any = None  # a ray.tune Stopper (a stop function arrives wrapped in Tune's FunctionStopper)
-    scheduler: Any = None  # a ray.tune TrialScheduler, hosted by SchedulerHost
-    metric: str | None = None
-    mode: str | None = None
-    time_budget_s: float | None = None
-    policy: Any = "critical_path"  # a name or an ExecutionPolicy (planning.time_sharing.study_policy's)
-    checkpoint_budget_bytes: int = 2 * 1024**3
-    resume: bool = False  # continue the plan saved under experiment_path/plan
-    restore: Restore | None = None  # continue a study's snapshot (Tuner.restore)
-    state_period_s: float | None = None  # seconds between snapshots; None: as often as their cost allows
-    fail_fast: bool | str = False  # FailureConfig.fail_fast: True or "raise" stop the study at the first error
-    trainable_name: str = "trainable"
-    trial_name_creator: Any = None  # TuneConfig's hooks, called with a TrialInfo
-    trial_dirname_creator: Any = None
-    # The config paths a grid or random search draws, for Tune's experiment tag in folder names
-    # (None: a searcher's trials, tagged with every value, as Tune tags them).
-    tuned_paths: frozenset[tuple[str, ...]] | None = None
-    checkpoint_config: Any = None  # ray.tune.CheckpointConfig, validated by the Tuner
-    stall_warning_s: float = 60.0  # the progress names a batch's trials after this long without a report
-    # The experiment's key, which seals stored checkpoints (execution.payload_auth); never written to storage.
-    payload_key: bytes | None = field(default=None, repr=False)
-    trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
-    reproducibility: Any = None  # Tuner(reproducible=True): how workers seed batches (runtime.workers.reproducibility)
-    parked_per_worker: int = PARKED_PER_WORKER  # paused trainables with no checkpoint a worker keeps alive
-    restore_retries: int = 0  # TUNE_RESTORE_RETRY_NUM: failed checkpoint loads retried before one counts as a failure
-
-
-def trial_summary(state: TrialState) -> dict[str, Any]:
-    """What the driver makes a trial's ``ray.tune.Result`` from: at the end of
-    a study (`StudyController.results`), or from a snapshot's trials
-    (``Tuner.get_results()`` of a restored Tuner)."""
-    return {
-        "trial_id": state.trial_id,
-        "name": state.name,
-        "dirname": state.dirname,
-        "config": state.config,
-        "config_json": state.config_json,
-        "shown_config": state.shown_config(),
-        "status": state.status,
-        "error": state.error,
-        "error_pickle": state.error_pickle,
-        "rows": state.reported,
-        # (path, metrics), oldest first; the last is Result.checkpoint
-        "checkpoints": state.checkpoints,
-        "best_checkpoints": state.best_checkpoints,
-    }
-
-
-@dataclass(kw_only=True)
-class TrialState(Trial):
-    """A trial's lifecycle state (`planning.lifecycle.Trial`) and what Tune
-    shows of it: every row reported, failures, checkpoints, its names."""
-
-    config_json: dict[str, Any] = field(default_factory=dict)  # nested, the stored form (objects as PickledValue JSON)
-    reported: list[dict[str, Any]] = field(default_factory=list)  # every row, in order
-    failures: int = 0
-    error: str | None = None
-    error_pickle: bytes | None = None  # the trainable's exception for Result.error (runtime.workers.trial_errors)
-    checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # in the trial's folder, oldest first
-    best_checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Tune's order: best last
-    plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
-    name: str = ""  # TuneConfig.trial_name_creator's, for messages
-    dirname: str = ""  # the trial's folder under the experiment path
-    restored_at: int = 0  # the iteration it went on from when its study was restored or it was resumed
-    final_retrains: int = 0  # times its final checkpoint was found damaged and trained again
-    # (node, iteration) of the checkpoint it reported just before it raised: restart_errored does not load it
-    error_checkpoint: tuple[int, int] | None = None
-    restore_failures: int = 0  # failed loads of its starting checkpoint since it last trained (TUNE_RESTORE_RETRY_NUM)
-    announced: bool = False  # its "start" event went out (Tune's on_trial_start): see `_announce`
-
-    def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
-        super().configure(config, trial_config)
-        self.config_json = unflatten(trial_config.to_json())
-
-    def shown_config(self, iteration: int | None = None) -> dict[str, Any]:
-        """Its config as Tune shows it (`shown_config`), after ``iteration`` (default: its last result)."""
-        at = max(self.rows, default=0) if iteration is None else iteration
-        return shown_config(self.config, self.trial_config, self.plain, at)
 
 
 class StudyController:
@@ -176,7 +104,8 @@ class StudyController:
 
     The trials' states and what their scheduler's decisions do to the plan
     are `planning.lifecycle`'s (``self.lifecycle``); the driver polls
-    `progress` and reads `results` at the end.
+    `progress` and reads `results` at the end. A subclass overrides its
+    hooks only (`hooks.StudyHooks`, each marked ``@hook``).
 
     Parameters
     ----------
@@ -189,6 +118,7 @@ class StudyController:
 
     def __init__(self, spec: StudySpec, plan: SearchPlan | None = None, store: CheckpointStore | None = None) -> None:
         self.spec = spec
+        self.plan_path = f"{spec.experiment_path}/plan"  # where the plan is saved (Parquet) at the end
         restore = spec.restore
         if plan is not None:
             self.plan = plan
@@ -197,14 +127,12 @@ class StudyController:
         elif spec.resume:
             # Without its side file of objects (nothing here unpickles a plan): a node whose values JSON
             # cannot hold are fingerprints only is configured by the first trial requesting it (below).
-            self.plan = SearchPlan.load(self._plan_path, spec.storage_filesystem)
+            self.plan = SearchPlan.load(self.plan_path, spec.storage_filesystem)
         else:
             self.plan = SearchPlan()
         self.policy = get_policy(spec.policy)
         self.policy.bind(spec.num_workers)
-        self._yield_at: dict[int, int] = {}  # batch id -> where a time-shared batch stops for other work
         self.parking = Parking(self.plan, spec.parked_per_worker)
-        self._time_sharing_off = False  # the trainable keeps no checkpoint where a pre-emption needs one
         self.store = store or CheckpointStore(
             CheckpointStorage(spec.experiment_path, spec.storage_filesystem),
             spec.checkpoint_budget_bytes,
@@ -215,16 +143,22 @@ class StudyController:
         horizon = math.inf if spec.horizon is None else spec.horizon
         if restore is not None:
             self.trial_source, self.host = restore.state.source, restore.state.host
-            self.host.attach(self._stop, getattr(self.trial_source, "searcher", None))
+            self.host.attach(self.end_trial, getattr(self.trial_source, "searcher", None))
         else:
             searcher = getattr(self.trial_source, "searcher", None)  # told of pauses (HyperBandForBOHB)
-            self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, self._stop, searcher)
+            self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, self.end_trial, searcher)
         if self.host.order_sensitive:
             # A scheduler comparing trials decides on the order they reach it:
             # run them in admission order, as Tune runs them (issue 31).
             self.policy.admission_order()
         self.lifecycle = TrialLifecycle(
-            self.plan, self.host, self.trial_source, self._share_key, self._next_request, self._requested, self._ended
+            self.plan,
+            self.host,
+            self.trial_source,
+            self.trial_share_key,
+            self._next_request,
+            self._requested,
+            self._ended,
         )
         self.trials: dict[str, TrialState] = self.lifecycle.trials
         # Stop criteria, and schedulers other than ASHA/HyperBand/PBT/FIFO, may
@@ -247,34 +181,32 @@ class StudyController:
         }
         self._node_plain: dict[int, frozenset[str]] = {}  # TrialState.plain of the config above
         self._node_owner: dict[int, str] = {}  # the trial a node was made for
-        self._workers: list[Any] = []
-        self._capacity = spec.num_workers  # fewer once nodes are lost (workers_that_fit)
-        self._idle: list[Any] = []
-        self._running: dict[Any, tuple[Any, StageBatch, BatchSpec, float]] = {}
-        self._batch_workers: dict[int, Any] = {}
-        self._batch_heard: dict[int, float] = {}  # batch id -> time.monotonic() of its last report
-        self._warned_missing_metric = False
-        self._numeric_metrics = self._metrics_consumed()
+        self.pool = WorkerPool(
+            lambda: self.spec.worker.start(ray.get_runtime_context().current_actor), spec.num_workers
+        )
         self._wake = asyncio.Event()
         self._iterations = 0
         self._worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
         # The time budget counts from here, as Tune's from its loop's first step: starting
         # the workers is in it, starting this actor is not.
         self.budget = TimeBudget(spec.time_budget_s)
-        self._new_rows: list[dict[str, Any]] = []
-        self._events: list[dict[str, Any]] = []  # trial lifecycle, for the driver's callbacks (see `progress`)
-        self._halted = False  # fail_fast, a stopper's stop_all, or abort: nothing more runs
+        self.failures = Failures(spec.max_failures, spec.restore_retries, spec.fail_fast)
         self._warned_missing_checkpoint = False
-        self._warnings: list[str] = []  # for the driver to show, once each
-        self._unwritten: list[str] = []  # what storage refused at the end, and why
-        # (node, its trials) of shared stages retried after an error
-        self._shared_retries: set[tuple[int, frozenset[str]]] = set()
-        self.study_error: str | None = None  # why the whole study stopped
-        self._state_write: Any = None  # the snapshot being written, if any
-        self._frozen = False  # interrupted: saved, and changed no more
-        self._state_changed = True
-        self._next_state_at = 0.0  # time.monotonic() before which no snapshot is taken
-        self._state_seconds = 0.0  # spent taking snapshots
+        self.feed = DriverFeed()  # what the driver hears at its next poll (`progress`)
+        self.preemption = Preemption(self.plan, self.feed.warn)
+        self.rows = ResultRows(
+            spec.metric,
+            metric_consumers(getattr(self.trial_source, "searcher", None), self.host.scheduler),
+            spec.stop_thresholds,
+            spec.stopper,
+            self.feed.warn,
+        )
+        self.snapshots: NoSnapshots = Snapshots(
+            lambda: dumps(self._state()),
+            lambda data: self.store.io.write_state.remote(STATE_FILE, data),
+            spec.state_period_s,
+            self.feed.warn,
+        )
         self._sharing: dict[str, int] = {}  # the plan's iteration counts, as `progress` last computed them
         self._sharing_due = 0.0  # time.monotonic() after which `progress` computes them again
         if restore is not None:
@@ -301,9 +233,9 @@ class StudyController:
             trial.restored_at = max(trial.rows, default=0)
             action = restore.action(trial.status)
             if trial.announced and (trial.status in UNFINISHED or action in ("resume", "restart")):
-                self._event("start", trial, config=trial.shown_config())  # the new driver's loggers find its folder
+                self.feed.event("start", trial, config=trial.shown_config())  # the new driver's loggers find its folder
             if action == "end":
-                self._stop(trial.trial_id)
+                self.end_trial(trial.trial_id)
             elif action in ("resume", "restart") and trial.trial_config is not None:
                 self._rerun(trial, restart=action == "restart")
 
@@ -321,22 +253,18 @@ class StudyController:
 
     # -- trials ----------------------------------------------------------------
 
-    def _share_key(self, trial_id: str) -> str:
+    def trial_share_key(self, trial_id: str) -> str:
         """A trial's share key in the plan: trials share stages only under one key.
         (Its value "study" is in the plans studies saved: it stays, so that a
         restored or resumed study's new trials share with its old ones.)"""
         return "study" if self.spec.stage_sharing else trial_id
 
-    @property
-    def _plan_path(self) -> str:
-        return f"{self.spec.experiment_path}/plan"
-
-    def _admit(self) -> bool:
+    def admit(self) -> bool:
         """Admit the trial source's next trials, up to `ADMIT_PER_TURN`; True when
         it stopped there (more may come at once)."""
         limit = self.spec.max_concurrent_trials or float("inf")
         for _ in range(ADMIT_PER_TURN):
-            if self.lifecycle.live() >= limit or self.budget.over() or self._halted:
+            if self.lifecycle.live() >= limit or self.budget.over() or self.failures.halted:
                 return False
             try:
                 if self.lifecycle.admit_next(self._new_trial) is None:
@@ -362,76 +290,27 @@ class StudyController:
             dirname=trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True),
         )
 
-    def _metrics_consumed(self) -> dict[str, str]:
-        """Metric name -> what compares its values (the trial scheduler, the
-        searcher): those must be numbers."""
-        consumers = {}
-        searcher = getattr(self.trial_source, "searcher", None)
-        scheduler = self.host.scheduler
-        if type(scheduler).__name__ == "FIFOScheduler":
-            scheduler = None
-        for consumer, role in ((searcher, "searcher"), (scheduler, "trial scheduler")):
-            metric = searcher_metric(consumer) or []
-            # A multi-objective searcher (OptunaSearch(metric=["loss", "gain"])) compares several.
-            for name in [metric] if isinstance(metric, str) else metric:
-                consumers[name] = f"the {role} ({type(consumer).__name__})"
-        return consumers
-
-    def _check_metrics(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> str | None:
-        """Why the trial cannot go on with these metrics (a value its
-        scheduler or searcher must compare is not a number), or None. Warns,
-        once per study, when the study's metric is missing."""
-        metric = self.spec.metric
-        if metric and metric not in metrics and not self._warned_missing_metric:
-            self._warned_missing_metric = True
-            self._warnings.append(
-                f"trial {state.name or state.trial_id} reported {sorted(k for k in metrics if k != 'time_this_iter_s')} "
-                f"at iteration {iteration}, without TuneConfig's metric {metric!r}: results without it are not ranked "
-                "(this warning is shown once per study)"
-            )
-        for name, consumer in self._numeric_metrics.items():
-            value = metrics.get(name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.number))):
-                return (
-                    f"trial {state.name or state.trial_id} reported {name}={value!r} ({type(value).__name__}) at "
-                    f"iteration {iteration}, but {consumer} compares {name!r}: it must be a number"
-                )
-        return None
-
-    def _add_row(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> None:
+    def add_result(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> None:
+        """The trial's result at ``iteration``: checked, made a Tune row,
+        decided on by its scheduler and told to its searcher."""
         # An iteration trained again (a retry, an evicted checkpoint) was
         # already reported: searchers and schedulers see each iteration once.
         state.restore_failures = 0  # it trains: its checkpoint loaded (Tune resets the count on restore)
         if state.status in ENDED or iteration in state.rows:
             return
-        invalid = self._check_metrics(state, iteration, metrics)
+        invalid = self.rows.invalid(state, iteration, metrics)
         if invalid is not None:
-            self._fail({state.trial_id}, invalid, retry=False)  # a retry would report the same value
+            self.fail({state.trial_id}, invalid, retry=False)  # a retry would report the same value
             return
-        row = dict(metrics)
-        row["trial_id"] = state.trial_id
-        row["training_iteration"] = iteration
-        ended = bool(row.get("done", False))
-        row["done"] = ended or iteration >= self.host.horizon
-        row["config"] = state.shown_config(iteration)
-        if scheduled(state.config, state.plain):
-            row[SCHEDULE_KEY] = state.config
-        previous = state.reported[-1] if state.reported else {}
-        row["time_total_s"] = previous.get("time_total_s", 0.0) + row.get("time_this_iter_s", 0.0)
-        since = (
-            previous.get("time_since_restore", 0.0)
-            if previous.get("training_iteration", 0) > state.restored_at
-            else 0.0
-        )
-        row["time_since_restore"] = since + row.get("time_this_iter_s", 0.0)
-        row["iterations_since_restore"] = iteration - state.restored_at
+        row = self.rows.row(state, iteration, metrics, self.host.horizon)
+        ended = bool(metrics.get("done", False))
         self.lifecycle.record(state, iteration, row)
         state.reported.append(row)
-        self._announce(state)
-        self._new_rows.append(row)
-        if not row["done"] and self._stop_criteria_met(state.trial_id, row):
+        self.feed.announce(state)
+        self.feed.row(row)
+        if not row["done"] and self.rows.stop_met(state.trial_id, row):
             row["done"] = ended = True  # Tune's stop criteria end a trial without asking its scheduler
-        halt = self.spec.stopper is not None and self.spec.stopper.stop_all()
+        halt = self.rows.stop_all()
         if halt:
             row["done"] = ended = True
         # Tune's order: the scheduler sees a result before the searcher does.
@@ -439,27 +318,28 @@ class StudyController:
         if row["done"]:
             tell_searcher()
             if halt:
-                self._halt()
+                self.halt()
             # The horizon, or the trainable reported done (Tune ends the trial).
-            self._stop(state.trial_id) if ended else self.lifecycle.finish(state)
+            self.end_trial(state.trial_id) if ended else self.lifecycle.finish(state)
         else:
             self.lifecycle.decide(state, iteration, row, then=tell_searcher)
-        self._resume()
+        self.resume_paused()
 
-    def _resume(self) -> None:
+    def resume_paused(self) -> None:
         """Run again the paused trials the scheduler chooses."""
         self.lifecycle.resume()
 
     def _requested(self, state: TrialState, request: Request, iteration: int) -> None:
         """The lifecycle moved the trial's request on from ``iteration``: take what
         the plan already holds beyond it (work shared with other trials)."""
-        self._requested_node(state, request.node)
+        self.assign_node(state, request.node)
         self._wake.set()
         for later, metrics in self.plan.history(state.trial_id).items():
             if later > iteration:
-                self._add_row(state, later, metrics)
+                self.add_result(state, later, metrics)
 
-    def _requested_node(self, state: TrialState, node: Any) -> None:
+    def assign_node(self, state: TrialState, node: Any) -> None:
+        """The trial's request is on ``node`` now; the first trial requesting a node configures it."""
         state.node = node
         if node.node_id not in self._node_configs:
             self._node_configs[node.node_id] = state.config
@@ -472,33 +352,25 @@ class StudyController:
         decision = self.host.next_decision(trial_id, iteration)
         return iteration + 1 if self._every_result or math.isinf(decision) else decision
 
-    def _stop_criteria_met(self, trial_id: str, row: dict[str, Any]) -> bool:
-        """RunConfig.stop: a metric reached its threshold, or the stopper says so."""
-        reached = any(
-            isinstance(row.get(key), (int, float)) and row[key] >= threshold
-            for key, threshold in self.spec.stop_thresholds.items()
-        )
-        return reached or (self.spec.stopper is not None and bool(self.spec.stopper(trial_id, row)))
-
     def stop_trial(self, trial_id: str) -> None:
         """End a trial now (a stop criterion or a trial scheduler decided so).
         Its requests are cancelled; a batch no other trial needs is
         pre-empted when its worker next reports."""
-        self._stop(trial_id)
-        self._resume()  # trials a scheduler held for this one may go on
+        self.end_trial(trial_id)
+        self.resume_paused()  # trials a scheduler held for this one may go on
 
-    def _stop(self, trial_id: str) -> None:
+    def end_trial(self, trial_id: str) -> None:
         """`stop_trial`, leaving paused trials paused: what a scheduler calls
-        while it decides, before it is asked what to resume."""
+        while it decides, before it is asked what to resume (`resume_paused`)."""
         self.lifecycle.stop(self.trials[trial_id])
 
     def _ended(self, state: TrialState) -> None:
         """The lifecycle ended a trial: the driver hears of it, and the loop
         wakes (batches no live trial needs are pre-empted)."""
         if state.status == ERROR:
-            self._event("error", state, error=state.error)
+            self.feed.event("error", state, error=state.error)
         else:
-            self._event("complete", state)
+            self.feed.event("complete", state)
         self._release_unneeded()
         self._wake.set()
 
@@ -517,16 +389,16 @@ class StudyController:
         them here); reply with the batch's checkpoint iterations, the iteration
         it may stop at, its end, later than before where it continues live,
         and whether its trainable parks there (`execution.parking`)."""
-        if self._frozen:
+        if self.snapshots.frozen:
             return FlushReply([], 0, 0)  # stop: the study was saved as it stood
-        self._ingest(outcome)
+        self.ingest(outcome)
         batch_id = outcome.batch_id
-        self._batch_heard[batch_id] = time.monotonic()
-        self._enforce_budget()  # this batch stops here, not at its next report
+        self.pool.heard(batch_id)
+        self.enforce_budget()  # this batch stops here, not at its next report
         if batch_id not in self.plan.running_batches:
             return FlushReply([], 0, 0)
         if outcome.records:
-            yielding = self._time_shared(batch_id, *outcome.records[-1][:2], outcome.can_checkpoint)
+            yielding = self.preemption.reply(self.policy, batch_id, *outcome.records[-1][:2], outcome.can_checkpoint)
             if yielding is not None:
                 return yielding
         node, _, stop = self.plan.batch_segments(batch_id)[-1]
@@ -546,7 +418,7 @@ class StudyController:
             and self.parking.wanted(node, stop, lambda trial_id: self._status(trial_id) == PAUSED)
         )
         save_iterations += [iteration for _, iteration in self.plan.checkpoints_needed(batch_id)]
-        save_iterations += self._configured_saves(batch_id, outcome)
+        save_iterations += self.configured_saves(batch_id, outcome)
         needed = self.plan.needed_until(batch_id)
         return FlushReply(save_iterations, needed[1] if needed is not None else 0, extended or stop, park)
 
@@ -554,37 +426,7 @@ class StudyController:
         state = self.trials.get(trial_id)
         return None if state is None else state.status
 
-    def _time_shared(self, batch_id: int, node_id: int, iteration: int, can_checkpoint: bool) -> FlushReply | None:
-        """The reply to a batch that a time-sharing policy pre-empts (its
-        quantum is over and other work comes first), None for the others. It
-        trains one more iteration, for which ``should_checkpoint()`` is True
-        in advance (a trainable that saves only then still saves there), and
-        stops; its requests go back to the plan, resumed from there by priority.
-        A trainable that reports no checkpoint there would retrain what the
-        batch trained: its batches go on, and the study stops time-sharing."""
-        if self._time_sharing_off:
-            return None
-        at = self._yield_at.get(batch_id)
-        if at is not None and iteration >= at and not can_checkpoint:
-            self._time_sharing_off = True
-            del self._yield_at[batch_id]
-            self._warnings.append(
-                f"execution_policy={self.policy!r} pre-empts batches at a checkpoint, but the trainable reported "
-                f"none at iteration {iteration} (should_checkpoint() was True): pre-empted trials would train again "
-                "from their last checkpoint, so this study no longer time-shares its workers"
-            )
-            return None
-        if at is None:
-            if not self.policy.at_boundary(self.plan, batch_id, self.plan.nodes[node_id], iteration, time.monotonic()):
-                return None
-            at = self._yield_at[batch_id] = iteration + 1
-        needed = self.plan.needed_until(batch_id)
-        saves = [point for _, point in self.plan.checkpoints_needed(batch_id)] + [at]
-        return FlushReply(
-            saves, min(at, needed[1]) if needed is not None else 0, self.plan.batch_segments(batch_id)[-1][2]
-        )
-
-    def _configured_saves(self, batch_id: int, outcome: BatchOutcome | None = None) -> list[int]:
+    def configured_saves(self, batch_id: int, outcome: BatchOutcome | None = None) -> list[int]:
         """CheckpointConfig's saves on a batch (class trainables; the Tuner
         refuses them for functions): every ``checkpoint_frequency``-th
         iteration, and with ``checkpoint_at_end`` the last iteration of a
@@ -610,7 +452,7 @@ class StudyController:
         unless the policy should choose again: every worker is busy, other
         work waits for one, and the trainable checkpoints (so stopping here
         costs a checkpoint, not a retrained prefix)."""
-        if not self._keeps_decision_points or not can_checkpoint or self._idle_count() > 0:
+        if not self._keeps_decision_points or not can_checkpoint or self.pool.idle_count() > 0:
             return True
         serving = {trial_id for trial_id in self._trials_through(node, stop) if self._status(trial_id) in UNFINISHED}
         waiting = (
@@ -622,12 +464,13 @@ class StudyController:
         )
         return not self.policy.yields(self.plan, serving, waiting)
 
-    def _ingest(self, outcome: BatchOutcome) -> None:
+    def ingest(self, outcome: BatchOutcome) -> None:
+        """Fold a worker's records into the plan and the trials, and take its checkpoints into the store."""
         if self.host.population is not None and (outcome.missing_checkpoint is not None or not outcome.can_checkpoint):
             self.host.population.trainable_checkpoints = False  # before PBT decides on these records
         if outcome.missing_checkpoint is not None and not self._warned_missing_checkpoint:
             self._warned_missing_checkpoint = True
-            self._warnings.append(
+            self.feed.warn(
                 f"iteration {outcome.missing_checkpoint} needs a checkpoint (should_checkpoint() was True) but "
                 "report() got none. Trials that branch off a shared prefix will train it again, and a paused "
                 "trial holds its worker's memory until resumed (its trainable waits, parked): pass "
@@ -640,12 +483,12 @@ class StudyController:
             self.plan.record_metrics(node_id, iteration, metrics)
             self.plan.record_progress(outcome.batch_id, node_id, iteration)
             for trial_id in sorted(self._trials_through(node, iteration)):
-                self._add_row(self.trials[trial_id], iteration, metrics)
+                self.add_result(self.trials[trial_id], iteration, metrics)
         if outcome.batch_id in self.plan.running_batches:  # the cost model's input
             self.plan.record_batch_timings(
                 outcome.batch_id, [(node_id, at, row.get("time_this_iter_s")) for node_id, at, row in outcome.records]
             )
-        worker = self._batch_workers.get(outcome.batch_id)
+        worker = self.pool.worker_of(outcome.batch_id)
         for node_id, iteration, key, size in outcome.checkpoints:
             # The call's return value is the payload: an object this actor owns.
             ref = worker.take_checkpoint.remote(key)
@@ -655,28 +498,13 @@ class StudyController:
 
     # -- the loop ------------------------------------------------------------------
 
-    def _worker(self) -> Any:
-        """An idle worker, or a new one in place of one that died."""
-        if self._idle:
-            # The longest idle first: at the start, the first started (and
-            # likely first ready) worker takes the highest-priority batch, the
-            # oldest trial in admission order, which then reports first, as
-            # Tune's first trial does (issue 31).
-            return self._idle.pop(0)
-        worker = start_worker(self.spec, ray.get_runtime_context().current_actor)
-        self._workers.append(worker)
-        return worker
-
-    def _idle_count(self) -> int:
-        return self._capacity - len(self._running)
-
     async def _dispatch(self) -> bool:
         """Start batches on idle workers; True when a checkpoint some batch
         was to start from turned out lost (the plan dropped it: select again)."""
         lost = False
         if self.store.writes_behind():
             return lost
-        chosen = self.policy.select(self.plan, self._idle_count(), admit=self.parking.admit(self._idle))
+        chosen = self.policy.select(self.plan, self.pool.idle_count(), admit=self.parking.admit(self.pool.idle))
         # Batches that continue a parked trainable take its worker before the others take any.
         chosen.sort(key=lambda batch: self.parking.source_of(batch) is None)
         for batch in chosen:
@@ -690,17 +518,15 @@ class StudyController:
                 continue
             if parked is not None:
                 self.parking.take(parked)
-                self._idle.remove(parked.worker)
-                worker = parked.worker
+                worker = self.pool.take_parked(parked.worker)
             else:
-                worker = self._worker()
-            self._batch_workers[batch.batch_id] = worker
+                worker = self.pool.take()
             ref = worker.run_batch.remote(spec)
-            self._running[ref] = (worker, batch, spec, time.monotonic())
+            self.pool.dispatched(ref, worker, batch, spec)
             self.policy.started(batch, time.monotonic())
             for request in batch.requests:
                 for trial_id in request.trials & self.trials.keys():
-                    self._announce(self.trials[trial_id])
+                    self.feed.announce(self.trials[trial_id])
         return lost
 
     async def _batch_spec(self, batch: StageBatch, parked: Any = None) -> BatchSpec:
@@ -716,16 +542,16 @@ class StudyController:
             trial_config=leaf.config,
             segments=[(node.node_id, start, stop) for node, start, stop in batch.segments],
             save_iterations={iteration for _, iteration in self.plan.checkpoints_needed(batch.batch_id)}
-            | set(self._configured_saves(batch.batch_id)),
+            | set(self.configured_saves(batch.batch_id)),
             source=handle,
             plain=self._node_plain.get(leaf.node_id, frozenset()),
-            reproducibility=self.spec.reproducibility,
+            reproducibility=self.spec.worker.reproducibility,
             resumes=None if parked is None else parked.batch_id,
             keep_reported=keeps_reported(self.spec.checkpoint_config),
-            **self._owner(leaf.node_id),
+            **self.trial_context(leaf.node_id),
         )
 
-    def _owner(self, node_id: int) -> dict[str, str]:
+    def trial_context(self, node_id: int) -> dict[str, str]:
         """The trial a class trainable's ``trial_id`` / ``trial_name`` name."""
         owner = self.trials.get(self._node_owner.get(node_id, ""))
         experiment_name = self.spec.experiment_path.rstrip("/").rsplit("/", 1)[-1]
@@ -739,34 +565,33 @@ class StudyController:
             "trial_dir": f"{self.spec.experiment_path}/{owner.dirname}" if local else "",
         }
 
-    async def _complete(self, ref: Any) -> None:
-        worker, batch, spec, dispatched = self._running.pop(ref)
-        if self._frozen:
+    async def complete(self, ref: Any) -> None:
+        """The batch behind ``ref`` ended, failed, or its worker died."""
+        running = self.pool.finished(ref)
+        worker, batch, spec, dispatched = running.worker, running.batch, running.spec, running.dispatched
+        if self.snapshots.frozen:
             return
-        self._batch_heard.pop(batch.batch_id, None)
         try:
             outcome: BatchOutcome = await ref
         except ray.exceptions.RayActorError as error:
             self._worker_seconds += time.monotonic() - dispatched
-            self._batch_workers.pop(batch.batch_id, None)
-            if worker in self._workers:  # not when the driver shut the workers down (an interrupted fit)
-                self._workers.remove(worker)
-            self.parking.forget_worker(worker)
+            self.pool.folded(batch.batch_id)
             # Its node may be gone: start no more workers than the cluster now holds.
-            self._capacity = max(1, min(self.spec.num_workers, workers_that_fit(self.spec.worker_options)))
+            self.pool.lost(worker, workers_that_fit(self.spec.worker.options), self.spec.num_workers)
+            self.parking.forget_worker(worker)
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
             # Result.error is Ray's RayActorError, as in Tune.
             died = f"the worker running batch {batch.batch_id} died: {error}"
-            self._fail(affected, died, error_pickle=pack_exception(error))
+            self.fail(affected, died, error_pickle=pack_exception(error))
             self.plan.release_batch(batch.batch_id)
             return
         except ray.exceptions.RayError as error:  # its outcome could not come back (it failed to serialize)
             self._worker_seconds += time.monotonic() - dispatched
-            self._batch_workers.pop(batch.batch_id, None)
+            self.pool.folded(batch.batch_id)
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
-            self._fail(affected, f"batch {batch.batch_id}'s outcome could not be read from its worker: {error}")
+            self.fail(affected, f"batch {batch.batch_id}'s outcome could not be read from its worker: {error}")
             self.plan.release_batch(batch.batch_id)
-            self._idle.append(worker)
+            self.pool.returned(worker)
             return
         self._worker_seconds += time.monotonic() - dispatched
         if outcome.source_lost is not None:
@@ -776,14 +601,14 @@ class StudyController:
             if spec.resumes is None:
                 self.store.forget_copy(self.plan, batch.source.node, batch.source.iteration)
             self.plan.release_batch(batch.batch_id)
-            self._batch_workers.pop(batch.batch_id, None)
-            self._idle.append(worker)
+            self.pool.folded(batch.batch_id)
+            self.pool.returned(worker)
             self._wake.set()
             return
         if outcome.trainable_unloadable:
-            self._abort(outcome.error)
+            self.abort(outcome.error)
             self.plan.release_batch(batch.batch_id)
-            self._batch_workers.pop(batch.batch_id, None)
+            self.pool.folded(batch.batch_id)
             return
         shared_retry = outcome.error is not None and self._shared_retry(outcome)
         if shared_retry and outcome.error_checkpoint:
@@ -791,21 +616,21 @@ class StudyController:
             # the sharing trials would in Tune, not from what the failed attempt left.
             _, _, key, _ = outcome.checkpoints.pop()
             worker.take_checkpoint.remote(key)  # dropped from the worker's outbox
-        self._ingest(outcome)
-        self._batch_workers.pop(batch.batch_id, None)
+        self.ingest(outcome)
+        self.pool.folded(batch.batch_id)
         if outcome.error is not None and not shared_retry:
             self._batch_failed(outcome)
         if outcome.returned_at is not None:
             self._trainable_returned(batch.batch_id, outcome.returned_at)
         last = outcome.records[-1] if outcome.records else None
         self.policy.ended(self.plan, batch.batch_id, time.monotonic(), last and (self.plan.nodes[last[0]], last[1]))
-        self._yield_at.pop(batch.batch_id, None)
+        self.preemption.ended(batch.batch_id)
         if outcome.parked:
             node, _, stop = self.plan.batch_segments(batch.batch_id)[-1]
             self._release(self.parking.park(worker, batch.batch_id, node, stop))
         self.plan.release_batch(batch.batch_id)
         self._release_unneeded()
-        self._idle.append(worker)
+        self.pool.returned(worker)
 
     def _trials_through(self, node: Any, iteration: int) -> set[str]:
         """This run's trials whose path passes through ``(node, iteration)``. A
@@ -827,8 +652,8 @@ class StudyController:
             if state.status not in ENDED:
                 if state.reported:
                     state.reported[-1]["done"] = True
-                self._stop(trial_id)
-        self._resume()
+                self.end_trial(trial_id)
+        self.resume_paused()
 
     def _affected(self, outcome: BatchOutcome) -> set[str]:
         """The live trials through the point where the trainable raised."""
@@ -840,19 +665,12 @@ class StudyController:
         }
 
     def _shared_retry(self, outcome: BatchOutcome) -> bool:
-        """The trainable raised on a stage several live trials share: their
-        first error there is retried once before it counts against them (in
-        Tune each of those trials trains the prefix on its own, and a
-        transient error would cost one of them, not all). Once per stage and
-        trials, not per iteration: a trainable that fails after a report
-        fails further on at each retry that goes on from a later checkpoint."""
+        """Whether the error is retried once as a shared stage's (`Failures.retry_shared`)."""
         if not outcome.error_retryable:  # the trainable reported something it must not: a retry repeats it
             return False
         affected = self._affected(outcome)
-        point = (outcome.error_node, frozenset(affected))
-        if len(affected) < 2 or point in self._shared_retries:
+        if not self.failures.retry_shared(outcome.error_node, affected):
             return False
-        self._shared_retries.add(point)
         logger.warning(
             "iteration %d, shared by %d trials, failed; retrying it once before it counts as their failure:\n%s",
             outcome.error_iteration,
@@ -867,9 +685,9 @@ class StudyController:
         if outcome.error_checkpoint:
             for trial_id in affected:
                 self.trials[trial_id].error_checkpoint = outcome.checkpoints[-1][:2]
-        self._fail(affected, outcome.error, outcome.error_retryable, outcome.error_in_restore, outcome.error_pickle)
+        self.fail(affected, outcome.error, outcome.error_retryable, outcome.error_in_restore, outcome.error_pickle)
 
-    def _fail(
+    def fail(
         self,
         trial_ids: set[str],
         error: str,
@@ -878,59 +696,52 @@ class StudyController:
         error_pickle: bytes | None = None,
     ) -> None:
         """The trials failed (``in_restore``: loading their starting
-        checkpoint raised): retried while ``FailureConfig.max_failures``
-        allows, else they end in error. As in Tune, a failed restore is
-        first retried ``TUNE_RESTORE_RETRY_NUM`` times without counting.
-        ``error_pickle``: the trainable's exception as `Result.error` gives it."""
+        checkpoint raised): retried while `Failures.retried` says, else they
+        end in error. ``error_pickle``: the trainable's exception as
+        `Result.error` gives it."""
         for trial_id in trial_ids:
             state = self.trials[trial_id]
             if state.status in ENDED:
                 continue
-            if in_restore and retry and state.restore_failures < self.spec.restore_retries:
-                state.restore_failures += 1
-                self._event("recover", state, error=error)
-                continue
-            state.failures += 1
-            if retry and state.failures <= self.spec.max_failures:
-                self._event("recover", state, error=error)
+            if self.failures.retried(state, retry, in_restore):
+                self.feed.event("recover", state, error=error)
             else:
                 state.error, state.error_pickle = error, error_pickle
                 self.lifecycle.fail(state)
                 self._after_error()
-                self._resume()
+                self.resume_paused()
 
-    def _abort(self, error: str) -> None:
+    def abort(self, error: str) -> None:
         """No worker can run the trainable: every live trial ends in error
         and the study stops (the Tuner raises ``error``)."""
-        self.study_error = error
-        self._halted = True
+        self.failures.abort(error)
         for state in self.trials.values():
             if state.status in UNFINISHED:
                 self.lifecycle.abort(state)
                 state.error = error
-                self._event("error", state, error=error)
+                self.feed.event("error", state, error=error)
 
     def _after_error(self) -> None:
         """With ``fail_fast``, the first errored trial ends the study."""
-        if self.spec.fail_fast:
-            self._halt()
+        if self.failures.ends_study():
+            self.halt()
 
-    def _halt(self) -> None:
+    def halt(self) -> None:
         """End the study: no new trial, and the others stop where they are,
         as Tune stops them (fail_fast, a stopper's ``stop_all``)."""
-        if self._halted:
+        if not self.failures.halt():
             return
-        self._halted = True
         for state in list(self.trials.values()):
             if state.status in UNFINISHED:
-                self._stop(state.trial_id)
+                self.end_trial(state.trial_id)
 
-    def _unfinished(self) -> bool:
+    def unfinished(self) -> bool:
+        """Live trials, or trials to come (within the budget, the study not halted)."""
         return self.lifecycle.live() > 0 or (
-            self.trial_source.remaining != 0 and not self.budget.over() and not self._halted
+            self.trial_source.remaining != 0 and not self.budget.over() and not self.failures.halted
         )
 
-    def _enforce_budget(self) -> None:
+    def enforce_budget(self) -> None:
         """Past the time budget, trials stop (running batches stop at their
         next report); a batch still running `time_budget.GRACE_S` later is
         killed with its worker: it cannot be stopped cooperatively."""
@@ -939,38 +750,38 @@ class StudyController:
         for state in list(self.trials.values()):
             if state.status in LIVE:
                 self.stop_trial(state.trial_id)
-        workers = {batch.batch_id: worker for worker, batch, _, _ in self._running.values()}
-        for batch_id in self.budget.to_kill(workers):
-            ray.kill(workers[batch_id])
+        running = self.pool.running_workers()
+        for batch_id in self.budget.to_kill(running):
+            ray.kill(running[batch_id])
 
-    def _budget_timeout(self) -> float | None:
+    def wake_in(self) -> float | None:
         """Seconds until the loop must wake for the time budget."""
-        return self.budget.wake_in(batch.batch_id for _, batch, _, _ in self._running.values())
+        return self.budget.wake_in(self.pool.running_workers())
 
     async def run(self, workers: list[Any]) -> None:
-        """Run the study on ``workers`` (from `start_worker`, started by the
+        """Run the study on ``workers`` (from `WorkerSpec.start`, started by the
         driver with this actor so that both start up at once)."""
-        self._workers, self._idle = list(workers), list(workers)
-        admitting = self._admit()
+        self.pool.adopt(workers)
+        admitting = self.admit()
         # The future awaiting each ref outlives a turn: one that resolves
         # during a turn is seen by the next, even by a turn that does not wait
         # (while admitting), which a future made afresh each turn never is.
         awaited: dict[Any, asyncio.Future] = {}
-        while not self._frozen:
-            self._enforce_budget()
+        while not self.snapshots.frozen:
+            self.enforce_budget()
             if await self._dispatch():
                 continue
-            if not self._running and not self.store.pending_writes:
-                if not self._unfinished():
+            if not self.pool.running and not self.store.pending_writes:
+                if not self.unfinished():
                     if await self._final_checkpoints_lost():
                         continue  # train them again
                     break
                 if not self.plan.running_batches and not admitting:
-                    self._stuck()
-            self._save_state_soon()
-            waiting = list(self._running) + self.store.pending_writes
-            if self._state_write is not None:
-                waiting.append(self._state_write)
+                    self.stuck()
+            self.snapshots.save_soon()
+            waiting = list(self.pool.running) + self.store.pending_writes
+            if self.snapshots.in_flight is not None:
+                waiting.append(self.snapshots.in_flight)
             self._wake.clear()
             wake = asyncio.ensure_future(self._wake.wait())
             for ref in awaited.keys() - set(waiting):
@@ -979,72 +790,41 @@ class StudyController:
                 if ref not in awaited:
                     awaited[ref] = asyncio.ensure_future(_as_future(ref))
             futures = {awaited[ref]: ref for ref in waiting}
-            timeout = 0.0 if admitting else self._budget_timeout()
-            if self._state_changed and self._state_write is None:  # a snapshot is due then
-                due = max(0.0, self._next_state_at - time.monotonic())
+            timeout = 0.0 if admitting else self.wake_in()
+            due = self.snapshots.due_in()
+            if due is not None:
                 timeout = due if timeout is None else min(timeout, due)
             done, _ = await asyncio.wait([wake, *futures], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             wake.cancel()
             for future in done:
                 ref = futures.get(future)
                 awaited.pop(ref, None)
-                if ref is not None and ref is self._state_write:
-                    await self._state_written()
+                if ref is not None and ref is self.snapshots.in_flight:
+                    await self.snapshots.written()
                     continue
-                self._state_changed = True  # woken (results, stops), a batch ended or a checkpoint landed
+                self.snapshots.changed = True  # woken (results, stops), a batch ended or a checkpoint landed
                 if ref is None:
                     continue
-                if ref in self._running:
-                    await self._complete(ref)
+                if ref in self.pool.running:
+                    await self.complete(ref)
                 else:
                     await self.store.finish_write(self.plan, ref)
-            if not self._frozen:
-                admitting = self._admit()
+            if not self.snapshots.frozen:
+                admitting = self.admit()
         for future in awaited.values():
             future.cancel()
-        if not self._frozen:
-            await self._finalize()
+        if not self.snapshots.frozen:
+            await self.finalize()
 
     async def _final_checkpoints_lost(self) -> bool:
-        """Reopen finished trials whose checkpoint at their last result was
-        lost or found corrupt, so that it is trained again; True if any.
-        Each point is checked once (trials that end together share it), and
-        a trial is retrained for it at most `FINAL_RETRAINS` times: storage
-        that damages everything it keeps must not retrain it forever."""
-        finals: dict[tuple[int, int], list[TrialState]] = {}
-        for state in self.trials.values():
-            points = self._path_checkpoints(state)
-            if points and points[-1][1] == max(state.rows) and state.final_retrains <= FINAL_RETRAINS:
-                finals.setdefault((points[-1][0].node_id, points[-1][1]), []).append(state)
-        lost = False
-        for (node_id, iteration), states in finals.items():
-            try:
-                await self.store.verify(self.plan, self.plan.nodes[node_id], iteration)
-            except CheckpointUnavailableError as error:
-                for state in states:
-                    state.final_retrains += 1
-                    if state.final_retrains > FINAL_RETRAINS:
-                        self._warnings.append(
-                            f"the final checkpoint of trial {state.name or state.trial_id} was found damaged "
-                            f"{FINAL_RETRAINS} times in storage ({error}); it ends without it"
-                        )
-                        continue
-                    logger.warning("%s; training it again", error)
-                    self._requested_node(state, self.plan.reopen(state.trial_id).node)
-                    lost = True
-        return lost
-
-    def _path_checkpoints(self, state: TrialState) -> list[tuple[Any, int]]:
-        """The checkpoints on a finished trial's path up to its last iteration, oldest first."""
-        if state.status != TERMINATED or not state.rows:
-            return []
-        last = max(state.rows)
-        node, upper = state.node, last
-        points = []
-        while node is not None:
-            points += [(node, iteration) for iteration in node.checkpoints if node.fork_iteration < iteration <= upper]
-            node, upper = node.parent, min(node.fork_iteration, last)
-        return sorted(points, key=lambda point: point[1])
+        """Reopen the finished trials whose final checkpoint was lost or
+        found corrupt, so that it is trained again; True if any."""
+        return await retrain_lost_finals(
+            self.trials.values(),
+            lambda node_id, iteration: self.store.verify(self.plan, self.plan.nodes[node_id], iteration),
+            lambda state: self.assign_node(state, self.plan.reopen(state.trial_id).node),
+            self.feed.warn,
+        )
 
     # -- study state ---------------------------------------------------------------
 
@@ -1060,159 +840,67 @@ class StudyController:
             elapsed=self.budget.elapsed,
         )
 
-    def _save_state_soon(self) -> None:
-        """Start writing a snapshot when something changed since the last,
-        none is being written, and the last one's cost has been paid for
-        (`STATE_COST_FACTOR`)."""
-        now = time.monotonic()
-        if self._state_write is not None or not self._state_changed or now < self._next_state_at:
-            return
-        self._start_state_write()
-        cost = time.monotonic() - now
-        period = self.spec.state_period_s
-        self._next_state_at = now + (STATE_COST_FACTOR * cost if period is None else max(period, cost))
-
-    def _start_state_write(self) -> None:
-        self._state_changed = False
-        started = time.perf_counter()
-        try:
-            data = dumps(self._state())
-        except Exception as error:  # an unpicklable searcher or scheduler: the study runs, unrestorable
-            self._next_state_at = math.inf
-            self._warnings.append(
-                f"the study cannot be saved for Tuner.restore ({type(error).__name__}: {error}); it runs on, "
-                "but a driver lost now loses the study"
-            )
-            return
-        self._state_write = self.store.io.write_state.remote(STATE_FILE, data)
-        self._state_seconds += time.perf_counter() - started
-
-    async def _state_written(self) -> None:
-        write, self._state_write = self._state_write, None
-        try:
-            await write
-        except Exception as error:
-            logger.warning("the study's snapshot could not be written: %s", error)
-            self._state_changed = True
-
     async def save_state(self) -> None:
         """Write a snapshot now (the driver asks before it stops)."""
-        if self._state_write is not None:
-            await self._state_written()
-        self._start_state_write()
-        if self._state_write is not None:
-            await self._state_written()
+        await self.snapshots.save_now()
 
     async def interrupt(self) -> None:
         """The driver stops (Ctrl-C): save the study as it stands and change
         it no more (later reports are dropped, batches told to stop), so that
         what a restore continues is exactly what the driver last heard."""
-        self._frozen = True
+        self.snapshots.freeze()
         self._wake.set()
         for write in self.store.pending_writes:  # checkpoints already reported are in what it continues
             await self.store.finish_write(self.plan, write)
         await self.save_state()
 
-    def _stuck(self) -> None:
+    def stuck(self) -> None:
+        """Nothing runs or can be dispatched, yet the study is unfinished: a bug."""
         open_requests = [r for r in self.plan.open_requests() if r.trials]
         raise RuntimeError(f"no batch can be dispatched but {len(open_requests)} requests are open: {open_requests}")
 
-    async def _finalize(self) -> None:
+    async def finalize(self) -> None:
+        """The study's end: paused trials close, kept checkpoints go into the
+        trials' folders (`study_end`), the plan and a last snapshot are saved."""
         for state in self.trials.values():
             if state.status == PAUSED:  # its scheduler never resumed it
                 self.lifecycle.close(state)
-                self._event("complete", state)
-        exported, best = [], {}
+                self.feed.event("complete", state)
+        export = functools.partial(self.store.export, self.plan)
+        unwritten = await export_kept_checkpoints(self.trials.values(), export, self.spec.checkpoint_config)
         for state in self.trials.values():
-            kept, best[state.trial_id] = self._exposed_checkpoints(state)
-            exported += [(state, at, self.store.export(self.plan, node, at, state.dirname)) for node, at in kept]
-        paths = await asyncio.gather(*(write for _, _, write in exported))
-        written: dict[tuple[str, int], str] = {}
-        for (state, iteration, _), path in zip(exported, paths):
-            if isinstance(path, WriteFailed):
-                self._unwritten.append(path.reason)
-            elif path is not None:
-                state.checkpoints.append((path, self._checkpoint_metrics(state, iteration)))
-                written[state.trial_id, iteration] = path
-        for state in self.trials.values():
-            state.best_checkpoints = [
-                (written[state.trial_id, iteration], self._checkpoint_metrics(state, iteration))
-                for iteration in best[state.trial_id]
-                if (state.trial_id, iteration) in written
-            ]
             if state.checkpoints:
-                self._event("checkpoint", state, path=state.checkpoints[-1][0])
+                self.feed.event("checkpoint", state, path=state.checkpoints[-1][0])
         try:
-            self.plan.save(self._plan_path, self.spec.storage_filesystem)
+            self.plan.save(self.plan_path, self.spec.storage_filesystem)
         except Exception as error:  # each fsspec backend raises its own errors
-            self._unwritten.append(f"the search plan could not be written ({type(error).__name__}: {error})")
+            unwritten.append(f"the search plan could not be written ({type(error).__name__}: {error})")
         await self.save_state()
-        if self._unwritten:
-            self._warnings.append(
+        if unwritten:
+            self.feed.warn(
                 f"storage under {self.spec.experiment_path!r} refused part of the study's end, which is kept in "
-                f"the returned results only: {'; '.join(self._unwritten[:3])}"
-                + (f" (and {len(self._unwritten) - 3} more)" if len(self._unwritten) > 3 else "")
+                f"the returned results only: {'; '.join(unwritten[:3])}"
+                + (f" (and {len(unwritten) - 3} more)" if len(unwritten) > 3 else "")
             )
-
-    def _exposed_checkpoints(self, state: TrialState) -> tuple[list[tuple[Any, int]], list[int]]:
-        """What a trial keeps in its folder (`kept_checkpoints`): points
-        oldest first, and the iterations of ``Result.best_checkpoints``. The plan
-        keeps the stage checkpoints other trials need whatever this says."""
-        points = self._path_checkpoints(state)
-        kept, best = kept_checkpoints(
-            [at for _, at in points], lambda at: self._checkpoint_metrics(state, at), self.spec.checkpoint_config
-        )
-        return [point for point in points if point[1] in kept], best
-
-    def _checkpoint_metrics(self, state: TrialState, iteration: int) -> dict[str, Any]:
-        if iteration in state.rows:
-            return state.rows[iteration]
-        # Before a PBT exploit: the checkpoint was trained on the source's path.
-        for node in [state.node, *state.node.ancestors()]:
-            if iteration in node.metrics and node.fork_iteration < iteration:
-                return {**node.metrics[iteration], "training_iteration": iteration}
-        return {"training_iteration": iteration}
 
     # -- driver queries --------------------------------------------------------------
 
-    def _announce(self, state: TrialState) -> None:
-        """A trial starts (Tune's on_trial_start) when a batch serving it is
-        dispatched, or at its first result if that comes first: not when it
-        is admitted, since the driver's loggers open files for each started
-        trial and a study admits all its trials at once. A trial that ends
-        before either (the time budget, `stop_all`) ends without starting,
-        as a pending trial does in Tune."""
-        if not state.announced:
-            state.announced = True
-            self._event("start", state, config=state.shown_config())
-
-    def _event(self, kind: str, state: TrialState, **fields: Any) -> None:
-        self._events.append(
-            {"event": kind, "trial_id": state.trial_id, "name": state.name, "dirname": state.dirname, **fields}
-        )
-
     def progress(self) -> dict[str, Any]:
         """What happened since the last call, for the driver's reporter and
-        callbacks. ``rows`` are the new results, in order; ``events`` the
-        trials' lifecycle since the last call, in order, each a dict with
-        ``event`` ("start" with the trial's ``config``, "complete", "error"
-        with its ``error`` text, "recover" (it failed with ``error`` and is
-        retried), "checkpoint" with the final checkpoint's ``path``), ``trial_id``, ``name`` and ``dirname``. A trial's "start"
-        comes before its rows, which come before its "complete" or "error"."""
-        rows, self._new_rows = self._new_rows, []
-        events, self._events = self._events, []
-        warnings, self._warnings = self._warnings, []
+        callbacks: the study's figures, and `DriverFeed.take`'s ``rows``
+        (the new results), ``events`` (the trials' lifecycle) and ``warnings``."""
+        news = self.feed.take()
         return {
             "status": self.lifecycle.counts(),
             "iterations": self._iterations,
             "worker_seconds": self._worker_seconds,
-            "state_seconds": self._state_seconds,
+            "state_seconds": self.snapshots.seconds,
             **self._sharing_figures(),
-            "rows": rows,
-            "events": events,
+            "rows": news["rows"],
+            "events": news["events"],
             "elapsed": self.budget.elapsed,
-            "study_error": self.study_error,
-            "warnings": warnings,
+            "study_error": self.failures.study_error,
+            "warnings": news["warnings"],
             "stalled": self._stalled(),
         }
 
@@ -1222,7 +910,7 @@ class StudyController:
         keeps them under 5% of the controller's time (exact once the study
         is over)."""
         now = time.monotonic()
-        if now >= self._sharing_due or not self._running:
+        if now >= self._sharing_due or not self.pool.running:
             self._sharing = {
                 "unique_iterations": self.plan.unique_iterations(),
                 "total_iterations": self.plan.total_iterations(),
@@ -1233,14 +921,11 @@ class StudyController:
     def _stalled(self) -> list[tuple[str, float]]:
         """(trials, seconds) of each running batch that has reported nothing
         for ``stall_warning_s``: a trainable stuck, or slower than expected."""
-        now = time.monotonic()
         stalled = []
-        for _, batch, _, dispatched in self._running.values():
-            silent = now - self._batch_heard.get(batch.batch_id, dispatched)
-            if silent >= self.spec.stall_warning_s:
-                trial_ids = sorted({t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials})
-                names = [self.trials[t].name or t for t in trial_ids if t in self.trials]
-                stalled.append((", ".join(names) or f"batch {batch.batch_id}", silent))
+        for batch, silent in self.pool.stalled(self.spec.stall_warning_s):
+            trial_ids = sorted({t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials})
+            names = [self.trials[t].name or t for t in trial_ids if t in self.trials]
+            stalled.append((", ".join(names) or f"batch {batch.batch_id}", silent))
         return stalled
 
     def results(self) -> list[dict[str, Any]]:
@@ -1253,40 +938,31 @@ class StudyController:
         iterations executed."""
         now = time.monotonic()
         batches = {}
-        for worker, batch, spec, dispatched in self._running.values():
-            trial_ids = sorted({t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials})
-            batches[id(worker)] = {
-                "batch": batch.batch_id,
-                "segments": [list(segment) for segment in spec.segments],
+        for running in self.pool.running.values():
+            batch_id = running.batch.batch_id
+            trial_ids = sorted({t for r in self.plan.scheduled_requests(batch_id) for t in r.trials})
+            batches[id(running.worker)] = {
+                "batch": batch_id,
+                "segments": [list(segment) for segment in running.spec.segments],
                 "trials": [self.trials[t].dirname for t in trial_ids if t in self.trials],
-                "seconds": round(now - dispatched, 1),
+                "seconds": round(now - running.dispatched, 1),
             }
         return {
             "plan": self.plan.records(),
             "running": list(batches.values()),
             "workers": [
-                {"worker": index + 1, **batches.get(id(worker), {})} for index, worker in enumerate(self._workers)
+                {"worker": index + 1, **batches.get(id(worker), {})} for index, worker in enumerate(self.pool.workers)
             ],
             "trials": {state.dirname: state.status for state in self.trials.values()},
             "iterations": self._iterations,
         }
 
     def shutdown_workers(self) -> None:
-        for worker in self._workers:
-            ray.kill(worker)
-        self._workers.clear()
-
-
-def start_worker(spec: StudySpec, controller: Any) -> Any:
-    """A stage worker actor running ``spec``'s trainable for ``controller``.
-    It starts at once: a process that imports the trainable's modules, which
-    takes seconds."""
-    actor = ray.remote(StageWorker).options(max_concurrency=3, **spec.worker_options)
-    return actor.remote(spec.trainable, controller)
+        self.pool.shut_down(ray.kill)
 
 
 async def _as_future(ref: Any) -> Any:
     try:
         return await ref
-    except Exception:  # surfaced by ray.get in _complete / finish_write
+    except Exception:  # surfaced by ray.get in complete / finish_write
         return None

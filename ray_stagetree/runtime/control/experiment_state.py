@@ -25,13 +25,16 @@ trust.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from ray_stagetree.execution import stored_pickles
 from ray_stagetree.execution.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.planning.lifecycle import ERROR, UNFINISHED
+
+if TYPE_CHECKING:
+    from ray_stagetree.runtime.control.trials import TrialState
 
 TUNER_FILE = "stagetree_tuner.pkl"
 STATE_FILE = "stagetree_state.pkl"
@@ -47,7 +50,7 @@ class StudyState:
     """Everything a controller needs to continue a study."""
 
     plan: dict[str, list[dict[str, Any]]]  # SearchPlan.records()
-    trials: list[Any]  # the controller's TrialStates, without their plan nodes
+    trials: list[Any]  # the controller's TrialStates (runtime.control.trials), without their plan nodes
     # The study's TrialSource (a VariantSource / SearcherSource, with the
     # searcher's own state); "source" is the name snapshots were written with.
     source: Any
@@ -83,6 +86,27 @@ class Restore:
         if status in UNFINISHED:
             return "keep" if self.resume_unfinished else "end"
         return "keep"
+
+
+def trial_summary(state: TrialState) -> dict[str, Any]:
+    """What the driver makes a trial's ``ray.tune.Result`` from: at the end of
+    a study (`StudyController.results`), or from a snapshot's trials
+    (``Tuner.get_results()`` of a restored Tuner)."""
+    return {
+        "trial_id": state.trial_id,
+        "name": state.name,
+        "dirname": state.dirname,
+        "config": state.config,
+        "config_json": state.config_json,
+        "shown_config": state.shown_config(),
+        "status": state.status,
+        "error": state.error,
+        "error_pickle": state.error_pickle,
+        "rows": state.reported,
+        # (path, metrics), oldest first; the last is Result.checkpoint
+        "checkpoints": state.checkpoints,
+        "best_checkpoints": state.best_checkpoints,
+    }
 
 
 def dumps(state: StudyState) -> bytes:

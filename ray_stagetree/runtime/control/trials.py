@@ -1,5 +1,6 @@
-"""`TrialInfo`: what Tune's user hooks (``trial_name_creator``,
-``trial_dirname_creator``) read from a trial, built on the controller, and
+"""A trial as the controller keeps it (`TrialState`: its lifecycle state
+and what Tune shows of it), `TrialInfo`, what Tune's user hooks
+(``trial_name_creator``, ``trial_dirname_creator``) read from a trial, and
 Tune's default trial names and folder names when there is no hook."""
 
 from __future__ import annotations
@@ -8,8 +9,81 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from ray_stagetree.execution.retention import kept_checkpoints
+from ray_stagetree.planning.config import TrialConfig, unflatten
+from ray_stagetree.planning.lifecycle import TERMINATED, Trial
+from ray_stagetree.runtime.control.shown_config import shown_config
+
+
+@dataclass(kw_only=True)
+class TrialState(Trial):
+    """A trial's lifecycle state (`planning.lifecycle.Trial`) and what Tune
+    shows of it: every row reported, failures, checkpoints, its names.
+    (Snapshots pickle it; those written before it moved here name it in
+    `runtime.control.controller`, which imports it.)"""
+
+    config_json: dict[str, Any] = field(default_factory=dict)  # nested, the stored form (objects as PickledValue JSON)
+    reported: list[dict[str, Any]] = field(default_factory=list)  # every row, in order
+    failures: int = 0
+    error: str | None = None
+    error_pickle: bytes | None = None  # the trainable's exception for Result.error (runtime.workers.trial_errors)
+    checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # in the trial's folder, oldest first
+    best_checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Tune's order: best last
+    plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
+    name: str = ""  # TuneConfig.trial_name_creator's, for messages
+    dirname: str = ""  # the trial's folder under the experiment path
+    restored_at: int = 0  # the iteration it went on from when its study was restored or it was resumed
+    final_retrains: int = 0  # times its final checkpoint was found damaged and trained again
+    # (node, iteration) of the checkpoint it reported just before it raised: restart_errored does not load it
+    error_checkpoint: tuple[int, int] | None = None
+    restore_failures: int = 0  # failed loads of its starting checkpoint since it last trained (TUNE_RESTORE_RETRY_NUM)
+    announced: bool = False  # its "start" event went out (Tune's on_trial_start): see `StudyController._announce`
+
+    def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
+        super().configure(config, trial_config)
+        self.config_json = unflatten(trial_config.to_json())
+
+    def shown_config(self, iteration: int | None = None) -> dict[str, Any]:
+        """Its config as Tune shows it (`shown_config`), after ``iteration`` (default: its last result)."""
+        at = max(self.rows, default=0) if iteration is None else iteration
+        return shown_config(self.config, self.trial_config, self.plain, at)
+
+    # -- its checkpoints, at the end of the study
+
+    def path_checkpoints(self) -> list[tuple[Any, int]]:
+        """(node, iteration) of the plan's checkpoints on a finished trial's
+        path up to its last iteration, oldest first; none for the others."""
+        if self.status != TERMINATED or not self.rows:
+            return []
+        last = max(self.rows)
+        node, upper = self.node, last
+        points = []
+        while node is not None:
+            points += [(node, iteration) for iteration in node.checkpoints if node.fork_iteration < iteration <= upper]
+            node, upper = node.parent, min(node.fork_iteration, last)
+        return sorted(points, key=lambda point: point[1])
+
+    def checkpoint_metrics(self, iteration: int) -> dict[str, Any]:
+        """The metrics a checkpoint at ``iteration`` of its path is shown with."""
+        if iteration in self.rows:
+            return self.rows[iteration]
+        # Before a PBT exploit: the checkpoint was trained on the source's path.
+        for node in [self.node, *self.node.ancestors()]:
+            if iteration in node.metrics and node.fork_iteration < iteration:
+                return {**node.metrics[iteration], "training_iteration": iteration}
+        return {"training_iteration": iteration}
+
+    def exposed_checkpoints(self, checkpoint_config: Any) -> tuple[list[tuple[Any, int]], list[int]]:
+        """What it keeps in its folder (`kept_checkpoints` under Tune's
+        ``CheckpointConfig``): points oldest first, and the iterations of
+        ``Result.best_checkpoints``. The plan keeps the stage checkpoints
+        other trials need whatever this says."""
+        points = self.path_checkpoints()
+        kept, best = kept_checkpoints([at for _, at in points], self.checkpoint_metrics, checkpoint_config)
+        return [point for point in points if point[1] in kept], best
 
 
 @dataclass

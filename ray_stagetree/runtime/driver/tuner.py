@@ -41,15 +41,17 @@ from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import study_policy
-from ray_stagetree.runtime.control.controller import StudyController, StudySpec, start_worker, trial_summary
+from ray_stagetree.runtime.control.controller import StudyController
 from ray_stagetree.runtime.control.experiment_state import (
     Restore,
     can_restore,
     has_state,
     read_state,
     read_tuner_settings,
+    trial_summary,
     write_tuner_settings,
 )
+from ray_stagetree.runtime.control.spec import StudySpec, WorkerSpec
 from ray_stagetree.runtime.driver.arguments import (
     check_checkpoint_config,
     check_filesystem,
@@ -646,7 +648,13 @@ class Tuner:
             trial_name_creator=self.tune_config.trial_name_creator,
             trial_dirname_creator=self.tune_config.trial_dirname_creator,
             tuned_paths=None if isinstance(trial_source, SearcherSource) else tuned_paths(self.param_space),
-            trainable=self._pickled_trainable(),
+            worker=WorkerSpec(
+                trainable=self._pickled_trainable(),
+                options=worker_options,
+                reproducibility=(
+                    Reproducibility(self.seed, self.deterministic_algorithms) if self.reproducible else None
+                ),
+            ),
             trial_source=trial_source,
             horizon=horizon,
             experiment_path=experiment_path,
@@ -654,7 +662,6 @@ class Tuner:
             num_workers=self._num_workers(
                 resources, _trials_to_run(trial_source, restore) or self.tune_config.num_samples
             ),
-            worker_options=worker_options,
             max_concurrent_trials=self._max_concurrent,
             stage_sharing=self.stage_sharing,
             # -1 retries without limit, as in Tune
@@ -676,7 +683,6 @@ class Tuner:
             stall_warning_s=stall_warning_seconds(),
             payload_key=payload_key,
             trust_storage=trust_storage(),
-            reproducibility=(Reproducibility(self.seed, self.deterministic_algorithms) if self.reproducible else None),
         )
         callbacks = self._callback_runner(trial_source, experiment_path)
         reporter = self._progress_reporter(trial_source)
@@ -747,7 +753,7 @@ class Tuner:
             ray.remote(StudyController).options(num_cpus=0, max_concurrency=1000, scheduling_strategy=here).remote(spec)
         )
         # The workers start with the controller rather than after it.
-        workers = [start_worker(spec, controller) for _ in range(spec.num_workers)]
+        workers = [spec.worker.start(controller) for _ in range(spec.num_workers)]
         run = controller.run.remote(workers)
         experiment_path = spec.experiment_path
         # Until the study's processes are gone: a Ctrl-C after the study ended

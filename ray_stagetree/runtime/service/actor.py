@@ -33,7 +33,7 @@ import ray
 
 from ray_stagetree.execution.batches import BatchOutcome
 from ray_stagetree.execution.storage import CheckpointStorage
-from ray_stagetree.runtime.control.controller import StudySpec, start_worker
+from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.shared_plan import TICK_S, SharedPlan
 from ray_stagetree.runtime.service.trainable_identity import parameter_registries
 
@@ -99,10 +99,11 @@ class PlanService:
             await self._close_shared()
         if self.shared is None:
             _claim(CheckpointStorage(plan_dir, self.storage_filesystem), share_key)
-            own = dataclasses.replace(spec, experiment_path=plan_dir, trainable=_adopt_parameters(spec.trainable))
+            worker = dataclasses.replace(spec.worker, trainable=_adopt_parameters(spec.worker.trainable))
+            own = dataclasses.replace(spec, experiment_path=plan_dir, worker=worker)
             self.shared = SharedPlan(own, share_key)
             here = ray.get_runtime_context().current_actor
-            workers = [start_worker(self.shared.spec, here) for _ in range(spec.num_workers)]
+            workers = [self.shared.spec.worker.start(here) for _ in range(spec.num_workers)]
             self._loop = asyncio.ensure_future(self.shared.run(workers))
         study_id = f"{spec.experiment_path.rstrip('/').rsplit('/', 1)[-1]}_{uuid.uuid4().hex[:6]}"
         self.shared.attach(spec, study_id, weight)
@@ -129,7 +130,7 @@ class PlanService:
     def halt(self, study_id: str) -> None:
         """Stop the study's trials where they are (its driver was interrupted)."""
         study = self._study(study_id)
-        study._halt()
+        study.halt()
         self.shared._wake.set()
 
     def detach(self, study_id: str) -> None:

@@ -4,14 +4,18 @@ An `AttachedStudy` is a `StudyController` without a loop of its own: its
 trials, searcher, trial scheduler, stoppers and results are its own, while
 the search plan, the checkpoint store and the workers belong to the
 `SharedPlan` that hosts it, which dispatches batches for every attached
-study and hands each study the results of its trials.
+study and hands each study the results of its trials. It changes the
+controller through its declared hooks only (`runtime.control.hooks.StudyHooks`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ray_stagetree.runtime.control.controller import StudyController, StudySpec
+from ray_stagetree.runtime.control.controller import StudyController
+from ray_stagetree.runtime.control.hooks import hook
+from ray_stagetree.runtime.control.snapshots import NoSnapshots
+from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.unique_trial_ids import UniqueTrialIds
 
 
@@ -50,10 +54,14 @@ class AttachedStudy(StudyController):
         folder = spec.experiment_path[len(shared.spec.experiment_path) :].strip("/")
         super().__init__(spec, plan=shared.plan, store=_StudyFolderStore(shared.store, folder))
         self._node_configs = {}  # the shared plan's nodes are configured there
+        self.plan_path = shared.plan_path
         self.shared = shared
         self.study_id = study_id
         self.weight = weight
         self.finalized = False
+        # The service persists the shared plan; a study has no snapshot of its
+        # own (a study whose driver is gone is detached, not restored).
+        self.snapshots = NoSnapshots()
         # The lifecycle admits from it and tells it of every end: both see the renamed ids.
         self.trial_source = self.lifecycle.trial_source = UniqueTrialIds(self.trial_source, self._taken, study_id)
 
@@ -62,28 +70,16 @@ class AttachedStudy(StudyController):
         finished ones included, of an attached study (results are routed by id)."""
         return trial_id in self.shared.plan.trials or trial_id in self.shared.trials
 
-    def _share_key(self, trial_id: str) -> str:
+    @hook
+    def trial_share_key(self, trial_id: str) -> str:
         return self.shared.share_key if self.spec.stage_sharing else f"{self.study_id}/{trial_id}"
-
-    def _idle_count(self) -> int:
-        return self.shared._idle_count()
-
-    @property
-    def _plan_path(self) -> str:
-        return self.shared._plan_path
-
-    async def save_state(self) -> None:
-        """The service persists the shared plan; a study has no snapshot of its
-        own (a study whose driver is gone is detached, not restored)."""
-
-    def _save_state_soon(self) -> None:
-        pass
 
     def add_work(self, seconds: float, iterations: int) -> None:
         """Its part of a batch that served it (split between the studies served)."""
         self._worker_seconds += seconds
         self._iterations += iterations
 
+    @hook
     def progress(self) -> dict[str, Any]:
         progress = super().progress()
         progress["done"] = self.finalized

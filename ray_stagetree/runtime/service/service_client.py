@@ -20,7 +20,7 @@ from typing import Any
 
 import ray
 
-from ray_stagetree.runtime.control.controller import StudySpec
+from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.actor import PlanService
 from ray_stagetree.validation import Real, check
 

@@ -4,7 +4,8 @@
 checkpoints, retries) run over one plan that holds the trials of every
 attached study. What a controller does for its own trials it hands to the
 study that owns them (`AttachedStudy`): results, stops, failures, trial
-checkpoints. Batches are chosen by the execution policy over all studies'
+checkpoints. It changes the controller through its declared hooks only
+(`runtime.control.hooks.StudyHooks`, each override marked ``@hook``). Batches are chosen by the execution policy over all studies'
 requests with each study's share of workers bounded (`planning.fair_share`).
 
 The plan lives in one directory per trainable identity (`share_key`):
@@ -24,7 +25,10 @@ from typing import Any
 from ray_stagetree.execution.batches import BatchOutcome
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.fair_share import FairShare
-from ray_stagetree.runtime.control.controller import StudyController, StudySpec
+from ray_stagetree.runtime.control.controller import StudyController
+from ray_stagetree.runtime.control.hooks import hook
+from ray_stagetree.runtime.control.snapshots import NoSnapshots
+from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.attached_study import AttachedStudy
 from ray_stagetree.searchers.sources import VariantSource
 
@@ -35,6 +39,22 @@ TICK_S = 0.5
 #: Seconds between saves of the shared plan while it changes (it is also
 #: saved whenever a study ends or detaches).
 PLAN_SAVE_S = 10.0
+
+
+class _PlanSaves(NoSnapshots):
+    """A shared plan's snapshots: no study snapshot (the loop would wake for
+    one), the plan instead, every `PLAN_SAVE_S` while it changes."""
+
+    def __init__(self, shared: SharedPlan) -> None:
+        super().__init__()
+        self._shared = shared
+
+    def save_soon(self) -> None:
+        if self._shared._plan_changed and time.monotonic() - self._shared._plan_saved_at > PLAN_SAVE_S:
+            self._shared.save_plan()
+
+    async def save_now(self) -> None:
+        self._shared.save_plan()
 
 
 class SharedPlan(StudyController):
@@ -54,13 +74,12 @@ class SharedPlan(StudyController):
         storage = CheckpointStorage(spec.experiment_path, spec.storage_filesystem)
         plan_exists = storage.filesystem.isfile(storage.path("plan/nodes.parquet"))
         own = StudySpec(
-            trainable=spec.trainable,
+            worker=spec.worker,
             trial_source=VariantSource([]),
             horizon=None,
             experiment_path=spec.experiment_path,
             storage_filesystem=spec.storage_filesystem,
             num_workers=spec.num_workers,
-            worker_options=spec.worker_options,
             policy=spec.policy,
             checkpoint_budget_bytes=spec.checkpoint_budget_bytes,
             parked_per_worker=spec.parked_per_worker,
@@ -79,24 +98,28 @@ class SharedPlan(StudyController):
         self._node_configs = collections.ChainMap(self._node_configs)
         self._node_plain = collections.ChainMap(self._node_plain)
         self.policy = FairShare(
-            self.policy, self._study_of, lambda: self._capacity, lambda: {i: s.weight for i, s in self.studies.items()}
+            self.policy,
+            self._study_of,
+            lambda: self.pool.capacity,
+            lambda: {i: s.weight for i, s in self.studies.items()},
         )
         self._closing = False
         self._plan_saved_at = time.monotonic()
         self._plan_changed = False
+        self.snapshots = _PlanSaves(self)
 
     # -- studies ----------------------------------------------------------------------
 
     def attach(self, spec: StudySpec, study_id: str, weight: float) -> AttachedStudy:
-        if spec.worker_options != self.spec.worker_options:
+        if spec.worker.options != self.spec.worker.options:
             raise ValueError(
-                f"the studies sharing this plan run on workers with {self.spec.worker_options}, but this one asks "
-                f"for {spec.worker_options} (tune.with_resources): give it another study_group, or the same resources"
+                f"the studies sharing this plan run on workers with {self.spec.worker.options}, but this one asks "
+                f"for {spec.worker.options} (tune.with_resources): give it another study_group, or the same resources"
             )
         study = AttachedStudy(spec, self, study_id, weight)
         self.studies[study_id] = study
-        if spec.num_workers > self._capacity:
-            self._capacity = spec.num_workers
+        if spec.num_workers > self.pool.capacity:
+            self.pool.capacity = spec.num_workers
             self.spec.num_workers = spec.num_workers
         self._relink()
         self._wake.set()
@@ -109,7 +132,7 @@ class SharedPlan(StudyController):
         study = self.studies.pop(study_id, None)
         if study is None:
             return
-        study._halt()
+        study.halt()
         for trial_id in study.trials:
             if trial_id in self.plan.trials:
                 self.plan.remove_trial(trial_id)
@@ -141,25 +164,29 @@ class SharedPlan(StudyController):
 
     # -- the loop (StudyController's), over every study's trials ------------------------
 
-    def _unfinished(self) -> bool:
+    @hook
+    def unfinished(self) -> bool:
         return not self._closing
 
-    def _stuck(self) -> None:
+    @hook
+    def stuck(self) -> None:
         if any(r.trials for r in self.plan.open_requests()):
-            super()._stuck()
+            super().stuck()
 
-    def _budget_timeout(self) -> float | None:
+    @hook
+    def wake_in(self) -> float | None:
         return TICK_S
 
-    def _admit(self) -> None:
-        if self._warnings:  # the loop's own (a missing checkpoint): every study sees them
+    @hook
+    def admit(self) -> None:
+        if self.feed.warnings:  # the loop's own (a missing checkpoint): every study sees them
             for study in self.studies.values():
-                study._warnings += self._warnings
-            self._warnings.clear()
+                study.feed.warnings += self.feed.warnings
+            self.feed.warnings.clear()
         for study in list(self.studies.values()):
-            study._enforce_budget()
-            study._admit()
-            if not study.finalized and not study._unfinished() and not self._serves(study):
+            study.enforce_budget()
+            study.admit()
+            if not study.finalized and not study.unfinished() and not self._serves(study):
                 study.finalized = None  # being finalized
                 asyncio.ensure_future(self._finalize_study(study))
 
@@ -172,46 +199,40 @@ class SharedPlan(StudyController):
         )
 
     async def _finalize_study(self, study: AttachedStudy) -> None:
-        await study._finalize()
+        await study.finalize()
         study.finalized = True
         self._plan_changed = True
 
-    def _ingest(self, outcome: BatchOutcome) -> None:
+    @hook
+    def ingest(self, outcome: BatchOutcome) -> None:
         for study in self.studies.values():
             served = sum(1 for node_id, at, _ in outcome.records if study._trials_through(self.plan.nodes[node_id], at))
             if served:
                 study.add_work(0.0, served)
-        super()._ingest(outcome)
+        super().ingest(outcome)
         if outcome.records:
             self._plan_changed = True
 
-    async def _complete(self, ref: Any) -> None:
-        _, batch, _, _ = self._running[ref]
+    @hook
+    async def complete(self, ref: Any) -> None:
+        batch = self.pool.running[ref].batch
         served = [self.studies[s] for s in self.policy.studies(self.plan.scheduled_requests(batch.batch_id))]
         before = self._worker_seconds
-        await super()._complete(ref)
+        await super().complete(ref)
         for study in served:
             study.add_work((self._worker_seconds - before) / len(served), 0)
-
-    def _save_state_soon(self) -> None:
-        # No study snapshot here (the loop would wake for one): the plan is saved instead.
-        self._state_changed = False
-        if self._plan_changed and time.monotonic() - self._plan_saved_at > PLAN_SAVE_S:
-            self.save_plan()
-
-    async def save_state(self) -> None:
-        self.save_plan()
 
     def save_plan(self) -> None:
         """Persist the plan (Parquet): a later service continues from it."""
         self._plan_changed = False
         self._plan_saved_at = time.monotonic()
         try:
-            self.plan.save(self._plan_path, self.spec.storage_filesystem)
+            self.plan.save(self.plan_path, self.spec.storage_filesystem)
         except Exception as error:  # each fsspec backend raises its own errors
-            self._warnings.append(f"the shared plan could not be written ({type(error).__name__}: {error})")
+            self.feed.warn(f"the shared plan could not be written ({type(error).__name__}: {error})")
 
-    async def _finalize(self) -> None:
+    @hook
+    async def finalize(self) -> None:
         for study in list(self.studies.values()):
             if not study.finalized:
                 await self._finalize_study(study)
@@ -219,43 +240,55 @@ class SharedPlan(StudyController):
 
     # -- what a controller does for its own trials, done by their study -------------------
 
-    def _add_row(self, state: Any, iteration: int, metrics: dict[str, Any]) -> None:
-        self._owner_of(state.trial_id)._add_row(state, iteration, metrics)
+    @hook
+    def add_result(self, state: Any, iteration: int, metrics: dict[str, Any]) -> None:
+        self._owner_of(state.trial_id).add_result(state, iteration, metrics)
 
-    def _fail(self, trial_ids: set[str], error: str, *args: Any, **kwargs: Any) -> None:
-        """Each study fails its own trials, as `StudyController._fail` says."""
+    @hook
+    def fail(
+        self,
+        trial_ids: set[str],
+        error: str,
+        retry: bool = True,
+        in_restore: bool = False,
+        error_pickle: bytes | None = None,
+    ) -> None:
+        """Each study fails its own trials, as `StudyController.fail` says."""
         by_study: dict[str, set[str]] = {}
         for trial_id in trial_ids:
             by_study.setdefault(self._study_of(trial_id), set()).add(trial_id)
         for study_id, ids in by_study.items():
             if study_id is not None:
-                self.studies[study_id]._fail(ids, error, *args, **kwargs)
+                self.studies[study_id].fail(ids, error, retry, in_restore, error_pickle)
 
-    def _stop(self, trial_id: str) -> None:
-        self._owner_of(trial_id)._stop(trial_id)
+    @hook
+    def end_trial(self, trial_id: str) -> None:
+        self._owner_of(trial_id).end_trial(trial_id)
 
-    def stop_trial(self, trial_id: str) -> None:
-        self._owner_of(trial_id).stop_trial(trial_id)
-
-    def _resume(self) -> None:
+    @hook
+    def resume_paused(self) -> None:
         for study in self.studies.values():
-            study._resume()
+            study.resume_paused()
 
-    def _abort(self, error: str) -> None:
+    @hook
+    def abort(self, error: str) -> None:
         for study in self.studies.values():
-            study._abort(error)
+            study.abort(error)
 
-    def _requested_node(self, state: Any, node: Any) -> None:
-        self._owner_of(state.trial_id)._requested_node(state, node)
+    @hook
+    def assign_node(self, state: Any, node: Any) -> None:
+        self._owner_of(state.trial_id).assign_node(state, node)
 
-    def _owner(self, node_id: int) -> dict[str, str]:
+    @hook
+    def trial_context(self, node_id: int) -> dict[str, str]:
         for study in self.studies.values():
             if node_id in study._node_owner:
-                return study._owner(node_id)
-        return super()._owner(node_id)
+                return study.trial_context(node_id)
+        return super().trial_context(node_id)
 
-    def _configured_saves(self, batch_id: int, outcome: BatchOutcome | None = None) -> list[int]:
-        return sorted({at for s in self.studies.values() for at in s._configured_saves(batch_id, outcome)})
+    @hook
+    def configured_saves(self, batch_id: int, outcome: BatchOutcome | None = None) -> list[int]:
+        return sorted({at for s in self.studies.values() for at in s.configured_saves(batch_id, outcome)})
 
     def workload(self) -> dict[str, Any]:
         """The shared plan's totals, for the service's status."""
@@ -264,6 +297,6 @@ class SharedPlan(StudyController):
             "iterations": self._iterations,
             "worker_seconds": self._worker_seconds,
             "plan_nodes": len(self.plan.nodes),
-            "workers": len(self._workers),
-            "capacity": self._capacity,
+            "workers": len(self.pool.workers),
+            "capacity": self.pool.capacity,
         }

@@ -1,0 +1,121 @@
+"""A trial's reported metrics as Tune's results: the fields Tune adds to a
+row (``training_iteration``, ``done``, ``config``, the times since the
+start and the restore), the checks the study controller makes of them (a
+value a scheduler or searcher compares must be a number; the study's metric
+should be there), and ``RunConfig.stop`` (thresholds, a ``Stopper``).
+
+Ray-free: the controller folds the row into the trial's lifecycle and tells
+the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY, scheduled
+from ray_stagetree.runtime.control.trials import TrialState
+from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
+
+
+def metric_consumers(searcher: Any, scheduler: Any) -> dict[str, str]:
+    """Metric name -> what compares its values (the trial scheduler, the
+    searcher; Tune's FIFOScheduler compares nothing): those must be numbers."""
+    consumers = {}
+    if type(scheduler).__name__ == "FIFOScheduler":
+        scheduler = None
+    for consumer, role in ((searcher, "searcher"), (scheduler, "trial scheduler")):
+        metric = searcher_metric(consumer) or []
+        # A multi-objective searcher (OptunaSearch(metric=["loss", "gain"])) compares several.
+        for name in [metric] if isinstance(metric, str) else metric:
+            consumers[name] = f"the {role} ({type(consumer).__name__})"
+    return consumers
+
+
+class ResultRows:
+    """A study's results, as Tune makes them from what a trainable reports.
+
+    Parameters
+    ----------
+    metric:
+        ``TuneConfig.metric``: a row without it is warned of, once per study.
+    consumers:
+        `metric_consumers` of the study's searcher and scheduler.
+    stop_thresholds, stopper:
+        ``RunConfig.stop``: a metric reaching its threshold, or the
+        ``ray.tune.Stopper``, ends the trial (``stop_all``: the study).
+    warn:
+        Where a warning for the driver goes.
+    """
+
+    def __init__(
+        self,
+        metric: str | None,
+        consumers: dict[str, str],
+        stop_thresholds: dict[str, float],
+        stopper: Any,
+        warn: Callable[[str], None],
+    ) -> None:
+        self.metric = metric
+        self.consumers = consumers
+        self.stop_thresholds = stop_thresholds
+        self.stopper = stopper
+        self._warn = warn
+        self._warned_missing_metric = False
+
+    def invalid(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> str | None:
+        """Why the trial cannot go on with these metrics (a value its
+        scheduler or searcher must compare is not a number), or None. Warns,
+        once per study, when the study's metric is missing."""
+        metric = self.metric
+        if metric and metric not in metrics and not self._warned_missing_metric:
+            self._warned_missing_metric = True
+            self._warn(
+                f"trial {state.name or state.trial_id} reported {sorted(k for k in metrics if k != 'time_this_iter_s')} "
+                f"at iteration {iteration}, without TuneConfig's metric {metric!r}: results without it are not ranked "
+                "(this warning is shown once per study)"
+            )
+        for name, consumer in self.consumers.items():
+            value = metrics.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.number))):
+                return (
+                    f"trial {state.name or state.trial_id} reported {name}={value!r} ({type(value).__name__}) at "
+                    f"iteration {iteration}, but {consumer} compares {name!r}: it must be a number"
+                )
+        return None
+
+    def row(self, state: TrialState, iteration: int, metrics: dict[str, Any], horizon: float) -> dict[str, Any]:
+        """The result Tune shows for ``metrics`` reported at ``iteration``:
+        ``done`` when the trainable said so or the trial reached ``horizon``;
+        its times add up from the trial's previous row (``state.reported``)."""
+        row = dict(metrics)
+        row["trial_id"] = state.trial_id
+        row["training_iteration"] = iteration
+        row["done"] = bool(row.get("done", False)) or iteration >= horizon
+        row["config"] = state.shown_config(iteration)
+        if scheduled(state.config, state.plain):
+            row[SCHEDULE_KEY] = state.config
+        previous = state.reported[-1] if state.reported else {}
+        row["time_total_s"] = previous.get("time_total_s", 0.0) + row.get("time_this_iter_s", 0.0)
+        since = (
+            previous.get("time_since_restore", 0.0)
+            if previous.get("training_iteration", 0) > state.restored_at
+            else 0.0
+        )
+        row["time_since_restore"] = since + row.get("time_this_iter_s", 0.0)
+        row["iterations_since_restore"] = iteration - state.restored_at
+        return row
+
+    def stop_met(self, trial_id: str, row: dict[str, Any]) -> bool:
+        """RunConfig.stop: a metric reached its threshold, or the stopper says so."""
+        reached = any(
+            isinstance(row.get(key), (int, float)) and row[key] >= threshold
+            for key, threshold in self.stop_thresholds.items()
+        )
+        return reached or (self.stopper is not None and bool(self.stopper(trial_id, row)))
+
+    def stop_all(self) -> bool:
+        """The stopper ends the whole study (asked after each result, as Tune asks)."""
+        return self.stopper is not None and bool(self.stopper.stop_all())

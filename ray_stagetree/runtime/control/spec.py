@@ -1,0 +1,99 @@
+"""What a study is, as the Tuner validated it: `WorkerSpec`, what each
+stage worker needs, and `StudySpec`, what the controller needs besides.
+
+Both travel to the controller's actor (or a plan service's) pickled; the
+worker's part is the same for every worker of a study, or of a shared plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import ray
+
+from ray_stagetree.execution.parking import PARKED_PER_WORKER
+from ray_stagetree.runtime.workers.worker import StageWorker
+
+if TYPE_CHECKING:
+    from ray.tune import CheckpointConfig, Stopper
+    from ray.tune.schedulers import TrialScheduler
+
+    from ray_stagetree.planning.policies import ExecutionPolicy
+    from ray_stagetree.runtime.control.experiment_state import Restore
+    from ray_stagetree.runtime.control.trials import TrialInfo
+    from ray_stagetree.runtime.workers.reproducibility import Reproducibility
+    from ray_stagetree.searchers.sources import SearcherSource, VariantSource
+
+
+@dataclass
+class WorkerSpec:
+    """What a stage worker runs, and on what.
+
+    Parameters
+    ----------
+    trainable:
+        The user's trainable, cloudpickled; unpickled by each worker.
+    options:
+        The worker actor's Ray options (``num_cpus``, ``num_gpus``,
+        ``resources``, ``memory``): one trial's resources (``tune.with_resources``).
+    reproducibility:
+        ``Tuner(reproducible=True)``: how workers seed each batch; None otherwise.
+    """
+
+    trainable: bytes
+    options: dict[str, Any] = field(default_factory=dict)
+    reproducibility: Reproducibility | None = None
+
+    def start(self, controller: Any) -> Any:
+        """A stage worker actor running the trainable for ``controller`` (the
+        actor its reports go to). It starts at once: a process that imports
+        the trainable's modules, which takes seconds."""
+        actor = ray.remote(StageWorker).options(max_concurrency=3, **self.options)
+        return actor.remote(self.trainable, controller)
+
+
+@dataclass
+class StudySpec:
+    """Everything the controller needs, validated by the Tuner on the driver
+    (`runtime.driver.tuner`), or by a plan service for its shared plan."""
+
+    worker: WorkerSpec
+    trial_source: VariantSource | SearcherSource
+    horizon: int | None  # None: open-ended trials, ended by stop criteria, schedulers or the trainable
+    experiment_path: str
+    storage_filesystem: Any = None  # RunConfig.storage_filesystem: pyarrow or fsspec (planning.filesystems)
+    num_workers: int = 1
+    max_concurrent_trials: int | None = None
+    stage_sharing: bool = True
+    # -- failures (FailureConfig; runtime.control.failures)
+    max_failures: float = 0  # math.inf: FailureConfig(max_failures=-1), no limit
+    fail_fast: bool | str = False  # True or "raise" stop the study at the first error
+    restore_retries: int = 0  # TUNE_RESTORE_RETRY_NUM: failed checkpoint loads retried before one counts as a failure
+    # -- what ends trials and ranks results
+    stop_thresholds: dict[str, float] = field(default_factory=dict)
+    stopper: Stopper | None = None  # a stop function arrives wrapped in Tune's FunctionStopper
+    scheduler: TrialScheduler | None = None  # hosted by trial_schedulers.host.SchedulerHost
+    metric: str | None = None
+    mode: Literal["min", "max"] | None = None
+    time_budget_s: float | None = None
+    policy: str | ExecutionPolicy = "critical_path"  # a name in planning.policies.POLICIES, or the policy
+    # -- checkpoints and snapshots
+    checkpoint_budget_bytes: int = 2 * 1024**3
+    checkpoint_config: CheckpointConfig | None = None
+    parked_per_worker: int = PARKED_PER_WORKER  # paused trainables with no checkpoint a worker keeps alive
+    resume: bool = False  # continue the plan saved under experiment_path/plan
+    restore: Restore | None = None  # continue a study's snapshot (Tuner.restore)
+    state_period_s: float | None = None  # seconds between snapshots; None: as often as their cost allows
+    # The experiment's key, which seals stored checkpoints (execution.payload_auth); never written to storage.
+    payload_key: bytes | None = field(default=None, repr=False)
+    trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
+    # -- names, as Tune gives them
+    trainable_name: str = "trainable"
+    trial_name_creator: Callable[[TrialInfo], str] | None = None  # TuneConfig's hooks
+    trial_dirname_creator: Callable[[TrialInfo], str] | None = None
+    # The config paths a grid or random search draws, for Tune's experiment tag in folder names
+    # (None: a searcher's trials, tagged with every value, as Tune tags them).
+    tuned_paths: frozenset[tuple[str, ...]] | None = None
+    stall_warning_s: float = 60.0  # the progress names a batch's trials after this long without a report

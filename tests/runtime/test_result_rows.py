@@ -1,0 +1,115 @@
+"""Tune's results made from reported metrics (runtime.control.result_rows),
+without Ray: the fields Tune adds, the metric checks, RunConfig.stop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.search.basic_variant import BasicVariantGenerator
+
+from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
+from ray_stagetree.runtime.control.trials import TrialState
+
+
+def trial(restored_at: int = 0) -> TrialState:
+    state = TrialState(trial_id="t1", config={"lr": 0.1}, name="train_t1", restored_at=restored_at)
+    state.configure({"lr": 0.1}, TrialConfig.from_config({"lr": 0.1}))
+    return state
+
+
+def rows(metric=None, consumers=None, stop_thresholds=None, stopper=None) -> tuple[ResultRows, list[str]]:
+    warnings: list[str] = []
+    return ResultRows(metric, consumers or {}, stop_thresholds or {}, stopper, warnings.append), warnings
+
+
+def test_a_row_carries_tunes_fields_and_its_times_add_up():
+    made, _ = rows()
+    state = trial()
+    first = made.row(state, 1, {"loss": 3.0, "time_this_iter_s": 2.0}, horizon=10)
+    assert first == {
+        "loss": 3.0,
+        "time_this_iter_s": 2.0,
+        "trial_id": "t1",
+        "training_iteration": 1,
+        "done": False,
+        "config": {"lr": 0.1},
+        "time_total_s": 2.0,
+        "time_since_restore": 2.0,
+        "iterations_since_restore": 1,
+    }
+    state.reported.append(first)
+    second = made.row(state, 2, {"loss": 2.0, "time_this_iter_s": 0.5}, horizon=10)
+    assert (second["time_total_s"], second["time_since_restore"]) == (2.5, 2.5)
+    assert made.row(state, 10, {}, horizon=10)["done"]  # the horizon
+    assert made.row(state, 3, {"done": True}, horizon=10)["done"]  # the trainable said so
+
+
+def test_the_time_since_restore_starts_again_at_a_restore():
+    made, _ = rows()
+    state = trial(restored_at=4)
+    state.reported.append({"training_iteration": 4, "time_total_s": 9.0, "time_since_restore": 9.0})
+    row = made.row(state, 5, {"time_this_iter_s": 1.0}, horizon=float("inf"))
+    assert (row["time_total_s"], row["time_since_restore"], row["iterations_since_restore"]) == (10.0, 1.0, 1)
+
+
+def test_a_value_a_scheduler_compares_must_be_a_number():
+    made, _ = rows(consumers={"loss": "the trial scheduler (ASHAScheduler)"})
+    state = trial()
+    assert made.invalid(state, 1, {"loss": 1}) is None
+    assert made.invalid(state, 1, {"loss": np.float32(0.5)}) is None
+    assert made.invalid(state, 1, {"other": "text"}) is None  # nobody compares it
+    assert made.invalid(state, 1, {"loss": None}) is None  # not reported
+    for value in ("0.5", True, [1.0]):
+        problem = made.invalid(state, 3, {"loss": value})
+        assert f"trial train_t1 reported loss={value!r}" in problem and "at iteration 3" in problem
+        assert "the trial scheduler (ASHAScheduler) compares 'loss': it must be a number" in problem
+
+
+def test_a_missing_metric_is_warned_of_once_per_study():
+    made, warnings = rows(metric="loss")
+    state = trial()
+    assert made.invalid(state, 1, {"acc": 0.5, "time_this_iter_s": 1.0}) is None
+    assert made.invalid(state, 2, {"acc": 0.6}) is None
+    assert len(warnings) == 1
+    assert "reported ['acc'] at iteration 1, without TuneConfig's metric 'loss'" in warnings[0]
+
+
+def test_the_consumers_are_the_searcher_and_a_comparing_scheduler():
+    asha = ASHAScheduler(metric="loss", mode="min")
+    assert metric_consumers(None, asha) == {"loss": "the trial scheduler (AsyncHyperBandScheduler)"}
+    assert metric_consumers(None, FIFOScheduler()) == {}
+    assert metric_consumers(BasicVariantGenerator(), None) == {}
+
+
+def test_stop_thresholds_and_a_stopper_end_a_trial_and_stop_all_ends_the_study():
+    made, _ = rows(stop_thresholds={"acc": 0.9})
+    assert not made.stop_met("t1", {"acc": 0.5}) and made.stop_met("t1", {"acc": 0.9})
+    assert not made.stop_met("t1", {"acc": "high"}) and not made.stop_all()
+
+    class Enough(tune.Stopper):
+        def __init__(self):
+            self.all = False
+
+        def __call__(self, trial_id, result):
+            return result["training_iteration"] >= 3
+
+        def stop_all(self):
+            return self.all
+
+    stopper = Enough()
+    made, _ = rows(stopper=stopper)
+    assert not made.stop_met("t1", {"training_iteration": 2}) and made.stop_met("t1", {"training_iteration": 3})
+    assert not made.stop_all()
+    stopper.all = True
+    assert made.stop_all()
+
+
+@pytest.mark.parametrize("metric", [["loss", "gain"]])
+def test_a_multi_objective_searcher_compares_each_of_its_metrics(metric):
+    optuna = pytest.importorskip("ray.tune.search.optuna")
+    pytest.importorskip("optuna")
+    searcher = optuna.OptunaSearch(metric=metric, mode=["min", "max"])
+    assert metric_consumers(searcher, None) == {name: "the searcher (OptunaSearch)" for name in metric}

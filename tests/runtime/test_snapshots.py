@@ -1,0 +1,199 @@
+"""The study's snapshots (runtime.control.snapshots), without Ray: when one
+is taken, what its cost delays, a failed or impossible snapshot, the write
+in flight, and the freeze of an interrupted study."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import pickle
+
+import pytest
+
+from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR
+from ray_stagetree.runtime.control.snapshots import NoSnapshots, Snapshots
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Study:
+    """What the controller gives its snapshots: the state to take (taking it
+    costs ``cost`` seconds of the clock), a storage whose writes the test
+    completes, and the driver's warnings."""
+
+    def __init__(self, clock: Clock, cost: float = 0.0) -> None:
+        self.clock = clock
+        self.cost = cost
+        self.state = {"results": 0}
+        self.writes: list[tuple[bytes, asyncio.Future]] = []
+        self.warnings: list[str] = []
+
+    def take(self) -> bytes:
+        self.clock.now += self.cost
+        return pickle.dumps(self.state)
+
+    def write(self, data: bytes) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self.writes.append((data, future))
+        return future
+
+    def snapshots(self, period_s: float | None = None) -> Snapshots:
+        return Snapshots(self.take, self.write, period_s, self.warnings.append, self.clock)
+
+
+def run(coroutine_function):
+    return asyncio.run(coroutine_function())
+
+
+def test_a_snapshot_is_taken_when_something_changed_and_none_is_in_flight():
+    async def scenario():
+        clock = Clock()
+        study = Study(clock)
+        snapshots = study.snapshots()
+        assert snapshots.due_in() == 0.0  # a new study is saved at once
+        snapshots.save_soon()
+        assert len(study.writes) == 1 and snapshots.in_flight is study.writes[0][1]
+        assert pickle.loads(study.writes[0][0]) == {"results": 0}
+        assert snapshots.due_in() is None  # nothing changed since, and one is in flight
+        snapshots.changed = True
+        snapshots.save_soon()
+        assert len(study.writes) == 1  # not while one is written
+        study.writes[0][1].set_result(None)
+        await snapshots.written()
+        assert snapshots.in_flight is None
+        study.state["results"] = 1
+        snapshots.save_soon()
+        assert len(study.writes) == 2 and pickle.loads(study.writes[1][0]) == {"results": 1}
+        study.writes[1][1].set_result(None)
+        await snapshots.written()
+        snapshots.save_soon()
+        assert len(study.writes) == 2  # nothing changed
+
+    run(scenario)
+
+
+def test_a_snapshot_costing_s_seconds_delays_the_next_by_the_cost_factor():
+    async def scenario():
+        clock = Clock()
+        study = Study(clock, cost=0.5)
+        snapshots = study.snapshots()
+        snapshots.save_soon()
+        assert snapshots.seconds == pytest.approx(0.5)
+        study.writes[0][1].set_result(None)
+        await snapshots.written()
+        snapshots.changed = True
+        # Counted from when it started: the next is due 20 * 0.5 s after that.
+        assert snapshots.due_in() == pytest.approx(STATE_COST_FACTOR * 0.5 - 0.5)
+        clock.now += STATE_COST_FACTOR * 0.5 - 0.6
+        snapshots.save_soon()
+        assert len(study.writes) == 1
+        clock.now += 0.1
+        assert snapshots.due_in() == 0.0
+        snapshots.save_soon()
+        assert len(study.writes) == 2 and snapshots.seconds == pytest.approx(1.0)
+
+    run(scenario)
+
+
+def test_a_period_spaces_snapshots_unless_one_costs_more():
+    async def scenario():
+        clock = Clock()
+        study = Study(clock, cost=0.1)
+        snapshots = study.snapshots(period_s=5.0)
+        snapshots.save_soon()
+        study.writes[0][1].set_result(None)
+        await snapshots.written()
+        snapshots.changed = True
+        assert snapshots.due_in() == pytest.approx(4.9)
+        study.cost = 8.0
+        clock.now += 4.9
+        snapshots.save_soon()
+        study.writes[1][1].set_result(None)
+        await snapshots.written()
+        snapshots.changed = True
+        assert snapshots.due_in() == pytest.approx(0.0)  # 8 s, past the 5 s period: due when it ended
+
+    run(scenario)
+
+
+def test_a_failed_write_is_taken_again(caplog):
+    async def scenario():
+        study = Study(Clock())
+        snapshots = study.snapshots()
+        snapshots.save_soon()
+        study.writes[0][1].set_exception(OSError("disk full"))
+        with caplog.at_level(logging.WARNING):
+            await snapshots.written()
+        assert "could not be written: disk full" in caplog.text
+        assert snapshots.changed and snapshots.in_flight is None
+        snapshots.save_soon()
+        assert len(study.writes) == 2
+
+    run(scenario)
+
+
+def test_a_study_that_cannot_be_pickled_runs_on_unrestorable_with_one_warning():
+    async def scenario():
+        study = Study(Clock())
+
+        def take():
+            raise TypeError("cannot pickle 'generator' object")
+
+        snapshots = Snapshots(take, study.write, None, study.warnings.append, study.clock)
+        snapshots.save_soon()
+        assert study.writes == [] and snapshots.in_flight is None
+        assert len(study.warnings) == 1 and "cannot be saved for Tuner.restore (TypeError" in study.warnings[0]
+        snapshots.changed = True
+        assert snapshots.due_in() == math.inf
+        study.clock.now += 1e9
+        snapshots.save_soon()
+        assert len(study.warnings) == 1
+
+    run(scenario)
+
+
+def test_save_now_waits_for_the_write_in_flight_then_writes_the_study_as_it_stands():
+    async def scenario():
+        study = Study(Clock(), cost=1.0)
+        snapshots = study.snapshots()
+        snapshots.save_soon()
+        first = study.writes[0][1]
+        study.state["results"] = 2
+
+        async def storage():  # completes each write as it comes
+            while len(study.writes) < 2:
+                first.done() or first.set_result(None)
+                await asyncio.sleep(0)
+            study.writes[1][1].set_result(None)
+
+        completing = asyncio.ensure_future(storage())
+        await snapshots.save_now()  # also before the next is due
+        await completing
+        assert [pickle.loads(data) for data, _ in study.writes] == [{"results": 0}, {"results": 2}]
+        assert snapshots.in_flight is None and not snapshots.changed
+
+    run(scenario)
+
+
+def test_freezing_keeps_what_the_driver_last_heard():
+    snapshots = Study(Clock()).snapshots()
+    assert not snapshots.frozen
+    snapshots.freeze()
+    assert snapshots.frozen
+
+
+def test_a_study_without_snapshots_never_takes_one():
+    async def scenario():
+        snapshots = NoSnapshots()
+        snapshots.save_soon()
+        await snapshots.save_now()
+        assert snapshots.in_flight is None and snapshots.due_in() is None and snapshots.seconds == 0.0
+
+    run(scenario)

@@ -1,0 +1,122 @@
+"""A study's end for its trials' checkpoints (runtime.control.study_end and
+TrialState's checkpoint path), without Ray: plan nodes and the checkpoint
+store are fakes."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from ray import tune
+
+from ray_stagetree.execution.storage import CheckpointUnavailableError
+from ray_stagetree.planning.lifecycle import RUNNING, TERMINATED
+from ray_stagetree.runtime.control.checkpoint_store import WriteFailed
+from ray_stagetree.runtime.control.study_end import FINAL_RETRAINS, export_kept_checkpoints, retrain_lost_finals
+from ray_stagetree.runtime.control.trials import TrialState
+
+
+def node(node_id: int, checkpoints: list[int], parent=None, fork_iteration: int = 0, metrics=None):
+    made = SimpleNamespace(
+        node_id=node_id,
+        checkpoints=dict.fromkeys(checkpoints),
+        parent=parent,
+        fork_iteration=fork_iteration,
+        metrics=metrics or {},
+    )
+    made.ancestors = lambda: [] if parent is None else [parent, *parent.ancestors()]
+    return made
+
+
+def finished(trial_id: str, at, last: int, status: str = TERMINATED) -> TrialState:
+    state = TrialState(trial_id=trial_id, config={}, name=f"name_{trial_id}", dirname=f"dir_{trial_id}")
+    state.status, state.node = status, at
+    state.rows = {i: {"training_iteration": i, "acc": i / 10} for i in range(1, last + 1)}
+    return state
+
+
+def test_a_trials_checkpoints_are_those_on_its_path_up_to_its_last_result():
+    root = node(0, [2, 4, 6])
+    branch = node(1, [5, 8], parent=root, fork_iteration=4)
+    state = finished("a", branch, last=7)
+    # The root's up to the fork (not 6: the branch left it at 4), then the branch's up to 7.
+    assert [(n.node_id, at) for n, at in state.path_checkpoints()] == [(0, 2), (0, 4), (1, 5)]
+    assert finished("b", branch, last=7, status=RUNNING).path_checkpoints() == []
+    # Before a PBT exploit the checkpoint was trained on the source's path: its metrics are the source's.
+    exploited = finished("c", node(2, [3], parent=node(3, [], metrics={2: {"acc": 0.9}}), fork_iteration=2), last=3)
+    exploited.rows.pop(2)
+    assert exploited.checkpoint_metrics(2) == {"acc": 0.9, "training_iteration": 2}
+    assert exploited.checkpoint_metrics(3)["acc"] == 0.3
+
+
+def test_a_lost_final_checkpoint_is_checked_once_and_retrains_each_trial_ending_there():
+    async def scenario():
+        shared = node(0, [5])
+        a, b = finished("a", shared, last=5), finished("b", shared, last=5)
+        no_final = finished("c", node(1, [2]), last=3)  # its last result has no checkpoint: nothing to check
+        verified, retrained, warnings = [], [], []
+
+        async def verify(node_id, iteration):
+            verified.append((node_id, iteration))
+            raise CheckpointUnavailableError("checkpoint 5 failed its checksum")
+
+        lost = await retrain_lost_finals([a, b, no_final], verify, retrained.append, warnings.append)
+        assert lost and verified == [(0, 5)] and retrained == [a, b] and warnings == []
+        assert a.final_retrains == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_trial_ends_without_its_final_checkpoint_after_the_last_retrain():
+    async def scenario():
+        state = finished("a", node(0, [5]), last=5)
+        retrained, warnings = [], []
+
+        async def damaged(node_id, iteration):
+            raise CheckpointUnavailableError("damaged")
+
+        for _ in range(FINAL_RETRAINS):
+            assert await retrain_lost_finals([state], damaged, retrained.append, warnings.append)
+        assert not await retrain_lost_finals([state], damaged, retrained.append, warnings.append)
+        assert len(retrained) == FINAL_RETRAINS and len(warnings) == 1
+        assert f"found damaged {FINAL_RETRAINS} times in storage (damaged); it ends without it" in warnings[0]
+        # Never checked again.
+        assert not await retrain_lost_finals([state], damaged, retrained.append, warnings.append)
+        assert len(warnings) == 1
+
+        async def intact(node_id, iteration):
+            return None
+
+        assert not await retrain_lost_finals([finished("b", node(0, [5]), last=5)], intact, retrained.append, None)
+
+    asyncio.run(scenario())
+
+
+def test_the_kept_checkpoints_are_exported_and_what_storage_refused_is_reported():
+    async def scenario():
+        a = finished("a", node(0, [1, 2, 3]), last=3)
+        b = finished("b", node(1, [4]), last=4)
+        lost = finished("c", node(2, [2]), last=2)
+        calls = []
+
+        async def export(at, iteration, trial_dir):
+            calls.append((at.node_id, iteration, trial_dir))
+            if trial_dir == "dir_b":
+                return WriteFailed("permission denied")
+            if trial_dir == "dir_c":
+                return None  # lost meanwhile
+            return f"{trial_dir}/checkpoint_{iteration:06d}"
+
+        config = tune.CheckpointConfig(num_to_keep=1, checkpoint_score_attribute="acc", checkpoint_score_order="min")
+        refused = await export_kept_checkpoints([a, b, lost], export, config)
+        # The best by acc (min: the first) and always the latest.
+        assert calls == [(0, 1, "dir_a"), (0, 3, "dir_a"), (1, 4, "dir_b"), (2, 2, "dir_c")]
+        assert refused == ["permission denied"]
+        assert a.checkpoints == [
+            ("dir_a/checkpoint_000001", a.rows[1]),
+            ("dir_a/checkpoint_000003", a.rows[3]),
+        ]
+        assert a.best_checkpoints == [("dir_a/checkpoint_000001", a.rows[1])]
+        assert b.checkpoints == b.best_checkpoints == [] and lost.checkpoints == []
+
+    asyncio.run(scenario())
