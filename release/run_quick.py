@@ -1,4 +1,4 @@
-"""Run every release benchmark's ``--quick`` mode: the smoke test CI runs.
+"""Run every release benchmark's ``--quick`` mode (the test suite runs each as a test: tests/test_release_quick.py).
 
 Each ``release/bench_*.py`` runs in its own process (each starts and stops
 its own Ray); the first failure stops the run with its exit code. Quick
