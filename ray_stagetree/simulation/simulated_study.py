@@ -50,6 +50,10 @@ optimizer step, input pipeline) is paid per step, so an epoch costs
 Loading a checkpoint costs seconds that cover restarting the model and the
 input pipeline and reading the checkpoint from the shared file system;
 writing the final checkpoint of a batch holds its worker as long.
+
+(Over 600 lines: a simulated study is the runtime's study loop without Ray:
+admission, the lifecycle's decisions, the plan's batches on W simulated
+GPUs and the trial-based baseline share its state, as the controller's do.)
 """
 
 from __future__ import annotations

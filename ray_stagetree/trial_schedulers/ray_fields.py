@@ -77,3 +77,29 @@ def hyperband_bracket_class() -> type:
     from ray.tune.schedulers import hyperband
 
     return ray_field(hyperband, "_Bracket", hyperband)
+
+
+def maximum_iterations(stopper: Any) -> int:
+    """The limit of a ``tune.stopper.MaximumIterationStopper`` (its private ``_max_iter``)."""
+    return ray_field(stopper, "_max_iter", stopper)
+
+
+def variant_generator_settings(generator: Any) -> dict[str, Any]:
+    """How a ``BasicVariantGenerator`` draws: its random state (an int seed
+    became a NumPy Generator; None: NumPy's global state),
+    ``constant_grid_search`` and ``points_to_evaluate``, all kept private."""
+    return {
+        "seed": ray_field(ray_field(generator, "_random_state", generator), "_rng", generator),
+        "constant_grid_search": ray_field(generator, "_constant_grid_search", generator),
+        "points_to_evaluate": ray_field(generator, "_points_to_evaluate", generator),
+    }
+
+
+def registered_function(registered: type) -> Any:
+    """The function ``tune.register_trainable`` wrapped in a class
+    (``wrap_function``): its ``_trainable_func`` closes over it as ``train_func``;
+    None when this Ray's wrapper keeps it elsewhere."""
+    import inspect
+
+    wrapper = ray_field(registered, "_trainable_func", registered)
+    return inspect.getclosurevars(wrapper).nonlocals.get("train_func")

@@ -144,3 +144,38 @@ def test_hyperbands_bracket_class_builds_a_bracket():
         time_attr="training_iteration", max_trials=3, init_t_attr=1, max_t_attr=9, eta=3, s=2
     )
     assert bracket._cumul_r == 1
+
+
+def test_a_maximum_iteration_stoppers_limit():
+    from ray.tune.stopper import MaximumIterationStopper
+
+    from ray_stagetree.trial_schedulers.ray_fields import maximum_iterations
+
+    assert maximum_iterations(MaximumIterationStopper(7)) == 7
+
+
+def test_a_variant_generators_settings_draw_as_it_draws():
+    import numpy as np
+    from ray.tune.search import BasicVariantGenerator
+
+    from ray_stagetree.trial_schedulers.ray_fields import variant_generator_settings
+
+    settings = variant_generator_settings(
+        BasicVariantGenerator(random_state=3, constant_grid_search=True, points_to_evaluate=[{"a": 1}])
+    )
+    assert isinstance(settings["seed"], np.random.Generator)
+    assert settings["constant_grid_search"] is True and settings["points_to_evaluate"] == [{"a": 1}]
+    assert variant_generator_settings(BasicVariantGenerator())["seed"] is None
+
+
+def test_a_registered_function_is_found_in_its_wrapper():
+    from ray.tune.registry import get_trainable_cls
+
+    from ray_stagetree.trial_schedulers.ray_fields import registered_function
+
+    def train_loop(config):
+        pass
+
+    tune.register_trainable("stagetree_ray_fields_loop", train_loop)
+    found = registered_function(get_trainable_cls("stagetree_ray_fields_loop"))
+    assert callable(found) and found.__name__ == "train_loop"  # the registry keeps a copy

@@ -14,6 +14,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ray_stagetree.trial_schedulers.ray_fields import registered_function
+
 #: Environment variables ``tune.run`` refuses (it raises DeprecationWarning).
 DEPRECATED_ENV = ("TUNE_RESULT_DIR", "RAY_AIR_LOCAL_CACHE_DIR")
 
@@ -30,9 +32,8 @@ def resolve_trainable(trainable: Any) -> Any:
 
     registered = get_trainable_cls(trainable)
     if isinstance(registered, type) and issubclass(registered, FunctionTrainable):
-        # register_trainable wrapped the function in a class (wrap_function) whose
-        # `_trainable_func` closes over it: the function is what stage workers run.
-        function = inspect.getclosurevars(registered._trainable_func).nonlocals.get("train_func")
+        # register_trainable wrapped the function in a class: the function is what stage workers run.
+        function = registered_function(registered)
         if not callable(function):
             raise TypeError(
                 f"the trainable registered as {trainable!r} is a function wrapped by a Ray version whose wrapper "

@@ -3,8 +3,13 @@
 Same arguments (Ray's own ``TuneConfig`` and ``RunConfig``), same result
 objects. Everything is validated on the driver before anything trains: the
 trainable, the horizon, the resources, and the configs of the search
-space's first draw (every grid value); the study draws the rest as it
-admits trials.
+space's first draw (every grid value, through `arguments`); the study
+draws the rest as it admits trials.
+
+(Over 600 lines: the Tuner is Tune's public surface in one class, as
+Tune's own is: construction, ``fit``, ``restore``, ``can_restore``,
+``get_results``, and the study's settings read from Tune's configs; the
+argument checks live in `arguments`, the results in `results`.)
 """
 
 from __future__ import annotations
@@ -100,7 +105,11 @@ from ray_stagetree.runtime.workers.trial_errors import unpack_error
 from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.searchers.variants import VariantStream, sample_variants, tuned_paths
-from ray_stagetree.trial_schedulers.ray_fields import trainable_resources
+from ray_stagetree.trial_schedulers.ray_fields import (
+    maximum_iterations,
+    trainable_resources,
+    variant_generator_settings,
+)
 from ray_stagetree.trial_schedulers.registry import check_scheduler, scheduler_max_t
 
 POLL_SECONDS = 0.5
@@ -450,7 +459,7 @@ class Tuner:
         if stop is None:
             return
         if type(stop) is MaximumIterationStopper:  # {"training_iteration": max_iter}, which plans better
-            self.horizon = stop._max_iter
+            self.horizon = maximum_iterations(stop)
             return
         if isinstance(stop, Stopper):
             self.stopper = stop
@@ -901,9 +910,7 @@ def _variants(
     return sample_variants(
         param_space,
         num_samples,
-        seed=generator._random_state._rng,  # an int seed became a Generator; None: NumPy's global state
-        constant_grid_search=generator._constant_grid_search,
-        points_to_evaluate=generator._points_to_evaluate,
+        **variant_generator_settings(generator),
         each_draw=each_draw,
     )
 
@@ -945,7 +952,7 @@ def searcher_spec(stop: Any, num_samples: int, time_budget_s: Any, scheduler: An
 
     limits = [scheduler_max_t(scheduler)]
     if type(stop) is MaximumIterationStopper:
-        limits.append(stop._max_iter)
+        limits.append(maximum_iterations(stop))
     limits = [limit for limit in limits if limit is not None]
     return {
         "stop": stop if isinstance(stop, dict) else {},
