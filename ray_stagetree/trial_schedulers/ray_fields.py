@@ -95,6 +95,14 @@ def variant_generator_settings(generator: Any) -> dict[str, Any]:
     }
 
 
+def config_interface() -> type:
+    """Tune's ``_Config``: the base of config objects with a ``to_dict()``
+    that Tune takes as a ``param_space`` (their dict)."""
+    from ray.tune import tune as tune_module
+
+    return ray_field(tune_module, "_Config", tune_module)
+
+
 def registered_function(registered: type) -> Any:
     """The function ``tune.register_trainable`` wrapped in a class
     (``wrap_function``): its ``_trainable_func`` closes over it as ``train_func``;

@@ -332,7 +332,12 @@ REFUSED = [
         ValueError,
         "no ray_stagetree study to restore at '/nonexistent/study'",
     ),
-    ("restore-trainable-name", lambda: restore("/nonexistent/study", "train"), TuneError, "Unknown trainable: train"),
+    (
+        "restore-trainable-name",  # a name is checked against the saved study's, as in Tune
+        lambda: restore("/nonexistent/study", "train"),
+        ValueError,
+        "no ray_stagetree study to restore at '/nonexistent/study'",
+    ),
     ("restore-trainable-none", lambda: restore("/nonexistent/study", None), TypeError, "trainable must be.*got None"),
     (
         "restore-flag-str",
@@ -486,3 +491,35 @@ def test_resources_the_cluster_cannot_give(tmp_path, ray_session, request_, mess
     )
     with pytest.raises(ValueError, match=message):
         study.fit()
+
+
+def test_a_ray_train_run_config_is_taken_as_tune_takes_it(tmp_path):
+    """Tune 2.60 takes Train's RunConfig with a deprecation warning; so does the Tuner, as Tune's."""
+    import ray.train
+    from ray.util.annotations import RayDeprecationWarning
+
+    given = ray.train.RunConfig(
+        name="from_train",
+        storage_path=str(tmp_path),
+        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="loss"),
+        failure_config=ray.train.FailureConfig(max_failures=3),
+    )
+    with pytest.warns(RayDeprecationWarning, match="should be imported from `ray.tune`"):
+        converted = tuner(run_config=given).run_config
+    assert isinstance(converted, tune.RunConfig) and isinstance(converted.checkpoint_config, tune.CheckpointConfig)
+    assert (converted.name, converted.storage_path) == ("from_train", str(tmp_path))
+    assert (converted.checkpoint_config.num_to_keep, converted.checkpoint_config.checkpoint_score_attribute) == (
+        2,
+        "loss",
+    )
+    assert converted.failure_config.max_failures == 3
+
+
+def test_a_config_object_is_taken_as_its_dict_as_tune_takes_it():
+    from ray_stagetree.trial_schedulers.ray_fields import config_interface
+
+    class Space(config_interface()):
+        def to_dict(self):
+            return {"lr": tune.grid_search([0.1, 0.2])}
+
+    assert tuner(param_space=Space()).param_space == {"lr": {"grid_search": [0.1, 0.2]}}

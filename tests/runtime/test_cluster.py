@@ -255,8 +255,8 @@ def test_init_ray_joins_the_latest_ray_start_on_this_machine(fake_init, monkeypa
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"num_cpus": -1}, "num_cpus must be None or an int >= 0, got -1"),
-        ({"num_gpus": 0.5}, "num_gpus must be None or an int >= 0, got 0.5"),
+        ({"num_cpus": -1}, "num_cpus must be an int >= 0 or None, got -1"),
+        ({"num_gpus": 0.5}, "num_gpus must be an int >= 0 or None, got 0.5"),
         ({"address": "auto"}, "init_ray finds the cluster itself .* got address='auto'"),
     ],
 )

@@ -18,6 +18,8 @@ def extensions(cls: type) -> list[type]:
     """The package's classes extending ``cls`` (not this module's examples)."""
     found = []
     for sub in cls.__subclasses__():
+        if "__ray_actor_class__" in vars(sub) or sub.__name__.startswith("ActorClass("):
+            continue  # Ray's own wrapper of an actor class (made where the class ran as an actor)
         found += [sub] if sub.__module__.startswith("ray_stagetree.") else []
         found += extensions(sub)
     return found

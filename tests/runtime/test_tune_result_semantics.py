@@ -266,6 +266,8 @@ def test_a_registered_trainable_runs_by_name_and_restores(tmp_path, ray_session)
     assert sorted(result.metrics["_metric"] for result in stored) == [2, 6]
     assert {result.path for result in stored} == {result.path for result in grid}
     assert len(restored.fit()) == 2
+    with pytest.raises(ValueError, match="identifier 'stagetree_nothing' but expected 'stagetree_doubler'"):
+        Tuner.restore(os.path.join(tmp_path, "named"), "stagetree_nothing")  # Tune's check comes first
     with pytest.raises(TuneError, match="Unknown trainable: stagetree_nothing"):
         Tuner("stagetree_nothing", run_config=run_config(tmp_path, "unknown"))
 

@@ -179,3 +179,13 @@ def test_a_registered_function_is_found_in_its_wrapper():
     tune.register_trainable("stagetree_ray_fields_loop", train_loop)
     found = registered_function(get_trainable_cls("stagetree_ray_fields_loop"))
     assert callable(found) and found.__name__ == "train_loop"  # the registry keeps a copy
+
+
+def test_tunes_config_interface_is_what_tune_takes_as_a_param_space():
+    from ray_stagetree.trial_schedulers.ray_fields import config_interface
+
+    class Space(config_interface()):
+        def to_dict(self):
+            return {"lr": 0.1}
+
+    assert Space().to_dict() == {"lr": 0.1}

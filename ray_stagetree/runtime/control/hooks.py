@@ -167,7 +167,9 @@ def declaration_problems(base: type) -> list[str]:
 
 
 def _parameters(method: Any) -> list[tuple[str, Any, Any]]:
-    return [(p.name, p.kind, p.default) for p in inspect.signature(method).parameters.values()]
+    # Ray's tracing adds `_ray_trace_ctx` to an actor class's methods where it ran as an actor.
+    parameters = inspect.signature(method).parameters.values()
+    return [(p.name, p.kind, p.default) for p in parameters if p.name != "_ray_trace_ctx"]
 
 
 def _call_problems(method: Any, declared: Any) -> list[str]:

@@ -52,6 +52,42 @@ def trainable_name(trainable: Any) -> str:
     return Experiment.get_trainable_name(trainable)
 
 
+def tune_run_config(run_config: Any) -> Any:
+    """A ``ray.train.RunConfig`` given to the Tuner as Tune's ``RunConfig``
+    (Tune takes Train's, warning that it should be imported from
+    ``ray.tune``), its ``CheckpointConfig`` too; anything else as it is."""
+    import warnings
+
+    import ray.train
+    from ray import tune
+    from ray.util.annotations import RayDeprecationWarning
+
+    if not isinstance(run_config, ray.train.RunConfig):
+        return run_config
+    warnings.warn(
+        "The `RunConfig` class should be imported from `ray.tune` when passing it to the Tuner. "
+        "Please update your imports.",
+        RayDeprecationWarning,
+        stacklevel=3,
+    )
+    settings = _shared_fields(run_config, tune.RunConfig)
+    for name, tune_class in (("checkpoint_config", tune.CheckpointConfig), ("failure_config", tune.FailureConfig)):
+        given = settings.get(name)
+        if given is not None and not isinstance(given, tune_class):
+            settings[name] = tune_class(**_shared_fields(given, tune_class))
+    return tune.RunConfig(**settings)
+
+
+def _shared_fields(config: Any, target: type) -> dict[str, Any]:
+    """``config``'s dataclass fields that ``target`` also has, as given
+    (Train's ``"DEPRECATED"`` placeholders left out: ``target``'s defaults)."""
+    import dataclasses
+
+    names = {field.name for field in dataclasses.fields(target) if field.init}
+    given = {field.name: getattr(config, field.name) for field in dataclasses.fields(config) if field.name in names}
+    return {name: value for name, value in given.items() if not (isinstance(value, str) and value == "DEPRECATED")}
+
+
 def check_param_space(param_space: Any) -> None:
     """As Tune's ``TunerInternal.param_space`` setter and ``_choose_run_config``."""
     if not isinstance(param_space, dict) and param_space is not None:

@@ -91,6 +91,7 @@ from ray_stagetree.runtime.driver.tune_compat import (
     check_serializable,
     resolve_trainable,
     trainable_name,
+    tune_run_config,
 )
 from ray_stagetree.runtime.service.service_client import PlanServiceConfig, run_attached, service_config
 from ray_stagetree.runtime.service.trainable_identity import share_key
@@ -106,6 +107,7 @@ from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.searchers.variants import VariantStream, sample_variants, tuned_paths
 from ray_stagetree.trial_schedulers.ray_fields import (
+    config_interface,
     maximum_iterations,
     trainable_resources,
     variant_generator_settings,
@@ -242,9 +244,11 @@ class Tuner:
         self._trainable_name = trainable_name(trainable)
         self.plan_service = service_config(plan_service)
         # `is None`, not falsiness: an empty dict given as a config is refused, not replaced.
+        if isinstance(param_space, config_interface()):  # as Tune: a config object's to_dict()
+            param_space = param_space.to_dict()
         self.param_space = {} if param_space is None else param_space
         self.tune_config = tune.TuneConfig() if tune_config is None else tune_config
-        self.run_config = tune.RunConfig() if run_config is None else run_config
+        self.run_config = tune.RunConfig() if run_config is None else tune_run_config(run_config)
         self.stage_sharing = stage_sharing
         self.execution_policy = execution_policy
         self.checkpoint_budget_bytes = checkpoint_budget_bytes
@@ -328,6 +332,8 @@ class Tuner:
         ...     tuner = Tuner(train, param_space=space, run_config=run_config)
         >>> results = tuner.fit()                                       # doctest: +SKIP
         """
+        if not isinstance(trainable, str):  # a registered name is checked against the saved one first
+            check_trainable(trainable)
         check_restore_arguments(
             path,
             storage_filesystem,
@@ -338,10 +344,10 @@ class Tuner:
                 "restart_errored": restart_errored,
             },
         )
-        check_trainable(resolve_trainable(trainable))
         path = _absolute(os.fspath(path), storage_filesystem).rstrip("/")
         settings = read_tuner_settings(CheckpointStorage(path, storage_filesystem))
         check_restored_trainable(trainable, settings.get(TRAINABLE_NAME))
+        check_trainable(resolve_trainable(trainable))  # after Tune's check: an unknown name is its ValueError
         if param_space is not None:
             check_restored_param_space(param_space, settings.get(PARAM_SPACE_KEYS))
         run_config = copy.copy(settings["run_config"])
