@@ -35,20 +35,6 @@ def stored_rows(path: str) -> int:
     return sum(len(trial.reported) for trial in state.trials)
 
 
-def interrupt_when(path: str, rows: int) -> threading.Thread:
-    """Send this process SIGUSR1 (which interrupts ``fit()`` as Ctrl-C does)
-    once the study's snapshot holds ``rows`` results."""
-
-    def watch():
-        while stored_rows(path) < rows:
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGUSR1)
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
-
-
 def interrupted(tmp_path, name: str, at: int = 6):
     """A study stopped part way, as a lost driver leaves it: the first trial
     to reach iteration ``at`` interrupts the driver. Its ResultGrid."""
@@ -229,9 +215,12 @@ class CountingScheduler(FIFOScheduler):
 
 def test_searcher_and_scheduler_state_is_restored(tmp_path, ray_session):
     name = "study"
+    flag = tmp_path / "interrupt"
+    flag.touch()
+    interrupt = {"at": 3, "pid": os.getpid(), "flag": str(flag)}  # the first trial to reach iteration 3 stops fit()
     tuner = Tuner(
         accumulate,
-        param_space={"lr": tune.uniform(0.5, 1.5), "decay": 0.9},
+        param_space={"lr": tune.uniform(0.5, 1.5), "decay": 0.9, "interrupt": interrupt},
         tune_config=tune.TuneConfig(
             search_alg=CountingSearcher(), scheduler=CountingScheduler(), num_samples=6, max_concurrent_trials=2
         ),
@@ -239,10 +228,8 @@ def test_searcher_and_scheduler_state_is_restored(tmp_path, ray_session):
             name=name, storage_path=str(tmp_path), stop={"training_iteration": HORIZON}, verbose=0
         ),
     )
-    watcher = interrupt_when(f"{tmp_path}/{name}", 30)
     first = tuner.fit()
-    watcher.join()
-    assert len(first) < 6 or not all(r.metrics.get("done") for r in first)
+    assert not all(result.metrics.get("done") for result in first)
     restored = Tuner.restore(first.experiment_path, accumulate).fit()
     ids = [result.metrics["trial_id"] for result in restored]
     assert len(ids) == len(set(ids)) == 6, "no trial id assigned twice"
