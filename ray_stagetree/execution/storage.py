@@ -26,7 +26,7 @@ import math
 import os
 import posixpath
 import uuid
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Any
 
 import fsspec
@@ -246,6 +246,23 @@ class CheckpointStorage:
         self.filesystem.makedirs(target, exist_ok=True)
         protocol = fsspec.core.split_protocol(self.storage_path)[0]
         return f"{protocol}://{target}" if protocol and protocol != "file" else target
+
+    def remove_folders(self, key: str, prefix: str, keep: Iterable[str]) -> list[str]:
+        """Remove the folders directly under ``<storage_path>/<key>`` whose
+        names start with ``prefix``, except those named in ``keep``; returns
+        the names removed (none when ``key`` does not exist)."""
+        target, keep = self.path(key), set(keep)
+        try:
+            entries = self.filesystem.ls(target, detail=True)
+        except FileNotFoundError:
+            return []
+        removed = []
+        for entry in entries:
+            name = posixpath.basename(entry["name"].rstrip("/"))
+            if entry["type"] == "directory" and name.startswith(prefix) and name not in keep:
+                self.filesystem.rm(f"{target}/{name}", recursive=True)
+                removed.append(name)
+        return removed
 
     def delete(self, stored: StoredCheckpoint) -> None:
         """Delete the file of ``stored``; a file already gone is not an error."""

@@ -419,3 +419,18 @@ def test_evictions_restore_budget(entries, budget, evicted):
     if keys:
         assert cache.resident_bytes + entries[keys[-1]][0] > budget
     assert cache.resident_bytes == sum(entries[key][0] for key in cache if cache.is_resident(key))
+
+
+@pytest.mark.parametrize("scheme", ["local", "memory"])
+def test_remove_folders_keeps_the_named_ones_and_other_entries(tmp_path, scheme):
+    root = str(tmp_path) if scheme == "local" else f"memory://remove-{uuid.uuid4().hex}"
+    storage = CheckpointStorage(root)
+    for name in ("checkpoint_000000", "checkpoint_000001", "checkpoint_000002", "other"):
+        storage.write(f"trial/{name}/data", b"x")
+    storage.write("trial/checkpoint_file", b"a file, not a folder")
+    removed = storage.remove_folders("trial", "checkpoint_", keep=["checkpoint_000001"])
+    assert sorted(removed) == ["checkpoint_000000", "checkpoint_000002"]
+    listing = storage.filesystem.ls(storage.path("trial"), detail=False)
+    left = sorted(posixpath.basename(entry.rstrip("/")) for entry in listing)
+    assert left == ["checkpoint_000001", "checkpoint_file", "other"]
+    assert storage.remove_folders("no_such_trial", "checkpoint_", keep=[]) == []

@@ -47,9 +47,20 @@ def fit(tmp_path, name, trainable, checkpoint_config, space=None, stop=None):
     return tuner.fit()
 
 
-def folder_steps(result):
+def folder_numbers(result):
+    """The numbers of the trial's checkpoint folders: Tune counts a trial's
+    checkpoints from 0 (``checkpoint_000000`` is its first)."""
     return sorted(
         int(entry[len("checkpoint_") :]) for entry in os.listdir(result.path) if entry.startswith("checkpoint_")
+    )
+
+
+def folder_steps(result):
+    """The steps saved in a `Scored` trial's checkpoint folders."""
+    return sorted(
+        saved_steps(tune.Checkpoint(os.path.join(result.path, entry)))
+        for entry in os.listdir(result.path)
+        if entry.startswith("checkpoint_")
     )
 
 
@@ -145,7 +156,8 @@ def test_num_to_keep_and_score_choose_the_trials_checkpoints(tmp_path, ray_sessi
     (result,) = fit(tmp_path, "ranked", Scored, config)
     assert result.error is None
     assert folder_steps(result) == [4, 5, 9]  # every iteration saved; the best two and the latest kept
-    assert result.checkpoint.path == os.path.join(result.path, "checkpoint_000009")
+    assert folder_numbers(result) == [3, 4, 8]  # the 4th, 5th and 9th checkpoint, as Tune numbers them
+    assert result.checkpoint.path == os.path.join(result.path, "checkpoint_000008")
     assert saved_steps(result.checkpoint) == 9
     assert [metrics["training_iteration"] for _, metrics in result.best_checkpoints] == [5, 4]
     for checkpoint, metrics in result.best_checkpoints:
@@ -182,7 +194,7 @@ def test_function_trainable_exposes_its_path_checkpoints(tmp_path, ray_session):
     grid = fit(tmp_path, "function", noisy_descent, tune.CheckpointConfig(num_to_keep=5), space=space)
     for result in grid:
         assert result.error is None
-        assert folder_steps(result) == [3, 9]
+        assert folder_numbers(result) == [0, 1]
         assert [m["training_iteration"] for _, m in result.best_checkpoints] == [3, 9]
         assert result.best_checkpoints[-1][0].path == result.checkpoint.path
         assert os.path.exists(os.path.join(result.checkpoint.path, "state.json"))
@@ -225,7 +237,7 @@ def test_num_to_keep_keeps_the_best_checkpoints_a_function_reported(tmp_path, ra
     config = tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="score", checkpoint_score_order="max")
     (result,) = fit(tmp_path, "best_reported", checkpoints_every_report, config, space={"interval": 1})
     assert result.error is None
-    assert folder_steps(result) == [4, 5, 9]  # the best two (4.2 peaks between them) and the latest
+    assert folder_numbers(result) == [3, 4, 8]  # the best two (4.2 peaks between them) and the latest
     assert [metrics["step"] for _, metrics in result.best_checkpoints] == [5, 4]  # worst first, as Tune
     for checkpoint, metrics in result.best_checkpoints:
         assert checkpointed_step(checkpoint) == metrics["step"] == metrics["training_iteration"]
@@ -238,5 +250,79 @@ def test_every_reported_checkpoint_is_listed_up_to_num_to_keep(tmp_path, ray_ses
         tmp_path, "every_other", checkpoints_every_report, config, space={"interval": 2}, stop={"training_iteration": 6}
     )
     assert [metrics["step"] for _, metrics in result.best_checkpoints] == [2, 4, 6]
-    assert folder_steps(result) == [2, 4, 6]
+    assert folder_numbers(result) == [0, 1, 2]
     assert [checkpointed_step(checkpoint) for checkpoint, _ in result.best_checkpoints] == [2, 4, 6]
+
+
+# -- checkpoint folders across a failure and a resume, as Tune numbers them ---------
+
+
+def reports_twice_then_fails_while_flagged(config):
+    """Two checkpointed reports; then it fails while ``config["flag"]``
+    exists, else reports twice more and ends."""
+    import json
+    import tempfile
+
+    step = checkpointed_step(tune.get_checkpoint()) if tune.get_checkpoint() else 0
+    for _ in range(2 if step == 0 else 3):
+        if step == 2 and os.path.exists(config["flag"]):
+            raise RuntimeError("failing while the flag exists")
+        step += 1
+        with tempfile.TemporaryDirectory() as path:
+            with open(os.path.join(path, "step.json"), "w") as file:
+                json.dump({"step": step}, file)
+            tune.report({"step": step}, checkpoint=tune.Checkpoint.from_directory(path))
+    if os.path.exists(config["flag"]):
+        raise RuntimeError("failing while the flag exists")
+
+
+class SavesEveryStepFailsWhileFlagged(tune.Trainable):
+    def setup(self, config):
+        self.step_count = 0
+
+    def step(self):
+        if self.step_count == 2 and os.path.exists(self.config["flag"]):
+            raise RuntimeError("failing while the flag exists")
+        self.step_count += 1
+        return {"step": self.step_count, "done": self.step_count >= 5}
+
+    def save_checkpoint(self, checkpoint_dir):
+        import json
+
+        with open(os.path.join(checkpoint_dir, "step.json"), "w") as file:
+            json.dump({"step": self.step_count}, file)
+
+    def load_checkpoint(self, checkpoint_dir):
+        import json
+
+        with open(os.path.join(checkpoint_dir, "step.json")) as file:
+            self.step_count = json.load(file)["step"]
+
+
+def checkpoint_folders(result):
+    names = sorted(entry for entry in os.listdir(result.path) if entry.startswith("checkpoint_"))
+    return names, [checkpointed_step(tune.Checkpoint(os.path.join(result.path, name))) for name in names]
+
+
+@pytest.mark.parametrize("trainable", [reports_twice_then_fails_while_flagged, SavesEveryStepFailsWhileFlagged])
+def test_an_errored_trial_keeps_its_checkpoints_and_a_resume_numbers_on(tmp_path, ray_session, trainable):
+    """As Tune: an errored trial's folder holds the checkpoints it reported
+    (``checkpoint_000000`` first); after ``resume_errored`` the numbering goes
+    on and ``num_to_keep`` counts the earlier run's folders, removing the oldest."""
+    flag = tmp_path / "flag"
+    flag.touch()
+    checkpoint_config = tune.CheckpointConfig(
+        num_to_keep=4, checkpoint_frequency=1 if isinstance(trainable, type) else 0
+    )
+    (first,) = Tuner(
+        trainable,
+        param_space={"flag": str(flag)},
+        run_config=tune.RunConfig(name="resumed", storage_path=str(tmp_path), checkpoint_config=checkpoint_config),
+    ).fit()
+    assert isinstance(first.error, RuntimeError) and first.metrics["training_iteration"] == 2
+    assert checkpoint_folders(first) == (["checkpoint_000000", "checkpoint_000001"], [1, 2])
+    flag.unlink()
+    (resumed,) = Tuner.restore(str(tmp_path / "resumed"), trainable, resume_errored=True).fit()
+    assert resumed.error is None and resumed.metrics["training_iteration"] == 5
+    assert checkpoint_folders(resumed) == ([f"checkpoint_00000{i}" for i in range(1, 5)], [2, 3, 4, 5])
+    assert resumed.checkpoint.path == os.path.join(resumed.path, "checkpoint_000004")

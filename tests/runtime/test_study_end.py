@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from ray import tune
 
 from ray_stagetree.execution.storage import CheckpointUnavailableError
-from ray_stagetree.planning.lifecycle import RUNNING, TERMINATED
+from ray_stagetree.planning.lifecycle import ERROR, RUNNING, TERMINATED
 from ray_stagetree.runtime.control.checkpoint_store import WriteFailed
 from ray_stagetree.runtime.control.study_end import FINAL_RETRAINS, export_kept_checkpoints, retrain_lost_finals
 from ray_stagetree.runtime.control.trials import TrialState
@@ -97,26 +97,59 @@ def test_the_kept_checkpoints_are_exported_and_what_storage_refused_is_reported(
         a = finished("a", node(0, [1, 2, 3]), last=3)
         b = finished("b", node(1, [4]), last=4)
         lost = finished("c", node(2, [2]), last=2)
-        calls = []
+        errored = finished("d", node(3, [1, 2]), last=2, status=ERROR)  # Tune keeps an errored trial's too
+        running = finished("e", node(4, [1]), last=1, status=RUNNING)
+        calls, removed = [], []
 
-        async def export(at, iteration, trial_dir):
-            calls.append((at.node_id, iteration, trial_dir))
-            if trial_dir == "dir_b":
+        async def export(at, iteration, folder):
+            calls.append((at.node_id, iteration, folder))
+            if folder.startswith("dir_b/"):
                 return WriteFailed("permission denied")
-            if trial_dir == "dir_c":
+            if folder.startswith("dir_c/"):
                 return None  # lost meanwhile
-            return f"{trial_dir}/checkpoint_{iteration:06d}"
+            return f"/exp/{folder}"
+
+        async def remove_others(trial_dir, keep):
+            removed.append((trial_dir, keep))
 
         config = tune.CheckpointConfig(num_to_keep=1, checkpoint_score_attribute="acc", checkpoint_score_order="min")
-        refused = await export_kept_checkpoints([a, b, lost], export, config)
-        # The best by acc (min: the first) and always the latest.
-        assert calls == [(0, 1, "dir_a"), (0, 3, "dir_a"), (1, 4, "dir_b"), (2, 2, "dir_c")]
+        refused = await export_kept_checkpoints([a, b, lost, errored, running], export, remove_others, config)
+        # The best by acc (min: the first) and always the latest, in folders numbered as Tune numbers
+        # a trial's checkpoints: by position, from 0.
+        assert calls == [
+            (0, 1, "dir_a/checkpoint_000000"),
+            (0, 3, "dir_a/checkpoint_000002"),
+            (1, 4, "dir_b/checkpoint_000000"),
+            (2, 2, "dir_c/checkpoint_000000"),
+            (3, 1, "dir_d/checkpoint_000000"),
+            (3, 2, "dir_d/checkpoint_000001"),
+        ]
         assert refused == ["permission denied"]
         assert a.checkpoints == [
-            ("dir_a/checkpoint_000001", a.rows[1]),
-            ("dir_a/checkpoint_000003", a.rows[3]),
+            ("/exp/dir_a/checkpoint_000000", a.rows[1]),
+            ("/exp/dir_a/checkpoint_000002", a.rows[3]),
         ]
-        assert a.best_checkpoints == [("dir_a/checkpoint_000001", a.rows[1])]
-        assert b.checkpoints == b.best_checkpoints == [] and lost.checkpoints == []
+        assert a.best_checkpoints == [("/exp/dir_a/checkpoint_000000", a.rows[1])]
+        assert b.checkpoints == b.best_checkpoints == [] and lost.checkpoints == [] and running.checkpoints == []
+        assert [path for path, _ in errored.checkpoints] == [
+            "/exp/dir_d/checkpoint_000000",
+            "/exp/dir_d/checkpoint_000001",
+        ]
+        # Each trial's folder keeps only what it keeps now: an earlier run's other folders go.
+        assert ("dir_a", ["checkpoint_000000", "checkpoint_000002"]) in removed and len(removed) == 4
+
+    asyncio.run(scenario())
+
+
+def test_an_errored_trials_final_checkpoint_is_not_trained_again():
+    async def scenario():
+        errored = finished("a", node(0, [5]), last=5, status=ERROR)
+
+        async def damaged(node_id, iteration):
+            raise CheckpointUnavailableError("damaged")
+
+        retrained = []
+        assert not await retrain_lost_finals([errored], damaged, retrained.append, None)
+        assert retrained == []
 
     asyncio.run(scenario())

@@ -92,7 +92,7 @@ class StorageIO:
         return None
 
     def export_stored(
-        self, trial_dir: str, stored: StoredCheckpoint, key: str
+        self, folder: str, stored: StoredCheckpoint, key: str
     ) -> tuple[str | None, str | WriteFailed | None]:
         """Copy a stored checkpoint into a trial's folder, storage to
         storage: (None, as `write_trial_checkpoint` returns), or (the reason,
@@ -102,23 +102,33 @@ class StorageIO:
             payload = self._load(stored, key)
         except CheckpointUnavailableError as error:
             return str(error), None
-        return None, self.write_trial_checkpoint(trial_dir, payload)
+        return None, self.write_trial_checkpoint(folder, payload)
 
     def write_state(self, key: str, data: bytes) -> None:
         """A study snapshot, written atomically (see `runtime.control.experiment_state`)."""
         self.storage.write(key, data)
 
-    def write_trial_checkpoint(self, trial_dir: str, payload: CheckpointPayload) -> str | WriteFailed:
-        """A trial's checkpoint folder, ``<trial_dir>/checkpoint_<step>/`` as
-        Tune lays it out, and its path; `WriteFailed` when storage refuses it.
-        (``params.json``, ``result.json`` and the other logs are the driver's
-        loggers' alone: see `runtime.driver.callbacks`.)"""
-        return with_retries(lambda: self._upload(trial_dir, payload), f"a checkpoint of {trial_dir!r}")
+    def write_trial_checkpoint(self, folder: str, payload: CheckpointPayload) -> str | WriteFailed:
+        """A checkpoint folder in a trial's folder (``<trial_dir>/checkpoint_000003``
+        as Tune lays it out), and its path; `WriteFailed` when storage refuses
+        it. (``params.json``, ``result.json`` and the other logs are the
+        driver's loggers' alone: see `runtime.driver.callbacks`.)"""
+        return with_retries(lambda: self._upload(folder, payload), f"checkpoint {folder!r}")
 
-    def _upload(self, trial_dir: str, payload: CheckpointPayload) -> str:
+    def _upload(self, folder: str, payload: CheckpointPayload) -> str:
         with tempfile.TemporaryDirectory(prefix="stagetree_final_") as local:
             write_directory(payload, local)
-            return self.storage.upload_directory(local, f"{trial_dir}/checkpoint_{payload.step:06d}")
+            return self.storage.upload_directory(local, folder)
+
+    def remove_other_checkpoints(self, trial_dir: str, keep: list[str]) -> None:
+        """Remove the ``checkpoint_*`` folders of a trial's folder not named in
+        ``keep`` (an earlier run's, which ``num_to_keep`` no longer keeps, as
+        Tune deletes them). Storage that refuses is logged, not raised: the
+        kept checkpoints are written already."""
+        try:
+            self.storage.remove_folders(trial_dir, "checkpoint_", keep)
+        except OSError as error:
+            logger.warning("old checkpoints in %r were not removed: %s", trial_dir, error)
 
 
 #: Storage calls in flight at once: enough to overlap file-system latency.
@@ -332,11 +342,9 @@ class CheckpointStore:
         if not self.in_memory(node, iteration):
             self._raise_if(plan, node, iteration, await self.io.check.remote(self._stored(info), info.path))
 
-    async def export(
-        self, plan: SearchPlan, node: PlanNode, iteration: int, trial_dir: str
-    ) -> str | WriteFailed | None:
-        """Write the checkpoint into a trial's folder (``checkpoint_<step>``)
-        and return that folder; None when it is lost, `WriteFailed` when
+    async def export(self, plan: SearchPlan, node: PlanNode, iteration: int, folder: str) -> str | WriteFailed | None:
+        """Write the checkpoint into ``folder`` (in a trial's folder) and
+        return its path; None when it is lost, `WriteFailed` when
         storage refuses the copy. One in memory is written from there; an
         evicted one is copied storage to storage, so that a study's end
         never reads its checkpoints back into memory."""
@@ -344,18 +352,22 @@ class CheckpointStore:
         ref = self._handles.get((node.node_id, iteration))
         if info is not None and ref is not None:
             try:
-                return await self.io.write_trial_checkpoint.remote(trial_dir, ref)
+                return await self.io.write_trial_checkpoint.remote(folder, ref)
             except ray.exceptions.ObjectLostError:
                 self.forget_copy(plan, node, iteration)
                 info = node.checkpoints.get(iteration)
         if info is None:
             return None
-        problem, path = await self.io.export_stored.remote(trial_dir, self._stored(info), info.path)
+        problem, path = await self.io.export_stored.remote(folder, self._stored(info), info.path)
         try:
             self._raise_if(plan, node, iteration, problem)
         except CheckpointUnavailableError:
             return None
         return path
+
+    async def remove_other_checkpoints(self, trial_dir: str, keep: list[str]) -> None:
+        """Remove the ``checkpoint_*`` folders of ``trial_dir`` not in ``keep``."""
+        await self.io.remove_other_checkpoints.remote(trial_dir, keep)
 
     async def _reload(self, plan: SearchPlan, node: PlanNode, iteration: int) -> Any:
         info = self._info(node, iteration)

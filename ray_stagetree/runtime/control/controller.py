@@ -867,7 +867,9 @@ class StudyController:
                 self.lifecycle.close(state)
                 self.feed.event("complete", state)
         export = functools.partial(self.store.export, self.plan)
-        unwritten = await export_kept_checkpoints(self.trials.values(), export, self.spec.checkpoint_config)
+        unwritten = await export_kept_checkpoints(
+            self.trials.values(), export, self.store.remove_other_checkpoints, self.spec.checkpoint_config
+        )
         for state in self.trials.values():
             if state.checkpoints:
                 self.feed.event("checkpoint", state, path=state.checkpoints[-1][0])

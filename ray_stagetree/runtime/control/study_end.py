@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from ray_stagetree.execution.storage import CheckpointUnavailableError
+from ray_stagetree.planning.lifecycle import TERMINATED
 from ray_stagetree.runtime.control.checkpoint_store import WriteFailed
 from ray_stagetree.runtime.control.trials import TrialState
 
@@ -40,7 +41,7 @@ async def retrain_lost_finals(
     must not retrain it forever (it ends without it, with a warning)."""
     finals: dict[tuple[int, int], list[TrialState]] = {}
     for state in trials:
-        points = state.path_checkpoints()
+        points = state.path_checkpoints() if state.status == TERMINATED else []
         if points and points[-1][1] == max(state.rows) and state.final_retrains <= FINAL_RETRAINS:
             finals.setdefault((points[-1][0].node_id, points[-1][1]), []).append(state)
     lost = False
@@ -65,18 +66,25 @@ async def retrain_lost_finals(
 async def export_kept_checkpoints(
     trials: Iterable[TrialState],
     export: Callable[[Any, int, str], Awaitable[str | WriteFailed | None]],
+    remove_others: Callable[[str, list[str]], Awaitable[None]],
     checkpoint_config: Any,
 ) -> list[str]:
-    """Export the checkpoints each trial keeps (`TrialState.exposed_checkpoints`
+    """Export the checkpoints each ended trial keeps (`TrialState.exposed_checkpoints`
     under ``checkpoint_config``) through ``export(node, iteration,
-    trial_dir)``, all at once, into ``state.checkpoints`` and
-    ``state.best_checkpoints``; what storage refused (`WriteFailed`'s
-    reasons) is returned, and a checkpoint lost meanwhile (None) left out."""
+    folder)``, all at once, into ``state.checkpoints`` and
+    ``state.best_checkpoints``, then ``remove_others(trial_dir, kept
+    folder names)`` (a restored study's trials drop what an earlier run
+    kept and ``num_to_keep`` no longer does, as Tune does); what storage
+    refused (`WriteFailed`'s reasons) is returned, and a checkpoint lost
+    meanwhile (None) left out."""
     trials = list(trials)
-    exported, best = [], {}
+    exported, best, kept_folders = [], {}, {}
     for state in trials:
         kept, best[state.trial_id] = state.exposed_checkpoints(checkpoint_config)
-        exported += [(state, at, export(node, at, state.dirname)) for node, at in kept]
+        if kept:
+            kept_folders[state.dirname] = [folder for _, _, folder in kept]
+            state.checkpoints = []  # a restored trial's earlier export is replaced
+        exported += [(state, at, export(node, at, f"{state.dirname}/{folder}")) for node, at, folder in kept]
     paths = await asyncio.gather(*(write for _, _, write in exported))
     refused: list[str] = []
     written: dict[tuple[str, int], str] = {}
@@ -86,6 +94,7 @@ async def export_kept_checkpoints(
         elif path is not None:
             state.checkpoints.append((path, state.checkpoint_metrics(iteration)))
             written[state.trial_id, iteration] = path
+    await asyncio.gather(*(remove_others(trial_dir, folders) for trial_dir, folders in kept_folders.items()))
     for state in trials:
         state.best_checkpoints = [
             (written[state.trial_id, iteration], state.checkpoint_metrics(iteration))

@@ -14,7 +14,7 @@ from typing import Any
 
 from ray_stagetree.execution.retention import kept_checkpoints
 from ray_stagetree.planning.config import TrialConfig, unflatten
-from ray_stagetree.planning.lifecycle import TERMINATED, Trial
+from ray_stagetree.planning.lifecycle import ERROR, TERMINATED, Trial
 from ray_stagetree.runtime.control.shown_config import shown_config
 
 
@@ -54,9 +54,10 @@ class TrialState(Trial):
     # -- its checkpoints, at the end of the study
 
     def path_checkpoints(self) -> list[tuple[Any, int]]:
-        """(node, iteration) of the plan's checkpoints on a finished trial's
-        path up to its last iteration, oldest first; none for the others."""
-        if self.status != TERMINATED or not self.rows:
+        """(node, iteration) of the plan's checkpoints on an ended trial's
+        path (finished or errored) up to its last iteration, oldest first;
+        none for the others."""
+        if self.status not in (TERMINATED, ERROR) or not self.rows:
             return []
         last = max(self.rows)
         node, upper = self.node, last
@@ -76,14 +77,21 @@ class TrialState(Trial):
                 return {**node.metrics[iteration], "training_iteration": iteration}
         return {"training_iteration": iteration}
 
-    def exposed_checkpoints(self, checkpoint_config: Any) -> tuple[list[tuple[Any, int]], list[int]]:
+    def exposed_checkpoints(self, checkpoint_config: Any) -> tuple[list[tuple[Any, int, str]], list[int]]:
         """What it keeps in its folder (`kept_checkpoints` under Tune's
-        ``CheckpointConfig``): points oldest first, and the iterations of
-        ``Result.best_checkpoints``. The plan keeps the stage checkpoints
-        other trials need whatever this says."""
+        ``CheckpointConfig``): (node, iteration, folder name) oldest first,
+        and the iterations of ``Result.best_checkpoints``. The plan keeps the
+        stage checkpoints other trials need whatever this says.
+
+        Folders are numbered as Tune numbers them, by the checkpoint's
+        position among the trial's (``checkpoint_000000`` the first): every
+        reported one where ``num_to_keep`` makes the study store them all
+        (`execution.retention.keeps_reported`), else those its path in the
+        plan holds."""
         points = self.path_checkpoints()
         kept, best = kept_checkpoints([at for _, at in points], self.checkpoint_metrics, checkpoint_config)
-        return [point for point in points if point[1] in kept], best
+        folders = [(node, at, f"checkpoint_{index:06d}") for index, (node, at) in enumerate(points) if at in kept]
+        return folders, best
 
 
 @dataclass

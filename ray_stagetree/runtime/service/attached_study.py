@@ -27,8 +27,11 @@ class _StudyFolderStore:
         self._store = store
         self._folder = folder
 
-    def export(self, plan: Any, node: Any, iteration: int, trial_dir: str) -> Any:
-        return self._store.export(plan, node, iteration, f"{self._folder}/{trial_dir}")
+    def export(self, plan: Any, node: Any, iteration: int, folder: str) -> Any:
+        return self._store.export(plan, node, iteration, f"{self._folder}/{folder}")
+
+    def remove_other_checkpoints(self, trial_dir: str, keep: list[str]) -> Any:
+        return self._store.remove_other_checkpoints(f"{self._folder}/{trial_dir}", keep)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
