@@ -110,9 +110,11 @@ def test_checkpoint_config_must_be_tunes():
         (tune.CheckpointConfig(checkpoint_frequency=2), r"checkpoint_frequency=2\) cannot be set for a function"),
     ],
 )
-def test_function_trainables_refuse_class_only_options(config, message):
+def test_function_trainables_refuse_class_only_options_at_fit(tmp_path, config, message):
+    """As Tune: ``Tuner()`` takes the config, ``fit()`` refuses it before anything runs."""
+    tuner = Tuner(noisy_descent, run_config=tune.RunConfig(storage_path=str(tmp_path), checkpoint_config=config))
     with pytest.raises(ValueError, match=message):
-        Tuner(noisy_descent, run_config=tune.RunConfig(checkpoint_config=config))
+        tuner.fit()
     Tuner(Scored, run_config=tune.RunConfig(checkpoint_config=config))  # class trainables take them
 
 

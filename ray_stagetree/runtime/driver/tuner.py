@@ -447,7 +447,7 @@ class Tuner:
         check_scheduler(self.tune_config.scheduler, self.tune_config.metric, self.tune_config.mode)
         self._stop_criteria()
         check_driver_hooks(self.run_config)
-        check_checkpoint_config(self.run_config.checkpoint_config, function_trainable=not isinstance(trainable, type))
+        check_checkpoint_config(self.run_config.checkpoint_config, function_trainable=False)
 
     def _stop_criteria(self) -> None:
         """``RunConfig.stop`` as Tune takes it (None, a dict, a ``Stopper``, a
@@ -616,6 +616,9 @@ class Tuner:
         results so far."""
         check_function_signature(self.trainable)
         check_deprecated_at_fit(self.tune_config, self.run_config)
+        # Tune refuses a function trainable's checkpoint_at_end / checkpoint_frequency in fit(), not at Tuner().
+        function_trainable = not isinstance(self.trainable, type)
+        check_checkpoint_config(self.run_config.checkpoint_config, function_trainable=function_trainable)
         experiment_path = self._experiment_dir
         storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
         check_writable(storage, experiment_path)
