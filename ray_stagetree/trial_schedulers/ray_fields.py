@@ -111,3 +111,25 @@ def registered_function(registered: type) -> Any:
 
     wrapper = ray_field(registered, "_trainable_func", registered)
     return inspect.getclosurevars(wrapper).nonlocals.get("train_func")
+
+
+def tune_checkpoint_manager(config: Any, ranked: list[tuple[Any, dict[str, Any]]], latest: Any) -> Any:
+    """A Tune trial's checkpoint manager (``ray.train``'s private
+    ``_CheckpointManager``) holding ``ranked`` ((``tune.Checkpoint``,
+    metrics), best last) and ``latest`` (one of them, or another, or None)
+    as they are: registering them one by one would apply ``num_to_keep``
+    again and delete folders. What Tune's ``ExperimentAnalysis`` and
+    ``ResultGrid`` read back as ``Result.checkpoint`` and ``best_checkpoints``."""
+    from ray.train._internal.checkpoint_manager import _CheckpointManager, _TrainingResult
+
+    manager = _CheckpointManager(config)
+    results = [_TrainingResult(checkpoint, metrics) for checkpoint, metrics in ranked]
+    latest_result = None
+    if latest is not None:
+        same = [result for result in results if result.checkpoint.path == latest[0].path]
+        latest_result = same[0] if same else _TrainingResult(*latest)
+    ray_field(manager, "_checkpoint_results", manager)
+    manager._checkpoint_results = results
+    ray_field(manager, "_latest_checkpoint_result", manager)
+    manager._latest_checkpoint_result = latest_result
+    return manager

@@ -114,6 +114,31 @@ def test_a_moved_and_renamed_experiment_resumes_where_it_now_is(errored, tmp_pat
     assert sorted(os.listdir(errored.experiment_path)) == before, "nothing written where it ran"
 
 
+def test_tunes_experiment_analysis_reads_a_moved_experiment(errored, tmp_path):
+    """Scripts written for Tune read results with ``ExperimentAnalysis``
+    (and ``ResultGrid`` over it), also from a moved folder: the trials,
+    their configs, errors (the trainable's own), checkpoints where the folder now is."""
+    from ray.tune import ExperimentAnalysis
+    from ray.tune import ResultGrid as TunesResultGrid
+
+    path = copy_of(errored, tmp_path, "read_by_tune")
+    analysis = ExperimentAnalysis(path)
+    assert sorted(trial.trial_id for trial in analysis.trials) == sorted(r.metrics["trial_id"] for r in errored)
+    grid = TunesResultGrid(analysis)
+    by_id = {result.metrics["trial_id"]: result for result in grid}
+    for ours in errored:
+        theirs = by_id[ours.metrics["trial_id"]]
+        assert theirs.config == ours.config and theirs.metrics["it"] == ours.metrics["it"]
+        assert theirs.path.startswith(path + "/")
+        assert theirs.checkpoint.path.startswith(path + "/")
+        assert os.path.basename(theirs.checkpoint.path) == os.path.basename(ours.checkpoint.path)
+        assert type(theirs.error) is type(ours.error) and (ours.error is None or isinstance(theirs.error, RuntimeError))
+        assert len(theirs.metrics_dataframe) == len(ours.metrics_dataframe)
+    assert len(grid.errors) == 2
+    best = analysis.get_best_trial("it", "max")
+    assert best.last_result["it"] == 2
+
+
 def test_a_moved_experiment_restores_by_a_uri(errored, tmp_path):
     """Another storage path: the folder named by a file:// URI."""
     path = copy_of(errored, tmp_path, "by_uri")

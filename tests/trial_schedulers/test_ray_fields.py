@@ -189,3 +189,18 @@ def test_tunes_config_interface_is_what_tune_takes_as_a_param_space():
             return {"lr": 0.1}
 
     assert Space().to_dict() == {"lr": 0.1}
+
+
+def test_tunes_checkpoint_manager_holds_the_checkpoints_as_given(tmp_path):
+    from ray_stagetree.trial_schedulers.ray_fields import tune_checkpoint_manager
+
+    folders = [tmp_path / f"checkpoint_00000{i}" for i in range(3)]
+    for folder in folders:
+        folder.mkdir()
+    ranked = [(tune.Checkpoint(str(folder)), {"score": score}) for folder, score in zip(folders, (3, 1, 2))]
+    config = tune.CheckpointConfig(num_to_keep=1)  # registering would delete two folders
+    manager = tune_checkpoint_manager(config, ranked, ranked[1])
+    assert [result.checkpoint.path for result in manager.best_checkpoint_results] == [str(folders[-1])]  # best last
+    assert manager.latest_checkpoint_result.metrics == {"score": 1}
+    assert all(folder.exists() for folder in folders)
+    assert tune_checkpoint_manager(config, [], None).latest_checkpoint_result is None

@@ -93,6 +93,7 @@ from ray_stagetree.runtime.driver.tune_compat import (
     trainable_name,
     tune_run_config,
 )
+from ray_stagetree.runtime.driver.tune_state import write_tune_state
 from ray_stagetree.runtime.service.service_client import PlanServiceConfig, run_attached, service_config
 from ray_stagetree.runtime.service.trainable_identity import share_key
 from ray_stagetree.runtime.workers.reproducibility import (
@@ -643,6 +644,7 @@ class Tuner:
         """Run the trials of ``trial_source`` to ``horizon`` under ``experiment_path``,
         starting from the plan saved there when ``resume``, or from a
         snapshot's whole study with ``restore``."""
+        started = time.time()
         resources = self._resources(trial_source)
         if not ray.is_initialized():
             ray.init()  # joins the cluster the script runs on (RAY_ADDRESS, `ray start`), else starts one
@@ -725,6 +727,14 @@ class Tuner:
                 )
                 spec = dataclasses.replace(spec, resume=False, restore=Restore(read_state(storage)))
         grid = self._result_grid(summaries, experiment_path, progress)
+        write_tune_state(
+            experiment_path,
+            arrow_filesystem(self.run_config.storage_filesystem) if self.run_config.storage_filesystem else None,
+            self._trainable_name,
+            self.run_config.checkpoint_config,
+            list(zip(summaries, grid)),
+            started,
+        )
         if failure is not None and failure.fail_fast == "raise" and grid.errors:
             raise grid.errors[0]
         return grid

@@ -1,0 +1,105 @@
+"""Tune's experiment snapshot (``experiment_state-<time>.json``) beside the
+study's own, so that Tune's readers work on a ray_stagetree experiment
+folder: ``tune.ExperimentAnalysis(path)`` and ``ResultGrid(ExperimentAnalysis(path))``,
+also after the folder was moved, as scripts written for Tune read results.
+
+It is written by the driver when ``fit()`` returns, from the results it
+returns: each trial as Tune's ``Trial`` (status, config, last result, kept
+checkpoints, error) serialised the way Tune serialises it. Only Tune's
+readers use it; `Tuner.restore` continues from the study's own snapshot.
+Tune's ``Tuner.restore`` (which needs Tune's ``tuner.pkl``) does not take
+the folder.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import posixpath
+import time
+from typing import Any
+
+import ray
+from ray import tune
+
+from ray_stagetree.execution.storage import CheckpointStorage
+from ray_stagetree.trial_schedulers.ray_fields import tune_checkpoint_manager
+
+logger = logging.getLogger(__name__)
+
+#: Tune's ``TuneController.CKPT_FILE_TMPL``: ExperimentAnalysis reads the newest match.
+STATE_FILE_TEMPLATE = "experiment_state-{}.json"
+PICKLED_ERROR_FILE = "error.pkl"  # Tune's names in a trial folder
+ERROR_FILE = "error.txt"
+
+
+def write_tune_state(
+    experiment_path: str,
+    filesystem: Any,
+    trainable_name: str,
+    checkpoint_config: Any,
+    trials: list[tuple[dict[str, Any], ray.tune.Result]],
+    start_time: float,
+) -> None:
+    """Write Tune's snapshot of ``trials`` (each the controller's trial
+    summary and its ``Result``) at ``experiment_path`` (on ``filesystem``, a
+    ``pyarrow.fs.FileSystem`` or None, as ``RunConfig.storage_filesystem``).
+    A storage that refuses is logged: the study's own state is written already."""
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.utils.serialization import TuneFunctionEncoder
+
+    try:
+        storage = CheckpointStorage(experiment_path, filesystem)
+        experiment = StorageContext(  # one for all trials: each writes a marker file into the experiment folder
+            storage_path=posixpath.dirname(experiment_path.rstrip("/")),
+            experiment_dir_name=posixpath.basename(experiment_path.rstrip("/")),
+            storage_filesystem=filesystem,
+        )
+        trial_data = [
+            tune_trial(experiment, storage, trainable_name, checkpoint_config, summary, result).get_json_state()
+            for summary, result in trials
+        ]
+        state = {"trial_data": trial_data, "runner_data": {}, "stats": {"start_time": start_time}}
+        name = STATE_FILE_TEMPLATE.format(time.strftime("%Y-%m-%d_%H-%M-%S"))
+        storage.write_text(name, json.dumps(state, cls=TuneFunctionEncoder))
+    except Exception as error:  # noqa: BLE001 - each fsspec backend raises its own errors; Tune's readers are extra
+        logger.warning("Tune's experiment snapshot was not written (%s: %s)", type(error).__name__, error)
+
+
+def tune_trial(
+    experiment: Any,
+    storage: CheckpointStorage,
+    trainable_name: str,
+    checkpoint_config: Any,
+    summary: dict[str, Any],
+    result: ray.tune.Result,
+) -> Any:
+    """A trial as Tune's ``Trial`` (a stub: its trainable is not looked up)
+    in ``experiment`` (Tune's ``StorageContext`` of the experiment folder)."""
+    from ray.tune.experiment import Trial
+
+    trial_storage = copy.copy(experiment)
+    trial_storage.trial_dir_name = summary["dirname"]
+    trial = Trial(
+        trainable_name,
+        config=summary["shown_config"],
+        trial_id=summary["trial_id"],
+        storage=trial_storage,
+        checkpoint_config=checkpoint_config,
+        stub=True,
+    )
+    trial.placement_group_factory = tune.PlacementGroupFactory([{"CPU": 1}])  # Tune's loader requires one
+    trial.status = summary["status"]
+    for row in summary["rows"]:  # as Tune's loop: its metric analysis (ExperimentAnalysis.get_best_trial)
+        trial.update_last_result(dict(row))
+    latest = None if result.checkpoint is None else (result.checkpoint, trial.run_metadata.last_result)
+    ranked = result.best_checkpoints or ([] if latest is None else [latest])
+    trial.run_metadata.checkpoint_manager = tune_checkpoint_manager(checkpoint_config, ranked, latest)
+    if summary["status"] == Trial.ERROR:
+        trial.run_metadata.error_filename = ERROR_FILE
+        if summary.get("error_pickle") is not None:
+            storage.write(f"{summary['dirname']}/{PICKLED_ERROR_FILE}", summary["error_pickle"])
+            trial.run_metadata.pickled_error_filename = PICKLED_ERROR_FILE
+    trial.invalidate_json_state()
+    return trial
