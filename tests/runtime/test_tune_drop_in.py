@@ -370,3 +370,45 @@ def test_the_example_joins_a_running_cluster_as_under_ray_job_submit(ray_session
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "14 trials, 0 errors" in result.stdout
+
+
+TRAINER_SCRIPT = """
+import sys, tempfile
+import ray
+from ray import train, tune
+from ray.train import ScalingConfig
+from ray.train.data_parallel_trainer import DataParallelTrainer
+import ray_stagetree
+
+ray.init(num_cpus=2, include_dashboard=False)
+
+def loop(config):
+    train.report({"x": config["a"] * 10})
+
+trainer = DataParallelTrainer(loop, scaling_config=ScalingConfig(num_workers=1))
+grid = ray_stagetree.Tuner(
+    trainer,
+    param_space={"train_loop_config": {"a": tune.grid_search([1, 2])}},
+    run_config=tune.RunConfig(storage_path=tempfile.mkdtemp(), verbose=0),
+).fit()
+print("tuned", sorted(result.metrics["x"] for result in grid))
+ray.tune.tuner.Tuner = ray.tune.Tuner = ray_stagetree.Tuner  # a script that swapped Tune's Tuner for ours
+trainer = DataParallelTrainer(loop, train_loop_config={"a": 3}, scaling_config=ScalingConfig(num_workers=1),
+                              run_config=train.RunConfig(storage_path=tempfile.mkdtemp()))
+print("fitted", trainer.fit().metrics["x"])
+"""
+
+
+def test_ray_train_trainers_run_as_tune_runs_them(tmp_path):
+    """``Tuner(trainer)`` and a trainer's own ``fit()`` (which builds the
+    Tuner that ``ray.tune.tuner`` names, ours in a swapped script) run on
+    Ray Tune's Tuner, as under Tune, with a message that nothing is shared
+    (Ray 2.60's legacy engine; Train v2 trainers get Tune's own answer)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["RAY_TRAIN_V2_ENABLED"] = "0"
+    result = subprocess.run(
+        [sys.executable, "-c", TRAINER_SCRIPT], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "tuned [10, 20]" in result.stdout and "fitted 30" in result.stdout
+    assert result.stderr.count("a Ray Train trainer is run by Ray Tune's Tuner") == 1

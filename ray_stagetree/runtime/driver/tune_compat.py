@@ -8,9 +8,14 @@ Each function names where Tune does the same (its ``TunerInternal`` at
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
 import inspect
 import io
+import logging
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +23,43 @@ from ray_stagetree.trial_schedulers.ray_fields import registered_function
 
 #: Environment variables ``tune.run`` refuses (it raises DeprecationWarning).
 DEPRECATED_ENV = ("TUNE_RESULT_DIR", "RAY_AIR_LOCAL_CACHE_DIR")
+
+#: Ray Tune's own Tuner, as it is when ray_stagetree is imported: a script may
+#: then put ours in its place (``ray.tune.Tuner = ray_stagetree.Tuner``), and a
+#: Ray Train trainer's ``fit()`` builds whatever ``ray.tune.tuner.Tuner`` is.
+TUNES_TUNER = importlib.import_module("ray.tune.tuner").Tuner
+
+logger = logging.getLogger(__name__)
+
+
+def is_ray_train_trainer(trainable: Any) -> bool:
+    """Whether ``trainable`` is a Ray Train trainer (``TorchTrainer(...)``,
+    the legacy ``BaseTrainer`` or Train v2's ``DataParallelTrainer``)."""
+    if "ray.train" not in sys.modules or isinstance(trainable, (str, type)) or callable(trainable):
+        return False
+    kinds = []
+    for module, name in (
+        ("ray.train.base_trainer", "BaseTrainer"),
+        ("ray.train.v2.api.data_parallel_trainer", "DataParallelTrainer"),
+    ):
+        with contextlib.suppress(ImportError, AttributeError):
+            kinds.append(getattr(importlib.import_module(module), name))
+    return isinstance(trainable, tuple(kinds))
+
+
+@functools.cache
+def _say_trainers_run_as_tune_runs_them() -> None:
+    logger.warning(
+        "a Ray Train trainer is run by Ray Tune's Tuner, as Tune runs it: its trials share no stages. For stage "
+        "sharing, tune a function or Trainable class whose sequences come from ray_stagetree.get_hparams()"
+    )
+
+
+def tunes_tuner_for_trainer(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+    """Ray Tune's Tuner for a Ray Train ``trainer`` (it refuses or warns
+    as Tune does, e.g. for Train v2 trainers), with the same arguments."""
+    _say_trainers_run_as_tune_runs_them()
+    return TUNES_TUNER(trainer, *args, **kwargs)
 
 
 def resolve_trainable(trainable: Any) -> Any:

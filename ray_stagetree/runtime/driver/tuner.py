@@ -85,13 +85,16 @@ from ray_stagetree.runtime.driver.restoring import (
 )
 from ray_stagetree.runtime.driver.results import ResultGrid
 from ray_stagetree.runtime.driver.tune_compat import (
+    TUNES_TUNER,
     check_deprecated_at_fit,
     check_function_signature,
     check_param_space,
     check_serializable,
+    is_ray_train_trainer,
     resolve_trainable,
     trainable_name,
     tune_run_config,
+    tunes_tuner_for_trainer,
 )
 from ray_stagetree.runtime.driver.tune_state import write_tune_state
 from ray_stagetree.runtime.service.service_client import PlanServiceConfig, run_attached, service_config
@@ -216,6 +219,14 @@ class Tuner:
     >>> results = tuner.fit()                                             # doctest: +SKIP
     """
 
+    def __new__(cls, trainable: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """A Ray Train trainer (``Tuner(TorchTrainer(...))``, or its own
+        ``fit()``, which builds a Tuner) is run by Ray Tune's Tuner, as Tune
+        runs it: its worker groups are Ray Train's, and nothing is shared."""
+        if is_ray_train_trainer(trainable) or "_entrypoint" in kwargs:  # Ray's own callers pass Tune's _entrypoint
+            return tunes_tuner_for_trainer(trainable, *args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         trainable: Callable | type | None = None,
@@ -294,6 +305,7 @@ class Tuner:
         param_space: dict[str, Any] | None = None,
         storage_filesystem: Any = None,
         monitor: bool = False,
+        **tune_internal: Any,
     ) -> Tuner:
         """A Tuner that continues the study saved at ``path`` when ``fit()`` is called.
 
@@ -333,6 +345,12 @@ class Tuner:
         ...     tuner = Tuner(train, param_space=space, run_config=run_config)
         >>> results = tuner.fit()                                       # doctest: +SKIP
         """
+        if "_resume_config" in tune_internal:  # a Ray Train trainer restoring itself: Tune's Tuner ran it
+            return TUNES_TUNER.restore(
+                path, trainable, param_space=param_space, storage_filesystem=storage_filesystem, **tune_internal
+            )
+        if tune_internal:  # Python's own message for an unexpected argument
+            raise TypeError(f"Tuner.restore() got an unexpected keyword argument {next(iter(tune_internal))!r}")
         if not isinstance(trainable, str):  # a registered name is checked against the saved one first
             check_trainable(trainable)
         check_restore_arguments(
