@@ -53,7 +53,7 @@ MALFORMED = [
     ({"trainable": "no_such_module_xyz:train"}, ["trainable:", "'no_such_module_xyz' cannot be imported"]),
     ({"trainable": "trainables_for_tests:no_such_function"}, ["trainable:", "has no attribute 'no_such_function'"]),
     ({"trainable": "missing_script.py:train"}, ["trainable:", "missing_script.py", "does not exist"]),
-    ({"tune_cfg": {}}, ["(top level): unknown key 'tune_cfg'; allowed:", "tune_config"]),
+    ({"tune_cfg": {}}, ["(top level): unknown key 'tune_cfg' (did you mean 'tune_config'?); allowed:", "tune_config"]),
     ({"tune_config.mode": "minimize"}, ["tune_config.mode: 'minimize' is not allowed; allowed: 'min', 'max'"]),
     ({"tune_config.num_samples": 0}, ["tune_config.num_samples: 0 is not allowed", "an int >= 1, or -1"]),
     ({"tune_config.num_samples": "ten"}, ["tune_config.num_samples: must be an int, got 'ten'"]),
@@ -64,12 +64,13 @@ MALFORMED = [
     ),
     (
         {"tune_config.scheduler": "ashaa"},
-        ["tune_config.scheduler.name: unknown scheduler 'ashaa'; allowed:", "asha", "pbt"],
+        ["tune_config.scheduler.name: unknown scheduler 'ashaa' (did you mean 'asha'?); allowed:", "asha", "pbt"],
     ),
     (
         {"tune_config.scheduler": {"name": "asha", "max_tt": 5}},
         [
-            "tune_config.scheduler.max_tt: AsyncHyperBandScheduler has no argument 'max_tt'; allowed:",
+            "tune_config.scheduler.max_tt: AsyncHyperBandScheduler has no argument 'max_tt' (did you mean 'max_t'?); "
+            "allowed:",
             "max_t",
             "grace_period",
         ],
@@ -81,7 +82,11 @@ MALFORMED = [
     ({"tune_config.scheduler": {"max_t": 5}}, ["tune_config.scheduler: {'max_t': 5} is not allowed", "{name: ..."]),
     (
         {"tune_config.search_alg": "nevergrad_es"},
-        ["tune_config.search_alg.name: unknown searcher 'nevergrad_es'; allowed:", "optuna", "module:Class"],
+        [
+            "tune_config.search_alg.name: unknown searcher 'nevergrad_es' (did you mean 'nevergrad'?); allowed:",
+            "optuna",
+            "module:Class",
+        ],
     ),
     (
         {"tune_config.search_alg": "trainables_for_tests:noisy_descent"},
@@ -114,7 +119,10 @@ MALFORMED = [
     ),
     (
         {"stagetree": {"execution_policy": {"name": "round_robin", "quantum": 3}}},
-        ["stagetree.execution_policy.quantum: RoundRobinPolicy has no argument 'quantum'; allowed:", "quantum_s"],
+        [
+            "stagetree.execution_policy.quantum: RoundRobinPolicy has no argument 'quantum' (did you mean 'quantum_s'?)",
+            "allowed:",
+        ],
     ),
     (
         {"stagetree": {"execution_policy": "ray_stagetree.planning.stage_tree:Stage"}},
@@ -139,7 +147,7 @@ MALFORMED = [
     ),
     (
         {"param_space.lr": {"uniform": {"low": 0, "high": 1}}},
-        ["param_space.lr.uniform: unknown argument(s) high, low; allowed: lower, upper"],
+        ["param_space.lr.uniform: unknown argument(s) 'high', 'low' (did you mean 'lower'?); allowed: lower, upper"],
     ),
     ({"param_space.lr": {"choice": []}}, ["param_space.lr.choice: must be a non-empty list of values, got []"]),
     ({"param_space.lr": {"randint": ["a", 3]}}, ["param_space.lr.randint.lower: must be a finite number, got 'a'"]),
