@@ -333,3 +333,49 @@ def test_reproducible_and_repeats_reach_the_tuner_only_when_given(monkeypatch):
     JobSpec(spec_with(reproducible=True, seed=7, repeats=3, deterministic_algorithms=True), base_dir=EXAMPLES)
     assert seen["reproducible"] is True and seen["repeats"] == 3 and seen["seed"] == 7
     assert seen["deterministic_algorithms"] is True
+
+
+def test_a_spec_with_typos_is_answered_in_one_round_with_suggestions():
+    """The issue's file: misspelt keys, a misspelt family hiding nothing of
+    its own, a misspelt parameter; every problem at once, each with a "did you
+    mean", and no internal function's name."""
+    data = {
+        "trainable": "trainables_for_tests:noisy_descent",
+        "param_space": {
+            "lr": {"family": "Multistep", "init": 0.1, "milestones": [4], "gamma": {"uniform": [1, "x"]}},
+            "momentum": {"family": "Exponential", "init": 0.9, "gama": 0.99},
+        },
+        "tune_config": {"metric": "loss", "mode": "maxx", "scheduler": {"name": "ashaa"}},
+        "run_confg": {"stop": {"training_iteration": 4}},
+    }
+    problems = problems_of(data)
+    assert problems == [
+        "(top level): unknown key 'run_confg' (did you mean 'run_config'?); allowed: deterministic_algorithms, "
+        "monitor, param_space, repeats, reproducible, resources, run_config, seed, stagetree, trainable, "
+        "tune_config, with_parameters",
+        "tune_config.mode: 'maxx' is not allowed (did you mean 'max'?); allowed: 'min', 'max'",
+        "param_space.lr.gamma.uniform.upper: must be a finite number, got 'x'",
+        "param_space.lr.family: unknown sequence family 'Multistep' (did you mean 'MultiStep'?); allowed: Concat, "
+        "Constant, Cosine, CyclicLR, Exponential, InverseSqrt, Linear, MultiStep, OneCycle, Polynomial, Step, "
+        "Values, Warmup",
+        "param_space.momentum: Exponential has no parameter 'gama' (did you mean 'gamma'?); it takes init, gamma",
+        "tune_config.scheduler.name: unknown scheduler 'ashaa' (did you mean 'asha'?); allowed: asha, "
+        "async_hyperband, fifo, hb_bohb, hyperband, median_stopping, median_stopping_rule, pbt",
+    ]
+
+
+def test_the_tuners_own_checks_come_in_the_same_round_as_the_spaces():
+    momentum = {"family": "Exponential", "init": 0.9, "gama": 0.99}
+    problems = problems_of(spec_with(**{"param_space.momentum": momentum, "tune_config": {"scheduler": "asha"}}))
+    assert len(problems) == 2 and problems[0].startswith("param_space.momentum: Exponential has no parameter 'gama'")
+    assert "AsyncHyperBandScheduler needs a metric" in problems[1]
+
+
+def test_checking_or_planning_a_spec_writes_nothing(tmp_path):
+    """A spec's dry Tuner leaves no experiment folder behind, nor overwrites
+    the settings of an experiment that has the spec's name."""
+    storage = tmp_path / "results"
+    spec = JobSpec(spec_with(**{"run_config.name": "named", "run_config.storage_path": str(storage)}), EXAMPLES)
+    spec.dry_tuner()
+    assert spec.experiment_path() == f"{storage}/named"
+    assert not storage.exists()
