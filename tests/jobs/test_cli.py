@@ -214,7 +214,7 @@ def test_run_inspect_and_restore_a_study(ray_session, tmp_path, capsys):
     # Inspection reads files only: run in this process, as the run's subprocess left them.
     assert main(["status", str(path)]) == 0
     status = capsys.readouterr().out
-    assert "ended" in status and "1 ERROR, 1 TERMINATED" in status and "best (min loss):" in status
+    assert "ended" in status and "1 ERROR, 1 TERMINATED" in status and "best (min loss, last result):" in status
     assert main(["show", str(path), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert sorted(trial["status"] for trial in shown["trials"]) == ["ERROR", "TERMINATED"]
@@ -232,6 +232,22 @@ def test_run_inspect_and_restore_a_study(ray_session, tmp_path, capsys):
     assert all(trial["iterations"] == 3 for trial in shown["trials"])
     assert main(["plan", str(spec), "--cost-from", str(path)]) == 0
     assert f"seconds per iteration fitted to {path}" in capsys.readouterr().out
+
+    # The same spec again: refused (before Ray), then --resume continues the ended study (nothing left to
+    # train) and --overwrite starts it over; neither mixes two runs' trials.
+    assert main(["run", str(spec), "--storage-path", str(storage), "--address", address]) == 2
+    assert "already holds an experiment of this name" in capsys.readouterr().err
+    resumed = stagetree("run", spec, "--storage-path", storage, "--address", address, "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"stagetree: continuing {path}" in resumed.stdout and "2 trials: 2 finished, 0 errors" in resumed.stdout
+    again = stagetree("run", spec, "--storage-path", storage, "--address", address, "--overwrite")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"deleted the earlier experiment in {path} (--overwrite)" in again.stdout
+    assert "2 trials: 2 finished, 0 errors" in again.stdout  # the marker is there: no trial dies this time
+    assert (
+        "best (min loss, last result):" in again.stdout
+        and "  config: die_once_at=2, lr=Exponential(init=0." in again.stdout
+    )
 
 
 def test_restore_uses_only_a_job_file_this_experiment_sealed(tmp_path, monkeypatch):
