@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ray_stagetree._extras import MissingExtraError, require
 from ray_stagetree.jobs.errors import SpecError
 from ray_stagetree.monitor.options import add_arguments as add_monitor_arguments
 
@@ -24,6 +25,15 @@ EXIT_CODES = """exit codes:
   1    the study ran but some trials ended in error, or it could not run (Ray, storage, a submitted job that failed)
   2    bad arguments, an invalid spec, or a path that is not an experiment
   130  interrupted (Ctrl-C): the study's state is saved; `stagetree restore PATH` continues it"""
+
+
+#: What `stagetree submit` says when the cluster wants a token (Ray 2.60 clusters started with a token
+#: on their head turn token authentication on; a Ray Jobs client sends it only when told to).
+TOKEN_HELP = (
+    "Set RAY_AUTH_MODE=token here, with the cluster's token in ~/.ray/auth_token, in RAY_AUTH_TOKEN, or in a file "
+    "named by RAY_AUTH_TOKEN_PATH (`ray get-auth-token` on the head prints it); see the README's "
+    '"Running on a cluster"'
+)
 
 
 class CommandError(Exception):
@@ -39,12 +49,16 @@ class CommandError(Exception):
 
 def _run(args: argparse.Namespace) -> int:
     spec = _load(args.spec)
+    name = args.name or _default_name(spec.data, args.spec)
+    path = spec.experiment_path(storage_path=args.storage_path, name=name)
+    if _claim_folder(path, args) == RESUME:
+        return _continue(path, spec, args)
     _start_ray(args)
-    tuner = spec.tuner(storage_path=args.storage_path, name=args.name or _default_name(spec.data, args.spec))
+    tuner = spec.tuner(storage_path=args.storage_path, name=name)
     path = tuner._experiment_path()  # the Tuner's own rule: storage_path (default ~/ray_results) / name
     _save_job(path, spec)
     print(f"stagetree: running {args.spec} in {path}", flush=True)
-    return _finish(_fit(tuner), spec.tune_config.metric)
+    return _finish(_fit(tuner), spec.tune_config)
 
 
 def _restore(args: argparse.Namespace) -> int:
@@ -57,16 +71,81 @@ def _restore(args: argparse.Namespace) -> int:
             "(no stagetree_tuner.pkl): pass the folder `stagetree run` printed"
         )
     spec = _load(args.spec) if args.spec else _saved_job(path)
+    return _continue(path, spec, args)
+
+
+def _continue(path: str, spec: Any, args: argparse.Namespace) -> int:
+    """Continue the study at ``path`` (`restore`, and `run --resume`), with
+    `restore`'s options where ``args`` has them."""
+    from ray_stagetree.runtime.driver.tuner import Tuner
+
     _start_ray(args)
     tuner = Tuner.restore(
         path,
         spec.trainable(),
-        resume_unfinished=not args.no_resume_unfinished,
-        resume_errored=args.resume_errored,
-        restart_errored=args.restart_errored,
+        resume_unfinished=not getattr(args, "no_resume_unfinished", False),
+        resume_errored=getattr(args, "resume_errored", False),
+        restart_errored=getattr(args, "restart_errored", False),
     )
     print(f"stagetree: continuing {path}", flush=True)
-    return _finish(_fit(tuner), spec.tune_config.metric)
+    return _finish(_fit(tuner), spec.tune_config)
+
+
+#: What `_claim_folder` decided: the run starts in a free folder, or continues the one there.
+FRESH, RESUME = "fresh", "resume"
+
+
+def _claim_folder(path: str, args: argparse.Namespace) -> str:
+    """Whether `run` starts fresh in ``path`` or continues the experiment
+    there (``--resume``). A second run of a spec never writes into the first
+    one's folder: its trials would mix with the new ones (and `status` would
+    count both). Tune's choices: resume it, or start over (``--overwrite``
+    deletes it); else the user picks another ``--name``.
+
+    Raises CommandError when ``path`` holds something and neither was asked."""
+    from ray_stagetree.jobs.experiments import is_experiment
+    from ray_stagetree.planning.filesystems import resolve
+    from ray_stagetree.runtime.driver.tuner import Tuner
+
+    filesystem, root = resolve(path)
+    if not _holds_a_run(filesystem, root):
+        if args.resume:
+            print(f"stagetree: nothing to resume in {path}: starting the study there", flush=True)
+        return FRESH
+    is_study = is_experiment(filesystem, root)
+    if args.resume and Tuner.can_restore(path):
+        return RESUME
+    if args.overwrite and is_study:
+        filesystem.rm(root, recursive=True)
+        print(f"stagetree: deleted the earlier experiment in {path} (--overwrite)", flush=True)
+        return FRESH
+    if not is_study:
+        raise CommandError(
+            f"{path} holds files that are not a ray_stagetree experiment; the study would write among them. "
+            "Pass --name with another folder name (or --storage-path)"
+        )
+    if args.resume:
+        raise CommandError(
+            f"the experiment in {path} cannot be continued (its driver stopped before it saved its settings): "
+            "pass --overwrite to delete it and start again, or --name with another folder name"
+        )
+    raise CommandError(
+        f"{path} already holds an experiment of this name; a second run would mix its trials with the new ones. "
+        f"Pass --resume to continue it (as `stagetree restore {_quote(path)}` does), --overwrite to delete it and "
+        "start again, or --name with another folder name"
+    )
+
+
+def _holds_a_run(filesystem: Any, root: str) -> bool:
+    """Whether the folder holds anything a study wrote, beyond the settings
+    file a Tuner writes when it is built (a Python ``Tuner()`` never fitted,
+    or a dry run of an earlier version): those trained nothing."""
+    from ray_stagetree.runtime.control.experiment_state import TUNER_FILE
+
+    if not filesystem.isdir(root):
+        return False
+    names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in filesystem.ls(root, detail=False)}
+    return bool(names - {TUNER_FILE})
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -95,12 +174,17 @@ def _submit(args: argparse.Namespace) -> int:
         [args.python, "-m", "ray_stagetree.cli", "run", _quote(relative)]
         + (["--storage-path", _quote(args.storage_path)] if args.storage_path else [])
         + (["--name", _quote(args.name)] if args.name else [])
+        + (["--resume"] if args.resume else [])
+        + (["--overwrite"] if args.overwrite else [])
     )
     try:
         client = JobSubmissionClient(args.address)
         job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env)
     except Exception as error:  # connection and HTTP errors come in many types
-        raise CommandError(f"cannot submit to {args.address!r}: {type(error).__name__}: {error}", FAILED) from None
+        message = f"cannot submit to {args.address!r}: {type(error).__name__}: {error}"
+        if type(error).__name__ == "AuthenticationError":
+            message = f"cannot submit to {args.address!r}: the cluster asks for its token. {TOKEN_HELP}"
+        raise CommandError(message, FAILED) from None
     print(f"stagetree: submitted {args.spec} as job {job_id!r} to {args.address} ({entrypoint})", flush=True)
     if args.no_wait:
         print(f"follow it with: ray job logs --address {args.address} --follow {job_id}")
@@ -122,6 +206,8 @@ def _plan(args: argparse.Namespace) -> int:
     from ray_stagetree.jobs.experiments import cost_model
     from ray_stagetree.planning.cost import CostModel
 
+    if args.draw:  # before the dry run, not after it
+        require("matplotlib", "stagetree plan --draw", "monitor")
     spec = _load(args.spec)
     cost = CostModel(default_seconds_per_iteration=args.seconds_per_iteration)
     calibration = f"{args.seconds_per_iteration:g} s per iteration"
@@ -185,7 +271,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from ray_stagetree.jobs.experiments import age
 
-    experiment = _read_experiment(args.path)
+    experiment = _read_experiment(args.path) if args.path else _latest_experiment(args.storage_path)
     counts = experiment.counts()
     state = "ended" if experiment.ended else "running, or stopped before its end (stagetree restore continues it)"
     print(f"{experiment.path}: {state}; last update {age(experiment.last_update)}")
@@ -200,7 +286,8 @@ def _status(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from ray_stagetree.jobs.experiments import config_text
 
-    experiment = _read_experiment(args.path)
+    experiment = _read_experiment(args.path) if args.path else _latest_experiment(args.storage_path)
+    args.path = experiment.path  # the status that follows is this experiment's
     metric, mode = experiment.metric_and_mode(args.metric, args.mode)
     if args.json:
         print(
@@ -245,7 +332,7 @@ def _ls(args: argparse.Namespace) -> int:
     from ray_stagetree.jobs.experiments import age, list_experiments
     from ray_stagetree.planning.lifecycle import ERROR
 
-    storage = args.storage_path or os.path.expanduser("~/ray_results")
+    storage = args.storage_path or _default_storage()
     try:
         experiments = list_experiments(storage)
     except FileNotFoundError as error:
@@ -367,38 +454,58 @@ def _saved_job(path: str) -> Any:
 
 def _fit(tuner: Any) -> Any:
     """``tuner.fit()``; what it refuses (a drawn config that cannot run, resources
-    the cluster lacks, storage other nodes cannot see) becomes a message."""
+    the cluster lacks, storage other nodes cannot see) becomes a message. An
+    interrupted study's message says how this command line continues it."""
+    from ray_stagetree.runtime.driver.tuner import restore_hint
+
     try:
-        return tuner.fit()
+        with restore_hint(lambda path: f"stagetree restore {_quote(path)}"):
+            return tuner.fit()
     except (TypeError, ValueError, RuntimeError, OSError) as error:
         raise CommandError(f"the study could not run: {error}", FAILED) from None
 
 
-def _finish(results: Any, metric: str | None) -> int:
-    """The study's outcome on stdout (the best trial by ``metric``, when the study has one); the exit code.
-    Trials' statuses are read back from the experiment folder, as `stagetree status` reads them."""
+def _finish(results: Any, tune_config: Any) -> int:
+    """The study's outcome on stdout, the exit code. Trials' statuses are read
+    back from the experiment folder, as `stagetree status` reads them; the
+    best trial is Tune's ``get_best_result()`` (the study's metric and mode,
+    scope "last": each trial's last result), with its config."""
     from ray_stagetree.jobs.experiments import read_experiment
     from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
 
     counts = read_experiment(results.experiment_path).counts()
     finished, errors = counts.get(TERMINATED, 0), counts.get(ERROR, 0)
-    unfinished = len(results) - finished - errors
+    total = max(len(results), sum(counts.values()))
+    unfinished = total - finished - errors
     print(
-        f"\n{len(results)} trials: {finished} finished, {errors} errors"
-        + (f", {unfinished} unfinished" if unfinished else "")
+        f"\n{total} trials: {finished} finished, {errors} errors" + (f", {unfinished} unfinished" if unfinished else "")
     )
-    if metric is not None:
-        try:
-            best = results.get_best_result()
-            print(f"best: {metric}={_number(best.metrics.get(metric))} in {best.path.rsplit('/', 1)[-1]}")
-        except RuntimeError:  # no trial finished with the metric (all errored, or interrupted early)
-            print(f"best: - (no finished trial reported {metric!r})")
-    print(f"iterations executed: {results.iterations_executed}; trial by trial: {results.trial_by_trial_iterations}")
+    _print_best_result(results, tune_config.metric, tune_config.mode)
+    executed, trial_by_trial = results.iterations_executed, results.trial_by_trial_iterations
+    if unfinished:  # the remaining iterations are neither executed nor counted: no saving to claim yet
+        print(f"iterations executed so far: {executed} (partial: the study stopped before its end)")
+    else:
+        print(f"iterations executed: {executed}; trial by trial: {trial_by_trial}")
     print(f"experiment: {results.experiment_path}  (stagetree show {_quote(results.experiment_path)})")
     if unfinished:
         print(f"stopped early: stagetree restore {_quote(results.experiment_path)} continues it")
         return INTERRUPTED
     return FAILED if errors else OK
+
+
+def _print_best_result(results: Any, metric: str | None, mode: str | None) -> None:
+    from ray_stagetree.jobs.experiments import config_text
+
+    if metric is None or mode is None:
+        return
+    try:
+        best = results.get_best_result()
+    except RuntimeError:  # no trial reported the metric (all errored, or interrupted early)
+        print(f"best: - (no trial reported {metric!r})")
+        return
+    trial = best.path.rstrip("/").rsplit("/", 1)[-1]
+    print(f"best ({mode} {metric}, last result): {_number(best.metrics.get(metric))} in {trial}")
+    print(f"  config: {config_text(best.config)}")
 
 
 def _print_best(experiment: Any, args: argparse.Namespace) -> None:
@@ -407,9 +514,14 @@ def _print_best(experiment: Any, args: argparse.Namespace) -> None:
     metric, mode = experiment.metric_and_mode(args.metric, args.mode)
     best = experiment.best(metric, mode)
     if best is None:
-        print("best: -" + ("" if metric else " (no metric: pass --metric and --mode)"))
+        print(
+            "best: -" + ("" if metric and mode else " (the study names no metric and mode: pass --metric and --mode)")
+        )
         return
-    print(f"best ({mode} {metric}): {_number(best.last[metric])} at iteration {best.iterations} of {best.dirname}")
+    print(
+        f"best ({mode} {metric}, last result): {_number(best.last[metric])} at iteration {best.iterations} "
+        f"of {best.dirname}"
+    )
     print(f"  config: {config_text(best.config)}")
 
 
@@ -420,6 +532,28 @@ def _read_experiment(path: str) -> Any:
         return read_experiment(_absolute(path))
     except FileNotFoundError as error:
         raise CommandError(str(error)) from None
+
+
+def _latest_experiment(storage_path: str | None) -> Any:
+    """The experiment updated last under ``storage_path`` (default: where `run` puts them)."""
+    from ray_stagetree.jobs.experiments import list_experiments
+
+    storage = storage_path or _default_storage()
+    try:
+        experiments = list_experiments(storage)
+    except FileNotFoundError as error:
+        raise CommandError(f"{error}: pass an experiment folder, or --storage-path") from None
+    if not experiments:
+        raise CommandError(f"no ray_stagetree experiments in {storage}: pass an experiment folder, or --storage-path")
+    return experiments[-1]
+
+
+def _default_storage() -> str:
+    """Where `run` puts a spec's experiment without a storage path: Tune's
+    default (``~/ray_results``), read when asked, as ``RunConfig`` reads it."""
+    import ray.train.constants
+
+    return str(ray.train.constants.DEFAULT_STORAGE_PATH)
 
 
 def _no_plan(path: str) -> Any:
@@ -475,6 +609,17 @@ def parser() -> argparse.ArgumentParser:
     def experiment_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--storage-path", help="where the experiment folder goes (overrides run_config.storage_path)")
         sub.add_argument("--name", help="the experiment folder's name (overrides run_config.name)")
+        again = sub.add_mutually_exclusive_group()
+        again.add_argument(
+            "--resume",
+            action="store_true",
+            help="if the folder holds this study already, continue it (as `stagetree restore`); else start it",
+        )
+        again.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="if the folder holds an experiment already, delete it and start again",
+        )
 
     run = command("run", "run the study a spec describes, here")
     run.add_argument("spec", help="the job spec (.yaml, .yml or .json)")
@@ -525,7 +670,12 @@ def parser() -> argparse.ArgumentParser:
         ("show", "a study's trials table, then its status"),
     ):
         sub = command(name, help)
-        sub.add_argument("path", help="the experiment folder (local path or URI)")
+        sub.add_argument(
+            "path",
+            nargs="?",
+            help="the experiment folder (local path or URI; default: the latest one under --storage-path)",
+        )
+        sub.add_argument("--storage-path", help="where to look for the latest experiment (default: ~/ray_results)")
         sub.add_argument("--metric", help="metric ranking the trials (default: the spec's)")
         sub.add_argument("--mode", choices=("min", "max"), help="whether the metric is minimised or maximised")
         if name == "show":
@@ -590,6 +740,9 @@ def main(argv: list[str] | None = None) -> int:
     except CommandError as error:
         print(f"stagetree: error: {error}", file=sys.stderr)
         return error.code
+    except MissingExtraError as error:
+        print(f"stagetree: error: {error}", file=sys.stderr)
+        return FAILED
     except KeyboardInterrupt:
         print("stagetree: interrupted", file=sys.stderr)
         return INTERRUPTED

@@ -20,8 +20,10 @@ resolved here: the sequence families pass them through before checking.
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard
 
@@ -195,3 +197,14 @@ def _alternatives(descriptions: list[str]) -> str:
 
 def _number_text(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else repr(bound)
+
+
+def did_you_mean(word: Any, choices: Iterable[str]) -> str:
+    """`` (did you mean 'gamma'?)`` for the choice closest to a misspelt
+    ``word`` (``gama``, ``Multistep``, ``run_confg``; case is ignored), else
+    "": for messages that name a key or a class the user got wrong."""
+    if not isinstance(word, str):
+        return ""
+    by_lower = {choice.lower(): choice for choice in choices if isinstance(choice, str)}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close and by_lower[close[0]] != word else ""

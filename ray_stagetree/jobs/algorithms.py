@@ -30,6 +30,7 @@ from ray_stagetree.jobs.errors import field_path
 from ray_stagetree.jobs.imports import load_object
 from ray_stagetree.planning.policies import POLICIES, ExecutionPolicy
 from ray_stagetree.searchers import AskTellAlgorithm, AskTellSearcher, SequenceGridSearch
+from ray_stagetree.validation import did_you_mean
 
 
 def _tune_scheduler(name: str) -> Callable[[], type]:
@@ -115,7 +116,7 @@ def _build(
             kinds = " or ".join(_qualified(base) for base in importable)
             return None, [f"{where}: {name!r} must be {kinds} subclass, got {cls!r}"]
     else:
-        return None, [f"{where}: unknown {what} {name!r}; allowed: {allowed}"]
+        return None, [f"{where}: unknown {what} {name!r}{did_you_mean(name, table)}; allowed: {allowed}"]
     batch_size = entry.pop("batch_size", None) if issubclass(cls, AskTellAlgorithm) else None
     problems: list[str] = []
     entry = {key: _imported(value, base_dir, (*path, key), problems) for key, value in entry.items()}
@@ -151,7 +152,8 @@ def _check_arguments(cls: type, arguments: dict[str, Any], path: tuple) -> list[
         return []
     allowed = [name for name, parameter in parameters.items() if parameter.kind is not inspect.Parameter.VAR_POSITIONAL]
     return [
-        f"{field_path((*path, key))}: {cls.__name__} has no argument {key!r}; allowed: {', '.join(allowed)}"
+        f"{field_path((*path, key))}: {cls.__name__} has no argument {key!r}{did_you_mean(key, allowed)}; "
+        f"allowed: {', '.join(allowed)}"
         for key in arguments
         if key not in allowed
     ]

@@ -29,6 +29,7 @@ from ray.tune.search.sample import Categorical, Domain, Float, Integer, LogUnifo
 
 from ray_stagetree.jobs.errors import field_path
 from ray_stagetree.sequences import FAMILIES, Sequence, from_json
+from ray_stagetree.validation import did_you_mean
 
 #: Tune's domain constructors a spec may name (``tune.sample_from`` takes a
 #: function, which JSON cannot hold).
@@ -73,14 +74,15 @@ def _convert(value: Any, path: tuple, problems: list[str]) -> Any:
 
 
 def _sequence(value: Mapping, path: tuple, problems: list[str]) -> Any:
+    # The parameters first: a misspelt family hides none of their own mistakes.
+    parameters = {key: _convert(item, (*path, key), problems) for key, item in value.items() if key != "family"}
     family = value["family"]
     if family not in FAMILIES:
         problems.append(
-            f"{field_path((*path, 'family'))}: unknown sequence family {family!r}; "
+            f"{field_path((*path, 'family'))}: unknown sequence family {family!r}{did_you_mean(family, FAMILIES)}; "
             f"allowed: {', '.join(sorted(FAMILIES))}"
         )
         return None
-    parameters = {key: _convert(item, (*path, key), problems) for key, item in value.items() if key != "family"}
     try:
         return from_json({"family": family, **parameters})
     except (TypeError, ValueError) as error:
@@ -111,7 +113,8 @@ def _domain(name: str, arguments: Any, path: tuple, problems: list[str]) -> Any:
         return None
     unknown = sorted(set(arguments) - set(parameters))
     if unknown:
-        problems.append(f"{where}: unknown argument(s) {', '.join(unknown)}; allowed: {', '.join(parameters)}")
+        named = ", ".join(f"{key!r}{did_you_mean(key, parameters)}" for key in unknown)
+        problems.append(f"{where}: unknown argument(s) {named}; allowed: {', '.join(parameters)}")
         return None
     for key, number in arguments.items():
         if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):

@@ -150,7 +150,7 @@ def draw_picture(tree: StageTree, path: str, horizon: int) -> None:
     """The stage tree as a picture (SVG, PNG or PDF, by ``path``'s extension):
     one bar per stage over its iterations, one row per path from the root to
     a leaf, a line where a stage forks from its parent."""
-    matplotlib = require("matplotlib", "stagetree plan --picture", "monitor")
+    matplotlib = require("matplotlib", "stagetree plan --draw", "monitor")
     matplotlib.use("Agg")  # a file, never a window
     import matplotlib.pyplot as plt
 

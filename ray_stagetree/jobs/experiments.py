@@ -18,6 +18,7 @@ import posixpath
 import time
 from typing import Any
 
+from ray_stagetree.execution.study_file import JOB_FILE, stored_metric_and_mode
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.filesystems import resolve
 from ray_stagetree.planning.lifecycle import ENDED, ERROR, PENDING, TERMINATED
@@ -27,8 +28,6 @@ from ray_stagetree.runtime.driver.callbacks import ERROR_FILE, RESULT_FILE
 from ray_stagetree.sequences import from_json, is_sequence_spec
 from ray_stagetree.validation import is_number
 
-#: The spec a study was started from, at its experiment root (written by ``stagetree run``).
-JOB_FILE = "stagetree_job.json"
 PLAN_FOLDER = "plan"
 PARAMS_FILE = "params.json"
 # A trial folder whose trial neither ended nor waits for its first result: running, or interrupted.
@@ -78,6 +77,7 @@ class Experiment:
     job: dict[str, Any] | None  # stagetree_job.json, when stagetree run started it
     plan: SearchPlan | None  # None until the study's end wrote it
     plan_updated: float
+    stored_ranking: tuple[str | None, str | None] = (None, None)  # the study's metric and mode, as stored
 
     @property
     def ended(self) -> bool:
@@ -97,14 +97,16 @@ class Experiment:
             counts[trial.status] = counts.get(trial.status, 0) + 1
         return counts
 
-    def metric_and_mode(self, metric: str | None = None, mode: str | None = None) -> tuple[str | None, str]:
-        """The given ones, else the job spec's ``tune_config``."""
-        tune_config = (self.job or {}).get("spec", {}).get("tune_config", {})
-        return metric or tune_config.get("metric"), mode or tune_config.get("mode") or "max"
+    def metric_and_mode(self, metric: str | None = None, mode: str | None = None) -> tuple[str | None, str | None]:
+        """The given ones, else the study's own (its ``TuneConfig``'s, as the
+        monitor reads them); None where neither says."""
+        stored_metric, stored_mode = self.stored_ranking
+        return metric or stored_metric, mode or stored_mode
 
-    def best(self, metric: str | None, mode: str) -> TrialRecord | None:
-        """The trial whose last ``metric`` is best, as ``ResultGrid.get_best_result`` ranks by default."""
-        if metric is None:
+    def best(self, metric: str | None, mode: str | None) -> TrialRecord | None:
+        """The trial whose last ``metric`` is best, as ``ResultGrid.get_best_result`` ranks by default
+        (Tune's scope "last"); None without a metric and a mode."""
+        if metric is None or mode is None:
             return None
         scored = [
             trial for trial in self.trials if is_number(value := trial.last.get(metric)) and not math.isnan(value)
@@ -178,7 +180,8 @@ def read_experiment(path: str) -> Experiment:
         for trial in trials:
             record = plan.trials.get(trial.last.get("trial_id"))
             trial.requested = None if record is None else record.request.iteration
-    return Experiment(path=path, trials=trials, job=job, plan=plan, plan_updated=plan_updated)
+    ranking = stored_metric_and_mode(filesystem, root)
+    return Experiment(path=path, trials=trials, job=job, plan=plan, plan_updated=plan_updated, stored_ranking=ranking)
 
 
 def list_experiments(storage_path: str) -> list[Experiment]:

@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 
 from ray_stagetree.jobs.errors import field_path
+from ray_stagetree.validation import did_you_mean
 
 _IMPORT_PATH = r"^[^:\s]+:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 _NAMED = {
@@ -158,8 +159,14 @@ _JSON_TYPES = {
 
 def problems(spec: Any) -> list[str]:
     """Every way ``spec`` breaks the schema, one message each, in field order."""
+    return [message for _, message in located_problems(spec)]
+
+
+def located_problems(spec: Any) -> list[tuple[tuple, str]]:
+    """`problems`, each with the path of the value it is about (``()`` for the
+    spec itself), so the checks that follow can skip what is broken."""
     errors = sorted(_VALIDATOR.iter_errors(spec), key=lambda error: [str(part) for part in error.absolute_path])
-    return [_message(error) for error in errors]
+    return [(tuple(error.absolute_path), _message(error)) for error in errors]
 
 
 def _message(error: jsonschema.ValidationError) -> str:
@@ -171,10 +178,11 @@ def _message(error: jsonschema.ValidationError) -> str:
     if kind == "additionalProperties" and expected is False:
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(key for key in value if key not in allowed)
-        keys = f"key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
-        return f"{where}: unknown {keys}; allowed: {', '.join(allowed)}"
+        named = ", ".join(f"{key!r}{did_you_mean(key, allowed)}" for key in unknown)
+        return f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {named}; allowed: {', '.join(allowed)}"
     if kind == "enum":
-        return f"{where}: {value!r} is not allowed; allowed: {', '.join(map(repr, expected))}"
+        suggestion = did_you_mean(value, [choice for choice in expected if isinstance(choice, str)])
+        return f"{where}: {value!r} is not allowed{suggestion}; allowed: {', '.join(map(repr, expected))}"
     if kind == "type":
         wanted = " or ".join(_JSON_TYPES[name] for name in ([expected] if isinstance(expected, str) else expected))
         return f"{where}: must be {wanted}, got {value!r}"

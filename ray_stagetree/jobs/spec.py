@@ -17,12 +17,17 @@ from typing import Any
 import yaml
 from ray import tune
 
+from ray_stagetree._extras import MissingExtraError
 from ray_stagetree.jobs import schema
 from ray_stagetree.jobs.algorithms import build_policy, build_scheduler, build_searcher
 from ray_stagetree.jobs.domains import to_param_space
 from ray_stagetree.jobs.errors import SpecError, field_path
 from ray_stagetree.jobs.imports import load_object
-from ray_stagetree.runtime.driver.tuner import Tuner
+from ray_stagetree.runtime.driver.tuner import Tuner, writing_nothing
+
+#: Parts of a spec whose problems leave the Tuner's checks meaningful: a
+#: value that cannot be built stands in as None.
+_SOFT_FIELDS = (("param_space",), ("with_parameters",))
 
 #: Top-level keys passed to the Tuner as keyword arguments of the same name,
 #: only when the spec has them.
@@ -57,22 +62,53 @@ class JobSpec:
         self.data = data
         self.base_dir = os.path.abspath(base_dir)
         self.source = source
-        problems = schema.problems(data)
-        if problems:
+        # Every problem in one go: the shape first, then what needs Tune and imports to
+        # judge in every part whose shape is right, then the Tuner's own checks.
+        shape = schema.located_problems(data)
+        problems = [message for _, message in shape]
+        if not isinstance(data, dict):
             raise SpecError(problems, source)
-        self.param_space, problems = to_param_space(data.get("param_space", {}))
-        self.function = self._load("trainable", data["trainable"], problems)
+        self._broken = [path for path, _ in shape]
+        self.param_space, found = to_param_space(data.get("param_space", {}) if self._intact("param_space") else {})
+        problems += found
         self._parameters = {
             key: self._load(("with_parameters", key, "call"), value["call"], problems)
-            for key, value in data.get("with_parameters", {}).items()
+            for key, value in self._section("with_parameters").items()
             if isinstance(value, dict) and "call" in value
         }
+        # What the Tuner's checks read: a problem here would only repeat itself as theirs.
+        settled = len(problems)
+        self.function = self._load("trainable", data["trainable"], problems) if self._intact("trainable") else None
         self.tune_config = self._tune_config(problems)
         self.run_config = self._run_config(problems)
         self.stagetree = self._stagetree(problems)
+        unsettled = len(problems) > settled or any(path[:1] not in _SOFT_FIELDS for path in self._broken)
+        if not unsettled:
+            try:
+                self.dry_tuner()  # the Tuner's own checks (horizon, metric and scheduler, checkpoint config, ...)
+            except SpecError as error:
+                problems += error.problems
         if problems:
             raise SpecError(problems, source)
-        self.dry_tuner()  # the Tuner's own checks (horizon, metric and scheduler, checkpoint config, ...)
+
+    def _intact(self, *path: Any) -> bool:
+        """Whether the value at ``path`` is in the spec with a shape the schema accepts."""
+        value = self.data
+        for key in path:
+            if not isinstance(value, dict) or key not in value:
+                return False
+            value = value[key]
+        return not any(broken[: len(path)] == path for broken in self._broken)
+
+    def _section(self, name: str) -> dict[str, Any]:
+        """The keys of the spec's section ``name`` that the schema accepts."""
+        section = self.data.get(name)
+        if not isinstance(section, dict):
+            return {}
+        known = schema.SCHEMA["properties"][name].get("properties")
+        return {
+            key: value for key, value in section.items() if (known is None or key in known) and self._intact(name, key)
+        }
 
     @classmethod
     def from_file(cls, path: str) -> JobSpec:
@@ -100,18 +136,28 @@ class JobSpec:
         """The `Tuner` the spec describes; ``storage_path`` and ``name``
         override ``run_config``'s. Objects named by ``with_parameters: {call:
         ...}`` are built here, so Ray must be running (as for ``tune.with_parameters``)."""
+        return self._tuner(self.trainable(), self._overridden(storage_path, name))
+
+    def _overridden(self, storage_path: str | None, name: str | None) -> tune.RunConfig:
         run_config = copy.copy(self.run_config)
         if storage_path is not None:
             run_config.storage_path = checked_storage_path(storage_path, "--storage-path", self.source)
         if name is not None:
             run_config.name = name
-        return self._tuner(self.trainable(), run_config)
+        return run_config
 
-    def dry_tuner(self) -> Tuner:
+    def dry_tuner(self, run_config: tune.RunConfig | None = None) -> Tuner:
         """The spec's `Tuner` with the bare trainable: ``with_parameters`` objects
         are not built and Ray is not needed. For dry runs (which trials, what
-        horizon) and for checking the spec."""
-        return self._tuner(self._with_resources(self.function), self.run_config)
+        horizon) and for checking the spec: it writes nothing (a plan leaves no
+        experiment folder behind, and never touches one of the same name)."""
+        with writing_nothing():
+            return self._tuner(self._with_resources(self.function), run_config or self.run_config)
+
+    def experiment_path(self, storage_path: str | None = None, name: str | None = None) -> str:
+        """The experiment folder `tuner` with these overrides runs in, known
+        before the Tuner is built (which writes there) and without Ray."""
+        return self.dry_tuner(self._overridden(storage_path, name))._experiment_path()
 
     def _tuner(self, trainable: Any, run_config: tune.RunConfig) -> Tuner:
         keywords = {key: self.data[key] for key in TUNER_KEYWORDS if key in self.data}
@@ -124,7 +170,7 @@ class JobSpec:
                 **self.stagetree,
                 **keywords,
             )
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, MissingExtraError) as error:  # MissingExtraError: monitor without its extra
             raise SpecError([str(error)], self.source) from None
 
     def trainable(self) -> Any:
@@ -153,7 +199,7 @@ class JobSpec:
             return None
 
     def _tune_config(self, problems: list[str]) -> tune.TuneConfig:
-        section = dict(self.data.get("tune_config", {}))
+        section = self._section("tune_config")
         for key, build in (("scheduler", build_scheduler), ("search_alg", build_searcher)):
             if key in section:
                 section[key], found = build(section[key], self.base_dir, ("tune_config", key))
@@ -163,7 +209,7 @@ class JobSpec:
     def _stagetree(self, problems: list[str]) -> dict[str, Any]:
         """The Tuner's own keyword arguments; the execution policy as a
         name, or as the instance its entry describes."""
-        section = dict(self.data.get("stagetree", {}))
+        section = self._section("stagetree")
         if "execution_policy" in section:
             path = ("stagetree", "execution_policy")
             section["execution_policy"], found = build_policy(section["execution_policy"], self.base_dir, path)
@@ -171,7 +217,7 @@ class JobSpec:
         return section
 
     def _run_config(self, problems: list[str]) -> tune.RunConfig:
-        section = dict(self.data.get("run_config", {}))
+        section = self._section("run_config")
         if "storage_path" in section:
             try:
                 given = section["storage_path"]

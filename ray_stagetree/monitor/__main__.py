@@ -6,13 +6,17 @@ subcommand) offer the same options."""
 from __future__ import annotations
 
 import argparse
+import sys
 
+from ray_stagetree._extras import MONITOR_MODULES, MissingExtraError, require_all
 from ray_stagetree.monitor.options import add_arguments
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """Serve until Ctrl-C; a bad argument, a missing directory or a port in
-    use is reported as ``parser``'s usage error."""
+    use is reported as ``parser``'s usage error. A missing library raises
+    MissingExtraError naming the extra, before anything imports it."""
+    require_all(MONITOR_MODULES, parser.prog, "monitor")
     from ray_stagetree.monitor.server import serve
 
     try:
@@ -27,7 +31,10 @@ def main(argv: list[str] | None = None) -> None:
         description="Serve a live web page of a ray_stagetree study: trials, learning curves, stage tree, workers.",
     )
     add_arguments(parser)
-    run(parser.parse_args(argv), parser)
+    try:
+        run(parser.parse_args(argv), parser)
+    except MissingExtraError as error:
+        sys.exit(f"{parser.prog}: error: {error}")
 
 
 if __name__ == "__main__":

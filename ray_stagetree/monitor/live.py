@@ -8,7 +8,7 @@ import errno
 from collections.abc import Iterator
 from typing import Any
 
-from ray_stagetree._extras import require
+from ray_stagetree._extras import MONITOR_MODULES, require_all
 
 #: Seconds the page waits for the controller's view before showing the directory's.
 VIEW_TIMEOUT_S = 10.0
@@ -23,8 +23,7 @@ def live_monitor(
     monitor is an optional extra (``pip install ray_stagetree[monitor]``)."""
     import ray
 
-    require("flask", "Tuner(monitor=True)", "monitor")
-    require("matplotlib", "Tuner(monitor=True)", "monitor")
+    require_all(MONITOR_MODULES, "Tuner(monitor=True)", "monitor")
     from ray_stagetree.monitor.options import DEFAULT_PORT
     from ray_stagetree.monitor.server import serve
 

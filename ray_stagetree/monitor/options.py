@@ -16,5 +16,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)"
     )
-    parser.add_argument("--metric", default=None, help="metric to rank trials by (default: the first reported)")
-    parser.add_argument("--mode", choices=("min", "max"), default="min", help="whether lower or higher is better")
+    parser.add_argument(
+        "--metric", default=None, help="metric to rank trials by (default: the study's, else the first reported)"
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("min", "max"),
+        default=None,
+        help="whether lower or higher is better (default: the study's, else min)",
+    )

@@ -14,7 +14,8 @@ from ray_stagetree.monitor.options import DEFAULT_PORT
 from ray_stagetree.monitor.view import ExperimentReader
 from ray_stagetree.validation import Int, Options, check
 
-#: The monitor's port unless told otherwise (Ray's dashboard has 8265).
+#: How trials rank when neither the caller nor the study names a mode.
+DEFAULT_MODE = "min"
 
 
 class _QuietRequestHandler(WSGIRequestHandler):
@@ -66,7 +67,7 @@ def serve(
     port: int = DEFAULT_PORT,
     *,
     metric: str | None = None,
-    mode: str = "min",
+    mode: str | None = None,
     storage_filesystem: Any = None,
     block: bool = True,
     live_view: Callable[[], dict[str, Any] | None] | None = None,
@@ -91,7 +92,8 @@ def serve(
         picks a free port (see the returned server's ``url``).
     metric, mode:
         The metric the table ranks and the curves show ("min" or "max");
-        by default the first metric the trials report, minimised.
+        by default the study's own (``TuneConfig``'s, stored beside its
+        trials), else the first metric the trials report, minimised.
     storage_filesystem:
         The filesystem ``path`` is in, as in ``RunConfig``.
     block:
@@ -109,8 +111,10 @@ def serve(
     check("port", port, Int(low=0, high=65535), meaning=" (0: any free port)")
     if metric is not None and (not isinstance(metric, str) or not metric):
         raise ValueError(f"metric must be a reported metric's name or None, got {metric!r}")
-    check("mode", mode, Options(("min", "max")))
+    check("mode", mode, Options(("min", "max")), None, meaning=" (None: the study's own)")
     reader = ExperimentReader(path, storage_filesystem)
+    stored_metric, stored_mode = reader.stored_metric_and_mode()
+    metric, mode = metric or stored_metric, mode or stored_mode or DEFAULT_MODE
     server = MonitorServer(create_app(reader, metric, mode, live_view), host, port, quiet=not block)
     if not block:
         return server.start()

@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 from ray.tune.result import AUTO_RESULT_KEYS, EXPR_ERROR_FILE, EXPR_PARAM_FILE, EXPR_RESULT_FILE
 
 import ray_stagetree.planning.lifecycle as lifecycle
+from ray_stagetree.execution.study_file import stored_metric_and_mode
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.filesystems import arrow_filesystem, resolve
 from ray_stagetree.planning.plan import SearchPlan
@@ -58,12 +59,16 @@ class ExperimentReader:
             raise ValueError(f"path must be a study's experiment directory (a path or a URI), got {path!r}")
         self.path = path.rstrip("/")
         self._storage_filesystem = storage_filesystem
-        filesystem, self.root = resolve(self.path, storage_filesystem)
-        self.filesystem = arrow_filesystem(filesystem)
+        self._fsspec, self.root = resolve(self.path, storage_filesystem)
+        self.filesystem = arrow_filesystem(self._fsspec)
         info = self.filesystem.get_file_info(self.root)
         if info.type != pafs.FileType.Directory:
             raise FileNotFoundError(f"path {path!r} is not a directory: give a study's experiment directory")
         self._logs: dict[str, _TrialLog] = {}
+
+    def stored_metric_and_mode(self) -> tuple[str | None, str | None]:
+        """The metric and mode the study was started with (None where it had none)."""
+        return stored_metric_and_mode(self._fsspec, self.root)
 
     def trials(self) -> list[dict[str, Any]]:
         """Each trial folder's ``name``, ``config``, ``rows`` (numeric metrics by
@@ -148,7 +153,9 @@ def default_metric(trials: list[dict[str, Any]]) -> str | None:
 
 
 def trial_table(trials: list[dict[str, Any]], metric: str | None, mode: str, live: dict[str, str]) -> list[dict]:
-    """One row per trial: status, flattened config, iterations, latest and best ``metric``."""
+    """One row per trial: status, flattened config, iterations, latest
+    ``metric`` (what ranks the trial, as Tune's ``get_best_result`` ranks by
+    default: scope "last") and ``best``, its best at any iteration."""
     pick = max if mode == "max" else min
     table = []
     for trial in trials:
@@ -203,12 +210,14 @@ def _sequence_text(spec: dict[str, Any]) -> str:
 
 
 def best_trials(trials: list[dict[str, Any]], metric: str | None, mode: str, count: int) -> list[dict[str, Any]]:
-    """The ``count`` trials with the best value of ``metric`` so far."""
+    """The ``count`` best trials by their latest ``metric``: the trials
+    ``ResultGrid.get_best_result`` and ``stagetree status`` rank first
+    (Tune's scope "last"), not those that peaked once."""
     scored = []
     for trial in trials:
         values = [row[metric] for row in trial["rows"] if metric in row]
         if values:
-            scored.append((max(values) if mode == "max" else min(values), trial))
+            scored.append((values[-1], trial))
     scored.sort(key=lambda item: item[0], reverse=mode == "max")
     return [trial for _, trial in scored[:count]]
 

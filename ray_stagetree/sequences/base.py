@@ -33,6 +33,7 @@ from ray_stagetree.sequences._params import (
     _to_python,
     _type_name,
 )
+from ray_stagetree.validation import did_you_mean
 
 FAMILIES: dict[str, type[Sequence]] = {}
 """Family name -> class, filled as the families are defined."""
@@ -506,18 +507,18 @@ def from_json(data: dict[str, Any] | str) -> Sequence:
     family = data["family"]
     if not isinstance(family, str) or family not in FAMILIES:
         known = ", ".join(sorted(FAMILIES))
-        raise ValueError(f"from_json: unknown family {family!r}; known families: {known}")
+        raise ValueError(f"unknown family {family!r}{did_you_mean(family, FAMILIES)}; known families: {known}")
     cls = FAMILIES[family]
     params = {key: value for key, value in data.items() if key != "family"}
     allowed = ", ".join(cls._param_names)
     extra = sorted(set(params) - set(cls._param_names), key=str)
     if extra:
-        unknown = ", ".join(map(str, extra))
-        raise ValueError(f"from_json: {family} has no parameter(s) {unknown}; it takes {allowed}")
+        unknown = ", ".join(f"{name!r}{did_you_mean(name, cls._param_names)}" for name in extra)
+        raise ValueError(f"{family} has no parameter {unknown}; it takes {allowed}")
     missing = [name for name in cls._param_names if name not in params and name not in cls._defaults]
     if missing:
         absent = ", ".join(missing)
-        raise ValueError(f"from_json: {family} is missing parameter(s) {absent}; it takes {allowed}")
+        raise ValueError(f"{family} is missing parameter(s) {absent}; it takes {allowed}")
     return cls(**params)
 
 

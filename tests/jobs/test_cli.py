@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -213,7 +214,7 @@ def test_run_inspect_and_restore_a_study(ray_session, tmp_path, capsys):
     # Inspection reads files only: run in this process, as the run's subprocess left them.
     assert main(["status", str(path)]) == 0
     status = capsys.readouterr().out
-    assert "ended" in status and "1 ERROR, 1 TERMINATED" in status and "best (min loss):" in status
+    assert "ended" in status and "1 ERROR, 1 TERMINATED" in status and "best (min loss, last result):" in status
     assert main(["show", str(path), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert sorted(trial["status"] for trial in shown["trials"]) == ["ERROR", "TERMINATED"]
@@ -231,6 +232,22 @@ def test_run_inspect_and_restore_a_study(ray_session, tmp_path, capsys):
     assert all(trial["iterations"] == 3 for trial in shown["trials"])
     assert main(["plan", str(spec), "--cost-from", str(path)]) == 0
     assert f"seconds per iteration fitted to {path}" in capsys.readouterr().out
+
+    # The same spec again: refused (before Ray), then --resume continues the ended study (nothing left to
+    # train) and --overwrite starts it over; neither mixes two runs' trials.
+    assert main(["run", str(spec), "--storage-path", str(storage), "--address", address]) == 2
+    assert "already holds an experiment of this name" in capsys.readouterr().err
+    resumed = stagetree("run", spec, "--storage-path", storage, "--address", address, "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"stagetree: continuing {path}" in resumed.stdout and "2 trials: 2 finished, 0 errors" in resumed.stdout
+    again = stagetree("run", spec, "--storage-path", storage, "--address", address, "--overwrite")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"deleted the earlier experiment in {path} (--overwrite)" in again.stdout
+    assert "2 trials: 2 finished, 0 errors" in again.stdout  # the marker is there: no trial dies this time
+    assert (
+        "best (min loss, last result):" in again.stdout
+        and "  config: die_once_at=2, lr=Exponential(init=0." in again.stdout
+    )
 
 
 def test_restore_uses_only_a_job_file_this_experiment_sealed(tmp_path, monkeypatch):
@@ -262,3 +279,166 @@ def test_restore_uses_only_a_job_file_this_experiment_sealed(tmp_path, monkeypat
 
     monkeypatch.setenv("RAY_STAGETREE_TRUST_STORAGE", "1")
     assert _saved_job(str(study)).base_dir == "/somewhere/else", "a trusted folder's file is used as it is"
+
+
+# -- a second run, the summary, status without a path, restore hints, extras (issue 33) ---------
+
+
+TINY_SPEC = {
+    "trainable": "trainables_for_tests:noisy_descent",
+    "param_space": {"lr": {"grid_search": [0.1, 0.2]}},
+    "tune_config": {"metric": "loss", "mode": "min"},
+    "run_config": {"name": "tiny", "stop": {"training_iteration": 3}, "verbose": 0},
+}
+
+
+def fake_study(folder, trials, finished=True, metric="loss", mode="min"):
+    """An experiment folder as a study leaves it, without running one: the
+    Tuner's files and one trial folder per ``trials`` entry (its losses)."""
+    folder.mkdir(parents=True)
+    (folder / "stagetree_tuner.pkl").write_bytes(b"settings")
+    (folder / "stagetree_study.json").write_text(json.dumps({"metric": metric, "mode": mode}))
+    for name, losses in trials.items():
+        (folder / name).mkdir()
+        (folder / name / "params.json").write_text(json.dumps({"lr": 0.1}))
+        rows = [
+            {"training_iteration": i + 1, metric: loss, "trial_id": name, "done": finished and i + 1 == len(losses)}
+            for i, loss in enumerate(losses)
+        ]
+        (folder / name / "result.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return folder
+
+
+def test_a_second_run_refuses_the_first_ones_folder_and_offers_resume_and_overwrite(tmp_path, capsys):
+    """Never a silent merge into an experiment of the same name (its trials
+    would count with the new ones); refused before Ray starts."""
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(TINY_SPEC))
+    storage = tmp_path / "results"
+    fake_study(storage / "tiny", {"t0": [1.0, 0.5]})
+    before = sorted(path.name for path in (storage / "tiny").iterdir())
+    result = stagetree("run", spec, "--storage-path", storage)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"{storage / 'tiny'} already holds an experiment of this name" in result.stderr
+    assert f"--resume to continue it (as `stagetree restore {storage / 'tiny'}` does)" in result.stderr
+    assert "--overwrite to delete it and start again, or --name with another folder name" in result.stderr
+    assert sorted(path.name for path in (storage / "tiny").iterdir()) == before
+
+    # Files that are not an experiment are neither merged into nor deleted.
+    other = tmp_path / "other"
+    (other / "tiny").mkdir(parents=True)
+    (other / "tiny" / "notes.txt").write_text("mine")
+    for flags in ([], ["--overwrite"]):
+        assert main(["run", str(spec), "--storage-path", str(other), *flags]) == 2
+        assert "holds files that are not a ray_stagetree experiment" in capsys.readouterr().err
+    assert (other / "tiny" / "notes.txt").read_text() == "mine"
+    with pytest.raises(SystemExit) as raised:
+        main(["run", str(spec), "--resume", "--overwrite"])
+    assert raised.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+class FakeResults(list):
+    """What `_finish` reads of a ResultGrid."""
+
+    def __init__(self, count, path, best):
+        super().__init__(range(count))
+        self.experiment_path, self._best = str(path), best
+        self.iterations_executed, self.trial_by_trial_iterations = 30, 60
+
+    def get_best_result(self):
+        return self._best
+
+
+def test_the_run_summary_counts_no_negative_trials_and_names_the_best_config(tmp_path, capsys):
+    from ray_stagetree import Exponential
+    from ray_stagetree.cli import _finish
+
+    study = fake_study(tmp_path / "study", {f"t{i}": [1.0, 0.5 - i / 100] for i in range(20)})
+    best = SimpleNamespace(path=str(study / "t19"), metrics={"loss": 0.31}, config={"lr": Exponential(0.1, 0.9)})
+    assert _finish(FakeResults(14, study, best), SimpleNamespace(metric="loss", mode="min")) == 0
+    out = capsys.readouterr().out
+    assert "20 trials: 20 finished, 0 errors\n" in out and "-" not in out.split("trials:")[1].split("\n")[0]
+    assert "best (min loss, last result): 0.31 in t19\n  config: lr=Exponential(init=0.1, gamma=0.9)" in out
+    assert "iterations executed: 30; trial by trial: 60" in out
+
+
+def test_an_interrupted_run_says_its_figures_are_partial(tmp_path, capsys):
+    from ray_stagetree.cli import INTERRUPTED, _finish
+
+    study = fake_study(tmp_path / "study", {"t0": [1.0, 0.5], "t1": [0.9]}, finished=False)
+    best = SimpleNamespace(path=str(study / "t1"), metrics={"loss": 0.9}, config={"lr": 0.1})
+    assert _finish(FakeResults(2, study, best), SimpleNamespace(metric="loss", mode="min")) == INTERRUPTED
+    out = capsys.readouterr().out
+    assert "2 trials: 0 finished, 0 errors, 2 unfinished" in out
+    assert "iterations executed so far: 30 (partial: the study stopped before its end)" in out
+    assert "trial by trial" not in out and "fewer" not in out
+    assert f"stopped early: stagetree restore {study} continues it" in out
+
+
+def test_status_without_a_path_shows_the_latest_study(tmp_path, capsys, monkeypatch):
+    import ray.train.constants
+
+    older = fake_study(tmp_path / "older", {"t0": [1.0]})
+    newer = fake_study(tmp_path / "newer", {"t0": [2.0, 0.2]})
+    os.utime(older / "t0" / "result.json", (time.time() + 60, time.time() + 60))  # updated last
+    assert main(["status", "--storage-path", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{older}: ") and "best (min loss, last result): 1" in out
+    os.utime(newer / "t0" / "result.json", (time.time() + 120, time.time() + 120))
+    monkeypatch.setattr(ray.train.constants, "DEFAULT_STORAGE_PATH", str(tmp_path))  # where `run` puts studies
+    assert main(["status"]) == 0 and capsys.readouterr().out.startswith(f"{newer}: ")
+    assert main(["show"]) == 0 and f"{newer}: " in capsys.readouterr().out
+    assert main(["status", "--storage-path", str(tmp_path / "empty")]) == 2
+    assert "pass an experiment folder, or --storage-path" in capsys.readouterr().err
+
+
+def test_a_cli_study_says_stagetree_restore_and_a_script_tuner_restore():
+    from ray_stagetree.cli import _fit
+    from ray_stagetree.runtime.driver.tuner import how_to_continue
+
+    tuner = SimpleNamespace(fit=lambda: how_to_continue("/studies/my study"))
+    assert _fit(tuner) == "stagetree restore '/studies/my study'"
+    assert tuner.fit() == "Tuner.restore('/studies/my study', trainable)"
+
+
+def without_module(tmp_path, name):
+    """A PYTHONPATH entry on which ``import name`` fails, as where it is not installed."""
+    folder = tmp_path / f"without_{name}"
+    (folder / name).mkdir(parents=True)
+    message = f"No module named {name!r}"
+    (folder / name / "__init__.py").write_text(f"raise ModuleNotFoundError({message!r}, name={name!r})\n")
+    return str(folder)
+
+
+def test_features_without_their_extra_name_it(tmp_path, capsys, monkeypatch):
+    study = fake_study(tmp_path / "study", {"t0": [1.0]})
+    env = environment()
+    env["PYTHONPATH"] = os.pathsep.join([without_module(tmp_path, "werkzeug"), env["PYTHONPATH"]])
+    result = subprocess.run(
+        [STAGETREE, "monitor", str(study), "--port", "0"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    expected = 'stagetree monitor needs werkzeug, which is not installed: pip install "ray_stagetree[monitor]"'
+    assert expected in result.stderr
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
+    spec = os.path.join(EXAMPLES, "mnist1d_study.yaml")
+    assert main(["plan", spec, "--draw", str(tmp_path / "tree.svg")]) == 1
+    assert 'stagetree plan --draw needs matplotlib, which is not installed: pip install "ray_stagetree[monitor]"' in (
+        capsys.readouterr().err
+    )
+
+
+def test_submit_to_a_cluster_that_wants_a_token_says_how_to_give_it(monkeypatch, capsys):
+    import ray.job_submission
+    from ray.exceptions import AuthenticationError
+
+    def refused(address):
+        raise AuthenticationError("Authentication required: Unauthorized: Missing authentication token")
+
+    monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", refused)
+    spec = os.path.join(EXAMPLES, "mnist1d_study.yaml")
+    assert main(["submit", spec, "--address", "http://127.0.0.1:9", "--working-dir", EXAMPLES]) == 1
+    err = capsys.readouterr().err
+    assert "the cluster asks for its token. Set RAY_AUTH_MODE=token here" in err
+    assert "RAY_AUTH_TOKEN" in err and "ray get-auth-token" in err

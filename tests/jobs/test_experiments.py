@@ -1,5 +1,7 @@
 """How `stagetree status` reads a trial's state from its folder and the saved plan (no Ray)."""
 
+import json
+
 import pytest
 
 from ray_stagetree.jobs.experiments import TrialRecord
@@ -19,3 +21,22 @@ from ray_stagetree.jobs.experiments import TrialRecord
 )
 def test_trial_status(last, error, requested, status):
     assert TrialRecord("t", {}, last, error, updated=0.0, requested=requested).status == status
+
+
+def test_a_tuner_stores_its_metric_and_mode_for_readers_that_never_unpickle(tmp_path):
+    """What `stagetree status` and the monitor rank by, for a study a Python script ran (no Ray needed)."""
+    from ray import tune
+    from trainables_for_tests import noisy_descent
+
+    from ray_stagetree import Tuner
+    from ray_stagetree.jobs.experiments import read_experiment
+
+    run_config = tune.RunConfig(name="scripted", storage_path=str(tmp_path), stop={"training_iteration": 2})
+    Tuner(noisy_descent, tune_config=tune.TuneConfig(metric="accuracy", mode="max"), run_config=run_config)
+    assert json.loads((tmp_path / "scripted" / "stagetree_study.json").read_text()) == {
+        "metric": "accuracy",
+        "mode": "max",
+    }
+    experiment = read_experiment(str(tmp_path / "scripted"))
+    assert experiment.metric_and_mode() == ("accuracy", "max")
+    assert experiment.metric_and_mode("loss", "min") == ("loss", "min")

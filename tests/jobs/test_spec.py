@@ -53,7 +53,7 @@ MALFORMED = [
     ({"trainable": "no_such_module_xyz:train"}, ["trainable:", "'no_such_module_xyz' cannot be imported"]),
     ({"trainable": "trainables_for_tests:no_such_function"}, ["trainable:", "has no attribute 'no_such_function'"]),
     ({"trainable": "missing_script.py:train"}, ["trainable:", "missing_script.py", "does not exist"]),
-    ({"tune_cfg": {}}, ["(top level): unknown key 'tune_cfg'; allowed:", "tune_config"]),
+    ({"tune_cfg": {}}, ["(top level): unknown key 'tune_cfg' (did you mean 'tune_config'?); allowed:", "tune_config"]),
     ({"tune_config.mode": "minimize"}, ["tune_config.mode: 'minimize' is not allowed; allowed: 'min', 'max'"]),
     ({"tune_config.num_samples": 0}, ["tune_config.num_samples: 0 is not allowed", "an int >= 1, or -1"]),
     ({"tune_config.num_samples": "ten"}, ["tune_config.num_samples: must be an int, got 'ten'"]),
@@ -64,12 +64,13 @@ MALFORMED = [
     ),
     (
         {"tune_config.scheduler": "ashaa"},
-        ["tune_config.scheduler.name: unknown scheduler 'ashaa'; allowed:", "asha", "pbt"],
+        ["tune_config.scheduler.name: unknown scheduler 'ashaa' (did you mean 'asha'?); allowed:", "asha", "pbt"],
     ),
     (
         {"tune_config.scheduler": {"name": "asha", "max_tt": 5}},
         [
-            "tune_config.scheduler.max_tt: AsyncHyperBandScheduler has no argument 'max_tt'; allowed:",
+            "tune_config.scheduler.max_tt: AsyncHyperBandScheduler has no argument 'max_tt' (did you mean 'max_t'?); "
+            "allowed:",
             "max_t",
             "grace_period",
         ],
@@ -81,7 +82,11 @@ MALFORMED = [
     ({"tune_config.scheduler": {"max_t": 5}}, ["tune_config.scheduler: {'max_t': 5} is not allowed", "{name: ..."]),
     (
         {"tune_config.search_alg": "nevergrad_es"},
-        ["tune_config.search_alg.name: unknown searcher 'nevergrad_es'; allowed:", "optuna", "module:Class"],
+        [
+            "tune_config.search_alg.name: unknown searcher 'nevergrad_es' (did you mean 'nevergrad'?); allowed:",
+            "optuna",
+            "module:Class",
+        ],
     ),
     (
         {"tune_config.search_alg": "trainables_for_tests:noisy_descent"},
@@ -114,7 +119,10 @@ MALFORMED = [
     ),
     (
         {"stagetree": {"execution_policy": {"name": "round_robin", "quantum": 3}}},
-        ["stagetree.execution_policy.quantum: RoundRobinPolicy has no argument 'quantum'; allowed:", "quantum_s"],
+        [
+            "stagetree.execution_policy.quantum: RoundRobinPolicy has no argument 'quantum' (did you mean 'quantum_s'?)",
+            "allowed:",
+        ],
     ),
     (
         {"stagetree": {"execution_policy": "ray_stagetree.planning.stage_tree:Stage"}},
@@ -139,7 +147,7 @@ MALFORMED = [
     ),
     (
         {"param_space.lr": {"uniform": {"low": 0, "high": 1}}},
-        ["param_space.lr.uniform: unknown argument(s) high, low; allowed: lower, upper"],
+        ["param_space.lr.uniform: unknown argument(s) 'high', 'low' (did you mean 'lower'?); allowed: lower, upper"],
     ),
     ({"param_space.lr": {"choice": []}}, ["param_space.lr.choice: must be a non-empty list of values, got []"]),
     ({"param_space.lr": {"randint": ["a", 3]}}, ["param_space.lr.randint.lower: must be a finite number, got 'a'"]),
@@ -325,3 +333,49 @@ def test_reproducible_and_repeats_reach_the_tuner_only_when_given(monkeypatch):
     JobSpec(spec_with(reproducible=True, seed=7, repeats=3, deterministic_algorithms=True), base_dir=EXAMPLES)
     assert seen["reproducible"] is True and seen["repeats"] == 3 and seen["seed"] == 7
     assert seen["deterministic_algorithms"] is True
+
+
+def test_a_spec_with_typos_is_answered_in_one_round_with_suggestions():
+    """The issue's file: misspelt keys, a misspelt family hiding nothing of
+    its own, a misspelt parameter; every problem at once, each with a "did you
+    mean", and no internal function's name."""
+    data = {
+        "trainable": "trainables_for_tests:noisy_descent",
+        "param_space": {
+            "lr": {"family": "Multistep", "init": 0.1, "milestones": [4], "gamma": {"uniform": [1, "x"]}},
+            "momentum": {"family": "Exponential", "init": 0.9, "gama": 0.99},
+        },
+        "tune_config": {"metric": "loss", "mode": "maxx", "scheduler": {"name": "ashaa"}},
+        "run_confg": {"stop": {"training_iteration": 4}},
+    }
+    problems = problems_of(data)
+    assert problems == [
+        "(top level): unknown key 'run_confg' (did you mean 'run_config'?); allowed: deterministic_algorithms, "
+        "monitor, param_space, repeats, reproducible, resources, run_config, seed, stagetree, trainable, "
+        "tune_config, with_parameters",
+        "tune_config.mode: 'maxx' is not allowed (did you mean 'max'?); allowed: 'min', 'max'",
+        "param_space.lr.gamma.uniform.upper: must be a finite number, got 'x'",
+        "param_space.lr.family: unknown sequence family 'Multistep' (did you mean 'MultiStep'?); allowed: Concat, "
+        "Constant, Cosine, CyclicLR, Exponential, InverseSqrt, Linear, MultiStep, OneCycle, Polynomial, Step, "
+        "Values, Warmup",
+        "param_space.momentum: Exponential has no parameter 'gama' (did you mean 'gamma'?); it takes init, gamma",
+        "tune_config.scheduler.name: unknown scheduler 'ashaa' (did you mean 'asha'?); allowed: asha, "
+        "async_hyperband, fifo, hb_bohb, hyperband, median_stopping, median_stopping_rule, pbt",
+    ]
+
+
+def test_the_tuners_own_checks_come_in_the_same_round_as_the_spaces():
+    momentum = {"family": "Exponential", "init": 0.9, "gama": 0.99}
+    problems = problems_of(spec_with(**{"param_space.momentum": momentum, "tune_config": {"scheduler": "asha"}}))
+    assert len(problems) == 2 and problems[0].startswith("param_space.momentum: Exponential has no parameter 'gama'")
+    assert "AsyncHyperBandScheduler needs a metric" in problems[1]
+
+
+def test_checking_or_planning_a_spec_writes_nothing(tmp_path):
+    """A spec's dry Tuner leaves no experiment folder behind, nor overwrites
+    the settings of an experiment that has the spec's name."""
+    storage = tmp_path / "results"
+    spec = JobSpec(spec_with(**{"run_config.name": "named", "run_config.storage_path": str(storage)}), EXAMPLES)
+    spec.dry_tuner()
+    assert spec.experiment_path() == f"{storage}/named"
+    assert not storage.exists()

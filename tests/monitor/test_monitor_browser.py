@@ -97,23 +97,25 @@ def test_page_shows_the_trials_curves_and_stage_tree_of_a_finished_study(study, 
     from selenium.webdriver.support.ui import WebDriverWait
 
     finished_study = study[0]
-    with serve(finished_study.experiment_path, port=0, metric="loss", mode="min", block=False) as server:
+    # No metric or mode given: the study's own (TuneConfig's), as `stagetree monitor PATH` serves it.
+    with serve(finished_study.experiment_path, port=0, block=False) as server:
         browser.get(server.url)
         WebDriverWait(browser, 30).until(lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"))
+        assert "loss min" in browser.find_element(By.ID, "trial-count").text
 
         rows = browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr.trial")
         names = sorted(row.get_attribute("data-name") for row in rows)
         assert names == sorted(os.path.basename(result.path) for result in finished_study)
         assert {row.find_elements(By.TAG_NAME, "td")[1].text for row in rows} == {"TERMINATED"}
-        # Best first (mode "min"), and the figures are the results' own.
-        best = [float(row.find_elements(By.TAG_NAME, "td")[4].text) for row in rows]
-        assert best == sorted(best)
-        losses = {os.path.basename(r.path): r.metrics_dataframe["loss"].min() for r in finished_study}
-        assert rows[0].get_attribute("data-name") == min(losses, key=losses.get)
+        # Best first (mode "min") by each trial's last result, as get_best_result ranks; the figures are the
+        # results' own.
+        last = [float(row.find_elements(By.TAG_NAME, "td")[3].text) for row in rows]
+        assert last == sorted(last)
+        assert rows[0].get_attribute("data-name") == os.path.basename(finished_study.get_best_result().path)
         # Clicking the column's header sorts the other way.
-        browser.find_element(By.CSS_SELECTOR, "#trials th[data-key='best']").click()
+        browser.find_element(By.CSS_SELECTOR, "#trials th[data-key='latest']").click()
         rows = browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr.trial")
-        assert [float(row.find_elements(By.TAG_NAME, "td")[4].text) for row in rows] == sorted(best, reverse=True)
+        assert [float(row.find_elements(By.TAG_NAME, "td")[3].text) for row in rows] == sorted(last, reverse=True)
 
         stages = browser.find_elements(By.CSS_SELECTOR, "#tree .stage")
         assert len(stages) == STAGES

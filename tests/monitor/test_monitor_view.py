@@ -3,6 +3,7 @@ the trials read from an experiment directory, the app's routes and the
 checks on serve()'s arguments."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -118,7 +119,7 @@ def test_app_serves_state_page_and_curves(experiment):
     [
         ({"port": -1}, "port must be an int >= 0 and <= 65535 (0: any free port), got -1"),
         ({"port": "80"}, "port must be an int >= 0 and <= 65535"),
-        ({"mode": "median"}, "mode must be 'min' or 'max', got 'median'"),
+        ({"mode": "median"}, "mode must be 'min', 'max' or None (None: the study's own), got 'median'"),
         ({"host": ""}, "host must be a host name or address"),
         ({"metric": ""}, "metric must be a reported metric's name or None, got ''"),
     ],
@@ -188,3 +189,71 @@ def test_reader_reads_a_study_on_an_fsspec_url():
         assert [(t["name"], t["status"], t["best"]) for t in state["trials"]] == [("t0", "TERMINATED", 2.0)]
     finally:
         filesystem.rm("/monitor_study", recursive=True)
+
+
+def accuracy_study(root, stored):
+    """Two trials of a `mode: max` study: a peaked at 0.94 and ended at 0.90,
+    b ended at 0.92 (the best by its last result, as Tune ranks by default);
+    ``stored`` names the file that says so: the Tuner's study file, or (in a
+    folder from before it) the job spec `stagetree run` saved."""
+    write_trial(root, "a", {"lr": 0.1}, [{"accuracy": 0.5}, {"accuracy": 0.94}, {"accuracy": 0.90}])
+    write_trial(root, "b", {"lr": 0.2}, [{"loss": 1.0, "accuracy": 0.6}, {"loss": 0.5, "accuracy": 0.92}])
+    if stored == "study":
+        (root / "stagetree_study.json").write_text(json.dumps({"metric": "accuracy", "mode": "max"}))
+    else:
+        spec = {"trainable": "m:f", "tune_config": {"metric": "accuracy", "mode": "max"}}
+        (root / "stagetree_job.json").write_text(json.dumps({"spec": spec, "base_dir": "/", "source": "s.yaml"}))
+    return root
+
+
+def state_of(server):
+    """The state a served monitor's page polls."""
+    import urllib.request
+
+    with urllib.request.urlopen(server.url + "api/state", timeout=10) as response:
+        return json.load(response)
+
+
+def test_stagetree_monitor_ranks_by_the_studys_metric_and_mode(tmp_path):
+    """`stagetree monitor PATH`, as the README writes it, on a `mode: max` study:
+    the study's metric and mode, not the first metric minimised."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    study = accuracy_study(tmp_path, "study")
+    process = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "stagetree"), "monitor", str(study), "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        url = re.search(r"at (http://\S+) ", process.stdout.readline()).group(1)
+        state = state_of(SimpleNamespace(url=url))
+        assert (state["metric"], state["mode"]) == ("accuracy", "max")
+        assert {trial["name"]: trial["best"] for trial in state["trials"]} == {"a": 0.94, "b": 0.92}
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        process.stdout.close()
+
+
+def test_the_monitor_reads_an_older_studys_job_spec_and_the_callers_choice_wins(tmp_path):
+    study = str(accuracy_study(tmp_path, "job"))
+    with serve(study, port=0, block=False) as server:
+        assert (state_of(server)["metric"], state_of(server)["mode"]) == ("accuracy", "max")
+    with serve(study, port=0, block=False, metric="loss", mode="min") as server:
+        assert (state_of(server)["metric"], state_of(server)["mode"]) == ("loss", "min")
+
+
+def test_the_best_trials_are_those_with_the_best_last_result(tmp_path):
+    """One "best" everywhere: Tune's get_best_result (scope "last"), as the
+    CLI's summary and `stagetree status`; a trial that peaked once is not it."""
+    from ray_stagetree.monitor.view import best_trials
+
+    trials = ExperimentReader(str(accuracy_study(tmp_path, "study"))).trials()
+    assert [trial["name"] for trial in best_trials(trials, "accuracy", "max", 2)] == ["b", "a"]

@@ -149,3 +149,9 @@ def test_verbose_zero_prints_nothing(tmp_path, ray_session, capfd):
     fit(tmp_path, "quiet", verbose=0, progress_reporter=CLIReporter())
     captured = capfd.readouterr()
     assert "== Status ==" not in captured.out and "trial by trial" not in captured.err
+
+
+def test_an_interrupted_studys_final_line_claims_no_saving():
+    reporter = ProgressReporter(None, None, verbose=0)
+    line = reporter.line(progress(), final=True, partial=True)
+    assert "120 trial by trial (interrupted: figures of a partial study)" in line and "fewer" not in line

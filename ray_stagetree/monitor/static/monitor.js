@@ -2,7 +2,7 @@
 "use strict";
 
 const poll = Number(document.body.dataset.pollMs) || 2000;
-let sortKey = "best";
+let sortKey = "latest";  // a trial's last result ranks it, as Tune's get_best_result (scope "last")
 let sortAscending = true;
 let userSorted = false;  // until a header is clicked, the best trials come first
 let state = null;

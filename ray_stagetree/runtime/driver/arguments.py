@@ -18,6 +18,7 @@ from typing import Any
 from ray import tune
 from ray.tune.search import BasicVariantGenerator, Searcher
 
+from ray_stagetree._extras import MONITOR_MODULES, require_all
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.filesystems import is_filesystem
 from ray_stagetree.searchers import SequenceGridSearch
@@ -88,6 +89,8 @@ def check_stagetree_arguments(
     check("checkpoint_budget_bytes", checkpoint_budget_bytes, Int(low=0))
     check("parked_trainables_per_worker", parked_trainables_per_worker, Int(low=0), meaning=" (0 parks none)")
     check("monitor", monitor, BOOL)
+    if monitor:  # here, not once fit() has started Ray and the study
+        require_all(MONITOR_MODULES, "Tuner(monitor=True)", "monitor")
 
 
 def check_tune_config(config: Any) -> None:

@@ -80,7 +80,11 @@ class ProgressReporter:
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self._last[row.get("trial_id")] = float(value)
 
-    def line(self, progress: dict[str, Any], final: bool = False) -> str:
+    def line(self, progress: dict[str, Any], final: bool = False, partial: bool = False) -> str:
+        """The progress line; ``final`` compares what was executed with trial
+        by trial, unless the study is ``partial`` (interrupted: its trials'
+        remaining iterations are neither executed nor counted, so a ratio
+        would overstate the saving)."""
         status = progress["status"]
         trials = ", ".join(f"{count} {name.lower()}" for name, count in sorted(status.items()) if count)
         executed, unique, total = progress["iterations"], progress["unique_iterations"], progress["total_iterations"]
@@ -93,16 +97,18 @@ class ProgressReporter:
         )
         return (
             f"[{progress['elapsed']:.0f}s] trials: {trials} | iterations: {executed} executed, {unique} unique, "
-            f"{total} trial by trial{_saving(executed, total) if final else ''}{best}{stalled}"
+            f"{total} trial by trial{_ending(executed, total, final, partial)}{best}{stalled}"
         )
 
-    def update(self, progress: dict[str, Any], final: bool = False, trials: list[Any] | None = None) -> None:
+    def update(
+        self, progress: dict[str, Any], final: bool = False, trials: list[Any] | None = None, partial: bool = False
+    ) -> None:
         self.observe(progress["rows"], progress.get("events", ()))
         for warning in progress.get("warnings", ()):  # shown whatever the verbosity, once each
             logger.warning(warning)
         if not self.verbose:
             return
-        text = self.line(progress, final)
+        text = self.line(progress, final, partial)
         if self.table is not None:
             trials = list(trials or ())
             if self.table.should_report(trials, done=final):
@@ -120,6 +126,12 @@ class ProgressReporter:
         if final or now - self._last_print >= self.interval_seconds:
             self._last_print = now
             print(text, file=sys.stderr, flush=True)
+
+
+def _ending(executed: int, trial_by_trial: int, final: bool, partial: bool) -> str:
+    if not final:
+        return ""
+    return " (interrupted: figures of a partial study)" if partial else _saving(executed, trial_by_trial)
 
 
 def _saving(executed: int, trial_by_trial: int) -> str:

@@ -40,6 +40,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ray_stagetree.execution.parking import PARKED_PER_WORKER
 from ray_stagetree.execution.payload_auth import TRUST_ENV, experiment_key, key_dir, trust_storage
 from ray_stagetree.execution.storage import CheckpointStorage
+from ray_stagetree.execution.study_file import STUDY_FILE, study_record
 from ray_stagetree.monitor.live import live_monitor
 from ray_stagetree.planning.config import TrialConfig, tabular
 from ray_stagetree.planning.filesystems import arrow_filesystem
@@ -133,6 +134,39 @@ def in_existing_experiment() -> Iterator[None]:
         yield
     finally:
         _EXISTING.reset(token)
+
+
+@contextlib.contextmanager
+def writing_nothing() -> Iterator[None]:
+    """Tuners built inside write nothing before ``fit()``: a job spec's dry
+    Tuner (``stagetree plan``, the spec's checks) must leave no folder behind,
+    nor overwrite the settings of an experiment that has its name; and
+    ``stagetree run`` decides what to do with such an experiment first."""
+    with in_existing_experiment():
+        yield
+
+
+#: How the message of an interrupted study says to continue it, given its
+#: experiment directory: Tune's call for a Python script; the command line sets its own (`restore_hint`).
+_RESTORE_HINT: contextvars.ContextVar[Callable[[str], str]] = contextvars.ContextVar(
+    "stagetree_restore_hint", default=lambda path: f"Tuner.restore({path!r}, trainable)"
+)
+
+
+@contextlib.contextmanager
+def restore_hint(hint: Callable[[str], str]) -> Iterator[None]:
+    """Studies run inside say how to continue them with ``hint(path)``:
+    ``stagetree`` says ``stagetree restore PATH`` where a script says ``Tuner.restore``."""
+    token = _RESTORE_HINT.set(hint)
+    try:
+        yield
+    finally:
+        _RESTORE_HINT.reset(token)
+
+
+def how_to_continue(path: str) -> str:
+    """How the entry point running the study continues the one at ``path``."""
+    return _RESTORE_HINT.get()(path)
 
 
 #: Times a study whose controller's process died continues from its last
@@ -440,6 +474,8 @@ class Tuner:
             },
         }
         storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
+        # What the monitor and `stagetree status` rank trials by, readable without unpickling.
+        storage.write_text(STUDY_FILE, study_record(self.tune_config.metric, self.tune_config.mode))
         if not write_tuner_settings(storage, settings):
             logger.warning(
                 "the Tuner's param_space, TuneConfig or RunConfig cannot be pickled: the study runs, but "
@@ -735,7 +771,7 @@ class Tuner:
                 if restarts > CONTROLLER_RESTARTS or not has_state(storage):
                     raise RuntimeError(
                         f"the study's controller died ({type(error).__name__}) {restarts} times; continue the "
-                        f"study with Tuner.restore({experiment_path!r}, trainable)"
+                        f"study with {how_to_continue(experiment_path)}"
                     ) from error
                 logger.warning(
                     "the study's controller died (%s); continuing from its last snapshot (restart %d of %d)",
@@ -827,14 +863,14 @@ class Tuner:
                 else:
                     ray.get(controller.interrupt.remote())
                     logger.warning(
-                        "The study was interrupted; its state is saved. Continue it with Tuner.restore(%r, trainable)",
-                        experiment_path,
+                        "The study was interrupted; its state is saved. Continue it with %s",
+                        how_to_continue(experiment_path),
                     )
                 progress = ray.get(controller.progress.remote())
                 callbacks.update(progress)
                 if progress["study_error"] is not None:
                     raise RuntimeError(progress["study_error"])
-                reporter.update(progress, final=True, trials=callbacks.reported_trials())
+                reporter.update(progress, final=True, trials=callbacks.reported_trials(), partial=interrupted.is_set())
                 summaries = ray.get(controller.results.remote())
                 callbacks.end()
             except Exception as error:

@@ -155,7 +155,7 @@ def run_attached(
             time.sleep(poll_s)
         if progress["study_error"] is not None:
             raise RuntimeError(progress["study_error"])
-        reporter.update(progress, final=True, trials=list(callbacks.trials.values()))
+        reporter.update(progress, final=True, trials=list(callbacks.trials.values()), partial=interrupted.is_set())
         summaries = ray.get(service.results.remote(study_id))
         callbacks.end()
     finally:
