@@ -139,6 +139,23 @@ def test_tunes_experiment_analysis_reads_a_moved_experiment(errored, tmp_path):
     assert best.last_result["it"] == 2
 
 
+def test_tunes_own_resume_continues_a_moved_experiment(errored, tmp_path):
+    """``tune.run(..., resume="AUTO+ERRORED")`` on the folder (Tune's own
+    loop, no ray_stagetree in it) resumes the errored trials from their
+    latest checkpoints, adds no trial, and numbers checkpoints on."""
+    path = copy_of(errored, tmp_path, "resumed_by_tune")
+    analysis = tune.run(
+        fails_after_a_report, name="resumed_by_tune", storage_path=str(tmp_path), resume="AUTO+ERRORED", verbose=0
+    )
+    by_id = {trial.trial_id: trial for trial in analysis.trials}
+    assert sorted(by_id) == sorted(result.metrics["trial_id"] for result in errored)
+    assert all(trial.status == "TERMINATED" for trial in analysis.trials)
+    assert [by_id[result.metrics["trial_id"]].last_result["it"] for result in errored] == [2, 3, 2, 3]
+    resumed = by_id[errored[1].metrics["trial_id"]]
+    assert os.path.basename(resumed.checkpoint.path) == "checkpoint_000002"
+    assert resumed.checkpoint.path.startswith(path + "/")
+
+
 def test_a_moved_experiment_restores_by_a_uri(errored, tmp_path):
     """Another storage path: the folder named by a file:// URI."""
     path = copy_of(errored, tmp_path, "by_uri")

@@ -5,10 +5,11 @@ also after the folder was moved, as scripts written for Tune read results.
 
 It is written by the driver when ``fit()`` returns, from the results it
 returns: each trial as Tune's ``Trial`` (status, config, last result, kept
-checkpoints, error) serialised the way Tune serialises it. Only Tune's
-readers use it; `Tuner.restore` continues from the study's own snapshot.
-Tune's ``Tuner.restore`` (which needs Tune's ``tuner.pkl``) does not take
-the folder.
+checkpoints, error) serialised the way Tune serialises it, and the default
+searcher's state as finished, so that Tune's ``tune.run(..., resume=...)``
+continues those trials (from their latest checkpoints) and adds none.
+`Tuner.restore` continues from the study's own snapshot; Tune's
+``Tuner.restore`` (which needs Tune's ``tuner.pkl``) does not take the folder.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 import ray
+import ray.cloudpickle as cloudpickle
 from ray import tune
 
 from ray_stagetree.execution.storage import CheckpointStorage
@@ -30,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 #: Tune's ``TuneController.CKPT_FILE_TMPL``: ExperimentAnalysis reads the newest match.
 STATE_FILE_TEMPLATE = "experiment_state-{}.json"
+#: ``BasicVariantGenerator.CKPT_FILE_TMPL``: the default searcher's state.
+VARIANTS_FILE_TEMPLATE = "basic-variant-state-{}.json"
 PICKLED_ERROR_FILE = "error.pkl"  # Tune's names in a trial folder
 ERROR_FILE = "error.txt"
 
@@ -60,9 +64,12 @@ def write_tune_state(
             tune_trial(experiment, storage, trainable_name, checkpoint_config, summary, result).get_json_state()
             for summary, result in trials
         ]
-        state = {"trial_data": trial_data, "runner_data": {}, "stats": {"start_time": start_time}}
-        name = STATE_FILE_TEMPLATE.format(time.strftime("%Y-%m-%d_%H-%M-%S"))
-        storage.write_text(name, json.dumps(state, cls=TuneFunctionEncoder))
+        session = time.strftime("%Y-%m-%d_%H-%M-%S")
+        runner = {"_session_str": session, "_start_time": start_time}  # what Tune's controller restores of itself
+        state = {"trial_data": trial_data, "runner_data": runner, "stats": {"start_time": start_time}}
+        storage.write_text(STATE_FILE_TEMPLATE.format(session), json.dumps(state, cls=TuneFunctionEncoder))
+        # Tune's default searcher, done: tune.run(resume=...) continues these trials and adds none.
+        storage.write(VARIANTS_FILE_TEMPLATE.format(session), cloudpickle.dumps({"_finished": True}))
     except Exception as error:  # noqa: BLE001 - each fsspec backend raises its own errors; Tune's readers are extra
         logger.warning("Tune's experiment snapshot was not written (%s: %s)", type(error).__name__, error)
 
@@ -81,6 +88,10 @@ def tune_trial(
 
     trial_storage = copy.copy(experiment)
     trial_storage.trial_dir_name = summary["dirname"]
+    # Tune numbers the next checkpoint it writes after the latest one (a resumed trial's).
+    latest_folder = posixpath.basename(result.checkpoint.path) if result.checkpoint is not None else ""
+    index = latest_folder.removeprefix("checkpoint_")
+    trial_storage.current_checkpoint_index = int(index) if index.isdigit() else -1
     trial = Trial(
         trainable_name,
         config=summary["shown_config"],
@@ -101,5 +112,6 @@ def tune_trial(
         if summary.get("error_pickle") is not None:
             storage.write(f"{summary['dirname']}/{PICKLED_ERROR_FILE}", summary["error_pickle"])
             trial.run_metadata.pickled_error_filename = PICKLED_ERROR_FILE
+    trial.stub = False  # a stub to write (its trainable is not looked up here); Tune's tune.run(resume) runs it
     trial.invalidate_json_state()
     return trial
