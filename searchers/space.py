@@ -36,8 +36,8 @@ class LeafSpace:
     owner:
         Name used in error messages (the searcher's class).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray import tune
     >>> from ray_stagetree import MultiStep
     >>> space = LeafSpace({"lr": MultiStep(tune.loguniform(0.01, 1.0), [10], 0.1)})

@@ -83,8 +83,8 @@ class StructuredBO(Searcher):
     seed:
         Seeds candidates, Monte-Carlo draws and the GP's restarts.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray import tune
     >>> from ray_stagetree import MultiStep
     >>> searcher = StructuredBO(

@@ -60,8 +60,8 @@ class PrefixFeatures:
     horizon:
         Iterations of a full trial (``log k`` is scaled by ``log horizon``).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray_stagetree import MultiStep
     >>> a = TrialConfig.from_config({"lr": MultiStep(0.1, [2], 0.1)})
     >>> features = PrefixFeatures([a], horizon=4)
@@ -134,8 +134,8 @@ class LearningCurvePrior:
     Falls back to a constant (the mean) when there are too few distinct
     iterations, or the fit fails, to pin three parameters.
 
-    Example
-    -------
+    Examples
+    --------
     >>> iterations = np.arange(1, 31)
     >>> prior = LearningCurvePrior().fit(iterations, 0.9 - 0.5 * iterations ** -0.7)
     >>> round(float(prior(np.array([100]))[0]), 3)
@@ -192,8 +192,8 @@ class PrefixSurrogate:
     Values are signed so that larger is better (the searcher negates a
     metric it minimises).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray_stagetree import Constant
     >>> configs = [TrialConfig.from_config({"lr": Constant(lr)}) for lr in (0.01, 0.1, 1.0)]
     >>> points = [(c, k, -abs(np.log10(c.sequences[0].value(0)) + 1) - 1 / k) for c in configs for k in (1, 2, 5, 10)]

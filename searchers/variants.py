@@ -70,8 +70,8 @@ def generate_trials(
         Keep only configs for which ``filter(config)`` is true (the thesis'
         grid-search filter, e.g. to drop combinations that make no sense).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray import tune
     >>> from ray_stagetree import MultiStep
     >>> trials = generate_trials(

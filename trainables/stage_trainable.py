@@ -18,8 +18,8 @@ class StageTrainable(tune.Trainable):
     each iteration where some change. ``config`` holds the sequences
     themselves; read values from `update_hparams` (or `hparams`).
 
-    Example
-    -------
+    Examples
+    --------
     >>> class MyTrainable(StageTrainable):
     ...     def setup(self, config):
     ...         self.model = build(config)

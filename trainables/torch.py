@@ -120,8 +120,8 @@ def apply_hparams(optimizer: torch.optim.Optimizer, hparams: Mapping[str, Any]) 
     ``optimizer.state_dict()`` stores the param groups, so the applied values
     travel with the optimizer's checkpoint.
 
-    Example
-    -------
+    Examples
+    --------
     >>> model = torch.nn.Linear(2, 1)
     >>> opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     >>> sorted(apply_hparams(opt, {"optim/lr": 0.01, "beta1": 0.8, "batch_size": 64}))
@@ -250,8 +250,8 @@ class ResumableSampler(Sampler[int]):
     `position` runs ahead of the batches actually used; `ResumableLoader`
     does not have that problem.
 
-    Example
-    -------
+    Examples
+    --------
     >>> sampler = ResumableSampler(5, seed=0)
     >>> it = iter(sampler); first_two = [next(it), next(it)]
     >>> state = sampler.state_dict()
@@ -452,8 +452,8 @@ class ResumableLoader:
     With ``num_workers=0`` it uses the main process' generators, which
     `ray_stagetree.execution.rng.capture_rng_state` covers.
 
-    Example
-    -------
+    Examples
+    --------
     >>> data = torch.utils.data.TensorDataset(torch.arange(10.0))
     >>> loader = ResumableLoader(data, batch_size=4, seed=0, shuffle=False)
     >>> [b[0].tolist() for b in loader]                    # epoch 0

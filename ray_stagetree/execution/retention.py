@@ -21,8 +21,8 @@ def kept_checkpoints(
     ``Result.best_checkpoints``: worst first. A missing or NaN score ranks
     below every number; among equal scores the more recent ranks higher.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray import tune
     >>> config = tune.CheckpointConfig(num_to_keep=1, checkpoint_score_attribute="acc")
     >>> kept_checkpoints([1, 2, 3], lambda iteration: {"acc": [0.5, 0.9, 0.7][iteration - 1]}, config)

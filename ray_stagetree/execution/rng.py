@@ -15,8 +15,8 @@ so it can be pickled, stored with ``torch.save`` and loaded back with
 ``torch.load(..., weights_only=True)``; it holds no tensors and no device
 references.
 
-Example
--------
+Examples
+--------
 >>> import random
 >>> seed_everything(0)
 >>> state = capture_rng_state()
@@ -56,8 +56,8 @@ def capture_rng_state() -> dict[str, Any]:
         ``torch.cuda.get_rng_state_all()``) when CUDA is also available.
         Capturing the CUDA state initialises CUDA in this process.
 
-    Example
-    -------
+    Examples
+    --------
     >>> state = capture_rng_state()
     >>> {"version", "python", "numpy"} <= set(state)
     True
@@ -159,8 +159,8 @@ def seed_everything(seed: int) -> None:
         A non-negative int. NumPy's legacy generator takes 32 bits, so it is
         seeded with ``seed % 2**32``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> import random
     >>> seed_everything(7); a = random.random()
     >>> seed_everything(7); a == random.random()

@@ -102,8 +102,8 @@ class CheckpointStorage:
         ``pyarrow.fs.FileSystem`` (wrapped with fsspec's ``ArrowFSWrapper``)
         or an ``fsspec.AbstractFileSystem``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> storage = CheckpointStorage("memory://doc-example")
     >>> stored = storage.write("checkpoints/a.ckpt", b"state")
     >>> storage.read(stored)
@@ -320,8 +320,8 @@ class CheckpointCache:
         Bytes the resident entries may hold. ``0`` keeps nothing in memory
         beyond pinned entries.
 
-    Example
-    -------
+    Examples
+    --------
     >>> cache = CheckpointCache(budget_bytes=100)
     >>> cache.add("a", 60, recompute_seconds=10.0, expected_reuse=1)
     >>> cache.add("b", 60, recompute_seconds=50.0, expected_reuse=1)

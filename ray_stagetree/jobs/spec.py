@@ -52,8 +52,8 @@ class JobSpec:
     SpecError
         Listing every problem found, before anything runs.
 
-    Example
-    -------
+    Examples
+    --------
     >>> spec = JobSpec.from_file("examples/mnist1d_study.yaml")     # doctest: +SKIP
     >>> results = spec.tuner().fit()                                 # doctest: +SKIP
     """

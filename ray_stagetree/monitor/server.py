@@ -101,8 +101,8 @@ def serve(
     live_view:
         A running study's ``controller.monitor_view`` (``Tuner(monitor=True)`` passes it).
 
-    Example
-    -------
+    Examples
+    --------
     >>> server = serve(results.experiment_path, port=0, block=False)   # doctest: +SKIP
     >>> print(server.url); server.stop()                                # doctest: +SKIP
     """

@@ -50,8 +50,8 @@ class CostModel:
         L2 penalty keeping the fit stable when features are collinear or the
         observations are few.
 
-    Example
-    -------
+    Examples
+    --------
     >>> model = CostModel().fit(plan)          # doctest: +SKIP
     >>> model.stage_seconds(node, 0, 100)      # doctest: +SKIP
     """

@@ -36,8 +36,8 @@ def resolve(url: str, storage_filesystem: Any = None) -> tuple[fsspec.AbstractFi
     TypeError
         ``storage_filesystem`` is neither pyarrow's nor fsspec's.
 
-    Example
-    -------
+    Examples
+    --------
     >>> filesystem, path = resolve("memory://studies/a")
     >>> type(filesystem).__name__, path
     ('MemoryFileSystem', '/studies/a')

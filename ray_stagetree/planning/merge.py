@@ -49,8 +49,8 @@ def merge_rate(configs: Iterable[Mapping[str, Any]], horizon: int | SequenceType
     horizon:
         Iterations per trial: one int, or one per config.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray_stagetree import MultiStep, merge_rate
     >>> merge_rate([{"lr": MultiStep(0.1, [m], 0.1)} for m in (100, 150)], 200)
     1.3333333333333333

@@ -205,8 +205,8 @@ def _check_iteration(iteration: Any, name: str = "iteration") -> int:
 class SearchPlan:
     """Append-only tree of configurations with checkpoints, metrics and requests.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray_stagetree import MultiStep
     >>> from ray_stagetree.planning import SearchPlan
     >>> plan = SearchPlan()
@@ -746,8 +746,8 @@ class SearchPlan:
         would cost ``iteration`` minus this in unique iterations. Adds nothing to
         the plan.
 
-        Example
-        -------
+        Examples
+        --------
         >>> from ray_stagetree import MultiStep
         >>> from ray_stagetree.planning import SearchPlan
         >>> plan = SearchPlan()

@@ -45,7 +45,7 @@ written with :meth:`Sequence.to_spec`, resolved by Tune like any nested config,
 and rebuilt (and validated) with :func:`from_json`.  This package never imports
 Ray: domains are recognised by duck typing.
 
-Example:
+Examples:
     >>> lr = Warmup(0.0, 5, MultiStep(0.1, [100, 150], 0.1))
     >>> lr.value(5), lr.value(105)
     (0.1, 0.010000000000000002)

@@ -200,7 +200,7 @@ class Sequence(abc.ABC):
             stop: end of the range (exclusive).
             start: beginning of the range.
 
-        Example:
+        Examples:
             >>> Constant(0.1).first_difference(Exponential(0.1, 1.0), stop=50)
             >>> Step(1.0, 10, 0.5).first_difference(Exponential(1.0, 0.5), stop=50)
             1
@@ -225,7 +225,7 @@ class Sequence(abc.ABC):
         Chaining flattens: ``a.then(b, 10).then(c, 20)`` is
         ``Concat([a, b, c], [10, 20])``, not a nested Concat.
 
-        Example:
+        Examples:
             >>> s = Constant(0.1).then(0.01, at=100).then(0.001, at=150)
             >>> s.parts, s.milestones
             ((Constant(init=0.1), Constant(init=0.01), Constant(init=0.001)), (100, 150))
@@ -403,7 +403,7 @@ class Constant(Sequence):
     Args:
         init: any scalar: a finite number, str, bool or None.
 
-    Example:
+    Examples:
         >>> Constant(128).value(1000), Constant("adam").value(0)
         (128, 'adam')
     """
@@ -429,7 +429,7 @@ class Concat(Sequence):
         parts: ``len(milestones) + 1`` sequences; plain values mean ``Constant``.
         milestones: strictly increasing positive ints.
 
-    Example:
+    Examples:
         >>> s = Concat([Linear(0.0, 1.0, 10), Exponential(1.0, 0.5)], [10])
         >>> [s.value(i) for i in (5, 10, 11)]
         [0.5, 1.0, 0.5]
@@ -472,7 +472,7 @@ class Concat(Sequence):
 def is_sequence_spec(value: Any) -> bool:
     """True for a dict whose ``"family"`` names a known family (a JSON or spec form).
 
-    Example:
+    Examples:
         >>> is_sequence_spec({"family": "Constant", "init": 0.1}), is_sequence_spec({"lr": 0.1})
         (True, False)
     """
@@ -491,7 +491,7 @@ def from_json(data: dict[str, Any] | str) -> Sequence:
         ValueError: invalid JSON, unknown family, missing or unknown keys, or
             invalid parameter values.
 
-    Example:
+    Examples:
         >>> from_json('{"family": "Exponential", "init": 0.1, "gamma": 0.9}')
         Exponential(init=0.1, gamma=0.9)
     """
@@ -525,7 +525,7 @@ def from_json(data: dict[str, Any] | str) -> Sequence:
 def as_sequence(value: Any) -> Sequence:
     """A Sequence as is, a sequence spec dict rebuilt, anything else as ``Constant(value)``.
 
-    Example:
+    Examples:
         >>> as_sequence(0.1), as_sequence("adam")
         (Constant(init=0.1), Constant(init='adam'))
     """

@@ -27,7 +27,7 @@ class CyclicLR(Sequence):
         period1: iterations of the rise, a positive int (``step_size_up``).
         period2: iterations of the fall, a positive int; None means ``period1``.
 
-    Example:
+    Examples:
         >>> [CyclicLR(0.0, 1.0, 2).value(i) for i in range(5)]
         [0.0, 0.5, 1.0, 0.5, 0.0]
     """
@@ -64,7 +64,7 @@ class Cosine(Sequence):
         period: length of the first cycle, a positive int (``T_0``).
         gamma: cycle length multiplier, an int >= 1 (``T_mult``).
 
-    Example:
+    Examples:
         >>> [round(Cosine(1.0, 0.0, 2).value(i), 6) for i in range(4)]
         [1.0, 0.5, 1.0, 0.5]
     """
@@ -113,7 +113,7 @@ class OneCycle(Sequence):
         final_div_factor: ``initial value / final value``, > 0.
         three_phase: use the three-phase variant.
 
-    Example:
+    Examples:
         >>> s = OneCycle(1.0, 10, pct_start=0.5, anneal_strategy="linear", div_factor=2.0,
         ...              final_div_factor=1.0)
         >>> [round(s.value(i), 3) for i in (0, 4, 9, 20)]

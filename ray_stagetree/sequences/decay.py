@@ -18,7 +18,7 @@ class Exponential(Sequence):
         init: value at iteration 0.
         gamma: multiplicative factor per iteration, > 0.
 
-    Example:
+    Examples:
         >>> Exponential(0.1, 0.5).value(2)
         0.025
     """
@@ -42,7 +42,7 @@ class Linear(Sequence):
         end: value from iteration ``period`` on (torch: ``base_lr * end_factor``).
         period: a positive int (torch ``total_iters``).
 
-    Example:
+    Examples:
         >>> [Linear(0.0, 1.0, 4).value(i) for i in (0, 1, 4, 9)]
         [0.0, 0.25, 1.0, 1.0]
     """
@@ -70,7 +70,7 @@ class Polynomial(Sequence):
         power: exponent, a finite number >= 0.
         end: value from iteration ``T`` on.
 
-    Example:
+    Examples:
         >>> [Polynomial(1.0, 4, power=2.0).value(i) for i in (0, 2, 4, 8)]
         [1.0, 0.25, 0.0, 0.0]
     """
@@ -98,7 +98,7 @@ class InverseSqrt(Sequence):
         init: value at iteration 0.
         timescale: a finite number > 0; the value halves at ``i = 3 * timescale``.
 
-    Example:
+    Examples:
         >>> InverseSqrt(1.0, 10).value(30)
         0.5
     """
@@ -125,7 +125,7 @@ class Warmup(Sequence):
         period: warm-up length, a positive int.
         func: the numeric sequence that follows; a plain number means ``Constant``.
 
-    Example:
+    Examples:
         >>> w = Warmup(0.0, 4, Exponential(0.1, 0.5))
         >>> [round(w.value(i), 4) for i in range(6)]
         [0.0, 0.025, 0.05, 0.075, 0.1, 0.05]

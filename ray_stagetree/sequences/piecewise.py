@@ -28,7 +28,7 @@ class Step(Sequence):
         step_size: iterations between two decays, a positive int.
         gamma: factor applied every ``step_size`` iterations, > 0.
 
-    Example:
+    Examples:
         >>> [Step(1.0, 2, 0.5).value(i) for i in range(5)]
         [1.0, 1.0, 0.5, 0.5, 0.25]
     """
@@ -60,7 +60,7 @@ class MultiStep(Sequence):
         values: keyword-only alternative to ``init``/``gamma``:
             ``len(milestones) + 1`` scalars.
 
-    Example:
+    Examples:
         >>> MultiStep(0.1, [100, 150], 0.1).value(120)
         0.010000000000000002
         >>> MultiStep(values=[128, 256], milestones=[70]).value(70)
@@ -118,7 +118,7 @@ class Values(Sequence):
     Args:
         values: a non-empty list of scalars.
 
-    Example:
+    Examples:
         >>> [Values([1, 2, 3]).value(i) for i in range(5)]
         [1, 2, 3, 3, 3]
     """

@@ -55,8 +55,8 @@ _WARMUP_START = 0.01
 def resnet56_space() -> dict[str, Any]:
     """Table 2 of the Hippo paper: 5 x 2 x 2 x 2 x 3 = 120 grid trials.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray_stagetree.searchers import generate_trials
     >>> len(generate_trials(resnet56_space()))
     120
@@ -97,8 +97,8 @@ def resnet56_sha_space() -> dict[str, Any]:
     with ``filter=resnet56_filter`` (momentum is tuned only with SGD with
     momentum; Adam and vanilla SGD keep the constant 0.9, which they ignore).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray_stagetree.searchers import generate_trials
     >>> len(generate_trials(resnet56_sha_space(), filter=resnet56_filter))
     448
@@ -129,8 +129,8 @@ def mobilenetv2_space() -> dict[str, Any]:
     four batch-size and three cutout-size sequences; SGD with momentum 0.9
     and weight decay 4e-5.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray_stagetree.searchers import generate_trials
     >>> len(generate_trials(mobilenetv2_space()))
     240
@@ -161,8 +161,8 @@ def bert_base_space() -> dict[str, Any]:
     four peak learning rates, with or without a 3,000-step warm-up from zero;
     the input sequence length stays 384 or grows to 512 at one of four steps.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray_stagetree.searchers import generate_trials
     >>> len(generate_trials(bert_base_space()))
     40
@@ -235,8 +235,8 @@ class SuccessiveHalving(HyperBandScheduler):
     HyperBand, restricted to that one bracket (Ray's own fills brackets of
     several sizes and cannot be given a minimum).
 
-    Example
-    -------
+    Examples
+    --------
     >>> sha = SuccessiveHalving(448, grace_period=15, max_t=120, reduction_factor=4, metric="acc", mode="max")
     >>> sha.rungs
     [15, 60, 120]

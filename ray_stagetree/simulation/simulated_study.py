@@ -590,8 +590,8 @@ def simulate(
         What a trial reports after ``iteration`` iterations of ``node``
         (default: the profiles' learning curves), e.g. real training.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray_stagetree import MultiStep
     >>> trials = [{"lr": MultiStep(0.1, [m], 0.1)} for m in (5, 8)]
     >>> run = simulate([StudyDefinition("s", trials, RESNET20, horizon=10)], gpus=2)

@@ -146,8 +146,8 @@ class Simulation:
         Policies given by name estimate stage times with the simulated costs
         (`KnownCosts`); otherwise they use their default `CostModel`.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray_stagetree import MultiStep
     >>> from ray_stagetree.planning import SearchPlan
     >>> plan = SearchPlan()

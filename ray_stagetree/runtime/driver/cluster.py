@@ -47,8 +47,8 @@ def init_ray(num_cpus: int | None = None, num_gpus: int | None = None, **kwargs:
 
     Returns True when it joined a running cluster.
 
-    Example
-    -------
+    Examples
+    --------
     >>> import ray_stagetree
     >>> ray_stagetree.init_ray(num_cpus=2)   # doctest: +SKIP
     """

@@ -21,8 +21,8 @@ from ray_stagetree.runtime.workers.reproducibility import repeat_statistics
 class ResultGrid:
     """The results of `Tuner.fit`, with the interface of ``ray.tune.ResultGrid``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> grid = tuner.fit()                                  # doctest: +SKIP
     >>> best = grid.get_best_result("accuracy", "max")      # doctest: +SKIP
     >>> best.config, best.metrics["accuracy"], best.checkpoint   # doctest: +SKIP

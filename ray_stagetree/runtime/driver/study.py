@@ -33,8 +33,8 @@ class Study:
     storage_filesystem:
         As given to the study's ``RunConfig``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> study = Study(results.experiment_path, train)          # doctest: +SKIP
     >>> study.evaluate({"lr": Exponential(0.1, 0.9)}, 30)       # doctest: +SKIP
     >>> study.extend(results[0].metrics["trial_id"], 200)       # doctest: +SKIP

@@ -243,8 +243,8 @@ class Tuner:
         ones. Default: ``RAY_STAGETREE_PLAN_SERVICE``, else none (the study
         runs on its own).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from ray import tune
     >>> from ray_stagetree import Tuner, MultiStep
     >>> tuner = Tuner(train, param_space={"lr": tune.grid_search(
@@ -371,8 +371,8 @@ class Tuner:
         monitor:
             Serve the web monitor while the study continues, as ``Tuner(monitor=True)``.
 
-        Example
-        -------
+        Examples
+        --------
         >>> if Tuner.can_restore(path):                                 # doctest: +SKIP
         ...     tuner = Tuner.restore(path, train, resume_errored=True)
         ... else:
