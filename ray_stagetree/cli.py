@@ -31,8 +31,8 @@ EXIT_CODES = """exit codes:
 #: on their head turn token authentication on; a Ray Jobs client sends it only when told to).
 TOKEN_HELP = (
     "Set RAY_AUTH_MODE=token here, with the cluster's token in ~/.ray/auth_token, in RAY_AUTH_TOKEN, or in a file "
-    "named by RAY_AUTH_TOKEN_PATH (`ray get-auth-token` on the head prints it); see the README's "
-    '"Running on a cluster"'
+    "named by RAY_AUTH_TOKEN_PATH (`ray get-auth-token` on the head prints it); see "
+    "docs/guides/clusters.md"
 )
 
 

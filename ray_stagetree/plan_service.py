@@ -3,7 +3,7 @@
 ``Tuner(..., plan_service="team")`` attaches a study to the plan service
 ``team`` of the driver's Ray namespace (started if there is none); studies
 of the same trainable there share their common stages, concurrent and
-earlier ones alike. See README, "Sharing across studies: plan services".
+earlier ones alike. See docs/guides/plan-services.md.
 
 >>> import ray_stagetree.plan_service as plan_service   # doctest: +SKIP
 >>> plan_service.status("team")["studies"]             # doctest: +SKIP

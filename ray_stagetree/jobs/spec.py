@@ -4,7 +4,7 @@
 domain, sequence, scheduler, searcher and import it names) and reports
 every problem at once, each naming its field; `JobSpec.tuner` builds the
 `ray_stagetree.Tuner` the spec describes, the one a Python script would
-write. The README's "Job specs and the stagetree command" shows the format.
+write. docs/guides/cli.md ("Job specs and the stagetree command") shows the format.
 """
 
 from __future__ import annotations

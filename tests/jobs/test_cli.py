@@ -88,7 +88,7 @@ def test_plan_is_a_dry_run_of_the_example_study(tmp_path, capsys):
     picture = tmp_path / "tree.svg"
     assert main(["plan", spec, "--json", "--draw", str(picture), "--seconds-per-iteration", "2", "--workers", "4"]) == 0
     figures = json.loads(capsys.readouterr().out)
-    # The README's figures for this study: 14 trials, 130 unique epochs of 224 (merge rate 1.72).
+    # The figures the docs give for this study (docs/guides/cli.md): 14 trials, 130 unique epochs of 224 (merge rate 1.72).
     assert (figures["trials"], figures["unique_iterations"], figures["trial_by_trial_iterations"]) == (14, 130, 224)
     assert figures["merge_rate"] == pytest.approx(224 / 130) and figures["stages"] == 21
     assert figures["worker_hours"] == pytest.approx(130 * 2 / 3600)

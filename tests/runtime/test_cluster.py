@@ -65,7 +65,7 @@ def test_ray_job_submit_runs_the_mnist1d_example_and_attaches_to_a_plan_service(
     ray_cli = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
     env = environment()
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])  # the job's `python`
-    # The README's recipe on Ray 2.60: token authentication on, and RAY_AUTH_MODE=token for every client (`ray
+    # The clusters guide's recipe (docs/guides/clusters.md) on Ray 2.60: token authentication on, and RAY_AUTH_MODE=token for every client (`ray
     # job submit` sends the token only then); the token in a file of this test's, not the user's ~/.ray/auth_token.
     token = secrets.token_hex(32)
     (tmp_path / "auth_token").write_text(token)

@@ -161,7 +161,7 @@ def value_at(value, iteration):
     """A config value as the trainable saw it at ``iteration``. Vanilla Tune's
     ``result.config`` holds the last plain value; ray_stagetree's holds, for a
     trial that exploited another, the schedule PBT discovered as a sequence in
-    its JSON form (a ``Concat``; see the README)."""
+    its JSON form (a ``Concat``; see docs/guides/drop-in.md)."""
     if isinstance(value, dict) and "family" in value:
         return ray_stagetree.from_json(value).value(iteration - 1)
     return value
