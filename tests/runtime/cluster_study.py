@@ -12,6 +12,10 @@ it in a subprocess, so its cluster never meets the test session's Ray.
    with every trial complete.
 3. Without retries (``max_failures=0``), the trials of a batch on a removed
    node end in error at once and the others complete.
+4. The node is removed while the other node is busy: the lost batch's retry
+   goes to a worker started in its place, which Ray cannot place (the lost
+   node is still counted for a while); the study takes the batch back and
+   ends complete on the remaining node.
 """
 
 import os
@@ -48,6 +52,11 @@ def train(config):
             gamma = round(get_hparams()["lr"] / 0.1, 9)  # past the milestone: lr = 0.1 * gamma
             open(os.path.join(config["signals"], f"blocked_{gamma}"), "w").close()
             time.sleep(600)  # until the node is removed under this worker
+        release = os.path.join(config["signals"], "release")
+        if config.get("hold") and get_iteration() + 1 == BLOCK_AT and not os.path.exists(release):
+            open(os.path.join(config["signals"], "held"), "w").close()
+            while not os.path.exists(release):  # the other node stays busy while the node is lost
+                time.sleep(0.05)
         metrics = {"x": x, "node": node, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
         if should_checkpoint():
             with tempfile.TemporaryDirectory() as path:
@@ -73,13 +82,14 @@ class DriverOnlyFileSystem(LocalFileSystem):
         return super().cat_file(path, start=start, end=end, **kwargs)
 
 
-def tuner(storage_path, name, doomed="", signals="", max_failures=0, storage_filesystem=None):
+def tuner(storage_path, name, doomed="", signals="", max_failures=0, storage_filesystem=None, hold=False):
     return Tuner(
         tune.with_resources(train, {"cpu": 1, "gpu": 1}),
         param_space={
             "lr": tune.grid_search([MultiStep(0.1, [2], gamma) for gamma in (0.5, 0.4, 0.3, 0.2)]),
             "doomed": doomed,
             "signals": signals,
+            "hold": hold,
         },
         run_config=tune.RunConfig(
             name=name,
@@ -92,23 +102,31 @@ def tuner(storage_path, name, doomed="", signals="", max_failures=0, storage_fil
     )
 
 
-def fit_losing_node(cluster, doomed, workdir, name, max_failures):
+def fit_losing_node(cluster, doomed, workdir, name, max_failures, hold=False):
     """Run a study and remove node ``doomed`` once a batch blocks on it; the
-    study's results and the trials (their lr gammas) that were blocked there."""
+    study's results and the trials (their lr gammas) that were blocked there.
+    With ``hold``, the other node's batch is held busy until the retry of
+    the lost batch has been dispatched (to a worker started in place of the
+    lost one, which Ray cannot place)."""
     signals = os.path.join(workdir, f"signals_{name}")
     os.makedirs(signals)
-    study = tuner(workdir, name, doomed=doomed.node_id, signals=signals, max_failures=max_failures)
+    study = tuner(workdir, name, doomed=doomed.node_id, signals=signals, max_failures=max_failures, hold=hold)
     outcome = {}
     fit = threading.Thread(target=lambda: outcome.setdefault("grid", study.fit()), daemon=True)
     fit.start()
     deadline = time.monotonic() + 180
-    while not os.listdir(signals):
-        assert fit.is_alive() and time.monotonic() < deadline, "no batch reached the doomed node"
+    awaited = {"blocked", "held"} if hold else {"blocked"}
+    while {entry.split("_")[0] for entry in os.listdir(signals)} != awaited:
+        assert fit.is_alive() and time.monotonic() < deadline, f"no batch reached {awaited}: {os.listdir(signals)}"
         time.sleep(0.2)
-    cluster.remove_node(doomed)
+    cluster.remove_node(doomed, allow_graceful=not hold)  # a node that vanishes: Ray sees it gone late
+    if hold:
+        time.sleep(3)  # the lost batch's retry goes to a new worker: the other one is busy
+        open(os.path.join(signals, "release"), "w").close()
     fit.join(timeout=240)
     assert not fit.is_alive(), "the study hung after the node was removed"
-    return outcome["grid"], {float(entry.split("_")[1]) for entry in os.listdir(signals)}
+    blocked = {float(entry.split("_")[1]) for entry in os.listdir(signals) if entry.startswith("blocked_")}
+    return outcome["grid"], blocked
 
 
 def main(workdir):
@@ -150,6 +168,16 @@ def main(workdir):
             if result.error is None:
                 assert result.metrics_dataframe["training_iteration"].tolist() == list(range(1, HORIZON + 1))
         print(f"OK without retries: {sorted(errored)} ended in error, the others complete")
+
+        # The other node busy when the node goes: the retry must not wait for a worker Ray cannot place.
+        doomed = cluster.add_node(num_cpus=1, num_gpus=1)
+        cluster.wait_for_nodes()
+        started = time.monotonic()
+        grid, blocked = fit_losing_node(cluster, doomed, workdir, "lost_node_busy", max_failures=2, hold=True)
+        assert grid.num_errors == 0, grid.errors
+        for result in grid:
+            assert result.metrics_dataframe["training_iteration"].tolist() == list(range(1, HORIZON + 1))
+        print(f"OK with the other node busy: {len(grid)} trials complete in {time.monotonic() - started:.0f} s")
     finally:
         ray.shutdown()
         cluster.shutdown()

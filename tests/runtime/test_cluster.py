@@ -37,6 +37,7 @@ def test_study_on_a_multi_node_cluster_survives_a_lost_node(tmp_path):
     assert code == 0, output[-6000:]
     assert "OK: blocked" in output
     assert "OK without retries" in output
+    assert "OK with the other node busy" in output
 
 
 def free_port():

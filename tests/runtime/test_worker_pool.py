@@ -112,3 +112,43 @@ def test_shutting_down_kills_every_worker_once():
     assert killed == ["w0", "w1", "new0"] and pool.workers == []
     pool.shut_down(killed.append)
     assert len(killed) == 3
+
+
+def test_a_replacement_worker_ray_cannot_place_gives_its_batch_back():
+    """A node is lost: the worker started in place of its worker was counted
+    on it. Unheard for long enough while the live nodes hold fewer workers
+    than the study has, its batch is taken back and the worker goes."""
+    clock = Clock()
+    pool, started = pool_of(2, clock)
+    pool.adopt(["w0", "w1"])
+    pool.dispatched("r0", pool.take(), batch(0), None)
+    pool.dispatched("r1", pool.take(), batch(1), None)
+    pool.finished("r1")
+    pool.lost("w1", fits=2, most=2)  # its node is still counted
+    pool.dispatched("r2", pool.take(), batch(1), None)  # the retry, on a replacement
+    assert started == ["new0"] and pool.starting == {"new0": 50.0}
+    asked = []
+
+    def fits() -> float:
+        asked.append(1)
+        return 1
+
+    clock.now += 9
+    assert pool.unplaced(10, fits) == [] and asked == []  # not yet: a loaded machine starts workers slowly
+    clock.now += 1
+    assert [ref for ref, _ in pool.unplaced(10, lambda: 2)] == []  # the cluster holds it: only slow
+    ((ref, running),) = pool.unplaced(10, fits)
+    assert ref == "r2" and running.worker == "new0" and running.batch.batch_id == 1
+    withdrawn = pool.withdraw(ref, fits=1, most=2)
+    assert withdrawn.worker == "new0" and pool.workers == ["w0"] and pool.capacity == 1
+    assert "r2" not in pool.running and pool.worker_of(1) is None and pool.starting == {}
+    assert [ref for ref, _ in pool.unplaced(0, fits)] == []  # w0 is not a replacement
+
+
+def test_a_replacement_heard_from_is_placed():
+    clock = Clock()
+    pool, _ = pool_of(1, clock)
+    pool.dispatched("r0", pool.take(), batch(0), None)
+    pool.heard(0)
+    clock.now += 60
+    assert pool.starting == {} and pool.unplaced(10, lambda: 0) == []

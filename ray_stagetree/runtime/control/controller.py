@@ -93,6 +93,11 @@ logger = logging.getLogger(__name__)
 # for most of its admission on a loaded machine).
 ADMIT_PER_TURN = 100
 
+#: Seconds a worker started in place of a dead one may go unheard before the
+#: loop asks whether the cluster's live nodes can hold it (`withdraw_unplaced`):
+#: longer than a loaded machine takes to start one.
+PLACEMENT_CHECK_S = 10.0
+
 
 class StudyController:
     """One study's Ray actor: admits the searcher's trials into the search
@@ -755,8 +760,30 @@ class StudyController:
             ray.kill(running[batch_id])
 
     def wake_in(self) -> float | None:
-        """Seconds until the loop must wake for the time budget."""
-        return self.budget.wake_in(self.pool.running_workers())
+        """Seconds until the loop must wake for the time budget, or to look
+        again at replacement workers Ray has not placed (`withdraw_unplaced`)."""
+        budget = self.budget.wake_in(self.pool.running_workers())
+        if not self.pool.starting:
+            return budget
+        return PLACEMENT_CHECK_S if budget is None else min(budget, PLACEMENT_CHECK_S)
+
+    def withdraw_unplaced(self) -> None:
+        """A worker started in place of one that died, which Ray cannot place
+        (its node was still counted when it started: Ray sees a lost node
+        gone only after its health checks), would hold its batch forever.
+        Once the cluster's live nodes hold fewer workers than the study has,
+        its batch is taken back, unfailed, for the workers that run."""
+        fits = functools.partial(workers_that_fit, self.spec.worker.options)
+        for ref, running in self.pool.unplaced(PLACEMENT_CHECK_S, fits):
+            self.pool.withdraw(ref, fits(), self.spec.num_workers)
+            self.parking.forget_worker(running.worker)
+            ray.kill(running.worker)
+            logger.warning(
+                "a worker started for batch %d cannot be placed (the cluster lost a node); the batch runs on "
+                "the remaining workers",
+                running.batch.batch_id,
+            )
+            self.plan.release_batch(running.batch.batch_id)
 
     async def run(self, workers: list[Any]) -> None:
         """Run the study on ``workers`` (from `WorkerSpec.start`, started by the
@@ -769,6 +796,7 @@ class StudyController:
         awaited: dict[Any, asyncio.Future] = {}
         while not self.snapshots.frozen:
             self.enforce_budget()
+            self.withdraw_unplaced()
             if await self._dispatch():
                 continue
             if not self.pool.running and not self.store.pending_writes:

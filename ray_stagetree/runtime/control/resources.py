@@ -16,6 +16,12 @@ def workers_that_fit(worker_options: dict[str, Any]) -> float:
     request.update(worker_options.get("resources", {}))
     if worker_options.get("memory"):
         request["memory"] = worker_options["memory"]
-    total = ray.cluster_resources()
-    fits = [math.floor(total.get(key, 0.0) / amount) for key, amount in request.items() if amount]
+    fits = [math.floor(live_total(key) / amount) for key, amount in request.items() if amount]
     return min(fits) if fits else math.inf
+
+
+def live_total(resource: str) -> float:
+    """How much of ``resource`` the nodes Ray's control store holds alive
+    have: ``ray.cluster_resources()`` goes on counting a lost node's for tens
+    of seconds after that verdict."""
+    return sum(node["Resources"].get(resource, 0.0) for node in ray.nodes() if node["Alive"])

@@ -9,6 +9,7 @@ worker died and how many the cluster's nodes now hold
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ class WorkerPool:
         self.running: dict[Any, Running] = {}  # the reference of each running batch's outcome -> the batch
         self._of_batch: dict[int, Any] = {}  # batch id -> its worker, until the batch's outcome is folded in
         self._heard: dict[int, float] = {}  # batch id -> clock() of its last report
+        self.starting: dict[Any, float] = {}  # a replacement worker not heard from yet -> clock() it started
 
     def adopt(self, workers: Iterable[Any]) -> None:
         """The workers started with the controller, all idle."""
@@ -70,6 +72,7 @@ class WorkerPool:
             return self.idle.pop(0)
         worker = self._start()
         self.workers.append(worker)
+        self.starting[worker] = self._clock()
         return worker
 
     def take_parked(self, worker: Any) -> Any:
@@ -83,8 +86,9 @@ class WorkerPool:
         self.running[ref] = Running(worker, batch, spec, self._clock())
 
     def heard(self, batch_id: int) -> None:
-        """The batch reported (`stalled` counts its silence from now)."""
+        """The batch reported (`stalled` counts its silence from now): its worker runs."""
         self._heard[batch_id] = self._clock()
+        self.starting.pop(self._of_batch.get(batch_id), None)
 
     def worker_of(self, batch_id: int) -> Any | None:
         """The worker of a batch whose outcome is not folded in yet."""
@@ -94,6 +98,7 @@ class WorkerPool:
         """The batch behind ``ref`` ended (its outcome, or its failure, is read now)."""
         running = self.running.pop(ref)
         self._heard.pop(running.batch.batch_id, None)
+        self.starting.pop(running.worker, None)
         return running
 
     def folded(self, batch_id: int) -> None:
@@ -110,7 +115,36 @@ class WorkerPool:
         and at most ``most``, run from now on."""
         if worker in self.workers:  # not when the driver shut the workers down (an interrupted fit)
             self.workers.remove(worker)
+        self.starting.pop(worker, None)
         self.capacity = max(1, min(most, fits))
+
+    def unplaced(self, after_s: float, fits: Callable[[], float]) -> list[tuple[Any, Running]]:
+        """(ref, batch) of each running batch whose worker, started in place
+        of one that died, has not been heard from for ``after_s`` seconds
+        while the cluster's live nodes hold fewer workers than the study has
+        (``fits()``, asked only then): a worker Ray cannot place (its node
+        was counted before Ray saw it gone). The newest such workers first,
+        as many as exceed what fits."""
+        now = self._clock()
+        waiting = [
+            (ref, running)
+            for ref, running in self.running.items()
+            if running.worker in self.starting and now - self.starting[running.worker] >= after_s
+        ]
+        if not waiting:
+            return []
+        excess = len(self.workers) - fits()
+        waiting.sort(key=lambda item: self.starting[item[1].worker], reverse=True)
+        return waiting[: max(0, int(math.ceil(excess)))]
+
+    def withdraw(self, ref: Any, fits: float, most: int) -> Running:
+        """Take the batch behind ``ref`` back from its unplaced worker (see
+        `unplaced`), which goes: the batch never ran, so it runs again
+        elsewhere, and no more than ``fits`` workers run from now on."""
+        running = self.finished(ref)
+        self.folded(running.batch.batch_id)
+        self.lost(running.worker, fits, most)
+        return running
 
     def running_workers(self) -> dict[int, Any]:
         """Batch id -> worker, of every running batch."""
