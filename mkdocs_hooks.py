@@ -1,4 +1,6 @@
-"""MkDocs hook: let the API reference (mkdocstrings, which reads the source
+"""MkDocs hooks: the `stagetree` command's reference page, written from its
+own argument parser (so it cannot drift from ``--help``), and a layout that
+lets the API reference (mkdocstrings, which reads the source
 without importing it) find ``ray_stagetree.searchers`` and
 ``ray_stagetree.trainables``.
 
@@ -11,10 +13,13 @@ installed package: a copy of each module and a link to each subpackage of ``ray_
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 from pathlib import Path
 from typing import Any
+
+from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parent
 VIEW = ROOT / "build" / "api_src"
@@ -40,3 +45,29 @@ def lay_out_package(view: Path = VIEW) -> Path:
 def on_config(config: Any, **kwargs: Any) -> Any:
     lay_out_package()
     return config
+
+
+CLI_PAGE = "api/cli.md"
+
+
+def cli_reference() -> str:
+    """Every ``stagetree`` subcommand's ``--help``, as the terminal prints it."""
+    os.environ["COLUMNS"] = "80"  # argparse wraps to the terminal: the page must not depend on it
+    from ray_stagetree.cli import parser
+
+    top = parser()
+    (commands,) = [action for action in top._actions if isinstance(action, argparse._SubParsersAction)]
+    parts = [
+        "# The `stagetree` command\n",
+        "Written from the command's own parser at each build: what `--help` prints. "
+        "The [job specs and the `stagetree` command](../guides/cli.md) guide shows them at work.\n",
+        f"```text\n{top.format_help().rstrip()}\n```\n",
+    ]
+    for name, sub in commands.choices.items():
+        parts.append(f"## stagetree {name}\n\n```text\n{sub.format_help().rstrip()}\n```\n")
+    return "\n".join(parts)
+
+
+def on_files(files: Files, config: Any, **kwargs: Any) -> Files:
+    files.append(File.generated(config, CLI_PAGE, content=cli_reference()))
+    return files
