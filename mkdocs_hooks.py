@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,8 @@ CLI_PAGE = "api/cli.md"
 def cli_reference() -> str:
     """Every ``stagetree`` subcommand's ``--help``, as the terminal prints it."""
     os.environ["COLUMNS"] = "80"  # argparse wraps to the terminal: the page must not depend on it
+    if str(ROOT) not in sys.path:  # this checkout's command, whichever one pip installed
+        sys.path.insert(0, str(ROOT))
     from ray_stagetree.cli import parser
 
     top = parser()
