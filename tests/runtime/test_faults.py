@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -327,3 +328,86 @@ def test_a_disk_full_until_the_end_returns_the_results_and_says_what_was_not_wri
     assert all(result.checkpoint is None for result in grid), "storage took none of them"
     message = next(r.getMessage() for r in caplog.records if "refused part of the study's end" in r.getMessage())
     assert f"storage under '{tmp_path}/" in message and "No space left on device" in message, message
+
+
+class ReadOnlyWhileFlagged(LocalFileSystem):
+    """Local storage that turns read-only while the file ``flag`` exists
+    (storage made immutable mid-study, then given back)."""
+
+    def __init__(self, flag: str, **kwargs):
+        super().__init__(flag=flag, **kwargs)
+        self.flag = flag
+
+    def _guard(method):
+        def guarded(self, *args, **kwargs):
+            if os.path.exists(self.flag):
+                raise PermissionError(13, "Read-only file system")
+            return method(self, *args, **kwargs)
+
+        guarded.__name__ = method.__name__
+        return guarded
+
+    makedirs = _guard(LocalFileSystem.makedirs)
+    mkdir = _guard(LocalFileSystem.mkdir)
+    pipe_file = _guard(LocalFileSystem.pipe_file)
+    put_file = _guard(LocalFileSystem.put_file)
+    mv = _guard(LocalFileSystem.mv)
+    rm_file = _guard(LocalFileSystem.rm_file)
+
+    def open(self, path, mode="rb", **kwargs):
+        if "r" not in mode and os.path.exists(self.flag):
+            raise PermissionError(13, "Read-only file system")
+        return super().open(path, mode, **kwargs)
+
+
+def breaks_storage_at_iteration_3(config):
+    """`sum_of_lr`, whose first trial to reach iteration 3 makes storage read-only (``config["flag"]``)."""
+    checkpoint = tune.get_checkpoint()
+    total, iteration = 0.0, 0
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(f"{path}/state.json") as file:
+            total, iteration = json.load(file)
+    while True:
+        iteration += 1
+        if iteration == 3 and not os.path.exists(config["flag"] + ".done"):
+            Path(config["flag"]).touch()
+            Path(config["flag"] + ".done").touch()
+        time.sleep(0.05)
+        total += get_hparams()["lr"]
+        with tempfile.TemporaryDirectory() as path:
+            with open(f"{path}/state.json", "w") as file:
+                json.dump([total, iteration], file)
+            report({"total": total}, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+def read_only_study(tmp_path, flag):
+    return Tuner(
+        breaks_storage_at_iteration_3,
+        param_space={"lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in (2, 4)]), "flag": str(flag)},
+        run_config=tune.RunConfig(
+            name="read_only",
+            storage_path=str(tmp_path),
+            storage_filesystem=ReadOnlyWhileFlagged(str(flag)),
+            stop={"training_iteration": 6},
+            verbose=0,
+        ),
+    )
+
+
+@pytest.mark.timeout(240)
+def test_storage_turned_read_only_mid_study_keeps_the_results_and_restores_once_back(tmp_path, ray_session, caplog):
+    """The study goes on and returns its results (the driver's loggers no
+    longer end it with the raw OSError); once storage is back,
+    `Tuner.restore` continues from the last snapshot storage took and ends
+    with the same results."""
+    flag = tmp_path / "storage_is_read_only"
+    expected = sorted([1 + 1 + 0.5 * 4, 1 * 4 + 0.5 * 2])
+    grid = read_only_study(tmp_path, flag).fit()
+    assert not grid.errors
+    assert sorted(result.metrics["total"] for result in grid) == expected
+    assert any("storage refused the trials' logs" in record.getMessage() for record in caplog.records)
+    flag.unlink()
+    restored = Tuner.restore(grid.experiment_path, breaks_storage_at_iteration_3).fit()
+    assert not restored.errors
+    assert sorted(result.metrics["total"] for result in restored) == expected
+    assert all(result.checkpoint is not None for result in restored), "written now that storage takes them"

@@ -15,6 +15,12 @@ for a local experiment path, a local staging folder otherwise, uploaded to
 the trial folder when a trial ends, when the study ends and every
 ``SyncConfig.sync_period`` seconds in between (as Tune syncs).
 
+Storage that refuses a log write (read-only, full, unreachable) never ends
+the study: Tune's loggers write through the driver, and what they could not
+write is left out with one warning, while the study goes on and keeps its
+results (its snapshot and checkpoints have their own retries); a remote
+study's staged logs are uploaded again at the next sync.
+
 A runner created again for the same experiment path (a restored study)
 continues each trial's logs: it reads the last ``training_iteration`` a
 trial's ``result.json`` holds and skips the results up to it, so the files
@@ -254,15 +260,32 @@ class CallbackRunner:
         self._trial_list: list[TrialView] = []
         self._logged: dict[str, int] = {}  # trial id -> last training_iteration logged
         self.iteration = 0  # Tune's loop iteration: here, the driver's polls
+        self.storage_faults = 0  # log writes storage refused
 
     def _call(self, hook: str, **info: Any) -> None:
         declarative = None
         for callback in self.callbacks:
             if isinstance(callback, LoggerCallback):
                 declarative = declarative or self._declarative(info)
-                getattr(callback, hook)(**declarative)
+                try:
+                    getattr(callback, hook)(**declarative)
+                except OSError as error:  # storage refused a log file: the study goes on
+                    self._storage_fault(error)
             else:
                 getattr(callback, hook)(**info)
+
+    def _storage_fault(self, error: OSError) -> None:
+        """Storage refused a log write: warn once, go on."""
+        self.storage_faults += 1
+        if self.storage_faults == 1:
+            logger.warning(
+                "storage refused the trials' logs under %s (%s: %s): the study goes on and keeps its results; "
+                "logs it cannot write are left out%s",
+                self.experiment_path,
+                type(error).__name__,
+                error,
+                ", and uploaded again at the next sync" if self._remote else "",
+            )
 
     def _declarative(self, info: dict[str, Any]) -> dict[str, Any]:
         """A hook's arguments as Tune's loggers (its file loggers, MLflow's,
@@ -365,7 +388,10 @@ class CallbackRunner:
         view = self._view(event)
         view.config = event.get("config", view.config)
         view.status = RUNNING
-        view.init_local_path()  # Tune's trials have their folder before the loggers open files in it
+        try:
+            view.init_local_path()  # Tune's trials have their folder before the loggers open files in it
+        except OSError as error:
+            self._storage_fault(error)
         if not known:
             self._continue_logs(view)
         self._call("on_trial_start", iteration=self.iteration, trials=self._trial_list, trial=view)
@@ -403,9 +429,12 @@ class CallbackRunner:
         if failed:
             view.status, view.error_msg = ERROR, event.get("error") or ""
             view.run_metadata.num_failures += 1
-            view.init_local_path()
-            with open(view.error_file, "w") as file:
-                file.write(view.error_msg)
+            try:
+                view.init_local_path()
+                with open(view.error_file, "w") as file:
+                    file.write(view.error_msg)
+            except OSError as error:
+                self._storage_fault(error)
             self._call("on_trial_error", iteration=self.iteration, trials=self._trial_list, trial=view)
         else:
             view.status = TERMINATED
@@ -427,20 +456,30 @@ class CallbackRunner:
         """The study is over: ``on_experiment_end``, then the last upload."""
         self._call("on_experiment_end", trials=self._trial_list)
         if self._remote:
-            self.sync()
+            if not self.sync():
+                logger.warning("the trials' logs storage refused are kept in %s", self.local_experiment_path)
+                return
             # Everything is in the trials' folders now; a later driver (a
             # restore) fetches what it continues from there.
             shutil.rmtree(self.local_experiment_path, ignore_errors=True)
 
     # -- remote experiment paths ----------------------------------------------------
 
-    def sync(self) -> None:
-        """Upload what changed in the staged logs to the trials' folders."""
+    def sync(self) -> bool:
+        """Upload what changed in the staged logs to the trials' folders;
+        False when storage refused some."""
         self._last_sync = time.monotonic()
-        for view in self.trials.values():
-            self._upload(view)
+        return all([self._upload(view) for view in self.trials.values()])
 
-    def _upload(self, view: TrialView) -> None:
+    def _upload(self, view: TrialView) -> bool:
+        try:
+            self._upload_changed(view)
+        except OSError as error:  # what was not uploaded goes at the next sync
+            self._storage_fault(error)
+            return False
+        return True
+
+    def _upload_changed(self, view: TrialView) -> None:
         if not os.path.isdir(view.local_path):
             return
         filesystem = self._storage.filesystem
