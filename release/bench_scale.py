@@ -16,7 +16,13 @@ measured side by side: per-trial cost at the largest size / at the smallest.
     python release/bench_scale.py                    # 10,000 and 100,000 trials (long)
     python release/bench_scale.py --trials 1000,10000
     python release/bench_scale.py --quick            # 100 and 300 trials (CI smoke test)
+    python release/bench_scale.py --grid 100000
     python release/bench_scale.py --final-checkpoints 200
+
+``--grid N`` runs instead a study of one ``tune.grid_search`` of N values
+under a 30 s time budget, and prints the seconds from ``Tuner()`` to the
+first result and the driver's peak memory (its maximum resident set): a
+grid must not be expanded or checked whole before its first trial runs.
 
 ``--final-checkpoints N`` runs instead the memory case of the same issue: N
 trials that each end with a 1 MiB checkpoint (``tests/runtime/test_memory.py``'s
@@ -91,6 +97,24 @@ def study(trials: int, storage: str) -> dict[str, float]:
     }
 
 
+def grid_start(values: int, storage: str, budget_s: float = 30.0) -> tuple[float, float]:
+    """Seconds from ``Tuner()`` to the first result of a ``values``-value
+    grid, and the driver's peak resident memory in MB after the study."""
+    import resource
+
+    started = time.perf_counter()
+    clock = CompletionClock(values, started)
+    ray_stagetree.Tuner(
+        one_result,
+        param_space={"x": tune.grid_search(list(range(values)))},
+        tune_config=tune.TuneConfig(time_budget_s=budget_s),
+        run_config=tune.RunConfig(storage_path=storage, name=f"grid_{values}", verbose=0, callbacks=[clock]),
+    ).fit()
+    if clock.first_result is None:
+        raise RuntimeError(f"a {values}-value grid gave no result within its {budget_s:.0f} s budget")
+    return clock.first_result - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _start_ray() -> None:
     """A Ray of its own on this machine's 2 CPUs, never a cluster that
     another process started here (`ray_stagetree.init_ray` would join it)."""
@@ -124,7 +148,17 @@ def main() -> None:
     parser.add_argument(
         "--final-checkpoints", type=int, metavar="N", help="the memory case instead, N trials (max 255)"
     )
+    parser.add_argument("--grid", type=int, metavar="N", help="a grid of N values instead: its start and memory")
     args = parser.parse_args()
+    if args.grid is not None:
+        if args.grid < 1:
+            parser.error(f"--grid takes a number of values >= 1, got {args.grid}")
+        _start_ray()
+        with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
+            first, peak_mb = grid_start(args.grid, storage)
+        print(f"grid of {args.grid} values: first result {first:.1f} s after Tuner(); driver peak {peak_mb:.0f} MB")
+        ray.shutdown()
+        return
     if args.final_checkpoints is not None:
         if not 1 <= args.final_checkpoints <= 255:  # the trainable fills its checkpoint with the trial's uint8 lr
             parser.error(f"--final-checkpoints takes 1 to 255 trials, got {args.final_checkpoints}")
