@@ -71,6 +71,7 @@ def serve(
     storage_filesystem: Any = None,
     block: bool = True,
     live_view: Callable[[], dict[str, Any] | None] | None = None,
+    verbose: bool = False,
 ) -> MonitorServer:
     """Serve the web monitor of the study in the experiment directory ``path``.
 
@@ -100,6 +101,9 @@ def serve(
         Serve until Ctrl-C (the default), or return a started server to `stop` later.
     live_view:
         A running study's ``controller.monitor_view`` (``Tuner(monitor=True)`` passes it).
+    verbose:
+        Log each HTTP request to the terminal (werkzeug's request log); off by
+        default: the page polls every 2 s.
 
     Example
     -------
@@ -115,7 +119,7 @@ def serve(
     reader = ExperimentReader(path, storage_filesystem)
     stored_metric, stored_mode = reader.stored_metric_and_mode()
     metric, mode = metric or stored_metric, mode or stored_mode or DEFAULT_MODE
-    server = MonitorServer(create_app(reader, metric, mode, live_view), host, port, quiet=not block)
+    server = MonitorServer(create_app(reader, metric, mode, live_view), host, port, quiet=not verbose)
     if not block:
         return server.start()
     print(f"ray_stagetree monitor for {reader.path} at {server.url} (Ctrl-C stops it)", flush=True)

@@ -187,6 +187,8 @@ class StudyController:
         self._wake = asyncio.Event()
         self._iterations = 0
         self._worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
+        # Batch id -> (worker number, wall-clock dispatch time): the plan's runs (the monitor's timeline).
+        self._run_began: dict[int, tuple[int, float]] = {}
         # The time budget counts from here, as Tune's from its loop's first step: starting
         # the workers is in it, starting this actor is not.
         self.budget = TimeBudget(spec.time_budget_s)
@@ -523,6 +525,7 @@ class StudyController:
                 worker = self.pool.take()
             ref = worker.run_batch.remote(spec)
             self.pool.dispatched(ref, worker, batch, spec)
+            self._run_began[batch.batch_id] = (self.pool.workers.index(worker) + 1, time.time())
             self.policy.started(batch, time.monotonic())
             for request in batch.requests:
                 for trial_id in request.trials & self.trials.keys():
@@ -574,6 +577,7 @@ class StudyController:
         try:
             outcome: BatchOutcome = await ref
         except ray.exceptions.RayActorError as error:
+            self._record_run(spec, None)
             self._worker_seconds += time.monotonic() - dispatched
             self.pool.folded(batch.batch_id)
             # Its node may be gone: start no more workers than the cluster now holds.
@@ -586,6 +590,7 @@ class StudyController:
             self.plan.release_batch(batch.batch_id)
             return
         except ray.exceptions.RayError as error:  # its outcome could not come back (it failed to serialize)
+            self._record_run(spec, None)
             self._worker_seconds += time.monotonic() - dispatched
             self.pool.folded(batch.batch_id)
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
@@ -594,6 +599,7 @@ class StudyController:
             self.pool.returned(worker)
             return
         self._worker_seconds += time.monotonic() - dispatched
+        self._record_run(spec, outcome)
         if outcome.source_lost is not None:
             # The starting checkpoint's only copy was on a node that is gone:
             # the batch starts again from its durable copy, or retrains.
@@ -631,6 +637,29 @@ class StudyController:
         self.plan.release_batch(batch.batch_id)
         self._release_unneeded()
         self.pool.returned(worker)
+
+    def _record_run(self, spec: BatchSpec, outcome: BatchOutcome | None) -> None:
+        """The batch's run into the plan (`SearchPlan.record_run`): the
+        segments it trained (all it was given, if its outcome is lost)."""
+        began = self._run_began.pop(spec.batch_id, None)
+        if began is None:
+            return
+        worker, start_time = began
+        segments = [tuple(segment) for segment in spec.segments]
+        if outcome is None or outcome.source_lost is not None or outcome.trainable_unloadable:
+            label = "released" if outcome is not None and outcome.source_lost is not None else "failed"
+        else:
+            label = "failed" if outcome.error is not None else "done"
+            reached: dict[int, int] = {}
+            for node_id, iteration, _ in outcome.records:
+                reached[node_id] = max(reached.get(node_id, 0), iteration)
+            segments = [
+                (node_id, start, min(stop, reached[node_id]))
+                for node_id, start, stop in segments
+                if reached.get(node_id, 0) > start
+            ]
+        if segments or label != "done":
+            self.plan.record_run(spec.batch_id, worker, segments, start_time, max(time.time(), start_time), label)
 
     def _trials_through(self, node: Any, iteration: int) -> set[str]:
         """This run's trials whose path passes through ``(node, iteration)``. A
@@ -948,6 +977,7 @@ class StudyController:
                 "segments": [list(segment) for segment in running.spec.segments],
                 "trials": [self.trials[t].dirname for t in trial_ids if t in self.trials],
                 "seconds": round(now - running.dispatched, 1),
+                "began": self._run_began.get(batch_id, (0, time.time()))[1],
             }
         return {
             "plan": self.plan.records(),
