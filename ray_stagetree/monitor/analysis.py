@@ -232,6 +232,18 @@ def stage_ids(stages: list[dict[str, Any]], node: int, start: int, stop: int) ->
     return [s["id"] for s in stages if s["node"] == node and s["start"] < stop and start < s["stop"]]
 
 
+def _pieces(stages: list[dict[str, Any]], node: int, start: int, stop: int) -> list[dict[str, Any]]:
+    """``[start, stop)`` of ``node`` cut where its stages are, each piece with
+    the id of its stage (``stages`` empty: one piece, named by its range)."""
+    cuts = sorted({start, stop} | {s[k] for s in stages if s["node"] == node for k in ("start", "stop")})
+    cuts = [at for at in cuts if start <= at <= stop]
+    pieces = []
+    for a, b in zip(cuts, cuts[1:]):
+        ids = stage_ids(stages, node, a, b)
+        pieces.append({"node": node, "start": a, "stop": b, "stages": ids or [f"H{node}:{a}-{b}"]})
+    return pieces
+
+
 def timeline(
     records: dict[str, list[dict[str, Any]]] | None,
     running: list[dict[str, Any]],
@@ -242,7 +254,8 @@ def timeline(
     (`SearchPlan.record_run`) and the ``running`` batches of a live study:
     ``runs`` of ``{"worker", "batch", "began", "ended" (now for a running
     one), "outcome" ("done", "failed", "released", "running"),
-    "segments": [{"node", "start", "stop", "stages"}], "checkpoints":
+    "segments": [{"node", "start", "stop", "stages"}] (cut where the
+    stage tree's stages are: one id each), "checkpoints":
     [[node, iteration, time]], "source": {"worker", "time", "kind"} or
     None}``: where the batch started from, the run that trained that
     iteration (``kind`` "fork" when it is a parent node's, "continue" when
@@ -311,10 +324,7 @@ def timeline(
         out.append(
             {
                 **run,
-                "segments": [
-                    {"node": n, "start": a, "stop": b, "stages": stage_ids(stages, n, a, b)}
-                    for n, a, b in run["segments"]
-                ],
+                "segments": [piece for n, a, b in run["segments"] for piece in _pieces(stages, n, a, b)],
                 "checkpoints": marks,
                 "source": source,
             }

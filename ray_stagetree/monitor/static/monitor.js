@@ -355,7 +355,7 @@ function renderTimeline() {
       const w = Math.max(1, span * (seg.stop - seg.start) / total);
       const rect = el(rg, "rect", {x: offset, y: y0, width: w, height: h, class: "segment", "data-stages": seg.stages.join(" ")});
       el(rect, "title", {}, `${seg.stages.join(", ")} (H${seg.node} [${seg.start}, ${seg.stop}))`);
-      const label = seg.stages.length === 1 ? seg.stages[0] : `H${seg.node}:${seg.start}-${seg.stop}`;
+      const label = seg.stages.join(" ");
       if (w > label.length * 6) el(rg, "text", {x: offset + 3, y: y0 + h / 2 + 4, class: "seg-label"}, label);
       offset += w;
     }

@@ -189,6 +189,7 @@ class StudyController:
         self._worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
         # Batch id -> (worker number, wall-clock dispatch time): the plan's runs (the monitor's timeline).
         self._run_began: dict[int, tuple[int, float]] = {}
+        self._run_reached: dict[int, dict[int, int]] = {}  # batch id -> node id -> last iteration trained
         # The time budget counts from here, as Tune's from its loop's first step: starting
         # the workers is in it, starting this actor is not.
         self.budget = TimeBudget(spec.time_budget_s)
@@ -479,8 +480,10 @@ class StudyController:
                 "checkpoint=tune.Checkpoint.from_directory(...) to report() where should_checkpoint() is True "
                 "(this warning is shown once per study)"
             )
+        reached = self._run_reached.setdefault(outcome.batch_id, {}) if outcome.batch_id in self._run_began else {}
         for node_id, iteration, metrics in outcome.records:
             node = self.plan.nodes[node_id]
+            reached[node_id] = max(reached.get(node_id, 0), iteration)
             self._iterations += 1
             self.plan.record_metrics(node_id, iteration, metrics)
             self.plan.record_progress(outcome.batch_id, node_id, iteration)
@@ -599,7 +602,8 @@ class StudyController:
             self.pool.returned(worker)
             return
         self._worker_seconds += time.monotonic() - dispatched
-        self._record_run(spec, outcome)
+        if outcome.source_lost is not None or outcome.trainable_unloadable:
+            self._record_run(spec, outcome)
         if outcome.source_lost is not None:
             # The starting checkpoint's only copy was on a node that is gone:
             # the batch starts again from its durable copy, or retrains.
@@ -623,6 +627,7 @@ class StudyController:
             _, _, key, _ = outcome.checkpoints.pop()
             worker.take_checkpoint.remote(key)  # dropped from the worker's outbox
         self.ingest(outcome)
+        self._record_run(spec, outcome)
         self.pool.folded(batch.batch_id)
         if outcome.error is not None and not shared_retry:
             self._batch_failed(outcome)
@@ -640,24 +645,21 @@ class StudyController:
 
     def _record_run(self, spec: BatchSpec, outcome: BatchOutcome | None) -> None:
         """The batch's run into the plan (`SearchPlan.record_run`): the
-        segments it trained (all it was given, if its outcome is lost)."""
+        segments it trained, as far as it trained them."""
         began = self._run_began.pop(spec.batch_id, None)
         if began is None:
             return
         worker, start_time = began
-        segments = [tuple(segment) for segment in spec.segments]
+        reached = self._run_reached.pop(spec.batch_id, {})
         if outcome is None or outcome.source_lost is not None or outcome.trainable_unloadable:
             label = "released" if outcome is not None and outcome.source_lost is not None else "failed"
         else:
             label = "failed" if outcome.error is not None else "done"
-            reached: dict[int, int] = {}
-            for node_id, iteration, _ in outcome.records:
-                reached[node_id] = max(reached.get(node_id, 0), iteration)
-            segments = [
-                (node_id, start, min(stop, reached[node_id]))
-                for node_id, start, stop in segments
-                if reached.get(node_id, 0) > start
-            ]
+        segments = [
+            (node_id, start, min(stop, reached[node_id]))
+            for node_id, start, stop in spec.segments
+            if reached.get(node_id, 0) > start
+        ]
         if segments or label != "done":
             self.plan.record_run(spec.batch_id, worker, segments, start_time, max(time.time(), start_time), label)
 
