@@ -50,6 +50,14 @@ def create_app(
     def api_state() -> Response:
         return jsonify(state())
 
+    @app.get("/api/importance")
+    def api_importance() -> Response:
+        """Parameter importance (`analysis.importance`), apart from the state:
+        its first call imports scikit-learn, which the state never waits for."""
+        trials = reader.trials()
+        chosen = metric or default_metric(trials)
+        return jsonify(analysis.importance(analysis.parallel_coordinates(trials, chosen), chosen))
+
     @app.get("/api/curves")
     def api_curves() -> Response:
         """Learning curves for the page to draw: ``?best=N`` (the N best by

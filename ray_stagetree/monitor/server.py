@@ -3,6 +3,8 @@ background thread (what ``Tuner(monitor=True)`` uses)."""
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -26,12 +28,26 @@ class _QuietRequestHandler(WSGIRequestHandler):
         pass
 
 
+def _check_free(host: str, port: int) -> None:
+    """Raise OSError (EADDRINUSE) when ``host:port`` is taken, as werkzeug's
+    server would exit the process instead (``Tuner(monitor=True)`` then takes any free port)."""
+    family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as werkzeug binds
+        probe.bind(address)
+
+
 class MonitorServer:
     """A running monitor: its ``url``; `stop` ends it."""
 
     def __init__(self, app: Any, host: str, port: int, quiet: bool = False) -> None:
         handler = _QuietRequestHandler if quiet else WSGIRequestHandler
-        self._server = make_server(host, port, app, threaded=True, request_handler=handler)
+        if port:
+            _check_free(host, port)
+        try:
+            self._server = make_server(host, port, app, threaded=True, request_handler=handler)
+        except SystemExit as error:  # werkzeug exits when it cannot bind: taken since the check
+            raise OSError(errno.EADDRINUSE, f"cannot listen on {host}:{port}") from error
         self.host = host
         self.port = self._server.server_port  # the port chosen when 0 was asked for
         shown = f"[{host}]" if ":" in host else host

@@ -404,6 +404,5 @@ def study_state(
         ),
         "history": analysis.best_so_far(trials, metric, mode),
         "parallel": parallel,
-        "importance": analysis.importance(parallel, metric),
         "timeline": analysis.timeline(records, [w for w in workers if "batch" in w], stages, now),
     }

@@ -210,7 +210,7 @@ def test_live_state_is_honest_running_means_held_and_figures_are_partial(tmp_pat
     assert len(ids) == len(set(ids))
     assert [run["outcome"] for run in state["timeline"]["runs"]] == ["done", "done", "running"]
     assert state["history"] == []  # nothing ended yet
-    assert {"axes", "rows"} <= state["parallel"].keys() and "method" in state["importance"]
+    assert {"axes", "rows"} <= state["parallel"].keys() and "importance" not in state  # its own endpoint
 
 
 def test_the_curves_endpoint_answers_best_n_a_selection_or_all(tmp_path):
@@ -229,6 +229,8 @@ def test_the_curves_endpoint_answers_best_n_a_selection_or_all(tmp_path):
     assert sorted(names("all=1")) == ["a", "b", "c"]
     assert client.get("/api/curves?best=0").status_code == 400
     assert client.get("/api/curves?best=1").get_json()["curves"][0]["points"] == [[1, 2.0], [2, 0.5]]
+    importance = client.get("/api/importance").get_json()
+    assert importance["trials"] == 3 and importance["params"] == [{"name": "lr", "importance": 0.0}]  # it never varies
 
 
 @pytest.mark.parametrize("verbose", [False, True])
@@ -240,3 +242,15 @@ def test_the_server_logs_requests_only_when_verbose(tmp_path, caplog, verbose):
             assert response.status == 200
     logged = [record for record in caplog.records if record.name == "werkzeug" and "api/state" in record.getMessage()]
     assert bool(logged) == verbose
+
+
+def test_a_taken_port_is_an_os_error_not_an_exit(tmp_path):
+    """werkzeug exits the process when its port is taken; Tuner(monitor=True) must get an OSError to
+    take another port (and `stagetree monitor` reports it as a usage error)."""
+    import errno
+
+    write_trial(tmp_path, "a", {"lr": 0.1}, [1.0])
+    with serve(str(tmp_path), port=0, block=False) as first:
+        with pytest.raises(OSError) as error:
+            serve(str(tmp_path), port=first.port, block=False)
+        assert error.value.errno == errno.EADDRINUSE

@@ -186,8 +186,16 @@ function renderHistory() {
 
 // -- parameter importance --------------------------------------------------------
 
-function renderImportance() {
-  const imp = state.importance;
+async function loadImportance() {
+  try {
+    const response = await fetch("api/importance");
+    renderImportance(await response.json());
+  } catch (error) {
+    document.getElementById("importance-method").textContent = `cannot load the importance (${error})`;
+  }
+}
+
+function renderImportance(imp) {
   document.getElementById("importance-method").textContent = `Method: ${imp.method}.`;
   const box = document.getElementById("importance");
   box.replaceChildren();
@@ -503,7 +511,6 @@ function renderAll() {
   renderSharing();
   renderTrials();
   renderHistory();
-  renderImportance();
   renderParallel();
   renderTimeline();
   renderTree();
@@ -517,7 +524,7 @@ async function refresh() {
     window.monitorState = state;  // for the browser test and the curious
     if (!userSorted) sortAscending = state.mode !== "max";
     renderAll();
-    await loadCurves();
+    await Promise.all([loadCurves(), loadImportance()]);
     document.body.dataset.loaded = "true";
   } catch (error) {
     document.getElementById("updated").textContent = `cannot reach the monitor (${error})`;
