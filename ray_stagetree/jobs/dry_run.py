@@ -148,8 +148,9 @@ def draw_text(tree: StageTree, max_lines: int = 200) -> str:
 
 def draw_picture(tree: StageTree, path: str, horizon: int) -> None:
     """The stage tree as a picture (SVG, PNG or PDF, by ``path``'s extension):
-    one bar per stage over its iterations, one row per path from the root to
-    a leaf, a line where a stage forks from its parent."""
+    one bar per stage over its iterations, labelled with its id, its
+    hyper-parameters and its trials (`picture_label`), one row per path
+    from the root to a leaf, a line where a stage forks from its parent."""
     matplotlib = require("matplotlib", "stagetree plan --draw", "monitor")
     matplotlib.use("Agg")  # a file, never a window
     import matplotlib.pyplot as plt
@@ -168,29 +169,52 @@ def draw_picture(tree: StageTree, path: str, horizon: int) -> None:
     for root in tree.roots:
         place(root)
     height = max(next_row[0], 1)
-    figure, axes = plt.subplots(figsize=(10, min(2 + 0.3 * height, 60)))
-    for stage, row in rows.items():
-        axes.barh(
-            row,
-            stage.iterations,
-            left=stage.start,
-            height=0.6,
-            edgecolor="white",
-            linewidth=0.8,
-            color="tab:blue" if stage.children else "tab:green",
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # an SVG's labels stay text: searchable, selectable
+        figure, axes = plt.subplots(figsize=(12, min(2 + 0.32 * height, 60)))
+        for stage, row in rows.items():
+            (bar,) = axes.barh(
+                row,
+                stage.iterations,
+                left=stage.start,
+                height=0.7,
+                edgecolor="white",
+                linewidth=0.8,
+                color="#9cc9ef" if stage.children else "#a8dcb9",
+            ).patches
+            if stage.parent is not None:
+                axes.plot([stage.start, stage.start], [rows[stage.parent], row], color="grey", linewidth=0.8)
+            label = axes.text(
+                stage.start + horizon * 0.004,
+                row,
+                picture_label(stage),
+                va="center",
+                fontsize=7,
+                family="monospace",
+                clip_on=True,
+            )
+            label.set_clip_path(bar)  # a label never runs past its bar
+        axes.set_xlim(0, horizon)
+        axes.set_ylim(height - 0.5, -0.5)
+        axes.set_yticks([])
+        axes.set_xlabel("iteration")
+        axes.set_title(
+            f"stage tree: {len(tree.stages)} stages, {tree.iterations} iterations "
+            "(H<node>:<start>-<stop>, its hyper-parameters, \u00d7trials through it; blue: forks below it, green: a leaf)",
+            fontsize=9,
         )
-        if stage.parent is not None:
-            axes.plot([stage.start, stage.start], [rows[stage.parent], row], color="grey", linewidth=0.8)
-    axes.set_xlim(0, horizon)
-    axes.set_ylim(height - 0.5, -0.5)
-    axes.set_yticks([])
-    axes.set_xlabel("iteration")
-    axes.set_title(
-        f"stage tree: {len(tree.stages)} stages, {tree.iterations} iterations (blue: forks below it; green: a leaf)"
-    )
-    figure.tight_layout()
-    figure.savefig(path)
+        figure.tight_layout()
+        figure.savefig(path)
     plt.close(figure)
+
+
+def picture_label(stage: Stage) -> str:
+    """A stage's label in `draw_picture`: its id as the monitor shows it
+    (``H<node>:<start>-<stop>``), its hyper-parameters and ``×`` the trials it serves."""
+    values = []
+    for name, sequence in zip(stage.node.config.names, stage.node.config.sequences):
+        first, last = sequence.value(stage.start), sequence.value(stage.stop - 1)
+        values.append(f"{name}={_short(first)}" + (f"->{_short(last)}" if last != first else ""))
+    return f"H{stage.node.node_id}:{stage.start}-{stage.stop} {' '.join(values)} \u00d7{_trials_served(stage)}"
 
 
 def hours(seconds: float) -> str:

@@ -20,7 +20,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     from ray_stagetree.monitor.server import serve
 
     try:
-        serve(args.path, args.host, args.port, metric=args.metric, mode=args.mode)
+        serve(args.path, args.host, args.port, metric=args.metric, mode=args.mode, verbose=args.verbose)
     except (ValueError, OSError) as error:
         parser.error(str(error))
 

@@ -1,5 +1,6 @@
 """The monitor's Flask application: the page, its JSON state and the
-learning-curve figure.
+learning curves (``/api/curves``, drawn by the page; ``/curves.svg``, a
+matplotlib figure for a report).
 
 Flask (with Jinja2 for the page) because it is the small, well-kept
 standard for a read-only local page: three routes, no database, no
@@ -17,10 +18,13 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, render_template, request
 
+from ray_stagetree.monitor import analysis
 from ray_stagetree.monitor.view import ExperimentReader, best_trials, default_metric, study_state
 
 #: Trials drawn in the learning-curve figure unless ``?trials=`` says otherwise.
 CURVES = 5
+#: The most curves ``/api/curves?all=1`` returns (a browser draws a few hundred lines at ease).
+MAX_CURVES = 500
 #: How often the page asks for new state, in milliseconds.
 POLL_MS = 2000
 
@@ -45,6 +49,33 @@ def create_app(
     @app.get("/api/state")
     def api_state() -> Response:
         return jsonify(state())
+
+    @app.get("/api/importance")
+    def api_importance() -> Response:
+        """Parameter importance (`analysis.importance`), apart from the state:
+        its first call imports scikit-learn, which the state never waits for."""
+        trials = reader.trials()
+        chosen = metric or default_metric(trials)
+        return jsonify(analysis.importance(analysis.parallel_coordinates(trials, chosen), chosen))
+
+    @app.get("/api/curves")
+    def api_curves() -> Response:
+        """Learning curves for the page to draw: ``?best=N`` (the N best by
+        their last result), ``?trials=a,b`` (those trial folders) or ``?all=1``
+        (at most `MAX_CURVES`)."""
+        trials = reader.trials()
+        chosen = metric or default_metric(trials)
+        names: list[str] | None
+        if request.args.get("trials") is not None:
+            names = [name for name in request.args["trials"].split(",") if name]
+        elif request.args.get("all") == "1":
+            names = None
+        else:
+            count = request.args.get("best", default=CURVES, type=int)
+            if count is None or count < 1:
+                return Response(f"best must be an int >= 1, got {request.args.get('best')!r}", status=400)
+            names = [trial["name"] for trial in best_trials(trials, chosen, mode, count)]
+        return jsonify({"metric": chosen, "mode": mode, "curves": analysis.curves(trials, chosen, names, MAX_CURVES)})
 
     @app.get("/curves.svg")
     def curves() -> Response:

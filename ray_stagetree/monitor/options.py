@@ -25,3 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="whether lower or higher is better (default: the study's, else min)",
     )
+    parser.add_argument(
+        "--verbose", action="store_true", help="log every HTTP request to the terminal (default: quiet)"
+    )

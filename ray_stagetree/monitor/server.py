@@ -3,6 +3,8 @@ background thread (what ``Tuner(monitor=True)`` uses)."""
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -26,12 +28,26 @@ class _QuietRequestHandler(WSGIRequestHandler):
         pass
 
 
+def _check_free(host: str, port: int) -> None:
+    """Raise OSError (EADDRINUSE) when ``host:port`` is taken, as werkzeug's
+    server would exit the process instead (``Tuner(monitor=True)`` then takes any free port)."""
+    family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as werkzeug binds
+        probe.bind(address)
+
+
 class MonitorServer:
     """A running monitor: its ``url``; `stop` ends it."""
 
     def __init__(self, app: Any, host: str, port: int, quiet: bool = False) -> None:
         handler = _QuietRequestHandler if quiet else WSGIRequestHandler
-        self._server = make_server(host, port, app, threaded=True, request_handler=handler)
+        if port:
+            _check_free(host, port)
+        try:
+            self._server = make_server(host, port, app, threaded=True, request_handler=handler)
+        except SystemExit as error:  # werkzeug exits when it cannot bind: taken since the check
+            raise OSError(errno.EADDRINUSE, f"cannot listen on {host}:{port}") from error
         self.host = host
         self.port = self._server.server_port  # the port chosen when 0 was asked for
         shown = f"[{host}]" if ":" in host else host
@@ -71,6 +87,7 @@ def serve(
     storage_filesystem: Any = None,
     block: bool = True,
     live_view: Callable[[], dict[str, Any] | None] | None = None,
+    verbose: bool = False,
 ) -> MonitorServer:
     """Serve the web monitor of the study in the experiment directory ``path``.
 
@@ -100,6 +117,9 @@ def serve(
         Serve until Ctrl-C (the default), or return a started server to `stop` later.
     live_view:
         A running study's ``controller.monitor_view`` (``Tuner(monitor=True)`` passes it).
+    verbose:
+        Log each HTTP request to the terminal (werkzeug's request log); off by
+        default: the page polls every 2 s.
 
     Examples
     --------
@@ -115,7 +135,7 @@ def serve(
     reader = ExperimentReader(path, storage_filesystem)
     stored_metric, stored_mode = reader.stored_metric_and_mode()
     metric, mode = metric or stored_metric, mode or stored_mode or DEFAULT_MODE
-    server = MonitorServer(create_app(reader, metric, mode, live_view), host, port, quiet=not block)
+    server = MonitorServer(create_app(reader, metric, mode, live_view), host, port, quiet=not verbose)
     if not block:
         return server.start()
     print(f"ray_stagetree monitor for {reader.path} at {server.url} (Ctrl-C stops it)", flush=True)

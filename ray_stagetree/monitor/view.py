@@ -47,6 +47,7 @@ class _TrialLog:
     size: int = -1
     config: dict[str, Any] = field(default_factory=dict)
     rows: list[dict[str, float]] = field(default_factory=list)
+    times: list[float | None] = field(default_factory=list)  # each row's wall-clock "timestamp"
     done: bool = False
 
 
@@ -90,6 +91,7 @@ class ExperimentReader:
                     "name": posixpath.basename(folder.path),
                     "config": log.config,
                     "rows": log.rows,
+                    "times": log.times,
                     "done": log.done,
                     "error": EXPR_ERROR_FILE in files,
                 }
@@ -113,6 +115,8 @@ class ExperimentReader:
             except ValueError:  # the line being written
                 continue
             log.rows.append(_numbers(row))
+            stamp = row.get("timestamp")
+            log.times.append(float(stamp) if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) else None)
             log.done = bool(row.get("done"))
         return log
 
@@ -152,16 +156,29 @@ def default_metric(trials: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def trial_table(trials: list[dict[str, Any]], metric: str | None, mode: str, live: dict[str, str]) -> list[dict]:
+def trial_table(
+    trials: list[dict[str, Any]],
+    metric: str | None,
+    mode: str,
+    live: dict[str, str],
+    held: set[str] | None = None,
+) -> list[dict]:
     """One row per trial: status, flattened config, iterations, latest
     ``metric`` (what ranks the trial, as Tune's ``get_best_result`` ranks by
-    default: scope "last") and ``best``, its best at any iteration."""
+    default: scope "last") and ``best``, its best at any iteration.
+
+    ``live`` is a running study's status by trial folder; ``held`` the
+    folders of the trials a worker is training now (their stage batch's):
+    a trial the study admitted (RUNNING to its scheduler) that no worker
+    holds is shown PENDING, waiting for a worker."""
     pick = max if mode == "max" else min
     table = []
     for trial in trials:
         values = [row[metric] for row in trial["rows"] if metric in row]
         if trial["name"] in live:
             status = live[trial["name"]]
+            if status == lifecycle.RUNNING and held is not None and trial["name"] not in held:
+                status = lifecycle.PENDING
         else:
             status = (
                 lifecycle.ERROR
@@ -223,7 +240,9 @@ def best_trials(trials: list[dict[str, Any]], metric: str | None, mode: str, cou
 
 
 def stage_tree(records: dict[str, list[dict[str, Any]]], running: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The plan's stages, parents before children: ``id`` ("H<node>:<start>"),
+    """The plan's stages, parents before children: ``id`` ("H<node>:<start>-<stop>":
+    an id names the same iterations for as long as the page shows it; a
+    stage later cut where a trial forks becomes two new ids),
     ``parent`` (a stage id or None), ``node``, ``start``, ``stop``,
     ``status`` (finished / running / pending), ``checkpoints`` (stored iterations
     in ``(start, stop]``), ``trials`` (how many trials train through it) and
@@ -261,10 +280,10 @@ def stage_tree(records: dict[str, list[dict[str, Any]]], running: list[dict[str,
                 parent = (
                     None
                     if row["parent_id"] is None
-                    else f"H{row['parent_id']}:{_stage_start(cuts, row['parent_id'], start)}"
+                    else _stage_id(row["parent_id"], _stage_start(cuts, row["parent_id"], start), start)
                 )
             else:
-                parent = f"H{node_id}:{previous}"
+                parent = _stage_id(node_id, previous, start)
             if stop <= trained.get(node_id, row["fork_step"]):
                 status = FINISHED
             elif any(s < stop and start < e for s, e in live.get(node_id, ())):
@@ -272,7 +291,7 @@ def stage_tree(records: dict[str, list[dict[str, Any]]], running: list[dict[str,
             else:
                 status = PENDING
             stages[node_id, start] = {
-                "id": f"H{node_id}:{start}",
+                "id": _stage_id(node_id, start, stop),
                 "parent": parent,
                 "node": node_id,
                 "start": start,
@@ -304,6 +323,10 @@ def _stage_hparams(config: str, start: int) -> dict[str, Any]:
     return {name: _short(value) for name, value in values.items()}
 
 
+def _stage_id(node_id: int, start: int, stop: int) -> str:
+    return f"H{node_id}:{start}-{stop}"
+
+
 def _stage_start(cuts: dict[int, set[int]], node_id: int, stop: int) -> int:
     """The start of the stage of ``node_id`` that ends at ``stop``."""
     return max(at for at in cuts[node_id] if at < stop)
@@ -313,19 +336,28 @@ def _short(value: Any) -> Any:
     return float(f"{value:.4g}") if isinstance(value, float) else value
 
 
-def sharing(records: dict[str, list[dict[str, Any]]] | None, executed: int | None) -> dict[str, Any]:
+def sharing(
+    records: dict[str, list[dict[str, Any]]] | None, executed: int | None, reached: int | None = None
+) -> dict[str, Any]:
     """Iterations executed (trained once, shared or not) against trial by
     trial (every trial's iterations). From a saved plan, executed counts the
-    iterations the plan holds metrics for."""
+    iterations the plan holds metrics for.
+
+    ``reached`` (the iterations the trials have reached so far) makes the
+    figures partial, for a study that is running or did not finish: trial
+    by trial then counts what the trials reached, not what they asked for
+    (which a study still on its shared prefixes is far from), and
+    ``partial`` says so."""
     if records is None:
-        return {"executed": executed, "trial_by_trial": None, "saving": None}
+        return {"executed": executed, "trial_by_trial": None, "saving": None, "partial": reached is not None}
     if executed is None:
         executed = len(records["metrics"])
-    trial_by_trial = sum(row["step"] for row in records["trials"])
+    trial_by_trial = sum(row["step"] for row in records["trials"]) if reached is None else reached
     return {
         "executed": executed,
         "trial_by_trial": trial_by_trial,
         "saving": round(trial_by_trial / executed, 2) if executed else None,
+        "partial": reached is not None,
     }
 
 
@@ -336,20 +368,41 @@ def study_state(
     live_view: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything the page shows, as one JSON-able dict."""
+    from ray_stagetree.monitor import analysis
+
+    now = time.time()
     trials = reader.trials()
     metric = metric or default_metric(trials)
     records = live_view["plan"] if live_view is not None else reader.plan_records()
     running = live_view["running"] if live_view is not None else []
     statuses = live_view["trials"] if live_view is not None else {}
+    held = {name for batch in running for name in batch.get("trials", ())} if live_view is not None else None
+    table = trial_table(trials, metric, mode, statuses, held)
+    stages = stage_tree(records, running) if records is not None else []
+    workers = live_view["workers"] if live_view is not None else []
+    for worker in workers:  # the stage ids of what each worker runs, as the tree and timeline name them
+        worker["stages"] = [
+            analysis.stage_ids(stages, node, start, stop) for node, start, stop in worker.get("segments", ())
+        ]
+    ended = all(row["status"] in (lifecycle.TERMINATED, lifecycle.ERROR) for row in table)
+    partial = live_view is not None or not ended
+    parallel = analysis.parallel_coordinates(trials, metric)
     return {
         "path": reader.path,
         "live": live_view is not None,
-        "updated": time.time(),
+        "updated": now,
         "metric": metric,
         "mode": mode,
-        "trials": trial_table(trials, metric, mode, statuses),
-        "stages": stage_tree(records, running) if records is not None else [],
+        "trials": table,
+        "stages": stages,
         "plan_saved": records is not None,
-        "workers": live_view["workers"] if live_view is not None else [],
-        "sharing": sharing(records, live_view["iterations"] if live_view is not None else None),
+        "workers": workers,
+        "sharing": sharing(
+            records,
+            live_view["iterations"] if live_view is not None else None,
+            sum(row["iterations"] for row in table) if partial else None,
+        ),
+        "history": analysis.best_so_far(trials, metric, mode),
+        "parallel": parallel,
+        "timeline": analysis.timeline(records, [w for w in workers if "batch" in w], stages, now),
     }

@@ -76,6 +76,19 @@ SCHEMAS = {
         [("node_id", pa.int64()), ("start", pa.int64()), ("stop", pa.int64()), ("seconds", pa.float64())]
     ),
 }
+#: Tables a plan written before them lacks: read as empty.
+OPTIONAL_SCHEMAS = {
+    "runs": pa.schema(
+        [
+            ("batch_id", pa.int64()),
+            ("worker", pa.int64()),
+            ("segments", pa.string()),
+            ("began", pa.float64()),
+            ("ended", pa.float64()),
+            ("outcome", pa.string()),
+        ]
+    ),
+}
 
 
 def _json_default(value: Any) -> Any:
@@ -139,6 +152,17 @@ def records(plan: Any) -> dict[str, list[dict[str, Any]]]:
         rows["timings"].append(
             {"node_id": timing.node_id, "start": timing.start, "stop": timing.stop, "seconds": timing.seconds}
         )
+    rows["runs"] = [
+        {
+            "batch_id": run.batch_id,
+            "worker": run.worker,
+            "segments": json.dumps([list(segment) for segment in run.segments]),
+            "began": run.began,
+            "ended": run.ended,
+            "outcome": run.outcome,
+        }
+        for run in getattr(plan, "runs", ())  # a plan pickled before runs were recorded has none
+    ]
     return rows
 
 
@@ -178,8 +202,9 @@ def _write(filesystem: pafs.FileSystem, final: str, write: Any) -> None:
 def save(plan: Any, url: str, storage_filesystem: Any = None) -> None:
     filesystem, root = _arrow(url, storage_filesystem)
     filesystem.create_dir(root, recursive=True)
+    schemas = {**SCHEMAS, **OPTIONAL_SCHEMAS}
     for name, rows in records(plan).items():
-        table = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
+        table = pa.Table.from_pylist(rows, schema=schemas[name])
         table = table.replace_schema_metadata({"format": FORMAT, "version": str(VERSION)})
         _write(filesystem, f"{root}/{name}.parquet", functools.partial(pq.write_table, table, filesystem=filesystem))
     found = objects(plan)
@@ -226,7 +251,11 @@ def load_into(plan: Any, url: str, storage_filesystem: Any = None, objects: bool
     (else they stay `PickledValue` values: nothing is unpickled)."""
     filesystem, root = _arrow(url, storage_filesystem)
     loaded = load_objects(url, storage_filesystem) if objects else None
-    fill(plan, {name: _read(filesystem, root, name) for name in SCHEMAS}, loaded)
+    tables = {name: _read(filesystem, root, name) for name in SCHEMAS}
+    for name in OPTIONAL_SCHEMAS:
+        if filesystem.get_file_info(f"{root}/{name}.parquet").type != pafs.FileType.NotFound:
+            tables[name] = _read(filesystem, root, name)
+    fill(plan, tables, loaded)
 
 
 #: Where a study's checkpoints live, relative to its experiment directory.
@@ -270,3 +299,6 @@ def fill(plan: Any, tables: dict[str, list[dict[str, Any]]], objects: dict[str, 
         plan._restore_trial(row["trial_id"], config, row["study"], row["node_id"], row["step"])
     for row in tables["timings"]:
         plan.record_timing(row["node_id"], row["start"], row["stop"], row["seconds"])
+    for row in tables.get("runs", ()):  # absent from a plan saved before runs were recorded
+        segments = json.loads(row["segments"])
+        plan.record_run(row["batch_id"], row["worker"], segments, row["began"], row["ended"], row["outcome"])

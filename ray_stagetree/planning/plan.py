@@ -177,6 +177,22 @@ class RunningBatch:
 
 
 @dataclass(frozen=True)
+class BatchRun:
+    """When a stage batch ran and on which worker, for the monitor's
+    timeline: ``segments`` ``(node_id, start, stop)`` as dispatched,
+    ``began`` and ``ended`` wall-clock seconds (``time.time()``), ``worker``
+    the worker's number (1, 2, ...) and ``outcome`` ("done", "failed" or
+    "released": its batch was handed back unrun or cut short)."""
+
+    batch_id: int
+    worker: int
+    segments: tuple[tuple[int, int, int], ...]
+    began: float
+    ended: float
+    outcome: str = "done"
+
+
+@dataclass(frozen=True)
 class Timing:
     """Profile of one trained segment, input of the cost model."""
 
@@ -220,6 +236,7 @@ class SearchPlan:
         self.nodes: list[PlanNode] = []
         self.trials: dict[str, TrialRecord] = {}
         self.timings: list[Timing] = []
+        self.runs: list[BatchRun] = []
         self._roots: dict[tuple, PlanNode] = {}
         self._sequences: dict = {}
         self._located: dict[tuple, PlanNode] = {}
@@ -518,6 +535,27 @@ class SearchPlan:
         if stop <= start or not seconds >= 0:
             raise ValueError(f"timing needs start < stop and seconds >= 0, got {start}, {stop}, {seconds}")
         self.timings.append(Timing(node_id, start, stop, float(seconds)))
+
+    def record_run(
+        self,
+        batch_id: int,
+        worker: int,
+        segments: Iterable[tuple[int, int, int]],
+        began: float,
+        ended: float,
+        outcome: str = "done",
+    ) -> None:
+        """A stage batch ran on ``worker`` from ``began`` to ``ended`` (wall-clock
+        seconds): what the monitor draws as a worker's timeline. Nothing
+        plans from it."""
+        segments = tuple((int(node_id), int(start), int(stop)) for node_id, start, stop in segments)
+        for node_id, start, stop in segments:
+            self.node(node_id)
+            if stop <= start:
+                raise ValueError(f"a run's segment needs start < stop, got {start}, {stop}")
+        if not ended >= began:
+            raise ValueError(f"a run needs began <= ended, got {began}, {ended}")
+        self.runs.append(BatchRun(int(batch_id), int(worker), segments, float(began), float(ended), outcome))
 
     def record_batch_timings(self, batch_id: int, iterations: Iterable[tuple[int, int, Any]]) -> None:
         """Time a running batch's trained iterations, given as ``(node_id,

@@ -3,6 +3,7 @@ checking exit codes, stdout and stderr."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -94,7 +95,10 @@ def test_plan_is_a_dry_run_of_the_example_study(tmp_path, capsys):
     assert figures["worker_hours"] == pytest.approx(130 * 2 / 3600)
     assert figures["trial_by_trial_worker_hours"] == pytest.approx(224 * 2 / 3600)
     assert figures["makespan_bound_hours"] == pytest.approx(max(16 * 2, 130 * 2 / 4) / 3600)
-    assert "<svg" in picture.read_text()
+    drawn = picture.read_text()
+    # The picture is labelled: each stage's id, hyper-parameters and trials, as the monitor names them.
+    assert "<svg" in drawn and "H0:0-8 batch_size=128 lr=0.1 seed=0 \u00d78" in drawn
+    assert len(re.findall(r"H\d+:\d+-\d+ ", drawn)) == figures["stages"]
     assert main(["plan", spec, "--max-lines", "3"]) == 0
     text = capsys.readouterr().out
     assert "merge rate 1.72: 130 unique iterations, 224 trial by trial" in text

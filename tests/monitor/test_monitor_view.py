@@ -41,7 +41,8 @@ def test_stage_tree_cuts_nodes_where_trials_fork_and_tracks_progress():
 
     by_id = {stage["id"]: stage for stage in stages}
     assert len(stages) == 4  # [0, 4) shared by all three, then one [4, 8) each (at 4, c keeps 0.1 and a does not)
-    first = by_id[f"H{root.node_id}:0"]
+    assert len(by_id) == len(stages)  # no id names two stages
+    first = by_id[f"H{root.node_id}:0-4"]
     assert (first["start"], first["stop"], first["status"], first["checkpoints"], first["trials"]) == (
         0,
         4,
@@ -50,11 +51,18 @@ def test_stage_tree_cuts_nodes_where_trials_fork_and_tracks_progress():
         3,
     )
     assert first["parent"] is None and first["hparams"] == {"lr": 0.1}
-    assert by_id[f"H{node_b}:4"]["status"] == "running" and by_id[f"H{node_b}:4"]["hparams"] == {"lr": 0.05}
+    assert by_id[f"H{node_b}:4-8"]["status"] == "running" and by_id[f"H{node_b}:4-8"]["hparams"] == {"lr": 0.05}
     children = [stage for stage in stages if stage["parent"] == first["id"]]
     assert len(children) == 3 and sorted(stage["status"] for stage in children) == ["pending", "pending", "running"]
     assert [stage["trials"] for stage in children] == [1, 1, 1]
-    assert sharing(plan.records(), executed=4) == {"executed": 4, "trial_by_trial": 24, "saving": 6.0}
+    assert sharing(plan.records(), executed=4) == {"executed": 4, "trial_by_trial": 24, "saving": 6.0, "partial": False}
+    # Mid-run: against what the trials reached so far (4 each, the shared prefix), never their whole horizons.
+    assert sharing(plan.records(), executed=4, reached=12) == {
+        "executed": 4,
+        "trial_by_trial": 12,
+        "saving": 3.0,
+        "partial": True,
+    }
 
 
 def write_trial(root, name, config, rows, error=False, partial_line=False):

@@ -192,6 +192,9 @@ class StudyController:
         self._wake = asyncio.Event()
         self._iterations = 0
         self._worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
+        # Batch id -> (worker number, wall-clock dispatch time): the plan's runs (the monitor's timeline).
+        self._run_began: dict[int, tuple[int, float]] = {}
+        self._run_reached: dict[int, dict[int, int]] = {}  # batch id -> node id -> last iteration trained
         # The time budget counts from here, as Tune's from its loop's first step: starting
         # the workers is in it, starting this actor is not.
         self.budget = TimeBudget(spec.time_budget_s)
@@ -482,8 +485,10 @@ class StudyController:
                 "checkpoint=tune.Checkpoint.from_directory(...) to report() where should_checkpoint() is True "
                 "(this warning is shown once per study)"
             )
+        reached = self._run_reached.setdefault(outcome.batch_id, {}) if outcome.batch_id in self._run_began else {}
         for node_id, iteration, metrics in outcome.records:
             node = self.plan.nodes[node_id]
+            reached[node_id] = max(reached.get(node_id, 0), iteration)
             self._iterations += 1
             self.plan.record_metrics(node_id, iteration, metrics)
             self.plan.record_progress(outcome.batch_id, node_id, iteration)
@@ -528,6 +533,7 @@ class StudyController:
                 worker = self.pool.take()
             ref = worker.run_batch.remote(spec)
             self.pool.dispatched(ref, worker, batch, spec)
+            self._run_began[batch.batch_id] = (self.pool.workers.index(worker) + 1, time.time())
             self.policy.started(batch, time.monotonic())
             for request in batch.requests:
                 for trial_id in request.trials & self.trials.keys():
@@ -579,6 +585,7 @@ class StudyController:
         try:
             outcome: BatchOutcome = await ref
         except ray.exceptions.RayActorError as error:
+            self._record_run(spec, None)
             self._worker_seconds += time.monotonic() - dispatched
             self.pool.folded(batch.batch_id)
             # Its node may be gone: start no more workers than the cluster now holds.
@@ -591,6 +598,7 @@ class StudyController:
             self.plan.release_batch(batch.batch_id)
             return
         except ray.exceptions.RayError as error:  # its outcome could not come back (it failed to serialize)
+            self._record_run(spec, None)
             self._worker_seconds += time.monotonic() - dispatched
             self.pool.folded(batch.batch_id)
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
@@ -599,6 +607,8 @@ class StudyController:
             self.pool.returned(worker)
             return
         self._worker_seconds += time.monotonic() - dispatched
+        if outcome.source_lost is not None or outcome.trainable_unloadable:
+            self._record_run(spec, outcome)
         if outcome.source_lost is not None:
             # The starting checkpoint's only copy was on a node that is gone:
             # the batch starts again from its durable copy, or retrains.
@@ -622,6 +632,7 @@ class StudyController:
             _, _, key, _ = outcome.checkpoints.pop()
             worker.take_checkpoint.remote(key)  # dropped from the worker's outbox
         self.ingest(outcome)
+        self._record_run(spec, outcome)
         self.pool.folded(batch.batch_id)
         if outcome.error is not None and not shared_retry:
             self._batch_failed(outcome)
@@ -636,6 +647,26 @@ class StudyController:
         self.plan.release_batch(batch.batch_id)
         self._release_unneeded()
         self.pool.returned(worker)
+
+    def _record_run(self, spec: BatchSpec, outcome: BatchOutcome | None) -> None:
+        """The batch's run into the plan (`SearchPlan.record_run`): the
+        segments it trained, as far as it trained them."""
+        began = self._run_began.pop(spec.batch_id, None)
+        if began is None:
+            return
+        worker, start_time = began
+        reached = self._run_reached.pop(spec.batch_id, {})
+        if outcome is None or outcome.source_lost is not None or outcome.trainable_unloadable:
+            label = "released" if outcome is not None and outcome.source_lost is not None else "failed"
+        else:
+            label = "failed" if outcome.error is not None else "done"
+        segments = [
+            (node_id, start, min(stop, reached[node_id]))
+            for node_id, start, stop in spec.segments
+            if reached.get(node_id, 0) > start
+        ]
+        if segments or label != "done":
+            self.plan.record_run(spec.batch_id, worker, segments, start_time, max(time.time(), start_time), label)
 
     def _trials_through(self, node: Any, iteration: int) -> set[str]:
         """This run's trials whose path passes through ``(node, iteration)``. A
@@ -976,6 +1007,7 @@ class StudyController:
                 "segments": [list(segment) for segment in running.spec.segments],
                 "trials": [self.trials[t].dirname for t in trial_ids if t in self.trials],
                 "seconds": round(now - running.dispatched, 1),
+                "began": self._run_began.get(batch_id, (0, time.time()))[1],
             }
         return {
             "plan": self.plan.records(),
