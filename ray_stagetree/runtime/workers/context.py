@@ -31,6 +31,7 @@ from ray_stagetree.execution.payload import (
 from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state
 from ray_stagetree.planning.config import split_path
 from ray_stagetree.runtime.workers.visible_config import retarget, sequences_so_far
+from ray_stagetree.sequences.base import next_change
 
 FLUSH_SECONDS = 0.5
 
@@ -120,20 +121,24 @@ class StageContext:
         self.iteration = spec.start
         self.stop = spec.stop
         self._config = spec.trial_config
-        self._config_changes = self._plain_value_changes()
-        self.save_iterations = set(spec.save_iterations) | self._config_changes
+        self._config_change = self._next_plain_value_change()
+        self.save_iterations = set(spec.save_iterations) | self._config_changes()
         self._pending = BatchOutcome(spec.batch_id)
         self._last_flush = self._iteration_started = time.monotonic()
         self.missing_checkpoint: int | None = None  # first branch point whose checkpoint report() did not get
 
-    def _plain_value_changes(self) -> set[int]:
-        """Steps inside the batch where a value handed over as plain changes."""
-        changes: set[int] = set()
+    def _next_plain_value_change(self) -> int | None:
+        """The next iteration of the batch where a value handed over as plain
+        changes (PBT explored it): the trainable restarts there from a
+        checkpoint. Only the next one, found from the sequences' structure:
+        a batch may span a horizon of 10**9 iterations, never expanded."""
         sequences = dict(zip(self._config.names, self._config.sequences))
-        for name in self.spec.plain:
-            values = [sequences[name].value(iteration) for iteration in range(self.spec.start, self.spec.stop)]
-            changes.update(self.spec.start + k for k in range(1, len(values)) if values[k] != values[k - 1])
-        return changes
+        changes = (next_change(sequences[name], self.iteration, self.spec.stop) for name in self.spec.plain)
+        return min((change for change in changes if change is not None), default=None)
+
+    def _config_changes(self) -> set[int]:
+        """The iterations where the trainable must save for a config change (the next one)."""
+        return set() if self._config_change is None else {self._config_change}
 
     # -- function API ------------------------------------------------------
 
@@ -286,7 +291,7 @@ class StageContext:
             if not self._parking:
                 raise BatchEnd()
             self._wait_parked()
-        if self.iteration in self._config_changes:
+        if self.iteration == self._config_change:
             self._restart(payload)
 
     def _wait_parked(self) -> None:
@@ -319,6 +324,8 @@ class StageContext:
                 "checkpoint=tune.Checkpoint.from_directory(...) to report() where should_checkpoint() is True"
             )
         self._restart_payload = payload
+        self._config_change = self._next_plain_value_change()  # the restarted trainable trains up to it
+        self.save_iterations |= self._config_changes()
         if self._restored_dir is not None:
             shutil.rmtree(self._restored_dir, ignore_errors=True)
             self._restored_dir = None
@@ -340,12 +347,11 @@ class StageContext:
             return
         save_iterations, needed, batch_stop, park = ray.get(self._controller.worker_report.remote(outcome))
         self._parking = park and self._park is not None and batch_stop == self.iteration and not self._ended
-        self.save_iterations = set(save_iterations) | self._config_changes
         if batch_stop > self.spec.stop:
             node_id, start, _ = self.spec.segments[-1]
             self.spec.segments[-1] = (node_id, start, batch_stop)
-            self._config_changes = self._plain_value_changes()
-            self.save_iterations |= self._config_changes
+            self._config_change = self._next_plain_value_change()
+        self.save_iterations = set(save_iterations) | self._config_changes()
         if not self._ended:
             self.stop = max(min(needed, batch_stop), self.iteration)
 
