@@ -26,6 +26,7 @@ from ray_stagetree.execution.payload import (
     CheckpointPayload,
     pack_directory,
     size_of,
+    tree_entries,
     unpack_directory,
 )
 from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state
@@ -217,7 +218,9 @@ class StageContext:
     def _keep_latest(self, checkpoint: Any) -> None:
         kept = tempfile.mkdtemp(prefix="stagetree_latest_")
         with checkpoint.as_directory() as path:
-            shutil.copytree(path, kept, copy_function=_link_or_copy, dirs_exist_ok=True, symlinks=True)
+            _check_links(path)
+            # Links are followed now, as Tune's upload follows them: what they point to may not outlive the report.
+            shutil.copytree(path, kept, copy_function=_link_or_copy, dirs_exist_ok=True, symlinks=False)
         self._drop_latest()
         self._latest = (self.iteration + 1, kept)
 
@@ -236,8 +239,14 @@ class StageContext:
         ended = self.returned_at is not None or self._ended or failed
         if not ended or iteration != self.iteration or iteration in self._put_iterations:
             return
+        try:
+            directory = pack_directory(folder)
+        except (ValueError, OSError):
+            if failed:  # the trial errors with the trainable's own error; this one would hide it (and end the thread)
+                return
+            raise
         # The RNG states are those at the function's end, not at its last report.
-        payload = CheckpointPayload(iteration, capture_rng_state(), directory=pack_directory(folder))
+        payload = CheckpointPayload(iteration, capture_rng_state(), directory=directory)
         key = f"{self.spec.batch_id}:{iteration}"
         self._put(key, payload)
         outcome.checkpoints.append((self.node_at(iteration), iteration, key, size_of(payload)))
@@ -367,6 +376,17 @@ class StageContext:
         if self._restored_dir is not None:
             shutil.rmtree(self._restored_dir, ignore_errors=True)
         return outcome
+
+
+def _check_links(path: str) -> None:
+    """Refuse a reported checkpoint whose links cannot be followed (one that
+    points nowhere, a cycle): a bug in the trainable, which a retry would
+    repeat, named now rather than a checkpoint lost later."""
+    try:
+        for _ in tree_entries(path):
+            pass
+    except ValueError as error:
+        raise ReportError(f"report()'s checkpoint {path!r} cannot be kept: {error}") from None
 
 
 def _worker_facts() -> dict[str, Any]:
