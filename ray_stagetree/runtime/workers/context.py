@@ -30,8 +30,8 @@ from ray_stagetree.execution.payload import (
     unpack_directory,
 )
 from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state
-from ray_stagetree.planning.config import split_path
-from ray_stagetree.runtime.workers.visible_config import retarget, sequences_so_far
+from ray_stagetree.planning.config import hparam_keys, split_path
+from ray_stagetree.runtime.workers.visible_config import HParams, retarget, sequences_so_far
 from ray_stagetree.sequences.base import next_change
 
 FLUSH_SECONDS = 0.5
@@ -160,8 +160,12 @@ class StageContext:
         changed = {name: values[name] for name in self.spec.plain if _differs(self.spec.config, name, values[name])}
         return _replaced(config, changed) if changed else config
 
-    def hparams(self) -> dict[str, Any]:
-        return self._config.hparams_at(self.iteration)
+    def hparams(self) -> HParams:
+        """This iteration's values, keyed as the config's keys are written (`hparam_keys`)."""
+        keys, ambiguous = hparam_keys(self._config.names)
+        return HParams(
+            {keys[name]: value for name, value in self._config.hparams_at(self.iteration).items()}, ambiguous
+        )
 
     def should_checkpoint(self) -> bool:
         return self.iteration + 1 in self.save_iterations
