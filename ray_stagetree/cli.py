@@ -57,6 +57,7 @@ def _restore(args: argparse.Namespace) -> int:
             "(no stagetree_tuner.pkl): pass the folder `stagetree run` printed"
         )
     spec = _load(args.spec) if args.spec else _saved_job(path)
+    _check_no_other_driver(path)  # before Ray starts; fit() takes the folder's lease
     _start_ray(args)
     tuner = Tuner.restore(
         path,
@@ -363,6 +364,17 @@ def _saved_job(path: str) -> Any:
             f"{TRUST_ENV}=1 if the folder is trusted"
         )
     return JobSpec(job["spec"], job["base_dir"], job["source"])
+
+
+def _check_no_other_driver(path: str) -> None:
+    """A study another driver runs is not continued a second time into its folder."""
+    from ray_stagetree.execution.storage import CheckpointStorage
+    from ray_stagetree.runtime.driver.lease import ExperimentInUseError, check_free
+
+    try:
+        check_free(CheckpointStorage(path), path)
+    except ExperimentInUseError as error:
+        raise CommandError(str(error), FAILED) from None
 
 
 def _fit(tuner: Any) -> Any:
