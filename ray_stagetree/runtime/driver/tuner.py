@@ -76,6 +76,7 @@ from ray_stagetree.runtime.driver.arguments import (
 )
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner, check_driver_hooks
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
+from ray_stagetree.runtime.driver.lease import DriverLease, check_free
 from ray_stagetree.runtime.driver.progress import ProgressReporter
 from ray_stagetree.runtime.driver.restoring import (
     PARAM_SPACE_KEYS,
@@ -311,9 +312,9 @@ class Tuner:
         # Tuner.can_restore(path) holds before fit() (a restore continues it from scratch).
         self._experiment_dir = self._experiment_path()
         if not _EXISTING.get():
-            check_writable(
-                CheckpointStorage(self._experiment_dir, self.run_config.storage_filesystem), self._experiment_dir
-            )
+            storage = CheckpointStorage(self._experiment_dir, self.run_config.storage_filesystem)
+            check_writable(storage, self._experiment_dir)
+            check_free(storage, self._experiment_dir)  # the settings a live driver's study restores from stay
             self._save_settings(self._experiment_dir)
 
     def get_results(self) -> ResultGrid:
@@ -677,15 +678,19 @@ class Tuner:
         experiment_path = self._experiment_dir
         storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
         check_writable(storage, experiment_path)
-        if self._restore_options is not None and has_state(storage):
-            state = read_state(storage)
-            restore = Restore(state, *self._restore_options)
-            self._results = self._execute(state.source, self.horizon, experiment_path, resume=False, restore=restore)
+        # One driver per folder: a second one (a restore, a fresh fit()) is refused, naming the first.
+        with DriverLease(storage, experiment_path):
+            if self._restore_options is not None and has_state(storage):
+                state = read_state(storage)
+                restore = Restore(state, *self._restore_options)
+                self._results = self._execute(
+                    state.source, self.horizon, experiment_path, resume=False, restore=restore
+                )
+                return self._results
+            trial_source = self._trial_source()
+            self._save_settings(experiment_path)
+            self._results = self._execute(trial_source, self.horizon, experiment_path, resume=False)
             return self._results
-        trial_source = self._trial_source()
-        self._save_settings(experiment_path)
-        self._results = self._execute(trial_source, self.horizon, experiment_path, resume=False)
-        return self._results
 
     def _execute(
         self,
