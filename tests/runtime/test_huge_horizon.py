@@ -124,6 +124,7 @@ def test_a_class_study_to_a_huge_horizon_keeps_its_checkpoint_frequency(tmp_path
     grid = fit(tmp_path, "class", Counting, checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=5))
     assert grid.num_errors == 0
     assert [len(result.metrics_dataframe) for result in grid] == [12, 12]
-    for result in grid:  # every 5th iteration, and the trial's last (the study's end keeps it)
+    for result in grid:  # every 5th iteration, and the trial's last (the study's end keeps it), numbered as Tune
         kept = sorted(entry for entry in os.listdir(result.path) if entry.startswith("checkpoint_"))
-        assert kept == ["checkpoint_000005", "checkpoint_000010", "checkpoint_000012"]
+        assert kept == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
+        assert [metrics["training_iteration"] for _, metrics in result.best_checkpoints] == [5, 10, 12]
