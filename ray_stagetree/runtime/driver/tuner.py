@@ -54,6 +54,7 @@ from ray_stagetree.runtime.control.experiment_state import (
     has_state,
     read_state,
     read_tuner_settings,
+    restored_progress,
     trial_summary,
     write_tuner_settings,
 )
@@ -765,6 +766,8 @@ class Tuner:
         )
         callbacks = self._callback_runner(trial_source, experiment_path)
         reporter = self._progress_reporter(trial_source)
+        if restore is not None:  # the best so far counts the trials that ended before the interrupt
+            reporter.observe(*restored_progress(restore))
         restarts = 0
         while True:
             try:
