@@ -79,6 +79,7 @@ def _continue(path: str, spec: Any, args: argparse.Namespace) -> int:
     `restore`'s options where ``args`` has them."""
     from ray_stagetree.runtime.driver.tuner import Tuner
 
+    _check_no_other_driver(path)  # before Ray starts; fit() takes the folder's lease
     _start_ray(args)
     tuner = Tuner.restore(
         path,
@@ -450,6 +451,17 @@ def _saved_job(path: str) -> Any:
             f"{TRUST_ENV}=1 if the folder is trusted"
         )
     return JobSpec(job["spec"], job["base_dir"], job["source"])
+
+
+def _check_no_other_driver(path: str) -> None:
+    """A study another driver runs is not continued a second time into its folder."""
+    from ray_stagetree.execution.storage import CheckpointStorage
+    from ray_stagetree.runtime.driver.lease import ExperimentInUseError, check_free
+
+    try:
+        check_free(CheckpointStorage(path), path)
+    except ExperimentInUseError as error:
+        raise CommandError(str(error), FAILED) from None
 
 
 def _fit(tuner: Any) -> Any:

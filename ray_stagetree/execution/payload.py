@@ -81,16 +81,39 @@ def checksum(data: bytes) -> str:
     return f"{_CHECKSUM_ALGORITHM}:{hashlib.sha256(data).hexdigest()}"
 
 
-def tree_entries(path: str, prefix: str = "") -> Iterator[tuple[str, str]]:
+def tree_entries(path: str, prefix: str = "", _inside: frozenset[str] = frozenset()) -> Iterator[tuple[str, str]]:
     """(archive name, local path) of everything under ``path``, depth first in
-    name order, a directory just before its contents. Does not follow links."""
+    name order, a directory just before its contents.
+
+    Symbolic links are followed, as Tune's checkpoint upload (pyarrow's
+    ``copy_files``) follows them: a linked file or folder is an entry like
+    any other, and what it points to is what gets copied (a checkpoint that
+    links its weights from elsewhere is kept whole, not dropped).
+
+    Raises
+    ------
+    ValueError
+        A link points to nothing, or to a folder it is inside of (followed,
+        the tree would never end); the message names the link.
+    """
+    inside = _inside | {os.path.realpath(path)}
     with os.scandir(path) as scan:
         entries = sorted(scan, key=lambda entry: entry.name)
     for entry in entries:
         arcname = f"{prefix}{entry.name}"
+        if entry.is_symlink():
+            _check_link(entry.path, arcname, inside)
         yield arcname, entry.path
-        if entry.is_dir(follow_symlinks=False):
-            yield from tree_entries(entry.path, f"{arcname}/")
+        if entry.is_dir():
+            yield from tree_entries(entry.path, f"{arcname}/", inside)
+
+
+def _check_link(link: str, arcname: str, inside: frozenset[str]) -> None:
+    target = os.readlink(link)
+    if not os.path.exists(link):
+        raise ValueError(f"{arcname!r} is a symbolic link to {target!r}, which does not exist")
+    if os.path.realpath(link) in inside:
+        raise ValueError(f"{arcname!r} is a symbolic link to {target!r}, a folder it is inside of (a cycle)")
 
 
 def pack_directory(path: str) -> bytes:
@@ -98,7 +121,8 @@ def pack_directory(path: str) -> bytes:
 
     Entries are added in sorted order with owner and modification time
     cleared, so equal trees give equal bytes (and equal checksums). Empty
-    subdirectories are kept.
+    subdirectories are kept. Symbolic links are followed (`tree_entries`):
+    the archive holds what they point to, never a link.
 
     Parameters
     ----------
@@ -110,32 +134,39 @@ def pack_directory(path: str) -> bytes:
     NotADirectoryError
         ``path`` is not a directory.
     ValueError
-        The tree holds a symbolic link or a special file (device, FIFO,
-        socket); such entries cannot be restored safely, so they are refused
-        here rather than lost silently.
+        The tree holds a special file (device, FIFO, socket), a link that
+        points to nothing, or a link cycle; such entries cannot be copied,
+        so they are refused here, naming them, rather than lost silently.
     """
     if not os.path.isdir(path):
         raise NotADirectoryError(f"cannot pack {path!r}: not a directory")
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        for arcname, full in tree_entries(path):
-            mode = os.lstat(full).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                kind = "symbolic link" if stat.S_ISLNK(mode) else "special file"
-                raise ValueError(
-                    f"cannot pack {path!r}: {arcname!r} is a {kind}; "
-                    "checkpoint directories may hold only regular files and directories"
-                )
-            info = archive.gettarinfo(full, arcname=arcname)
-            info.mtime = 0
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            if info.isfile():
-                with open(full, "rb") as handle:
-                    archive.addfile(info, handle)
-            else:
-                archive.addfile(info)
+    # dereference: an entry's information is what a link points to (os.stat, not os.lstat).
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT, dereference=True) as archive:
+        try:
+            for arcname, full in tree_entries(path):
+                _add(archive, arcname, full)
+        except ValueError as error:
+            raise ValueError(
+                f"cannot pack {path!r}: {error}; checkpoint directories may hold only files and directories "
+                "(or symbolic links to them)"
+            ) from None
     return buffer.getvalue()
+
+
+def _add(archive: tarfile.TarFile, arcname: str, full: str) -> None:
+    mode = os.stat(full).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise ValueError(f"{arcname!r} is a special file")
+    info = archive.gettarinfo(full, arcname=arcname)
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if info.isfile():
+        with open(full, "rb") as handle:
+            archive.addfile(info, handle)
+    else:
+        archive.addfile(info)
 
 
 def _check_member(member: tarfile.TarInfo) -> None:

@@ -203,6 +203,39 @@ def split_path(path: str) -> list[str]:
     return [unescape_key(part) for part in path.split(PATH_SEPARATOR)]
 
 
+def json_pointer(name: str) -> str:
+    """A flattened name as an RFC 6901 JSON Pointer: ``"a~1b/c"`` -> ``"/a~1b/c"``
+    (the escaped keys, each after a ``/``): one string per config path, always."""
+    return PATH_SEPARATOR + name
+
+
+@functools.lru_cache(maxsize=1024)
+def hparam_keys(names: tuple[str, ...]) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """(the key `get_hparams()` gives each flattened name, the keys it cannot give).
+
+    A hyper-parameter is keyed by the config's keys as written, joined with
+    ``/``: a key holding ``/`` or ``~`` reads as in the config and in
+    ``result.config`` (``{"a/b": ..}`` is ``"a/b"``, not its escaped name).
+    Where two config entries join to the same key (the key ``"a/b"`` and
+    ``{"a": {"b": ..}}``), neither gets it: each is keyed by its JSON Pointer
+    (``"/a~1b"``, ``"/a/b"``), and the ambiguous key maps to those pointers,
+    so reading it can say which is which instead of returning one of them.
+    """
+    written: dict[str, list[str]] = {}
+    for name in names:
+        written.setdefault(PATH_SEPARATOR.join(split_path(name)), []).append(name)
+    keys: dict[str, str] = {}
+    ambiguous: dict[str, tuple[str, ...]] = {}
+    for key, named in written.items():
+        if len(named) == 1:
+            keys[named[0]] = key
+            continue
+        for name in named:
+            keys[name] = json_pointer(name)
+        ambiguous[key] = tuple(sorted(json_pointer(name) for name in named))
+    return keys, ambiguous
+
+
 def _is_scalar(value: Any) -> bool:
     value = _python(value)
     # nan and inf are valid config values in Tune, but no Constant: they are static.

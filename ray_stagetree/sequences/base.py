@@ -469,6 +469,57 @@ class Concat(Sequence):
 # Module-level helpers
 
 
+#: `next_change`'s scan of a family without structure grows its chunks up to
+#: this many values: memory stays bounded on any horizon.
+_SCAN_CHUNK_LIMIT = 1 << 20
+
+
+def next_change(sequence: Sequence, after: int, stop: int) -> int | None:
+    """The first iteration in ``(after, stop)`` whose value differs (value or
+    type, as `Sequence.first_difference` compares) from the iteration
+    before it, else None.
+
+    A `Constant` never changes and a `Concat` only at a milestone or inside a
+    part, so the structural families answer without computing values: a
+    horizon of 10**9 iterations is never expanded. Other families are
+    scanned from ``after`` in chunks of bounded size.
+    """
+    if after + 1 >= stop:
+        return None
+    if isinstance(sequence, Constant):
+        return None
+    if isinstance(sequence, Concat) and not _is_unresolved(sequence.milestones):
+        return _next_change_in_concat(sequence, after, stop)
+    return _scanned_change(sequence, after, stop)
+
+
+def _next_change_in_concat(sequence: Concat, after: int, stop: int) -> int | None:
+    bounds = (0, *sequence.milestones)
+    k = bisect.bisect_right(sequence.milestones, after)
+    while k < len(sequence.parts) and bounds[k] < stop:
+        low = bounds[k]
+        high = stop if k == len(sequence.milestones) else min(stop, sequence.milestones[k])
+        inside = next_change(sequence.parts[k], max(after, low) - low, high - low)
+        if inside is not None:
+            return low + inside
+        if high < stop and sequence.observed(high) != sequence.observed(high - 1):
+            return high  # the next part starts with another value
+        k += 1
+    return None
+
+
+def _scanned_change(sequence: Sequence, after: int, stop: int) -> int | None:
+    start, chunk = after, _FIRST_CHUNK
+    while start + 1 < stop:
+        end = min(stop, start + chunk)
+        values = sequence.values(start, end)  # iteration start is the value the first compared one follows
+        differs = _differs(values[1:], sequence._kind, values[:-1], sequence._kind)
+        if differs.any():
+            return start + 1 + int(differs.argmax())
+        start, chunk = end - 1, min(chunk * 4, _SCAN_CHUNK_LIMIT)
+    return None
+
+
 def is_sequence_spec(value: Any) -> bool:
     """True for a dict whose ``"family"`` names a known family (a JSON or spec form).
 

@@ -80,12 +80,52 @@ def test_pack_empty_directory(tmp_path):
     assert os.listdir(tmp_path / "out") == []
 
 
-def test_pack_rejects_links_and_non_directories(tmp_path):
+def test_pack_refuses_a_file(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(NotADirectoryError, match="not a directory"):
         pack_directory(str(tmp_path / "file"))
-    (tmp_path / "link").symlink_to(tmp_path / "file")
-    with pytest.raises(ValueError, match="'link' is a symbolic link"):
+
+
+def test_pack_follows_links_as_tunes_upload_does(tmp_path):
+    """A checkpoint that links its weights from elsewhere is packed whole:
+    Tune's upload (pyarrow's copy_files) copies what a link points to, and
+    refusing it lost the trial's checkpoint (issue 30 point 4)."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "shards").mkdir(parents=True)
+    (elsewhere / "weights.bin").write_bytes(b"w" * 10)
+    (elsewhere / "shards" / "0.bin").write_bytes(b"s")
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "model.txt").write_text("m")
+    (checkpoint / "weights.bin").symlink_to(elsewhere / "weights.bin")
+    (checkpoint / "shards").symlink_to("../elsewhere/shards")  # relative, to a folder
+    data = pack_directory(str(checkpoint))
+    members = tarfile.open(fileobj=io.BytesIO(data)).getmembers()
+    assert not any(member.issym() or member.islnk() for member in members)
+    target = tmp_path / "target"
+    unpack_directory(data, str(target))
+    assert _snapshot(target) == {"model.txt": b"m", "weights.bin": b"w" * 10, "shards": None, "shards/0.bin": b"s"}
+    assert not (target / "weights.bin").is_symlink()
+
+
+@pytest.mark.parametrize(
+    "make, named",
+    [
+        (
+            lambda folder: (folder / "gone").symlink_to(folder / "missing"),
+            "'gone' is a symbolic link to .*missing.*does not exist",
+        ),
+        (
+            lambda folder: (folder / "sub").mkdir() or (folder / "sub" / "up").symlink_to(".."),
+            "'sub/up' is a symbolic link to '..'.*a cycle",
+        ),
+        (lambda folder: os.mkfifo(folder / "pipe"), "'pipe' is a special file"),
+    ],
+    ids=["broken link", "link cycle", "fifo"],
+)
+def test_pack_refuses_what_cannot_be_copied_naming_it(tmp_path, make, named):
+    make(tmp_path)
+    with pytest.raises(ValueError, match=f"cannot pack '{tmp_path}': {named}"):
         pack_directory(str(tmp_path))
 
 

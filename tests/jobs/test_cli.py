@@ -254,6 +254,10 @@ def test_run_inspect_and_restore_a_study(ray_session, tmp_path, capsys):
     )
 
 
+def _noop(config):
+    pass
+
+
 def test_restore_uses_only_a_job_file_this_experiment_sealed(tmp_path, monkeypatch):
     """stagetree_job.json names code to import: `stagetree restore` uses it
     only when the experiment's key verifies it, or the folder is trusted."""
@@ -283,6 +287,32 @@ def test_restore_uses_only_a_job_file_this_experiment_sealed(tmp_path, monkeypat
 
     monkeypatch.setenv("RAY_STAGETREE_TRUST_STORAGE", "1")
     assert _saved_job(str(study)).base_dir == "/somewhere/else", "a trusted folder's file is used as it is"
+
+
+def test_stagetree_restore_of_a_planted_job_file_runs_nothing(tmp_path, capsys, monkeypatch):
+    """Issue 30 point 3, as an attacker plants it: a job file beside a real
+    study whose trainable is a module of the attacker's folder. Nothing is
+    imported, nothing goes on sys.path, and the message names the remedy."""
+    monkeypatch.delenv("RAY_STAGETREE_TRUST_STORAGE", raising=False)
+    from ray import tune
+
+    from ray_stagetree import Tuner
+
+    Tuner(
+        _noop,
+        run_config=tune.RunConfig(name="study", storage_path=str(tmp_path), verbose=0),
+    )
+    attacker = tmp_path / "attacker"
+    attacker.mkdir()
+    marker = tmp_path / "ran"
+    (attacker / "planted_module.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\ndef train(config): pass\n")
+    job = {"spec": {"trainable": "planted_module:train", "param_space": {}}, "base_dir": str(attacker), "source": "x"}
+    (tmp_path / "study" / "stagetree_job.json").write_text(json.dumps({**job, "seal": "0" * 64}))
+    path_before = list(sys.path)
+    assert main(["restore", str(tmp_path / "study")]) == 2
+    assert "not authenticated by this experiment's key" in capsys.readouterr().err
+    assert not marker.exists() and "planted_module" not in sys.modules
+    assert sys.path == path_before
 
 
 # -- a second run, the summary, status without a path, restore hints, extras (issue 33) ---------

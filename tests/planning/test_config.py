@@ -6,7 +6,7 @@ import pytest
 
 from ray_stagetree import Constant, MultiStep
 from ray_stagetree.planning import SearchPlan, TrialConfig
-from ray_stagetree.planning.config import unflatten
+from ray_stagetree.planning.config import hparam_keys, unflatten
 
 
 def test_split_flattens_nested_dicts_and_keeps_static_values():
@@ -94,3 +94,19 @@ def test_keys_holding_the_separator_never_collide_with_nested_keys():
     for index, config in enumerate(configs):
         plan.add_trial(f"t{index}", config, 4)
     assert len(plan.roots) == 4 and plan.unique_iterations() == 16
+
+
+def test_hyper_parameters_are_keyed_as_the_config_writes_them_and_a_collision_by_json_pointer():
+    """get_hparams() keys (issue 30 point 4): a key holding '/' or '~' reads as
+    written, as in result.config; where two entries join to one key, each
+    has its JSON Pointer and the shared key names both."""
+    flat = TrialConfig.from_config({"a/b": 1, "a": {"b": 2}, "x~y": 3, "c/d": 4, "opt": {"lr": 0.1}})
+    keys, ambiguous = hparam_keys(flat.names)
+    assert {keys[name]: value for name, value in flat.hparams_at(0).items()} == {
+        "/a~1b": 1,
+        "/a/b": 2,
+        "x~y": 3,
+        "c/d": 4,
+        "opt/lr": 0.1,
+    }
+    assert ambiguous == {"a/b": ("/a/b", "/a~1b")}

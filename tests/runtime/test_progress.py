@@ -155,3 +155,29 @@ def test_an_interrupted_studys_final_line_claims_no_saving():
     reporter = ProgressReporter(None, None, verbose=0)
     line = reporter.line(progress(), final=True, partial=True)
     assert "120 trial by trial (interrupted: figures of a partial study)" in line and "fewer" not in line
+
+
+def test_a_restored_studys_best_counts_the_trials_that_ended_before_the_interrupt():
+    """After a restore, the line's best still knows the trials that had
+    finished (their rows are not sent again); a trial that stays errored
+    is left out, one restarted counts again only from its new rows."""
+    from types import SimpleNamespace
+
+    from ray_stagetree.runtime.control.experiment_state import Restore, restored_progress
+    from ray_stagetree.runtime.control.trials import TrialState
+
+    def trial(trial_id, status, loss):
+        state = TrialState(trial_id=trial_id, config={})
+        state.status, state.reported = status, [{"loss": loss + 1}, {"loss": loss}]
+        return state
+
+    trials = [trial("done", "TERMINATED", 0.3), trial("failed", "ERROR", 0.1), trial("paused", "PAUSED", 0.2)]
+    reporter = ProgressReporter("loss", "min", verbose=0)
+    reporter.observe(*restored_progress(Restore(SimpleNamespace(trials=trials))))
+    assert reporter.best == 0.2, "the errored trial's 0.1 is left out, as get_best_result leaves it out"
+    restarted = ProgressReporter("loss", "min", verbose=0)
+    restarted.observe(*restored_progress(Restore(SimpleNamespace(trials=trials), restart_errored=True)))
+    assert restarted.best == 0.2
+    resumed = ProgressReporter("loss", "min", verbose=0)
+    resumed.observe(*restored_progress(Restore(SimpleNamespace(trials=trials), resume_errored=True)))
+    assert resumed.best == 0.1, "a resumed trial's results go on counting"

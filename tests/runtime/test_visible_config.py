@@ -17,8 +17,8 @@ from ray_stagetree.runtime.workers.visible_config import FutureValueError, Seque
 HORIZON = 12
 
 
-def visible(config, iteration):
-    """The config a batch of ``config`` hands the trainable at ``iteration``."""
+def context_at(config, iteration):
+    """The stage context of a batch of ``config`` at ``iteration``."""
     flat = TrialConfig.from_config(config)
     spec = BatchSpec(
         1,
@@ -30,7 +30,12 @@ def visible(config, iteration):
     )
     context = StageContext(spec, controller=None, put=None)
     context.iteration = iteration
-    return context.trainable_config()
+    return context
+
+
+def visible(config, iteration):
+    """The config a batch of ``config`` hands the trainable at ``iteration``."""
+    return context_at(config, iteration).trainable_config()
 
 
 def observe(value, iteration):
@@ -92,3 +97,19 @@ def test_a_sequence_shows_its_values_so_far_and_nothing_else():
     assert again.value(2) == 0.1 and again.iteration == 2
     with pytest.raises(FutureValueError):
         again.value(3)
+
+
+def test_get_hparams_keys_values_as_the_config_writes_them():
+    """A key holding '/' or '~' is read by its name as written, as in
+    result.config (issue 30 point 4: get_hparams()["a/b"] was the nested
+    {"a": {"b"}}'s value, the key "a/b" hidden as "a~1b")."""
+    config = {"a/b": 1.0, "a": {"b": 2.0}, "x~y": MultiStep(0.5, [1], 0.1), "c/d": 4, "opt": {"lr": 0.1}}
+    context = context_at(config, 1)
+    hparams = context.hparams()
+    assert hparams == {"/a~1b": 1.0, "/a/b": 2.0, "x~y": 0.05, "c/d": 4, "opt/lr": 0.1}
+    with pytest.raises(
+        KeyError, match=r"read config\['a'\]\['b'\] as get_hparams\(\)\['/a/b'\] and config\['a/b'\] as"
+    ):
+        hparams["a/b"]  # noqa: B018 (reading it is what raises)
+    with pytest.raises(FutureValueError, match=r"get_hparams\(\)\['x~y'\]"):
+        context.trainable_config()["x~y"].value(2)

@@ -36,6 +36,7 @@ from ray_stagetree.sequences import (
     from_json,
     is_sequence_spec,
 )
+from ray_stagetree.sequences.base import next_change
 
 RTOL, ATOL = 1e-9, 1e-12
 
@@ -323,6 +324,56 @@ def test_first_difference_matches_brute_force(ma, mb, start, stop) -> None:
     b = MultiStep(values=list(range(len(mb) + 1)), milestones=sorted(mb))
     expected = next((i for i in range(start, stop) if a.value(i) != b.value(i)), None)
     assert a.first_difference(b, stop=stop, start=start) == expected
+
+
+# --------------------------------------------------------------------------
+# next_change: where a value handed over as plain changes, on any horizon
+# --------------------------------------------------------------------------
+
+
+def test_next_change_answers_a_huge_horizon_from_the_structure(monkeypatch) -> None:
+    """A stage worker asks where a plain value changes over its whole batch,
+    which may span stop={"training_iteration": 10**9}: a Constant, or a
+    Concat of them (PBT's explored values), is answered without computing
+    values (expanding the horizon held a study at 0 results, issue 30)."""
+    explored = Constant(0.1).then(0.2, at=5).then(0.2, at=20).then(0.3, at=10**8)
+    computed = []
+    constant_range = Constant._range
+
+    def counted(self, start, stop):
+        computed.append(stop - start)
+        return constant_range(self, start, stop)
+
+    monkeypatch.setattr(Constant, "_range", counted)
+    assert next_change(Constant(0.1), 0, 10**9) is None
+    assert [next_change(explored, after, 10**9) for after in (0, 4, 5, 6, 10**8 - 1, 10**8)] == [
+        5,
+        5,
+        10**8,
+        10**8,
+        10**8,
+        None,
+    ], "20 starts a part with the value before it: no change"
+    assert next_change(explored, 0, 5) is None, "(after, stop) is open at both ends"
+    assert sum(computed) < 10_000, "values computed (a value's cache is filled a few hundred at a time)"
+
+
+def test_next_change_inside_parts_and_by_type() -> None:
+    assert next_change(Step(1.0, 100_000, 0.5), 3, 10**6) == 100_000
+    assert next_change(Constant(1.0).then(Step(1.0, 3, 0.5), at=10**7), 0, 10**9) == 10**7 + 3
+    assert next_change(Exponential(1.0, 0.9), 5, 100) == 6
+    assert next_change(Constant(1).then(True, at=7), 0, 10) == 7, "1 == True, but a trainable can observe the type"
+    assert next_change(Values([1, 2, 3]), 5, 10**6) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 300), max_size=4, unique=True), st.integers(0, 400), st.integers(0, 400))
+def test_next_change_matches_brute_force(milestones, after, stop) -> None:
+    seq = MultiStep(values=[k // 2 for k in range(len(milestones) + 1)], milestones=sorted(milestones))
+    expected = next((i for i in range(after + 1, stop) if seq.value(i) != seq.value(i - 1)), None)
+    assert next_change(seq, after, stop) == expected
+    pieces = Concat([Constant(k // 2) for k in range(len(milestones) + 1)], sorted(milestones))
+    assert next_change(pieces, after, stop) == expected
 
 
 # --------------------------------------------------------------------------

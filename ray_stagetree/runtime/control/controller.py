@@ -98,6 +98,12 @@ ADMIT_PER_TURN = 100
 #: longer than a loaded machine takes to start one.
 PLACEMENT_CHECK_S = 10.0
 
+# CheckpointConfig(checkpoint_frequency)'s saves sent to a worker at a time.
+# It flushes at each save and hears the next ones in the reply: a horizon of
+# 10**9 iterations is never listed (it held the study up for minutes, with
+# no result, before the first iteration).
+SAVES_AHEAD = 64
+
 
 class StudyController:
     """One study's Ray actor: admits the searcher's trials into the search
@@ -445,8 +451,10 @@ class StudyController:
             return []
         segments = self.plan.batch_segments(batch_id)
         start, stop = segments[0][1], segments[-1][2]
+        # From the iteration last reported: at the batch's end the worker decides on its save after this reply.
+        low = outcome.records[-1][1] if outcome is not None and outcome.records else start + 1
         every = config.checkpoint_frequency or 0
-        iterations = list(range((start // every + 1) * every, stop + 1, every)) if every > 0 else []
+        iterations = _multiples(every, low, stop, SAVES_AHEAD) if every > 0 else []
         if config.checkpoint_at_end and outcome is not None and outcome.records:
             node_id, iteration, _ = outcome.records[-1]
             through = self._trials_through(self.plan.nodes[node_id], iteration)
@@ -1021,6 +1029,12 @@ class StudyController:
 
     def shutdown_workers(self) -> None:
         self.pool.shut_down(ray.kill)
+
+
+def _multiples(every: int, low: int, high: int, count: int) -> list[int]:
+    """The first ``count`` multiples of ``every`` in ``[low, high]``."""
+    first = -(-low // every) * every
+    return list(range(first, min(high, first + every * (count - 1)) + 1, every))
 
 
 async def _as_future(ref: Any) -> Any:

@@ -88,6 +88,21 @@ class Restore:
         return "keep"
 
 
+def restored_progress(restore: Restore) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What the driver's progress line already knows of a restored study:
+    the last row of each trial whose results go on counting, and an
+    ``error`` event for each errored trial that stays errored (the best it
+    shows leaves those out, as ``get_best_result`` does)."""
+    rows, events = [], []
+    for trial in restore.state.trials:
+        action = restore.action(trial.status)
+        if trial.reported and action != "restart":
+            rows.append({**trial.reported[-1], "trial_id": trial.trial_id})
+        if trial.status == ERROR and action == "keep":
+            events.append({"event": "error", "trial_id": trial.trial_id})
+    return rows, events
+
+
 def trial_summary(state: TrialState) -> dict[str, Any]:
     """What the driver makes a trial's ``ray.tune.Result`` from: at the end of
     a study (`StudyController.results`), or from a snapshot's trials

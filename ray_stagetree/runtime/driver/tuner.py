@@ -54,6 +54,7 @@ from ray_stagetree.runtime.control.experiment_state import (
     has_state,
     read_state,
     read_tuner_settings,
+    restored_progress,
     trial_summary,
     write_tuner_settings,
 )
@@ -76,6 +77,7 @@ from ray_stagetree.runtime.driver.arguments import (
 )
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner, check_driver_hooks
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
+from ray_stagetree.runtime.driver.lease import DriverLease, check_free
 from ray_stagetree.runtime.driver.progress import ProgressReporter
 from ray_stagetree.runtime.driver.restoring import (
     PARAM_SPACE_KEYS,
@@ -311,9 +313,9 @@ class Tuner:
         # Tuner.can_restore(path) holds before fit() (a restore continues it from scratch).
         self._experiment_dir = self._experiment_path()
         if not _EXISTING.get():
-            check_writable(
-                CheckpointStorage(self._experiment_dir, self.run_config.storage_filesystem), self._experiment_dir
-            )
+            storage = CheckpointStorage(self._experiment_dir, self.run_config.storage_filesystem)
+            check_writable(storage, self._experiment_dir)
+            check_free(storage, self._experiment_dir)  # the settings a live driver's study restores from stay
             self._save_settings(self._experiment_dir)
 
     def get_results(self) -> ResultGrid:
@@ -677,15 +679,19 @@ class Tuner:
         experiment_path = self._experiment_dir
         storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
         check_writable(storage, experiment_path)
-        if self._restore_options is not None and has_state(storage):
-            state = read_state(storage)
-            restore = Restore(state, *self._restore_options)
-            self._results = self._execute(state.source, self.horizon, experiment_path, resume=False, restore=restore)
+        # One driver per folder: a second one (a restore, a fresh fit()) is refused, naming the first.
+        with DriverLease(storage, experiment_path):
+            if self._restore_options is not None and has_state(storage):
+                state = read_state(storage)
+                restore = Restore(state, *self._restore_options)
+                self._results = self._execute(
+                    state.source, self.horizon, experiment_path, resume=False, restore=restore
+                )
+                return self._results
+            trial_source = self._trial_source()
+            self._save_settings(experiment_path)
+            self._results = self._execute(trial_source, self.horizon, experiment_path, resume=False)
             return self._results
-        trial_source = self._trial_source()
-        self._save_settings(experiment_path)
-        self._results = self._execute(trial_source, self.horizon, experiment_path, resume=False)
-        return self._results
 
     def _execute(
         self,
@@ -760,6 +766,8 @@ class Tuner:
         )
         callbacks = self._callback_runner(trial_source, experiment_path)
         reporter = self._progress_reporter(trial_source)
+        if restore is not None:  # the best so far counts the trials that ended before the interrupt
+            reporter.observe(*restored_progress(restore))
         restarts = 0
         while True:
             try:

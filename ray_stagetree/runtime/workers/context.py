@@ -26,11 +26,13 @@ from ray_stagetree.execution.payload import (
     CheckpointPayload,
     pack_directory,
     size_of,
+    tree_entries,
     unpack_directory,
 )
 from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state
-from ray_stagetree.planning.config import split_path
-from ray_stagetree.runtime.workers.visible_config import retarget, sequences_so_far
+from ray_stagetree.planning.config import hparam_keys, split_path
+from ray_stagetree.runtime.workers.visible_config import HParams, retarget, sequences_so_far
+from ray_stagetree.sequences.base import next_change
 
 FLUSH_SECONDS = 0.5
 
@@ -120,20 +122,24 @@ class StageContext:
         self.iteration = spec.start
         self.stop = spec.stop
         self._config = spec.trial_config
-        self._config_changes = self._plain_value_changes()
-        self.save_iterations = set(spec.save_iterations) | self._config_changes
+        self._config_change = self._next_plain_value_change()
+        self.save_iterations = set(spec.save_iterations) | self._config_changes()
         self._pending = BatchOutcome(spec.batch_id)
         self._last_flush = self._iteration_started = time.monotonic()
         self.missing_checkpoint: int | None = None  # first branch point whose checkpoint report() did not get
 
-    def _plain_value_changes(self) -> set[int]:
-        """Steps inside the batch where a value handed over as plain changes."""
-        changes: set[int] = set()
+    def _next_plain_value_change(self) -> int | None:
+        """The next iteration of the batch where a value handed over as plain
+        changes (PBT explored it): the trainable restarts there from a
+        checkpoint. Only the next one, found from the sequences' structure:
+        a batch may span a horizon of 10**9 iterations, never expanded."""
         sequences = dict(zip(self._config.names, self._config.sequences))
-        for name in self.spec.plain:
-            values = [sequences[name].value(iteration) for iteration in range(self.spec.start, self.spec.stop)]
-            changes.update(self.spec.start + k for k in range(1, len(values)) if values[k] != values[k - 1])
-        return changes
+        changes = (next_change(sequences[name], self.iteration, self.spec.stop) for name in self.spec.plain)
+        return min((change for change in changes if change is not None), default=None)
+
+    def _config_changes(self) -> set[int]:
+        """The iterations where the trainable must save for a config change (the next one)."""
+        return set() if self._config_change is None else {self._config_change}
 
     # -- function API ------------------------------------------------------
 
@@ -154,8 +160,12 @@ class StageContext:
         changed = {name: values[name] for name in self.spec.plain if _differs(self.spec.config, name, values[name])}
         return _replaced(config, changed) if changed else config
 
-    def hparams(self) -> dict[str, Any]:
-        return self._config.hparams_at(self.iteration)
+    def hparams(self) -> HParams:
+        """This iteration's values, keyed as the config's keys are written (`hparam_keys`)."""
+        keys, ambiguous = hparam_keys(self._config.names)
+        return HParams(
+            {keys[name]: value for name, value in self._config.hparams_at(self.iteration).items()}, ambiguous
+        )
 
     def should_checkpoint(self) -> bool:
         return self.iteration + 1 in self.save_iterations
@@ -212,7 +222,9 @@ class StageContext:
     def _keep_latest(self, checkpoint: Any) -> None:
         kept = tempfile.mkdtemp(prefix="stagetree_latest_")
         with checkpoint.as_directory() as path:
-            shutil.copytree(path, kept, copy_function=_link_or_copy, dirs_exist_ok=True, symlinks=True)
+            _check_links(path)
+            # Links are followed now, as Tune's upload follows them: what they point to may not outlive the report.
+            shutil.copytree(path, kept, copy_function=_link_or_copy, dirs_exist_ok=True, symlinks=False)
         self._drop_latest()
         self._latest = (self.iteration + 1, kept)
 
@@ -231,8 +243,14 @@ class StageContext:
         ended = self.returned_at is not None or self._ended or failed
         if not ended or iteration != self.iteration or iteration in self._put_iterations:
             return
+        try:
+            directory = pack_directory(folder)
+        except (ValueError, OSError):
+            if failed:  # the trial errors with the trainable's own error; this one would hide it (and end the thread)
+                return
+            raise
         # The RNG states are those at the function's end, not at its last report.
-        payload = CheckpointPayload(iteration, capture_rng_state(), directory=pack_directory(folder))
+        payload = CheckpointPayload(iteration, capture_rng_state(), directory=directory)
         key = f"{self.spec.batch_id}:{iteration}"
         self._put(key, payload)
         outcome.checkpoints.append((self.node_at(iteration), iteration, key, size_of(payload)))
@@ -286,7 +304,7 @@ class StageContext:
             if not self._parking:
                 raise BatchEnd()
             self._wait_parked()
-        if self.iteration in self._config_changes:
+        if self.iteration == self._config_change:
             self._restart(payload)
 
     def _wait_parked(self) -> None:
@@ -319,6 +337,8 @@ class StageContext:
                 "checkpoint=tune.Checkpoint.from_directory(...) to report() where should_checkpoint() is True"
             )
         self._restart_payload = payload
+        self._config_change = self._next_plain_value_change()  # the restarted trainable trains up to it
+        self.save_iterations |= self._config_changes()
         if self._restored_dir is not None:
             shutil.rmtree(self._restored_dir, ignore_errors=True)
             self._restored_dir = None
@@ -340,12 +360,11 @@ class StageContext:
             return
         save_iterations, needed, batch_stop, park = ray.get(self._controller.worker_report.remote(outcome))
         self._parking = park and self._park is not None and batch_stop == self.iteration and not self._ended
-        self.save_iterations = set(save_iterations) | self._config_changes
         if batch_stop > self.spec.stop:
             node_id, start, _ = self.spec.segments[-1]
             self.spec.segments[-1] = (node_id, start, batch_stop)
-            self._config_changes = self._plain_value_changes()
-            self.save_iterations |= self._config_changes
+            self._config_change = self._next_plain_value_change()
+        self.save_iterations = set(save_iterations) | self._config_changes()
         if not self._ended:
             self.stop = max(min(needed, batch_stop), self.iteration)
 
@@ -361,6 +380,17 @@ class StageContext:
         if self._restored_dir is not None:
             shutil.rmtree(self._restored_dir, ignore_errors=True)
         return outcome
+
+
+def _check_links(path: str) -> None:
+    """Refuse a reported checkpoint whose links cannot be followed (one that
+    points nowhere, a cycle): a bug in the trainable, which a retry would
+    repeat, named now rather than a checkpoint lost later."""
+    try:
+        for _ in tree_entries(path):
+            pass
+    except ValueError as error:
+        raise ReportError(f"report()'s checkpoint {path!r} cannot be kept: {error}") from None
 
 
 def _worker_facts() -> dict[str, Any]:

@@ -92,7 +92,10 @@ def get_checkpoint() -> Checkpoint | None:
 def get_hparams() -> dict[str, Any]:
     """Every hyper-parameter's value at the current iteration: sequences at
     this iteration, plain numbers and strings as they are; keyed as in the
-    config (nested keys joined with ``/``)."""
+    config (nested keys joined with ``/``; a key holding ``/`` or ``~`` as
+    it is written). Where two entries join to the same key (``{"a/b": ..}``
+    and ``{"a": {"b": ..}}``), each is keyed by its JSON Pointer (``"/a~1b"``,
+    ``"/a/b"``) and reading the shared key raises a KeyError naming both."""
     return _context().hparams()
 
 

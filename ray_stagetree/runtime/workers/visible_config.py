@@ -25,6 +25,33 @@ class FutureValueError(LookupError):
     """A trainable asked a sequence for an iteration it has not reached."""
 
 
+class HParams(dict):
+    """What `get_hparams()` returns: this iteration's values by key (see
+    `planning.config.hparam_keys`). A key two config entries join to is
+    not in it; reading it names their JSON Pointers rather than raising a
+    bare KeyError."""
+
+    def __init__(self, values: dict[str, Any], ambiguous: dict[str, tuple[str, ...]]) -> None:
+        super().__init__(values)
+        self.ambiguous = ambiguous
+
+    def __missing__(self, key: Any) -> Any:
+        pointers = self.ambiguous.get(key) if isinstance(key, str) else None
+        if pointers is None:
+            raise KeyError(key)
+        reads = " and ".join(f"{_config_path(pointer)} as get_hparams()[{pointer!r}]" for pointer in pointers)
+        raise KeyError(
+            f"{key!r} names {len(pointers)} config entries (a key holding '/', and nested keys): read {reads}"
+        )
+
+
+def _config_path(pointer: str) -> str:
+    """``"/a~1b"`` -> ``"config['a/b']"``: where a JSON Pointer leads in the config."""
+    from ray_stagetree.planning.config import split_path
+
+    return "config" + "".join(f"[{part!r}]" for part in split_path(pointer[1:]))
+
+
 class SequenceSoFar:
     """A hyper-parameter sequence as the trainable sees it in ``config``:
     `value` answers for iterations up to the one being trained.
@@ -110,8 +137,9 @@ def sequences_so_far(
     """``config`` with every sequence the user gave as a sequence (``flat``'s
     declared names not in ``plain``) replaced by its `SequenceSoFar`,
     copying only the dicts on those paths."""
-    from ray_stagetree.planning.config import split_path
+    from ray_stagetree.planning.config import hparam_keys, split_path
 
+    keys, _ = hparam_keys(flat.names)
     out = dict(config)
     for name, sequence in zip(flat.names, flat.sequences):
         if name not in flat.declared or name in plain:
@@ -121,7 +149,7 @@ def sequences_so_far(
         for part in parents:
             level[part] = dict(level[part])
             level = level[part]
-        level[leaf] = SequenceSoFar(name, sequence, now)
+        level[leaf] = SequenceSoFar(keys[name], sequence, now)  # named as get_hparams() keys it
     return out
 
 
@@ -131,7 +159,10 @@ def retarget(visible: dict[str, Any], flat: Any) -> None:
     whose path goes on into a node forked from its own, sees that node's
     values from the fork on. They agree with the old ones up to the iteration
     reached, which is all a `SequenceSoFar` shows."""
-    sequences = dict(zip(flat.names, flat.sequences))
+    from ray_stagetree.planning.config import hparam_keys
+
+    keys, _ = hparam_keys(flat.names)
+    sequences = {keys[name]: sequence for name, sequence in zip(flat.names, flat.sequences)}  # by SequenceSoFar.name
     pending = [visible]
     while pending:
         for value in pending.pop().values():

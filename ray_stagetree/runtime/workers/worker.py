@@ -256,6 +256,8 @@ class StageWorker:
                 run_class(self._trainable, context)
             else:
                 run_function(self._trainable, context)
+            # Inside the try: a final checkpoint that cannot be packed is the trial's error.
+            return context.finish()
         # SystemExit too (a trainable calling sys.exit()): in this thread it would
         # end the thread silently, and the worker would wait for the batch forever.
         except (Exception, SystemExit) as error:
@@ -267,4 +269,3 @@ class StageWorker:
             outcome.error_retryable = not isinstance(error, ReportError)
             outcome.error_in_restore = context.restoring
             return outcome
-        return context.finish()
