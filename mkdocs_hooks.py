@@ -43,9 +43,10 @@ def lay_out_package(view: Path = VIEW) -> Path:
     return view
 
 
-def on_config(config: Any, **kwargs: Any) -> Any:
-    lay_out_package()
-    return config
+# Laid out when MkDocs loads this file, before the plugins read their
+# configuration: mkdocstrings takes its search paths as they are then, and
+# leaves out one that does not exist yet (a clean checkout's first build).
+lay_out_package()
 
 
 CLI_PAGE = "api/cli.md"
