@@ -18,7 +18,7 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, render_template, request
 
-from ray_stagetree.monitor import analysis
+import ray_stagetree.monitor.analysis as analysis
 from ray_stagetree.monitor.view import ExperimentReader, best_trials, default_metric, study_state
 
 #: Trials drawn in the learning-curve figure unless ``?trials=`` says otherwise.

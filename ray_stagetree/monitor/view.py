@@ -368,7 +368,7 @@ def study_state(
     live_view: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything the page shows, as one JSON-able dict."""
-    from ray_stagetree.monitor import analysis
+    import ray_stagetree.monitor.analysis as analysis  # the module, not the package (it imports the server)
 
     now = time.time()
     trials = reader.trials()

@@ -155,3 +155,15 @@ def test_stagetree_restore_of_a_folder_in_use_is_refused_naming_the_driver(tmp_p
     live_lease_of_another_driver(study)
     assert main(["restore", str(study)]) == FAILED
     assert "is in use by another driver (pid 4242 on host 'another-host'" in capsys.readouterr().err
+
+
+def test_a_lease_this_process_could_not_remove_does_not_refuse_it(tmp_path):
+    """Storage that refused to remove the lease (read-only when the study
+    ended) leaves it behind with this process's pid: this process holds it
+    no more, so its own restore goes on; a lease it holds still refuses."""
+    storage, clock = CheckpointStorage(str(tmp_path)), Clock()
+    plant(storage, socket.gethostname(), os.getpid(), clock.now)
+    check_free(storage, str(tmp_path), clock)  # left behind: not held
+    with DriverLease(storage, str(tmp_path), clock=clock):
+        with pytest.raises(ExperimentInUseError):
+            check_free(storage, str(tmp_path), clock)

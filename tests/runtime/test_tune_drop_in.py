@@ -380,7 +380,7 @@ from ray.train import ScalingConfig
 from ray.train.data_parallel_trainer import DataParallelTrainer
 import ray_stagetree
 
-ray.init(num_cpus=2, include_dashboard=False)
+ray.init(address="local", num_cpus=2, include_dashboard=False)  # its own, whatever else runs here
 
 def loop(config):
     train.report({"x": config["a"] * 10})

@@ -58,14 +58,24 @@ class Holder:
     token: str  # tells a driver's own lease from another's (same host and pid: two Tuners in one process)
 
     def alive(self, now: float, stale_s: float) -> bool:
-        """Whether the holder still runs: a recent heartbeat, and on this machine a process with its pid."""
+        """Whether the holder still runs: a recent heartbeat, and on this
+        machine a process with its pid; in this process, a lease not let go
+        (one storage refused to remove is not held)."""
         if now - self.heartbeat >= stale_s:
             return False
-        return self.host != socket.gethostname() or _process_exists(self.pid)
+        if self.host != socket.gethostname():
+            return True
+        if self.pid == os.getpid():
+            return self.token in _HELD
+        return _process_exists(self.pid)
 
     def describe(self) -> str:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
         return f"pid {self.pid} on host {self.host!r}, started {started}"
+
+
+#: Tokens of the leases this process holds now.
+_HELD: set[str] = set()
 
 
 def _process_exists(pid: int) -> bool:
@@ -144,6 +154,7 @@ class DriverLease:
         holder = read_holder(self.storage)
         if holder is not None and holder.token != self._token:  # another driver wrote just after this one
             raise ExperimentInUseError(_in_use_message(self.path, holder, self._clock(), self._stale_s))
+        _HELD.add(self._token)
         self._thread = threading.Thread(target=self._beat, name="stagetree-driver-lease", daemon=True)
         self._thread.start()
 
@@ -172,6 +183,7 @@ class DriverLease:
 
     def release(self) -> None:
         """Stop renewing, and remove the lease if it is still this driver's."""
+        _HELD.discard(self._token)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
