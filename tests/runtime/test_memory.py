@@ -74,5 +74,8 @@ def test_checkpoints_in_the_object_store_stay_within_the_budget(tmp_path, ray_se
     assert not grid.errors
     assert all(result.checkpoint is not None for result in grid), "every trial's final checkpoint is in its folder"
     payload = 1.02 * MIB  # 1 MiB of weights in a packed folder
-    allowed = budget + WORKERS * payload
+    # The poll counts every referenced object: the study's snapshot on its way to the
+    # storage actor too (it holds the plan, whose batch runs the monitor reads grow with the study).
+    snapshot = 0.25 * MIB
+    allowed = budget + WORKERS * payload + snapshot
     assert store.peak_bytes <= allowed, f"checkpoints held {store.peak_bytes / MIB:.1f} MiB, budget {budget / MIB} MiB"
