@@ -21,9 +21,17 @@ def count_step(config):
         ray.get(ray.get_actor(counter).add.remote(1))
 
 
+def flag_once(config, iteration):
+    if iteration == config.get("flag_at") and not os.path.exists(config["flag"] + ".done"):
+        open(config["flag"], "w").close()
+        open(config["flag"] + ".done", "w").close()
+
+
 def sum_of_lr(config):
     """Adds up ``lr`` through its checkpoints (every iteration reports one);
-    ``config["sleep"]`` seconds per iteration; counted (`count_step`)."""
+    ``config["sleep"]`` seconds per iteration; counted (`count_step`); the
+    first trial to reach iteration ``config["flag_at"]`` creates the file
+    ``config["flag"]``, once (a fault the test switches on mid-study)."""
     checkpoint = get_checkpoint()
     total, iteration = 0.0, 0
     if checkpoint:
@@ -32,6 +40,7 @@ def sum_of_lr(config):
     while True:
         iteration += 1
         count_step(config)
+        flag_once(config, iteration)
         time.sleep(config.get("sleep", 0.0))
         total += get_hparams()["lr"]
         with tempfile.TemporaryDirectory() as path:

@@ -6,7 +6,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -360,30 +359,15 @@ class ReadOnlyWhileFlagged(LocalFileSystem):
         return super().open(path, mode, **kwargs)
 
 
-def breaks_storage_at_iteration_3(config):
-    """`sum_of_lr`, whose first trial to reach iteration 3 makes storage read-only (``config["flag"]``)."""
-    checkpoint = tune.get_checkpoint()
-    total, iteration = 0.0, 0
-    if checkpoint:
-        with checkpoint.as_directory() as path, open(f"{path}/state.json") as file:
-            total, iteration = json.load(file)
-    while True:
-        iteration += 1
-        if iteration == 3 and not os.path.exists(config["flag"] + ".done"):
-            Path(config["flag"]).touch()
-            Path(config["flag"] + ".done").touch()
-        time.sleep(0.05)
-        total += get_hparams()["lr"]
-        with tempfile.TemporaryDirectory() as path:
-            with open(f"{path}/state.json", "w") as file:
-                json.dump([total, iteration], file)
-            report({"total": total}, checkpoint=tune.Checkpoint.from_directory(path))
-
-
 def read_only_study(tmp_path, flag):
     return Tuner(
-        breaks_storage_at_iteration_3,
-        param_space={"lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in (2, 4)]), "flag": str(flag)},
+        sum_of_lr,  # storage turns read-only when the first trial reaches iteration 3
+        param_space={
+            "lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in (2, 4)]),
+            "flag": str(flag),
+            "flag_at": 3,
+            "sleep": 0.05,
+        },
         run_config=tune.RunConfig(
             name="read_only",
             storage_path=str(tmp_path),
@@ -407,7 +391,7 @@ def test_storage_turned_read_only_mid_study_keeps_the_results_and_restores_once_
     assert sorted(result.metrics["total"] for result in grid) == expected
     assert any("storage refused the trials' logs" in record.getMessage() for record in caplog.records)
     flag.unlink()
-    restored = Tuner.restore(grid.experiment_path, breaks_storage_at_iteration_3).fit()
+    restored = Tuner.restore(grid.experiment_path, sum_of_lr).fit()
     assert not restored.errors
     assert sorted(result.metrics["total"] for result in restored) == expected
     assert all(result.checkpoint is not None for result in restored), "written now that storage takes them"
