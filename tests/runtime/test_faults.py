@@ -1,8 +1,10 @@
 """Faults end to end: a read-only storage, the time budget,
 a trainable that never reports, numpy values in the space, odd metrics."""
 
+import _thread
 import errno
 import json
+import logging
 import math
 import os
 import sys
@@ -16,7 +18,7 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
-from trainables_for_tests import sum_of_lr
+from trainables_for_tests import count_of, sum_of_lr
 
 from ray_stagetree import MultiStep, Tuner, get_hparams, report
 from ray_stagetree.execution.storage import CheckpointStorage
@@ -359,7 +361,7 @@ class ReadOnlyWhileFlagged(LocalFileSystem):
         return super().open(path, mode, **kwargs)
 
 
-def read_only_study(tmp_path, flag):
+def read_only_study(tmp_path, flag, counter):
     return Tuner(
         sum_of_lr,  # storage turns read-only when the first trial reaches iteration 3
         param_space={
@@ -367,6 +369,7 @@ def read_only_study(tmp_path, flag):
             "flag": str(flag),
             "flag_at": 3,
             "sleep": 0.05,
+            "counter": counter,
         },
         run_config=tune.RunConfig(
             name="read_only",
@@ -378,20 +381,66 @@ def read_only_study(tmp_path, flag):
     )
 
 
+#: The read-only study's totals, and the iterations it executes fault-free (2 shared, then 4 per trial).
+READ_ONLY_TOTALS = sorted([1 + 1 + 0.5 * 4, 1 * 4 + 0.5 * 2])
+READ_ONLY_ITERATIONS = 2 + 4 + 4
+
+
+class OnDriverWarning(logging.Handler):
+    """Calls ``action`` once, the first time the driver shows a warning holding ``text``."""
+
+    def __init__(self, text, action):
+        super().__init__()
+        self.text, self.action, self.seen = text, action, []
+
+    def emit(self, record):
+        message = record.getMessage()
+        self.seen.append(message)
+        if self.text in message and len([m for m in self.seen if self.text in m]) == 1:
+            self.action()
+
+
+@pytest.fixture
+def driver_warnings():
+    shown = logging.getLogger("ray_stagetree")  # where the driver shows the study's warnings
+    handlers = []
+
+    def on(text, action):
+        handlers.append(OnDriverWarning(text, action))
+        shown.addHandler(handlers[-1])
+        return handlers[-1]
+
+    yield on
+    for handler in handlers:
+        shown.removeHandler(handler)
+
+
 @pytest.mark.timeout(240)
-def test_storage_turned_read_only_mid_study_keeps_the_results_and_restores_once_back(tmp_path, ray_session, caplog):
-    """The study goes on and returns its results (the driver's loggers no
-    longer end it with the raw OSError); once storage is back,
+def test_storage_turned_read_only_mid_study_pauses_it_until_storage_is_back(tmp_path, counter, driver_warnings):
+    """While storage refuses the study's snapshot no new stage starts; once
+    storage takes writes again the study goes on and ends as a fault-free
+    run does, nothing trained twice and every checkpoint stored."""
+    flag = tmp_path / "storage_is_read_only"
+    paused = driver_warnings("the study pauses", lambda: threading.Timer(2.0, flag.unlink).start())
+    grid = read_only_study(tmp_path, flag, counter).fit()
+    assert not grid.errors
+    assert sorted(result.metrics["total"] for result in grid) == READ_ONLY_TOTALS
+    assert any("storage takes writes again" in message for message in paused.seen), paused.seen
+    assert count_of(counter) == READ_ONLY_ITERATIONS
+    assert all(result.checkpoint is not None for result in grid), "stored once storage took writes again"
+
+
+@pytest.mark.timeout(240)
+def test_a_study_stopped_while_storage_refuses_it_restores_once_back(tmp_path, counter, driver_warnings):
+    """Ctrl-C during the pause: `fit()` returns; once storage is back,
     `Tuner.restore` continues from the last snapshot storage took and ends
     with the same results."""
     flag = tmp_path / "storage_is_read_only"
-    expected = sorted([1 + 1 + 0.5 * 4, 1 * 4 + 0.5 * 2])
-    grid = read_only_study(tmp_path, flag).fit()
-    assert not grid.errors
-    assert sorted(result.metrics["total"] for result in grid) == expected
-    assert any("storage refused the trials' logs" in record.getMessage() for record in caplog.records)
+    driver_warnings("the study pauses", _thread.interrupt_main)
+    grid = read_only_study(tmp_path, flag, counter).fit()
+    assert os.path.exists(flag), "stopped while storage was still read-only"
     flag.unlink()
     restored = Tuner.restore(grid.experiment_path, sum_of_lr).fit()
     assert not restored.errors
-    assert sorted(result.metrics["total"] for result in restored) == expected
+    assert sorted(result.metrics["total"] for result in restored) == READ_ONLY_TOTALS
     assert all(result.checkpoint is not None for result in restored), "written now that storage takes them"

@@ -1,18 +1,18 @@
 """The study's snapshots (runtime.control.snapshots), without Ray: when one
-is taken, what its cost delays, a failed or impossible snapshot, the write
-in flight, and the freeze of an interrupted study."""
+is taken, what its cost delays, storage that refuses them (the pause), an
+impossible snapshot, the write in flight, and the freeze of an interrupted
+study."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import pickle
 
 import pytest
 
 from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR
-from ray_stagetree.runtime.control.snapshots import NoSnapshots, Snapshots
+from ray_stagetree.runtime.control.snapshots import STORAGE_RETRY_MAX_S, STORAGE_RETRY_S, NoSnapshots, Snapshots
 
 
 class Clock:
@@ -123,18 +123,53 @@ def test_a_period_spaces_snapshots_unless_one_costs_more():
     run(scenario)
 
 
-def test_a_failed_write_is_taken_again(caplog):
+def test_storage_that_refuses_a_snapshot_pauses_the_study_and_is_tried_again_less_and_less_often():
     async def scenario():
-        study = Study(Clock())
+        clock = Clock()
+        study = Study(clock)
         snapshots = study.snapshots()
-        snapshots.save_soon()
-        study.writes[0][1].set_exception(OSError("disk full"))
-        with caplog.at_level(logging.WARNING):
+        for failed in range(3):
+            snapshots.save_soon()
+            assert len(study.writes) == failed + 1
+            study.writes[-1][1].set_exception(OSError(30, "Read-only file system"))
             await snapshots.written()
-        assert "could not be written: disk full" in caplog.text
-        assert snapshots.changed and snapshots.in_flight is None
+            assert snapshots.refused_since == 100.0 and snapshots.changed and snapshots.in_flight is None
+            wait = STORAGE_RETRY_S * 2**failed
+            assert snapshots.due_in() == wait
+            snapshots.save_soon()
+            assert len(study.writes) == failed + 1, "not before its retry is due"
+            clock.now += wait
+        assert len(study.warnings) == 1, "one warning for the whole outage"
+        assert (
+            "storage refuses the study's snapshot (OSError: [Errno 30] Read-only file system): the study pauses"
+            in (study.warnings[0])
+        )
         snapshots.save_soon()
-        assert len(study.writes) == 2
+        study.writes[-1][1].set_result(None)
+        await snapshots.written()
+        assert snapshots.refused_since is None
+        assert study.warnings[-1] == "storage takes writes again after 7 s: the study goes on"
+        snapshots.changed = True
+        snapshots.save_soon()
+        study.writes[-1][1].set_exception(OSError("disk full"))
+        await snapshots.written()
+        assert snapshots.due_in() == STORAGE_RETRY_S, "a new outage starts its pauses short again"
+
+    run(scenario)
+
+
+def test_retries_while_storage_refuses_the_snapshot_wait_at_most_a_bound():
+    async def scenario():
+        clock = Clock()
+        study = Study(clock)
+        snapshots = study.snapshots()
+        for _ in range(12):
+            snapshots.save_soon()
+            study.writes[-1][1].set_exception(OSError("unreachable"))
+            await snapshots.written()
+            wait = snapshots.due_in()
+            clock.now += wait
+        assert wait == STORAGE_RETRY_MAX_S
 
     run(scenario)
 

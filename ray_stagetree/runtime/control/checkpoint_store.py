@@ -271,7 +271,7 @@ class CheckpointStore:
                 logger.warning("%s; it is kept in memory until storage accepts it", stored.reason)
             self.unstored.add((node_id, iteration))
             return
-        self._rewrite_unstored(plan)
+        self.rewrite_unstored(plan)
         self.unstored.discard((node_id, iteration))
         # The plan keeps the key, relative to the experiment directory, so a
         # study moved or renamed between runs still finds its checkpoints.
@@ -281,8 +281,8 @@ class CheckpointStore:
         self.cache.update((node_id, iteration), pinned=False)
         self.evict(plan)
 
-    def _rewrite_unstored(self, plan: SearchPlan) -> None:
-        """A write succeeded: storage is back; write what it refused before."""
+    def rewrite_unstored(self, plan: SearchPlan) -> None:
+        """A write succeeded: storage is back; write the checkpoints it refused before."""
         for node_id, iteration in sorted(self.unstored):
             self.unstored.discard((node_id, iteration))
             info = plan.nodes[node_id].checkpoints.get(iteration)

@@ -520,7 +520,7 @@ class StudyController:
         """Start batches on idle workers; True when a checkpoint some batch
         was to start from turned out lost (the plan dropped it: select again)."""
         lost = False
-        if self.store.writes_behind():
+        if self.store.writes_behind() or self.snapshots.refused_since is not None:
             return lost
         chosen = self.policy.select(self.plan, self.pool.idle_count(), admit=self.parking.admit(self.pool.idle))
         # Batches that continue a parked trainable take its worker before the others take any.
@@ -838,7 +838,10 @@ class StudyController:
             self.withdraw_unplaced()
             if await self._dispatch():
                 continue
-            if not self.pool.running and not self.store.pending_writes:
+            # While storage refuses the snapshot the study waits for it, even at its end: the final
+            # checkpoints are only in memory.
+            storage_down = self.snapshots.refused_since is not None
+            if not self.pool.running and not self.store.pending_writes and not storage_down:
                 if not self.unfinished():
                     if await self._final_checkpoints_lost():
                         continue  # train them again
@@ -868,6 +871,8 @@ class StudyController:
                 awaited.pop(ref, None)
                 if ref is not None and ref is self.snapshots.in_flight:
                     await self.snapshots.written()
+                    if storage_down and self.snapshots.refused_since is None:
+                        self.store.rewrite_unstored(self.plan)
                     continue
                 self.snapshots.changed = True  # woken (results, stops), a batch ended or a checkpoint landed
                 if ref is None:

@@ -1,6 +1,6 @@
 """The study's snapshot (`experiment_state.StudyState`) as the study
-controller keeps it: when to take one, the write in flight, and the freeze
-of an interrupted study.
+controller keeps it: when to take one, the write in flight, the freeze
+of an interrupted study, and the pause while storage refuses it.
 
 Ray-free: the controller gives it what takes a snapshot (the pickled
 study) and what starts writing one (the storage actor's call: its
@@ -21,6 +21,12 @@ from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR
 
 logger = logging.getLogger(__name__)
 
+#: Seconds before the first retry of a snapshot storage refused (each write
+#: has had its own quick retries: `checkpoint_store.with_retries`); the pause
+#: doubles up to `STORAGE_RETRY_MAX_S`.
+STORAGE_RETRY_S = 1.0
+STORAGE_RETRY_MAX_S = 30.0
+
 
 class NoSnapshots:
     """What the controller's loop asks of its snapshots, for a study that
@@ -31,6 +37,10 @@ class NoSnapshots:
     in_flight: Any = None
     #: Spent taking snapshots, in seconds (the driver's progress shows it).
     seconds: float = 0.0
+    #: ``clock()`` when storage began refusing snapshots (None: it takes
+    #: them). No stage starts meanwhile: what would be trained could not be
+    #: stored, and a driver lost then would lose it.
+    refused_since: float | None = None
 
     def __init__(self) -> None:
         self.changed = True  # something changed since the last snapshot was taken: the loop says so
@@ -96,6 +106,8 @@ class Snapshots(NoSnapshots):
         self.in_flight = None
         self.seconds = 0.0
         self._next_at = 0.0  # clock() before which no snapshot is taken
+        self._retry_s = STORAGE_RETRY_S
+        self._last_stored = time.strftime("%H:%M:%S")  # the wall-clock time a restore would continue from
 
     def save_soon(self) -> None:
         now = self._clock()
@@ -133,8 +145,33 @@ class Snapshots(NoSnapshots):
         try:
             await write
         except Exception as error:
-            logger.warning("the study's snapshot could not be written: %s", error)
-            self.changed = True
+            self._refused(error)
+            return
+        self._last_stored = time.strftime("%H:%M:%S")
+        if self.refused_since is not None:
+            self._warn(
+                f"storage takes writes again after {self._clock() - self.refused_since:.0f} s: the study goes on"
+            )
+            self.refused_since = None
+            self._retry_s = STORAGE_RETRY_S
+
+    def _refused(self, error: Exception) -> None:
+        """Storage refused the snapshot (read-only, full, unreachable): the
+        study pauses and tries again, less and less often, until it takes one."""
+        self.changed = True
+        self._next_at = self._clock() + self._retry_s
+        self._retry_s = min(2 * self._retry_s, STORAGE_RETRY_MAX_S)
+        if self.refused_since is not None:
+            logger.debug("the study's snapshot is still refused: %s", error)
+            return
+        self.refused_since = self._clock()
+        error = getattr(error, "cause", None) or error  # the storage actor's own error, not Ray's wrapper
+        self._warn(
+            f"storage refuses the study's snapshot ({type(error).__name__}: {error}): the study pauses, no new "
+            "stage starts until storage takes writes again (running ones finish; their checkpoints are kept in "
+            f"memory). Stopped now, it continues with Tuner.restore from its snapshot of {self._last_stored} "
+            "once storage is back"
+        )
 
     async def save_now(self) -> None:
         if self.in_flight is not None:

@@ -164,6 +164,7 @@ class DriverLease:
         self.storage.write(LEASE_FILE, json.dumps(asdict(holder)).encode())
 
     def _beat(self) -> None:
+        refused = False  # warned once per outage
         while not self._stop.wait(self._heartbeat_s):
             holder = read_holder(self.storage)
             if holder is not None and holder.token != self._token:
@@ -179,7 +180,12 @@ class DriverLease:
             try:
                 self.renew()
             except OSError as error:  # storage unavailable for a while: the next heartbeat tries again
-                logger.warning("could not renew the lease of the experiment %r: %s", self.path, error)
+                (logger.debug if refused else logger.warning)(
+                    "could not renew the lease of the experiment %r: %s", self.path, error
+                )
+                refused = True
+            else:
+                refused = False
 
     def release(self) -> None:
         """Stop renewing, and remove the lease if it is still this driver's."""
