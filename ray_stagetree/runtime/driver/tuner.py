@@ -769,25 +769,28 @@ class Tuner:
         if restore is not None:  # the best so far counts the trials that ended before the interrupt
             reporter.observe(*restored_progress(restore))
         restarts = 0
-        while True:
-            try:
-                progress, summaries = self._run_controller(spec, callbacks, reporter)
-                break
-            except ray.exceptions.RayActorError as error:  # the controller's process died
-                storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
-                restarts += 1
-                if restarts > CONTROLLER_RESTARTS or not has_state(storage):
-                    raise RuntimeError(
-                        f"the study's controller died ({type(error).__name__}) {restarts} times; continue the "
-                        f"study with {how_to_continue(experiment_path)}"
-                    ) from error
-                logger.warning(
-                    "the study's controller died (%s); continuing from its last snapshot (restart %d of %d)",
-                    type(error).__name__,
-                    restarts,
-                    CONTROLLER_RESTARTS,
-                )
-                spec = dataclasses.replace(spec, resume=False, restore=Restore(read_state(storage)))
+        try:
+            while True:
+                try:
+                    progress, summaries = self._run_controller(spec, callbacks, reporter)
+                    break
+                except ray.exceptions.RayActorError as error:  # the controller's process died
+                    storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
+                    restarts += 1
+                    if restarts > CONTROLLER_RESTARTS or not has_state(storage):
+                        raise RuntimeError(
+                            f"the study's controller died ({type(error).__name__}) {restarts} times; continue the "
+                            f"study with {how_to_continue(experiment_path)}"
+                        ) from error
+                    logger.warning(
+                        "the study's controller died (%s); continuing from its last snapshot (restart %d of %d)",
+                        type(error).__name__,
+                        restarts,
+                        CONTROLLER_RESTARTS,
+                    )
+                    spec = dataclasses.replace(spec, resume=False, restore=Restore(read_state(storage)))
+        finally:
+            callbacks.close_logs()  # what the loggers were handed is written, also when fit() raises
         grid = self._result_grid(summaries, experiment_path, progress)
         write_tune_state(
             experiment_path,
