@@ -42,6 +42,7 @@ CPUs (issue 30). Persistence under 5% of worker time.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import statistics
@@ -179,17 +180,21 @@ def throughput(trials: int, iterations: int, storage: str, systems: list[str], r
         for name in systems:
             fixed, _ = _fit(name, 1, 1, 0.0, storage)
             wall, reported = _fit(name, trials, iterations, 0.0, storage)
-            steady[name].append(reported / max(wall - fixed, 1e-9))
+            # A study shorter than its fixed cost (the load drifts between the two) has no steady state to measure.
+            steady[name].append(reported / (wall - fixed) if wall > fixed else math.nan)
             print(
                 f"{name:<14} {round_:>5} {wall:>8.1f} {reported / wall:>10.0f} {fixed:>8.1f} {steady[name][-1]:>17.0f}",
                 flush=True,
             )
-    rates = {name: statistics.median(values) for name, values in steady.items()}
-    for name, values in steady.items():
-        print(f"{name:<14} median {rates[name]:.0f} results/s steady, range {min(values):.0f}-{max(values):.0f}")
     tunes = [values for name, values in steady.items() if name.startswith("Ray Tune")]
     # Each round's ratio: ray_stagetree against the best Tune set-up of the same round.
     ratios = [ours / max(round_[1:]) for round_ in zip(steady["ray_stagetree"], *tunes) for ours in round_[:1]]
+    ratios = [ratio for ratio in ratios if not math.isnan(ratio)] or [math.nan]
+    for name in steady:
+        steady[name] = [value for value in steady[name] if not math.isnan(value)] or [math.nan]
+    rates = {name: statistics.median(values) for name, values in steady.items()}
+    for name, values in steady.items():
+        print(f"{name:<14} median {rates[name]:.0f} results/s steady, range {min(values):.0f}-{max(values):.0f}")
     print(
         f"ray_stagetree: {rates['ray_stagetree']:.0f} results/s in the steady state (median; target >= 10,000 on 2 "
         f"CPUs), {statistics.median(ratios):.1f}x Ray Tune's best of the same round (median; range "
