@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 from trainables_for_tests import count_of, sum_of_lr
 
-from ray_stagetree import MultiStep, Tuner, get_hparams, report
+from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, report
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.runtime.control.experiment_state import STATE_FILE, read_state
 
@@ -444,3 +445,93 @@ def test_a_study_stopped_while_storage_refuses_it_restores_once_back(tmp_path, c
     assert not restored.errors
     assert sorted(result.metrics["total"] for result in restored) == READ_ONLY_TOTALS
     assert all(result.checkpoint is not None for result in restored), "written now that storage takes them"
+
+
+# -- a worker that dies right after reporting a checkpoint (issue 30 point 7) -------
+
+
+def test_a_checkpoint_whose_worker_died_before_it_was_taken_is_retrained_not_failed(tmp_path, ray_session):
+    """The controller takes a reported checkpoint with a call to its worker
+    (``take_checkpoint``); a worker that dies right after reporting never
+    answers it, and the reference the store holds raises ActorDiedError. A
+    batch dispatched from it before the store saw the loss (the retry of the
+    dead worker's trials) reports the source lost, before its trainable runs,
+    instead of failing as if its own worker had died: its trials start again
+    from the previous checkpoint without spending a failure on it."""
+    import ray
+
+    from ray_stagetree.execution.batches import BatchSpec
+    from ray_stagetree.execution.payload import CheckpointPayload
+    from ray_stagetree.planning import SearchPlan, TrialConfig
+    from ray_stagetree.runtime.workers.worker import StageWorker
+
+    @ray.remote(num_cpus=0, max_restarts=0)
+    class DyingWorker:
+        def die(self):
+            os._exit(1)
+
+        def take_checkpoint(self):
+            return CheckpointPayload(step=3, rng={}, directory=None, state={"total": 1.5})
+
+    dying = DyingWorker.remote()
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(dying.die.remote())
+    never_taken = dying.take_checkpoint.remote()
+
+    def never_runs(config):
+        raise AssertionError("the trainable ran from a checkpoint that was never taken")
+
+    node = SearchPlan().add_trial("a", {"lr": 0.5}, 6).node
+    spec = BatchSpec(
+        batch_id=2,
+        config={"lr": 0.5},
+        trial_config=TrialConfig.from_config({"lr": 0.5}),
+        segments=[(node.node_id, 3, 6)],
+        save_iterations=set(),
+        source=never_taken,
+    )
+    outcome = StageWorker(ray.cloudpickle.dumps(never_runs), None).run_batch(spec)
+    assert outcome.error is None and outcome.records == []
+    assert "the checkpoint batch 2 starts from is lost" in outcome.source_lost
+
+
+def dies_right_after_a_checkpoint(config):
+    """Adds up ``lr`` with a checkpoint at every iteration; once (``marker``),
+    its process exits right after reporting iteration ``die_after``."""
+    checkpoint = get_checkpoint()
+    total, iteration = 0.0, 0
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(f"{path}/state.json") as file:
+            total, iteration = json.load(file)
+    while True:
+        if iteration == config["die_after"] and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            os._exit(1)
+        iteration += 1
+        total += get_hparams()["lr"]
+        with tempfile.TemporaryDirectory() as path:
+            with open(f"{path}/state.json", "w") as file:
+                json.dump([total, iteration], file)
+            report({"total": total}, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+def test_a_worker_dying_right_after_its_checkpoint_costs_one_failure_and_no_result(tmp_path, ray_session):
+    """End to end: the death is the trial's one failure (as in Tune), the
+    checkpoint it may not have handed over costs none, and every result is
+    the fault-free run's."""
+    marker = str(tmp_path / "died")
+    grid = Tuner(
+        dies_right_after_a_checkpoint,
+        param_space={"lr": 0.5, "die_after": 3, "marker": marker},
+        run_config=tune.RunConfig(
+            name="dies",
+            storage_path=str(tmp_path),
+            stop={"training_iteration": 6},
+            failure_config=tune.FailureConfig(max_failures=1),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            verbose=0,
+        ),
+    ).fit()
+    assert os.path.exists(marker), "the worker did die"
+    assert grid.num_errors == 0
+    assert grid[0].metrics_dataframe["total"].tolist() == [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY, scheduled
+from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY
 from ray_stagetree.runtime.control.trials import TrialState
 from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
 
@@ -95,7 +95,7 @@ class ResultRows:
         row["training_iteration"] = iteration
         row["done"] = bool(row.get("done", False)) or iteration >= horizon
         row["config"] = state.shown_config(iteration)
-        if scheduled(state.config, state.plain):
+        if state.scheduled():
             row[SCHEDULE_KEY] = state.config
         previous = state.reported[-1] if state.reported else {}
         row["time_total_s"] = previous.get("time_total_s", 0.0) + row.get("time_this_iter_s", 0.0)

@@ -48,15 +48,12 @@ def scheduled(config: dict[str, Any], plain: frozenset[str]) -> frozenset[str]:
 
 
 def shown_config(
-    config: dict[str, Any], trial_config: TrialConfig | None, plain: frozenset[str], iteration: int
+    config: dict[str, Any], trial_config: TrialConfig | None, names: frozenset[str], iteration: int
 ) -> dict[str, Any]:
     """``config`` as Tune shows it after ``iteration`` iterations (0: before
-    the first): each name PBT made a schedule holds its value at the last
+    the first): each of ``names`` (`scheduled`) holds its value at the last
     iteration trained; everything else is the user's object, unchanged."""
-    if trial_config is None:
-        return config
-    names = scheduled(config, plain)
-    if not names:
+    if trial_config is None or not names:
         return config
     values = trial_config.hparams_at(max(iteration - 1, 0))
     return _replaced(config, {name: _python(values[name]) for name in names})

@@ -15,7 +15,7 @@ from typing import Any
 from ray_stagetree.execution.retention import kept_checkpoints
 from ray_stagetree.planning.config import TrialConfig, unflatten
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED, Trial
-from ray_stagetree.runtime.control.shown_config import shown_config
+from ray_stagetree.runtime.control.shown_config import scheduled, shown_config
 
 
 @dataclass(kw_only=True)
@@ -49,7 +49,15 @@ class TrialState(Trial):
     def shown_config(self, iteration: int | None = None) -> dict[str, Any]:
         """Its config as Tune shows it (`shown_config`), after ``iteration`` (default: its last result)."""
         at = max(self.rows, default=0) if iteration is None else iteration
-        return shown_config(self.config, self.trial_config, self.plain, at)
+        return shown_config(self.config, self.trial_config, self.scheduled(), at)
+
+    def scheduled(self) -> frozenset[str]:
+        """The names it was given plain that PBT made schedules (`shown_config.scheduled`),
+        worked out once per config (PBT's exploits give it a new one): asked at every result."""
+        cached = self.__dict__.get("_scheduled")
+        if cached is None or cached[0] is not self.config:
+            cached = self.__dict__["_scheduled"] = (self.config, scheduled(self.config, self.plain))
+        return cached[1]
 
     # -- its checkpoints, at the end of the study
 

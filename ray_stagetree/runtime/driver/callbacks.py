@@ -8,7 +8,11 @@ The controller reports what happened since the last poll (``progress()``:
 ``ray.tune.experiment.Trial``. Ray's ``JsonLoggerCallback``,
 ``CSVLoggerCallback`` and ``TBXLoggerCallback`` are the default loggers, as
 in Tune, so every trial folder holds ``params.json``, ``params.pkl``,
-``result.json``, ``progress.csv`` and TensorBoard events.
+``result.json``, ``progress.csv`` and TensorBoard events: written by the
+batched subclasses of `log_files`, on a thread of their own
+(`log_thread.LogThread`), one flush per poll, so that the driver's loop
+never waits on a file (a user's own logger instance is called on the loop,
+as every other callback).
 
 Logs are written where the loggers can open files: the trial folder itself
 for a local experiment path, a local staging folder otherwise, uploaded to
@@ -29,6 +33,7 @@ are appended to and no iteration is logged twice.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -47,6 +52,8 @@ from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.config import tabular
 from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, PENDING, RUNNING, TERMINATED
+from ray_stagetree.runtime.driver.log_files import BATCHED
+from ray_stagetree.runtime.driver.log_thread import LogThread
 from ray_stagetree.sequences._params import _is_unresolved
 
 logger = logging.getLogger("ray_stagetree")
@@ -180,10 +187,10 @@ def with_default_loggers(callbacks: list[Callback] | None) -> list[Callback]:
         return callbacks
     for cls in (CSVLoggerCallback, JsonLoggerCallback):
         if not any(isinstance(callback, cls) for callback in callbacks):
-            callbacks.append(cls())
+            callbacks.append(BATCHED[cls]())
     if not any(isinstance(callback, TBXLoggerCallback) for callback in callbacks):
         try:
-            callbacks.append(TBXLoggerCallback())
+            callbacks.append(BATCHED[TBXLoggerCallback]())
         except ImportError:
             logger.warning("TensorBoard files are not written: pip install tensorboardX to have them")
     return callbacks
@@ -243,6 +250,9 @@ class CallbackRunner:
         sync_period: float = 300.0,
     ) -> None:
         self.callbacks = with_default_loggers(callbacks)
+        batched = tuple(BATCHED.values())
+        self._log = LogThread([c for c in self.callbacks if isinstance(c, batched)], self._storage_fault)
+        self._on_loop = [c for c in self.callbacks if not isinstance(c, batched)]
         self.experiment_path = experiment_path.rstrip("/")
         self._remote = "://" in experiment_path or storage_filesystem is not None
         self._storage_filesystem = storage_filesystem
@@ -263,8 +273,9 @@ class CallbackRunner:
         self.storage_faults = 0  # log writes storage refused
 
     def _call(self, hook: str, **info: Any) -> None:
+        """Call ``hook`` on the callbacks the loop calls (not the batched loggers)."""
         declarative = None
-        for callback in self.callbacks:
+        for callback in self._on_loop:
             if isinstance(callback, LoggerCallback):
                 declarative = declarative or self._declarative(info)
                 try:
@@ -351,8 +362,10 @@ class CallbackRunner:
             for event in others:
                 self._other(event)
         self._call("on_step_end", iteration=self.iteration, trials=self._trial_list)
+        self._log.batch_done()
         if self._remote and time.monotonic() - self._last_sync >= self.sync_period:
-            self.sync()
+            self._last_sync = time.monotonic()
+            self._log.then(self.sync)  # after the flush
 
     def _other(self, event: dict[str, Any]) -> None:
         """A trial's event other than its start."""
@@ -394,6 +407,7 @@ class CallbackRunner:
             self._storage_fault(error)
         if not known:
             self._continue_logs(view)
+        self._log.start(view)
         self._call("on_trial_start", iteration=self.iteration, trials=self._trial_list, trial=view)
 
     def _continue_logs(self, view: TrialView) -> None:
@@ -422,6 +436,7 @@ class CallbackRunner:
         view.last_result = row
         if isinstance(row.get("config"), dict):
             view.config = row["config"]  # PBT changes a trial's config
+        self._log.result(self.iteration, view, row)
         self._call("on_trial_result", iteration=self.iteration, trials=self._trial_list, trial=view, result=row)
 
     def _end(self, event: dict[str, Any], failed: bool) -> None:
@@ -439,8 +454,9 @@ class CallbackRunner:
         else:
             view.status = TERMINATED
             self._call("on_trial_complete", iteration=self.iteration, trials=self._trial_list, trial=view)
+        self._log.end(view, failed)
         if self._remote:
-            self._upload(view)
+            self._log.then(functools.partial(self._upload, view))  # once its files are written
 
     def _checkpoint(self, event: dict[str, Any]) -> None:
         from ray.tune import Checkpoint
@@ -453,8 +469,10 @@ class CallbackRunner:
         )
 
     def end(self) -> None:
-        """The study is over: ``on_experiment_end``, then the last upload."""
+        """The study is over: ``on_experiment_end``, the logs written, then the last upload."""
         self._call("on_experiment_end", trials=self._trial_list)
+        self.close_logs()
+        self._log.raise_error()
         if self._remote:
             if not self.sync():
                 logger.warning("the trials' logs storage refused are kept in %s", self.local_experiment_path)
@@ -462,6 +480,16 @@ class CallbackRunner:
             # Everything is in the trials' folders now; a later driver (a
             # restore) fetches what it continues from there.
             shutil.rmtree(self.local_experiment_path, ignore_errors=True)
+
+    def wait_for_logs(self) -> None:
+        """Wait until what the loggers were handed is written (and uploaded, for a remote study)."""
+        self._log.drain()
+        self._log.raise_error()
+
+    def close_logs(self) -> None:
+        """Write the logs handed over so far and stop their thread (`end`,
+        or a study that raised)."""
+        self._log.close()
 
     # -- remote experiment paths ----------------------------------------------------
 

@@ -42,7 +42,7 @@ from ray_stagetree.execution.payload_auth import TRUST_ENV, experiment_key, key_
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.execution.study_file import STUDY_FILE, study_record
 from ray_stagetree.monitor.live import live_monitor
-from ray_stagetree.planning.config import TrialConfig, tabular
+from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
 from ray_stagetree.planning.policies import ExecutionPolicy
@@ -86,7 +86,7 @@ from ray_stagetree.runtime.driver.restoring import (
     check_restored_trainable,
     param_space_keys,
 )
-from ray_stagetree.runtime.driver.results import ResultGrid
+from ray_stagetree.runtime.driver.results import ResultGrid, TrialResult
 from ray_stagetree.runtime.driver.tune_compat import (
     TUNES_TUNER,
     check_deprecated_at_fit,
@@ -769,25 +769,28 @@ class Tuner:
         if restore is not None:  # the best so far counts the trials that ended before the interrupt
             reporter.observe(*restored_progress(restore))
         restarts = 0
-        while True:
-            try:
-                progress, summaries = self._run_controller(spec, callbacks, reporter)
-                break
-            except ray.exceptions.RayActorError as error:  # the controller's process died
-                storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
-                restarts += 1
-                if restarts > CONTROLLER_RESTARTS or not has_state(storage):
-                    raise RuntimeError(
-                        f"the study's controller died ({type(error).__name__}) {restarts} times; continue the "
-                        f"study with {how_to_continue(experiment_path)}"
-                    ) from error
-                logger.warning(
-                    "the study's controller died (%s); continuing from its last snapshot (restart %d of %d)",
-                    type(error).__name__,
-                    restarts,
-                    CONTROLLER_RESTARTS,
-                )
-                spec = dataclasses.replace(spec, resume=False, restore=Restore(read_state(storage)))
+        try:
+            while True:
+                try:
+                    progress, summaries = self._run_controller(spec, callbacks, reporter)
+                    break
+                except ray.exceptions.RayActorError as error:  # the controller's process died
+                    storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
+                    restarts += 1
+                    if restarts > CONTROLLER_RESTARTS or not has_state(storage):
+                        raise RuntimeError(
+                            f"the study's controller died ({type(error).__name__}) {restarts} times; continue the "
+                            f"study with {how_to_continue(experiment_path)}"
+                        ) from error
+                    logger.warning(
+                        "the study's controller died (%s); continuing from its last snapshot (restart %d of %d)",
+                        type(error).__name__,
+                        restarts,
+                        CONTROLLER_RESTARTS,
+                    )
+                    spec = dataclasses.replace(spec, resume=False, restore=Restore(read_state(storage)))
+        finally:
+            callbacks.close_logs()  # what the loggers were handed is written, also when fit() raises
         grid = self._result_grid(summaries, experiment_path, progress)
         write_tune_state(
             experiment_path,
@@ -928,9 +931,6 @@ class Tuner:
         return ProgressReporter(self.tune_config.metric, self.tune_config.mode, verbose=verbose, table=table)
 
     def _result_grid(self, summaries: list[dict[str, Any]], experiment_path: str, progress: dict) -> ResultGrid:
-        import pandas as pd
-        from ray.tune.utils import flatten_dict
-
         results = []
         filesystem = self.run_config.storage_filesystem
         filesystem = None if filesystem is None else arrow_filesystem(filesystem)
@@ -942,14 +942,13 @@ class Tuner:
             if summary["status"] == ERROR:
                 error = unpack_error(summary.get("error_pickle"), summary["error"], summary["name"])
             results.append(
-                tune.Result(
+                TrialResult(
+                    rows,
                     metrics=rows[-1] if rows else {"config": summary["shown_config"]},
                     checkpoint=checkpoints[-1][0] if checkpoints else None,
                     best_checkpoints=best,
                     error=error,
                     path=f"{experiment_path}/{summary['dirname']}",
-                    # flattened as Tune flattens them: "config/lr/init", ...
-                    metrics_dataframe=pd.DataFrame([flatten_dict(tabular(row)) for row in rows]) if rows else None,
                 )
             )
         return ResultGrid(

@@ -233,7 +233,9 @@ class StageWorker:
             live = LiveTrainable(self._train, self._context, spec)
             try:
                 live.context.source_payload()
-            except ray.exceptions.ObjectLostError as error:
+            except (ray.exceptions.ObjectLostError, ray.exceptions.RayActorError) as error:
+                # Lost with its node, or never taken: the worker that made it died right after reporting it
+                # (its take_checkpoint call never ran). Not this batch's failure: it starts again without it.
                 return BatchOutcome(
                     spec.batch_id, source_lost=f"the checkpoint batch {spec.batch_id} starts from is lost: {error}"
                 )
