@@ -16,9 +16,9 @@ from ray_stagetree.planning.time_sharing import (
     JobRecord,
     RoundRobinPolicy,
     SlaqPolicy,
-    predicted_reduction,
     convergence,
     midrange,
+    predicted_reduction,
 )
 
 
