@@ -39,6 +39,7 @@ __getattr__ = moved_names(
         "Study": "ray_stagetree.runtime.driver.study.Study",
         "init_ray": "ray_stagetree.runtime.driver.cluster.init_ray",
         "PlanServiceConfig": "ray_stagetree.runtime.service.service_client.PlanServiceConfig",
+        "PromotingASHAScheduler": "ray_stagetree.trial_schedulers.promoting_asha.PromotingASHAScheduler",
     },
 )
 
@@ -49,6 +50,7 @@ __all__ = [
     "Study",
     "init_ray",
     "PlanServiceConfig",
+    "PromotingASHAScheduler",
     "report",
     "get_checkpoint",
     "get_hparams",

@@ -12,10 +12,7 @@ prints every ratio next to the paper's figure for it:
    trial alone: the paper's "Hippo-trial", and what Ray Tune does) and of
    stage-based execution, and their ratios. As in the paper, the best trial
    of each study trains 100 more epochs (steps) and that time counts.
-2. Execution policies (thesis Figure 6.4): BFS, THR and critical path on the
-   same studies, critical path both unbatched (the thesis' fair comparison:
-   every stage loads its checkpoint) and batched (the default).
-3. Multi-study sets (section 6.2, Figures 13 and 14): S1, S2, S4 and S8
+2. Multi-study sets (section 6.2, Figures 13 and 14): S1, S2, S4 and S8
    studies of 144 ResNet20 trials submitted together into one plan, for the
    high- and the low-overlap set; k-wise merge rate, GPU-hours, end-to-end.
 
@@ -53,21 +50,27 @@ There is no Ray Tune in the simulation: "trial-based" is the paper's
 Hippo-trial (the same system without sharing). The paper's headline ratios
 are against Ray Tune; both are printed.
 
-    python release/bench_simulator.py            # paper scale (a few minutes)
+Execution policies on the thesis' own study: ``release/bench_policies.py``.
+The figures are a calibrated model (costs fitted to the paper's GPU-hours,
+synthetic learning curves, invented multi-study spaces), printed as one
+``(model)`` markdown section.
+
+    python release/bench_simulator.py --full     # paper scale (a few minutes)
     python release/bench_simulator.py --quick    # a quarter of each study on 10 GPUs, S1/S2 (CI smoke test)
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import functools
-import platform
+import io
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import harness
 from ray.tune.schedulers import ASHAScheduler
 
 from ray_stagetree.planning.merge import kwise_merge_rate, merge_rate
@@ -122,7 +125,6 @@ PAPER_MULTI = {
     "high": ({2: 2.26, 4: 2.77, 8: 2.47}, 6.77, 3.53),
     "low": ({2: 1.40, 4: 1.19, 8: 1.66}, 2.32, 1.99),
 }
-PAPER_CRITICAL_OVER_THR_ASHA = 1.27  # thesis section 6.3; about 1.0 on grid search
 
 
 def _subsample(trials: list[dict[str, Any]], every: int) -> list[dict[str, Any]]:
@@ -205,37 +207,8 @@ def report_single(studies: dict[str, StudyDefinition], gpus: int = WORKERS) -> d
     return runs
 
 
-def report_policies(studies: dict[str, StudyDefinition], gpus: int = WORKERS) -> dict[str, dict[str, float]]:
-    print("\n2. Execution policies, stage-based end-to-end hours (thesis section 6.3, Figure 6.4)")
-    columns = (
-        ("BFS", "bfs", None),
-        ("THR", "thr", None),
-        ("critical", "critical_path", False),
-        ("critical+batch", "critical_path", True),
-    )
-    print(f"{'study':<17}" + "".join(f" {name:>14}" for name, _, _ in columns) + f" {'THR/critical':>12} {'paper':>6}")
-    hours: dict[str, dict[str, float]] = {}
-    bound_ratios: dict[str, list[float]] = {}
-    for label, study in studies.items():
-        runs = {name: simulate([study], gpus, policy=policy, batch_stages=batch) for name, policy, batch in columns}
-        hours[label] = {name: run.hours for name, run in runs.items()}
-        bound_ratios[label] = [run.hours / run.bound_hours for run in runs.values()]
-        paper = f"{PAPER_CRITICAL_OVER_THR_ASHA:.2f}x" if "ASHA" in label else ("~1" if "grid" in label else "-")
-        print(
-            f"{label:<17}"
-            + "".join(f" {hours[label][name]:>14.2f}" for name, _, _ in columns)
-            + f" {_ratio(hours[label]['THR'], hours[label]['critical']):>12} {paper:>6}"
-        )
-    print("critical: unbatched, every stage loads its checkpoint (the thesis' comparison); +batch: the default.")
-    print("ASHA promotes by the order results arrive in, so each policy also changes which trials ASHA trains on.")
-    print("makespan / bound (max(longest requested path, unique work / GPUs) of what the run trained):")
-    for label, ratios in bound_ratios.items():
-        print(f"{label:<17}" + "".join(f" {ratio:>13.3f}x" for ratio in ratios))
-    return hours
-
-
 def report_multi(every: int, sizes: list[int], gpus: int = WORKERS) -> dict[str, list[tuple[float, float]]]:
-    print(f"\n3. Multi-study sets: ResNet20 studies of {144 // every} trials, SHA, submitted together (Figures 13, 14)")
+    print(f"\n2. Multi-study sets: ResNet20 studies of {144 // every} trials, SHA, submitted together (Figures 13, 14)")
     print(
         f"{'set':<5} {'S':>2} {'k-wise':>6} {'paper':>6} {'trial h':>8} {'stage h':>8}"
         f" {'GPU-h trial':>11} {'stage':>7} {'e2e':>6} {'GPU-h':>6} {'sim s':>6}"
@@ -273,40 +246,39 @@ def report_multi(every: int, sizes: list[int], gpus: int = WORKERS) -> dict[str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--quick", action="store_true", help="every 4th trial on 10 GPUs, S1 and S2 only, ASHA policies only"
-    )
-    args = parser.parse_args()
+    args = harness.parse(harness.parser(__doc__, quick_repeats=1, full_repeats=1))
     every = 4 if args.quick else 1
     gpus = WORKERS // every  # a quarter of the trials on a quarter of the cluster
-    started = time.perf_counter()
-    print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
-
-    studies = single_studies(every)
-    runs = report_single(studies, gpus)
-    policy_studies = {k: v for k, v in studies.items() if "ASHA" in k} if args.quick else studies
-    policies = report_policies(policy_studies, gpus)
-    multi = report_multi(every, [1, 2] if args.quick else [1, 2, 4, 8], gpus)
-
-    print("\nHeadline figures, ours next to the paper's")
-    e2e = max(trial.hours / stage.hours for trial, stage in runs.values())
-    gpu = max(trial.gpu_hours / stage.gpu_hours for trial, stage in runs.values())
-    print(f"single study, best end-to-end saving : {e2e:.2f}x   paper 2.76x (over Ray Tune; 2.90x over Hippo-trial)")
-    print(f"single study, best GPU-hour saving   : {gpu:.2f}x   paper 4.81x (over Ray Tune; 4.84x over Hippo-trial)")
-    for overlap, (_, paper_gpu, paper_e2e) in PAPER_MULTI.items():
-        best_e2e = max(saving[0] for saving in multi[overlap])
-        best_gpu = max(saving[1] for saving in multi[overlap])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        studies = single_studies(every)
+        runs = report_single(studies, gpus)
+        multi = report_multi(every, [1, 2] if args.quick else [1, 2, 4, 8], gpus)
+        print("\nHeadline figures, ours next to the paper's")
+        e2e = max(trial.hours / stage.hours for trial, stage in runs.values())
+        gpu = max(trial.gpu_hours / stage.gpu_hours for trial, stage in runs.values())
         print(
-            f"multi-study ({overlap:<4}), best savings    : {best_e2e:.2f}x end-to-end, {best_gpu:.2f}x GPU-hours"
-            f"   paper {paper_e2e:.2f}x, {paper_gpu:.2f}x (over Ray Tune)"
+            f"single study, best end-to-end saving : {e2e:.2f}x   paper 2.76x (over Ray Tune; 2.90x over Hippo-trial)"
         )
-    asha = policies["ResNet56 ASHA"]
-    print(
-        f"ASHA, critical path faster than THR   : {asha['THR'] / asha['critical']:.2f}x unbatched,"
-        f" {asha['THR'] / asha['critical+batch']:.2f}x batched   paper {PAPER_CRITICAL_OVER_THR_ASHA:.2f}x"
+        print(
+            f"single study, best GPU-hour saving   : {gpu:.2f}x   paper 4.81x (over Ray Tune; 4.84x over Hippo-trial)"
+        )
+        for overlap, (_, paper_gpu, paper_e2e) in PAPER_MULTI.items():
+            best_e2e = max(saving[0] for saving in multi[overlap])
+            best_gpu = max(saving[1] for saving in multi[overlap])
+            print(
+                f"multi-study ({overlap:<4}), best savings    : {best_e2e:.2f}x end-to-end, {best_gpu:.2f}x GPU-hours"
+                f"   paper {paper_e2e:.2f}x, {paper_gpu:.2f}x (over Ray Tune)"
+            )
+    section = harness.Section("Simulator at the Hippo paper's scale", args, model=True)
+    section.text(
+        "A calibrated model, not a measurement: per-epoch GPU-seconds fitted to the paper's trial-based"
+        " GPU-hours (Table 5, K80s), checkpoint costs assumed (10 s load, 5 s save; BERT 30 s / 15 s),"
+        " synthetic learning curves, multi-study spaces invented to the paper's merge rates. Deterministic:"
+        " one run. Only its ratios are compared with the paper's measured ones."
     )
-    print(f"\ntotal {time.perf_counter() - started:.1f} s wall")
+    section.text("```\n" + printed.getvalue().strip("\n") + "\n```")
+    section.emit()
 
 
 if __name__ == "__main__":

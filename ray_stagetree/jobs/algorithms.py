@@ -41,6 +41,12 @@ def _tune_searcher(name: str) -> Callable[[], type]:
     return SEARCH_ALG_IMPORT[name]
 
 
+def _promoting_asha() -> type:
+    from ray_stagetree.trial_schedulers.promoting_asha import PromotingASHAScheduler
+
+    return PromotingASHAScheduler
+
+
 SCHEDULERS: dict[str, Callable[[], type]] = {
     "fifo": _tune_scheduler("fifo"),
     "asha": _tune_scheduler("async_hyperband"),
@@ -50,6 +56,7 @@ SCHEDULERS: dict[str, Callable[[], type]] = {
     "median_stopping": _tune_scheduler("median_stopping_rule"),
     "median_stopping_rule": _tune_scheduler("median_stopping_rule"),
     "pbt": _tune_scheduler("pbt"),
+    "promoting_asha": _promoting_asha,
 }
 
 SEARCHERS: dict[str, Callable[[], type]] = {

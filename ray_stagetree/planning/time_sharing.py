@@ -18,9 +18,13 @@ differ in their priority and quantum:
   dropped (``milestones``), so that slopes that flatten stay comparable.
 * `RoundRobinPolicy` (Gandiva's time-sharing, the paper's "RR"): 30 s quanta,
   the job that waited longest runs.
-* `SlaqPolicy` (as the paper characterises SLAQ: "prioritizing jobs with high
-  loss"): 30 s quanta, the job with the highest loss relative to its first
-  loss runs.
+* `SlaqPolicy` (SLAQ, Zhang et al., SoCC 2017, as its paper defines it):
+  30 s quanta; the job whose *predicted* loss reduction per second of
+  worker time over its next quantum is largest runs. The prediction comes
+  from a curve ``loss(k) = c + a / k`` fitted by least squares to the
+  losses a job has reported (``k`` its iterations so far), normalised by the
+  job's first loss so that jobs of different loss scales compare (SLAQ's
+  normalised quality).
 * `FifoPolicy`: no pre-emption, jobs in the order they arrived.
 
 A *job* is a plan node (a trial, or a stage shared by several trials): its
@@ -92,14 +96,20 @@ class JobRecord:
     quanta: int = 0
     milestones_passed: int = 0
     last_ran: float = -math.inf  # when its latest quantum ended
+    losses: tuple[float, ...] = ()  # every loss reported, one per iteration, in order
+    seconds: float = 0.0  # worker time it ran
 
-    def observe(self, losses: Sequence[float], ended: float, milestones: Sequence[float] = ()) -> None:
-        """Close a quantum that ended at ``ended``, in which the job reported
-        ``losses`` (none where the policy reads no metric)."""
+    def observe(
+        self, losses: Sequence[float], ended: float, milestones: Sequence[float] = (), seconds: float = 0.0
+    ) -> None:
+        """Close a quantum of ``seconds`` that ended at ``ended``, in which the
+        job reported ``losses`` (none where the policy reads no metric)."""
         self.last_ran = ended
         self.quanta += 1
+        self.seconds += seconds
         if not losses:
             return
+        self.losses += tuple(losses)
         self.convergence = convergence(losses, self.midrange)
         self.midrange = midrange(losses)
         if self.first_loss is None:
@@ -269,7 +279,7 @@ class TimeSharingPolicy(ExecutionPolicy):
             inherited = self.record_of(node)
             record = self.records[node.node_id] = JobRecord() if inherited is None else dataclasses.replace(inherited)
         losses = self._losses(quantum.start, quantum.last) if self.needs_metric else []
-        record.observe(losses, now, self.milestones)
+        record.observe(losses, now, self.milestones, now - quantum.began)
         if quantum.job is not node and quantum.job.node_id in self.records:
             self.records[quantum.job.node_id].last_ran = now
 
@@ -347,17 +357,39 @@ class RoundRobinPolicy(TimeSharingPolicy):
         return -record.last_ran
 
 
+def predicted_reduction(losses: Sequence[float], iterations_ahead: float) -> float:
+    """The loss a job is predicted to lose over its next ``iterations_ahead``
+    iterations, from ``loss(k) = c + a / k`` fitted by least squares to
+    ``losses`` (the loss after iteration ``k = 1, 2, ...``): ``a * (1/n -
+    1/(n + ahead))`` after ``n`` iterations, never below 0 (a curve fitted
+    rising predicts no gain). Needs two losses."""
+    if len(losses) < 2:
+        raise ValueError(f"a loss curve needs at least two losses to fit, got {len(losses)}")
+    xs = [1.0 / k for k in range(1, len(losses) + 1)]
+    mean_x, mean_y = sum(xs) / len(xs), sum(losses) / len(losses)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, losses)) / spread
+    n = len(losses)
+    return max(0.0, slope * (1.0 / n - 1.0 / (n + iterations_ahead)))
+
+
 class SlaqPolicy(TimeSharingPolicy):
-    """SLAQ as the Hermes paper runs it: 30 s quanta, the job whose latest
-    loss is highest relative to its first runs."""
+    """SLAQ: 30 s quanta, the job with the largest predicted loss reduction
+    per second of worker time over its next quantum runs (see the module
+    docstring); a job with fewer than two losses runs first, as its curve
+    is not known yet."""
 
     name = "slaq"
     default_quantum_s = 30.0
 
     def job_priority(self, node: PlanNode, record: JobRecord) -> float:
-        if record.last_loss is None:
+        if len(record.losses) < 2 or record.seconds <= 0:
             return math.inf
-        return record.last_loss / abs(record.first_loss) if record.first_loss else record.last_loss
+        assert self.quantum_s is not None  # default_quantum_s: this policy always pre-empts
+        seconds_per_iteration = record.seconds / len(record.losses)
+        reduction = predicted_reduction(record.losses, self.quantum_s / seconds_per_iteration)
+        scale = abs(record.losses[0]) or 1.0
+        return reduction / scale / self.quantum_s
 
 
 class FifoPolicy(TimeSharingPolicy):

@@ -227,6 +227,31 @@ def resnet20_study_spaces(overlap: str = "high") -> list[dict[str, Any]]:
     return spaces
 
 
+def resnet20_policy_space() -> dict[str, Any]:
+    """The thesis' execution-policy study (section 6.3, Figure 6.4): ResNet20
+    on CIFAR-10, learning rate and batch size tuned, merge rate 3.55. The
+    thesis gives only the rate; this space has it (3.57): step decays by 10x
+    from a peak of 0.05, 0.1 or 0.2 at ten milestone pairs, each without and
+    with a 5-epoch warm-up, times a constant batch of 128 or one doubling to
+    256 at epoch 50, 70, 90 or 110: 300 trials.
+
+    Examples
+    --------
+    >>> from ray_stagetree.planning.merge import merge_rate
+    >>> from ray_stagetree.searchers import generate_trials
+    >>> trials = generate_trials(resnet20_policy_space())
+    >>> len(trials), round(merge_rate(trials, RESNET20_HORIZON), 2)
+    (300, 3.57)
+    """
+    from ray import tune
+
+    milestones = [[60, 90], [60, 100], [80, 100], [80, 110], [90, 110], [100, 110], [40, 80], [50, 100]]
+    milestones += [[70, 100], [70, 110]]
+    batch_sizes: list[Any] = [128] + [MultiStep(values=(128, 256), milestones=[m]) for m in (50, 70, 90, 110)]
+    lrs = [lr for peak in (0.05, 0.1, 0.2) for lr in _step_decays(peak, milestones, 5)]
+    return {"lr": tune.grid_search(lrs), "batch_size": tune.grid_search(batch_sizes)}
+
+
 class SuccessiveHalving(HyperBandScheduler):
     """Synchronous successive halving (SHA), as the paper's Table 1 runs it:
     one bracket of ``num_trials`` trials, evaluated at ``grace_period``; the

@@ -1,4 +1,5 @@
-"""Adapters for the HyperBand family: ASHA and synchronous HyperBand.
+"""Adapters for the HyperBand family: ASHA, synchronous HyperBand and the
+promoting ASHA (`ray_stagetree.trial_schedulers.promoting_asha`).
 
 Both feed Ray's own object (`ray_stagetree.trial_schedulers.tune_fed`) and
 add what makes stage trees pay under them: a trial is requested only up to
@@ -31,7 +32,11 @@ class _MilestoneAdapter(TuneFedAdapter):
     def __init__(self, scheduler: Any, horizon: float, exact: bool) -> None:
         super().__init__(scheduler, horizon, exact)
         # Rungs in other units (seconds) cannot size requests in iterations.
-        self._counts_iterations = self._ray_field(scheduler, "_time_attr") == "training_iteration"
+        self._counts_iterations = self._time_attr(scheduler) == "training_iteration"
+
+    @classmethod
+    def _time_attr(cls, scheduler: Any) -> str:
+        return cls._ray_field(scheduler, "_time_attr")
 
     @property
     def decides_at_milestones(self) -> bool:
@@ -83,3 +88,26 @@ class HyperBandAdapter(_MilestoneAdapter):
         # (bracket, band index); a bracket's _cumul_r is its current milestone.
         placed = self._ray_field(self.scheduler, "_trial_info").get(self._trials.get(trial_id))
         return [] if placed is None else [self._ray_field(self.scheduler, "_cumul_r", owner=placed[0])]
+
+
+class PromotingASHAAdapter(_MilestoneAdapter):
+    """`PromotingASHAScheduler`: decides at each rung, where a trial not
+    promoted at once pauses (its request ends there) until the scheduler
+    promotes it; its state is its own public fields, none of Ray's."""
+
+    @classmethod
+    def check(cls, scheduler: Any, metric: str | None, mode: str | None, exact: bool) -> None:
+        name = type(scheduler).__name__
+        if (scheduler.metric or metric) is None or (scheduler.mode or mode) is None:
+            raise ValueError(f"{name} needs a metric and a mode: pass metric= and mode= to TuneConfig or to it")
+
+    @classmethod
+    def max_t(cls, scheduler: Any) -> float | None:
+        return scheduler.max_t
+
+    @classmethod
+    def _time_attr(cls, scheduler: Any) -> str:
+        return scheduler.time_attr
+
+    def _bracket_milestones(self, trial_id: str) -> list[float]:
+        return list(self.scheduler.milestones)

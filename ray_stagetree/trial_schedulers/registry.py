@@ -9,7 +9,8 @@ bracket's budget it writes into each result, which the searcher gets after
 the scheduler, as in Tune. Schedulers that change trials' resources, or
 replay or model PBT (ResourceChangingScheduler, PopulationBasedTrainingReplay,
 PB2), are refused with a clear error, as is any subclass of a family whose
-adapter runs the family's rule itself (PBT).
+adapter runs the family's rule itself (PBT). `PromotingASHAScheduler` (ray_stagetree's
+own, ASHA as its paper defines it) is hosted beside Ray's ASHA.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import functools
 from typing import Any
 
 from ray_stagetree.trial_schedulers.adapter import SchedulerAdapter
-from ray_stagetree.trial_schedulers.hyperband import AsyncHyperBandAdapter, HyperBandAdapter
+from ray_stagetree.trial_schedulers.hyperband import AsyncHyperBandAdapter, HyperBandAdapter, PromotingASHAAdapter
 from ray_stagetree.trial_schedulers.pbt import PopulationBasedAdapter
 from ray_stagetree.trial_schedulers.tune_fed import FifoAdapter, MedianStoppingAdapter
 
@@ -38,7 +39,10 @@ def _families() -> dict[type, type[SchedulerAdapter] | None]:
         ResourceChangingScheduler,
     )
 
+    from ray_stagetree.trial_schedulers.promoting_asha import PromotingASHAScheduler
+
     return {
+        PromotingASHAScheduler: PromotingASHAAdapter,
         FIFOScheduler: FifoAdapter,
         AsyncHyperBandScheduler: AsyncHyperBandAdapter,
         HyperBandScheduler: HyperBandAdapter,

@@ -18,6 +18,7 @@ from ray_stagetree.planning.time_sharing import (
     SlaqPolicy,
     convergence,
     midrange,
+    predicted_reduction,
 )
 
 
@@ -117,12 +118,25 @@ def test_round_robin_runs_the_job_that_waited_longest():
     assert order == ["job0", "job1", "job2", "job0", "job1"]
 
 
-def test_slaq_runs_the_job_with_the_highest_relative_loss():
-    cluster = Cluster(SlaqPolicy(metric="accuracy", mode="max", quantum_s=30))
-    # accuracy is negated into a loss: relative losses -0.5/0.1 = -5, -0.2/0.1 = -2, -0.9/0.3 = -3
-    for accuracies in ([0.1, 0.5], [0.1, 0.2], [0.3, 0.9]):
-        assert cluster.train(cluster.dispatch(), accuracies, seconds=30.0)
+def test_slaq_runs_the_job_with_the_largest_predicted_loss_reduction():
+    cluster = Cluster(SlaqPolicy(metric="loss", mode="min", quantum_s=30))
+    # job0: high loss, flat curve; job1: low loss, steep; job2: rising (predicted gain 0).
+    # Old rule (highest loss relative to the first) would run job0; SLAQ predicts job1 gains most.
+    for losses in ([1.0, 0.95], [0.4, 0.2], [0.5, 0.9]):
+        assert cluster.train(cluster.dispatch(), losses, seconds=30.0)
+    records = {cluster.nodes[i]: r for i, r in cluster.policy.records.items()}
+    # 2 iterations per 30 s quantum: the next quantum is 2 more iterations; loss(k) = c + a / k.
+    assert cluster.policy.job_priority(None, records["job1"]) == pytest.approx(0.4 * (1 / 2 - 1 / 4) / 0.4 / 30)
+    assert cluster.policy.job_priority(None, records["job0"]) == pytest.approx(0.1 * (1 / 2 - 1 / 4) / 1.0 / 30)
+    assert cluster.policy.job_priority(None, records["job2"]) == 0.0
     assert cluster.job(cluster.dispatch()) == "job1"
+
+
+def test_slaq_prediction_is_exact_on_its_own_curve_family():
+    losses = [0.3 + 2.0 / k for k in range(1, 21)]
+    assert predicted_reduction(losses, 10) == pytest.approx(2.0 * (1 / 20 - 1 / 30))
+    with pytest.raises(ValueError, match="at least two losses"):
+        predicted_reduction([1.0], 5)
 
 
 def test_fifo_never_preempts_and_keeps_arrival_order():

@@ -1,0 +1,137 @@
+"""Critical path against THR and BFS on the thesis' own study (section 6.3,
+Figure 6.4), on the simulator: a calibrated model, not a measurement.
+
+The study: ResNet20 on CIFAR-10, learning rate and batch size tuned as
+sequences, merge rate 3.55 (`resnet20_policy_space`: 300 trials, 3.57),
+run as a grid and under ASHA as its paper defines it and the thesis
+re-implemented it (`PromotingASHAScheduler`, reduction 4, rungs at 15 and
+60 epochs, max 120: trials wait at a rung and are promoted once in its top
+quarter), on several GPU counts. As in the thesis, the best trial trains
+100 more epochs, counted, and critical path does not batch stages (every
+stage loads its checkpoint, as THR's and BFS's do); the batched critical
+path (the default) is printed beside it.
+
+What was fitted: ResNet20's GPU-seconds per epoch (35 s at batch 128, a
+third of ResNet56's, which is fitted to the Hippo paper's trial-based
+GPU-hours on K80s), 10 s per checkpoint load and 5 s per final save; the
+learning curves are synthetic (`ray_stagetree.simulation.simulated_study`).
+ASHA's decisions depend on the order results reach it; each ASHA repeat
+submits the trials in another random order (ASHA samples its trials), the
+same orders for every policy. The grid is deterministic (one run).
+
+Instrumented per run: the makespan against the bound of the work that run
+trained (max(longest requested path, unique work / GPUs): no schedule of
+that work ends sooner), the epochs trained, and the share of GPU time busy.
+
+    python release/bench_policies.py --full      # 4, 8, 16, 40 GPUs, 5 ASHA orders (a few minutes)
+    python release/bench_policies.py --quick     # a sixth of the trials on 4 GPUs, one order (CI smoke test)
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from typing import Any
+
+import harness
+
+from ray_stagetree import PromotingASHAScheduler
+from ray_stagetree.planning.merge import merge_rate
+from ray_stagetree.searchers import generate_trials
+from ray_stagetree.simulation.paper_spaces import RESNET20_HORIZON, resnet20_policy_space
+from ray_stagetree.simulation.simulated_study import RESNET20, StudyDefinition, simulate
+
+FINAL = 100  # the best trial trains 100 more epochs, counted (thesis section 6.1)
+PAPER_THR_OVER_CRITICAL = {"grid": "~1", "ASHA": "1.27x"}
+POLICIES = {  # label -> (policy, batch_stages)
+    "BFS": ("bfs", None),
+    "THR": ("thr", None),
+    "critical": ("critical_path", False),
+    "critical + batch": ("critical_path", True),
+}
+
+
+def studies(trials: list[dict[str, Any]], orders: int) -> dict[str, list[StudyDefinition]]:
+    """The grid (one run) and ASHA in ``orders`` random trial orders."""
+    asha = functools.partial(PromotingASHAScheduler, max_t=RESNET20_HORIZON, grace_period=15, reduction_factor=4)
+    runs = {"grid": [StudyDefinition("grid", trials, RESNET20, RESNET20_HORIZON, final_iterations=FINAL)]}
+    runs["ASHA"] = []
+    for seed in range(orders):
+        order = trials[:]
+        random.Random(seed).shuffle(order)
+        runs["ASHA"].append(StudyDefinition("asha", order, RESNET20, RESNET20_HORIZON, asha, final_iterations=FINAL))
+    return runs
+
+
+def run_policy(study: StudyDefinition, gpus: int, label: str) -> dict[str, float]:
+    policy, batch = POLICIES[label]
+    run = simulate([study], gpus, policy=policy, batch_stages=batch)
+    return {
+        "hours": run.hours,
+        "over_bound": run.hours / run.bound_hours,
+        "epochs": run.result.iterations,
+        "busy": run.result.worker_seconds / (gpus * run.result.makespan),
+        "loads": run.result.checkpoint_loads,
+    }
+
+
+def main() -> None:
+    args = harness.parse(harness.parser(__doc__, quick_repeats=1, full_repeats=5))
+    trials = generate_trials(resnet20_policy_space())
+    rate = merge_rate(trials, RESNET20_HORIZON)
+    if args.quick:
+        trials = trials[::6]
+    gpu_counts = [4] if args.quick else [4, 8, 16, 40]
+    section = harness.Section("Execution policies on the thesis' ResNet20 study", args, model=True)
+    section.text(
+        f"{len(trials)} trials (space: {len(generate_trials(resnet20_policy_space()))} trials, merge rate {rate:.2f};"
+        f" thesis 3.55), ResNet20 35 GPU-s per epoch, checkpoint load 10 s; ASHA = `PromotingASHAScheduler("
+        f"grace_period=15, reduction_factor=4, max_t=120)` over {args.repeats} random trial orders (medians"
+        " [ranges]); grid: one run. Critical path unbatched as in the thesis; `critical + batch` is the default."
+    )
+    rows, summary = [], []
+    for gpus in gpu_counts:
+        for name, definitions in studies(trials, args.repeats).items():
+            runs = harness.interleaved(
+                {label: _cycle(definitions, gpus, label) for label in POLICIES}, len(definitions), f"{gpus} GPUs {name}"
+            )
+            for label, figures in runs.items():
+                rows.append(
+                    [
+                        gpus,
+                        name,
+                        label,
+                        harness.median_range(harness.values(figures, "hours"), 2),
+                        harness.median_range(harness.values(figures, "over_bound"), 2),
+                        harness.median_range(harness.values(figures, "epochs"), 0),
+                        harness.median_range([100 * busy for busy in harness.values(figures, "busy")], 0, "%"),
+                    ]
+                )
+            thr = harness.values(runs["THR"], "hours")
+            summary.append(
+                [
+                    gpus,
+                    name,
+                    harness.ratio(thr, harness.values(runs["critical"], "hours")),
+                    harness.ratio(thr, harness.values(runs["critical + batch"], "hours")),
+                    PAPER_THR_OVER_CRITICAL[name],
+                ]
+            )
+    section.table(["GPUs", "study", "policy", "hours", "hours / bound", "epochs trained", "GPUs busy"], rows)
+    section.table(["GPUs", "study", "THR / critical", "THR / critical + batch", "thesis"], summary)
+    section.text(
+        "hours / bound: the makespan over max(longest requested path, unique work / GPUs) of what that run"
+        " trained; each policy also changes which trials ASHA promotes (the order results reach its rungs),"
+        " hence the epochs each trained."
+    )
+    section.emit()
+
+
+def _cycle(definitions: list[StudyDefinition], gpus: int, label: str):
+    """A system for `harness.interleaved`: its n-th call runs the n-th definition."""
+    remaining = iter(definitions)
+    return lambda: run_policy(next(remaining), gpus, label)
+
+
+if __name__ == "__main__":
+    main()
