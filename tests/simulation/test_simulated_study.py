@@ -149,6 +149,7 @@ def test_multi_study_shares_across_studies():
 def test_quick_benchmark_runs(capsys, monkeypatch):
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.path.join(repo, "release", "bench_simulator.py")
+    monkeypatch.syspath_prepend(os.path.dirname(path))  # its shared `harness`, as when run as a script
     spec = importlib.util.spec_from_file_location("bench_simulator", path)
     bench = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look their module up
