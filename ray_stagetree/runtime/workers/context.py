@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state
 from ray_stagetree.planning.config import hparam_keys, split_path
 from ray_stagetree.runtime.workers.visible_config import HParams, retarget, sequences_so_far
 from ray_stagetree.sequences.base import next_change
+
+if TYPE_CHECKING:
+    from ray_stagetree.runtime.workers.group import RankGroup
 
 FLUSH_SECONDS = 0.5
 
@@ -95,6 +98,7 @@ class StageContext:
         controller: Any,
         put: Callable[[str, Any], None],
         park: Callable[[BatchOutcome], BatchSpec | None] | None = None,
+        group: RankGroup | None = None,
     ) -> None:
         self.returned_at: int | None = None  # set when a function trainable returns before `stop`
         self._controller = controller
@@ -102,6 +106,10 @@ class StageContext:
         # Hands the worker a parked batch's outcome and waits for the batch
         # that continues it (None: the trainable ends).
         self._park = park
+        # A data-parallel batch's rank (`runtime.workers.group`): None on a worker of its own.
+        self.group = group
+        # The config entry whose values get_hparams() keys from (a hosted trainer's train_loop_config).
+        self.hparams_root = ""
         self._begin(spec)
         self._visible = sequences_so_far(spec.config, self._config, spec.plain, lambda: self.iteration)
         self._restart_payload: CheckpointPayload | None = None
@@ -163,9 +171,11 @@ class StageContext:
     def hparams(self) -> HParams:
         """This iteration's values, keyed as the config's keys are written (`hparam_keys`)."""
         keys, ambiguous = hparam_keys(self._config.names)
-        return HParams(
-            {keys[name]: value for name, value in self._config.hparams_at(self.iteration).items()}, ambiguous
-        )
+        values = {keys[name]: value for name, value in self._config.hparams_at(self.iteration).items()}
+        if self.hparams_root:  # a hosted TorchTrainer's loop reads its train_loop_config as its config
+            prefix = f"{self.hparams_root}/"
+            values = {key.removeprefix(prefix): value for key, value in values.items()}
+        return HParams(values, ambiguous)
 
     def should_checkpoint(self) -> bool:
         return self.iteration + 1 in self.save_iterations
@@ -292,7 +302,10 @@ class StageContext:
             self._pending.can_checkpoint = can_checkpoint
             self.flush()
         wanted = self.iteration in self.save_iterations or (reported and self.spec.keep_reported)
+        ranks_rng = self.group.checkpoint(wanted) if self.group is not None else []
         payload = make_payload(self.iteration) if wanted else None
+        if payload is not None and ranks_rng:
+            payload.rank_rng = ranks_rng
         if payload is not None:
             key = f"{self.spec.batch_id}:{self.iteration}"
             self._put(key, payload)
@@ -300,12 +313,25 @@ class StageContext:
             self._pending.checkpoints.append((node_id, self.iteration, key, size_of(payload)))
         if self.iteration < self.stop and (payload is not None or now - self._last_flush >= FLUSH_SECONDS):
             self.flush()
+        restart = self.iteration == self._config_change and self.iteration < self.stop
+        if self.group is not None:
+            self._lead(restart, payload)
         if self.iteration >= self.stop:
             if not self._parking:
                 raise BatchEnd()
             self._wait_parked()
-        if self.iteration == self._config_change:
+        if restart:
             self._restart(payload)
+
+    def _lead(self, restart: bool, payload: CheckpointPayload | None) -> None:
+        """Rank 0 of a group, its flushes done: where the batch ends and
+        checkpoints next, and the checkpoint to restart from, to every rank."""
+        from ray_stagetree.runtime.workers.group import Verdict
+
+        assert self.group is not None
+        self.group.verdict(Verdict(self.stop, frozenset(self.save_iterations), restart and payload is not None))
+        if restart and payload is not None:
+            self.group.restart_payload(payload)
 
     def _wait_parked(self) -> None:
         """End the batch with the trainable alive: the worker hands its outcome
@@ -339,9 +365,7 @@ class StageContext:
         self._restart_payload = payload
         self._config_change = self._next_plain_value_change()  # the restarted trainable trains up to it
         self.save_iterations |= self._config_changes()
-        if self._restored_dir is not None:
-            shutil.rmtree(self._restored_dir, ignore_errors=True)
-            self._restored_dir = None
+        self._drop_restored()
         raise ConfigChange()
 
     def flush(self) -> None:
@@ -377,9 +401,13 @@ class StageContext:
             self._drop_latest()
         outcome.missing_checkpoint = self.missing_checkpoint
         outcome.seconds = time.monotonic() - self._last_flush
+        self._drop_restored()
+        return outcome
+
+    def _drop_restored(self) -> None:
         if self._restored_dir is not None:
             shutil.rmtree(self._restored_dir, ignore_errors=True)
-        return outcome
+            self._restored_dir = None
 
 
 def _check_links(path: str) -> None:
