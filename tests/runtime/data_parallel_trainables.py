@@ -98,3 +98,11 @@ def unsharded_batches(batch_sizes: list[int]) -> list[list[int]]:
         loader.set_batch_size(batch_size)
         seen.append(sorted(i for index, _, _ in loader.take(2) for i in index.tolist()))
     return seen
+
+
+def driver_function(config):
+    """Ray's driver-function pattern: a trial that runs a TorchTrainer of its own."""
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    TorchTrainer(lambda: None, scaling_config=ScalingConfig(num_workers=2)).fit()

@@ -25,6 +25,8 @@ Workers are threaded actors so that call is served while a batch runs.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
 import numbers
 import os
@@ -137,6 +139,7 @@ def _install_tune_shims() -> None:
     trainable_fn_utils._in_tune_session = lambda: current() is not None or bool(in_tune_session())
     # setup_wandb takes its default run id, name and group from Ray Train's session, which it
     # imported by name: as under Tune, they are the trial's id and name and the experiment's name.
+    _refuse_nested_train_runs()
     from ray.air.integrations import wandb as wandb_integration
 
     train_session = wandb_integration.get_session
@@ -147,6 +150,44 @@ def _install_tune_shims() -> None:
 
 #: How often rank 0 of a data-parallel group looks whether a peer failed while its own rank trains.
 PEER_POLL_S = 0.5
+
+
+class NestedTrainRunError(RuntimeError):
+    """A trainable started a Ray Train run of its own (a trainer's ``fit()``)."""
+
+
+NESTED_TRAIN_RUN = (
+    "{trainer}.fit() was called inside a trial that ray_stagetree runs (Ray's driver-function pattern). Its "
+    "workers would be a Ray Train run of their own, outside the stage: nobody counts their resources (trials "
+    "wait for each other's GPUs, Ray issue #47439) and its iterations are invisible to stage sharing. Use a form "
+    "that trains data-parallel on shared stages: ray_stagetree.Tuner(train_loop_per_worker, "
+    "scaling_config=ScalingConfig(...)), or Tuner(TorchTrainer(train_loop_per_worker, scaling_config=...), "
+    "param_space={{'train_loop_config': ...}}) with RAY_TRAIN_V2_ENABLED=0; or run this driver function with "
+    "ray.tune.Tuner, which shares nothing"
+)
+
+
+def _refuse_nested_train_runs() -> None:
+    """A Ray Train trainer's ``fit()`` raises `NestedTrainRunError` in a
+    trial run here (it still runs outside one: a trainable may be tested
+    by calling it)."""
+    for module, name in (
+        ("ray.train.base_trainer", "BaseTrainer"),
+        ("ray.train.v2.api.data_parallel_trainer", "DataParallelTrainer"),
+    ):
+        try:
+            trainer_class = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+        fit = trainer_class.fit
+
+        @functools.wraps(fit)
+        def refusing_fit(self: Any, *args: Any, _fit: Callable = fit, **kwargs: Any) -> Any:
+            if current() is not None:
+                raise NestedTrainRunError(NESTED_TRAIN_RUN.format(trainer=type(self).__name__))
+            return _fit(self, *args, **kwargs)
+
+        trainer_class.fit = refusing_fit
 
 
 class LiveTrainable:
@@ -332,7 +373,7 @@ class StageWorker:
             outcome.error_pickle = pack_error(error, outcome.error, f"{_name(self._trainable)}.train()")
             outcome.error_iteration = context.iteration + 1
             outcome.error_node = context.node_at(min(context.iteration + 1, context.spec.stop))
-            outcome.error_retryable = not isinstance(error, ReportError)
+            outcome.error_retryable = not isinstance(error, (ReportError, NestedTrainRunError))
             outcome.error_in_restore = context.restoring
             return outcome
 
