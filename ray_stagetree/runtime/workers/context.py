@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -33,9 +33,6 @@ from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state
 from ray_stagetree.planning.config import hparam_keys, split_path
 from ray_stagetree.runtime.workers.visible_config import HParams, retarget, sequences_so_far
 from ray_stagetree.sequences.base import next_change
-
-if TYPE_CHECKING:
-    from ray_stagetree.runtime.workers.group import RankGroup
 
 FLUSH_SECONDS = 0.5
 
@@ -98,7 +95,7 @@ class StageContext:
         controller: Any,
         put: Callable[[str, Any], None],
         park: Callable[[BatchOutcome], BatchSpec | None] | None = None,
-        group: RankGroup | None = None,
+        group: Any = None,
     ) -> None:
         self.returned_at: int | None = None  # set when a function trainable returns before `stop`
         self._controller = controller
@@ -106,7 +103,8 @@ class StageContext:
         # Hands the worker a parked batch's outcome and waits for the batch
         # that continues it (None: the trainable ends).
         self._park = park
-        # A data-parallel batch's rank (`runtime.workers.group`): None on a worker of its own.
+        # A data-parallel batch's rank, a `runtime.workers.group.RankGroup` (which builds on this
+        # module, hence not named in the annotation): None on a worker of its own.
         self.group = group
         # The config entry whose values get_hparams() keys from (a hosted trainer's train_loop_config).
         self.hparams_root = ""
@@ -326,12 +324,7 @@ class StageContext:
     def _lead(self, restart: bool, payload: CheckpointPayload | None) -> None:
         """Rank 0 of a group, its flushes done: where the batch ends and
         checkpoints next, and the checkpoint to restart from, to every rank."""
-        from ray_stagetree.runtime.workers.group import Verdict
-
-        assert self.group is not None
-        self.group.verdict(Verdict(self.stop, frozenset(self.save_iterations), restart and payload is not None))
-        if restart and payload is not None:
-            self.group.restart_payload(payload)
+        self.group.lead(self.stop, frozenset(self.save_iterations), payload if restart else None)
 
     def _wait_parked(self) -> None:
         """End the batch with the trainable alive: the worker hands its outcome

@@ -162,12 +162,20 @@ class RankGroup:
         dist.gather_object(capture_rng_state(), gathered, dst=0, group=self._channel)
         return gathered[1:] if gathered is not None else []
 
-    def verdict(self, verdict: Verdict | None) -> Verdict:
-        return self._broadcast(verdict)
+    def lead(self, stop: int, save_iterations: frozenset[int], restart: CheckpointPayload | None) -> None:
+        """Rank 0: the `Verdict`, and the checkpoint every rank restarts from
+        where a plain value changes."""
+        self._broadcast(Verdict(stop, save_iterations, restart is not None))
+        if restart is not None:
+            self._broadcast(restart)
 
-    def restart_payload(self, payload: CheckpointPayload | None) -> CheckpointPayload:
-        """The checkpoint every rank restarts from (a plain value changes), rank 0's."""
-        return self._broadcast(payload)
+    def follow(self) -> Verdict:
+        """Ranks 1..N-1: rank 0's `Verdict`."""
+        return self._broadcast(None)
+
+    def restart_payload(self) -> CheckpointPayload:
+        """Ranks 1..N-1: the checkpoint rank 0 restarts from."""
+        return self._broadcast(None)
 
 
 class PeerContext(StageContext):
@@ -189,12 +197,12 @@ class PeerContext(StageContext):
         check_picklable(metrics, self.iteration + 1)  # as rank 0 does, so a bad metric fails every rank alike
         self.iteration += 1
         self.group.checkpoint(None)
-        verdict = self.group.verdict(None)
+        verdict = self.group.follow()
         self.stop, self.save_iterations = verdict.stop, set(verdict.save_iterations)
         if self.iteration >= self.stop:
             raise BatchEnd()
         if verdict.restart:
-            self._restart(self.group.restart_payload(None))
+            self._restart(self.group.restart_payload())
 
     def flush(self) -> None:
         """Rank 0 reports for the group."""
