@@ -295,6 +295,7 @@ class Tuner:
             from ray.tune.error import TuneError
 
             raise TuneError("You need to provide a trainable to tune.")
+        self.scaling_config = scaling_config  # as given (Tuner.restore gives it again), not a hosted trainer's
         trainable, param_space, scaling_config = hosted_trainer(trainable, param_space, scaling_config)
         self.trainable = resolve_trainable(trainable)
         check_trainable(self.trainable)
@@ -315,7 +316,6 @@ class Tuner:
         self.repeats = repeats
         self.deterministic_algorithms = deterministic_algorithms
         self.monitor = monitor
-        self.scaling_config = scaling_config
         self._scaling = scaling_of(scaling_config)
         self._restore_options: tuple[bool, bool, bool] | None = None  # set by Tuner.restore
         self._results: ResultGrid | None = None  # the last fit()'s, for get_results()
