@@ -18,6 +18,13 @@ runs the same comparison on CPU workers, to try it anywhere).
     python release/bench_gpu.py                 # 12 trials x 12 epochs on the GPUs Ray sees
     python release/bench_gpu.py --quick         # 4 trials x 3 epochs (skipped without a GPU)
     python release/bench_gpu.py --device cpu --quick
+    python release/bench_gpu.py --data-parallel 2    # trials of 2 GPUs: Tune's TorchTrainer vs DP stages
+    python release/bench_gpu.py --data-parallel 2 --device cpu --quick   # the same with gloo on CPUs
+
+With ``--data-parallel N`` each trial is a ``TorchTrainer`` of N ranks
+(``DistributedDataParallel``): (a) ``ray.tune.Tuner(TorchTrainer(...))``
+with ``reuse_actors=True`` against (c) ``ray_stagetree.Tuner`` of the same
+trainer, whose trials share stages each trained by one group of N ranks.
 """
 
 from __future__ import annotations
@@ -30,10 +37,14 @@ import tempfile
 import time
 from typing import Any
 
-import ray
-import torch
-from ray import tune
-from torch import nn
+# Ray 2.60's Tune still runs a TorchTrainer (--data-parallel) on Ray Train's legacy engine only;
+# the flag is read when Ray Train is first imported, so before anything imports Ray.
+os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "0")
+
+import ray  # noqa: E402
+import torch  # noqa: E402
+from ray import tune  # noqa: E402
+from torch import nn  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -91,12 +102,53 @@ def small_resnet(width: int = 32) -> nn.Module:
 def train_resnet(config: dict[str, Any], data: Any, hparams_at: Any = None) -> None:
     """One epoch per iteration; checkpoints model, optimizer and loader."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    _train_epochs(config, data, hparams_at, device, lambda model: model, get_checkpoint, report, rank=0)
+
+
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    """`train_resnet` as Ray Train's ``train_loop_per_worker``: the model in
+    ``DistributedDataParallel``, each rank its share of the global batch
+    (``ResumableLoader`` shards by the torch.distributed rank), rank 0's
+    checkpoint. The same function under Ray Tune's ``TorchTrainer`` and on
+    ray_stagetree's data-parallel stages."""
+    import torch.distributed as dist
+    from ray import train
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ray_stagetree.runtime.workers.context import current
+
+    if not torch.cuda.is_available():
+        device = torch.device("cpu")
+    elif current() is None:  # Ray Train's worker: its device for this rank
+        from ray.train.torch import get_device
+
+        device = get_device()
+    else:  # a stage rank: Ray shows it its own GPU
+        device = torch.device("cuda", torch.cuda.current_device())
+    hparams_at = config.get("hparams_at")
+    hyper = {key: value for key, value in config.items() if key not in ("data", "hparams_at")}
+    _train_epochs(
+        hyper,
+        ray.get(config["data"]),
+        None if hparams_at is None else lambda _, epoch: hparams_at(hyper, epoch),
+        device,
+        lambda model: DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None),
+        train.get_checkpoint,
+        train.report,
+        rank=dist.get_rank(),
+    )
+
+
+def _train_epochs(
+    config: dict[str, Any], data: Any, hparams_at: Any, device: Any, wrap: Any, restored: Any, reported: Any, rank: int
+) -> None:
     torch.manual_seed(config["seed"])
     x_train, y_train, x_test, y_test = data
     model = small_resnet().to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    trained = wrap(model)
+    optimizer = torch.optim.SGD(trained.parameters(), lr=0.1, momentum=0.9)
     loader = ResumableLoader(torch.utils.data.TensorDataset(x_train, y_train), batch_size=128, seed=config["seed"])
-    checkpoint = get_checkpoint()
+    checkpoint = restored()
     if checkpoint:
         with checkpoint.as_directory() as path:
             state = torch.load(os.path.join(path, "state.pt"), map_location=device, weights_only=False)
@@ -108,18 +160,25 @@ def train_resnet(config: dict[str, Any], data: Any, hparams_at: Any = None) -> N
         hparams = get_hparams() if hparams_at is None else hparams_at(config, loader.epoch)
         apply_hparams(optimizer, hparams)
         loader.set_batch_size(hparams["batch_size"])
-        model.train()
+        trained.train()
         for inputs, targets in loader:
             optimizer.zero_grad()
-            nn.functional.cross_entropy(model(inputs.to(device)), targets.to(device)).backward()
+            nn.functional.cross_entropy(trained(inputs.to(device)), targets.to(device)).backward()
             optimizer.step()
         model.eval()
         with torch.no_grad():
             accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
         with tempfile.TemporaryDirectory() as path:
-            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader.state_dict()}
-            torch.save(state, os.path.join(path, "state.pt"))
-            report({METRIC: accuracy}, checkpoint=tune.Checkpoint.from_directory(path))
+            saved = None
+            if rank == 0:
+                state = {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "loader": loader.state_dict(),
+                }
+                torch.save(state, os.path.join(path, "state.pt"))
+                saved = tune.Checkpoint.from_directory(path)
+            reported({METRIC: accuracy}, checkpoint=saved)
 
 
 def space(quick: bool) -> dict[str, Any]:
@@ -143,11 +202,24 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4 trials x 3 epochs, 1,000 samples")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--gpu-per-trial", type=float, default=0.25, help="GPU fraction per trial (default 0.25)")
+    parser.add_argument(
+        "--data-parallel",
+        type=int,
+        default=0,
+        metavar="N",
+        help="trials of N ranks (N GPUs, or N CPU processes with --device cpu): Ray Tune's Tuner(TorchTrainer) "
+        "against ray_stagetree's Tuner(TorchTrainer) on data-parallel stages",
+    )
     args = parser.parse_args()
     if not 0 < args.gpu_per_trial <= 1:
         parser.error(f"--gpu-per-trial must be in (0, 1], got {args.gpu_per_trial}")
+    if args.data_parallel == 1 or args.data_parallel < 0:
+        parser.error(f"--data-parallel must be >= 2 ranks per trial, got {args.data_parallel}")
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench_gpu: no CUDA device on this machine: skipped (use --device cpu to run it on CPU workers)")
+        return
+    if args.data_parallel:
+        data_parallel(args)
         return
     epochs, samples = (3, 1000) if args.quick else (12, 10_000)
     trials_space = space(args.quick)
@@ -194,6 +266,72 @@ def main() -> None:
     (_, tune_wall, tune_seconds, tune_epochs, _), (_, our_wall, our_seconds, our_epochs, _) = rows
     print(
         f"(a)/(c): worker-seconds {tune_seconds / our_seconds:.2f}x, wall {tune_wall / our_wall:.2f}x,"
+        f" epochs {tune_epochs / our_epochs:.2f}x; merge rate {merge_rate(trials, epochs):.2f}"
+    )
+    ray.shutdown()
+
+
+def data_parallel(args: argparse.Namespace) -> None:
+    """The data-parallel mode: the same ``TorchTrainer`` tuned by Ray Tune
+    (``reuse_actors=True``, every trial its own Train run) and by
+    ray_stagetree (shared stages, each trained by one group of ranks)."""
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    epochs, samples = (3, 1000) if args.quick else (12, 10_000)
+    trials_space = space(args.quick)
+    use_gpu = args.device == "cuda"
+    scaling = ScalingConfig(
+        num_workers=args.data_parallel,
+        use_gpu=use_gpu,
+        resources_per_worker={"GPU": 1, "CPU": 1} if use_gpu else {"CPU": 1},
+        trainer_resources={"CPU": 0},  # rank 0 is the stage worker here; Tune's trainer actor gets no CPU of its own
+    )
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__},"
+        f" torch {torch.__version__}, {args.data_parallel} ranks per trial on "
+        f"{torch.cuda.get_device_name(0) if use_gpu else 'CPUs'}"
+    )
+    init_ray(include_dashboard=False, configure_logging=False, log_to_driver=False)
+    base = {"data": ray.put(make_data(samples))}
+    trials = generate_trials(trials_space)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_gpu_dp_") as storage:
+        occupancy = TrialOccupancy()
+        trainer = TorchTrainer(
+            train_loop_per_worker, train_loop_config={**base, "hparams_at": values_at}, scaling_config=scaling
+        )
+        started = time.perf_counter()
+        results = tune.Tuner(
+            trainer,
+            param_space={"train_loop_config": declarative(trials_space)},
+            tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, reuse_actors=True),
+            run_config=tune.RunConfig(
+                storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]
+            ),
+        ).fit()
+        wall = time.perf_counter() - started
+        executed = sum(result.metrics["training_iteration"] for result in results)
+        best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
+        rows.append(("(a) Ray Tune, TorchTrainer", wall, occupancy.seconds, executed, best))
+
+        started = time.perf_counter()
+        results = Tuner(
+            TorchTrainer(train_loop_per_worker, train_loop_config=base, scaling_config=scaling),
+            param_space={"train_loop_config": trials_space},
+            tune_config=tune.TuneConfig(metric=METRIC, mode=MODE),
+            run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": epochs}, verbose=0),
+        ).fit()
+        wall = time.perf_counter() - started
+        best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
+        rows.append(("(c) stagetree, DP stages", wall, results.worker_seconds, results.iterations_executed, best))
+    print(f"\n{len(trials)} trials x {epochs} epochs, {args.data_parallel} ranks each")
+    print(f"{'system':<28} {'wall s':>7} {'group-s':>9} {'epochs':>7} {'best acc':>9}")
+    for name, wall, group_seconds, executed, best in rows:
+        print(f"{name:<28} {wall:>7.1f} {group_seconds:>9.1f} {executed:>7d} {best:>9.4f}")
+    (_, tune_wall, tune_seconds, tune_epochs, _), (_, our_wall, our_seconds, our_epochs, _) = rows
+    print(
+        f"(a)/(c): group-seconds {tune_seconds / our_seconds:.2f}x, wall {tune_wall / our_wall:.2f}x,"
         f" epochs {tune_epochs / our_epochs:.2f}x; merge rate {merge_rate(trials, epochs):.2f}"
     )
     ray.shutdown()

@@ -64,7 +64,10 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed
 from torch.utils.data import DataLoader, IterableDataset, Sampler
+
+from ray_stagetree.execution.scaling import shard
 
 __all__ = ["OPTIMIZER_HPARAMS", "apply_hparams", "ResumableSampler", "ResumableLoader"]
 
@@ -212,6 +215,20 @@ def _keep_type(old: Any, new: Any) -> Any:
 # --------------------------------------------------------------------------- #
 # Data order
 # --------------------------------------------------------------------------- #
+
+
+def _replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
+    """``(num_replicas, rank)``, defaulting to torch.distributed's group."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if num_replicas is None:
+        num_replicas = torch.distributed.get_world_size() if distributed else 1
+    if rank is None:
+        rank = torch.distributed.get_rank() if distributed else 0
+    num_replicas = _check_int("num_replicas", num_replicas, 1)
+    rank = _check_int("rank", rank, 0)
+    if rank >= num_replicas:
+        raise ValueError(f"rank must be in [0, num_replicas={num_replicas}), got {rank}")
+    return num_replicas, rank
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -398,7 +415,7 @@ class _PlannedBatches:
             indices = perm[position : position + batch_size].tolist()
             epoch, position = loader._normalized(*sampler._advance(epoch, position, len(indices)))
             self.pending.append((epoch, position))
-            yield indices
+            yield shard(indices, loader.rank, loader.num_replicas)
 
 
 class ResumableLoader:
@@ -417,6 +434,16 @@ class ResumableLoader:
         Shuffle each epoch (by ``(seed, epoch)``); ``False`` keeps dataset order.
     drop_last:
         Drop the tail of an epoch that is shorter than the batch size.
+    num_replicas, rank:
+        Data-parallel training: ``batch_size`` is the global batch, and rank
+        ``rank`` of ``num_replicas`` gets every ``num_replicas``-th sample of
+        it (the split ``DistributedSampler`` makes), so the ranks together
+        see exactly the samples one loader of ``batch_size`` would. The
+        state (epoch, position, batch size) is global, equal on every rank:
+        resuming and `set_batch_size` work as without sharding. An epoch's
+        tail with fewer samples than ranks is dropped (a rank would get an
+        empty batch). Default: ``torch.distributed``'s world size and rank
+        when it is initialised (a data-parallel stage's ranks), else 1 and 0.
     **dataloader_kwargs:
         Passed to the internal ``torch.utils.data.DataLoader``
         (``num_workers``, ``collate_fn``, ``pin_memory``, ...); default
@@ -474,6 +501,8 @@ class ResumableLoader:
         seed: int,
         shuffle: bool = True,
         drop_last: bool = False,
+        num_replicas: int | None = None,
+        rank: int | None = None,
         **dataloader_kwargs: Any,
     ) -> None:
         if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__"):
@@ -493,6 +522,7 @@ class ResumableLoader:
         if len(dataset) == 0:
             raise ValueError("dataset is empty; ResumableLoader needs at least one sample")
         self.drop_last = drop_last
+        self.num_replicas, self.rank = _replicas(num_replicas, rank)
         self._batch_size = self._check_batch_size(batch_size)
         self._dataloader_kwargs = dataloader_kwargs
         self._plan: _PlannedBatches | None = None
@@ -596,6 +626,11 @@ class ResumableLoader:
 
     def _check_batch_size(self, batch_size: Any, drop_last: bool | None = None) -> int:
         batch_size = _check_int("batch_size", batch_size, 1)
+        if batch_size < self.num_replicas:
+            raise ValueError(
+                f"batch_size={batch_size} is the global batch of {self.num_replicas} ranks, each taking a share: "
+                f"give a batch_size >= {self.num_replicas}"
+            )
         if (self.drop_last if drop_last is None else drop_last) and batch_size > self.sampler.data_source_len:
             raise ValueError(
                 f"batch_size={batch_size} with drop_last=True exceeds the dataset length "
@@ -604,8 +639,10 @@ class ResumableLoader:
         return batch_size
 
     def _normalized(self, epoch: int, position: int) -> tuple[int, int]:
-        """With drop_last, skip an epoch tail shorter than the batch size."""
-        if self.drop_last and self.sampler.data_source_len - position < self._batch_size:
+        """With drop_last, skip an epoch tail shorter than the batch size;
+        sharded, one shorter than the number of ranks."""
+        left = self.sampler.data_source_len - position
+        if (self.drop_last and left < self._batch_size) or left < self.num_replicas:
             return epoch + 1, 0
         return epoch, position
 

@@ -74,6 +74,9 @@ class BatchOutcome:
     source_lost: str | None = None  # the starting checkpoint's object is lost (its node left): why
     trainable_unloadable: bool = False  # the worker could not unpickle the trainable: no batch can run
     parked: bool = False  # the trainable waits, live, on its worker at the batch's end (`FlushReply.park`)
+    # A rank of the worker's data-parallel group failed: the others may wait in a collective forever,
+    # so the group runs no other batch (the controller stops it and starts a fresh one when needed).
+    worker_broken: bool = False
 
 
 class FlushReply(NamedTuple):

@@ -41,6 +41,8 @@ class CheckpointPayload:
     rng: dict[str, Any]
     directory: bytes | None = None  # a packed ray.tune.Checkpoint directory
     state: Any = None  # or a StageTrainable.get_state() object
+    # A data-parallel stage's (`execution.scaling`): the RNG states of ranks 1..N-1 (``rng`` is rank 0's).
+    rank_rng: list[dict[str, Any]] | None = None
 
 
 #: A payload's in-memory state, in its trial folder (`write_directory`).

@@ -133,3 +133,16 @@ def tune_checkpoint_manager(config: Any, ranked: list[tuple[Any, dict[str, Any]]
     ray_field(manager, "_latest_checkpoint_result", manager)
     manager._latest_checkpoint_result = latest_result
     return manager
+
+
+def scaling_resources_per_worker(scaling_config: Any) -> dict[str, float]:
+    """One Ray Train worker's resources as Ray Train reserves them for a
+    ``ScalingConfig`` (its defaults: a CPU, or a GPU with ``use_gpu``)."""
+    return dict(ray_field(scaling_config, "_resources_per_worker_not_none", scaling_config))
+
+
+def legacy_train_loop(trainer: Any) -> tuple[Any, dict[str, Any]]:
+    """A legacy (``RAY_TRAIN_V2_ENABLED=0``) ``DataParallelTrainer``'s
+    ``train_loop_per_worker`` and its own ``train_loop_config``."""
+    loop = ray_field(trainer, "_train_loop_per_worker", trainer)
+    return loop, dict(ray_field(trainer, "_train_loop_config", trainer) or {})

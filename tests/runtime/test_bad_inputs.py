@@ -11,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 from ray import tune
+from ray.train import ScalingConfig
 from ray.tune.error import TuneError
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.utils.log import Verbosity
@@ -357,6 +358,25 @@ REFUSED = [
         lambda: restore("/x", param_space=[1]),
         TypeError,
         r"param_space must be a dict or None, got \[1\]",
+    ),
+    ("scaling-not-a-config", lambda: tuner(scaling_config=2), TypeError, "scaling_config must be a ray.train.Scal"),
+    (
+        "scaling-local-mode",
+        lambda: tuner(scaling_config=ScalingConfig(num_workers=0)),
+        ValueError,
+        r"ScalingConfig\(num_workers=0\) runs Ray Train's local mode",
+    ),
+    (
+        "scaling-strategy",
+        lambda: tuner(scaling_config=ScalingConfig(num_workers=2, placement_strategy="TIGHT")),
+        ValueError,
+        "ScalingConfig.placement_strategy must be 'PACK', .*'STRICT_SPREAD', got 'TIGHT'",
+    ),
+    (
+        "scaling-and-with-resources",
+        lambda: tuner(trainable=tune.with_resources(train, {"cpu": 1}), scaling_config=ScalingConfig(num_workers=2)),
+        ValueError,
+        "scaling_config gives each rank's resources.*give only scaling_config",
     ),
     ("can-restore-none", lambda: Tuner.can_restore(None), TypeError, "Tuner.can_restore: path.*got None"),
     (

@@ -432,3 +432,30 @@ def test_training_without_rng_restore_diverges():
     for num_batches, hparams in _STAGES[1:]:
         _train_stage(model, optimizer, loader, num_batches, hparams)
     assert not all(torch.equal(a, b) for a, b in zip(uninterrupted, model.parameters()))
+
+
+def test_sharded_loaders_resume_and_rebatch_to_the_samples_of_one_unsharded_loader():
+    """Two ranks' loaders of a global batch, saved and resumed mid-epoch and
+    re-batched, hand out together exactly what one loader does; an epoch
+    tail shorter than the ranks is dropped rather than handed to one rank."""
+    data = torch.utils.data.TensorDataset(torch.arange(11))
+    one = ResumableLoader(data, batch_size=4, seed=3, num_replicas=1, rank=0)
+    ranks = [ResumableLoader(data, batch_size=4, seed=3, num_replicas=2, rank=rank) for rank in (0, 1)]
+
+    def step(count):
+        expected = [sorted(b[0].tolist()) for b in one.take(count)]
+        got = [[b[0].tolist() for b in loader.take(count)] for loader in ranks]
+        assert [sorted(a + b) for a, b in zip(*got)] == expected
+
+    step(2)
+    states = [loader.state_dict() for loader in ranks]
+    assert states[0] == states[1] == one.state_dict()  # the cursor is global
+    ranks = [ResumableLoader(data, batch_size=4, seed=3, num_replicas=2, rank=rank) for rank in (0, 1)]
+    for loader, state in zip(ranks, states):
+        loader.load_state_dict(state)
+    for loader in [one, *ranks]:
+        loader.set_batch_size(2)
+    step(1)  # the epoch's 11th sample alone: too few for two ranks
+    assert ranks[0].epoch == 1 and ranks[0].position == 0
+    with pytest.raises(ValueError, match="batch_size=1 is the global batch of 2 ranks"):
+        ranks[0].set_batch_size(1)

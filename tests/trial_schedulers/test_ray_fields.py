@@ -1,6 +1,8 @@
 """A Ray upgrade that drops a private field an adapter reads fails clearly:
 the field, the scheduler and the Ray versions tested are named."""
 
+import inspect
+
 import pytest
 import ray
 from ray import tune
@@ -204,3 +206,32 @@ def test_tunes_checkpoint_manager_holds_the_checkpoints_as_given(tmp_path):
     assert manager.latest_checkpoint_result.metrics == {"score": 1}
     assert all(folder.exists() for folder in folders)
     assert tune_checkpoint_manager(config, [], None).latest_checkpoint_result is None
+
+
+def test_a_scaling_configs_per_worker_resources_are_ray_trains():
+    from ray.train import ScalingConfig
+
+    from ray_stagetree.trial_schedulers.ray_fields import scaling_resources_per_worker
+
+    assert scaling_resources_per_worker(ScalingConfig(num_workers=2)) == {"CPU": 1}
+    assert scaling_resources_per_worker(ScalingConfig(num_workers=2, use_gpu=True)) == {"GPU": 1}
+    per_worker = {"CPU": 0.5, "GPU": 0}
+    assert scaling_resources_per_worker(ScalingConfig(num_workers=2, resources_per_worker=per_worker)) == {"CPU": 0.5}
+
+
+def test_a_legacy_trainers_loop_and_config_are_where_the_tuner_reads_them():
+    from ray.train.data_parallel_trainer import DataParallelTrainer
+
+    from ray_stagetree.trial_schedulers.ray_fields import legacy_train_loop
+
+    def loop(config):
+        pass
+
+    # The legacy class's constructor refuses to run under Train v2 (the default): it sets the fields it reads,
+    source = inspect.getsource(DataParallelTrainer.__init__)
+    assert "self._train_loop_per_worker = " in source and "self._train_loop_config = " in source
+    trainer = DataParallelTrainer.__new__(DataParallelTrainer)
+    trainer._train_loop_per_worker, trainer._train_loop_config = loop, {"a": 1}
+    assert legacy_train_loop(trainer) == (loop, {"a": 1})
+    with pytest.raises(RayFieldMissing, match="_train_loop_per_worker"):
+        legacy_train_loop(object())

@@ -597,7 +597,8 @@ class StudyController:
             self._worker_seconds += time.monotonic() - dispatched
             self.pool.folded(batch.batch_id)
             # Its node may be gone: start no more workers than the cluster now holds.
-            self.pool.lost(worker, workers_that_fit(self.spec.worker.options), self.spec.num_workers)
+            self.pool.lost(worker, workers_that_fit(self.spec.worker), self.spec.num_workers)
+            self.spec.worker.stop(worker)  # a group's other ranks and its placement group
             self.parking.forget_worker(worker)
             affected = {t for r in self.plan.scheduled_requests(batch.batch_id) for t in r.trials}
             # Result.error is Ray's RayActorError, as in Tune.
@@ -654,7 +655,11 @@ class StudyController:
             self._release(self.parking.park(worker, batch.batch_id, node, stop))
         self.plan.release_batch(batch.batch_id)
         self._release_unneeded()
-        self.pool.returned(worker)
+        if outcome.worker_broken:
+            self.pool.retire(worker)
+            self.spec.worker.stop(worker)
+        else:
+            self.pool.returned(worker)
 
     def _record_run(self, spec: BatchSpec, outcome: BatchOutcome | None) -> None:
         """The batch's run into the plan (`SearchPlan.record_run`): the
@@ -796,7 +801,7 @@ class StudyController:
                 self.stop_trial(state.trial_id)
         running = self.pool.running_workers()
         for batch_id in self.budget.to_kill(running):
-            ray.kill(running[batch_id])
+            self.spec.worker.stop(running[batch_id])
 
     def wake_in(self) -> float | None:
         """Seconds until the loop must wake for the time budget, or to look
@@ -812,11 +817,11 @@ class StudyController:
         gone only after its health checks), would hold its batch forever.
         Once the cluster's live nodes hold fewer workers than the study has,
         its batch is taken back, unfailed, for the workers that run."""
-        fits = functools.partial(workers_that_fit, self.spec.worker.options)
+        fits = functools.partial(workers_that_fit, self.spec.worker)
         for ref, running in self.pool.unplaced(PLACEMENT_CHECK_S, fits):
             self.pool.withdraw(ref, fits(), self.spec.num_workers)
             self.parking.forget_worker(running.worker)
-            ray.kill(running.worker)
+            self.spec.worker.stop(running.worker)
             logger.warning(
                 "a worker started for batch %d cannot be placed (the cluster lost a node); the batch runs on "
                 "the remaining workers",
@@ -1033,7 +1038,7 @@ class StudyController:
         }
 
     def shutdown_workers(self) -> None:
-        self.pool.shut_down(ray.kill)
+        self.pool.shut_down(self.spec.worker.stop)
 
 
 def _multiples(every: int, low: int, high: int, count: int) -> list[int]:

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
-import ray
+from ray_stagetree.execution.scaling import groups_that_fit
+from ray_stagetree.runtime.control.spec import live_nodes
+
+if TYPE_CHECKING:
+    from ray_stagetree.runtime.control.spec import WorkerSpec
 
 
-def workers_that_fit(worker_options: dict[str, Any]) -> float:
-    """How many stage workers with these actor options (``num_cpus``,
-    ``num_gpus``, ``resources``, ``memory``) the cluster's live nodes hold
-    in all."""
-    request = {"CPU": worker_options.get("num_cpus", 0), "GPU": worker_options.get("num_gpus", 0)}
-    request.update(worker_options.get("resources", {}))
-    if worker_options.get("memory"):
-        request["memory"] = worker_options["memory"]
+def workers_that_fit(worker: WorkerSpec) -> float:
+    """How many stage workers (with ``worker.options``: ``num_cpus``,
+    ``num_gpus``, ``resources``, ``memory``) the cluster's live nodes hold in
+    all; with ``worker.scaling``, how many whole worker groups they place."""
+    if worker.scaling is not None:
+        return groups_that_fit(live_nodes(), worker.scaling)
+    request = {"CPU": worker.options.get("num_cpus", 0), "GPU": worker.options.get("num_gpus", 0)}
+    request.update(worker.options.get("resources", {}))
+    if worker.options.get("memory"):
+        request["memory"] = worker.options["memory"]
     fits = [math.floor(live_total(key) / amount) for key, amount in request.items() if amount]
     return min(fits) if fits else math.inf
 
@@ -24,4 +30,4 @@ def live_total(resource: str) -> float:
     """How much of ``resource`` the nodes Ray's control store holds alive
     have: ``ray.cluster_resources()`` goes on counting a lost node's for tens
     of seconds after that verdict."""
-    return sum(node["Resources"].get(resource, 0.0) for node in ray.nodes() if node["Alive"])
+    return sum(node.get(resource, 0.0) for node in live_nodes())

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import ray
 
 from ray_stagetree.execution.parking import PARKED_PER_WORKER
-from ray_stagetree.runtime.workers.worker import StageWorker
+from ray_stagetree.execution.scaling import Scaling
+from ray_stagetree.runtime.workers.worker import PeerWorker, StageWorker
 
 if TYPE_CHECKING:
     from ray.tune import CheckpointConfig, Stopper
@@ -45,13 +46,90 @@ class WorkerSpec:
     trainable: bytes
     options: dict[str, Any] = field(default_factory=dict)
     reproducibility: Reproducibility | None = None
+    # ``Tuner(scaling_config=...)``: each worker is a group of ranks (`execution.scaling`); ``options``
+    # are then one rank's. None: one process per worker.
+    scaling: Scaling | None = None
 
     def start(self, controller: Any) -> Any:
         """A stage worker actor running the trainable for ``controller`` (the
-        actor its reports go to). It starts at once: a process that imports
-        the trainable's modules, which takes seconds."""
+        actor its reports go to), or a `WorkerGroup` with ``scaling``. It
+        starts at once: a process that imports the trainable's modules,
+        which takes seconds."""
+        if self.scaling is not None:
+            return WorkerGroup.start(self, controller, self.scaling)
         actor = ray.remote(StageWorker).options(max_concurrency=3, **self.options)
         return actor.remote(self.trainable, controller)
+
+    @staticmethod
+    def stop(worker: Any) -> None:
+        """Kill a worker `start` started (a group's ranks, and free its placement group)."""
+        if isinstance(worker, WorkerGroup):
+            worker.stop()
+        else:
+            ray.kill(worker)
+
+
+def live_nodes() -> list[dict[str, float]]:
+    """The resources of each node Ray's control store holds alive."""
+    return [node["Resources"] for node in ray.nodes() if node["Alive"]]
+
+
+class WorkerGroup:
+    """A data-parallel stage worker: rank 0's actor, which the controller
+    calls as any stage worker, its peers, and the placement group that
+    holds them all (`runtime.workers.group`)."""
+
+    def __init__(self, leader: Any, peers: list[Any], placement_group: Any) -> None:
+        self.leader = leader
+        self.peers = peers
+        self.placement_group = placement_group
+
+    @classmethod
+    def start(cls, spec: WorkerSpec, controller: Any, scaling: Scaling) -> WorkerGroup:
+        """Reserve one placement group of the group's bundles and start a rank
+        in each: it starts once Ray can place every rank, never in part."""
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        group = placement_group(scaling.bundles(), strategy=scaling.placement_strategy)
+
+        def in_bundle(index: int) -> dict[str, Any]:
+            strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+            return {**spec.options, "scheduling_strategy": strategy}
+
+        peers = [
+            ray.remote(PeerWorker).options(max_concurrency=2, **in_bundle(rank)).remote(spec.trainable)
+            for rank in range(1, scaling.num_workers)
+        ]
+        leader = (
+            ray.remote(StageWorker)
+            .options(max_concurrency=3, **in_bundle(0))
+            .remote(spec.trainable, controller, peers, scaling.backend)
+        )
+        return cls(leader, peers, group)
+
+    @property
+    def run_batch(self) -> Any:
+        return self.leader.run_batch
+
+    @property
+    def take_checkpoint(self) -> Any:
+        return self.leader.take_checkpoint
+
+    @property
+    def release(self) -> Any:
+        return self.leader.release
+
+    @property
+    def pid(self) -> Any:
+        return self.leader.pid
+
+    def stop(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for actor in [self.leader, *self.peers]:
+            ray.kill(actor)
+        remove_placement_group(self.placement_group)
 
 
 @dataclass

@@ -109,6 +109,11 @@ class WorkerPool:
         """``worker`` is idle again."""
         self.idle.append(worker)
 
+    def retire(self, worker: Any) -> None:
+        """``worker`` runs no more batches (a rank of its group failed): it
+        goes, and a fresh one starts when a batch needs it (`take`)."""
+        self.workers.remove(worker)
+
     def lost(self, worker: Any, fits: float, most: int) -> None:
         """``worker`` died (its node may be gone): it goes, and no more than
         ``fits`` workers (what the cluster's live nodes hold), at least one

@@ -19,6 +19,7 @@ from ray import tune
 from ray.tune.search import BasicVariantGenerator, Searcher
 
 from ray_stagetree._extras import MONITOR_MODULES, require_all
+from ray_stagetree.execution.scaling import Scaling
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.filesystems import is_filesystem
 from ray_stagetree.searchers import SequenceGridSearch
@@ -312,4 +313,30 @@ def stall_warning_seconds() -> float:
     (``RAY_STAGETREE_STALL_WARNING_S``, 60 by default)."""
     return _environment(
         "RAY_STAGETREE_STALL_WARNING_S", "60", float, Real(low=0, closed="neither"), meaning=" (seconds)"
+    )
+
+
+def scaling_of(scaling_config: Any) -> Scaling | None:
+    """``Tuner(scaling_config=...)`` as the study's `Scaling`: each trial's
+    stages then run on a group of ``num_workers`` ranks with
+    ``resources_per_worker`` each (Ray Train's defaults: a CPU, or a GPU with
+    ``use_gpu``), placed by ``placement_strategy``. ``trainer_resources`` is
+    Ray Train's trainer actor's, which data-parallel stages do not have."""
+    if scaling_config is None:
+        return None
+    from ray.air.config import ScalingConfig
+
+    from ray_stagetree.trial_schedulers.ray_fields import scaling_resources_per_worker
+
+    check("scaling_config", scaling_config, InstanceOf(ScalingConfig, "a ray.train.ScalingConfig"), None)
+    if isinstance(scaling_config.num_workers, int) and scaling_config.num_workers == 0:
+        raise ValueError(
+            "scaling_config=ScalingConfig(num_workers=0) runs Ray Train's local mode, which has no worker group; "
+            "give num_workers >= 1, or leave scaling_config out for one process per trial"
+        )
+    return Scaling.of(
+        scaling_config.num_workers,
+        scaling_resources_per_worker(scaling_config),
+        scaling_config.use_gpu,
+        scaling_config.placement_strategy,
     )

@@ -62,6 +62,61 @@ def tunes_tuner_for_trainer(trainer: Any, *args: Any, **kwargs: Any) -> Any:
     return TUNES_TUNER(trainer, *args, **kwargs)
 
 
+#: The config key Tune hands a Ray Train trainer's ``train_loop_per_worker`` its config under.
+TRAIN_LOOP_CONFIG = "train_loop_config"
+
+
+def legacy_torch_trainer(trainable: Any) -> bool:
+    """Whether ``trainable`` is a legacy-engine ``TorchTrainer``
+    (``RAY_TRAIN_V2_ENABLED=0``), which ray_stagetree runs on its own
+    data-parallel stages (`hosted_trainer`)."""
+    if "ray.train" not in sys.modules:
+        return False
+    with contextlib.suppress(ImportError, AttributeError):
+        return isinstance(trainable, importlib.import_module("ray.train.torch.torch_trainer").TorchTrainer)
+    return False
+
+
+def hosts_trainer(trainer: Any, param_space: Any) -> bool:
+    """Whether ``Tuner(trainer, param_space=...)`` runs on data-parallel
+    stages: a legacy ``TorchTrainer`` without Ray Data datasets whose
+    ``param_space`` tunes only its ``train_loop_config`` (a tuned
+    ``scaling_config`` changes the group between trials: Tune runs those)."""
+    if not legacy_torch_trainer(trainer) or getattr(trainer, "datasets", None):
+        return False
+    return param_space is None or (isinstance(param_space, dict) and set(param_space) <= {TRAIN_LOOP_CONFIG})
+
+
+def hosted_trainer(trainable: Any, param_space: Any, scaling_config: Any) -> tuple[Any, Any, Any]:
+    """``(trainable, param_space, scaling_config)`` for the Tuner: a hosted
+    ``TorchTrainer`` (`hosts_trainer`) becomes a function running its
+    ``train_loop_per_worker`` on every rank, given the trainer's
+    ``train_loop_config`` updated with the trial's, and its ``ScalingConfig``
+    the study's; ``get_hparams()`` keys what is under ``train_loop_config``
+    as the loop reads its config. Anything else passes as it is."""
+    if not hosts_trainer(trainable, param_space):
+        return trainable, param_space, scaling_config
+    if scaling_config is not None:
+        raise ValueError(
+            "Tuner(TorchTrainer(...), scaling_config=...): the trainer's ScalingConfig is its workers' already; "
+            "give it to TorchTrainer(scaling_config=...) only"
+        )
+    from ray.tune.utils.util import merge_dicts
+
+    from ray_stagetree.trial_schedulers.ray_fields import legacy_train_loop
+
+    loop, base_config = legacy_train_loop(trainable)
+    takes_config = bool(inspect.signature(loop).parameters)
+
+    def train_loop_per_worker(config: dict[str, Any]) -> None:
+        loop_config = merge_dicts(base_config, config.get(TRAIN_LOOP_CONFIG, {}))
+        loop(loop_config) if takes_config else loop()
+
+    train_loop_per_worker.__name__ = train_loop_per_worker.__qualname__ = getattr(loop, "__name__", "train_loop")
+    train_loop_per_worker.__stagetree_hparams_root__ = TRAIN_LOOP_CONFIG  # type: ignore[attr-defined]
+    return train_loop_per_worker, param_space, trainable.scaling_config
+
+
 def resolve_trainable(trainable: Any) -> Any:
     """The function or class a trainable given by its registered name
     (``tune.register_trainable(name, fn)``) stands for; anything else as

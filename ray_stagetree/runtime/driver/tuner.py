@@ -39,6 +39,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_stagetree.execution.parking import PARKED_PER_WORKER
 from ray_stagetree.execution.payload_auth import TRUST_ENV, experiment_key, key_dir, trust_storage
+from ray_stagetree.execution.scaling import describe, groups_that_fit
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.execution.study_file import STUDY_FILE, study_record
 from ray_stagetree.monitor.live import live_monitor
@@ -58,7 +59,7 @@ from ray_stagetree.runtime.control.experiment_state import (
     trial_summary,
     write_tuner_settings,
 )
-from ray_stagetree.runtime.control.spec import StudySpec, WorkerSpec
+from ray_stagetree.runtime.control.spec import StudySpec, WorkerSpec, live_nodes
 from ray_stagetree.runtime.driver.arguments import (
     check_checkpoint_config,
     check_filesystem,
@@ -72,6 +73,7 @@ from ray_stagetree.runtime.driver.arguments import (
     check_writable,
     request_bundles,
     restore_retries,
+    scaling_of,
     stall_warning_seconds,
     state_period,
 )
@@ -93,6 +95,8 @@ from ray_stagetree.runtime.driver.tune_compat import (
     check_function_signature,
     check_param_space,
     check_serializable,
+    hosted_trainer,
+    hosts_trainer,
     is_ray_train_trainer,
     resolve_trainable,
     trainable_name,
@@ -256,10 +260,13 @@ class Tuner:
     """
 
     def __new__(cls, trainable: Any = None, *args: Any, **kwargs: Any) -> Any:
-        """A Ray Train trainer (``Tuner(TorchTrainer(...))``, or its own
+        """A legacy-engine ``TorchTrainer`` tuning its ``train_loop_config``
+        runs here, on data-parallel stages (`tune_compat.hosted_trainer`).
+        Any other Ray Train trainer (``Tuner(trainer)``, or a trainer's own
         ``fit()``, which builds a Tuner) is run by Ray Tune's Tuner, as Tune
         runs it: its worker groups are Ray Train's, and nothing is shared."""
-        if is_ray_train_trainer(trainable) or "_entrypoint" in kwargs:  # Ray's own callers pass Tune's _entrypoint
+        hosted = hosts_trainer(trainable, kwargs.get("param_space"))
+        if (is_ray_train_trainer(trainable) and not hosted) or "_entrypoint" in kwargs:  # Ray's callers pass it
             return tunes_tuner_for_trainer(trainable, *args, **kwargs)
         return super().__new__(cls)
 
@@ -280,6 +287,7 @@ class Tuner:
         deterministic_algorithms: bool = False,
         monitor: bool = False,
         plan_service: str | PlanServiceConfig | None = None,
+        scaling_config: Any = None,
     ) -> None:
         # A registered name (tune.register_trainable) stands for its function or class; Tune's name for it
         # (the registered name, else the function's) starts the default trial names.
@@ -287,6 +295,8 @@ class Tuner:
             from ray.tune.error import TuneError
 
             raise TuneError("You need to provide a trainable to tune.")
+        self.scaling_config = scaling_config  # as given (Tuner.restore gives it again), not a hosted trainer's
+        trainable, param_space, scaling_config = hosted_trainer(trainable, param_space, scaling_config)
         self.trainable = resolve_trainable(trainable)
         check_trainable(self.trainable)
         self._trainable_name = trainable_name(trainable)
@@ -306,6 +316,7 @@ class Tuner:
         self.repeats = repeats
         self.deterministic_algorithms = deterministic_algorithms
         self.monitor = monitor
+        self._scaling = scaling_of(scaling_config)
         self._restore_options: tuple[bool, bool, bool] | None = None  # set by Tuner.restore
         self._results: ResultGrid | None = None  # the last fit()'s, for get_results()
         self._validate_arguments()
@@ -473,6 +484,7 @@ class Tuner:
                 "repeats": self.repeats,
                 "deterministic_algorithms": self.deterministic_algorithms,
                 "plan_service": self.plan_service,
+                "scaling_config": self.scaling_config,
             },
         }
         storage = CheckpointStorage(experiment_path, self.run_config.storage_filesystem)
@@ -501,6 +513,11 @@ class Tuner:
             self.reproducible, self.seed, self.repeats, self.deterministic_algorithms, self.param_space
         )
         check_resource_request(trainable_resources(trainable))
+        if self._scaling is not None and trainable_resources(trainable) is not None:
+            raise ValueError(
+                "scaling_config gives each rank's resources (ScalingConfig.resources_per_worker); the trainable "
+                "also asks for some through tune.with_resources: give only scaling_config"
+            )
         check_scheduler(self.tune_config.scheduler, self.tune_config.metric, self.tune_config.mode)
         self._stop_criteria()
         check_driver_hooks(self.run_config)
@@ -552,6 +569,8 @@ class Tuner:
         """One stage worker's resources: ``tune.with_resources``, or a class's
         ``default_resource_request``, for the first trial's config (workers are
         alike: every trial of a study asks for the same)."""
+        if self._scaling is not None:  # one rank's
+            return self._scaling.resources
         first = trial_source.peek() if isinstance(trial_source, VariantSource) else None
         config = first if first is not None else self.param_space
         request = trainable_resources(self.trainable)
@@ -621,13 +640,23 @@ class Tuner:
         name = run_config.name or f"stagetree_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}_{uuid.uuid4().hex[:4]}"
         if self.plan_service is None:
             return f"{self._storage_path()}/{name}"
-        self._share_key = share_key(self.plan_service.study_group, self.trainable)
+        self._share_key = share_key(self.plan_service.study_group, self.trainable, self._scaling)
         plan_dir = self._share_key.replace(":", "-")
         return f"{self._storage_path()}/{self.plan_service.name}/{plan_dir}/{name}"
 
     def _num_workers(self, resources: dict[str, float], trials: int) -> int:
         total = ray.cluster_resources()
         fits = []
+        if self._scaling is not None:
+            groups = groups_that_fit(live_nodes(), self._scaling)
+            if not groups:
+                raise ValueError(
+                    f"each trial asks for a group of {describe(self._scaling)} in one placement group, and the "
+                    f"Ray cluster's nodes ({live_nodes()}) cannot place one: no trial can ever start (check "
+                    "scaling_config: num_workers, resources_per_worker, placement_strategy)"
+                )
+            fits.append(groups)
+            resources = {}
         for key, amount in resources.items():
             available = total.get(key, 0.0)
             if amount > available:
@@ -731,6 +760,7 @@ class Tuner:
             worker=WorkerSpec(
                 trainable=self._pickled_trainable(),
                 options=worker_options,
+                scaling=self._scaling,
                 reproducibility=(
                     Reproducibility(self.seed, self.deterministic_algorithms) if self.reproducible else None
                 ),
@@ -894,8 +924,9 @@ class Tuner:
                 except ray.exceptions.RayActorError:
                     pass  # it died: the workers it started died with it
                 finally:
-                    for actor in [*workers, controller]:
-                        ray.kill(actor)
+                    for worker in workers:
+                        spec.worker.stop(worker)
+                    ray.kill(controller)
         return progress, summaries
 
     def _callback_runner(self, trial_source: VariantSource | SearcherSource, experiment_path: str) -> CallbackRunner:

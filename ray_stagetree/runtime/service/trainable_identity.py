@@ -38,13 +38,16 @@ MAX_DEPTH = 8
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def share_key(study_group: str, trainable: Any) -> str:
-    """``"<study_group>:<fingerprint>"``: studies with equal keys share stages."""
+def share_key(study_group: str, trainable: Any, scaling: Any = None) -> str:
+    """``"<study_group>:<fingerprint>"``: studies with equal keys share stages.
+    A data-parallel study's `execution.scaling.Scaling` is part of it: a
+    stage trained by N ranks is not the stage M ranks train."""
     if not isinstance(study_group, str) or not study_group or "/" in study_group:
         raise ValueError(
             f"study_group must be a non-empty string without '/', got {study_group!r} ({type(study_group).__name__})"
         )
-    return f"{study_group}:{fingerprint(trainable)}"
+    identity = trainable if scaling is None else (trainable, scaling.key())
+    return f"{study_group}:{fingerprint(identity)}"
 
 
 def fingerprint(trainable: Any) -> str:

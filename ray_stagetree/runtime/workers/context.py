@@ -95,6 +95,7 @@ class StageContext:
         controller: Any,
         put: Callable[[str, Any], None],
         park: Callable[[BatchOutcome], BatchSpec | None] | None = None,
+        group: Any = None,
     ) -> None:
         self.returned_at: int | None = None  # set when a function trainable returns before `stop`
         self._controller = controller
@@ -102,6 +103,11 @@ class StageContext:
         # Hands the worker a parked batch's outcome and waits for the batch
         # that continues it (None: the trainable ends).
         self._park = park
+        # A data-parallel batch's rank, a `runtime.workers.group.RankGroup` (which builds on this
+        # module, hence not named in the annotation): None on a worker of its own.
+        self.group = group
+        # The config entry whose values get_hparams() keys from (a hosted trainer's train_loop_config).
+        self.hparams_root = ""
         self._begin(spec)
         self._visible = sequences_so_far(spec.config, self._config, spec.plain, lambda: self.iteration)
         self._restart_payload: CheckpointPayload | None = None
@@ -163,9 +169,11 @@ class StageContext:
     def hparams(self) -> HParams:
         """This iteration's values, keyed as the config's keys are written (`hparam_keys`)."""
         keys, ambiguous = hparam_keys(self._config.names)
-        return HParams(
-            {keys[name]: value for name, value in self._config.hparams_at(self.iteration).items()}, ambiguous
-        )
+        values = {keys[name]: value for name, value in self._config.hparams_at(self.iteration).items()}
+        if self.hparams_root:  # a hosted TorchTrainer's loop reads its train_loop_config as its config
+            prefix = f"{self.hparams_root}/"
+            values = {key.removeprefix(prefix): value for key, value in values.items()}
+        return HParams(values, ambiguous)
 
     def should_checkpoint(self) -> bool:
         return self.iteration + 1 in self.save_iterations
@@ -292,7 +300,10 @@ class StageContext:
             self._pending.can_checkpoint = can_checkpoint
             self.flush()
         wanted = self.iteration in self.save_iterations or (reported and self.spec.keep_reported)
+        ranks_rng = self.group.checkpoint(wanted) if self.group is not None else []
         payload = make_payload(self.iteration) if wanted else None
+        if payload is not None and ranks_rng:
+            payload.rank_rng = ranks_rng
         if payload is not None:
             key = f"{self.spec.batch_id}:{self.iteration}"
             self._put(key, payload)
@@ -300,12 +311,20 @@ class StageContext:
             self._pending.checkpoints.append((node_id, self.iteration, key, size_of(payload)))
         if self.iteration < self.stop and (payload is not None or now - self._last_flush >= FLUSH_SECONDS):
             self.flush()
+        restart = self.iteration == self._config_change and self.iteration < self.stop
+        if self.group is not None:
+            self._lead(restart, payload)
         if self.iteration >= self.stop:
             if not self._parking:
                 raise BatchEnd()
             self._wait_parked()
-        if self.iteration == self._config_change:
+        if restart:
             self._restart(payload)
+
+    def _lead(self, restart: bool, payload: CheckpointPayload | None) -> None:
+        """Rank 0 of a group, its flushes done: where the batch ends and
+        checkpoints next, and the checkpoint to restart from, to every rank."""
+        self.group.lead(self.stop, frozenset(self.save_iterations), payload if restart else None)
 
     def _wait_parked(self) -> None:
         """End the batch with the trainable alive: the worker hands its outcome
@@ -339,9 +358,7 @@ class StageContext:
         self._restart_payload = payload
         self._config_change = self._next_plain_value_change()  # the restarted trainable trains up to it
         self.save_iterations |= self._config_changes()
-        if self._restored_dir is not None:
-            shutil.rmtree(self._restored_dir, ignore_errors=True)
-            self._restored_dir = None
+        self._drop_restored()
         raise ConfigChange()
 
     def flush(self) -> None:
@@ -377,9 +394,13 @@ class StageContext:
             self._drop_latest()
         outcome.missing_checkpoint = self.missing_checkpoint
         outcome.seconds = time.monotonic() - self._last_flush
+        self._drop_restored()
+        return outcome
+
+    def _drop_restored(self) -> None:
         if self._restored_dir is not None:
             shutil.rmtree(self._restored_dir, ignore_errors=True)
-        return outcome
+            self._restored_dir = None
 
 
 def _check_links(path: str) -> None:

@@ -139,19 +139,25 @@ class StageTuneContext:
         return None
 
     def get_world_rank(self) -> int:
-        return 0
+        return _rank_info("rank", 0)
 
     def get_local_rank(self) -> int:
-        return 0
+        return _rank_info("local_rank", 0)
 
     def get_node_rank(self) -> int:
-        return 0
+        return _rank_info("node_rank", 0)
 
     def get_world_size(self) -> int:
-        return 1
+        return _rank_info("world_size", 1)
 
     def get_local_world_size(self) -> int:
-        return 1
+        return _rank_info("local_world_size", 1)
+
+
+def _rank_info(field: str, alone: int) -> int:
+    """This rank's place in a data-parallel batch's group (`runtime.workers.group`); ``alone`` without one."""
+    group = _context().group
+    return alone if group is None else getattr(group.info, field)
 
 
 class StageTrainSession:
@@ -159,9 +165,8 @@ class StageTrainSession:
     read for their defaults (``setup_wandb``: run id, name and group), for
     the trial a batch is named after."""
 
-    world_rank = 0
-
     def __init__(self, context: StageContext) -> None:
+        self.world_rank = 0 if context.group is None else context.group.info.rank
         self.trial_id = context.spec.trial_id
         self.trial_name = context.spec.trial_name
         self.experiment_name = context.spec.experiment_name

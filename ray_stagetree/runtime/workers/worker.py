@@ -25,13 +25,15 @@ Workers are threaded actors so that call is served while a batch runs.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
 import numbers
 import os
 import queue
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
@@ -41,6 +43,7 @@ from ray_stagetree.execution.payload import CheckpointPayload
 from ray_stagetree.runtime.workers import session
 from ray_stagetree.runtime.workers.class_trainables import run_class
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
+from ray_stagetree.runtime.workers.group import PeerContext, RankGroup, RankInfo, free_port, rank_infos
 from ray_stagetree.runtime.workers.reproducibility import seed_stage
 from ray_stagetree.runtime.workers.trial_errors import pack_error
 
@@ -50,6 +53,7 @@ def run_function(trainable: Callable, context: StageContext) -> None:
     iteration (`report` raises `BatchEnd`), restarts where PBT changed a plain
     config value, and may return early, which ends the trials it serves."""
     activate(context)
+    context.hparams_root = getattr(trainable, "__stagetree_hparams_root__", "")
     try:
         while True:
             try:
@@ -135,12 +139,55 @@ def _install_tune_shims() -> None:
     trainable_fn_utils._in_tune_session = lambda: current() is not None or bool(in_tune_session())
     # setup_wandb takes its default run id, name and group from Ray Train's session, which it
     # imported by name: as under Tune, they are the trial's id and name and the experiment's name.
+    _refuse_nested_train_runs()
     from ray.air.integrations import wandb as wandb_integration
 
     train_session = wandb_integration.get_session
     wandb_integration.get_session = lambda: (
         session.StageTrainSession(current()) if current() is not None else train_session()
     )
+
+
+#: How often rank 0 of a data-parallel group looks whether a peer failed while its own rank trains.
+PEER_POLL_S = 0.5
+
+
+class NestedTrainRunError(RuntimeError):
+    """A trainable started a Ray Train run of its own (a trainer's ``fit()``)."""
+
+
+NESTED_TRAIN_RUN = (
+    "{trainer}.fit() was called inside a trial that ray_stagetree runs (Ray's driver-function pattern). Its "
+    "workers would be a Ray Train run of their own, outside the stage: nobody counts their resources (trials "
+    "wait for each other's GPUs, Ray issue #47439) and its iterations are invisible to stage sharing. Use a form "
+    "that trains data-parallel on shared stages: ray_stagetree.Tuner(train_loop_per_worker, "
+    "scaling_config=ScalingConfig(...)), or Tuner(TorchTrainer(train_loop_per_worker, scaling_config=...), "
+    "param_space={{'train_loop_config': ...}}) with RAY_TRAIN_V2_ENABLED=0; or run this driver function with "
+    "ray.tune.Tuner, which shares nothing"
+)
+
+
+def _refuse_nested_train_runs() -> None:
+    """A Ray Train trainer's ``fit()`` raises `NestedTrainRunError` in a
+    trial run here (it still runs outside one: a trainable may be tested
+    by calling it)."""
+    for module, name in (
+        ("ray.train.base_trainer", "BaseTrainer"),
+        ("ray.train.v2.api.data_parallel_trainer", "DataParallelTrainer"),
+    ):
+        try:
+            trainer_class = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+        fit = trainer_class.fit
+
+        @functools.wraps(fit)
+        def refusing_fit(self: Any, *args: Any, _fit: Callable = fit, **kwargs: Any) -> Any:
+            if current() is not None:
+                raise NestedTrainRunError(NESTED_TRAIN_RUN.format(trainer=type(self).__name__))
+            return _fit(self, *args, **kwargs)
+
+        trainer_class.fit = refusing_fit
 
 
 class LiveTrainable:
@@ -167,8 +214,12 @@ class LiveTrainable:
         self._outcomes.put(outcome)
         return self._follow_ups.get()
 
-    def outcome(self) -> BatchOutcome:
-        return self._outcomes.get()
+    def outcome(self, timeout: float | None = None) -> BatchOutcome | None:
+        """The batch's outcome; None if it has none after ``timeout`` seconds."""
+        try:
+            return self._outcomes.get(timeout=timeout)
+        except queue.Empty:
+            return None
 
     def resume(self, spec: BatchSpec) -> None:
         self._follow_ups.put(spec)
@@ -186,7 +237,7 @@ class StageWorker:
     place, so names it imported from ``ray.tune`` resolve to ours.
     """
 
-    def __init__(self, trainable_bytes: bytes, controller: Any) -> None:
+    def __init__(self, trainable_bytes: bytes, controller: Any, peers: Sequence[Any] = (), backend: str = "") -> None:
         import ray.cloudpickle
 
         _install_tune_shims()
@@ -206,6 +257,10 @@ class StageWorker:
             self._load_error = _load_error_message(error)
         self._is_class = isinstance(self._trainable, type)
         self._parked: dict[int, LiveTrainable] = {}  # by the batch they parked at the end of
+        # Ranks 1..N-1 of this worker's data-parallel group (`group.PeerWorker`), and their torch.distributed backend.
+        self._peers = list(peers)
+        self._backend = backend
+        self._ranks: list[RankInfo] | None = None  # every rank's place, known at the first batch
 
     def pid(self) -> int:
         return os.getpid()
@@ -239,6 +294,8 @@ class StageWorker:
                 return BatchOutcome(
                     spec.batch_id, source_lost=f"the checkpoint batch {spec.batch_id} starts from is lost: {error}"
                 )
+            if self._peers:
+                return self._run_group(live, spec)
             live.start()
         outcome = live.outcome()
         if outcome.parked:
@@ -246,12 +303,62 @@ class StageWorker:
         return outcome
 
     def _context(self, spec: BatchSpec, park: Callable[[BatchOutcome], BatchSpec | None]) -> StageContext:
-        return StageContext(spec, self._controller, self._outbox.__setitem__, park)
+        if not self._peers:
+            return StageContext(spec, self._controller, self._outbox.__setitem__, park)
+        # A group never parks: its ranks would each hold a live trainable for one trial.
+        return StageContext(spec, self._controller, self._outbox.__setitem__, group=RankGroup(self._rank_infos()[0]))
+
+    def _rank_infos(self) -> list[RankInfo]:
+        if self._ranks is None:
+            nodes = ray.get([peer.node_id.remote() for peer in self._peers])
+            address = ray.util.get_node_ip_address()
+            here = ray.get_runtime_context().get_node_id()
+            self._ranks = rank_infos([here, *nodes], address, free_port(), self._backend)
+        return self._ranks
+
+    def _run_group(self, live: LiveTrainable, spec: BatchSpec) -> BatchOutcome:
+        """Rank 0's batch: every peer trains it too; the batch's outcome is
+        rank 0's, or the error of a rank that failed. A rank that died ends
+        this process too, so the controller sees a dead worker (`runtime.workers.group`)."""
+        runs = {peer.run_rank.remote(spec, info): info.rank for peer, info in zip(self._peers, self._rank_infos()[1:])}
+        live.start()
+        outcome = None
+        while outcome is None:
+            outcome = live.outcome(timeout=PEER_POLL_S)
+            done, _ = ray.wait(list(runs), num_returns=len(runs), timeout=0)
+            for ref in done:
+                failed = self._peer_failed(ref, runs.pop(ref), spec.batch_id)
+                if failed is not None:
+                    return failed
+            if outcome is not None and outcome.error is not None:  # the others may wait for rank 0 forever
+                outcome.worker_broken = True
+                return outcome
+        for ref, rank in runs.items():
+            failed = self._peer_failed(ref, rank, spec.batch_id)
+            if failed is not None:
+                return failed
+        return outcome
+
+    def _peer_failed(self, ref: Any, rank: int, batch_id: int) -> BatchOutcome | None:
+        """The outcome of rank ``rank``'s batch if it failed; None if it did not."""
+        try:
+            outcome: BatchOutcome = ray.get(ref)
+        except ray.exceptions.RayActorError as error:
+            print(f"rank {rank} of the worker group running batch {batch_id} died: {error}", flush=True)
+            os._exit(1)  # as any dead worker: the controller retries the batch on a fresh group
+        if outcome.error is None:
+            return None
+        outcome.batch_id = batch_id
+        outcome.error = f"rank {rank} of the worker group failed:\n{outcome.error}"
+        outcome.worker_broken = True
+        return outcome
 
     def _train(self, context: StageContext) -> BatchOutcome:
         """Run the trainable through ``context``'s batches; the last one's outcome."""
         spec = context.spec
         try:
+            if context.group is not None:
+                context.group.connect()
             if spec.reproducibility is not None:  # before the trainable builds anything random
                 seed_stage(spec.reproducibility, spec.config, spec.start)
             if self._is_class:
@@ -268,6 +375,32 @@ class StageWorker:
             outcome.error_pickle = pack_error(error, outcome.error, f"{_name(self._trainable)}.train()")
             outcome.error_iteration = context.iteration + 1
             outcome.error_node = context.node_at(min(context.iteration + 1, context.spec.stop))
-            outcome.error_retryable = not isinstance(error, ReportError)
+            outcome.error_retryable = not isinstance(error, (ReportError, NestedTrainRunError))
             outcome.error_in_restore = context.restoring
             return outcome
+
+
+class PeerWorker(StageWorker):
+    """Ray actor body of rank k > 0 of a data-parallel group: trains each of
+    rank 0's batches as that rank (`runtime.workers.group`)."""
+
+    def __init__(self, trainable_bytes: bytes) -> None:
+        super().__init__(trainable_bytes, controller=None)
+        self._info: RankInfo | None = None
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def run_rank(self, spec: BatchSpec, info: RankInfo) -> BatchOutcome:
+        self._info = info
+        if self._load_error is not None:
+            return BatchOutcome(spec.batch_id, error=self._load_error, trainable_unloadable=True)
+        live = LiveTrainable(self._train, self._context, spec)
+        live.start()
+        outcome = live.outcome()
+        assert outcome is not None
+        return outcome
+
+    def _context(self, spec: BatchSpec, park: Callable[[BatchOutcome], BatchSpec | None]) -> StageContext:
+        assert self._info is not None
+        return PeerContext(spec, RankGroup(self._info))
