@@ -15,6 +15,7 @@ chromium-driver (``apt-get install -y chromium chromium-driver``).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,8 @@ def run_study(storage: str) -> str:
 
     from ray_stagetree import MultiStep, Tuner, init_ray
 
+    # Ray's workers import the trainable's module by name: examples/ on their path too (a local Ray inherits it).
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "examples"), os.environ.get("PYTHONPATH")]))
     init_ray(include_dashboard=False)
     space = param_space()
     space["batch_size"] = tune.grid_search(
