@@ -3,8 +3,8 @@
 Runs the MNIST-1D example's trainable on 21 trials (its 7 learning-rate
 sequences x 3 batch-size sequences, 16 epochs), serves the monitor of the
 finished study and photographs it in headless Chromium, the browser the
-monitor's test drives (tests/monitor/test_monitor_browser.py): the whole
-page (monitor.png) and each view (monitor_<view>.png); then draws the
+monitor's test drives (tests/monitor/test_monitor_browser.py): the top of
+the page (monitor.png) and each view (monitor_<view>.png); then draws the
 example spec's plan (plan_draw.png, `stagetree plan --draw`).
 
     python docs/make_screenshots.py        # a few minutes on 2 CPUs
@@ -26,7 +26,7 @@ DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
-#: Each view's picture: the page's section holding this element.
+#: Each view's picture: the page's section holding this element (the stage tree: its picture, not the list under it).
 VIEWS = {
     "history": "#history",
     "importance": "#importance",
@@ -35,7 +35,9 @@ VIEWS = {
     "timeline": "#timeline",
     "tree": "#plan",
 }
-WIDTH = 1280
+WHOLE_SECTION = {"history", "importance", "curves", "parallel", "timeline"}
+#: The page's picture (monitor.png): its top, as a browser window shows it.
+WIDTH, HEIGHT = 1280, 1800
 
 
 def run_study(storage: str) -> str:
@@ -55,7 +57,10 @@ def run_study(storage: str) -> str:
     results = Tuner(
         tune.with_parameters(train_mnist1d, data=make_data()),
         param_space=space,
-        tune_config=tune.TuneConfig(metric="accuracy", mode="max"),
+        # Short trial names (Tune's default spells out the config, and the table's columns would not fit)
+        tune_config=tune.TuneConfig(
+            metric="accuracy", mode="max", trial_dirname_creator=lambda trial: f"train_mnist1d_{trial.trial_id}"
+        ),
         run_config=tune.RunConfig(name="mnist1d_21_trials", storage_path=storage, stop={"training_iteration": EPOCHS}),
     ).fit()
     return results.experiment_path
@@ -69,7 +74,7 @@ def browser():
         sys.exit("needs Debian's chromium and chromedriver: apt-get install -y chromium chromium-driver")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={WIDTH},1600"):
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={WIDTH},{HEIGHT}"):
         options.add_argument(argument)
     return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
 
@@ -85,12 +90,12 @@ def photograph(experiment_path: str) -> None:
         with serve(experiment_path, port=0, block=False) as server:
             page.get(server.url)
             WebDriverWait(page, 60).until(lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"))
-            height = page.execute_script("return document.documentElement.scrollHeight")
-            page.set_window_size(WIDTH, height + 100)  # headless Chromium photographs the window: all of the page
             page.save_screenshot(str(DOCS / "monitor.png"))
             for view, selector in VIEWS.items():
-                section = page.find_element(By.CSS_SELECTOR, selector).find_element(By.XPATH, "ancestor::section[1]")
-                section.screenshot(str(DOCS / f"monitor_{view}.png"))
+                element = page.find_element(By.CSS_SELECTOR, selector)
+                if view in WHOLE_SECTION:
+                    element = element.find_element(By.XPATH, "ancestor::section[1]")
+                element.screenshot(str(DOCS / f"monitor_{view}.png"))
     finally:
         page.quit()
 
