@@ -38,6 +38,8 @@ VIEWS = {
 WHOLE_SECTION = {"history", "importance", "curves", "parallel", "timeline"}
 #: The page's picture (monitor.png): its top, as a browser window shows it.
 WIDTH, HEIGHT = 1280, 1800
+#: Pixels below which a view is not drawn yet.
+MIN_HEIGHT = 100
 
 
 def run_study(storage: str) -> str:
@@ -95,6 +97,10 @@ def photograph(experiment_path: str) -> None:
                 element = page.find_element(By.CSS_SELECTOR, selector)
                 if view in WHOLE_SECTION:
                     element = element.find_element(By.XPATH, "ancestor::section[1]")
+                # the page redraws its views every 2 s: photograph one drawn, not one being redrawn
+                WebDriverWait(page, 30).until(lambda _, drawn=element: drawn.size["height"] > MIN_HEIGHT)
+                # a view the window shows only in part would be photographed in part
+                page.execute_script("arguments[0].scrollIntoView()", element)
                 element.screenshot(str(DOCS / f"monitor_{view}.png"))
     finally:
         page.quit()
