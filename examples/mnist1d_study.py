@@ -168,9 +168,10 @@ def main():
     print(f"best accuracy {best.metrics['accuracy']:.4f} with lr={lr!r}, batch_size={batch_size!r}")
     print(
         f"epochs executed: {results.iterations_executed} (unique {results.unique_iterations}); "
-        f"trial by trial: {results.trial_by_trial_iterations} "
-        f"({results.trial_by_trial_iterations / results.iterations_executed:.2f}x more)"
+        f"trial by trial, as Ray Tune runs them: {results.trial_by_trial_iterations} "
+        f"({results.trial_by_trial_iterations / results.iterations_executed:.2f}x fewer executed)"
     )
+    print(f"experiment: {results.experiment_path}  (watch it with: stagetree monitor {results.experiment_path})")
     if args.compare:
         baseline, baseline_seconds = run(stage_sharing=False, epochs=args.epochs, storage_path=args.storage_path)
         print(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,3 +114,29 @@ def test_no_links_outside_the_repository():
         text = page.read_text()
         assert "../shared/" not in text, page
         assert not re.search(r"\bissue \d+\b", text, re.I), f"{page}: say what the issue is about, not its number"
+
+
+@pytest.mark.slow
+def test_the_tutorial_notebook_runs_quietly(tmp_path):
+    """docs/tutorial.ipynb, executed from its first cell to its last in a fresh
+    kernel as a reader runs it (its own local Ray; the page shows the outputs
+    it was saved with): a study, its results, the monitor, an interrupted
+    study restored; and nothing of Ray's INFO lines, widget hints or stack
+    traces on the way."""
+    for module in ("nbformat", "nbconvert", "ipykernel", "ipywidgets", "mnist1d", "torch", "flask"):
+        pytest.importorskip(module)
+    from notebooks import displays, execute, noise, stream
+
+    notebook = tmp_path / "tutorial.ipynb"
+    shutil.copy(ROOT / "docs" / "tutorial.ipynb", notebook)
+    cells, kernel_stderr = execute(notebook, {"RAY_ADDRESS": "local"}, timeout=600)
+    code = [cell for cell in cells if cell["cell_type"] == "code"]
+
+    assert noise(cells, kernel_stderr) == []
+    printed = "\n".join(stream(cell, "stdout") for cell in code)
+    assert re.search(r"epochs executed: \d+; trial by trial: 96 \(\d\.\d\dx fewer executed\)", printed)
+    assert "monitor at http://127.0.0.1:" in printed
+    assert any("image/svg+xml" in output["data"] for cell in code for output in displays(cell))
+    interrupted = re.search(r"(\d+) of 8 trials finished", printed)
+    assert interrupted and int(interrupted.group(1)) < 8
+    assert "8 of 8 trials finished, 0 errors" in printed

@@ -141,9 +141,12 @@ def importance(parallel: dict[str, Any], metric: str | None) -> dict[str, Any]:
     dependency of StructuredBO; fANOVA-lite: the share of the metric's
     variance a forest's splits on the parameter remove), else the absolute
     Spearman rank correlation. Needs `MIN_TRIALS_FOR_IMPORTANCE` trials with
-    a result; ``params`` is empty (and ``reason`` says why) before."""
+    a result; ``params`` is empty (and ``reason`` says why) before. A
+    parameter a trial lacks (a Warmup's ``period`` in a trial whose learning
+    rate is a MultiStep) is a level of its own, below all its values: trials
+    of several families still count."""
     axes = parallel["axes"]
-    rows = [row for row in parallel["rows"] if row["metric"] is not None and None not in row["values"]]
+    rows = [row for row in parallel["rows"] if row["metric"] is not None]
     try:
         import sklearn.ensemble  # noqa: F401
 
@@ -160,7 +163,10 @@ def importance(parallel: dict[str, Any], metric: str | None) -> dict[str, Any]:
         result["reason"] = f"{len(rows)} trial(s) with a result: importance needs {MIN_TRIALS_FOR_IMPORTANCE}"
         return result
     names = tuple(axis["name"] for axis in axes)
-    features = tuple(tuple(float(v) for v in row["values"]) for row in rows)
+    absent = [_below_every_value(axis) for axis in axes]
+    features = tuple(
+        tuple(float(level if value is None else value) for value, level in zip(row["values"], absent)) for row in rows
+    )
     target = tuple(float(row["metric"]) for row in rows)
     scores = (_forest_importance if forest else _rank_importance)(features, target)
     total = sum(scores)
@@ -170,6 +176,12 @@ def importance(parallel: dict[str, Any], metric: str | None) -> dict[str, Any]:
         key=lambda item: -item["importance"],
     )
     return result
+
+
+def _below_every_value(axis: dict[str, Any]) -> float:
+    if axis["kind"] == "number":
+        return axis["low"] - (axis["high"] - axis["low"]) - 1.0
+    return -1.0  # category indices start at 0
 
 
 @functools.lru_cache(maxsize=8)

@@ -87,6 +87,20 @@ def test_importance_names_its_method_and_ranks_what_explains_the_metric():
     assert few["params"] == [] and "importance needs 3" in few["reason"]
 
 
+def test_importance_counts_trials_whose_sequences_have_different_parameters():
+    # The learning rate is a MultiStep in some trials and a Warmup in others: each trial lacks the
+    # other family's parameters, and every trial still counts (the MNIST-1D example's space).
+    def warmup(period):
+        return {"family": "Warmup", "init": 0.02, "period": period, "func": multistep(0.1, [8], 0.1), "values": None}
+
+    trials = [trial(f"m{i}", {"lr": multistep(0.1, [4], gamma)}, [gamma]) for i, gamma in enumerate((0.1, 0.3, 0.5))]
+    trials += [trial(f"w{i}", {"lr": warmup(period)}, [1.0 + period]) for i, period in enumerate((2, 3, 4))]
+    result = analysis.importance(analysis.parallel_coordinates(trials, "loss"), "loss")
+    assert result["trials"] == 6 and result["reason"] is None
+    assert {p["name"] for p in result["params"]} >= {"lr.gamma", "lr.period"}
+    assert sum(p["importance"] for p in result["params"]) == pytest.approx(1.0, abs=1e-3)
+
+
 def test_importance_without_scikit_learn_uses_rank_correlation(monkeypatch):
     import builtins
 

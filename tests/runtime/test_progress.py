@@ -27,6 +27,12 @@ def test_line_shows_trials_iterations_and_best_metric():
     assert "best accuracy: 0.7" in line
 
 
+def test_line_before_any_trial_says_so():
+    reporter = ProgressReporter(None, None, verbose=0)
+    start = {**progress(), "status": {}, "iterations": 0, "unique_iterations": 0, "total_iterations": 0}
+    assert "trials: none yet | iterations: 0 executed" in reporter.line(start)
+
+
 def test_final_line_compares_executed_iterations_with_trial_by_trial():
     reporter = ProgressReporter(None, None, verbose=0)
     assert "120 trial by trial (4.00x fewer executed)" in reporter.line(progress(), final=True)

@@ -20,16 +20,9 @@ import sys
 import time
 from typing import Any
 
+from ray_stagetree.runtime.driver.notebook import in_notebook
+
 logger = logging.getLogger("ray_stagetree")
-
-
-def _in_notebook() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
 
 
 class ProgressReporter:
@@ -61,7 +54,7 @@ class ProgressReporter:
         self._last: dict[Any, float] = {}  # trial id -> its last finite metric value
         self._errored: set[Any] = set()  # get_best_result leaves errored trials out
         self._last_print = -float("inf")  # monotonic time may start near 0 after boot
-        self._notebook = _in_notebook()
+        self._notebook = in_notebook()
         self._handle = None
 
     @property
@@ -86,7 +79,7 @@ class ProgressReporter:
         remaining iterations are neither executed nor counted, so a ratio
         would overstate the saving)."""
         status = progress["status"]
-        trials = ", ".join(f"{count} {name.lower()}" for name, count in sorted(status.items()) if count)
+        trials = ", ".join(f"{count} {name.lower()}" for name, count in sorted(status.items()) if count) or "none yet"
         executed, unique, total = progress["iterations"], progress["unique_iterations"], progress["total_iterations"]
         best = ""
         if self.best is not None:

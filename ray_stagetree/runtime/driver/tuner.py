@@ -80,6 +80,7 @@ from ray_stagetree.runtime.driver.arguments import (
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner, check_driver_hooks
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
 from ray_stagetree.runtime.driver.lease import DriverLease, check_free
+from ray_stagetree.runtime.driver.notebook import prepare_notebook, ray_init_options
 from ray_stagetree.runtime.driver.progress import ProgressReporter
 from ray_stagetree.runtime.driver.restoring import (
     PARAM_SPACE_KEYS,
@@ -700,6 +701,7 @@ class Tuner:
         continues it (from the start, if the driver was lost before the
         study's first snapshot). Ctrl-C stops the study and returns the
         results so far."""
+        prepare_notebook()
         check_function_signature(self.trainable)
         check_deprecated_at_fit(self.tune_config, self.run_config)
         # Tune refuses a function trainable's checkpoint_at_end / checkpoint_frequency in fit(), not at Tuner().
@@ -736,7 +738,8 @@ class Tuner:
         started = time.time()
         resources = self._resources(trial_source)
         if not ray.is_initialized():
-            ray.init()  # joins the cluster the script runs on (RAY_ADDRESS, `ray start`), else starts one
+            # joins the cluster the script runs on (RAY_ADDRESS, `ray start`), else starts one
+            ray.init(**ray_init_options())
         check_shared_storage(experiment_path, self.run_config.storage_filesystem)
         # On a plan service the key is its plan directory's, which seals the shared checkpoints.
         key_path = posixpath.dirname(experiment_path) if self.plan_service else experiment_path
