@@ -1,6 +1,6 @@
 from ray import tune
 from ray.tune import CLIReporter
-from trainables_for_tests import noisy_descent
+from trainables_for_tests import noisy_descent, sum_of_lr
 
 from ray_stagetree import MultiStep, Tuner
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner
@@ -187,3 +187,30 @@ def test_a_restored_studys_best_counts_the_trials_that_ended_before_the_interrup
     resumed = ProgressReporter("loss", "min", verbose=0)
     resumed.observe(*restored_progress(Restore(SimpleNamespace(trials=trials), resume_errored=True)))
     assert resumed.best == 0.1, "a resumed trial's results go on counting"
+
+
+def test_trials_waiting_for_a_worker_are_shown_pending_not_running(tmp_path, ray_session, monkeypatch):
+    """Four trials share their first two iterations, then fork onto the
+    session's two workers: the progress line never shows more trials running
+    than the workers hold (the others wait for one, PENDING, as Tune shows a
+    trial without an actor)."""
+    shown = []
+    line = ProgressReporter.line
+
+    def recording(self, progress, *args, **kwargs):
+        shown.append(dict(progress["status"]))
+        return line(self, progress, *args, **kwargs)
+
+    monkeypatch.setattr(ProgressReporter, "line", recording)
+    Tuner(
+        sum_of_lr,
+        param_space={
+            "lr": tune.grid_search([MultiStep(1.0, [2], gamma) for gamma in (0.1, 0.2, 0.3, 0.4)]),
+            "sleep": 0.2,
+        },
+        tune_config=tune.TuneConfig(max_concurrent_trials=4),
+        run_config=tune.RunConfig(name="pending", storage_path=str(tmp_path), stop={"training_iteration": 6}),
+    ).fit()
+    assert shown, "the study printed progress lines"
+    assert max(status.get("RUNNING", 0) for status in shown) <= 2, shown
+    assert any(status.get("PENDING", 0) >= 2 for status in shown), shown

@@ -51,6 +51,8 @@ from ray_stagetree.planning.lifecycle import (
     ERROR,
     LIVE,
     PAUSED,
+    PENDING,
+    RUNNING,
     TERMINATED,
     UNFINISHED,
     Refused,
@@ -970,7 +972,7 @@ class StudyController:
         (the new results), ``events`` (the trials' lifecycle) and ``warnings``."""
         news = self.feed.take()
         return {
-            "status": self.lifecycle.counts(),
+            "status": self._shown_counts(),
             "iterations": self._iterations,
             "worker_seconds": self._worker_seconds,
             "state_seconds": self.snapshots.seconds,
@@ -982,6 +984,25 @@ class StudyController:
             "warnings": news["warnings"],
             "stalled": self._stalled(),
         }
+
+    def _shown_counts(self) -> dict[str, int]:
+        """Trials by status as the progress line shows them: RUNNING (to the
+        trial scheduler, a trial admitted and not ended) only while a worker
+        holds the trial, else PENDING, waiting for one, as Tune says of a
+        trial without an actor."""
+        counts = self.lifecycle.counts()
+        waiting = counts.get(RUNNING, 0) - len(
+            {t for t in self._held_trials() if t in self.trials and self.trials[t].status == RUNNING}
+        )
+        if waiting:
+            counts[RUNNING] -= waiting
+            counts[PENDING] = counts.get(PENDING, 0) + waiting
+        return {status: count for status, count in counts.items() if count}
+
+    def _held_trials(self, batch_id: int | None = None) -> set[str]:
+        """The trials of the batches running on workers (of ``batch_id`` alone, if given)."""
+        batch_ids = [batch_id] if batch_id is not None else [r.batch.batch_id for r in self.pool.running.values()]
+        return {t for b in batch_ids for request in self.plan.scheduled_requests(b) for t in request.trials}
 
     def _sharing_figures(self) -> dict[str, int]:
         """The plan's unique and trial-by-trial iterations: each walks every
@@ -1019,7 +1040,7 @@ class StudyController:
         batches = {}
         for running in self.pool.running.values():
             batch_id = running.batch.batch_id
-            trial_ids = sorted({t for r in self.plan.scheduled_requests(batch_id) for t in r.trials})
+            trial_ids = sorted(self._held_trials(batch_id))
             batches[id(running.worker)] = {
                 "batch": batch_id,
                 "segments": [list(segment) for segment in running.spec.segments],
