@@ -37,7 +37,8 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_tune import METRIC, MODE, TrialOccupancy, declarative, values_at  # noqa: E402
+import harness  # noqa: E402
+from bench_tune import METRIC, MODE, declarative, values_at  # noqa: E402
 
 from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, init_ray, merge_rate, report  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
@@ -161,7 +162,7 @@ def main() -> None:
     trials = generate_trials(trials_space)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_gpu_") as storage:
-        occupancy = TrialOccupancy()
+        occupancy = harness.TrialOccupancy()
         tuner = tune.Tuner(
             tune.with_resources(tune.with_parameters(train_resnet, data=data, hparams_at=values_at), resources),
             param_space=declarative(trials_space),

@@ -107,28 +107,6 @@ def values_at(config: dict[str, Any], epoch: int) -> dict[str, Any]:
     return {name: from_json(value).value(epoch) if isinstance(value, dict) else value for name, value in config.items()}
 
 
-class TrialOccupancy(tune.Callback):
-    """Seconds each Tune trial held its worker: start to completion."""
-
-    def __init__(self) -> None:
-        self.started: dict[str, float] = {}
-        self.seconds = 0.0
-
-    def on_trial_start(self, iteration, trials, trial, **info) -> None:
-        self.started[trial.trial_id] = time.monotonic()
-
-    def _ended(self, trial) -> None:
-        started = self.started.pop(trial.trial_id, None)
-        if started is not None:
-            self.seconds += time.monotonic() - started
-
-    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-        self._ended(trial)
-
-    def on_trial_error(self, iteration, trials, trial, **info) -> None:
-        self._ended(trial)
-
-
 @dataclass
 class Run:
     system: str
@@ -189,7 +167,7 @@ def run_tune(
     searcher: bool = False,
     reuse: bool = False,
 ) -> Run:
-    occupancy = TrialOccupancy()
+    occupancy = harness.TrialOccupancy()
     tuner = tune.Tuner(
         tune.with_resources(
             tune.with_parameters(example.train_mnist1d, data=data, hparams_at=values_at, checkpoints=checkpoints),

@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from ray import tune
+
 RELEASE = os.path.dirname(os.path.abspath(__file__))
 #: Exit code of a benchmark that cannot measure on this machine (no GPU): run_all keeps its last section.
 CANNOT_MEASURE_HERE = 3
@@ -151,9 +153,10 @@ class Section:
         title = f"{self.title} (model)" if self.model and "(model)" not in self.title else self.title
         date = datetime.datetime.fromtimestamp(self.started, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         minutes = (time.time() - self.started) / 60
-        mode = "--quick" if self.args.quick else "--full"
+        command = " ".join(["python", os.path.relpath(os.path.abspath(sys.argv[0]), os.path.dirname(RELEASE))])
+        command += " " + " ".join(sys.argv[1:])
         meta = (
-            f"_Commit `{commit()}`, {date}, {mode}, {self.args.repeats} repeat(s); machine: {machine()};"
+            f"_Commit `{commit()}`, {date}, `{command.strip()}`, {self.args.repeats} repeat(s); machine: {machine()};"
             f" load (1/5/15 min) {self.started_load} at the start, {load()} at the end; {minutes:.1f} min._"
         )
         return "\n\n".join([f"## {title}", meta, *self.parts]) + "\n"
@@ -235,3 +238,25 @@ def loads(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     """The range of the 1-minute load at the start of the runs."""
     every = [run["load"] for system in runs.values() for run in system]
     return f"{min(every):.1f}-{max(every):.1f}"
+
+
+class TrialOccupancy(tune.Callback):
+    """Seconds each Tune trial held its worker: start to completion."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+        self.seconds = 0.0
+
+    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        self.started[trial.trial_id] = time.monotonic()
+
+    def _ended(self, trial) -> None:
+        started = self.started.pop(trial.trial_id, None)
+        if started is not None:
+            self.seconds += time.monotonic() - started
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        self._ended(trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        self._ended(trial)
