@@ -34,7 +34,6 @@ import time
 from typing import Any
 
 import harness
-import ray
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 
@@ -162,7 +161,7 @@ def main() -> None:
             f"--trials >= 2, --workers >= 1, --seconds >= 0; got {args.trials}, {args.workers}, {args.seconds}"
         )
     section = harness.Section("ASHA on a study with nothing to share (`bench_asha.py`)", args)
-    ray.init(num_cpus=args.workers, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    harness.start_ray(num_cpus=args.workers)
     with tempfile.TemporaryDirectory() as storage:
         systems = {
             TUNE_DEFAULT: lambda: run_tune(args, storage, reuse=False),

@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from bench_tune import METRIC, MODE, declarative, values_at  # noqa: E402
 
-from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, init_ray, merge_rate, report  # noqa: E402
+from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, merge_rate, report  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
 from ray_stagetree.trainables.torch import ResumableLoader, apply_hparams  # noqa: E402
 
@@ -157,7 +157,7 @@ def main() -> None:
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__},"
         f" torch {torch.__version__}, device {torch.cuda.get_device_name(0) if args.device == 'cuda' else 'cpu'}"
     )
-    init_ray(include_dashboard=False, configure_logging=False, log_to_driver=False)
+    harness.start_ray()
     data = make_data(samples)
     trials = generate_trials(trials_space)
     rows = []

@@ -56,7 +56,7 @@ sys.path.insert(0, RELEASE)
 import bench_tune  # noqa: E402  (the example, its Tune form and Tune's worker-seconds)
 import harness  # noqa: E402
 
-from ray_stagetree import MultiStep, Tuner, get_iteration, init_ray, kwise_merge_rate, merge_rate, report  # noqa: E402
+from ray_stagetree import MultiStep, Tuner, get_iteration, kwise_merge_rate, merge_rate, report  # noqa: E402
 from ray_stagetree.plan_service import PlanServiceConfig, shutdown, status  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
 
@@ -221,7 +221,7 @@ def main() -> None:
     section = harness.Section("Multi-study: overlapping studies on one plan service (`bench_multistudy.py`)", args)
     # Ray's workers and the driver processes import the example's module by name.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [bench_tune.EXAMPLES, os.environ.get("PYTHONPATH")]))
-    init_ray(num_cpus=workers, include_dashboard=False, configure_logging=False, log_to_driver=False, namespace=SERVICE)
+    harness.start_ray(num_cpus=workers, namespace=SERVICE)
     spaces = [generate_trials(study_space(index, epochs)) for index in range(count)]
     within = sum(merge_rate(trials, epochs) * len(trials) for trials in spaces) / sum(map(len, spaces))
     across = kwise_merge_rate(spaces, epochs)

@@ -55,7 +55,7 @@ sys.path.insert(0, EXAMPLES)
 import harness  # noqa: E402
 import mnist1d_study as example  # noqa: E402
 
-from ray_stagetree import Exponential, MultiStep, Sequence, Tuner, Warmup, from_json, init_ray, merge_rate  # noqa: E402
+from ray_stagetree import Exponential, MultiStep, Sequence, Tuner, Warmup, from_json, merge_rate  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
 from ray_stagetree.searchers.variants import to_tune_space  # noqa: E402
 
@@ -389,7 +389,7 @@ def main() -> None:
     )
     # Ray's workers import the example's module by name.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [EXAMPLES, os.environ.get("PYTHONPATH")]))
-    init_ray(num_cpus=WORKERS, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    harness.start_ray(num_cpus=WORKERS)
     data = example.make_data(num_samples=samples)
     studies = {
         "grid": ("Grid search", False, True),

@@ -85,6 +85,16 @@ def _stdout_to_stderr() -> None:
     sys.stdout = sys.stderr
 
 
+def start_ray(**options: Any) -> None:
+    """A Ray of the benchmark's own on this machine, never a cluster found
+    running here (``ray_stagetree.init_ray`` and ``ray.init()`` would join the
+    latest ``ray start``, whose load is not the benchmark's)."""
+    import ray
+
+    defaults = {"include_dashboard": False, "configure_logging": False, "log_to_driver": False}
+    ray.init(address="local", **{**defaults, **options})
+
+
 def log(*parts: Any) -> None:
     """Progress, to standard error."""
     print(*parts, file=sys.stderr, flush=True)
