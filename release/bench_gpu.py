@@ -7,24 +7,26 @@ nothing is downloaded), 12 learning-rate x batch-size sequence trials at
 ``--gpu-per-trial`` GPU each (0.25 by default: four trials share a GPU),
 trained by:
 
-(a) ``ray.tune.Tuner`` with ``reuse_actors=True``, every trial on its own;
-(c) ``ray_stagetree.Tuner``, shared prefixes trained once.
+(a) ``ray.tune.Tuner`` at its defaults and with ``reuse_actors=True``, every trial on its own;
+(b) ``ray_stagetree.Tuner(stage_sharing=False)``;
+(c) ``ray_stagetree.Tuner``, shared prefixes trained once;
+
+interleaved ``--repeats`` times.
 
 Printed: wall time, worker-seconds (as in `bench_tune.py`), epochs executed
 and best accuracy per system, then the ratios (a)/(c) next to the merge
-rate. Without a CUDA device it prints why and exits 0 (``--device cpu``
+rate. Without a CUDA device it prints why and exits 3 (``--device cpu``
 runs the same comparison on CPU workers, to try it anywhere).
 
-    python release/bench_gpu.py                 # 12 trials x 12 epochs on the GPUs Ray sees
-    python release/bench_gpu.py --quick         # 4 trials x 3 epochs (skipped without a GPU)
+    python release/bench_gpu.py --full          # 12 trials x 12 epochs on the GPUs Ray sees, 3 repeats
+    python release/bench_gpu.py --quick         # 4 trials x 3 epochs (exits 3 without a GPU: run_all keeps the last section)
     python release/bench_gpu.py --device cpu --quick
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -139,64 +141,98 @@ def space(quick: bool) -> dict[str, Any]:
     }
 
 
+def run_tune(trials_space, data, epochs, resources, storage, reuse: bool) -> dict[str, Any]:
+    occupancy = harness.TrialOccupancy()
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(train_resnet, data=data, hparams_at=values_at), resources),
+        param_space=declarative(trials_space),
+        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, reuse_actors=reuse),
+        run_config=tune.RunConfig(
+            storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]
+        ),
+    )
+    started = time.perf_counter()
+    results = tuner.fit()
+    wall = time.perf_counter() - started
+    executed = sum(result.metrics["training_iteration"] for result in results)
+    best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
+    return {"wall": wall, "worker_seconds": occupancy.seconds, "epochs": executed, "best": best}
+
+
+def run_stagetree(trials_space, data, epochs, resources, storage, sharing: bool) -> dict[str, Any]:
+    started = time.perf_counter()
+    results = Tuner(
+        tune.with_resources(tune.with_parameters(train_resnet, data=data), resources),
+        param_space=trials_space,
+        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE),
+        run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": epochs}, verbose=0),
+        stage_sharing=sharing,
+    ).fit()
+    wall = time.perf_counter() - started
+    best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
+    return {"wall": wall, "worker_seconds": results.worker_seconds, "epochs": results.iterations_executed, "best": best}
+
+
+TUNE_DEFAULT, TUNE_REUSE = "(a) Ray Tune, defaults", "(a) Ray Tune, reuse_actors=True"
+ALONE, SHARED = "(b) ray_stagetree, sharing off", "(c) ray_stagetree"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="4 trials x 3 epochs, 1,000 samples")
+    parser = harness.parser(__doc__)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--gpu-per-trial", type=float, default=0.25, help="GPU fraction per trial (default 0.25)")
-    args = parser.parse_args()
+    args = harness.parse(parser)
     if not 0 < args.gpu_per_trial <= 1:
         parser.error(f"--gpu-per-trial must be in (0, 1], got {args.gpu_per_trial}")
+    section = harness.Section("Stage sharing against Ray Tune on a GPU (`bench_gpu.py`)", args)
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench_gpu: no CUDA device on this machine: skipped (use --device cpu to run it on CPU workers)")
-        return
+        section.text("Not measured: no CUDA device on this machine (`--device cpu` runs it on CPU workers).")
+        section.emit()
+        sys.exit(harness.CANNOT_MEASURE_HERE)
     epochs, samples = (3, 1000) if args.quick else (12, 10_000)
     trials_space = space(args.quick)
     resources = {"gpu": args.gpu_per_trial, "cpu": 1} if args.device == "cuda" else {"cpu": 1}
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__},"
-        f" torch {torch.__version__}, device {torch.cuda.get_device_name(0) if args.device == 'cuda' else 'cpu'}"
-    )
     harness.start_ray()
     data = make_data(samples)
     trials = generate_trials(trials_space)
-    rows = []
     with tempfile.TemporaryDirectory(prefix="bench_gpu_") as storage:
-        occupancy = harness.TrialOccupancy()
-        tuner = tune.Tuner(
-            tune.with_resources(tune.with_parameters(train_resnet, data=data, hparams_at=values_at), resources),
-            param_space=declarative(trials_space),
-            tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, reuse_actors=True),
-            run_config=tune.RunConfig(
-                storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]
-            ),
-        )
-        started = time.perf_counter()
-        results = tuner.fit()
-        wall = time.perf_counter() - started
-        executed = sum(result.metrics["training_iteration"] for result in results)
-        best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
-        rows.append(("(a) Ray Tune, reuse_actors", wall, occupancy.seconds, executed, best))
-
-        started = time.perf_counter()
-        results = Tuner(
-            tune.with_resources(tune.with_parameters(train_resnet, data=data), resources),
-            param_space=trials_space,
-            tune_config=tune.TuneConfig(metric=METRIC, mode=MODE),
-            run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": epochs}, verbose=0),
-        ).fit()
-        wall = time.perf_counter() - started
-        best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
-        rows.append(("(c) stagetree shared", wall, results.worker_seconds, results.iterations_executed, best))
-    print(f"\n{len(trials)} trials x {epochs} epochs at {resources}")
-    print(f"{'system':<28} {'wall s':>7} {'worker-s':>9} {'epochs':>7} {'best acc':>9}")
-    for name, wall, worker_seconds, executed, best in rows:
-        print(f"{name:<28} {wall:>7.1f} {worker_seconds:>9.1f} {executed:>7d} {best:>9.4f}")
-    (_, tune_wall, tune_seconds, tune_epochs, _), (_, our_wall, our_seconds, our_epochs, _) = rows
-    print(
-        f"(a)/(c): worker-seconds {tune_seconds / our_seconds:.2f}x, wall {tune_wall / our_wall:.2f}x,"
-        f" epochs {tune_epochs / our_epochs:.2f}x; merge rate {merge_rate(trials, epochs):.2f}"
+        common = (trials_space, data, epochs, resources, storage)
+        systems = {
+            TUNE_DEFAULT: functools.partial(run_tune, *common, reuse=False),
+            TUNE_REUSE: functools.partial(run_tune, *common, reuse=True),
+            ALONE: functools.partial(run_stagetree, *common, sharing=False),
+            SHARED: functools.partial(run_stagetree, *common, sharing=True),
+        }
+        runs = harness.interleaved(systems, args.repeats, "gpu")
+    device = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU workers"
+    section.text(
+        f"A small ResNet on {samples:,} CIFAR-shaped images labelled by a random convolutional teacher, {len(trials)}"
+        f" learning-rate x batch-size sequence trials x {epochs} epochs at {resources} each, on {device}; systems"
+        f" interleaved, median [range] over the repeats; load {harness.loads(runs)} during the runs."
     )
+    section.table(
+        ["system", "wall s", "worker-s", "epochs executed", "best accuracy"],
+        [
+            [
+                name,
+                harness.median_range(harness.values(outcomes, "wall")),
+                harness.median_range(harness.values(outcomes, "worker_seconds")),
+                harness.median_range(harness.values(outcomes, "epochs"), 0),
+                harness.median_range(harness.values(outcomes, "best"), 4),
+            ]
+            for name, outcomes in runs.items()
+        ],
+    )
+    lines = [f"* merge rate {merge_rate(trials, epochs):.2f}"]
+    for key, label in (("worker_seconds", "worker-seconds"), ("wall", "wall")):
+        best = harness.fastest(runs, (TUNE_DEFAULT, TUNE_REUSE), key)
+        ours = harness.values(runs[SHARED], key)
+        lines.append(
+            f"* {label}, Tune at its best ({best[4:]}) / (c): **{harness.ratio(harness.values(runs[best], key), ours)}**;"
+            f" sharing only, (b) / (c): {harness.ratio(harness.values(runs[ALONE], key), ours)}"
+        )
+    section.text(*lines)
+    section.emit()
     ray.shutdown()
 
 

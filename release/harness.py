@@ -19,7 +19,9 @@ made next to each other.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import io
 import math
 import os
 import platform
@@ -28,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -159,6 +161,15 @@ class Section:
         lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
         self.parts.append("\n".join(lines))
 
+    @contextlib.contextmanager
+    def verbatim(self) -> Iterator[None]:
+        """What the block prints, as a preformatted block of the section (for
+        a benchmark whose tables are aligned text)."""
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            yield
+        self.parts.append("```\n" + buffer.getvalue().strip("\n") + "\n```")
+
     def render(self) -> str:
         title = f"{self.title} (model)" if self.model and "(model)" not in self.title else self.title
         date = datetime.datetime.fromtimestamp(self.started, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -208,18 +219,18 @@ def values(runs: Sequence[Mapping[str, Any]], key: str) -> list[float]:
     return [float(run[key]) for run in runs]
 
 
-def median_range(numbers: Sequence[float], digits: int = 1, suffix: str = "") -> str:
-    """``median [low-high]``, or the one value; NaN (not reached) counts as missing."""
+def median_range(numbers: Sequence[float], digits: int = 1, suffix: str = "", missing: str = "not reached") -> str:
+    """``median [low-high]``, or the one value; NaN counts as ``missing``."""
     finite = [number for number in numbers if not math.isnan(number)]
     if not finite:
-        return "not reached"
-    missing = len(numbers) - len(finite)
+        return missing
+    absent = len(numbers) - len(finite)
     median = statistics.median(finite)
     text = f"{median:.{digits}f}{suffix}"
     if len(finite) > 1:
         text += f" [{min(finite):.{digits}f}-{max(finite):.{digits}f}]"
-    if missing:
-        text += f" ({missing} not reached)"
+    if absent:
+        text += f" ({absent} {missing})"
     return text
 
 
