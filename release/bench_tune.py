@@ -417,7 +417,7 @@ def main() -> None:
             )
     section.text(
         f"ASHA: `ASHAScheduler(max_t={epochs}, grace_period={max(1, epochs // 8)}, reduction_factor=2)`."
-        " Targets (issue 31): worker-seconds ratio against Tune at its best at least the merge rate on grid and"
+        " Targets: worker-seconds ratio against Tune at its best at least the merge rate on grid and"
         " ASHA studies; without checkpoints never more epochs than Tune. The lower bound on (c)'s makespan is"
         " max(longest path, unique work / workers) at the median epoch time (c) measured; the fixed cost (a"
         " one-trial, one-epoch study less its epoch) is what a study costs besides its epochs."
