@@ -207,6 +207,11 @@ def main() -> None:
     parser.add_argument("--studies", type=int, default=4, help="overlapping studies (4 to 8; 2 with --quick)")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--samples", type=int, default=4000, help="MNIST-1D samples (--full)")
+    parser.add_argument(
+        "--modes",
+        default=None,
+        help="comma-separated modes: a (Tune's defaults), ar (reuse_actors=True), b0, b, c (default all; b,c with --quick)",
+    )
     parser.add_argument("--driver", help=argparse.SUPPRESS)
     if "--driver" in sys.argv:
         driver_main(json.loads(parser.parse_args().driver))
@@ -225,7 +230,11 @@ def main() -> None:
     spaces = [generate_trials(study_space(index, epochs)) for index in range(count)]
     within = sum(merge_rate(trials, epochs) * len(trials) for trials in spaces) / sum(map(len, spaces))
     across = kwise_merge_rate(spaces, epochs)
-    modes = [WITHIN, SERVICE_MODE] if args.quick else list(SYSTEMS)
+    by_letter = {"a": [TUNE_DEFAULT], "ar": [TUNE_REUSE], "b0": [ALONE], "b": [WITHIN], "c": [SERVICE_MODE]}
+    letters = args.modes.split(",") if args.modes else (["b", "c"] if args.quick else list(by_letter))
+    if set(letters) - set(by_letter) or not {"b", "c"} <= set(letters):
+        parser.error(f"--modes takes a, ar, b0, b and c, and needs b and c; got {args.modes!r}")
+    modes = [mode for letter in by_letter if letter in letters for mode in by_letter[letter]]
     with tempfile.TemporaryDirectory(prefix="bench_multistudy_") as storage:
         systems = {
             mode: functools.partial(concurrent, SYSTEMS[mode], count, epochs, samples, storage) for mode in modes
@@ -263,8 +272,9 @@ def main() -> None:
     rows = [["merge rate", f"{within:.2f} within each study, **{across:.2f}** across the {count} studies"]]
     for key, label in (("worker_seconds", "worker-s"), ("wall", "makespan")):
         ours = harness.values(service, key)
-        if not args.quick:
-            best = harness.fastest(runs, (TUNE_DEFAULT, TUNE_REUSE), key)
+        tunes = [mode for mode in (TUNE_DEFAULT, TUNE_REUSE) if mode in runs]
+        if tunes:
+            best = harness.fastest(runs, tunes, key)
             rows.append(
                 [f"{label}, Tune at its best ({best[4:]}) / (c)", harness.ratio(harness.values(runs[best], key), ours)]
             )
@@ -276,11 +286,11 @@ def main() -> None:
                 f"**{harness.ratio(no_service, ours)}**" + (target if key == "worker_seconds" else ""),
             ]
         )
-        if not args.quick:
+        if ALONE in runs:
             rows.append(
                 [f"{label}, sharing only: (b0) / (b)", harness.ratio(harness.values(runs[ALONE], key), no_service)]
             )
-    if not args.quick:
+    if len(runs) > 2:
         same = all(run["bests"] == runs[WITHIN][0]["bests"] for outcomes in runs.values() for run in outcomes)
         rows.append(["each study's best accuracy equal in every mode and run", "yes" if same else "no"])
     section.table(["figure", "median [range] of per-repeat ratios"], rows)

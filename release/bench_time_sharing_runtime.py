@@ -125,7 +125,9 @@ def main() -> None:
         "slaq": lambda: SlaqPolicy(metric="loss", mode="min", quantum_s=3 * args.quantum),
         "hermes": lambda: HermesPolicy(metric="loss", mode="min", quantum_s=args.quantum),
     }
-    if args.quick:  # the smoke test runs the two ends; the others are the tests' (tests/runtime/test_time_sharing.py)
+    if (
+        args.quick
+    ):  # the smoke test runs the two ends; the others are the tests' (tests/runtime/test_time_shared_study.py)
         policies = {name: policies[name] for name in ("fifo", "hermes")}
     orders = [random.Random(seed).sample(jobs, len(jobs)) for seed in range(args.repeats)]
     with tempfile.TemporaryDirectory() as storage:
