@@ -4,10 +4,10 @@
 nothing to share), a deterministic learning curve, ``--seconds`` per
 iteration, ``ASHAScheduler(max_t=16, grace_period=1, reduction_factor=2)``,
 ``--workers`` workers. The two systems run the same trials in the same order,
-interleaved in one process (Tune, stagetree, Tune, stagetree, ...):
+interleaved in one process (A, B, C, D, A, B, ...):
 
-* ``ray.tune.Tuner`` with ``reuse_actors=True`` (Tune's fast path);
-* ``ray_stagetree.Tuner``.
+* ``ray.tune.Tuner`` at its defaults, and with ``reuse_actors=True`` (Tune's fast path);
+* ``ray_stagetree.Tuner`` with ``stage_sharing=False`` and as by default.
 
 Printed per run and as medians with ranges: iterations executed (Tune: the
 sum of every trial's last ``training_iteration``; ray_stagetree:
@@ -18,9 +18,9 @@ trials that reached each ASHA rung. With nothing to share, ray_stagetree
 must not execute more iterations or use more worker-seconds than Tune: ASHA
 decides on what it is fed, and it should be fed what Tune feeds it.
 
-    PYTHONPATH=$PWD python release/bench_asha.py               # 3 repeats
-    PYTHONPATH=$PWD python release/bench_asha.py --repeats 5 --checkpoints
-    PYTHONPATH=$PWD python release/bench_asha.py --quick       # CI smoke test: 1 repeat, 8 trials
+    python release/bench_asha.py --full          # 3 repeats
+    python release/bench_asha.py --repeats 5 --checkpoints
+    python release/bench_asha.py --quick         # CI smoke test: 1 repeat, 8 trials
 """
 
 from __future__ import annotations
@@ -29,12 +29,11 @@ import argparse
 import math
 import os
 import random
-import statistics
 import tempfile
 import time
 from typing import Any
 
-import ray
+import harness
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 
@@ -88,28 +87,6 @@ def resuming_trainable(config: dict[str, Any]) -> None:
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
 
 
-class TrialOccupancy(tune.Callback):
-    """Seconds each Tune trial held its worker: start to completion."""
-
-    def __init__(self) -> None:
-        self.started: dict[str, float] = {}
-        self.seconds = 0.0
-
-    def on_trial_start(self, iteration, trials, trial, **info) -> None:
-        self.started[trial.trial_id] = time.monotonic()
-
-    def _ended(self, trial) -> None:
-        started = self.started.pop(trial.trial_id, None)
-        if started is not None:
-            self.seconds += time.monotonic() - started
-
-    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-        self._ended(trial)
-
-    def on_trial_error(self, iteration, trials, trial, **info) -> None:
-        self._ended(trial)
-
-
 def _space(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "lr": tune.grid_search(learning_rates(args.trials)),
@@ -128,12 +105,12 @@ def _reached(results: Any) -> list[int]:
     return [sum(it >= rung for it in last) for rung in RUNGS]
 
 
-def run_tune(args: argparse.Namespace, storage: str) -> dict[str, Any]:
-    occupancy = TrialOccupancy()
+def run_tune(args: argparse.Namespace, storage: str, reuse: bool) -> dict[str, Any]:
+    occupancy = harness.TrialOccupancy()
     tuner = tune.Tuner(
         tune.with_resources(resuming_trainable if args.checkpoints else trainable, {"cpu": 1}),
         param_space=_space(args),
-        tune_config=_tune_config(reuse_actors=True),
+        tune_config=_tune_config(reuse_actors=reuse),
         run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[occupancy]),
     )
     started = time.perf_counter()
@@ -144,7 +121,7 @@ def run_tune(args: argparse.Namespace, storage: str) -> dict[str, Any]:
     return {"iterations": executed, "worker_s": occupancy.seconds, "wall": wall, "rungs": _reached(results)}
 
 
-def run_stagetree(args: argparse.Namespace, storage: str) -> dict[str, Any]:
+def run_stagetree(args: argparse.Namespace, storage: str, sharing: bool) -> dict[str, Any]:
     from ray_stagetree import Tuner
 
     tuner = Tuner(
@@ -152,6 +129,7 @@ def run_stagetree(args: argparse.Namespace, storage: str) -> dict[str, Any]:
         param_space=_space(args),
         tune_config=_tune_config(),
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
+        stage_sharing=sharing,
     )
     started = time.perf_counter()
     results = tuner.fit()
@@ -165,53 +143,70 @@ def run_stagetree(args: argparse.Namespace, storage: str) -> dict[str, Any]:
     }
 
 
-def _summary(values: list[float]) -> str:
-    return f"{statistics.median(values):8.1f}  [{min(values):.1f} .. {max(values):.1f}]"
+TUNE_DEFAULT, TUNE_REUSE = "Ray Tune, defaults", "Ray Tune, reuse_actors=True"
+ALONE, SHARED = "ray_stagetree, sharing off", "ray_stagetree"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = harness.parser(__doc__)
     parser.add_argument("--trials", type=int, default=24)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=0.05, help="seconds per iteration")
     parser.add_argument("--checkpoints", action="store_true", help="the trainable reports checkpoints")
-    parser.add_argument("--quick", action="store_true", help="1 repeat of 8 trials (CI smoke test)")
-    args = parser.parse_args()
+    args = harness.parse(parser)
     if args.quick:
-        args.repeats, args.trials = 1, 8
-
-    ray.init(num_cpus=args.workers, include_dashboard=False, configure_logging=False)
-    systems = {"Ray Tune (reuse_actors=True)": run_tune, "ray_stagetree": run_stagetree}
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
-    print(
-        f"{args.trials} trials, ASHA(max_t={MAX_T}, grace={GRACE}, rf={RF}), {args.workers} workers, "
-        f"{args.seconds}s/iteration, checkpoints={args.checkpoints}, load {os.getloadavg()[0]:.1f}"
-    )
-    print(f"trials reaching rungs {RUNGS}")
-    with tempfile.TemporaryDirectory() as storage:
-        for repeat in range(args.repeats):
-            for name, run in systems.items():  # interleaved: A, B, A, B, ...
-                outcome = run(args, storage)
-                runs[name].append(outcome)
-                print(
-                    f"  repeat {repeat + 1} {name:30s} iterations {outcome['iterations']:4d}  "
-                    f"worker-s {outcome['worker_s']:6.1f}  wall {outcome['wall']:5.1f}  rungs {outcome['rungs']}",
-                    flush=True,
-                )
-    print(
-        f"\n{'system':30s} {'iterations: median [range]':>30s} {'worker-s: median [range]':>30s} "
-        f"{'wall: median [range]':>26s}"
-    )
-    for name, outcomes in runs.items():
-        print(
-            f"{name:30s} {_summary([o['iterations'] for o in outcomes]):>30s} "
-            f"{_summary([o['worker_s'] for o in outcomes]):>30s} {_summary([o['wall'] for o in outcomes]):>26s}"
+        args.trials = 8
+    if args.trials < 2 or args.workers < 1 or not args.seconds >= 0:
+        parser.error(
+            f"--trials >= 2, --workers >= 1, --seconds >= 0; got {args.trials}, {args.workers}, {args.seconds}"
         )
-    tune_runs, tree_runs = runs.values()
-    for key in ("iterations", "worker_s"):
-        ratio = statistics.median(o[key] for o in tree_runs) / statistics.median(o[key] for o in tune_runs)
-        print(f"stagetree / Tune, median {key}: {ratio:.2f}x (target <= 1.00)")
+    section = harness.Section("ASHA on a study with nothing to share (`bench_asha.py`)", args)
+    harness.start_ray(num_cpus=args.workers)
+    with tempfile.TemporaryDirectory() as storage:
+        systems = {
+            TUNE_DEFAULT: lambda: run_tune(args, storage, reuse=False),
+            TUNE_REUSE: lambda: run_tune(args, storage, reuse=True),
+            ALONE: lambda: run_stagetree(args, storage, sharing=False),
+            SHARED: lambda: run_stagetree(args, storage, sharing=True),
+        }
+        runs = harness.interleaved(systems, args.repeats, "asha")
+    section.text(
+        f"{args.trials} trials with constant learning rates (a grid in a fixed shuffled order: nothing to share),"
+        f" a deterministic curve, {args.seconds} s per iteration, `ASHAScheduler(max_t={MAX_T},"
+        f" grace_period={GRACE}, reduction_factor={RF})`, {args.workers} workers, checkpoints={args.checkpoints};"
+        f" the four systems interleaved in one process; load {harness.loads(runs)} during the runs. Iterations"
+        " executed: Tune, the sum of each trial's last `training_iteration`; ray_stagetree,"
+        " `ResultGrid.iterations_executed`. Worker-seconds as in `bench_tune.py`."
+    )
+    rows = []
+    for name, outcomes in runs.items():
+        rungs = [" ".join(map(str, outcome["rungs"])) for outcome in outcomes]
+        rows.append(
+            [
+                name,
+                harness.median_range(harness.values(outcomes, "iterations"), 0),
+                harness.median_range(harness.values(outcomes, "worker_s")),
+                harness.median_range(harness.values(outcomes, "wall")),
+                "; ".join(rungs),
+            ]
+        )
+    section.table(
+        ["system", "iterations executed", "worker-s", "wall s", f"trials reaching rungs {RUNGS}, per run"],
+        rows,
+        right=[False, True, True, True, False],
+    )
+    lines = []
+    for key, label in (("iterations", "iterations"), ("worker_s", "worker-seconds")):
+        best = harness.fastest(runs, (TUNE_DEFAULT, TUNE_REUSE), key)
+        ours = harness.values(runs[SHARED], key)
+        met = harness.median(ours) <= harness.median(harness.values(runs[best], key))
+        lines.append(
+            f"* ray_stagetree / Tune at its best ({best}), {label}: **{harness.ratio(ours, harness.values(runs[best], key))}**"
+            f" (target <= 1.00 on medians: {'met' if met else 'NOT met'}); sharing off / on:"
+            f" {harness.ratio(harness.values(runs[ALONE], key), ours)}"
+        )
+    section.text(*lines)
+    section.emit()
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ like the copies the checkpoint paths make.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
 import os
@@ -58,6 +57,7 @@ from collections.abc import Callable
 from typing import Any
 
 import fsspec
+import harness
 import numpy as np
 import ray
 import ray.cloudpickle
@@ -68,7 +68,6 @@ from ray_stagetree.execution.payload import pack_directory, unpack_directory
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.runtime.control.checkpoint_store import IO_THREADS, StorageIO
-from ray_stagetree.runtime.driver.cluster import init_ray
 from ray_stagetree.runtime.workers.worker import StageWorker
 
 MB = 10**6
@@ -305,49 +304,49 @@ pickle, storage; storage, unpickle, put back, get); pack / unpack = pack_directo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="1 MB and 10 MB, 1 repeat")
-    parser.add_argument("--repeats", type=int, default=None, help="runs per size (default 3, 1 with --quick)")
+    parser = harness.parser(__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=None, help="sizes in MB, overriding the defaults")
     parser.add_argument("--dir", default=None, help="directory for the file and storage paths (default: a temp dir)")
-    args = parser.parse_args()
+    args = harness.parse(parser)
+    section = harness.Section("Checkpoint path (`bench_checkpoint.py`)", args)
     sizes = [1 * MB, 10 * MB] if args.quick else [10 * MB, 100 * MB, 1000 * MB]
     if args.sizes:
         sizes = [megabytes * MB for megabytes in args.sizes]
-    repeats = args.repeats or (1 if args.quick else 3)
+    repeats = args.repeats
 
     scratch = tempfile.mkdtemp(prefix="bench_checkpoint_", dir=args.dir)
-    print_machine(scratch)
-    init_ray(
-        num_cpus=2,
-        object_store_memory=OBJECT_STORE_BYTES,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-    )
+    with section.verbatim():
+        print_machine(scratch)
+    harness.start_ray(num_cpus=2, object_store_memory=OBJECT_STORE_BYTES, logging_level=logging.WARNING)
     try:
         runtime = Runtime(CheckpointStorage(os.path.join(scratch, "storage")))
         # Warm-up: start the actor and the task worker, import everything once.
         bench_size(1000, 1, runtime, scratch)
 
-        print(f"\nMB/s, median of {repeats} run(s)")
-        print(f"{'size':>6} {'payload B':>13}" + "".join(f" {header:>9}" for _, header in COLUMNS))
-        results: list[tuple[int, dict[str, float]]] = []
-        for size in sizes:
-            seconds, payload_bytes = bench_size(size, repeats, runtime, scratch)
-            throughputs = "".join(f" {size / seconds[name] / MB:>9.0f}" for name, _ in COLUMNS)
-            print(f"{label(size):>6} {payload_bytes:>13,}{throughputs}", flush=True)
-            results.append((size, seconds))
-
-        print("\ntime ratios (path / baseline; 1.0 = as fast as the baseline)")
-        print(f"{'size':>6}" + "".join(f" {header:>16}" for header, _, _ in RATIOS))
-        for size, seconds in results:
-            print(f"{label(size):>6}" + "".join(f" {seconds[p] / seconds[b]:>16.2f}" for _, p, b in RATIOS))
+        with section.verbatim():
+            measure(sizes, repeats, runtime, scratch)
     finally:
         ray.shutdown()
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"\n{LEGEND}")
-    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    section.text(LEGEND.replace("\n", " "))
+    section.emit()
+
+
+def measure(sizes: list[int], repeats: int, runtime: Runtime, scratch: str) -> None:
+    """Each path's throughput per size, and their time ratios, as text tables."""
+    print(f"\nMB/s, median of {repeats} run(s)")
+    print(f"{'size':>6} {'payload B':>13}" + "".join(f" {header:>9}" for _, header in COLUMNS))
+    results: list[tuple[int, dict[str, float]]] = []
+    for size in sizes:
+        seconds, payload_bytes = bench_size(size, repeats, runtime, scratch)
+        throughputs = "".join(f" {size / seconds[name] / MB:>9.0f}" for name, _ in COLUMNS)
+        print(f"{label(size):>6} {payload_bytes:>13,}{throughputs}", flush=True)
+        results.append((size, seconds))
+
+    print("\ntime ratios (path / baseline; 1.0 = as fast as the baseline)")
+    print(f"{'size':>6}" + "".join(f" {header:>16}" for header, _, _ in RATIOS))
+    for size, seconds in results:
+        print(f"{label(size):>6}" + "".join(f" {seconds[p] / seconds[b]:>16.2f}" for _, p, b in RATIOS))
 
 
 if __name__ == "__main__":

@@ -7,16 +7,19 @@ nothing is downloaded), 12 learning-rate x batch-size sequence trials at
 ``--gpu-per-trial`` GPU each (0.25 by default: four trials share a GPU),
 trained by:
 
-(a) ``ray.tune.Tuner`` with ``reuse_actors=True``, every trial on its own;
-(c) ``ray_stagetree.Tuner``, shared prefixes trained once.
+(a) ``ray.tune.Tuner`` at its defaults and with ``reuse_actors=True``, every trial on its own;
+(b) ``ray_stagetree.Tuner(stage_sharing=False)``;
+(c) ``ray_stagetree.Tuner``, shared prefixes trained once;
+
+interleaved ``--repeats`` times.
 
 Printed: wall time, worker-seconds (as in `bench_tune.py`), epochs executed
 and best accuracy per system, then the ratios (a)/(c) next to the merge
-rate. Without a CUDA device it prints why and exits 0 (``--device cpu``
+rate. Without a CUDA device it prints why and exits 3 (``--device cpu``
 runs the same comparison on CPU workers, to try it anywhere).
 
-    python release/bench_gpu.py                 # 12 trials x 12 epochs on the GPUs Ray sees
-    python release/bench_gpu.py --quick         # 4 trials x 3 epochs (skipped without a GPU)
+    python release/bench_gpu.py --full          # 12 trials x 12 epochs on the GPUs Ray sees, 3 repeats
+    python release/bench_gpu.py --quick         # 4 trials x 3 epochs (exits 3 without a GPU: run_all keeps the last section)
     python release/bench_gpu.py --device cpu --quick
     python release/bench_gpu.py --data-parallel 2    # trials of 2 GPUs: Tune's TorchTrainer vs DP stages
     python release/bench_gpu.py --data-parallel 2 --device cpu --quick   # the same with gloo on CPUs
@@ -29,9 +32,8 @@ trainer, whose trials share stages each trained by one group of N ranks.
 
 from __future__ import annotations
 
-import argparse
+import functools
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -48,9 +50,10 @@ from torch import nn  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_tune import METRIC, MODE, TrialOccupancy, declarative, values_at  # noqa: E402
+import harness  # noqa: E402
+from bench_tune import METRIC, MODE, declarative, values_at  # noqa: E402
 
-from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, init_ray, merge_rate, report  # noqa: E402
+from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, merge_rate, report  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
 from ray_stagetree.trainables.torch import ResumableLoader, apply_hparams  # noqa: E402
 
@@ -197,9 +200,44 @@ def space(quick: bool) -> dict[str, Any]:
     }
 
 
+def run_tune(trials_space, data, epochs, resources, storage, reuse: bool) -> dict[str, Any]:
+    occupancy = harness.TrialOccupancy()
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(train_resnet, data=data, hparams_at=values_at), resources),
+        param_space=declarative(trials_space),
+        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, reuse_actors=reuse),
+        run_config=tune.RunConfig(
+            storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]
+        ),
+    )
+    started = time.perf_counter()
+    results = tuner.fit()
+    wall = time.perf_counter() - started
+    executed = sum(result.metrics["training_iteration"] for result in results)
+    best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
+    return {"wall": wall, "worker_seconds": occupancy.seconds, "epochs": executed, "best": best}
+
+
+def run_stagetree(trials_space, data, epochs, resources, storage, sharing: bool) -> dict[str, Any]:
+    started = time.perf_counter()
+    results = Tuner(
+        tune.with_resources(tune.with_parameters(train_resnet, data=data), resources),
+        param_space=trials_space,
+        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE),
+        run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": epochs}, verbose=0),
+        stage_sharing=sharing,
+    ).fit()
+    wall = time.perf_counter() - started
+    best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
+    return {"wall": wall, "worker_seconds": results.worker_seconds, "epochs": results.iterations_executed, "best": best}
+
+
+TUNE_DEFAULT, TUNE_REUSE = "(a) Ray Tune, defaults", "(a) Ray Tune, reuse_actors=True"
+ALONE, SHARED = "(b) ray_stagetree, sharing off", "(c) ray_stagetree"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="4 trials x 3 epochs, 1,000 samples")
+    parser = harness.parser(__doc__)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--gpu-per-trial", type=float, default=0.25, help="GPU fraction per trial (default 0.25)")
     parser.add_argument(
@@ -210,73 +248,74 @@ def main() -> None:
         help="trials of N ranks (N GPUs, or N CPU processes with --device cpu): Ray Tune's Tuner(TorchTrainer) "
         "against ray_stagetree's Tuner(TorchTrainer) on data-parallel stages",
     )
-    args = parser.parse_args()
+    args = harness.parse(parser)
     if not 0 < args.gpu_per_trial <= 1:
         parser.error(f"--gpu-per-trial must be in (0, 1], got {args.gpu_per_trial}")
     if args.data_parallel == 1 or args.data_parallel < 0:
         parser.error(f"--data-parallel must be >= 2 ranks per trial, got {args.data_parallel}")
+    section = harness.Section("Stage sharing against Ray Tune on a GPU (`bench_gpu.py`)", args)
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench_gpu: no CUDA device on this machine: skipped (use --device cpu to run it on CPU workers)")
-        return
+        section.text("Not measured: no CUDA device on this machine (`--device cpu` runs it on CPU workers).")
+        section.emit()
+        sys.exit(harness.CANNOT_MEASURE_HERE)
     if args.data_parallel:
-        data_parallel(args)
+        data_parallel(args, section)
+        section.emit()
+        ray.shutdown()
         return
     epochs, samples = (3, 1000) if args.quick else (12, 10_000)
     trials_space = space(args.quick)
     resources = {"gpu": args.gpu_per_trial, "cpu": 1} if args.device == "cuda" else {"cpu": 1}
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__},"
-        f" torch {torch.__version__}, device {torch.cuda.get_device_name(0) if args.device == 'cuda' else 'cpu'}"
-    )
-    init_ray(include_dashboard=False, configure_logging=False, log_to_driver=False)
+    harness.start_ray()
     data = make_data(samples)
     trials = generate_trials(trials_space)
-    rows = []
     with tempfile.TemporaryDirectory(prefix="bench_gpu_") as storage:
-        occupancy = TrialOccupancy()
-        tuner = tune.Tuner(
-            tune.with_resources(tune.with_parameters(train_resnet, data=data, hparams_at=values_at), resources),
-            param_space=declarative(trials_space),
-            tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, reuse_actors=True),
-            run_config=tune.RunConfig(
-                storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]
-            ),
-        )
-        started = time.perf_counter()
-        results = tuner.fit()
-        wall = time.perf_counter() - started
-        executed = sum(result.metrics["training_iteration"] for result in results)
-        best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
-        rows.append(("(a) Ray Tune, reuse_actors", wall, occupancy.seconds, executed, best))
-
-        started = time.perf_counter()
-        results = Tuner(
-            tune.with_resources(tune.with_parameters(train_resnet, data=data), resources),
-            param_space=trials_space,
-            tune_config=tune.TuneConfig(metric=METRIC, mode=MODE),
-            run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": epochs}, verbose=0),
-        ).fit()
-        wall = time.perf_counter() - started
-        best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
-        rows.append(("(c) stagetree shared", wall, results.worker_seconds, results.iterations_executed, best))
-    print(f"\n{len(trials)} trials x {epochs} epochs at {resources}")
-    print(f"{'system':<28} {'wall s':>7} {'worker-s':>9} {'epochs':>7} {'best acc':>9}")
-    for name, wall, worker_seconds, executed, best in rows:
-        print(f"{name:<28} {wall:>7.1f} {worker_seconds:>9.1f} {executed:>7d} {best:>9.4f}")
-    (_, tune_wall, tune_seconds, tune_epochs, _), (_, our_wall, our_seconds, our_epochs, _) = rows
-    print(
-        f"(a)/(c): worker-seconds {tune_seconds / our_seconds:.2f}x, wall {tune_wall / our_wall:.2f}x,"
-        f" epochs {tune_epochs / our_epochs:.2f}x; merge rate {merge_rate(trials, epochs):.2f}"
+        common = (trials_space, data, epochs, resources, storage)
+        systems = {
+            TUNE_DEFAULT: functools.partial(run_tune, *common, reuse=False),
+            TUNE_REUSE: functools.partial(run_tune, *common, reuse=True),
+            ALONE: functools.partial(run_stagetree, *common, sharing=False),
+            SHARED: functools.partial(run_stagetree, *common, sharing=True),
+        }
+        runs = harness.interleaved(systems, args.repeats, "gpu")
+    device = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU workers"
+    section.text(
+        f"A small ResNet on {samples:,} CIFAR-shaped images labelled by a random convolutional teacher, {len(trials)}"
+        f" learning-rate x batch-size sequence trials x {epochs} epochs at {resources} each, on {device}; systems"
+        f" interleaved, median [range] over the repeats; load {harness.loads(runs)} during the runs."
     )
+    section.table(
+        ["system", "wall s", "worker-s", "epochs executed", "best accuracy"],
+        [
+            [
+                name,
+                harness.median_range(harness.values(outcomes, "wall")),
+                harness.median_range(harness.values(outcomes, "worker_seconds")),
+                harness.median_range(harness.values(outcomes, "epochs"), 0),
+                harness.median_range(harness.values(outcomes, "best"), 4),
+            ]
+            for name, outcomes in runs.items()
+        ],
+    )
+    lines = [f"* merge rate {merge_rate(trials, epochs):.2f}"]
+    for key, label in (("worker_seconds", "worker-seconds"), ("wall", "wall")):
+        best = harness.fastest(runs, (TUNE_DEFAULT, TUNE_REUSE), key)
+        ours = harness.values(runs[SHARED], key)
+        lines.append(
+            f"* {label}, Tune at its best ({best[4:]}) / (c): **{harness.ratio(harness.values(runs[best], key), ours)}**;"
+            f" sharing only, (b) / (c): {harness.ratio(harness.values(runs[ALONE], key), ours)}"
+        )
+    section.text(*lines)
+    section.emit()
     ray.shutdown()
 
 
-def data_parallel(args: argparse.Namespace) -> None:
+def data_parallel(args: Any, section: harness.Section) -> None:
     """The data-parallel mode: the same ``TorchTrainer`` tuned by Ray Tune
     (``reuse_actors=True``, every trial its own Train run) and by
-    ray_stagetree (shared stages, each trained by one group of ranks)."""
+    ray_stagetree (shared stages, each trained by one group of ranks),
+    interleaved over the repeats."""
     from ray.train import ScalingConfig
-    from ray.train.torch import TorchTrainer
 
     epochs, samples = (3, 1000) if args.quick else (12, 10_000)
     trials_space = space(args.quick)
@@ -287,54 +326,87 @@ def data_parallel(args: argparse.Namespace) -> None:
         resources_per_worker={"GPU": 1, "CPU": 1} if use_gpu else {"CPU": 1},
         trainer_resources={"CPU": 0},  # rank 0 is the stage worker here; Tune's trainer actor gets no CPU of its own
     )
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__},"
-        f" torch {torch.__version__}, {args.data_parallel} ranks per trial on "
-        f"{torch.cuda.get_device_name(0) if use_gpu else 'CPUs'}"
-    )
-    init_ray(include_dashboard=False, configure_logging=False, log_to_driver=False)
+    harness.start_ray()
     base = {"data": ray.put(make_data(samples))}
     trials = generate_trials(trials_space)
-    rows = []
     with tempfile.TemporaryDirectory(prefix="bench_gpu_dp_") as storage:
-        occupancy = TrialOccupancy()
-        trainer = TorchTrainer(
-            train_loop_per_worker, train_loop_config={**base, "hparams_at": values_at}, scaling_config=scaling
-        )
-        started = time.perf_counter()
-        results = tune.Tuner(
-            trainer,
-            param_space={"train_loop_config": declarative(trials_space)},
-            tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, reuse_actors=True),
-            run_config=tune.RunConfig(
-                storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]
-            ),
-        ).fit()
-        wall = time.perf_counter() - started
-        executed = sum(result.metrics["training_iteration"] for result in results)
-        best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
-        rows.append(("(a) Ray Tune, TorchTrainer", wall, occupancy.seconds, executed, best))
-
-        started = time.perf_counter()
-        results = Tuner(
-            TorchTrainer(train_loop_per_worker, train_loop_config=base, scaling_config=scaling),
-            param_space={"train_loop_config": trials_space},
-            tune_config=tune.TuneConfig(metric=METRIC, mode=MODE),
-            run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": epochs}, verbose=0),
-        ).fit()
-        wall = time.perf_counter() - started
-        best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
-        rows.append(("(c) stagetree, DP stages", wall, results.worker_seconds, results.iterations_executed, best))
-    print(f"\n{len(trials)} trials x {epochs} epochs, {args.data_parallel} ranks each")
-    print(f"{'system':<28} {'wall s':>7} {'group-s':>9} {'epochs':>7} {'best acc':>9}")
-    for name, wall, group_seconds, executed, best in rows:
-        print(f"{name:<28} {wall:>7.1f} {group_seconds:>9.1f} {executed:>7d} {best:>9.4f}")
-    (_, tune_wall, tune_seconds, tune_epochs, _), (_, our_wall, our_seconds, our_epochs, _) = rows
-    print(
-        f"(a)/(c): group-seconds {tune_seconds / our_seconds:.2f}x, wall {tune_wall / our_wall:.2f}x,"
-        f" epochs {tune_epochs / our_epochs:.2f}x; merge rate {merge_rate(trials, epochs):.2f}"
+        common = (trials_space, base, scaling, epochs, storage)
+        systems = {
+            TUNE_REUSE: functools.partial(run_tune_trainer, *common),
+            SHARED: functools.partial(run_stagetree_trainer, *common),
+        }
+        runs = harness.interleaved(systems, args.repeats, "data-parallel")
+    device = torch.cuda.get_device_name(0) if use_gpu else "CPU processes (gloo)"
+    section.text(
+        f"### Data-parallel trials: {args.data_parallel} ranks each",
+        f"The same `TorchTrainer` ({len(trials)} sequence trials x {epochs} epochs, {samples:,} images) tuned by"
+        f" `ray.tune.Tuner(TorchTrainer)` with `reuse_actors=True` and by ray_stagetree's data-parallel stages, on"
+        f" {device}; interleaved, median [range]; load {harness.loads(runs)} during the runs.",
     )
-    ray.shutdown()
+    section.table(
+        ["system", "wall s", "group-s", "epochs executed", "best accuracy"],
+        [
+            [
+                name,
+                harness.median_range(harness.values(outcomes, "wall")),
+                harness.median_range(harness.values(outcomes, "worker_seconds")),
+                harness.median_range(harness.values(outcomes, "epochs"), 0),
+                harness.median_range(harness.values(outcomes, "best"), 4),
+            ]
+            for name, outcomes in runs.items()
+        ],
+    )
+    section.text(
+        f"* merge rate {merge_rate(trials, epochs):.2f}; Tune / ray_stagetree: group-seconds"
+        f" **{harness.ratio(harness.values(runs[TUNE_REUSE], 'worker_seconds'), harness.values(runs[SHARED], 'worker_seconds'))}**,"
+        f" wall {harness.ratio(harness.values(runs[TUNE_REUSE], 'wall'), harness.values(runs[SHARED], 'wall'))}"
+    )
+
+
+def run_tune_trainer(
+    trials_space: dict[str, Any], base: dict[str, Any], scaling: Any, epochs: int, storage: str
+) -> dict[str, Any]:
+    from ray.train.torch import TorchTrainer
+
+    occupancy = harness.TrialOccupancy()
+    trainer = TorchTrainer(
+        train_loop_per_worker, train_loop_config={**base, "hparams_at": values_at}, scaling_config=scaling
+    )
+    started = time.perf_counter()
+    results = tune.Tuner(
+        trainer,
+        param_space={"train_loop_config": declarative(trials_space)},
+        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, reuse_actors=True),
+        run_config=tune.RunConfig(
+            storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]
+        ),
+    ).fit()
+    return {
+        "wall": time.perf_counter() - started,
+        "worker_seconds": occupancy.seconds,  # seconds a trial (a group of ranks) ran
+        "epochs": sum(result.metrics["training_iteration"] for result in results),
+        "best": results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC],
+    }
+
+
+def run_stagetree_trainer(
+    trials_space: dict[str, Any], base: dict[str, Any], scaling: Any, epochs: int, storage: str
+) -> dict[str, Any]:
+    from ray.train.torch import TorchTrainer
+
+    started = time.perf_counter()
+    results = Tuner(
+        TorchTrainer(train_loop_per_worker, train_loop_config=base, scaling_config=scaling),
+        param_space={"train_loop_config": trials_space},
+        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE),
+        run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": epochs}, verbose=0),
+    ).fit()
+    return {
+        "wall": time.perf_counter() - started,
+        "worker_seconds": results.worker_seconds,  # seconds a group of ranks ran a batch
+        "epochs": results.iterations_executed,
+        "best": results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC],
+    }
 
 
 if __name__ == "__main__":

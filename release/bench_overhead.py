@@ -30,8 +30,8 @@ Targets: overhead per trial at most Tune's; result throughput with Tune's
 default loggers on at least 10x Tune's and at least 10,000 results/s on 2
 CPUs (issue 30). Persistence under 5% of worker time.
 
-    python release/bench_overhead.py            # about 15 minutes on 2 CPUs
-    python release/bench_overhead.py --quick    # 8 short trials, 4 x 500 results, Tune reused only (CI smoke test)
+    python release/bench_overhead.py --full     # 3 repeats (about 45 minutes on 2 idle CPUs)
+    python release/bench_overhead.py --quick    # 8 short trials, 4 x 500 results, Tune reused only, 1 repeat (CI smoke test)
     python release/bench_overhead.py --sections persistence   # section 3 only
     # section 2 only, Tune's best set-up against ray_stagetree, 3 interleaved rounds:
     python release/bench_overhead.py --quick --sections throughput --throughput 4x5000 --repeats 3
@@ -41,15 +41,15 @@ CPUs (issue 30). Persistence under 5% of worker time.
 
 from __future__ import annotations
 
-import argparse
+import functools
 import math
 import os
-import platform
 import statistics
 import tempfile
 import time
 from typing import Any
 
+import harness
 import ray
 from ray import tune
 
@@ -119,124 +119,164 @@ SYSTEMS = {
 }
 
 
-def _tune_best(values: dict[str, float], best) -> float:
-    return best(value for name, value in values.items() if name.startswith("Ray Tune"))
-
-
 #: Ray Tune's bookkeeping shape, scaled down from its release test (10,000
 #: trials): trials, workers, seconds per one-iteration trial.
 TUNE_SHAPE = (1600, 16, 1.0)
 
 
-def short_trials(trials: int, iterations: int, sleep: float, storage: str, systems: list[str]) -> dict[str, float]:
+def short_trials(
+    section: harness.Section, trials: int, iterations: int, sleep: float, storage: str, systems: list[str], repeats: int
+) -> None:
     """Wall time and overhead per trial; and, from the gap between trials on
     a worker and the study's start and end, the wall time projected for
     `TUNE_SHAPE` (on cores as fast as these, with the controller keeping up)."""
     ideal = trials * iterations * sleep / WORKERS
-    print(f"\n1. {trials} trials x {iterations} iterations x {sleep} s on {WORKERS} workers (ideal {ideal:.1f} s)")
-    print(
-        f"{'system':<14} {'wall s':>8} {'overhead/trial s':>17} {'results/s':>10} {'gap ms':>7} {'start+end s':>12}"
-        f" {'projected':>10}"
-    )
-    overhead = {}
     shape_trials, shape_workers, shape_seconds = TUNE_SHAPE
-    for name in systems:
+
+    def measure(name: str) -> dict[str, Any]:
         wall, results, fixed = _run(name, trials, iterations, sleep, storage)
-        reported = sum(len(result.metrics_dataframe) for result in results)
-        overhead[name] = (wall - ideal) * WORKERS / trials
         between = gaps(results)
-        if between:
-            gap = statistics.median(between)
-            projected = (fixed + shape_trials / shape_workers * (shape_seconds + gap)) / (
-                shape_trials * shape_seconds / shape_workers
-            )
-            extra = f"{gap * 1000:>7.0f} {fixed:>12.1f} {projected:>9.3f}x"
-        else:  # a process per trial: its start is in every trial
-            extra = f"{'-':>7} {fixed:>12.1f} {'-':>10}"
-        print(f"{name:<14} {wall:>8.1f} {overhead[name]:>17.3f} {reported / wall:>10.0f} {extra}")
-    tune_best = _tune_best(overhead, min)
-    print(
-        f"overhead per trial, ray_stagetree / Ray Tune's best: {overhead['ray_stagetree'] / tune_best:.2f} (target <= 1)"
+        gap = statistics.median(between) if between else math.nan  # NaN: a process per trial, its start in each
+        projected = (fixed + shape_trials / shape_workers * (shape_seconds + gap)) / (
+            shape_trials * shape_seconds / shape_workers
+        )
+        return {
+            "wall": wall,
+            "overhead": (wall - ideal) * WORKERS / trials,
+            "results_per_s": trials * iterations / wall,
+            "gap_ms": gap * 1000,
+            "fixed": fixed,
+            "projected": projected,
+        }
+
+    runs = harness.interleaved({name: functools.partial(measure, name) for name in systems}, repeats, "short")
+    section.text(
+        f"### 1. Short trials: {trials} trials x {iterations} iterations x {sleep} s on {WORKERS} workers",
+        f"Ideal {ideal:.1f} s; overhead per trial = (wall - ideal) x workers / trials; gap: a worker's idle time"
+        " between one trial's last iteration and the next one's first (none where each trial has its own"
+        f" process); load {harness.loads(runs)} during the runs.",
     )
-    print(
-        f"projected: wall time for {shape_trials} trials of one {shape_seconds:g} s iteration on {shape_workers} "
-        "workers over its ideal, from the median gap and the start+end measured here (target <= 1.05x)"
+    section.table(
+        ["system", "wall s", "overhead per trial s", "results/s", "gap ms", "start + end s", "projected"],
+        [
+            [
+                name,
+                harness.median_range(harness.values(outcomes, "wall")),
+                harness.median_range(harness.values(outcomes, "overhead"), 3),
+                harness.median_range(harness.values(outcomes, "results_per_s"), 0),
+                harness.median_range(harness.values(outcomes, "gap_ms"), 0, missing="-"),
+                harness.median_range(harness.values(outcomes, "fixed")),
+                harness.median_range(harness.values(outcomes, "projected"), 3, "x", missing="-"),
+            ]
+            for name, outcomes in runs.items()
+        ],
     )
-    return overhead
+    best = harness.fastest(runs, [name for name in systems if name.startswith("Ray Tune")], "overhead")
+    ours = harness.values(runs["ray_stagetree"], "overhead")
+    section.text(
+        f"Overhead per trial, ray_stagetree / Ray Tune at its best ({best}):"
+        f" **{harness.ratio(ours, harness.values(runs[best], 'overhead'))}** (target <= 1). Projected: the wall time"
+        f" of {shape_trials} trials of one {shape_seconds:g} s iteration on {shape_workers} workers over its ideal,"
+        " from the median gap and the start + end measured here (target <= 1.05x)."
+    )
 
 
-def throughput(trials: int, iterations: int, storage: str, systems: list[str], repeats: int = 1) -> dict[str, float]:
-    """Results per second, ``repeats`` rounds with the systems interleaved
-    (A, B, A, B, ...); each round measures its fixed cost (a one-trial,
-    one-result study) beside the bulk study. Medians, and ranges with more
-    than one round."""
-    print(
-        f"\n2. Result throughput: {trials} trials x {iterations} iterations of no work, Tune's default loggers on, "
-        f"{repeats} round(s) interleaved"
-    )
-    print(f"{'system':<14} {'round':>5} {'wall s':>8} {'results/s':>10} {'fixed s':>8} {'steady results/s':>17}")
-    steady: dict[str, list[float]] = {name: [] for name in systems}
-    for round_ in range(1, repeats + 1):
-        for name in systems:
-            fixed, _ = _fit(name, 1, 1, 0.0, storage)
-            wall, reported = _fit(name, trials, iterations, 0.0, storage)
+def throughput(
+    section: harness.Section, trials: int, iterations: int, storage: str, systems: list[str], repeats: int
+) -> None:
+    def measure(name: str) -> dict[str, Any]:
+        fixed, _ = _fit(name, 1, 1, 0.0, storage)
+        wall, reported = _fit(name, trials, iterations, 0.0, storage)
+        return {
+            "wall": wall,
+            "results_per_s": reported / wall,
+            "fixed": fixed,
             # A study shorter than its fixed cost (the load drifts between the two) has no steady state to measure.
-            steady[name].append(reported / (wall - fixed) if wall > fixed else math.nan)
-            print(
-                f"{name:<14} {round_:>5} {wall:>8.1f} {reported / wall:>10.0f} {fixed:>8.1f} {steady[name][-1]:>17.0f}",
-                flush=True,
-            )
-    tunes = [values for name, values in steady.items() if name.startswith("Ray Tune")]
-    # Each round's ratio: ray_stagetree against the best Tune set-up of the same round.
-    ratios = [ours / max(round_[1:]) for round_ in zip(steady["ray_stagetree"], *tunes) for ours in round_[:1]]
-    ratios = [ratio for ratio in ratios if not math.isnan(ratio)] or [math.nan]
-    for name in steady:
-        steady[name] = [value for value in steady[name] if not math.isnan(value)] or [math.nan]
-    rates = {name: statistics.median(values) for name, values in steady.items()}
-    for name, values in steady.items():
-        print(f"{name:<14} median {rates[name]:.0f} results/s steady, range {min(values):.0f}-{max(values):.0f}")
-    print(
-        f"ray_stagetree: {rates['ray_stagetree']:.0f} results/s in the steady state (median; target >= 10,000 on 2 "
-        f"CPUs), {statistics.median(ratios):.1f}x Ray Tune's best of the same round (median; range "
-        f"{min(ratios):.1f}-{max(ratios):.1f}; target >= 10x)"
+            "steady": reported / (wall - fixed) if wall > fixed else math.nan,
+        }
+
+    runs = harness.interleaved({name: functools.partial(measure, name) for name in systems}, repeats, "throughput")
+    section.text(
+        f"### 2. Result throughput: {trials} trials x {iterations} iterations of no work",
+        "Steady state: results per second of wall time beyond a one-trial, one-result study's (starting the"
+        f" study's processes, writing its results); load {harness.loads(runs)} during the runs.",
     )
-    return rates
+    section.table(
+        ["system", "wall s", "results/s", "fixed s", "steady results/s"],
+        [
+            [
+                name,
+                harness.median_range(harness.values(outcomes, "wall")),
+                harness.median_range(harness.values(outcomes, "results_per_s"), 0),
+                harness.median_range(harness.values(outcomes, "fixed")),
+                harness.median_range(harness.values(outcomes, "steady"), 0),
+            ]
+            for name, outcomes in runs.items()
+        ],
+    )
+    best = max(
+        (name for name in systems if name.startswith("Ray Tune")),
+        key=lambda name: harness.median(harness.values(runs[name], "steady")),
+    )
+    ours = harness.values(runs["ray_stagetree"], "steady")
+    section.text(
+        f"ray_stagetree: {harness.median_range(ours, 0)} results/s in the steady state (targets: >= 10,000 on 2 CPUs, and 10x),"
+        f" {harness.ratio(ours, harness.values(runs[best], 'steady'))} Ray Tune's best ({best})."
+    )
 
 
-def persistence(trials: int, iterations: int, sleep: float, storage: str, rounds: int) -> float:
-    print(f"\n3. Persistence: {trials} trials x {iterations} iterations x {sleep} s, {rounds} rounds alternated")
-    print(f"{'snapshots':<22} {'wall s':>8} {'worker s':>9} {'snapshot s':>11} {'snapshot/worker':>16}")
-    walls: dict[str, list[float]] = {"continuous (default)": [], "final only": []}
-    fractions = []
-    for _ in range(rounds):
-        for setting, period in (("continuous (default)", None), ("final only", "inf")):
-            if period is None:
-                os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
-            else:
-                os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = period
+def persistence(
+    section: harness.Section, trials: int, iterations: int, sleep: float, storage: str, repeats: int
+) -> None:
+    def measure(period: str | None) -> dict[str, Any]:
+        if period is None:
+            os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
+        else:
+            os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = period
+        try:
             wall, results, _ = _run("ray_stagetree", trials, iterations, sleep, storage)
-            walls[setting].append(wall)
-            fraction = results.state_seconds / results.worker_seconds
-            if period is None:
-                fractions.append(fraction)
-            print(
-                f"{setting:<22} {wall:>8.1f} {results.worker_seconds:>9.1f} {results.state_seconds:>11.3f} "
-                f"{fraction:>15.2%}"
-            )
-    os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
-    ratio = sum(walls["continuous (default)"]) / sum(walls["final only"])
-    worst = max(fractions)
-    print(
-        f"snapshot seconds / worker seconds: at most {worst:.2%} (target < 5%); wall time with continuous "
-        f"snapshots / final only: {ratio:.3f}"
+        finally:
+            os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
+        return {
+            "wall": wall,
+            "worker_s": results.worker_seconds,
+            "snapshot_s": results.state_seconds,
+            "fraction": results.state_seconds / results.worker_seconds,
+        }
+
+    settings = {"continuous (default)": None, "final only": "inf"}
+    runs = harness.interleaved(
+        {name: functools.partial(measure, period) for name, period in settings.items()}, repeats, "persistence"
     )
-    return worst
+    section.text(
+        f"### 3. Persistence: {trials} trials x {iterations} iterations x {sleep} s",
+        "ray_stagetree with its study snapshots for `Tuner.restore` as by default, and with only the final one"
+        f" (`TUNE_GLOBAL_CHECKPOINT_S=inf`), interleaved; load {harness.loads(runs)} during the runs.",
+    )
+    section.table(
+        ["snapshots", "wall s", "worker-s", "snapshot s", "snapshot s / worker-s"],
+        [
+            [
+                name,
+                harness.median_range(harness.values(outcomes, "wall")),
+                harness.median_range(harness.values(outcomes, "worker_s")),
+                harness.median_range(harness.values(outcomes, "snapshot_s"), 3),
+                harness.median_range([100 * f for f in harness.values(outcomes, "fraction")], 2, "%"),
+            ]
+            for name, outcomes in runs.items()
+        ],
+    )
+    continuous, final = (runs[name] for name in settings)
+    worst = max(harness.values(continuous, "fraction"))
+    section.text(
+        f"Snapshot seconds / worker-seconds: at most {worst:.2%} (target < 5%); wall time with continuous"
+        f" snapshots / final only: {harness.ratio(harness.values(continuous, 'wall'), harness.values(final, 'wall'))}."
+    )
 
 
 def main() -> None:
     global WORKERS
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="8 short trials; 4 trials x 500 results")
+    parser = harness.parser(__doc__)
     parser.add_argument("--trials", type=int, default=200, help="short trials (default 200)")
     parser.add_argument("--workers", type=int, default=WORKERS, help="workers (default: CPUs)")
     parser.add_argument("--iterations", type=int, default=10, help="iterations per short trial (default 10)")
@@ -248,13 +288,12 @@ def main() -> None:
         metavar="TRIALSxITERATIONS",
         help="section 2's study (default 20x1000; 4x500 with --quick), e.g. 4x5000",
     )
-    parser.add_argument("--repeats", type=int, default=1, help="section 2's interleaved rounds (default 1)")
     parser.add_argument(
         "--sections",
         default="short,throughput,persistence",
         help="comma-separated sections to run (default: short,throughput,persistence)",
     )
-    args = parser.parse_args()
+    args = harness.parse(parser)
     if args.trials < 1:
         parser.error(f"--trials must be at least 1, got {args.trials}")
     for name in ("workers", "iterations"):
@@ -276,21 +315,24 @@ def main() -> None:
             bulk = ()  # type: ignore[assignment]
         if len(bulk) != 2 or min(bulk) < 1:
             parser.error(f"--throughput takes TRIALSxITERATIONS (e.g. 4x5000), got {args.throughput!r}")
-    if args.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     # The smoke test compares with Tune's best set-up only.
     systems = ["Ray Tune reuse", "ray_stagetree"] if args.quick else list(SYSTEMS)
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__}"
+    section = harness.Section("Bookkeeping overhead against Ray Tune (`bench_overhead.py`)", args)
+    section.text(
+        "Many short trials, nothing shared (every trial has its own config value): the machinery, not stage"
+        " sharing. `Ray Tune` is `ray.tune.Tuner` at its defaults (a new actor per trial), `Ray Tune reuse` with"
+        " `reuse_actors=True`, its fastest set-up for short trials; all with the same function trainable, systems"
+        " interleaved, median [range] over the repeats."
     )
-    ray_stagetree.init_ray(num_cpus=WORKERS, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    harness.start_ray(num_cpus=WORKERS)
     with tempfile.TemporaryDirectory(prefix="bench_overhead_") as storage:
         if "short" in sections:
-            short_trials(*short, storage, systems)
+            short_trials(section, *short, storage, systems, args.repeats)
         if "throughput" in sections:
-            throughput(*bulk, storage, systems, args.repeats)
+            throughput(section, *bulk, storage, systems, args.repeats)
         if "persistence" in sections:
-            persistence(*short, storage, rounds=1 if args.quick else 3)
+            persistence(section, *short, storage, args.repeats)
+    section.emit()
     ray.shutdown()
 
 

@@ -22,14 +22,18 @@ branching from its checkpoint).
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import gc
+import io
 import math
 import platform
 import random
 import statistics
 import time
 import tracemalloc
+from typing import Any
+
+import harness
 
 from ray_stagetree import Cosine, CriticalPathPolicy, CyclicLR, Exponential, MultiStep, Warmup
 from ray_stagetree.planning import CheckpointInfo, SearchPlan, build_stage_tree
@@ -135,11 +139,22 @@ def peak_memory(configs: list[dict]) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="1k and 10k trials only")
+    parser = harness.parser(__doc__, quick_repeats=3, full_repeats=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeat", type=int, default=3, help="runs per size; medians are printed")
-    args = parser.parse_args()
+    args = harness.parse(parser)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        report(args)
+    section = harness.Section("Planner at scale (`bench_planner.py`)", args)
+    section.text(
+        "The planning core alone (no Ray): plan, stage tree and execution policy for ResNet56-style studies of"
+        " growing size, medians of the repeats, and the dispatch loop's planner time per trial."
+    )
+    section.text("```\n" + printed.getvalue().strip("\n") + "\n```")
+    section.emit()
+
+
+def report(args: Any) -> None:
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
 
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
@@ -152,7 +167,7 @@ def main() -> None:
     for size in sizes:
         rnd = random.Random(args.seed)
         configs = [resnet56_trial(rnd) for _ in range(size)]
-        runs = [run(configs) for _ in range(args.repeat)]
+        runs = [run(configs) for _ in range(args.repeats)]
         result = runs[0]
         t = {phase: statistics.median(r["timings"][phase] for r in runs) for phase in result["timings"]}
         memory = peak_memory(configs)
@@ -167,7 +182,7 @@ def main() -> None:
             f" {result['merge_rate']:>6.2f} {growth:>8} {mem_growth:>10}"
         )
         previous = (size, t["total"], memory)
-    print(f"medians of {args.repeat} runs; total = plan + stage tree + policy (all stage batches ordered);")
+    print(f"medians of {args.repeats} runs; total = plan + stage tree + policy (all stage batches ordered);")
     print(f"select = dispatching {WORKERS} workers from a fresh stage tree, as the runtime does")
     print("growth: log10(ratio of totals) per decade of trials; 1.00 is linear")
     print("target: 10,000 trials planned and batched in under 1 s")

@@ -13,23 +13,25 @@ appends a line to a log, so the counts are exact:
   (work the kill cost; what never reached storage, trained again);
 * the final metrics of every trial equal the uninterrupted run's.
 
-    python release/bench_restore.py            # about 3 minutes on 2 CPUs
+    python release/bench_restore.py --full     # 3 repeats (about 10 minutes on 2 idle CPUs)
     python release/bench_restore.py --quick    # smaller study, ray_stagetree only (CI smoke test)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from typing import Any
 
+import harness
 import ray
 from ray import tune
 
@@ -96,9 +98,10 @@ def drive(system: str, storage: str, name: str, log: str, milestones: str, horiz
 
 
 def compare(system: str, storage: str, milestones: list[int], horizon: int) -> dict[str, Any]:
-    reference_log = f"{storage}/{system}-reference.log"
-    reference = _finals(_tuner(system, storage, f"{system}-reference", reference_log, milestones, horizon).fit())
-    name, log = f"{system}-killed", f"{storage}/{system}-killed.log"
+    run = f"{system}-{uuid.uuid4().hex[:8]}"  # each repeat its own experiments and logs
+    reference_log = f"{storage}/{run}-reference.log"
+    reference = _finals(_tuner(system, storage, f"{run}-reference", reference_log, milestones, horizon).fit())
+    name, log = f"{run}-killed", f"{storage}/{run}-killed.log"
     command = [sys.executable, __file__, "--drive", system, storage, name, log, json.dumps(milestones), str(horizon)]
     driver = subprocess.Popen(command)
     while _lines(log) < _lines(reference_log) / 2 and driver.poll() is None:  # half the work done
@@ -120,37 +123,46 @@ def compare(system: str, storage: str, milestones: list[int], horizon: int) -> d
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="4 trials x 10 iterations, ray_stagetree only")
+    parser = harness.parser(__doc__)
     parser.add_argument("--drive", nargs=6, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.drive:
-        drive(*args.drive)
+    if "--drive" in sys.argv:
+        drive(*parser.parse_args().drive)
         return
+    args = harness.parse(parser)
+    section = harness.Section("Restore after a killed driver (`bench_restore.py`)", args)
     milestones, horizon = ([2, 4, 6, 8], 10) if args.quick else ([3, 6, 9, 12, 15, 18], 24)
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}, ray {ray.__version__}"
+    section.text(
+        f"{len(milestones)} trials x {horizon} iterations x {SECONDS_PER_ITERATION} s, checkpoint every iteration;"
+        " the driver SIGKILLed after half the iterations, then `Tuner.restore`. Iterations: uninterrupted run,"
+        " executed before the kill, after the restore, and lost (executed twice)."
     )
-    print(
-        f"{len(milestones)} trials x {horizon} iterations x {SECONDS_PER_ITERATION} s, checkpoint every iteration; "
-        "driver SIGKILLed after half the iterations, then Tuner.restore"
-    )
-    ray_stagetree.init_ray(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    harness.start_ray(num_cpus=2)
     os.environ["BENCH_RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
-    print(
-        f"{'system':<14} {'uninterrupted':>13} {'before kill':>12} {'after restore':>14} {'lost':>6} {'same results':>13}"
-    )
     systems = ["ray_stagetree"] if args.quick else list(SYSTEMS)  # the smoke test skips Tune's slow start-ups
     with tempfile.TemporaryDirectory(prefix="bench_restore_") as storage:
-        for system in systems:
-            row = compare(system, storage, milestones, horizon)
-            print(
-                f"{system:<14} {row['reference']:>13} {row['before']:>12} {row['after']:>14} {row['lost']:>6} "
-                f"{'yes' if row['equal'] else 'NO':>13}"
-            )
-            if not row["equal"]:
-                raise SystemExit(f"{system}: the restored study's results differ from the uninterrupted run's")
+        runs = harness.interleaved(
+            {system: functools.partial(compare, system, storage, milestones, horizon) for system in systems},
+            args.repeats,
+            "restore",
+        )
+    section.table(
+        ["system", "uninterrupted", "before kill", "after restore", "lost", "same results in every repeat"],
+        [
+            [
+                system,
+                harness.median_range(harness.values(outcomes, "reference"), 0),
+                harness.median_range(harness.values(outcomes, "before"), 0),
+                harness.median_range(harness.values(outcomes, "after"), 0),
+                harness.median_range(harness.values(outcomes, "lost"), 0),
+                "yes" if all(outcome["equal"] for outcome in outcomes) else "NO",
+            ]
+            for system, outcomes in runs.items()
+        ],
+    )
+    section.emit()
     ray.shutdown()
+    if not all(outcome["equal"] for outcomes in runs.values() for outcome in outcomes):
+        raise SystemExit("the restored study's results differ from the uninterrupted run's")
 
 
 if __name__ == "__main__":

@@ -33,13 +33,12 @@ folders written at the end (the study's end once reloaded them all).
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
 
+import harness
 import ray
 from ray import tune
 
@@ -63,12 +62,12 @@ class CompletionClock(tune.Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if self.first_result is None:
             self.first_result = time.perf_counter()
-            print(f"  {self.trials} trials: first result after {self.first_result - self.started:.1f} s", flush=True)
+            harness.log(f"  {self.trials} trials: first result after {self.first_result - self.started:.1f} s")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.completed.append(time.perf_counter())
         if len(self.completed) % max(1, self.trials // 10) == 0:
-            print(f"  {len(self.completed)} completed after {self.completed[-1] - self.started:.1f} s", flush=True)
+            harness.log(f"  {len(self.completed)} completed after {self.completed[-1] - self.started:.1f} s")
 
 
 def study(trials: int, storage: str) -> dict[str, float]:
@@ -115,12 +114,6 @@ def grid_start(values: int, storage: str, budget_s: float = 30.0) -> tuple[float
     return clock.first_result - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _start_ray() -> None:
-    """A Ray of its own on this machine's 2 CPUs, never a cluster that
-    another process started here (`ray_stagetree.init_ray` would join it)."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-
-
 def final_checkpoints_peak(trials: int, budget_bytes: int, storage: str) -> float:
     """Peak object-store bytes while ``trials`` trials end with 1 MiB checkpoints."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "runtime"))
@@ -142,34 +135,38 @@ def final_checkpoints_peak(trials: int, budget_bytes: int, storage: str) -> floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__, full_repeats=1)  # one study per size: --repeats is not used
     parser.add_argument("--trials", default="10000,100000", help="comma-separated study sizes (default 10000,100000)")
-    parser.add_argument("--quick", action="store_true", help="100 and 300 trials")
     parser.add_argument(
         "--final-checkpoints", type=int, metavar="N", help="the memory case instead, N trials (max 255)"
     )
     parser.add_argument("--grid", type=int, metavar="N", help="a grid of N values instead: its start and memory")
-    args = parser.parse_args()
+    args = harness.parse(parser)
+    section = harness.Section("Scale: studies of many trials, end to end (`bench_scale.py`)", args)
     if args.grid is not None:
         if args.grid < 1:
             parser.error(f"--grid takes a number of values >= 1, got {args.grid}")
-        _start_ray()
+        harness.start_ray(num_cpus=2)
         with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
             first, peak_mb = grid_start(args.grid, storage)
-        print(f"grid of {args.grid} values: first result {first:.1f} s after Tuner(); driver peak {peak_mb:.0f} MB")
+        section.text(
+            f"Grid of {args.grid} values: first result {first:.1f} s after Tuner(); driver peak {peak_mb:.0f} MB."
+        )
+        section.emit()
         ray.shutdown()
         return
     if args.final_checkpoints is not None:
         if not 1 <= args.final_checkpoints <= 255:  # the trainable fills its checkpoint with the trial's uint8 lr
             parser.error(f"--final-checkpoints takes 1 to 255 trials, got {args.final_checkpoints}")
-        _start_ray()
+        harness.start_ray(num_cpus=2)
         budget = 20 * 1024**2
         with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
             peak = final_checkpoints_peak(args.final_checkpoints, budget, storage)
-        print(
+        section.text(
             f"{args.final_checkpoints} trials x 1 MiB final checkpoints, budget {budget / 1024**2:.0f} MiB: "
-            f"object-store peak {peak / 1024**2:.1f} MiB"
+            f"object-store peak {peak / 1024**2:.1f} MiB."
         )
+        section.emit()
         ray.shutdown()
         return
     try:
@@ -178,8 +175,15 @@ def main() -> None:
         parser.error(f"--trials takes comma-separated whole numbers, got {args.trials!r}")
     if not sizes or min(sizes) < 10:
         parser.error(f"--trials needs sizes of at least 10 trials, got {args.trials!r}")
-    print(f"machine: {platform.machine()}, python {platform.python_version()}, ray {ray.__version__}")
-    _start_ray()
+    harness.start_ray(num_cpus=2)
+    with section.verbatim():
+        measure(sizes)
+    section.emit()
+    ray.shutdown()
+
+
+def measure(sizes: list[int]) -> None:
+    """Each size's study, one after another, as a text table."""
     print(
         f"{'trials':>8} {'wall s':>8} {'setup s':>8} {'ms/trial':>9} {'2nd 10% /s':>13} {'last 10% /s':>12} {'last/first':>11}"
     )
@@ -196,7 +200,6 @@ def main() -> None:
         f"per-trial cost at {large} trials / at {small}: "
         f"{results[large]['per_trial'] / results[small]['per_trial']:.2f} (linear: 1.0)"
     )
-    ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -1,138 +1,185 @@
-"""Time-sharing on the Ray runtime: more trials than workers, side by side.
+"""Time-sharing on the Ray runtime: more trials than workers, the Hermes paper's metric.
 
 The example's 1-D CNN on MNIST-1D (`examples/mnist1d_study.py`, generated
-offline), 16 trials on 2 workers of one CPU: constant learning rates
-{1e-4, 3e-4, 1e-3, 3e-3 (slow), 0.05, 0.1 (good), 1.0, 2.0 (too large to
-train)} x batch size {128, 256}, 16 epochs each, listed so that the good
-ones are neither first nor last. The same study runs under four execution
-policies, one after the other in one process:
+offline), 16 jobs on 2 workers of one CPU: constant learning rates {1e-4,
+3e-4, 1e-3, 3e-3 (slow), 0.05, 0.1 (good), 1.0, 2.0 (too large to train)} x
+batch size {128, 256}, ``--epochs`` epochs each. As in the paper (section
+4.1.2), the jobs enter the queue in a random order: ``--repeats`` orders
+(seeded), and in each order the policies run one after another in one
+process:
 
-* ``"critical_path"`` (default, no time-sharing: each trial runs to its end;
-  with no shared prefixes, FIFO in the order trials arrive),
+* ``"critical_path"`` (the default, no time-sharing: each job runs to its end;
+  with nothing shared, in the order jobs arrive),
 * ``FifoPolicy()``,
 * ``RoundRobinPolicy(quantum_s=3 x Q)``,
-* ``HermesPolicy(quantum_s=Q)`` (convergence priority on the test loss).
+* ``SlaqPolicy(quantum_s=3 x Q)``,
+* ``HermesPolicy(quantum_s=Q)``,
 
-Q is 2 s (the paper's 10 s quanta against its 30 s for round robin, scaled
-to epochs of about half a second here). The target is the best accuracy the
-FIFO run reached; printed per policy: the wall time (from ``fit()``, as the
-driver's callback sees results) at which some trial first reaches it, the
-time all 4 good trials have reached 95% of it, the study's wall time, and
-the times over Hermes's.
+the time-sharing ones on the test loss the jobs report (Q is ``--quantum``:
+the paper's 10 s quanta against its 30 s for round robin and SLAQ, scaled to
+epochs of about a second). The paper's metric (section 4.2): the *good*
+jobs' mean time to 90% of the optimal, here of the best accuracy any job
+reaches (training is deterministic, so every policy trains the same curves;
+a good job is one whose curve reaches it), from ``fit()`` as the driver's
+callback sees results. Printed per policy as median [range] over the orders,
+and each policy's time over Hermes's in the same order (the paper's
+normalised execution time); round robin's and Hermes's pre-emptions cost a
+checkpoint saved and loaded each, which the times include.
 
-    python release/bench_time_sharing_runtime.py           # about 5 minutes on 2 CPUs
-    python release/bench_time_sharing_runtime.py --quick   # FIFO and Hermes only, 4 trials, 3 epochs, small data (CI smoke test)
+    python release/bench_time_sharing_runtime.py --full    # 5 orders x 5 policies, 16 jobs x 8 epochs
+    python release/bench_time_sharing_runtime.py --quick   # 1 order, FIFO and Hermes, 4 jobs x 3 epochs (CI smoke test)
 """
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
+import random
 import sys
 import tempfile
 import time
+from typing import Any
 
 from ray import tune
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 sys.path.insert(0, EXAMPLES)
 
+import harness  # noqa: E402
 import mnist1d_study as example  # noqa: E402
 
-from ray_stagetree import FifoPolicy, HermesPolicy, RoundRobinPolicy, Tuner, init_ray  # noqa: E402
+from ray_stagetree import FifoPolicy, HermesPolicy, RoundRobinPolicy, SlaqPolicy, Tuner  # noqa: E402
 
-GOOD_LRS = (0.05, 0.1)
-LRS = (1e-4, 1.0, 3e-4, 0.05, 1e-3, 2.0, 0.1, 3e-3)
+LRS = (1e-4, 3e-4, 1e-3, 3e-3, 0.05, 0.1, 1.0, 2.0)
+BATCH_SIZES = (128, 256)
+GOOD_FRACTION = 0.9  # "at least 90% of the optimal"
 
 
-class FirstTimes(tune.Callback):
-    """When (seconds since ``started``) each reported accuracy arrived."""
+JOBS = [(lr, batch_size) for lr in LRS for batch_size in BATCH_SIZES]
+QUICK_JOBS = [job for job, (lr, _) in enumerate(JOBS) if lr in (1e-4, 0.1)]
+
+
+def job_hparams(config: dict[str, Any], epoch: int) -> dict[str, Any]:
+    """Job ``config["job"]``'s hyper-parameters: the jobs are one grid over
+    their index, so that the order they enter the queue is the grid's."""
+    lr, batch_size = JOBS[config["job"]]
+    return {"lr": lr, "batch_size": batch_size}
+
+
+class Accuracies(tune.Callback):
+    """When (seconds since ``started``) each job reported each accuracy."""
 
     def __init__(self) -> None:
         self.started = time.monotonic()
-        self.rows: list[tuple[float, str, float, float]] = []
+        self.rows: list[tuple[float, int, float]] = []
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.rows.append((time.monotonic() - self.started, trial.trial_id, result["config"]["lr"], result["accuracy"]))
+        self.rows.append((time.monotonic() - self.started, result["config"]["job"], result["accuracy"]))
 
-    def first_reaching(self, target: float) -> float:
-        return min((t for t, _, _, accuracy in self.rows if accuracy >= target), default=float("nan"))
-
-    def all_good_reaching(self, target: float, good_trials: int) -> float:
-        firsts: dict[str, float] = {}
-        for t, trial, lr, accuracy in self.rows:
-            if lr in GOOD_LRS and accuracy >= target:
-                firsts.setdefault(trial, t)
-        return max(firsts.values()) if len(firsts) == good_trials else float("nan")
+    def first_reaching(self, target: float) -> dict[int, float]:
+        """Each job's first time at ``target`` or above (jobs that never reach it are absent)."""
+        firsts: dict[int, float] = {}
+        for seconds, job, accuracy in self.rows:
+            if accuracy >= target:
+                firsts.setdefault(job, seconds)
+        return firsts
 
 
-def run(policy, data, lrs, epochs: int, storage: str):
-    times = FirstTimes()
+def run(policy: Any, data: Any, order: list[int], epochs: int, storage: str) -> dict[str, Any]:
+    times = Accuracies()
     grid = Tuner(
-        tune.with_resources(tune.with_parameters(example.train_mnist1d, data=data), {"cpu": 1}),
-        param_space={"lr": tune.grid_search(list(lrs)), "batch_size": tune.grid_search([128, 256]), "seed": 0},
+        tune.with_resources(tune.with_parameters(example.train_mnist1d, data=data, hparams_at=job_hparams), {"cpu": 1}),
+        param_space={"job": tune.grid_search(order), "seed": 0},
         tune_config=tune.TuneConfig(metric="accuracy", mode="max"),
         run_config=tune.RunConfig(
-            name=f"time_sharing_{policy if isinstance(policy, str) else policy.name}",
-            storage_path=storage,
-            stop={"training_iteration": epochs},
-            callbacks=[times],
-            verbose=0,
+            storage_path=storage, stop={"training_iteration": epochs}, callbacks=[times], verbose=0
         ),
         execution_policy=policy,
     ).fit()
-    wall = time.monotonic() - times.started
-    best = max(r.metrics_dataframe["accuracy"].max() for r in grid)
-    return times, wall, best
+    if grid.errors:
+        raise RuntimeError(f"{policy}: trials failed: {grid.errors[0]}")
+    best = {result.config["job"]: float(result.metrics_dataframe["accuracy"].max()) for result in grid}
+    return {"wall": time.monotonic() - times.started, "best": best, "times": times}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="4 trials, 3 epochs, small data")
+    parser = harness.parser(__doc__, full_repeats=5)
     parser.add_argument("--quantum", type=float, default=2.0, help="Hermes's quantum in seconds (default 2)")
-    args = parser.parse_args()
+    parser.add_argument("--epochs", type=int, default=8, help="epochs per job (--full)")
+    parser.add_argument("--samples", type=int, default=4000, help="MNIST-1D samples (--full)")
+    args = harness.parse(parser)
+    if not args.quantum > 0 or args.epochs < 2 or args.samples < 100:
+        parser.error(
+            f"--quantum > 0, --epochs >= 2, --samples >= 100; got {args.quantum}, {args.epochs}, {args.samples}"
+        )
+    section = harness.Section("Time-sharing workers on the Ray runtime (`bench_time_sharing_runtime.py`)", args)
     # The workers import the example's trainable by name, as the driver does.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [EXAMPLES, os.environ.get("PYTHONPATH")]))
-    init_ray(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    lrs, epochs, samples = ((1e-4, 0.1), 3, 1000) if args.quick else (LRS, 16, 10000)
+    harness.start_ray(num_cpus=2)
+    jobs = QUICK_JOBS if args.quick else list(range(len(JOBS)))
+    epochs, samples = (3, 1000) if args.quick else (args.epochs, args.samples)
     data = example.make_data(num_samples=samples)
     policies = {
-        "critical_path": "critical_path",
-        "fifo": FifoPolicy(),
-        "round_robin": RoundRobinPolicy(quantum_s=3 * args.quantum),
-        "hermes": HermesPolicy(quantum_s=args.quantum),
+        "critical_path": lambda: "critical_path",
+        "fifo": FifoPolicy,
+        "round_robin": lambda: RoundRobinPolicy(metric="loss", mode="min", quantum_s=3 * args.quantum),
+        "slaq": lambda: SlaqPolicy(metric="loss", mode="min", quantum_s=3 * args.quantum),
+        "hermes": lambda: HermesPolicy(metric="loss", mode="min", quantum_s=args.quantum),
     }
-    if args.quick:  # the smoke test runs the two ends; the others are the tests' (tests/runtime/test_time_sharing.py)
+    if (
+        args.quick
+    ):  # the smoke test runs the two ends; the others are the tests' (tests/runtime/test_time_shared_study.py)
         policies = {name: policies[name] for name in ("fifo", "hermes")}
-    runs = {}
+    orders = [random.Random(seed).sample(jobs, len(jobs)) for seed in range(args.repeats)]
     with tempfile.TemporaryDirectory() as storage:
-        for name, policy in policies.items():
-            runs[name] = run(policy, data, lrs, epochs, storage)
-            print(f"{name}: {runs[name][1]:.1f} s, best accuracy {runs[name][2]:.4f}", flush=True)
-    target = runs["fifo"][2]
-    print(f"\n{2 * len(lrs)} trials x {epochs} epochs on 2 workers; target = FIFO's best accuracy {target:.4f}\n")
-    print(
-        "| policy | to target (s) | all good trials to 95% of it (s) | study (s) | to target / hermes | good / hermes |"
+
+        def in_each_order(make: Any) -> Any:
+            pending = iter(orders)  # repeat k runs order k, whichever the policy
+            return lambda: run(make(), data, next(pending), epochs, storage)
+
+        systems = {name: in_each_order(make) for name, make in policies.items()}
+        runs = harness.interleaved(systems, args.repeats, "time sharing")
+    optimal = max(accuracy for outcomes in runs.values() for run in outcomes for accuracy in run["best"].values())
+    target = GOOD_FRACTION * optimal
+    good = sorted(
+        {job for outcomes in runs.values() for run in outcomes for job, acc in run["best"].items() if acc >= target}
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    good_trials = 2 * sum(1 for lr in lrs if lr in GOOD_LRS)
-    hermes = runs["hermes"][0]
-    hermes_first, hermes_good = hermes.first_reaching(target), hermes.all_good_reaching(0.95 * target, good_trials)
-    for name, (times, wall, _) in runs.items():
-        first, good = times.first_reaching(target), times.all_good_reaching(0.95 * target, good_trials)
-        print(
-            f"| {name} | {_seconds(first)} | {_seconds(good)} | {wall:.1f} | {_ratio(first, hermes_first)} "
-            f"| {_ratio(good, hermes_good)} |"
-        )
-
-
-def _seconds(value: float) -> str:
-    return "not reached" if math.isnan(value) else f"{value:.1f}"
-
-
-def _ratio(value: float, hermes: float) -> str:
-    return "-" if math.isnan(value) or math.isnan(hermes) else f"{value / hermes:.2f}x"
+    figures: dict[str, list[float]] = {}
+    for name, outcomes in runs.items():
+        figures[name] = []
+        for run_ in outcomes:
+            firsts = run_["times"].first_reaching(target)
+            reached = [firsts[job] for job in good if job in firsts]
+            figures[name].append(sum(reached) / len(reached) if len(reached) == len(good) else float("nan"))
+    section.text(
+        f"{len(jobs)} jobs x {epochs} epochs on 2 workers, {samples:,} MNIST-1D samples; {args.repeats} random"
+        f" job orders, the {len(policies)} policies interleaved in each; Hermes's quantum {args.quantum} s, round"
+        f" robin's and SLAQ's {3 * args.quantum} s; load {harness.loads(runs)} during the runs. Optimal: the best"
+        f" accuracy any job reached, {optimal:.4f}; target 90% of it, {target:.4f}; good jobs (their curves reach"
+        f" it): {len(good)} of {len(jobs)} ("
+        + ", ".join(f"lr {JOBS[job][0]:g} bs {JOBS[job][1]}" for job in good)
+        + ")."
+    )
+    hermes = figures["hermes"]
+    section.table(
+        ["policy", "good jobs' mean time to target (s)", "over Hermes's, same order", "study wall (s)"],
+        [
+            [
+                name,
+                harness.median_range(figures[name]),
+                harness.ratio(figures[name], hermes),
+                harness.median_range(harness.values(outcomes, "wall")),
+            ]
+            for name, outcomes in runs.items()
+        ],
+    )
+    section.text(
+        "Paper (Hermes, section 4.2, four CNNs on ImageNet): Hermes 2.08x, 1.92x, 4.04x and 3.39x faster on"
+        " average than the other policies. `critical_path` and FIFO run each job to its end, so their times"
+        " depend on where the good jobs sit in the order (the range shows it); a metric of the *first* job to"
+        " reach the best accuracy (this benchmark's earlier one) favours them: running one good job without"
+        " pre-emption gets it there soonest, which is not what time-sharing is for."
+    )
+    section.emit()
 
 
 if __name__ == "__main__":

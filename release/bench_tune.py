@@ -1,52 +1,44 @@
 """Stage sharing against Ray Tune on real training, side by side in one run.
 
-The same study three ways, one after the other on one local Ray instance:
+The same study four ways, interleaved (``--repeats`` times) on one local Ray
+instance:
 
-(a) ``ray.tune.Tuner``: vanilla Ray Tune, every trial trained on its own.
-(b) ``ray_stagetree.Tuner(stage_sharing=False)``: trial by trial.
+(a) ``ray.tune.Tuner`` at its defaults (a new actor, so a new process
+    importing torch, per trial) and with ``reuse_actors=True`` (Tune's fast
+    path): every trial trained on its own;
+(b) ``ray_stagetree.Tuner(stage_sharing=False)``: trial by trial;
 (c) ``ray_stagetree.Tuner``: shared prefixes trained once.
 
 Every run trains the example's 1-D CNN (`examples/mnist1d_study.py`) on
 MNIST-1D, generated offline, on one worker per CPU (``--workers``), over the
 example's 14 learning-rate x batch-size sequences: as a grid search, under
 ``ASHAScheduler``, and under ASHA with a trainable that keeps no checkpoint
-(study 1c: live continuation must keep every prefix from being retrained,
-so stagetree never executes more epochs than Tune). Study 1d is 1c's with
-Optuna's searcher (seeded: both systems get the same suggestions) over
-warm-up and decay parameters. The trainable is the example's for all three; under
-Tune, to which ray_stagetree's ``report`` and ``get_checkpoint`` forward, it
-computes each epoch's hyper-parameters from the sequences itself (Tune knows
-nothing of sequences; ray_stagetree's ``get_hparams()`` does it otherwise).
+(live continuation must keep every prefix from being retrained, so
+stagetree never executes more epochs than Tune). The Optuna study is the
+latter with Optuna's seeded searcher (both systems get the same
+suggestions) over warm-up and decay parameters. The trainable is the
+example's for all; under Tune, to which ray_stagetree's ``report`` and
+``get_checkpoint`` forward, it computes each epoch's hyper-parameters from
+the sequences itself (Tune knows nothing of sequences).
 
-Printed per system: wall time, worker-seconds (Tune: each trial's start to
-completion, from a ``Callback``; ray_stagetree: each stage batch's dispatch
-to completion, `ResultGrid.worker_seconds`), epochs executed and the best
-final accuracy. Then the ratios (a)/(c) next to the merge rate, and (c)'s
-makespan next to the lower bound ``max(longest path, unique work /
-workers)``, where an epoch costs the median ``time_this_iter_s`` (training,
-evaluation and checkpoint) that (c) measured. The bound leaves out what a
-study costs before its first epoch and after its last (worker processes
-importing torch, building the model and optimizer; writing results):
-measured as a one-trial, one-epoch study's wall time less that epoch, it is
-printed, and the makespan is also given without it.
+Printed per system as median [range] over the repeats: wall time,
+worker-seconds (Tune: each trial's start to completion, from a
+``Callback``; ray_stagetree: each stage batch's dispatch to completion,
+`ResultGrid.worker_seconds`), epochs executed, rows reported and the best
+final accuracy. Then the ratios against the faster Tune configuration next
+to the merge rate, the sharing-only ratio (b)/(c), and (c)'s makespan
+against the lower bound ``max(longest path, unique work / workers)``.
 
-Targets: worker-seconds ratio (a)/(c) at least 0.9 x the merge rate
-on the grid and above it on ASHA; makespan at most 1.2 x the lower bound;
-best accuracy equal to Tune's.
-
-    python release/bench_tune.py              # 16 epochs, 20,000 samples (about 18 minutes on 2 CPUs)
-    python release/bench_tune.py --quick      # grid only: 4 trials, 3 epochs, small data (CI smoke test)
-    python release/bench_tune.py --workers 16 # on a 16-core machine
-    python release/bench_tune.py --studies bare,searcher  # only the studies without checkpoints
+    python release/bench_tune.py --full      # 16 epochs, 20,000 samples, 3 repeats (about 2 hours on 2 CPUs)
+    python release/bench_tune.py --samples 5000 --studies grid,asha   # smaller
+    python release/bench_tune.py --quick     # grid only: 4 trials, 3 epochs, small data, 1 repeat (CI smoke test)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -55,20 +47,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-import torch
 from ray import tune
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 sys.path.insert(0, EXAMPLES)
 
+import harness  # noqa: E402
 import mnist1d_study as example  # noqa: E402
 
-from ray_stagetree import Exponential, MultiStep, Sequence, Tuner, Warmup, from_json, init_ray, merge_rate  # noqa: E402
+from ray_stagetree import Exponential, MultiStep, Sequence, Tuner, Warmup, from_json, merge_rate  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
 from ray_stagetree.searchers.variants import to_tune_space  # noqa: E402
 
 WORKERS = os.cpu_count() or 1  # --workers
 METRIC, MODE = "accuracy", "max"
+TUNE_DEFAULT, TUNE_REUSE = "(a) Ray Tune, defaults", "(a) Ray Tune, reuse_actors=True"
+ALONE, SHARED = "(b) ray_stagetree, sharing off", "(c) ray_stagetree"
+TUNES = (TUNE_DEFAULT, TUNE_REUSE)
 SEARCHER_SAMPLES = 12  # study 1d's trials: inside Optuna's seeded random start-up (10 by default, set to this)
 
 
@@ -112,28 +107,6 @@ def values_at(config: dict[str, Any], epoch: int) -> dict[str, Any]:
     return {name: from_json(value).value(epoch) if isinstance(value, dict) else value for name, value in config.items()}
 
 
-class TrialOccupancy(tune.Callback):
-    """Seconds each Tune trial held its worker: start to completion."""
-
-    def __init__(self) -> None:
-        self.started: dict[str, float] = {}
-        self.seconds = 0.0
-
-    def on_trial_start(self, iteration, trials, trial, **info) -> None:
-        self.started[trial.trial_id] = time.monotonic()
-
-    def _ended(self, trial) -> None:
-        started = self.started.pop(trial.trial_id, None)
-        if started is not None:
-            self.seconds += time.monotonic() - started
-
-    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-        self._ended(trial)
-
-    def on_trial_error(self, iteration, trials, trial, **info) -> None:
-        self._ended(trial)
-
-
 @dataclass
 class Run:
     system: str
@@ -173,8 +146,9 @@ def _fit(tuner: Any, system: str) -> tuple[Any, float]:
     return results, wall
 
 
-def _tune_config(asha: bool, epochs: int, searcher: bool) -> tune.TuneConfig:
+def _tune_config(asha: bool, epochs: int, searcher: bool, **options: Any) -> tune.TuneConfig:
     return tune.TuneConfig(
+        **options,
         metric=METRIC,
         mode=MODE,
         scheduler=_scheduler(asha, epochs),
@@ -184,9 +158,16 @@ def _tune_config(asha: bool, epochs: int, searcher: bool) -> tune.TuneConfig:
 
 
 def run_tune(
-    space: dict[str, Any], data: Any, epochs: int, asha: bool, storage: str, checkpoints: bool, searcher: bool = False
+    space: dict[str, Any],
+    data: Any,
+    epochs: int,
+    asha: bool,
+    storage: str,
+    checkpoints: bool,
+    searcher: bool = False,
+    reuse: bool = False,
 ) -> Run:
-    occupancy = TrialOccupancy()
+    occupancy = harness.TrialOccupancy()
     tuner = tune.Tuner(
         tune.with_resources(
             tune.with_parameters(example.train_mnist1d, data=data, hparams_at=values_at, checkpoints=checkpoints),
@@ -194,7 +175,7 @@ def run_tune(
         ),
         # A searcher gets the sequences' declarative form, domains inside, as ray_stagetree gives it them.
         param_space=to_tune_space(space) if searcher else declarative(space),
-        tune_config=_tune_config(asha, epochs, searcher),
+        tune_config=_tune_config(asha, epochs, searcher, reuse_actors=reuse),
         run_config=tune.RunConfig(
             storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]
         ),
@@ -202,7 +183,8 @@ def run_tune(
     results, wall = _fit(tuner, "Ray Tune")
     executed = sum(result.metrics["training_iteration"] for result in results)
     configs = [_lr_json(result.config) for result in results]
-    return Run("(a) Ray Tune", wall, occupancy.seconds, executed, _best(results), configs=configs)
+    name = TUNE_REUSE if reuse else TUNE_DEFAULT
+    return Run(name, wall, occupancy.seconds, executed, _best(results), configs=configs)
 
 
 def run_stagetree(
@@ -224,7 +206,7 @@ def run_stagetree(
         run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": epochs}, verbose=0),
         stage_sharing=sharing,
     )
-    name = "(c) stagetree shared" if sharing else "(b) stagetree alone"
+    name = SHARED if sharing else ALONE
     results, wall = _fit(tuner, name)
     frames = [result.metrics_dataframe for result in results if result.metrics_dataframe is not None]
     times = [seconds for frame in frames for seconds in frame["time_this_iter_s"]]
@@ -250,62 +232,116 @@ def fixed_seconds(space: dict[str, Any], data: Any, storage: str) -> float:
 
 
 def study(
+    section: harness.Section,
     label: str,
     space: dict[str, Any],
     data: Any,
     epochs: int,
     asha: bool,
     storage: str,
-    fixed: float,
+    repeats: int,
     checkpoints: bool = True,
     searcher: bool = False,
 ) -> dict:
+    """One study, the four systems interleaved ``repeats`` times; its table and ratios added to ``section``."""
     count = SEARCHER_SAMPLES if searcher else len(generate_trials(space))
-    print(f"\n{label}: {count} trials x {epochs} epochs, {WORKERS} workers")
-    runs = [
-        run_tune(space, data, epochs, asha, storage, checkpoints, searcher),
-        run_stagetree(space, data, epochs, asha, storage, sharing=False, checkpoints=checkpoints, searcher=searcher),
-        run_stagetree(space, data, epochs, asha, storage, sharing=True, checkpoints=checkpoints, searcher=searcher),
-    ]
-    tune_run, alone, shared = runs
-    trials = shared.trials
-    if searcher:
-        same = sorted(map(json.dumps, tune_run.configs)) == sorted(map(json.dumps, shared.configs))
-        print(f"the searcher suggested {'the same' if same else 'DIFFERENT'} trials to Tune and to ray_stagetree")
-    print(f"{'system':<22} {'wall s':>7} {'worker-s':>9} {'epochs':>7} {'reported':>9} {'best acc':>9}")
-    for run in runs:
-        reported = run.reported or run.epochs  # Tune executes each reported epoch once
-        print(
-            f"{run.system:<22} {run.wall:>7.1f} {run.worker_seconds:>9.1f} {run.epochs:>7d} {reported:>9d}"
-            f" {run.best:>9.4f}"
-        )
-
-    unique_work = shared.epochs * shared.epoch_seconds
-    longest_path = shared.longest_path * shared.epoch_seconds
-    bound = max(longest_path, unique_work / WORKERS)
-    figures = {
-        "merge_rate": merge_rate(trials, epochs),
-        "worker_seconds_ratio": tune_run.worker_seconds / shared.worker_seconds,
-        "makespan_ratio": shared.wall / bound,
-        "makespan_ratio_without_fixed": (shared.wall - fixed) / bound,
-        "best_equal": shared.best == tune_run.best,
-        "epochs_ratio": tune_run.epochs / shared.epochs,
-        "executed_over_reported": shared.epochs / shared.reported,
+    systems = {
+        TUNE_DEFAULT: lambda: vars(run_tune(space, data, epochs, asha, storage, checkpoints, searcher, reuse=False)),
+        TUNE_REUSE: lambda: vars(run_tune(space, data, epochs, asha, storage, checkpoints, searcher, reuse=True)),
+        ALONE: lambda: vars(run_stagetree(space, data, epochs, asha, storage, False, checkpoints, searcher)),
+        SHARED: lambda: {
+            **vars(run_stagetree(space, data, epochs, asha, storage, True, checkpoints, searcher)),
+            # What a study costs besides its epochs, next to the run it is taken from (the load changes).
+            "fixed": fixed_seconds(space, data, storage),
+        },
     }
-    print(f"merge rate of the trials at the horizon: {figures['merge_rate']:.2f}")
-    print(
-        f"(a)/(c): worker-seconds {figures['worker_seconds_ratio']:.2f}x, wall {tune_run.wall / shared.wall:.2f}x,"
-        f" epochs {tune_run.epochs / shared.epochs:.2f}x;"
-        f" (b)/(c): worker-seconds {alone.worker_seconds / shared.worker_seconds:.2f}x"
+    runs = harness.interleaved(systems, repeats, label)
+    shared = runs[SHARED][0]
+    same_trials = all(
+        sorted(map(json.dumps, run["configs"])) == sorted(map(json.dumps, shared["configs"]))
+        for system in runs.values()
+        for run in system
     )
-    print(
-        f"(c) makespan {shared.wall:.1f} s = {figures['makespan_ratio']:.2f}x the lower bound {bound:.1f} s"
-        f" (longest path {longest_path:.1f} s, unique work {unique_work:.1f} s / {WORKERS} workers;"
-        f" an epoch {shared.epoch_seconds:.3f} s); without the fixed {fixed:.1f} s:"
-        f" {figures['makespan_ratio_without_fixed']:.2f}x"
+    rows = []
+    for name, system in runs.items():
+        reported = [run["reported"] or run["epochs"] for run in system]  # Tune executes each reported epoch once
+        rows.append(
+            [
+                name,
+                harness.median_range(harness.values(system, "wall")),
+                harness.median_range(harness.values(system, "worker_seconds")),
+                harness.median_range(harness.values(system, "epochs"), 0),
+                harness.median_range(reported, 0),
+                harness.median_range(harness.values(system, "best"), 4),
+            ]
+        )
+    section.text(
+        f"### {label}",
+        f"{count} trials x {epochs} epochs, {WORKERS} workers; load {harness.loads(runs)} during the runs;"
+        f" {'the same trials in every run' if same_trials else 'the trials DIFFERED between runs'}.",
     )
-    same = "equal" if figures["best_equal"] else "DIFFERENT"
-    print(f"best accuracy: Tune {tune_run.best:.4f}, stagetree {shared.best:.4f} ({same})")
+    section.table(["system", "wall s", "worker-s", "epochs executed", "reported", "best accuracy"], rows)
+
+    best_work = harness.fastest(runs, TUNES, "worker_seconds")
+    best_wall = harness.fastest(runs, TUNES, "wall")
+    shared_runs = runs[SHARED]
+    epoch_seconds = harness.median(harness.values(shared_runs, "epoch_seconds"))
+    unique_work = harness.median(harness.values(shared_runs, "epochs")) * epoch_seconds
+    longest_path = max(run["longest_path"] for run in shared_runs) * epoch_seconds
+    bound = max(longest_path, unique_work / WORKERS)
+    walls = harness.values(shared_runs, "wall")
+    fixed = harness.values(shared_runs, "fixed")
+    figures = {
+        "merge_rate": merge_rate(shared["trials"], epochs),
+        "worker_seconds": harness.ratios(
+            harness.values(runs[best_work], "worker_seconds"), harness.values(shared_runs, "worker_seconds")
+        ),
+        "best_equal": all(
+            run["best"] == other["best"] for run, other in zip(runs[best_work], shared_runs, strict=True)
+        ),
+    }
+    target = figures["merge_rate"]
+    met = harness.median(figures["worker_seconds"]) >= target
+    section.table(
+        ["figure", "median [range] over repeats"],
+        [
+            ["merge rate of the trials", f"{figures['merge_rate']:.2f}"],
+            [
+                f"worker-s, Tune at its best ({best_work[4:]}) / (c)",
+                f"**{harness.ratio(harness.values(runs[best_work], 'worker_seconds'), harness.values(shared_runs, 'worker_seconds'))}**"
+                f" (target >= merge rate {target:.2f}: {'met' if met else 'NOT met'})",
+            ],
+            [
+                f"wall, Tune at its best ({best_wall[4:]}) / (c)",
+                harness.ratio(harness.values(runs[best_wall], "wall"), walls),
+            ],
+            [
+                "worker-s, Tune defaults / Tune reuse_actors=True",
+                harness.ratio(
+                    harness.values(runs[TUNE_DEFAULT], "worker_seconds"),
+                    harness.values(runs[TUNE_REUSE], "worker_seconds"),
+                ),
+            ],
+            [
+                "sharing only: worker-s (b) / (c)",
+                harness.ratio(
+                    harness.values(runs[ALONE], "worker_seconds"), harness.values(shared_runs, "worker_seconds")
+                ),
+            ],
+            ["sharing only: wall (b) / (c)", harness.ratio(harness.values(runs[ALONE], "wall"), walls)],
+            [
+                "epochs, Tune / (c)",
+                harness.ratio(harness.values(runs[best_work], "epochs"), harness.values(shared_runs, "epochs")),
+            ],
+            [
+                f"(c) makespan / lower bound {bound:.1f} s",
+                harness.ratio(walls, [bound] * len(walls))
+                + f"; without the fixed cost, {harness.median_range(fixed)} s: "
+                + harness.ratio([wall - cost for wall, cost in zip(walls, fixed, strict=True)], [bound] * len(walls)),
+            ],
+            ["best accuracy equal to Tune's in every repeat", "yes" if figures["best_equal"] else "no"],
+        ],
+    )
     return figures
 
 
@@ -319,72 +355,76 @@ def quick_space() -> dict[str, Any]:
 
 def main() -> None:
     global WORKERS
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="4 trials, 3 epochs, 1,000 samples")
+    parser = harness.parser(__doc__)
     parser.add_argument(
         "--workers", type=int, default=WORKERS, help="stage workers and Tune trials at once (default: CPUs)"
     )
+    parser.add_argument("--epochs", type=int, default=example.EPOCHS, help="epochs per trial (--full)")
+    parser.add_argument("--samples", type=int, default=20_000, help="MNIST-1D samples (--full)")
     parser.add_argument(
         "--studies",
         default=None,
         help="comma-separated: grid, asha, bare (ASHA without checkpoints), searcher (bare with Optuna);"
         " default all four (grid with --quick)",
     )
-    args = parser.parse_args()
+    args = harness.parse(parser)
     if args.studies is None:
         args.studies = "grid" if args.quick else "grid,asha,bare,searcher"
     args.studies = [name.strip() for name in args.studies.split(",") if name.strip()]
     unknown = sorted(set(args.studies) - {"grid", "asha", "bare", "searcher"})
     if unknown or not args.studies:
         parser.error(f"--studies takes grid, asha, bare and searcher, got {unknown or 'none'}")
-    if args.workers < 1:
-        parser.error(f"--workers must be >= 1, got {args.workers}")
+    for name in ("workers", "epochs", "samples"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     WORKERS = args.workers
-    epochs, samples = (3, 1000) if args.quick else (example.EPOCHS, 20_000)
-    space = quick_space() if args.quick else example.param_space()
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()},"
-        f" ray {ray.__version__}, torch {torch.__version__}; {samples} MNIST-1D samples"
+    epochs, samples = (3, 1000) if args.quick else (args.epochs, args.samples)
+    space = quick_space() if args.quick else example.param_space(epochs)
+    section = harness.Section("Stage sharing against Ray Tune on real training (`bench_tune.py`)", args)
+    section.text(
+        f"The example's 1-D CNN (`examples/mnist1d_study.py`) on {samples:,} MNIST-1D samples, one worker per CPU."
+        " Systems: (a) `ray.tune.Tuner` at its defaults (a new actor per trial) and with `reuse_actors=True`"
+        " (Tune's fast path); (b) `ray_stagetree.Tuner(stage_sharing=False)`, trial by trial; (c)"
+        " `ray_stagetree.Tuner`, shared prefixes trained once. Worker-seconds: Tune, each trial's start to"
+        " completion (a `Callback`); ray_stagetree, each stage batch's dispatch to completion"
+        " (`ResultGrid.worker_seconds`, starting worker processes included). Headline ratios are against the"
+        " faster Tune configuration; (b)/(c) is what sharing alone saves. Figures: median [range] over the"
+        " repeats, systems interleaved in one process."
     )
     # Ray's workers import the example's module by name.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [EXAMPLES, os.environ.get("PYTHONPATH")]))
-    init_ray(num_cpus=WORKERS, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    harness.start_ray(num_cpus=WORKERS)
     data = example.make_data(num_samples=samples)
     studies = {
-        "grid": ("1a. Grid search", False, True),
-        "asha": ("1b. ASHA", True, True),
-        "bare": ("1c. ASHA, no checkpoints", True, False),
-        "searcher": ("1d. Optuna and ASHA, no checkpoints", True, False),
+        "grid": ("Grid search", False, True),
+        "asha": ("ASHA", True, True),
+        "bare": ("ASHA, a trainable without checkpoints", True, False),
+        "searcher": ("Optuna (seeded) and ASHA, no checkpoints", True, False),
     }
-    figures = {}
     with tempfile.TemporaryDirectory(prefix="bench_tune_") as storage:
-        fixed = fixed_seconds(space, data, storage)
         for name in args.studies:
             label, asha, checkpoints = studies[name]
             searcher = name == "searcher"
-            figures[name] = study(
+            study(
+                section,
                 label,
                 searcher_space() if searcher else space,
                 data,
                 epochs,
                 asha,
                 storage,
-                fixed,
+                args.repeats,
                 checkpoints,
                 searcher,
             )
-    print("\nTargets: worker-seconds ratio >= 0.9 x merge rate (grid), > merge rate (ASHA); makespan <= 1.2 x bound;")
-    print("without checkpoints, never more epochs than Tune")
-    for name, result in figures.items():
-        target = 1.0 if name in ("bare", "searcher") else result["merge_rate"] * (0.9 if name == "grid" else 1.0)
-        print(
-            f"{name}: worker-seconds {result['worker_seconds_ratio']:.2f}x (target {target:.2f});"
-            f" epochs Tune/stagetree {result['epochs_ratio']:.2f}x,"
-            f" executed/reported {result['executed_over_reported']:.2f} (<= 1);"
-            f" makespan {result['makespan_ratio']:.2f}x the bound,"
-            f" {result['makespan_ratio_without_fixed']:.2f}x without the fixed cost;"
-            f" best accuracy equal to Tune's: {result['best_equal']}"
-        )
+    section.text(
+        f"ASHA: `ASHAScheduler(max_t={epochs}, grace_period={max(1, epochs // 8)}, reduction_factor=2)`."
+        " Targets: worker-seconds ratio against Tune at its best at least the merge rate on grid and"
+        " ASHA studies; without checkpoints never more epochs than Tune. The lower bound on (c)'s makespan is"
+        " max(longest path, unique work / workers) at the median epoch time (c) measured; the fixed cost (a"
+        " one-trial, one-epoch study less its epoch, after each (c) run) is what a study costs besides its epochs."
+    )
+    section.emit()
     ray.shutdown()
 
 

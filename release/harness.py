@@ -19,7 +19,9 @@ made next to each other.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import io
 import math
 import os
 import platform
@@ -28,9 +30,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+from ray import tune
 
 RELEASE = os.path.dirname(os.path.abspath(__file__))
 #: Exit code of a benchmark that cannot measure on this machine (no GPU): run_all keeps its last section.
@@ -81,6 +85,16 @@ def _stdout_to_stderr() -> None:
     _SECTION_OUT = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+
+
+def start_ray(**options: Any) -> None:
+    """A Ray of the benchmark's own on this machine, never a cluster found
+    running here (``ray_stagetree.init_ray`` and ``ray.init()`` would join the
+    latest ``ray start``, whose load is not the benchmark's)."""
+    import ray
+
+    defaults = {"include_dashboard": False, "configure_logging": False, "log_to_driver": False}
+    ray.init(address="local", **{**defaults, **options})
 
 
 def log(*parts: Any) -> None:
@@ -147,13 +161,23 @@ class Section:
         lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
         self.parts.append("\n".join(lines))
 
+    @contextlib.contextmanager
+    def verbatim(self) -> Iterator[None]:
+        """What the block prints, as a preformatted block of the section (for
+        a benchmark whose tables are aligned text)."""
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            yield
+        self.parts.append("```\n" + buffer.getvalue().strip("\n") + "\n```")
+
     def render(self) -> str:
         title = f"{self.title} (model)" if self.model and "(model)" not in self.title else self.title
         date = datetime.datetime.fromtimestamp(self.started, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         minutes = (time.time() - self.started) / 60
-        mode = "--quick" if self.args.quick else "--full"
+        command = " ".join(["python", os.path.relpath(os.path.abspath(sys.argv[0]), os.path.dirname(RELEASE))])
+        command += " " + " ".join(sys.argv[1:])
         meta = (
-            f"_Commit `{commit()}`, {date}, {mode}, {self.args.repeats} repeat(s); machine: {machine()};"
+            f"_Commit `{commit()}`, {date}, `{command.strip()}`, {self.args.repeats} repeat(s); machine: {machine()};"
             f" load (1/5/15 min) {self.started_load} at the start, {load()} at the end; {minutes:.1f} min._"
         )
         return "\n\n".join([f"## {title}", meta, *self.parts]) + "\n"
@@ -195,18 +219,18 @@ def values(runs: Sequence[Mapping[str, Any]], key: str) -> list[float]:
     return [float(run[key]) for run in runs]
 
 
-def median_range(numbers: Sequence[float], digits: int = 1, suffix: str = "") -> str:
-    """``median [low-high]``, or the one value; NaN (not reached) counts as missing."""
+def median_range(numbers: Sequence[float], digits: int = 1, suffix: str = "", missing: str = "not reached") -> str:
+    """``median [low-high]``, or the one value; NaN counts as ``missing``."""
     finite = [number for number in numbers if not math.isnan(number)]
     if not finite:
-        return "not reached"
-    missing = len(numbers) - len(finite)
+        return missing
+    absent = len(numbers) - len(finite)
     median = statistics.median(finite)
     text = f"{median:.{digits}f}{suffix}"
     if len(finite) > 1:
         text += f" [{min(finite):.{digits}f}-{max(finite):.{digits}f}]"
-    if missing:
-        text += f" ({missing} not reached)"
+    if absent:
+        text += f" ({absent} {missing})"
     return text
 
 
@@ -235,3 +259,25 @@ def loads(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     """The range of the 1-minute load at the start of the runs."""
     every = [run["load"] for system in runs.values() for run in system]
     return f"{min(every):.1f}-{max(every):.1f}"
+
+
+class TrialOccupancy(tune.Callback):
+    """Seconds each Tune trial held its worker: start to completion."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+        self.seconds = 0.0
+
+    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        self.started[trial.trial_id] = time.monotonic()
+
+    def _ended(self, trial) -> None:
+        started = self.started.pop(trial.trial_id, None)
+        if started is not None:
+            self.seconds += time.monotonic() - started
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        self._ended(trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        self._ended(trial)

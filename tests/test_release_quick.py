@@ -1,7 +1,9 @@
-"""Every release benchmark still runs end to end (its ``--quick`` mode).
+"""Every release benchmark still runs end to end (its ``--quick`` mode) and
+prints what `release/run_all.py` puts in RESULTS.md: one markdown section
+whose first line says where, when and how it was measured.
 
-Each runs in its own process, as `release/run_quick.py` runs them, so that
-it starts and stops its own Ray; here they are tests, so that the test
+Each runs in its own process, as `release/run_all.py --quick` runs them, so
+that it starts and stops its own Ray; here they are tests, so that the test
 runner's workers run them beside the rest of the suite. Quick figures mean
 nothing: the full ones are in ``release/RESULTS.md``.
 """
@@ -14,14 +16,23 @@ from pathlib import Path
 import pytest
 
 RELEASE = Path(__file__).resolve().parent.parent / "release"
+sys.path.insert(0, str(RELEASE))
+
+import run_all  # noqa: E402
+from harness import CANNOT_MEASURE_HERE  # noqa: E402
+
 BENCHMARKS = sorted(path.name for path in RELEASE.glob("bench_*.py"))
 # Quick runs over a minute of CPU on 2 cores, beside the suite: run with
-# STAGETREE_ALL_BENCHMARKS=1 (or `python release/run_quick.py`) before a release.
+# STAGETREE_ALL_BENCHMARKS=1 (or `python release/run_all.py --quick`) before a release.
 HEAVY = {"bench_tune.py", "bench_overhead.py", "bench_multistudy.py"}
+# The simulator's benchmarks take the section convention on the branch that reworks them (issue 31's modelled
+# half); until it is merged they run here but print their old text. Empty this set at that merge.
+CONVENTION_PENDING: set[str] = set()
 
 
-def test_every_benchmark_is_here():
+def test_every_benchmark_is_here_and_in_run_all():
     assert len(BENCHMARKS) >= 10, BENCHMARKS
+    assert sorted(run_all.SCRIPTS) == BENCHMARKS
 
 
 @pytest.mark.parametrize("script", BENCHMARKS)
@@ -38,6 +49,13 @@ def test_benchmark_runs_in_quick_mode(script, tmp_path):
         text=True,
         timeout=600,
     )
-    assert done.returncode == 0, (
+    # Without a GPU, bench_gpu.py says so in its section and exits CANNOT_MEASURE_HERE.
+    assert done.returncode in (0, CANNOT_MEASURE_HERE), (
         f"{script} --quick exited with {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )
+    try:
+        run_all.check_section(script, done.stdout)  # raises, naming what is wrong
+    except ValueError:
+        if script not in CONVENTION_PENDING:
+            raise
+        pytest.xfail(f"{script} prints its section on the branch converting the simulator's benchmarks")

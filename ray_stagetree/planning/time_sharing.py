@@ -255,7 +255,7 @@ class TimeSharingPolicy(ExecutionPolicy):
             return False
         quantum.last = (node, iteration)
         deadline = self.quantum_deadline(batch_id)
-        if deadline is None or now < deadline:
+        if deadline is None or now < deadline or self._unmeasured(quantum):
             return False
         self._close(quantum, now)
         best_waiting = next(self._candidates(plan), None)
@@ -264,6 +264,17 @@ class TimeSharingPolicy(ExecutionPolicy):
             return True
         self._quanta[batch_id] = _Quantum(node, (node, iteration), now, (node, iteration))  # it goes on: a new quantum
         return False
+
+    def _unmeasured(self, quantum: _Quantum) -> bool:
+        """A job's first quantum goes on until it has two losses: its
+        convergence ``(max - min) / |L|`` is 0 from one loss, whatever the
+        job, which would rank it with the jobs that do not learn (an
+        iteration longer than the quantum, as on a loaded machine, made every
+        job's first convergence 0)."""
+        if not self.needs_metric:
+            return False
+        record = self.record_of(quantum.job)
+        return (record is None or record.midrange is None) and len(self._losses(quantum.start, quantum.last)) < 2
 
     def ended(self, plan: SearchPlan, batch_id: int, now: float, point: tuple[PlanNode, int] | None = None) -> None:
         quantum = self._quanta.pop(batch_id, None)

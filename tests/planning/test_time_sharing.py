@@ -108,6 +108,20 @@ def test_hermes_runs_the_fastest_converging_job_and_preempts_only_for_a_better_o
     assert cluster.job(cluster.dispatch()) == "job0"
 
 
+def test_a_first_quantum_goes_on_until_the_job_has_two_losses():
+    # Iterations longer than the quantum: one loss when it ends, whose (max - min) would say the job does not learn.
+    cluster = Cluster(HermesPolicy(metric="loss", mode="min", quantum_s=1))
+    batch = cluster.dispatch()
+    assert not cluster.train(batch, [1.0], seconds=5.0)
+    assert cluster.policy.records == {}  # the quantum is still open
+    assert cluster.train(batch, [0.6], seconds=5.0)  # two losses: closed, and unmeasured jobs run first
+    (record,) = cluster.policy.records.values()
+    assert record.convergence == pytest.approx(0.4 / 2)
+    # Round robin reads no loss: its quanta end on time.
+    cluster = Cluster(RoundRobinPolicy(quantum_s=1))
+    assert cluster.train(cluster.dispatch(), [1.0], seconds=5.0)
+
+
 def test_round_robin_runs_the_job_that_waited_longest():
     cluster = Cluster(RoundRobinPolicy(quantum_s=30))
     order = []
