@@ -323,8 +323,14 @@ def test_a_disk_full_for_a_while_loses_nothing(tmp_path, ray_session):
 
 
 @pytest.mark.timeout(120)
-def test_a_disk_full_until_the_end_returns_the_results_and_says_what_was_not_written(tmp_path, ray_session, caplog):
+def test_a_disk_full_until_the_end_returns_the_results_and_says_what_was_not_written(
+    tmp_path, ray_session, caplog, monkeypatch
+):
+    """The study pauses for RAY_STAGETREE_STORAGE_WAIT_S, then goes on
+    without storage: it returns every result and names what it could not write."""
+    monkeypatch.setenv("RAY_STAGETREE_STORAGE_WAIT_S", "1")
     grid = full_disk_study(tmp_path, FullAfter(after=2))
+    assert any("the study goes on without it" in r.getMessage() for r in caplog.records)
     assert not grid.errors
     assert sorted(result.metrics["total"] for result in grid) == [1 + 0.5 + 0.5, 1 + 1 + 0.5]
     assert all(result.checkpoint is None for result in grid), "storage took none of them"

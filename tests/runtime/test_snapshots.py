@@ -158,6 +158,27 @@ def test_storage_that_refuses_a_snapshot_pauses_the_study_and_is_tried_again_les
     run(scenario)
 
 
+def test_past_its_wait_the_study_goes_on_without_storage_and_still_tries_it():
+    async def scenario():
+        clock = Clock()
+        study = Study(clock)
+        snapshots = Snapshots(study.take, study.write, None, study.warnings.append, wait_s=10.0, clock=clock)
+        snapshots.save_soon()
+        study.writes[-1][1].set_exception(OSError(28, "No space left on device"))
+        await snapshots.written()
+        assert snapshots.paused()
+        clock.now += 10.0
+        assert not snapshots.paused()
+        assert "goes on without it" in study.warnings[-1] and len(study.warnings) == 2
+        assert not snapshots.paused() and len(study.warnings) == 2, "said once"
+        snapshots.save_soon()
+        study.writes[-1][1].set_result(None)
+        await snapshots.written()
+        assert snapshots.refused_since is None and "takes writes again" in study.warnings[-1]
+
+    run(scenario)
+
+
 def test_retries_while_storage_refuses_the_snapshot_wait_at_most_a_bound():
     async def scenario():
         clock = Clock()

@@ -222,6 +222,7 @@ class StudyController:
             lambda data: self.store.io.write_state.remote(STATE_FILE, data),
             spec.state_period_s,
             self.feed.warn,
+            wait_s=spec.storage_wait_s,
         )
         self._sharing: dict[str, int] = {}  # the plan's iteration counts, as `progress` last computed them
         self._sharing_due = 0.0  # time.monotonic() after which `progress` computes them again
@@ -522,7 +523,7 @@ class StudyController:
         """Start batches on idle workers; True when a checkpoint some batch
         was to start from turned out lost (the plan dropped it: select again)."""
         lost = False
-        if self.store.writes_behind() or self.snapshots.refused_since is not None:
+        if self.store.writes_behind() or self.snapshots.paused():
             return lost
         chosen = self.policy.select(self.plan, self.pool.idle_count(), admit=self.parking.admit(self.pool.idle))
         # Batches that continue a parked trainable take its worker before the others take any.
@@ -847,7 +848,7 @@ class StudyController:
                 continue
             # While storage refuses the snapshot the study waits for it, even at its end: the final
             # checkpoints are only in memory.
-            storage_down = self.snapshots.refused_since is not None
+            storage_down = self.snapshots.paused()
             if not self.pool.running and not self.store.pending_writes and not storage_down:
                 if not self.unfinished():
                     if await self._final_checkpoints_lost():
@@ -878,7 +879,7 @@ class StudyController:
                 awaited.pop(ref, None)
                 if ref is not None and ref is self.snapshots.in_flight:
                     await self.snapshots.written()
-                    if storage_down and self.snapshots.refused_since is None:
+                    if self.store.unstored and self.snapshots.refused_since is None:
                         self.store.rewrite_unstored(self.plan)
                     continue
                 self.snapshots.changed = True  # woken (results, stops), a batch ended or a checkpoint landed

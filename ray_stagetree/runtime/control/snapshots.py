@@ -46,6 +46,10 @@ class NoSnapshots:
         self.changed = True  # something changed since the last snapshot was taken: the loop says so
         self.frozen = False  # interrupted: saved, and changed no more (`freeze`)
 
+    def paused(self) -> bool:
+        """Storage refuses the snapshot and the study still waits for it."""
+        return False
+
     def save_soon(self) -> None:
         """Start writing a snapshot if one is due (each turn of the loop)."""
 
@@ -87,6 +91,10 @@ class Snapshots(NoSnapshots):
         Where a warning for the driver goes.
     clock:
         Seconds now (``time.monotonic``; a test passes its own).
+    wait_s:
+        Seconds the study pauses while storage refuses its snapshot; then it
+        goes on without storage (what it trains is kept in memory and
+        returned), and still tries the snapshot now and then.
     """
 
     def __init__(
@@ -96,6 +104,7 @@ class Snapshots(NoSnapshots):
         period_s: float | None,
         warn: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
+        wait_s: float = 600.0,
     ) -> None:
         super().__init__()
         self._take = take
@@ -107,7 +116,22 @@ class Snapshots(NoSnapshots):
         self.seconds = 0.0
         self._next_at = 0.0  # clock() before which no snapshot is taken
         self._retry_s = STORAGE_RETRY_S
+        self.wait_s = wait_s
+        self._gave_up = False  # waited wait_s in this outage: the study goes on without storage
         self._last_stored = time.strftime("%H:%M:%S")  # the wall-clock time a restore would continue from
+
+    def paused(self) -> bool:
+        if self.refused_since is None or self._gave_up:
+            return False
+        if self._clock() - self.refused_since < self.wait_s:
+            return True
+        self._gave_up = True
+        self._warn(
+            f"storage has refused the study's snapshot for {self.wait_s:.0f} s: the study goes on without it "
+            "(RAY_STAGETREE_STORAGE_WAIT_S); what it trains is kept in memory and returned by fit(), and lost with "
+            "the driver until storage is back"
+        )
+        return False
 
     def save_soon(self) -> None:
         now = self._clock()
@@ -154,6 +178,7 @@ class Snapshots(NoSnapshots):
             )
             self.refused_since = None
             self._retry_s = STORAGE_RETRY_S
+            self._gave_up = False
 
     def _refused(self, error: Exception) -> None:
         """Storage refused the snapshot (read-only, full, unreachable): the
@@ -168,8 +193,8 @@ class Snapshots(NoSnapshots):
         error = getattr(error, "cause", None) or error  # the storage actor's own error, not Ray's wrapper
         self._warn(
             f"storage refuses the study's snapshot ({type(error).__name__}: {error}): the study pauses, no new "
-            "stage starts until storage takes writes again (running ones finish; their checkpoints are kept in "
-            f"memory). Stopped now, it continues with Tuner.restore from its snapshot of {self._last_stored} "
+            "stage starts until storage takes writes again, for up to {self.wait_s:.0f} s (running ones finish; their "
+            f"checkpoints are kept in memory). Stopped now, it continues with Tuner.restore from its snapshot of {self._last_stored} "
             "once storage is back"
         )
 

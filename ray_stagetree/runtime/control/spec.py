@@ -164,6 +164,7 @@ class StudySpec:
     resume: bool = False  # continue the plan saved under experiment_path/plan
     restore: Restore | None = None  # continue a study's snapshot (Tuner.restore)
     state_period_s: float | None = None  # seconds between snapshots; None: as often as their cost allows
+    storage_wait_s: float = 600.0  # seconds the study pauses while storage refuses its snapshot, then goes on without
     # The experiment's key, which seals stored checkpoints (execution.payload_auth); never written to storage.
     payload_key: bytes | None = field(default=None, repr=False)
     trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify

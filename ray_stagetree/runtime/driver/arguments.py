@@ -302,6 +302,12 @@ def state_period() -> float | None:
     )
 
 
+def storage_wait() -> float:
+    """``RAY_STAGETREE_STORAGE_WAIT_S``: seconds a study pauses while storage
+    refuses its snapshot before it goes on without storage (600 by default)."""
+    return _environment("RAY_STAGETREE_STORAGE_WAIT_S", "600", float, Real(low=0, finite=True), meaning=" (seconds)")
+
+
 def restore_retries() -> int:
     """Tune's ``TUNE_RESTORE_RETRY_NUM``: times a trial's failed checkpoint
     load is retried before it counts as one of its failures (0 by default)."""

@@ -76,6 +76,7 @@ from ray_stagetree.runtime.driver.arguments import (
     scaling_of,
     stall_warning_seconds,
     state_period,
+    storage_wait,
 )
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner, check_driver_hooks
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
@@ -791,6 +792,7 @@ class Tuner:
             resume=resume,
             restore=restore,
             state_period_s=state_period(),
+            storage_wait_s=storage_wait(),
             restore_retries=restore_retries(),
             checkpoint_config=self.run_config.checkpoint_config,
             stall_warning_s=stall_warning_seconds(),
