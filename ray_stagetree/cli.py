@@ -279,7 +279,8 @@ def _status(args: argparse.Namespace) -> int:
     print("trials: " + (", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "none yet"))
     trained = experiment.trained()
     if trained:
-        print(f"trained {trained[0]} iterations in {trained[1]:.1f} worker-seconds")
+        # Unique iterations: a `run` line's "executed" also counts what a restore trained again.
+        print(f"trained {trained[0]} unique iterations in {trained[1]:.1f} worker-seconds")
     _print_best(experiment, args)
     return OK
 
