@@ -284,19 +284,7 @@ def main() -> None:
         f" learning-rate x batch-size sequence trials x {epochs} epochs at {resources} each, on {device}; systems"
         f" interleaved, median [range] over the repeats; load {harness.loads(runs)} during the runs."
     )
-    section.table(
-        ["system", "wall s", "worker-s", "epochs executed", "best accuracy"],
-        [
-            [
-                name,
-                harness.median_range(harness.values(outcomes, "wall")),
-                harness.median_range(harness.values(outcomes, "worker_seconds")),
-                harness.median_range(harness.values(outcomes, "epochs"), 0),
-                harness.median_range(harness.values(outcomes, "best"), 4),
-            ]
-            for name, outcomes in runs.items()
-        ],
-    )
+    results_table(section, runs, "worker-s")
     lines = [f"* merge rate {merge_rate(trials, epochs):.2f}"]
     for key, label in (("worker_seconds", "worker-seconds"), ("wall", "wall")):
         best = harness.fastest(runs, (TUNE_DEFAULT, TUNE_REUSE), key)
@@ -308,6 +296,23 @@ def main() -> None:
     section.text(*lines)
     section.emit()
     ray.shutdown()
+
+
+def results_table(section: harness.Section, runs: dict[str, list[dict[str, Any]]], seconds: str) -> None:
+    """Each system's wall time, ``seconds`` (its trials' worker- or group-seconds), epochs and best accuracy."""
+    section.table(
+        ["system", "wall s", seconds, "epochs executed", "best accuracy"],
+        [
+            [
+                name,
+                harness.median_range(harness.values(outcomes, "wall")),
+                harness.median_range(harness.values(outcomes, "worker_seconds")),
+                harness.median_range(harness.values(outcomes, "epochs"), 0),
+                harness.median_range(harness.values(outcomes, "best"), 4),
+            ]
+            for name, outcomes in runs.items()
+        ],
+    )
 
 
 def data_parallel(args: Any, section: harness.Section) -> None:
@@ -343,19 +348,7 @@ def data_parallel(args: Any, section: harness.Section) -> None:
         f" `ray.tune.Tuner(TorchTrainer)` with `reuse_actors=True` and by ray_stagetree's data-parallel stages, on"
         f" {device}; interleaved, median [range]; load {harness.loads(runs)} during the runs.",
     )
-    section.table(
-        ["system", "wall s", "group-s", "epochs executed", "best accuracy"],
-        [
-            [
-                name,
-                harness.median_range(harness.values(outcomes, "wall")),
-                harness.median_range(harness.values(outcomes, "worker_seconds")),
-                harness.median_range(harness.values(outcomes, "epochs"), 0),
-                harness.median_range(harness.values(outcomes, "best"), 4),
-            ]
-            for name, outcomes in runs.items()
-        ],
-    )
+    results_table(section, runs, "group-s")
     section.text(
         f"* merge rate {merge_rate(trials, epochs):.2f}; Tune / ray_stagetree: group-seconds"
         f" **{harness.ratio(harness.values(runs[TUNE_REUSE], 'worker_seconds'), harness.values(runs[SHARED], 'worker_seconds'))}**,"

@@ -11,15 +11,11 @@ pytest.importorskip("nbconvert")
 pytest.importorskip("ipykernel")
 pytest.importorskip("ipywidgets")  # the notebook extra: without it tqdm and Ray ask for it at `import ray`
 
-SETUP = """
-import os, tempfile
-import ray
-from ray import tune
-from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, report
-
-ray.init(address=os.environ["STAGETREE_TEST_RAY_ADDRESS"])
-
+# Both notebooks' trainable: a loss decaying by the learning rate, checkpointed; a trial whose config says so fails.
+TRAIN = """
 def train(config):
+    if config.get("fail"):
+        raise ValueError("this trial fails on purpose")
     loss = 1.0
     checkpoint = get_checkpoint()
     if checkpoint:
@@ -31,6 +27,20 @@ def train(config):
             with open(f"{folder}/loss", "w") as file:
                 file.write(repr(loss))
             report({"loss": loss}, checkpoint=tune.Checkpoint.from_directory(folder))
+"""
+
+SETUP = (
+    """
+import os, tempfile
+import ray
+from ray import tune
+from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, report
+
+ray.init(address=os.environ["STAGETREE_TEST_RAY_ADDRESS"])
+
+"""
+    + TRAIN
+    + """
 
 def study(name, **run_config):
     return Tuner(
@@ -41,6 +51,7 @@ def study(name, **run_config):
                                   stop={"training_iteration": 6}, **run_config),
     ).fit()
 """
+)
 
 LINE = "grid = study('line')\nprint('BEST', grid.get_best_result().metrics['loss'])"
 
@@ -73,7 +84,8 @@ def test_a_notebook_shows_one_display_updated_in_place(tmp_path, ray_session):
     assert "trial by trial (" in html and "loss" in html and "TERMINATED" in html
 
 
-FAILING = """
+FAILING = (
+    """
 import tempfile
 
 from ray import tune
@@ -81,20 +93,9 @@ from ray import tune
 from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, report
 
 
-def train(config):
-    if config["fail"]:
-        raise ValueError("this trial fails on purpose")
-    loss = 1.0
-    checkpoint = get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as folder, open(f"{folder}/loss") as file:
-            loss = float(file.read())
-    while True:
-        loss *= 1 - get_hparams()["lr"]
-        with tempfile.TemporaryDirectory() as folder:
-            with open(f"{folder}/loss", "w") as file:
-                file.write(repr(loss))
-            report({"loss": loss}, checkpoint=tune.Checkpoint.from_directory(folder))
+"""
+    + TRAIN
+    + """
 
 
 grid = Tuner(
@@ -106,6 +107,7 @@ grid = Tuner(
 ).fit()
 print("ERRORS", grid.num_errors)
 """
+)
 
 
 @pytest.mark.slow
