@@ -27,17 +27,26 @@ def flag_once(config, iteration):
         open(config["flag"] + ".done", "w").close()
 
 
+def die_once(config, iteration):
+    if iteration == config.get("die_after") and not os.path.exists(config["marker"]):
+        open(config["marker"], "w").close()
+        os._exit(1)
+
+
 def sum_of_lr(config):
     """Adds up ``lr`` through its checkpoints (every iteration reports one);
     ``config["sleep"]`` seconds per iteration; counted (`count_step`); the
     first trial to reach iteration ``config["flag_at"]`` creates the file
-    ``config["flag"]``, once (a fault the test switches on mid-study)."""
+    ``config["flag"]``, once (a fault the test switches on mid-study); once
+    (the file ``config["marker"]``), its process exits right after reporting
+    iteration ``config["die_after"]``."""
     checkpoint = get_checkpoint()
     total, iteration = 0.0, 0
     if checkpoint:
         with checkpoint.as_directory() as path, open(f"{path}/state.json") as file:
             total, iteration = json.load(file)
     while True:
+        die_once(config, iteration)
         iteration += 1
         count_step(config)
         flag_once(config, iteration)

@@ -8,7 +8,6 @@ import logging
 import math
 import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 from trainables_for_tests import count_of, sum_of_lr
 
-from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, report
+from ray_stagetree import MultiStep, Tuner, get_hparams, report
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.runtime.control.experiment_state import STATE_FILE, read_state
 
@@ -501,33 +500,13 @@ def test_a_checkpoint_whose_worker_died_before_it_was_taken_is_retrained_not_fai
     assert "the checkpoint batch 2 starts from is lost" in outcome.source_lost
 
 
-def dies_right_after_a_checkpoint(config):
-    """Adds up ``lr`` with a checkpoint at every iteration; once (``marker``),
-    its process exits right after reporting iteration ``die_after``."""
-    checkpoint = get_checkpoint()
-    total, iteration = 0.0, 0
-    if checkpoint:
-        with checkpoint.as_directory() as path, open(f"{path}/state.json") as file:
-            total, iteration = json.load(file)
-    while True:
-        if iteration == config["die_after"] and not os.path.exists(config["marker"]):
-            open(config["marker"], "w").close()
-            os._exit(1)
-        iteration += 1
-        total += get_hparams()["lr"]
-        with tempfile.TemporaryDirectory() as path:
-            with open(f"{path}/state.json", "w") as file:
-                json.dump([total, iteration], file)
-            report({"total": total}, checkpoint=tune.Checkpoint.from_directory(path))
-
-
 def test_a_worker_dying_right_after_its_checkpoint_costs_one_failure_and_no_result(tmp_path, ray_session):
     """End to end: the death is the trial's one failure (as in Tune), the
     checkpoint it may not have handed over costs none, and every result is
     the fault-free run's."""
     marker = str(tmp_path / "died")
     grid = Tuner(
-        dies_right_after_a_checkpoint,
+        sum_of_lr,  # its process exits once, right after reporting iteration die_after
         param_space={"lr": 0.5, "die_after": 3, "marker": marker},
         run_config=tune.RunConfig(
             name="dies",
