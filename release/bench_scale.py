@@ -93,14 +93,20 @@ def study(trials: int, storage: str) -> dict[str, float]:
         "first": first_rate,
         "last": last_rate,
         "per_trial": (wall - (clock.first_result - started)) / trials,
+        "driver_mb": driver_peak_mb(),
     }
+
+
+def driver_peak_mb() -> float:
+    """The driver's peak resident memory so far, in MB (the studies run smallest first)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def grid_start(values: int, storage: str, budget_s: float = 30.0) -> tuple[float, float]:
     """Seconds from ``Tuner()`` to the first result of a ``values``-value
     grid, and the driver's peak resident memory in MB after the study."""
-    import resource
-
     started = time.perf_counter()
     clock = CompletionClock(values, started)
     ray_stagetree.Tuner(
@@ -111,7 +117,7 @@ def grid_start(values: int, storage: str, budget_s: float = 30.0) -> tuple[float
     ).fit()
     if clock.first_result is None:
         raise RuntimeError(f"a {values}-value grid gave no result within its {budget_s:.0f} s budget")
-    return clock.first_result - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return clock.first_result - started, driver_peak_mb()
 
 
 def final_checkpoints_peak(trials: int, budget_bytes: int, storage: str) -> float:
@@ -185,15 +191,16 @@ def main() -> None:
 def measure(sizes: list[int]) -> None:
     """Each size's study, one after another, as a text table."""
     print(
-        f"{'trials':>8} {'wall s':>8} {'setup s':>8} {'ms/trial':>9} {'2nd 10% /s':>13} {'last 10% /s':>12} {'last/first':>11}"
+        f"{'trials':>8} {'wall s':>8} {'setup s':>8} {'ms/trial':>9} {'2nd 10% /s':>13} {'last 10% /s':>12}"
+        f" {'last/first':>11} {'driver peak MB':>15}"
     )
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
-        for size in sizes:
+        for size in sorted(sizes):
             r = results[size] = study(size, storage)
             print(
                 f"{size:>8} {r['wall']:>8.1f} {r['setup']:>8.1f} {1000 * r['per_trial']:>9.2f} "
-                f"{r['first']:>13.0f} {r['last']:>12.0f} {r['last'] / r['first']:>11.2f}"
+                f"{r['first']:>13.0f} {r['last']:>12.0f} {r['last'] / r['first']:>11.2f} {r['driver_mb']:>15.0f}"
             )
     small, large = min(sizes), max(sizes)
     print(

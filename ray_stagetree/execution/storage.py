@@ -26,7 +26,7 @@ import math
 import os
 import posixpath
 import uuid
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
 import fsspec
@@ -150,13 +150,31 @@ class CheckpointStorage:
             The path, size and checksum that `read` verifies against.
         """
         data = bytes(data)
+        target = self._atomically(key, lambda temporary: self.filesystem.pipe_file(temporary, data))
+        return StoredCheckpoint(path=target, size_bytes=len(data), checksum=checksum(data))
+
+    def write_chunks(self, key: str, chunks: Iterable[bytes]) -> str:
+        """Write ``chunks`` one after another to ``<storage_path>/<key>``,
+        atomically as `write`, never holding more than one of them: a file
+        too big to build in memory first. Returns its path."""
+
+        def stream(temporary: str) -> None:
+            with self.filesystem.open(temporary, "wb") as file:
+                for chunk in chunks:
+                    file.write(chunk)
+
+        return self._atomically(key, stream)
+
+    def _atomically(self, key: str, put: Callable[[str], None]) -> str:
+        """Run ``put`` on a temporary sibling of ``key``'s path, then move it
+        into place; returns the path. A failed ``put`` leaves nothing behind."""
         target = self.path(key)
         parent = posixpath.dirname(target)
         if parent:
             self.filesystem.makedirs(parent, exist_ok=True)
         temporary = f"{target}.tmp-{uuid.uuid4().hex}"
         try:
-            self.filesystem.pipe_file(temporary, data)
+            put(temporary)
             self.filesystem.mv(temporary, target)
         except BaseException:
             try:
@@ -165,7 +183,7 @@ class CheckpointStorage:
             except Exception:  # the original error matters more
                 pass
             raise
-        return StoredCheckpoint(path=target, size_bytes=len(data), checksum=checksum(data))
+        return target
 
     def read(self, stored: StoredCheckpoint) -> bytes:
         """Read a payload and verify it against ``stored``.

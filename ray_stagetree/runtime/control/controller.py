@@ -34,9 +34,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import itertools
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -1029,8 +1031,10 @@ class StudyController:
             stalled.append((", ".join(names) or f"batch {batch.batch_id}", silent))
         return stalled
 
-    def results(self) -> list[dict[str, Any]]:
-        return [trial_summary(state) for state in self.trials.values()]
+    def results(self, first: int = 0, count: int | None = None) -> list[dict[str, Any]]:
+        """The summaries of trials ``first`` to ``first + count`` (all from ``first`` when ``count`` is None)."""
+        stop = None if count is None else first + count
+        return [trial_summary(state) for state in itertools.islice(self.trials.values(), first, stop)]
 
     def monitor_view(self) -> dict[str, Any]:
         """Read-only, for the web monitor (`ray_stagetree.monitor`): the plan
@@ -1061,6 +1065,25 @@ class StudyController:
 
     def shutdown_workers(self) -> None:
         self.pool.shut_down(self.spec.worker.stop)
+
+
+#: Trial summaries per call of `fetch_summaries`.
+SUMMARY_PAGE = 1000
+
+
+def fetch_summaries(results: Callable[[int, int], Any]) -> list[dict[str, Any]]:
+    """Every trial's summary from a study's ``results`` actor method (its
+    ``.remote``, called with ``first`` and ``count``), a page at a time.
+
+    All of them in one object would sit in the driver twice at the study's
+    end, serialised and built: its memory peak (about 175 MB more at
+    10,000 trials)."""
+    summaries: list[dict[str, Any]] = []
+    while True:
+        page = ray.get(results(len(summaries), SUMMARY_PAGE))
+        summaries.extend(page)
+        if len(page) < SUMMARY_PAGE:
+            return summaries
 
 
 def _multiples(every: int, low: int, high: int, count: int) -> list[int]:

@@ -8,7 +8,6 @@ Each function names where Tune does the same (its ``TunerInternal`` at
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import inspect
@@ -37,14 +36,18 @@ def is_ray_train_trainer(trainable: Any) -> bool:
     the legacy ``BaseTrainer`` or Train v2's ``DataParallelTrainer``)."""
     if "ray.train" not in sys.modules or isinstance(trainable, (str, type)) or callable(trainable):
         return False
-    kinds = []
-    for module, name in (
-        ("ray.train.base_trainer", "BaseTrainer"),
-        ("ray.train.v2.api.data_parallel_trainer", "DataParallelTrainer"),
-    ):
-        with contextlib.suppress(ImportError, AttributeError):
-            kinds.append(getattr(importlib.import_module(module), name))
-    return isinstance(trainable, tuple(kinds))
+    kinds = (
+        _loaded_class("ray.train.base_trainer", "BaseTrainer"),
+        _loaded_class("ray.train.v2.api.data_parallel_trainer", "DataParallelTrainer"),
+    )
+    return isinstance(trainable, tuple(kind for kind in kinds if kind is not None))
+
+
+def _loaded_class(module: str, name: str) -> type | None:
+    """``module.name`` if ``module`` is already imported, else None: an
+    object cannot be an instance of a class never loaded, and importing
+    Ray Train's trainers would load torch into every driver (185 MB)."""
+    return getattr(sys.modules.get(module), name, None)
 
 
 @functools.cache
@@ -70,11 +73,8 @@ def legacy_torch_trainer(trainable: Any) -> bool:
     """Whether ``trainable`` is a legacy-engine ``TorchTrainer``
     (``RAY_TRAIN_V2_ENABLED=0``), which ray_stagetree runs on its own
     data-parallel stages (`hosted_trainer`)."""
-    if "ray.train" not in sys.modules:
-        return False
-    with contextlib.suppress(ImportError, AttributeError):
-        return isinstance(trainable, importlib.import_module("ray.train.torch.torch_trainer").TorchTrainer)
-    return False
+    torch_trainer = _loaded_class("ray.train.torch.torch_trainer", "TorchTrainer")
+    return torch_trainer is not None and isinstance(trainable, torch_trainer)
 
 
 def hosts_trainer(trainer: Any, param_space: Any) -> bool:

@@ -48,7 +48,7 @@ from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import study_policy
-from ray_stagetree.runtime.control.controller import StudyController
+from ray_stagetree.runtime.control.controller import StudyController, fetch_summaries
 from ray_stagetree.runtime.control.experiment_state import (
     Restore,
     can_restore,
@@ -917,7 +917,7 @@ class Tuner:
                 if progress["study_error"] is not None:
                     raise RuntimeError(progress["study_error"])
                 reporter.update(progress, final=True, trials=callbacks.reported_trials(), partial=interrupted.is_set())
-                summaries = ray.get(controller.results.remote())
+                summaries = fetch_summaries(controller.results.remote)
                 callbacks.end()
             except Exception as error:
                 if not isinstance(error, ray.exceptions.RayError):  # a callback raised: fit() raises it, as Tune's

@@ -124,8 +124,8 @@ class PlanService:
     def progress(self, study_id: str) -> dict[str, Any]:
         return self._study(study_id).progress()
 
-    def results(self, study_id: str) -> list[dict[str, Any]]:
-        return self._study(study_id).results()
+    def results(self, study_id: str, first: int = 0, count: int | None = None) -> list[dict[str, Any]]:
+        return self._study(study_id).results(first, count)
 
     def halt(self, study_id: str) -> None:
         """Stop the study's trials where they are (its driver was interrupted)."""

@@ -11,6 +11,7 @@ refused, so checkpoints are never read from a path the user did not give.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -20,6 +21,7 @@ from typing import Any
 
 import ray
 
+from ray_stagetree.runtime.control.controller import fetch_summaries
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.actor import PlanService
 from ray_stagetree.validation import Real, check
@@ -156,7 +158,7 @@ def run_attached(
         if progress["study_error"] is not None:
             raise RuntimeError(progress["study_error"])
         reporter.update(progress, final=True, trials=list(callbacks.trials.values()), partial=interrupted.is_set())
-        summaries = ray.get(service.results.remote(study_id))
+        summaries = fetch_summaries(functools.partial(service.results.remote, study_id))
         callbacks.end()
     finally:
         try:
