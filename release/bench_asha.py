@@ -20,7 +20,7 @@ decides on what it is fed, and it should be fed what Tune feeds it.
 
     python release/bench_asha.py --full          # 3 repeats
     python release/bench_asha.py --repeats 5 --checkpoints
-    python release/bench_asha.py --quick         # CI smoke test: 1 repeat, 8 trials
+    python release/bench_asha.py --quick         # CI smoke test: 1 repeat, 4 trials
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def main() -> None:
     parser.add_argument("--checkpoints", action="store_true", help="the trainable reports checkpoints")
     args = harness.parse(parser)
     if args.quick:
-        args.trials = 8
+        args.trials = 4  # each of Tune's default runs starts a process per trial
     if args.trials < 2 or args.workers < 1 or not args.seconds >= 0:
         parser.error(
             f"--trials >= 2, --workers >= 1, --seconds >= 0; got {args.trials}, {args.workers}, {args.seconds}"

@@ -17,7 +17,7 @@ each), and two-iteration trials that all share iteration 0 (one root,
 branching from its checkpoint).
 
     python release/bench_planner.py            # 1k, 10k, 100k
-    python release/bench_planner.py --quick    # 1k, 10k; dispatch loop at 1k, 5k (CI smoke test)
+    python release/bench_planner.py --quick    # 100, 1k; dispatch loop at 100, 500; 1 repeat (CI smoke test)
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def peak_memory(configs: list[dict]) -> int:
 
 
 def main() -> None:
-    parser = harness.parser(__doc__, quick_repeats=3, full_repeats=3)
+    parser = harness.parser(__doc__, quick_repeats=1, full_repeats=3)
     parser.add_argument("--seed", type=int, default=0)
     args = harness.parse(parser)
     printed = io.StringIO()
@@ -155,7 +155,7 @@ def main() -> None:
 
 
 def report(args: Any) -> None:
-    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    sizes = [100, 1_000] if args.quick else [1_000, 10_000, 100_000]
 
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
     header = (
@@ -187,7 +187,7 @@ def report(args: Any) -> None:
     print("growth: log10(ratio of totals) per decade of trials; 1.00 is linear")
     print("target: 10,000 trials planned and batched in under 1 s")
 
-    loop_sizes = [1_000, 5_000] if args.quick else sizes
+    loop_sizes = [100, 500] if args.quick else sizes
     for study in LOOP_STUDIES:
         print(f"\ndispatch loop, {study}: 2 workers, planner ms per trial")
         rebuilt = study_loop(loop_sizes[0], study, rebuild_every_dispatch=True)

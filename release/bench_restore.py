@@ -130,7 +130,7 @@ def main() -> None:
         return
     args = harness.parse(parser)
     section = harness.Section("Restore after a killed driver (`bench_restore.py`)", args)
-    milestones, horizon = ([2, 4, 6, 8], 10) if args.quick else ([3, 6, 9, 12, 15, 18], 24)
+    milestones, horizon = ([2, 4], 6) if args.quick else ([3, 6, 9, 12, 15, 18], 24)
     section.text(
         f"{len(milestones)} trials x {horizon} iterations x {SECONDS_PER_ITERATION} s, checkpoint every iteration;"
         " the driver SIGKILLed after half the iterations, then `Tuner.restore`. Iterations: uninterrupted run,"

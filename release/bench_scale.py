@@ -15,7 +15,7 @@ measured side by side: per-trial cost at the largest size / at the smallest.
 
     python release/bench_scale.py                    # 10,000 and 100,000 trials (long)
     python release/bench_scale.py --trials 1000,10000
-    python release/bench_scale.py --quick            # 100 and 300 trials (CI smoke test)
+    python release/bench_scale.py --quick            # 20 and 60 trials (CI smoke test)
     python release/bench_scale.py --grid 100000
     python release/bench_scale.py --final-checkpoints 200
 
@@ -176,7 +176,7 @@ def main() -> None:
         ray.shutdown()
         return
     try:
-        sizes = [int(size) for size in ("100,300" if args.quick else args.trials).split(",")]
+        sizes = [int(size) for size in ("20,60" if args.quick else args.trials).split(",")]
     except ValueError:
         parser.error(f"--trials takes comma-separated whole numbers, got {args.trials!r}")
     if not sizes or min(sizes) < 10:
