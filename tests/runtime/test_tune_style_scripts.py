@@ -3,6 +3,7 @@
 ``ray_stagetree.Tuner``: the Tuner import is the only difference, and both
 must run every trial without error and find the same best configuration."""
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -38,11 +39,24 @@ def run_both(name, tmp_path):
     """``main`` of the script with vanilla Tune, then with ray_stagetree:
     ((best config, best metric), ResultGrid) for each."""
     script = load_script(name)
-    vanilla = script.main(tune.Tuner, storage_path=str(tmp_path / "tune"))
+    vanilla = script.main(tune_reusing_function_actors, storage_path=str(tmp_path / "tune"))
     assert_no_errors(vanilla[1], "ray.tune.Tuner")
     ours = script.main(ray_stagetree.Tuner, storage_path=str(tmp_path / "stagetree"))
     assert_no_errors(ours[1], "ray_stagetree.Tuner")
     return script, vanilla, ours
+
+
+def tune_reusing_function_actors(trainable, *args, tune_config=None, **kwargs):
+    """Vanilla ``ray.tune.Tuner``, reusing actors for a function trainable
+    whose script leaves ``reuse_actors`` at its default: Tune resets a
+    function trainable between trials without changing what it reports, and
+    a process started per trial made the reference runs most of this file's
+    time. Class trainables keep the script's setting (reuse calls their
+    ``reset_config``)."""
+    config = tune_config or tune.TuneConfig()
+    if not isinstance(trainable, type) and not config.reuse_actors:
+        config = dataclasses.replace(config, reuse_actors=True)
+    return tune.Tuner(trainable, *args, tune_config=config, **kwargs)
 
 
 def assert_no_errors(grid, who):
