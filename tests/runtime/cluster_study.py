@@ -12,10 +12,10 @@ it in a subprocess, so its cluster never meets the test session's Ray.
    with every trial complete.
 3. Without retries (``max_failures=0``), the trials of a batch on a removed
    node end in error at once and the others complete.
-4. The node is removed while the other node is busy: the lost batch's retry
-   goes to a worker started in its place, which Ray cannot place (the lost
-   node is still counted for a while); the study takes the batch back and
-   ends complete on the remaining node.
+4. The node is removed while the other node is busy: a worker starts in
+   place of the lost one, which Ray cannot place (the lost node is still
+   counted for a while); the lost batch's retry does not wait for it but
+   for the busy node's worker, and the study ends complete on that node.
 """
 
 import os
@@ -105,9 +105,9 @@ def tuner(storage_path, name, doomed="", signals="", max_failures=0, storage_fil
 def fit_losing_node(cluster, doomed, workdir, name, max_failures, hold=False):
     """Run a study and remove node ``doomed`` once a batch blocks on it; the
     study's results and the trials (their lr gammas) that were blocked there.
-    With ``hold``, the other node's batch is held busy until the retry of
-    the lost batch has been dispatched (to a worker started in place of the
-    lost one, which Ray cannot place)."""
+    With ``hold``, the other node's batch is held busy for a while after
+    the node goes (a worker started in place of the lost one cannot be
+    placed; the lost batch's retry waits for the busy worker)."""
     signals = os.path.join(workdir, f"signals_{name}")
     os.makedirs(signals)
     study = tuner(workdir, name, doomed=doomed.node_id, signals=signals, max_failures=max_failures, hold=hold)
@@ -121,7 +121,7 @@ def fit_losing_node(cluster, doomed, workdir, name, max_failures, hold=False):
         time.sleep(0.2)
     cluster.remove_node(doomed, allow_graceful=not hold)  # a node that vanishes: Ray sees it gone late
     if hold:
-        time.sleep(3)  # the lost batch's retry goes to a new worker: the other one is busy
+        time.sleep(3)  # the lost batch's retry must not go to the new worker, which Ray cannot place
         open(os.path.join(signals, "release"), "w").close()
     fit.join(timeout=240)
     assert not fit.is_alive(), "the study hung after the node was removed"
