@@ -46,8 +46,17 @@ def train(config):
     if checkpoint:
         with checkpoint.as_directory() as path, open(os.path.join(path, "x.json")) as file:
             x = json.load(file)["x"]
+    if config["doomed"]:
+        open(os.path.join(config["signals"], f"trained_{node}"), "w").close()
     while True:
         x -= get_hparams()["lr"] * x
+        if config["doomed"] and node != config["doomed"] and get_iteration() + 1 == BLOCK_AT - 1:
+            # Batches go only to workers Ray has placed: on a loaded machine this node's worker could
+            # train every trial before the doomed node's has started. Wait (a while) for it to train too.
+            doomed_trained = os.path.join(config["signals"], f"trained_{config['doomed']}")
+            deadline = time.monotonic() + 120
+            while not os.path.exists(doomed_trained) and time.monotonic() < deadline:
+                time.sleep(0.05)
         if node == config["doomed"] and get_iteration() + 1 == BLOCK_AT:
             gamma = round(get_hparams()["lr"] / 0.1, 9)  # past the milestone: lr = 0.1 * gamma
             open(os.path.join(config["signals"], f"blocked_{gamma}"), "w").close()
@@ -116,7 +125,7 @@ def fit_losing_node(cluster, doomed, workdir, name, max_failures, hold=False):
     fit.start()
     deadline = time.monotonic() + 180
     awaited = {"blocked", "held"} if hold else {"blocked"}
-    while {entry.split("_")[0] for entry in os.listdir(signals)} != awaited:
+    while not awaited <= {entry.split("_")[0] for entry in os.listdir(signals)}:
         assert fit.is_alive() and time.monotonic() < deadline, f"no batch reached {awaited}: {os.listdir(signals)}"
         time.sleep(0.2)
     cluster.remove_node(doomed, allow_graceful=not hold)  # a node that vanishes: Ray sees it gone late
