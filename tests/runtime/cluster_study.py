@@ -12,10 +12,10 @@ it in a subprocess, so its cluster never meets the test session's Ray.
    with every trial complete.
 3. Without retries (``max_failures=0``), the trials of a batch on a removed
    node end in error at once and the others complete.
-4. The node is removed while the other node is busy: the lost batch's retry
-   goes to a worker started in its place, which Ray cannot place (the lost
-   node is still counted for a while); the study takes the batch back and
-   ends complete on the remaining node.
+4. The node is removed while the other node is busy: a worker starts in
+   place of the lost one, which Ray cannot place (the lost node is still
+   counted for a while); the lost batch's retry does not wait for it but
+   for the busy node's worker, and the study ends complete on that node.
 """
 
 import os
@@ -46,8 +46,17 @@ def train(config):
     if checkpoint:
         with checkpoint.as_directory() as path, open(os.path.join(path, "x.json")) as file:
             x = json.load(file)["x"]
+    if config["doomed"]:
+        open(os.path.join(config["signals"], f"trained_{node}"), "w").close()
     while True:
         x -= get_hparams()["lr"] * x
+        if config["doomed"] and node != config["doomed"] and get_iteration() + 1 == BLOCK_AT - 1:
+            # Batches go only to workers Ray has placed: on a loaded machine this node's worker could
+            # train every trial before the doomed node's has started. Wait (a while) for it to train too.
+            doomed_trained = os.path.join(config["signals"], f"trained_{config['doomed']}")
+            deadline = time.monotonic() + 120
+            while not os.path.exists(doomed_trained) and time.monotonic() < deadline:
+                time.sleep(0.05)
         if node == config["doomed"] and get_iteration() + 1 == BLOCK_AT:
             gamma = round(get_hparams()["lr"] / 0.1, 9)  # past the milestone: lr = 0.1 * gamma
             open(os.path.join(config["signals"], f"blocked_{gamma}"), "w").close()
@@ -105,9 +114,9 @@ def tuner(storage_path, name, doomed="", signals="", max_failures=0, storage_fil
 def fit_losing_node(cluster, doomed, workdir, name, max_failures, hold=False):
     """Run a study and remove node ``doomed`` once a batch blocks on it; the
     study's results and the trials (their lr gammas) that were blocked there.
-    With ``hold``, the other node's batch is held busy until the retry of
-    the lost batch has been dispatched (to a worker started in place of the
-    lost one, which Ray cannot place)."""
+    With ``hold``, the other node's batch is held busy for a while after
+    the node goes (a worker started in place of the lost one cannot be
+    placed; the lost batch's retry waits for the busy worker)."""
     signals = os.path.join(workdir, f"signals_{name}")
     os.makedirs(signals)
     study = tuner(workdir, name, doomed=doomed.node_id, signals=signals, max_failures=max_failures, hold=hold)
@@ -116,12 +125,12 @@ def fit_losing_node(cluster, doomed, workdir, name, max_failures, hold=False):
     fit.start()
     deadline = time.monotonic() + 180
     awaited = {"blocked", "held"} if hold else {"blocked"}
-    while {entry.split("_")[0] for entry in os.listdir(signals)} != awaited:
+    while not awaited <= {entry.split("_")[0] for entry in os.listdir(signals)}:
         assert fit.is_alive() and time.monotonic() < deadline, f"no batch reached {awaited}: {os.listdir(signals)}"
         time.sleep(0.2)
     cluster.remove_node(doomed, allow_graceful=not hold)  # a node that vanishes: Ray sees it gone late
     if hold:
-        time.sleep(3)  # the lost batch's retry goes to a new worker: the other one is busy
+        time.sleep(3)  # the lost batch's retry must not go to the new worker, which Ray cannot place
         open(os.path.join(signals, "release"), "w").close()
     fit.join(timeout=240)
     assert not fit.is_alive(), "the study hung after the node was removed"

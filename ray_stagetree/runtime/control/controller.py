@@ -97,11 +97,6 @@ logger = logging.getLogger(__name__)
 # for most of its admission on a loaded machine).
 ADMIT_PER_TURN = 100
 
-#: Seconds a worker started in place of a dead one may go unheard before the
-#: loop asks whether the cluster's live nodes can hold it (`withdraw_unplaced`):
-#: longer than a loaded machine takes to start one.
-PLACEMENT_CHECK_S = 10.0
-
 # CheckpointConfig(checkpoint_frequency)'s saves sent to a worker at a time.
 # It flushes at each save and hears the next ones in the reply: a horizon of
 # 10**9 iterations is never listed (it held the study up for minutes, with
@@ -197,7 +192,9 @@ class StudyController:
         self._node_plain: dict[int, frozenset[str]] = {}  # TrialState.plain of the config above
         self._node_owner: dict[int, str] = {}  # the trial a node was made for
         self.pool = WorkerPool(
-            lambda: self.spec.worker.start(ray.get_runtime_context().current_actor), spec.num_workers
+            lambda: self.spec.worker.start(ray.get_runtime_context().current_actor),
+            spec.num_workers,
+            placement=lambda worker: worker.pid.remote(),  # answered once the actor runs
         )
         self._wake = asyncio.Event()
         self._iterations = 0
@@ -809,30 +806,8 @@ class StudyController:
             self.spec.worker.stop(running[batch_id])
 
     def wake_in(self) -> float | None:
-        """Seconds until the loop must wake for the time budget, or to look
-        again at replacement workers Ray has not placed (`withdraw_unplaced`)."""
-        budget = self.budget.wake_in(self.pool.running_workers())
-        if not self.pool.starting:
-            return budget
-        return PLACEMENT_CHECK_S if budget is None else min(budget, PLACEMENT_CHECK_S)
-
-    def withdraw_unplaced(self) -> None:
-        """A worker started in place of one that died, which Ray cannot place
-        (its node was still counted when it started: Ray sees a lost node
-        gone only after its health checks), would hold its batch forever.
-        Once the cluster's live nodes hold fewer workers than the study has,
-        its batch is taken back, unfailed, for the workers that run."""
-        fits = functools.partial(workers_that_fit, self.spec.worker)
-        for ref, running in self.pool.unplaced(PLACEMENT_CHECK_S, fits):
-            self.pool.withdraw(ref, fits(), self.spec.num_workers)
-            self.parking.forget_worker(running.worker)
-            self.spec.worker.stop(running.worker)
-            logger.warning(
-                "a worker started for batch %d cannot be placed (the cluster lost a node); the batch runs on "
-                "the remaining workers",
-                running.batch.batch_id,
-            )
-            self.plan.release_batch(running.batch.batch_id)
+        """Seconds until the loop must wake for the time budget."""
+        return self.budget.wake_in(self.pool.running_workers())
 
     async def run(self, workers: list[Any]) -> None:
         """Run the study on ``workers`` (from `WorkerSpec.start`, started by the
@@ -845,7 +820,6 @@ class StudyController:
         awaited: dict[Any, asyncio.Future] = {}
         while not self.snapshots.frozen:
             self.enforce_budget()
-            self.withdraw_unplaced()
             if await self._dispatch():
                 continue
             # While storage refuses the snapshot the study waits for it, even at its end: the final
@@ -856,10 +830,11 @@ class StudyController:
                     if await self._final_checkpoints_lost():
                         continue  # train them again
                     break
-                if not self.plan.running_batches and not admitting:
+                # (Without a placed worker the study waits for Ray to place one, as Tune's pending trials.)
+                if not self.plan.running_batches and not admitting and self.pool.idle:
                     self.stuck()
             self.snapshots.save_soon()
-            waiting = list(self.pool.running) + self.store.pending_writes
+            waiting = list(self.pool.running) + list(self.pool.starting) + self.store.pending_writes
             if self.snapshots.in_flight is not None:
                 waiting.append(self.snapshots.in_flight)
             self._wake.clear()
@@ -879,6 +854,9 @@ class StudyController:
             for future in done:
                 ref = futures.get(future)
                 awaited.pop(ref, None)
+                if ref in self.pool.starting:
+                    self.pool.placed(ref)  # it takes batches from the next turn
+                    continue
                 if ref is not None and ref is self.snapshots.in_flight:
                     await self.snapshots.written()
                     if self.store.unstored and self.snapshots.refused_since is None:

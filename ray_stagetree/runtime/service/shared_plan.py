@@ -119,7 +119,7 @@ class SharedPlan(StudyController):
         study = AttachedStudy(spec, self, study_id, weight)
         self.studies[study_id] = study
         if spec.num_workers > self.pool.capacity:
-            self.pool.capacity = spec.num_workers
+            self.pool.grow(spec.num_workers)
             self.spec.num_workers = spec.num_workers
         self._relink()
         self._wake.set()
