@@ -50,8 +50,9 @@ def test_the_first_batch_is_dispatched_after_a_bounded_number_of_draws(num_sampl
     source = Tuner(
         train, param_space=counted_space(draws), tune_config=tune.TuneConfig(num_samples=num_samples)
     )._trial_source()
+    # No workers: the pool would start them from inside the controller's actor, and the test is the draws.
     controller = StudyController(
-        StudySpec(worker=WorkerSpec(b""), trial_source=source, horizon=1, experiment_path=str(tmp_path))
+        StudySpec(worker=WorkerSpec(b""), trial_source=source, horizon=1, experiment_path=str(tmp_path), num_workers=0)
     )
     seen = []
 
