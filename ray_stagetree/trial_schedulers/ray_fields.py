@@ -72,6 +72,12 @@ def bootstrap_address() -> str | None:
     return ray_field(services, "canonicalize_bootstrap_address", services)(None)
 
 
+def metric_windows(run_metadata: Any) -> list[int]:
+    """The window sizes of a Tune trial's "last-n-avg" metric statistics
+    (``_TrainingRunMetadata._n_steps``)."""
+    return ray_field(run_metadata, "_n_steps", run_metadata)
+
+
 def hyperband_bracket_class() -> type:
     """Ray's synchronous HyperBand bracket, ``hyperband._Bracket``."""
     from ray.tune.schedulers import hyperband

@@ -19,7 +19,9 @@ import json
 import logging
 import posixpath
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
+from numbers import Number
 from typing import Any
 
 import ray
@@ -27,7 +29,7 @@ import ray.cloudpickle as cloudpickle
 from ray import tune
 
 from ray_stagetree.execution.storage import CheckpointStorage
-from ray_stagetree.trial_schedulers.ray_fields import tune_checkpoint_manager
+from ray_stagetree.trial_schedulers.ray_fields import metric_windows, tune_checkpoint_manager
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +90,45 @@ def _state_file(trial_states: Iterable[Any], session: str, start_time: float) ->
     yield b'], "runner_data": ' + encoded(runner) + b', "stats": ' + encoded({"start_time": start_time}) + b"}"
 
 
+def metric_analysis(
+    rows: list[dict[str, Any]], windows: list[int]
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, deque]]]:
+    """Tune's statistics of a trial's numeric metrics over ``rows``
+    (``metric_analysis`` and ``metric_n_steps``), exactly as
+    ``Trial.update_last_result`` leaves them after each row in turn: that
+    sets Tune's fields per row per metric and re-sums each window every
+    time, most of a study's end at many results."""
+    from ray.tune.result import DEBUG_METRICS
+    from ray.tune.utils import flatten_dict
+
+    analysis: dict[str, dict[str, Any]] = {}
+    recent: dict[str, dict[str, deque]] = {}
+    updated = set()  # metrics seen more than once: their windows' averages are sums, not the first value
+    for row in rows:
+        step = row.get("training_iteration") or 1
+        metrics = {key: value for key, value in row.items() if key not in DEBUG_METRICS}
+        for metric, value in flatten_dict(metrics).items():
+            if not isinstance(value, Number):
+                continue
+            entry = analysis.get(metric)
+            if entry is None:
+                analysis[metric] = {"max": value, "min": value, "avg": value, "last": value}
+                analysis[metric].update({f"last-{n:d}-avg": value for n in windows})
+                recent[metric] = {str(n): deque([value], maxlen=n) for n in windows}
+                continue
+            entry["max"] = max(value, entry["max"])
+            entry["min"] = min(value, entry["min"])
+            entry["avg"] = 1 / step * (value + (step - 1) * entry["avg"])
+            entry["last"] = value
+            updated.add(metric)
+            for n in windows:
+                recent[metric][str(n)].append(value)
+    for metric in updated:
+        for n, values in recent[metric].items():
+            analysis[metric][f"last-{int(n):d}-avg"] = sum(values) / len(values)
+    return analysis, recent
+
+
 def tune_trial(
     experiment: Any,
     storage: CheckpointStorage,
@@ -116,8 +157,11 @@ def tune_trial(
     )
     trial.placement_group_factory = tune.PlacementGroupFactory([{"CPU": 1}])  # Tune's loader requires one
     trial.status = summary["status"]
-    for row in summary["rows"]:  # as Tune's loop: its metric analysis (ExperimentAnalysis.get_best_trial)
-        trial.update_last_result(dict(row))
+    rows = summary["rows"]
+    if rows:  # as Tune's loop: its metric analysis (ExperimentAnalysis.get_best_trial), then the last result
+        metadata = trial.run_metadata
+        metadata.metric_analysis, metadata.metric_n_steps = metric_analysis(rows[:-1], metric_windows(metadata))
+        trial.update_last_result(dict(rows[-1]))
     latest = None if result.checkpoint is None else (result.checkpoint, trial.run_metadata.last_result)
     ranked = result.best_checkpoints or ([] if latest is None else [latest])
     trial.run_metadata.checkpoint_manager = tune_checkpoint_manager(checkpoint_config, ranked, latest)
