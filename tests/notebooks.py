@@ -23,30 +23,39 @@ CRASH_HANDLER = re.compile(r"\*\*\* SIG\w+ received|logging\.cc:\d+")
 WIDGET_HINTS = re.compile(r"IProgress not found|Missing packages")
 
 
+#: Ray's error when a node it starts has not registered within its (fixed) 30 s.
+RAY_START_TIMEOUT = "The current node timed out during startup"
+
+
 def execute(notebook: Path, env: dict[str, str], timeout: int = 600) -> tuple[list[dict[str, Any]], str]:
     """Run ``notebook`` in place; return its cells and the kernel's stderr.
 
-    A cell that raises fails the run, with the kernel's stderr in the message."""
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nbconvert",
-            "--to",
-            "notebook",
-            "--execute",
-            "--inplace",
-            f"--ExecutePreprocessor.timeout={timeout}",
-            str(notebook),
-        ],
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])),
-            **env,
-        },
-        capture_output=True,
-        text=True,
-    )
+    A cell that raises fails the run, with the kernel's stderr in the message.
+    A kernel whose own Ray did not start within Ray's fixed 30 s (a loaded
+    machine; not what a notebook test checks) runs once more."""
+    for _ in range(2):
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nbconvert",
+                "--to",
+                "notebook",
+                "--execute",
+                "--inplace",
+                f"--ExecutePreprocessor.timeout={timeout}",
+                str(notebook),
+            ],
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])),
+                **env,
+            },
+            capture_output=True,
+            text=True,
+        )
+        if run.returncode == 0 or RAY_START_TIMEOUT not in run.stderr:
+            break
     assert run.returncode == 0, run.stderr[-5000:]
     with open(notebook) as file:
         return json.load(file)["cells"], run.stderr

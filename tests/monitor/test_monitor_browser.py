@@ -145,11 +145,25 @@ def test_page_shows_the_trials_curves_and_stage_tree_of_a_finished_study(study, 
 def check_the_figures(browser, stage_ids, best):
     """Best so far, importance, parallel coordinates, the curves the user picks
     and the worker timeline, each drawn with as many items as the study has."""
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     def count(selector):
         return len(browser.find_elements(By.CSS_SELECTOR, selector))
+
+    def the_one_curve_is(trial_name):
+        """Whether the curve drawn is ``trial_name``'s, read again if the
+        page redrew it meanwhile (a redraw replaces the element just found)."""
+        try:
+            WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
+                lambda b: (
+                    b.find_element(By.CSS_SELECTOR, "#curves path.curve").get_attribute("data-trial") == trial_name
+                )
+            )
+        except TimeoutException:
+            return False
+        return True
 
     state = browser.execute_script("return window.monitorState")
     # Best so far: a point per ended trial and the best-so-far line, by count or by wall time.
@@ -174,14 +188,14 @@ def check_the_figures(browser, stage_ids, best):
     browser.find_element(By.CSS_SELECTOR, "#curve-best").clear()
     browser.find_element(By.CSS_SELECTOR, "#curve-best").send_keys("1\t")
     WebDriverWait(browser, 10).until(lambda b: curves.get_attribute("data-curves") == "1")
-    assert browser.find_element(By.CSS_SELECTOR, "#curves path.curve").get_attribute("data-trial") == best
+    assert the_one_curve_is(best), "the one curve drawn is not the best trial's"
     browser.find_element(By.CSS_SELECTOR, "input[name='curve-set'][value='all']").click()
     WebDriverWait(browser, 10).until(lambda b: curves.get_attribute("data-curves") == str(len(GAMMAS)))
     picked = browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr.trial")[-1]
     name = picked.get_attribute("data-name")
     picked.click()
     WebDriverWait(browser, 10).until(lambda b: curves.get_attribute("data-curves") == "1")
-    assert browser.find_element(By.CSS_SELECTOR, "#curves path.curve").get_attribute("data-trial") == name
+    assert the_one_curve_is(name), "the one curve drawn is not the clicked trial's"
     assert "selected" in browser.find_element(By.CSS_SELECTOR, f"#trials tr[data-name='{name}']").get_attribute("class")
     browser.find_element(By.ID, "curve-log").click()
     WebDriverWait(browser, 10).until(lambda b: "log axis" in b.find_element(By.ID, "curves-count").text)
