@@ -124,8 +124,9 @@ def metric_analysis(
             for n in windows:
                 recent[metric][str(n)].append(value)
     for metric in updated:
-        for n, values in recent[metric].items():
-            analysis[metric][f"last-{int(n):d}-avg"] = sum(values) / len(values)
+        for n in windows:
+            values = recent[metric][str(n)]
+            analysis[metric][f"last-{n:d}-avg"] = sum(values) / len(values)
     return analysis, recent
 
 
