@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 def is_ray_train_trainer(trainable: Any) -> bool:
     """Whether ``trainable`` is a Ray Train trainer (``TorchTrainer(...)``,
     the legacy ``BaseTrainer`` or Train v2's ``DataParallelTrainer``)."""
-    if "ray.train" not in sys.modules or isinstance(trainable, (str, type)) or callable(trainable):
+    if isinstance(trainable, (str, type)) or callable(trainable):
         return False
     kinds = (
         _loaded_class("ray.train.base_trainer", "BaseTrainer"),
