@@ -54,7 +54,8 @@ class LogThread:
     def __init__(self, loggers: list[Any], on_storage_fault: Callable[[OSError], None]) -> None:
         self.loggers = loggers
         self._on_storage_fault = on_storage_fault
-        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._queue: queue.Queue[list[Callable[[], None]] | None] = queue.Queue()
+        self._handing: list[Callable[[], None]] = []  # tasks the loop queued since its last hand-over
         self._trials: dict[str, LoggedTrial] = {}
         self._handed_results = 0  # written by the loop only
         self._written_results = 0  # written by the thread only
@@ -62,18 +63,30 @@ class LogThread:
         self._thread: threading.Thread | None = None
 
     def _submit(self, task: Callable[[], None]) -> None:
+        """Queue ``task`` for the thread; it gets it at the next `_hand_over`."""
+        self._handing.append(task)
+
+    def _hand_over(self) -> None:
+        """Give the thread the tasks queued since the last hand-over, in one
+        piece: a queue put per result costs the loop more than the result's
+        own bookkeeping (its lock contended by the thread taking the last)."""
+        if not self._handing:
+            return
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="stagetree-loggers", daemon=True)
             self._thread.start()
-        self._queue.put(task)
+        tasks, self._handing = self._handing, []
+        self._queue.put(tasks)
 
     def _work(self) -> None:
         while True:
-            task = self._queue.get()
+            tasks = self._queue.get()
             try:
-                if task is None:
+                if tasks is None:
                     return
-                if self._error is None:
+                for task in tasks:
+                    if self._error is not None:
+                        break
                     task()
             except BaseException as error:  # noqa: BLE001  (raised on the loop, as Tune raises a logger's error)
                 self._error = error
@@ -145,22 +158,26 @@ class LogThread:
     def then(self, task: Callable[[], None]) -> None:
         """Run ``task`` on the thread once what was handed over before it is written."""
         self._submit(task)
+        self._hand_over()
 
     def batch_done(self) -> None:
         """One poll handed over: flush its writes. The loop waits here only
         when `MOST_PENDING_RESULTS` are still to write."""
         self._submit(lambda: self._each(lambda logger: logger.flush_batch()))
+        self._hand_over()
         if self._handed_results - self._written_results > MOST_PENDING_RESULTS:
             self.drain()
         self.raise_error()
 
     def drain(self) -> None:
         """Wait until everything handed over is written."""
+        self._hand_over()
         if self._thread is not None:
             self._queue.join()
 
     def close(self) -> None:
         """Write what is left, then end the thread."""
+        self._hand_over()
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join()
