@@ -9,6 +9,7 @@ import pickle
 import struct
 
 import fsspec
+import numpy as np
 import pytest
 from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
@@ -442,3 +443,37 @@ def test_a_poll_of_many_short_trials_keeps_one_trials_files_open_at_a_time(tmp_p
     ended = [{"event": "complete", "trial_id": t, "name": t, "dirname": t} for t in ids]
     runner.update(progress([row(t, 1, 0.5) for t in ids], [start(t) for t in ids] + ended))
     assert opened.most == 1 and not opened.open
+
+
+def test_the_batched_tensorboard_logger_writes_the_scalars_tunes_writes(tmp_path):
+    """Tune's TBXLoggerCallback and ours, fed the same results: the same
+    scalars at the same steps (nested metrics flattened, NaN and non-numbers
+    left out, ints and bools and NumPy scalars kept), and the same values
+    kept for the trial's hparams at its end. A result with a list (a
+    histogram) takes Tune's own path."""
+    from ray_stagetree.runtime.driver.log_files import TBXLogger
+    from ray_stagetree.runtime.driver.log_thread import LoggedTrial
+
+    results = [
+        {"training_iteration": 1, "loss": 0.5, "acc": np.float32(0.25), "n": np.int64(3), "flag": True,
+         "nested": {"a": 1.5, "deeper": {"b": 2}}, "nan": float("nan"), "inf": float("inf"), "name": "x",
+         "config": CONFIG, "pid": 7, "timestamp": 5, "time_total_s": 0.1, "empty": []},
+        {"training_iteration": 2, "timesteps_total": 40, "loss": 0.25, "hist": [1.0, 2.0, 3.0], "config": CONFIG},
+        {"training_iteration": 3, "timesteps_total": 0, "loss": float("nan"), "np_nan": np.float64("nan")},
+    ]  # fmt: skip
+    scalars, kept = {}, {}
+    for name, logger in (("tune", TBXLoggerCallback()), ("ours", TBXLogger())):
+        folder = tmp_path / name
+        folder.mkdir()
+        trial = LoggedTrial("t", "t", str(folder), lambda: None)
+        trial.config = {"lr": 0.1}
+        logger.log_trial_start(trial)
+        for result in results:
+            logger.log_trial_result(result["training_iteration"], trial, dict(result))
+        kept[name] = dict(logger._trial_result[trial])
+        logger._trial_writer[trial].close()
+        scalars[name] = tensorboard_scalars(folder)
+    assert scalars["ours"] == scalars["tune"]
+    assert "ray/tune/nested/deeper/b" in scalars["ours"] and "ray/tune/nan" not in scalars["ours"]
+    assert [step for step, _ in scalars["ours"]["ray/tune/loss"]] == [1, 40]  # timesteps_total when given
+    assert kept["ours"] == kept["tune"]

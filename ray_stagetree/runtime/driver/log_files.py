@@ -37,6 +37,9 @@ from typing import Any
 import numpy as np
 from ray.air._internal.json import SafeFallbackEncoder
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+from ray.tune.logger.tensorboardx import VALID_SUMMARY_TYPES
+from ray.tune.result import TIME_TOTAL_S, TIMESTEPS_TOTAL, TRAINING_ITERATION
+from ray.tune.utils import flatten_dict
 
 
 class _BatchFlushed:
@@ -98,9 +101,34 @@ class TBXLogger(TBXLoggerCallback):
         self._trial_writer: dict[Any, Any] = {}
         self._trial_result: dict[Any, dict] = {}
 
+    def log_trial_result(self, iteration: int, trial: Any, result: dict[str, Any]) -> None:
+        """Tune's, its loop over scalars made cheap (``math``'s NaN test, not
+        NumPy's; one event head per result): a result holding a list or an
+        array (histograms, images, videos) takes Tune's own path."""
+        if trial not in self._trial_writer:
+            self.log_trial_start(trial)
+        kept = {key: value for key, value in result.items() if key not in _NOT_IN_TENSORBOARD}
+        flat = flatten_dict(kept, delimiter="/") if any(isinstance(value, dict) for value in kept.values()) else kept
+        if any(isinstance(value, (list, np.ndarray)) for value in flat.values()):
+            super().log_trial_result(iteration, trial, result)
+            return
+        # Tune's filter: its scalar types, NaN left out (x != x only for NaN).
+        valid = {
+            _TUNE_TAG + attr: value for attr, value in flat.items() if isinstance(value, _SCALARS) and value == value
+        }
+        step = result.get(TIMESTEPS_TOTAL) or result[TRAINING_ITERATION]
+        self._trial_writer[trial].add_scalars(valid, step)
+        self._trial_result[trial] = valid
+
     def flush_batch(self) -> None:
         for writer in self._trial_writer.values():
             writer.flush_batch()
+
+
+# What Tune's TBXLoggerCallback leaves out of TensorBoard, and how it names and picks the rest.
+_NOT_IN_TENSORBOARD = frozenset(["config", "pid", "timestamp", TIME_TOTAL_S, TRAINING_ITERATION])
+_TUNE_TAG = "ray/tune/"
+_SCALARS = tuple(VALID_SUMMARY_TYPES)
 
 
 def _import_tensorboardx() -> None:
@@ -136,7 +164,11 @@ def _summary_writer_class() -> type:
             return self.file_writer
 
         def add_scalar(self, tag: str, scalar_value: Any, global_step: Any = None, walltime: Any = None, **_: Any):
-            self._get_file_writer().add_scalar(clean_tag(tag), float(scalar_value), global_step, walltime)
+            self._get_file_writer().add_scalars({clean_tag(tag): scalar_value}, global_step, walltime)
+
+        def add_scalars(self, values: dict[str, Any], global_step: Any = None) -> None:
+            """``add_scalar`` for each of ``values`` (tag: value), at one step and time."""
+            self._get_file_writer().add_scalars({clean_tag(tag): value for tag, value in values.items()}, global_step)
 
         def flush(self) -> None:
             """Deferred to `flush_batch`."""
@@ -169,16 +201,17 @@ class EventFile:
     def get_logdir(self) -> str:
         return self.logdir
 
-    def add_scalar(self, tag: str, value: float, step: Any, walltime: float | None) -> None:
-        """The event tensorboardX's ``add_scalar`` writes: a summary of one
-        ``simple_value`` (float32) under ``tag``."""
-        head = self._tags.get(tag)
-        if head is None:
-            head = self._tags[tag] = _string_field(1, tag.encode())
-        summary_value = head + b"\x15" + struct.pack("<f", value)
-        summary = b"\x0a" + _varint(len(summary_value)) + summary_value
-        wall = time.time() if walltime is None else walltime
-        self._pending.append(_event_head(wall, step) + b"\x2a" + _varint(len(summary)) + summary)
+    def add_scalars(self, values: dict[str, Any], step: Any, walltime: float | None = None) -> None:
+        """For each tag and value, the event tensorboardX's ``add_scalar``
+        writes: a summary of one ``simple_value`` (float32) under the tag."""
+        event_head = _event_head(time.time() if walltime is None else walltime, step)
+        for tag, value in values.items():
+            head = self._tags.get(tag)
+            if head is None:
+                head = self._tags[tag] = _string_field(1, tag.encode())
+            summary_value = head + b"\x15" + struct.pack("<f", float(value))
+            summary = b"\x0a" + _varint(len(summary_value)) + summary_value
+            self._pending.append(event_head + b"\x2a" + _varint(len(summary)) + summary)
 
     def add_event(self, event: Any, step: Any = None, walltime: float | None = None) -> None:
         event.wall_time = time.time() if walltime is None else walltime

@@ -107,7 +107,9 @@ def metric_analysis(
     for row in rows:
         step = row.get("training_iteration") or 1
         metrics = {key: value for key, value in row.items() if key not in DEBUG_METRICS}
-        for metric, value in flatten_dict(metrics).items():
+        if any(isinstance(value, dict) for value in metrics.values()):  # else flattening copies it unchanged
+            metrics = flatten_dict(metrics)
+        for metric, value in metrics.items():
             if not isinstance(value, Number):
                 continue
             entry = analysis.get(metric)
