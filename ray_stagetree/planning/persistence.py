@@ -109,6 +109,16 @@ def _arrow(url: str, storage_filesystem: Any) -> tuple[pafs.FileSystem, str]:
     return arrow_filesystem(filesystem), path
 
 
+def _encoded(plan: Any, node_id: int, iteration: int, metrics: dict[str, Any]) -> str:
+    """The JSON of ``metrics``, recorded at ``(node_id, iteration)``, from the
+    plan's cache when they are the dict it encoded (a record replaced is encoded anew)."""
+    key = (node_id, iteration)
+    cached = plan.encoded_metrics.get(key)
+    if cached is None or cached[0] is not metrics:
+        cached = plan.encoded_metrics[key] = (metrics, _dumps(metrics))
+    return cached[1]
+
+
 def records(plan: Any) -> dict[str, list[dict[str, Any]]]:
     """The plan as plain rows, one list per table: what `save` writes, and
     what a running study's snapshot pickles. Only durable checkpoints (with
@@ -137,7 +147,13 @@ def records(plan: Any) -> dict[str, list[dict[str, Any]]]:
                 }
             )
         for iteration, metrics in node.metrics.items():
-            rows["metrics"].append({"node_id": node.node_id, "step": iteration, "metrics": _dumps(metrics)})
+            rows["metrics"].append(
+                {
+                    "node_id": node.node_id,
+                    "step": iteration,
+                    "metrics": _encoded(plan, node.node_id, iteration, metrics),
+                }
+            )
     for record in plan.trials.values():
         rows["trials"].append(
             {

@@ -248,6 +248,16 @@ class SearchPlan:
         self._touched: list[PlanNode] = []
         self._read_up_to = 0  # entries before this may have been read: never merged into
         self.watchers: list[OpenTrialsWatcher] = []
+        # (node id, iteration) -> (the metrics recorded there, their JSON): a running study's snapshots
+        # write every record each time; each is encoded once, while the same dict stays recorded.
+        self.encoded_metrics: dict[tuple[int, int], tuple[dict[str, Any], str]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "encoded_metrics": {}}  # a cache, not the plan
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("encoded_metrics", {})  # a plan pickled before the cache
 
     def _touch(self, node: PlanNode) -> None:
         touched = self._touched

@@ -338,3 +338,23 @@ def test_checkpoint_records_hold_only_what_persists():
         "checksum": "sha256:00",
     }
     assert pickle.loads(pickle.dumps(node)).checkpoints == node.checkpoints
+
+
+def test_metric_records_are_written_as_recorded_last():
+    """Snapshots encode each record once (a cache); a record replaced (an
+    iteration trained again) is written with its new metrics, and a plan
+    pickled and loaded writes the same records."""
+    import json
+
+    plan = SearchPlan()
+    node = plan.add_trial("a", {"lr": 0.1}, 10).node
+    plan.record_metrics(node.node_id, 1, {"loss": 1.0})
+
+    def written():
+        return [(row["step"], json.loads(row["metrics"])) for row in plan.records()["metrics"]]
+
+    assert written() == [(1, {"loss": 1.0})]
+    plan.record_metrics(node.node_id, 1, {"loss": 0.5})
+    plan.record_metrics(node.node_id, 2, {"loss": 0.25})
+    assert written() == [(1, {"loss": 0.5}), (2, {"loss": 0.25})]
+    assert pickle.loads(pickle.dumps(plan)).records() == plan.records()
