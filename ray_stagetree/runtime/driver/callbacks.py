@@ -274,6 +274,8 @@ class CallbackRunner:
 
     def _call(self, hook: str, **info: Any) -> None:
         """Call ``hook`` on the callbacks the loop calls (not the batched loggers)."""
+        if not self._on_loop:  # Tune's default loggers only: every result comes here
+            return
         declarative = None
         for callback in self._on_loop:
             if isinstance(callback, LoggerCallback):
