@@ -266,16 +266,18 @@ class TrialLifecycle:
 
     def decide(self, trial: Trial, iteration: int, row: dict[str, Any], then: Callable[[], None] | None = None) -> None:
         """Ask the trial's scheduler about its result at ``iteration`` and apply
-        the answer; ``then`` runs between the two (the owner tells the
-        searcher there: Tune's order, in which the searcher gets the row the
-        scheduler may have written into, e.g. HyperBandForBOHB's budget for
-        TuneBOHB). The owner calls `resume` after (a stop may free trials
+        the answer; ``then`` runs between the two unless the answer is STOP
+        (the owner tells the searcher there: Tune's order, in which the
+        searcher gets the row the scheduler may have written into, e.g.
+        HyperBandForBOHB's budget for TuneBOHB). The owner calls `resume` after (a stop may free trials
         the scheduler held)."""
         # Only PBT reads the hyper-parameters (the values it explores from).
         assert trial.trial_config is not None  # it reported: it was admitted
         values = trial.trial_config.hparams_at(iteration - 1) if self.host.population is not None else None
         decision = self.host.on_result(trial.trial_id, row, values)
-        if then is not None:
+        if decision == STOP:
+            row["done"] = True  # Tune's: the trial's last result, which its searcher hears of at its end only
+        elif then is not None:
             then()
         if isinstance(decision, Exploit):
             self._exploit(trial, decision)

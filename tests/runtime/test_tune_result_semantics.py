@@ -329,3 +329,66 @@ def test_setup_wandb_defaults_to_the_trial_and_experiment(tmp_path, ray_session)
     assert result.metrics["id"] == result.metrics["seen_id"] == trial_id
     assert result.metrics["name"] == f"reports_wandb_defaults_{trial_id}"
     assert result.metrics["group"] == "wandb"
+
+
+# -- a trial its scheduler stops -----------------------------------------------
+
+
+def climbs(config):
+    for step in range(1, 9):
+        tune.report({"score": config["lr"] * step})
+
+
+class ListSearcher(tune.search.Searcher):
+    """Suggests the learning rates in order; notes in ``heard`` (a file: ray_stagetree's
+    searcher runs in the study's controller) the done flag of each result on_trial_result gets."""
+
+    def __init__(self, rates, heard):
+        super().__init__()
+        self.rates, self.heard = list(rates), heard
+
+    def suggest(self, trial_id):
+        return {"lr": self.rates.pop(0)} if self.rates else tune.search.Searcher.FINISHED
+
+    def on_trial_result(self, trial_id, result):
+        with open(self.heard, "a") as file:
+            file.write(f"{result['done']}\n")
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        pass
+
+
+class RowsSeen(tune.Callback):
+    def __init__(self):
+        self.rows = []
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.rows.append((trial.config["lr"], result["training_iteration"], result["done"]))
+
+
+@pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
+def test_a_trial_its_scheduler_stops_ends_on_a_done_result(tmp_path, ray_session, tuner_class):
+    """As in Tune: the result a scheduler answers STOP to is ``done`` (in the
+    callbacks and the trial's last result), and the searcher hears of it at
+    the trial's end, not in ``on_trial_result``. One trial at a time: ASHA's
+    decisions are then the same in both systems."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    rows, heard = RowsSeen(), tmp_path / "heard"
+    heard.touch()
+    grid = tuner_class(
+        climbs,
+        tune_config=tune.TuneConfig(
+            metric="score",
+            mode="max",
+            scheduler=ASHAScheduler(max_t=8, grace_period=1, reduction_factor=2),
+            search_alg=ListSearcher([0.3, 0.1, 0.2, 0.05], str(heard)),
+            num_samples=4,
+            max_concurrent_trials=1,
+        ),
+        run_config=run_config(tmp_path, "stopped", callbacks=[rows]),
+    ).fit()
+    last = sorted((r.config["lr"], r.metrics["training_iteration"], r.metrics["done"]) for r in grid)
+    assert last == [(0.05, 1, True), (0.1, 1, True), (0.2, 2, True), (0.3, 8, True)]
+    assert sorted(row for row in rows.rows if row[2]) == last, "the callbacks saw each trial's last result done"
+    assert heard.read_text().split() == ["False"] * (len(rows.rows) - 4), "every result but the four done ones"

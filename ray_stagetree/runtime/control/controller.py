@@ -329,15 +329,14 @@ class StudyController:
         halt = self.rows.stop_all()
         if halt:
             row["done"] = ended = True
-        # Tune's order: the scheduler sees a result before the searcher does.
-        tell_searcher = functools.partial(self.trial_source.on_result, state.trial_id, row)
-        if row["done"]:
-            tell_searcher()
+        if row["done"]:  # Tune tells the searcher of a done result at the trial's end only (on_trial_complete)
             if halt:
                 self.halt()
             # The horizon, or the trainable reported done (Tune ends the trial).
             self.end_trial(state.trial_id) if ended else self.lifecycle.finish(state)
         else:
+            # Tune's order: the scheduler sees a result before the searcher does.
+            tell_searcher = functools.partial(self.trial_source.on_result, state.trial_id, row)
             self.lifecycle.decide(state, iteration, row, then=tell_searcher)
         self.resume_paused()
 
