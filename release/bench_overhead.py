@@ -19,8 +19,9 @@ machinery, not stage sharing.
    results), and in the steady state: the results beyond one per trial per
    second of wall time beyond a study of the same trials reporting once each
    (the same processes to start, trials to begin and end, files to open:
-   what the results themselves cost). Everything a worker reports goes through the controller,
-   so this is a lower bound on the controller's throughput.
+   what the results themselves cost). Everything a worker reports goes
+   through the controller, so this is a lower bound on the controller's
+   throughput.
 
 3. Persistence: the short-trial study by ray_stagetree with its study
    snapshots for ``Tuner.restore`` as by default, and with only the final one

@@ -269,8 +269,8 @@ class TrialLifecycle:
         the answer; ``then`` runs between the two unless the answer is STOP
         (the owner tells the searcher there: Tune's order, in which the
         searcher gets the row the scheduler may have written into, e.g.
-        HyperBandForBOHB's budget for TuneBOHB). The owner calls `resume` after (a stop may free trials
-        the scheduler held)."""
+        HyperBandForBOHB's budget for TuneBOHB). The owner calls `resume`
+        after (a stop may free trials the scheduler held)."""
         # Only PBT reads the hyper-parameters (the values it explores from).
         assert trial.trial_config is not None  # it reported: it was admitted
         values = trial.trial_config.hparams_at(iteration - 1) if self.host.population is not None else None

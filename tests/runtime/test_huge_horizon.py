@@ -141,7 +141,7 @@ def test_a_huge_horizon_under_a_time_budget_ends_near_the_budget_with_every_row_
     its driver logging a backlog of rows long after the budget. The loggers
     now keep up (batched, off the driver's loop): fit() returns within the
     test's timeout, and every result row is in the trial's result.json."""
-    budget = 10.0  # long enough that a loaded machine starts a worker within it (5 s once started none)
+    budget = 10.0  # a loaded machine's workers start within it (under the full suite, 5 s once started neither)
     grid = Tuner(
         reports_forever,
         param_space={"lr": tune.grid_search([0.1, 0.2])},

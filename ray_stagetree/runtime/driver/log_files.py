@@ -102,9 +102,10 @@ class TBXLogger(TBXLoggerCallback):
         self._trial_result: dict[Any, dict] = {}
 
     def log_trial_result(self, iteration: int, trial: Any, result: dict[str, Any]) -> None:
-        """Tune's, its loop over scalars made cheap (``math``'s NaN test, not
-        NumPy's; one event head per result): a result holding a list or an
-        array (histograms, images, videos) takes Tune's own path."""
+        """Tune's, its loop over scalars made cheap (NaN found by ``x != x``,
+        not NumPy's ``isnan`` per scalar; one event head per result): a result
+        holding a list or an array (histograms, images, videos) takes Tune's
+        own path."""
         if trial not in self._trial_writer:
             self.log_trial_start(trial)
         kept = {key: value for key, value in result.items() if key not in _NOT_IN_TENSORBOARD}
