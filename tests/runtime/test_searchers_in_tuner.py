@@ -71,7 +71,9 @@ def test_tunes_searchers_search_domains_inside_a_sequences_list(tmp_path, ray_se
     else:
         pytest.importorskip("hyperopt")
         from ray.tune.search.hyperopt import HyperOptSearch as Searcher
-    study(tmp_path, Searcher(), 4, {"training_iteration": ITERATIONS})
+    # Seeded: unseeded, all 4 draws of tune.randint(2, 8) come out equal once in 216 runs (CI saw it).
+    searcher = Searcher(seed=0) if name == "optuna" else Searcher(random_state_seed=0)
+    study(tmp_path, searcher, 4, {"training_iteration": ITERATIONS})
 
 
 class PauseLog(Searcher):
