@@ -37,8 +37,9 @@ CPUs (issue 30). Persistence under 5% of worker time.
     python release/bench_overhead.py --sections persistence   # section 3 only
     # section 2 only, Tune's best set-up against ray_stagetree, 3 interleaved rounds:
     python release/bench_overhead.py --quick --sections throughput --throughput 4x5000 --repeats 3
-    # Tune's own shape (one-second trials of one iteration, 16 workers):
-    python release/bench_overhead.py --workers 16 --trials 1600 --iterations 1 --seconds 1 --sections short
+    # Tune's own shape (one-second trials of one iteration, 16 workers), against Tune's fastest set-up only:
+    python release/bench_overhead.py --workers 16 --trials 1600 --iterations 1 --seconds 1 --sections short \
+        --systems "Ray Tune reuse,ray_stagetree"
 """
 
 from __future__ import annotations
@@ -292,6 +293,11 @@ def main() -> None:
         help="section 2's study (default 20x1000; 4x500 with --quick), e.g. 4x5000",
     )
     parser.add_argument(
+        "--systems",
+        help="comma-separated systems to compare (default: all three; Tune reused and ray_stagetree with --quick),"
+        f" from: {', '.join(SYSTEMS)}",
+    )
+    parser.add_argument(
         "--sections",
         default="short,throughput,persistence",
         help="comma-separated sections to run (default: short,throughput,persistence)",
@@ -320,6 +326,12 @@ def main() -> None:
             parser.error(f"--throughput takes TRIALSxITERATIONS (e.g. 4x5000), got {args.throughput!r}")
     # The smoke test compares with Tune's best set-up only.
     systems = ["Ray Tune reuse", "ray_stagetree"] if args.quick else list(SYSTEMS)
+    if args.systems:
+        systems = args.systems.split(",")
+        if set(systems) - set(SYSTEMS) or "ray_stagetree" not in systems or len(systems) < 2:
+            parser.error(
+                f"--systems takes ray_stagetree and at least one of {', '.join(list(SYSTEMS)[:-1])}, got {args.systems!r}"
+            )
     section = harness.Section("Bookkeeping overhead against Ray Tune (`bench_overhead.py`)", args)
     section.text(
         "Many short trials, nothing shared (every trial has its own config value): the machinery, not stage"
