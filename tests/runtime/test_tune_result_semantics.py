@@ -392,3 +392,39 @@ def test_a_trial_its_scheduler_stops_ends_on_a_done_result(tmp_path, ray_session
     assert last == [(0.05, 1, True), (0.1, 1, True), (0.2, 2, True), (0.3, 8, True)]
     assert sorted(row for row in rows.rows if row[2]) == last, "the callbacks saw each trial's last result done"
     assert heard.read_text().split() == ["False"] * (len(rows.rows) - 4), "every result but the four done ones"
+
+
+class NotesResults:
+    """An ASHA scheduler that notes in ``seen`` (a file: ray_stagetree's scheduler
+    runs in the study's controller) each result it is asked about and its answer."""
+
+    def __new__(cls, seen, **kwargs):
+        from ray.tune.schedulers import ASHAScheduler
+
+        class Noting(ASHAScheduler):
+            def on_trial_result(self, tune_controller, trial, result):
+                decision = super().on_trial_result(tune_controller, trial, result)
+                with open(seen, "a") as file:
+                    file.write(f"{trial.config['lr']} {result['training_iteration']} {result['done']} {decision}\n")
+                return decision
+
+        return Noting(**kwargs)
+
+
+@pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
+def test_a_scheduler_hears_the_result_at_its_max_t(tmp_path, ray_session, tuner_class):
+    """With no stop criterion, the scheduler's max_t ends a trial, and Tune asks
+    the scheduler about that last result too (ASHA answers STOP there)."""
+    seen = tmp_path / "seen"
+    seen.touch()
+    grid = tuner_class(
+        climbs,
+        param_space={"lr": tune.grid_search([0.3])},
+        tune_config=tune.TuneConfig(
+            metric="score", mode="max", scheduler=NotesResults(str(seen), max_t=4, grace_period=1, reduction_factor=2)
+        ),
+        run_config=run_config(tmp_path, "max_t"),
+    ).fit()
+    (result,) = grid
+    assert result.metrics["training_iteration"] == 4 and result.metrics["done"] is True
+    assert seen.read_text().splitlines() == [f"0.3 {step} False CONTINUE" for step in (1, 2, 3)] + ["0.3 4 False STOP"]

@@ -326,6 +326,8 @@ class StudyController:
         self.feed.row(row)
         if not row["done"] and self.rows.stop_met(state.trial_id, row):
             row["done"] = ended = True  # Tune's stop criteria end a trial without asking its scheduler
+        elif row["done"] and not ended and self.spec.horizon_is_max_t and not self.rows.stop_met(state.trial_id, row):
+            self._ask_at_max_t(state, row)
         halt = self.rows.stop_all()
         if halt:
             row["done"] = ended = True
@@ -339,6 +341,16 @@ class StudyController:
             tell_searcher = functools.partial(self.trial_source.on_result, state.trial_id, row)
             self.lifecycle.decide(state, iteration, row, then=tell_searcher)
         self.resume_paused()
+
+    def _ask_at_max_t(self, state: TrialState, row: dict[str, Any]) -> None:
+        """The trial reached its scheduler's ``max_t``: Tune still asks the
+        scheduler about this result (ASHA answers STOP, HyperBand may PAUSE
+        the trial until its bracket ends, which then removes it), then ends
+        the trial. It ends here whatever the answer: its requests went no
+        further."""
+        row["done"] = False  # as the scheduler sees it under Tune, before its STOP marks it done
+        self.host.on_result(state.trial_id, row)
+        row["done"] = True
 
     def resume_paused(self) -> None:
         """Run again the paused trials the scheduler chooses."""

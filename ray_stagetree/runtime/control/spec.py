@@ -141,6 +141,7 @@ class StudySpec:
     trial_source: VariantSource | SearcherSource
     horizon: int | None  # None: open-ended trials, ended by stop criteria, schedulers or the trainable
     experiment_path: str
+    horizon_is_max_t: bool = False  # the horizon is the scheduler's max_t, not a stop criterion
     storage_filesystem: Any = None  # RunConfig.storage_filesystem: pyarrow or fsspec (planning.filesystems)
     num_workers: int = 1
     max_concurrent_trials: int | None = None

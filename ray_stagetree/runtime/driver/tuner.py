@@ -536,12 +536,15 @@ class Tuner:
         scheduler = self.tune_config.scheduler
         max_t = scheduler_max_t(scheduler)
         self.horizon = int(max_t) if max_t is not None else None
+        # Whether the scheduler's max_t, rather than a stop criterion, ends trials: Tune then asks it about the last result.
+        self._horizon_is_max_t = max_t is not None
         self.stop_thresholds: dict[str, float] = {}
         self.stopper = None
         if stop is None:
             return
         if type(stop) is MaximumIterationStopper:  # {"training_iteration": max_iter}, which plans better
             self.horizon = maximum_iterations(stop)
+            self._horizon_is_max_t = False
             return
         if isinstance(stop, Stopper):
             self.stopper = stop
@@ -566,6 +569,7 @@ class Tuner:
             if isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or horizon < 1:
                 raise ValueError(f"RunConfig.stop['training_iteration'] must be an int >= 1, got {horizon!r}")
             self.horizon = int(horizon)
+            self._horizon_is_max_t = False
 
     def _resources(self, trial_source: VariantSource | SearcherSource) -> dict[str, float]:
         """One stage worker's resources: ``tune.with_resources``, or a class's
@@ -771,6 +775,7 @@ class Tuner:
             ),
             trial_source=trial_source,
             horizon=horizon,
+            horizon_is_max_t=self._horizon_is_max_t,
             experiment_path=experiment_path,
             storage_filesystem=self.run_config.storage_filesystem,
             num_workers=self._num_workers(
