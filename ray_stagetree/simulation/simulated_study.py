@@ -568,6 +568,7 @@ def simulate(
     policy: str | ExecutionPolicy = "critical_path",
     batch_stages: bool | None = None,
     metrics: Callable[[PlanNode, int], Mapping[str, float]] | None = None,
+    look_ahead: bool = True,
 ) -> StudyRun:
     """Run ``studies`` together in one plan on ``workers`` simulated GPUs.
 
@@ -589,6 +590,10 @@ def simulate(
     metrics:
         What a trial reports after ``iteration`` iterations of ``node``
         (default: the profiles' learning curves), e.g. real training.
+    look_ahead:
+        Tell the policy the studies' horizon, as the runtime does (critical
+        path then counts how far a trial requested short of it may go);
+        False compares with a policy that does not know it.
 
     Examples
     --------
@@ -623,6 +628,8 @@ def simulate(
     driver = _Driver(plan, studies, share, curves.seconds)
     driver.admit()
     execution = simulation.policy(policy, batch_stages)
+    if look_ahead:
+        execution.set_horizon(max(study.horizon for study in studies))
     if isinstance(execution, TimeSharingPolicy):  # its priorities read the (first) study's metric
         execution.set_metric(studies[0].profile.metric, studies[0].mode)
     result = simulation.run(plan, execution, on_answered=driver.on_answered)

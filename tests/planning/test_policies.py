@@ -200,3 +200,24 @@ def test_in_admission_order_a_batch_at_a_rung_yields_only_to_an_older_trial():
     assert not policy.yields(plan, {"t1"}, waiting), "t1 is older: Tune keeps it on its worker"
     assert policy.yields(plan, {"t1"}, [plan.trials["t0"].request])
     assert not CriticalPathPolicy().yields(plan, {"t1"}, [])
+
+
+def test_critical_path_looks_ahead_to_the_horizon_a_request_falls_short_of():
+    """A trial a scheduler requested only up to its rung may go on to the
+    horizon: with the horizon known, its path counts as long as it may
+    become (at its pace), so the rung's result, which decides on more work,
+    comes before work no decision waits for."""
+    from ray_stagetree.simulation.simulator import KnownCosts
+
+    def first_served(horizon):
+        plan = SearchPlan()
+        plan.add_trial("at_rung", {"batch_size": 32}, 45)  # 2 s an iteration, a rung at 45
+        plan.add_trial("to_the_end", {"batch_size": 256}, 120)  # 1 s an iteration, requested to its end
+        slow = plan.trials["at_rung"].request.node
+        policy = CriticalPathPolicy(cost_model=KnownCosts(lambda node, iteration: 2.0 if node is slow else 1.0))
+        policy.set_horizon(horizon)
+        (batch,) = policy.select(plan, 1)
+        return batch.requests[0].trials
+
+    assert first_served(None) == {"to_the_end"}, "open-ended: 120 s against 90 s"
+    assert first_served(120) == {"at_rung"}, "90 s and up to 150 s more, against 120 s"

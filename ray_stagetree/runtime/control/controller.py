@@ -142,6 +142,7 @@ class StudyController:
             self.plan = SearchPlan()
         self.policy = get_policy(spec.policy)
         self.policy.bind(spec.num_workers)
+        self.policy.set_horizon(spec.horizon)
         self.parking = Parking(self.plan, spec.parked_per_worker)
         self.store = store or CheckpointStore(
             CheckpointStorage(spec.experiment_path, spec.storage_filesystem),
