@@ -141,7 +141,9 @@ def test_a_huge_horizon_under_a_time_budget_ends_near_the_budget_with_every_row_
     its driver logging a backlog of rows long after the budget. The loggers
     now keep up (batched, off the driver's loop): fit() returns within the
     test's timeout, and every result row is in the trial's result.json."""
-    budget = 10.0  # a loaded machine's workers start within it (under the full suite, 5 s once started neither)
+    # A loaded machine's workers start within it: under the full suite 5 s once started neither trial,
+    # and 10 s neither while benchmarks ran beside it.
+    budget = 15.0
     grid = Tuner(
         reports_forever,
         param_space={"lr": tune.grid_search([0.1, 0.2])},
