@@ -27,7 +27,7 @@ normalised execution time); round robin's and Hermes's pre-emptions cost a
 checkpoint saved and loaded each, which the times include.
 
     python release/bench_time_sharing_runtime.py --full    # 5 orders x 5 policies, 16 jobs x 8 epochs
-    python release/bench_time_sharing_runtime.py --quick   # 1 order, FIFO and Hermes, 4 jobs x 3 epochs (CI smoke test)
+    python release/bench_time_sharing_runtime.py --quick   # 1 order, FIFO and Hermes, 4 jobs x 2 epochs (CI smoke test)
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def main() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [EXAMPLES, os.environ.get("PYTHONPATH")]))
     harness.start_ray(num_cpus=2)
     jobs = QUICK_JOBS if args.quick else list(range(len(JOBS)))
-    epochs, samples = (3, 1000) if args.quick else (args.epochs, args.samples)
+    epochs, samples = (2, 500) if args.quick else (args.epochs, args.samples)
     data = example.make_data(num_samples=samples)
     policies = {
         "critical_path": lambda: "critical_path",

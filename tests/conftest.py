@@ -35,6 +35,25 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        items[:] = _long_tests_first_on_each_worker(items, workers)
+
+
+def _long_tests_first_on_each_worker(items: list, workers: int) -> list:
+    """The order that starts the tests marked ``long`` first, spread over
+    the workers. pytest-xdist's work stealing hands worker k the k-th
+    contiguous share of this order and lets idle workers take the far end of
+    others' shares: a long test at the start of a share runs at the start,
+    where in collection order one ran last and made the suite minutes longer.
+    (Every worker collects, and computes the same order.)"""
+    long_tests = [item for item in items if item.get_closest_marker("long")]
+    others = [item for item in items if not item.get_closest_marker("long")]
+    ordered = []
+    for share in range(workers):
+        ordered += long_tests[share::workers]
+        ordered += others[len(others) * share // workers : len(others) * (share + 1) // workers]
+    return ordered
 
 
 @pytest.fixture(scope="session")

@@ -116,6 +116,7 @@ def test_no_links_outside_the_repository():
         assert not re.search(r"\bissue \d+\b", text, re.I), f"{page}: say what the issue is about, not its number"
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_the_tutorial_notebook_runs_quietly(tmp_path):
     """docs/tutorial.ipynb, executed from its first cell to its last in a fresh

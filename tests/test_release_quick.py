@@ -25,9 +25,8 @@ BENCHMARKS = sorted(path.name for path in RELEASE.glob("bench_*.py"))
 # Quick runs over a minute of CPU on 2 cores, beside the suite: run with
 # STAGETREE_ALL_BENCHMARKS=1 (or `python release/run_all.py --quick`) before a release.
 HEAVY = {"bench_tune.py", "bench_overhead.py", "bench_multistudy.py"}
-# The simulator's benchmarks take the section convention on the branch that reworks them (issue 31's modelled
-# half); until it is merged they run here but print their old text. Empty this set at that merge.
-CONVENTION_PENDING: set[str] = set()
+# Quick runs of close to a minute beside the suite: started first (tests/conftest.py).
+LONG = {"bench_time_sharing_runtime.py", "bench_asha.py", "bench_restore.py"}
 
 
 def test_every_benchmark_is_here_and_in_run_all():
@@ -35,7 +34,9 @@ def test_every_benchmark_is_here_and_in_run_all():
     assert sorted(run_all.SCRIPTS) == BENCHMARKS
 
 
-@pytest.mark.parametrize("script", BENCHMARKS)
+@pytest.mark.parametrize(
+    "script", [pytest.param(script, marks=pytest.mark.long) if script in LONG else script for script in BENCHMARKS]
+)
 def test_benchmark_runs_in_quick_mode(script, tmp_path):
     if script in HEAVY and os.environ.get("STAGETREE_ALL_BENCHMARKS") != "1":
         pytest.skip(f"{script} --quick runs with STAGETREE_ALL_BENCHMARKS=1 (CI's time)")
@@ -53,9 +54,4 @@ def test_benchmark_runs_in_quick_mode(script, tmp_path):
     assert done.returncode in (0, CANNOT_MEASURE_HERE), (
         f"{script} --quick exited with {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )
-    try:
-        run_all.check_section(script, done.stdout)  # raises, naming what is wrong
-    except ValueError:
-        if script not in CONVENTION_PENDING:
-            raise
-        pytest.xfail(f"{script} prints its section on the branch converting the simulator's benchmarks")
+    run_all.check_section(script, done.stdout)  # raises, naming what is wrong

@@ -167,6 +167,7 @@ def test_submit_checks_before_it_submits(tmp_path, capsys):
     assert "cannot submit to 'http://127.0.0.1:9'" in capsys.readouterr().err
 
 
+@pytest.mark.long
 def test_run_inspect_and_restore_a_study(ray_session, tmp_path, capsys):
     """A tiny study whose one trial's worker dies: run exits 1, status/show/ls
     see it; restore (from the spec saved with the study) finishes it. Both

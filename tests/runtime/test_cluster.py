@@ -31,6 +31,7 @@ def environment():
     return env
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_study_on_a_multi_node_cluster_survives_a_lost_node(tmp_path):
     code, output = run([sys.executable, os.path.join(HERE, "cluster_study.py"), str(tmp_path)], 300, environment())
@@ -58,6 +59,7 @@ def wait_for_dashboard(url, head, token, seconds=120):
     return False
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_ray_job_submit_runs_the_mnist1d_example_and_attaches_to_a_plan_service(tmp_path):
     pytest.importorskip("torch")

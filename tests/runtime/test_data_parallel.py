@@ -74,6 +74,7 @@ def test_the_sharded_loader_covers_the_samples_of_an_unsharded_one(merged_and_al
         assert [row["seen"] for row in _history(result)] == expected
 
 
+@pytest.mark.long
 def test_a_rank_killed_mid_stage_retries_and_ends_identical(merged_and_alone, tmp_path):
     """Rank 1's process dies at iteration 3 once: the batch fails as a dead
     worker's does, the trial retries on a fresh group, and it reports what
@@ -151,6 +152,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.long
 def test_tuner_of_a_torch_trainer_shares_prefixes_on_the_legacy_engine(tmp_path):
     """``Tuner(TorchTrainer(loop, scaling_config=...), param_space={"train_loop_config": ...})``
     with sequences runs on data-parallel stages (RAY_TRAIN_V2_ENABLED=0,

@@ -34,6 +34,7 @@ def run(tmp_path, name, sharing):
     return tuner.fit()
 
 
+@pytest.mark.long
 def test_cnn_through_shared_stages_equals_trial_by_trial(tmp_path, ray_session):
     shared = run(tmp_path, "shared", True)
     alone = run(tmp_path, "alone", False)

@@ -110,6 +110,7 @@ print("ERRORS", grid.num_errors)
 )
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_notebook_is_quiet_shows_errors_and_shuts_its_ray_down_cleanly(tmp_path):
     # The Tuner starts the kernel's own Ray, as in a user's notebook: ipykernel's shutdown then

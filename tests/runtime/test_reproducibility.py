@@ -60,6 +60,7 @@ def curves(grid):
     return {(r.config["lr"].gamma, r.config.get("seed")): r.metrics_dataframe["loss"].tolist() for r in grid}
 
 
+@pytest.mark.long
 def test_reproducible_reruns_are_bit_identical_and_shared_stages_equal_trials_alone(tmp_path, ray_session):
     first = study(tmp_path, "first", reproducible=True, seed=7, repeats=2)
     again = study(tmp_path, "again", reproducible=True, seed=7, repeats=2)

@@ -401,6 +401,7 @@ print("fitted", trainer.fit().metrics["x"])
 """
 
 
+@pytest.mark.long
 def test_ray_train_trainers_run_as_tune_runs_them(tmp_path):
     """``Tuner(trainer)`` and a trainer's own ``fit()`` (which builds the
     Tuner that ``ray.tune.tuner`` names, ours in a swapped script) run on

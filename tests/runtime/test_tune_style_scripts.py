@@ -73,6 +73,7 @@ def assert_same_best(vanilla, ours):
     assert our_value == pytest.approx(tune_value, rel=1e-6)
 
 
+@pytest.mark.long
 def test_pbt_function(tmp_path, ray_session):
     script, vanilla, ours = run_both("pbt_function", tmp_path)
     # The toy problem's optimum is the grid's lr=0.01, which stays the top
@@ -130,6 +131,7 @@ def test_hyperband_function_with_trials_returning_before_max_t(tmp_path, ray_ses
         assert script.MAX_T in lengths, who
 
 
+@pytest.mark.long
 def test_hyperband_class_trainable_dict_checkpoints(tmp_path, ray_session):
     script, vanilla, ours = run_both("hyperband_class", tmp_path)
     assert vanilla[0][0] == {"width": 5, "height": 100}
