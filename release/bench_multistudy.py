@@ -22,8 +22,9 @@ stage batches' dispatch to completion; the service's own workers for (c)),
 epochs executed, each study's best accuracy (equal in every mode: training
 is deterministic and the service serves each study the metrics it would
 have trained alone), the merge rate within studies and across them
-(`kwise_merge_rate`), and the ratios against Tune at its best and (b)/(c)
-next to the paper's 6.77x GPU-hours and 3.53x end to end.
+(`kwise_merge_rate`), and the ratios against Tune at its best, (b)/(c) and
+(b0)/(c) (in epochs the cross-study merge rate: the service's target) next
+to the paper's 6.77x GPU-hours and 3.53x end to end.
 
 Then a small study's fixed cost: seconds from ``fit()`` to its first
 iteration on a warm plan service (started, workers up) against a cold start
@@ -282,21 +283,29 @@ def main() -> None:
                 [f"{label}, Tune at its best ({best[4:]}) / (c)", harness.ratio(harness.values(runs[best], key), ours)]
             )
         no_service = harness.values(runs[WITHIN], key)
-        target = (
-            f" (target >= cross-study merge rate {across:.2f}:"
-            f" {'met' if harness.median(harness.ratios(no_service, ours)) >= across else 'NOT met'};"
-            f" the most it can be in epochs, (b) sharing within each study, is {bound:.2f})"
-        )
         rows.append(
             [
                 f"{label}, no service / service: (b) / (c)",
-                f"**{harness.ratio(no_service, ours)}**" + (target if key == "worker_seconds" else ""),
+                f"**{harness.ratio(no_service, ours)}**"
+                + (
+                    f" (in epochs at most {bound:.2f}: (b) shares within each study)" if key == "worker_seconds" else ""
+                ),
             ]
         )
         if ALONE in runs:
-            rows.append(
-                [f"{label}, sharing only: (b0) / (b)", harness.ratio(harness.values(runs[ALONE], key), no_service)]
+            alone = harness.values(runs[ALONE], key)
+            # Trial by trial, every study trains its every trial: in epochs, (b0) / (c) is the cross-study merge rate.
+            target = (
+                f" (target >= cross-study merge rate {across:.2f}:"
+                f" {'met' if harness.median(harness.ratios(alone, ours)) >= across else 'NOT met'})"
             )
+            rows.append(
+                [
+                    f"{label}, no service and no sharing / service: (b0) / (c)",
+                    f"**{harness.ratio(alone, ours)}**" + (target if key == "worker_seconds" else ""),
+                ]
+            )
+            rows.append([f"{label}, sharing only: (b0) / (b)", harness.ratio(alone, no_service)])
     if len(runs) > 2:
         same = all(run["bests"] == runs[WITHIN][0]["bests"] for outcomes in runs.values() for run in outcomes)
         rows.append(["each study's best accuracy equal in every mode and run", "yes" if same else "no"])
