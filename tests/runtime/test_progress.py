@@ -1,5 +1,7 @@
 from ray import tune
 from ray.tune import CLIReporter
+from ray.tune.utils import log as tune_log
+from ray.tune.utils.log import Verbosity
 from trainables_for_tests import noisy_descent, sum_of_lr
 
 from ray_stagetree import MultiStep, Tuner
@@ -86,6 +88,8 @@ def table_trials(tmp_path):
 
 def test_tunes_cli_reporter_renders_the_trials_with_the_sharing_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # Tune's default verbosity: a Ray Tune run earlier in this process sets it to 0
+    monkeypatch.setattr(tune_log, "verbosity", Verbosity.V3_TRIAL_DETAILS)
     table = CLIReporter(
         metric_columns=["loss"],
         parameter_columns=["lr/milestones"],
@@ -140,7 +144,8 @@ def test_the_line_and_get_best_result_agree(tmp_path, ray_session, capsys):
     assert last_line.endswith(f"best loss: {grid.get_best_result().metrics['loss']:.4g}")
 
 
-def test_a_study_reports_through_tunes_cli_reporter(tmp_path, ray_session, capsys):
+def test_a_study_reports_through_tunes_cli_reporter(tmp_path, ray_session, capsys, monkeypatch):
+    monkeypatch.setattr(tune_log, "verbosity", Verbosity.V0_MINIMAL)  # as a Ray Tune run in this process leaves it
     reporter = CLIReporter(metric_columns=["loss"], parameter_columns=["lr/milestones", "lr/gamma"])
     grid = fit(tmp_path, "cli", progress_reporter=reporter)
     out = capsys.readouterr().out

@@ -35,6 +35,7 @@ from typing import Any
 import ray
 from ray import tune
 from ray.tune.search import BasicVariantGenerator, Searcher
+from ray.tune.utils.log import Verbosity, set_verbosity
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_stagetree.execution.parking import PARKED_PER_WORKER
@@ -968,6 +969,9 @@ class Tuner:
                 metric=self.tune_config.metric,
                 mode=self.tune_config.mode,
             )
+            # Tune's reporters read the process's verbosity, which every Ray Tune run sets (its new output
+            # engine, which ignores a reporter, to 0): the legacy engine's default, which shows the table.
+            set_verbosity(Verbosity.V3_TRIAL_DETAILS)
         verbose = 0 if self.run_config.verbose == 0 else 1
         return ProgressReporter(self.tune_config.metric, self.tune_config.mode, verbose=verbose, table=table)
 
