@@ -74,7 +74,6 @@ def test_the_sharded_loader_covers_the_samples_of_an_unsharded_one(merged_and_al
         assert [row["seen"] for row in _history(result)] == expected
 
 
-@pytest.mark.long
 def test_a_rank_killed_mid_stage_retries_and_ends_identical(merged_and_alone, tmp_path):
     """Rank 1's process dies at iteration 3 once: the batch fails as a dead
     worker's does, the trial retries on a fresh group, and it reports what
