@@ -111,13 +111,25 @@ def out_dir(args: argparse.Namespace, prefix: str) -> str:
 
 
 def commit() -> str:
-    """The checkout's commit, ``+changes`` when its tracked files differ from it."""
+    """The checkout's commit, ``+changes`` when its tracked files other
+    than RESULTS.md (what the benchmarks write, not what they run) differ from it."""
     try:
         head = subprocess.run(
             ["git", "-C", RELEASE, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
         changed = subprocess.run(
-            ["git", "-C", RELEASE, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+            [
+                "git",
+                "-C",
+                RELEASE,
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                ":/",
+                ":(top,exclude)release/RESULTS.md",
+            ],
+            capture_output=True,
+            text=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
