@@ -147,8 +147,13 @@ def pbt_trainable(config):
 
 
 def test_pbt_result_config_holds_the_values_in_force_and_the_schedule_beside_it(tmp_path, ray_session):
+    # Synchronous: it exploits whatever the timing (asynchronous PBT found nothing to compare once in the
+    # full suite, when the loaded machine started the four trials' workers one after another).
     pbt = PopulationBasedTraining(
-        time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": tune.uniform(0.01, 1.0)}
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": tune.uniform(0.01, 1.0)},
+        synch=True,
     )
     grid = Tuner(
         tune.with_resources(pbt_trainable, {"cpu": 0.5}),
