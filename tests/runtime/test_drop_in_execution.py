@@ -183,8 +183,11 @@ def test_a_tune_trainable_under_pbt_gets_plain_values_through_reset_config(tmp_p
             self.x += self.config["lr"]
             return {"x": self.x, "lr_type": type(self.config["lr"]).__name__, "resets": self.resets}
 
-    pbt = PopulationBasedTraining(
-        time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": tune.uniform(0.01, 1.0)}
+    pbt = PopulationBasedTraining(  # synchronous: it exploits whatever the timing (a loaded machine's)
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": tune.uniform(0.01, 1.0)},
+        synch=True,
     )
     grid = Tuner(
         tune.with_resources(PlainLr, {"cpu": 0.5}),

@@ -170,6 +170,7 @@ def test_pbt_hands_a_plain_trainable_plain_values(ray_session):
         time_attr="training_iteration",
         perturbation_interval=2,
         hyperparam_mutations={"lr": tune.uniform(0.001, 1.0)},
+        synch=True,  # it exploits whatever the timing (a loaded machine's)
     )
     grid = Tuner(
         # four workers on the two test CPUs, so the population trains in step
