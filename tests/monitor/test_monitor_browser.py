@@ -206,11 +206,11 @@ def check_the_figures(browser, stage_ids, best):
     assert timeline["recorded"] and timeline["runs"]
     assert count("#timeline g.lane") == len(timeline["workers"]) >= 1
     assert count("#timeline rect.segment") == sum(len(run["segments"]) for run in timeline["runs"])
-    drawn = {
-        stage
-        for rect in browser.find_elements(By.CSS_SELECTOR, "#timeline rect.segment")
-        for stage in rect.get_attribute("data-stages").split()
-    }
+    # Read in one script: the page may redraw the timeline between two WebDriver calls (a stale element).
+    segments = browser.execute_script(
+        "return [...document.querySelectorAll('#timeline rect.segment')].map(r => r.getAttribute('data-stages'))"
+    )
+    drawn = {stage for stages in segments for stage in stages.split()}
     assert drawn == set(stage_ids)
     assert count("#timeline path.ckpt") == sum(len(run["checkpoints"]) for run in timeline["runs"]) >= 1
     # Each of the three branches starts from the root's stage: forked there, unless its batch trained the root too.
