@@ -207,7 +207,7 @@ def main() -> None:
     )
     lines = []
     for key, label in (("iterations", "iterations"), ("worker_s", "worker-seconds")):
-        best = harness.fastest(runs, [name for name in (TUNE_DEFAULT, TUNE_REUSE) if name in runs], key)
+        best = harness.fastest(runs, (TUNE_DEFAULT, TUNE_REUSE), key)
         ours = harness.values(runs[SHARED], key)
         met = harness.median(ours) <= harness.median(harness.values(runs[best], key))
         lines.append(
