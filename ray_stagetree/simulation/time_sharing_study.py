@@ -10,8 +10,11 @@ the paper's node scheduler sees losses as they come). A combination is
 model's 192 (the paper's "at least 90% of the optimal"), within its 1000
 steps. Bin type 1 holds 4 good and 12 bad jobs, bin type 2 12 good and 4
 bad, drawn at random and submitted in a random order (five draws, as the
-paper averages five runs). The figure of merit is the paper's (Figure 5):
-the average time the good jobs of a bin take to reach the target.
+paper averages five runs). The figures of merit are the paper's: the
+average time the good jobs of a bin take to reach the target (Figure 5),
+and the average time its top four jobs, the four of the highest final
+accuracy, take (Figure 6: how soon the best of many good combinations are
+found). In a bin of type 1 the two are the same four jobs.
 
 Learning curves are `LearningCurve`'s (simulation/simulated_study.py),
 with Adam at learning rate 5e-4 and batch 32 as the recipe every step size
@@ -54,6 +57,7 @@ ITERATIONS = 1000 // STEPS_PER_ITERATION
 GPUS = 4
 JOBS_PER_BIN = 16
 GOOD_JOBS = {1: 4, 2: 12}  # bin type -> good jobs of its 16
+TOP_JOBS = 4  # Figure 6 times a bin's best four
 TARGET_FRACTION = 0.9
 
 
@@ -130,13 +134,14 @@ def _final_accuracy(model: CnnModel, config: dict[str, Any]) -> float:
 
 @dataclass(frozen=True)
 class Bin:
-    """16 jobs in submission order, which of them are good (the timed
-    ones), and the target accuracy."""
+    """16 jobs in submission order, which of them are good and which are
+    its top four (the timed ones), and the target accuracy."""
 
     model: CnnModel
     bin_type: int
     jobs: tuple[dict[str, Any], ...]
     good: frozenset[int]
+    top: frozenset[int]
     target: float
 
 
@@ -157,13 +162,15 @@ def make_bins(model: CnnModel, bin_type: int, draws: int, seed: int = 0) -> list
         rng.shuffle(chosen)
         jobs = tuple(config for config, _, _ in chosen)
         good_positions = frozenset(i for i, (_, _, is_good) in enumerate(chosen) if is_good)
-        bins.append(Bin(model, bin_type, jobs, good_positions, target))
+        best_first = sorted(range(JOBS_PER_BIN), key=lambda i: chosen[i][1], reverse=True)
+        bins.append(Bin(model, bin_type, jobs, good_positions, frozenset(best_first[:TOP_JOBS]), target))
     return bins
 
 
 @dataclass(frozen=True)
 class BinRun:
-    average_time_to_target: float
+    average_time_to_target: float  # the good jobs' (Figure 5)
+    top_time_to_target: float  # the top four jobs' (Figure 6)
     makespan: float
     yielded: int
     worker_seconds: float
@@ -185,16 +192,23 @@ def simulate_bin(job_bin: Bin, policy: ExecutionPolicy, gpus: int = GPUS) -> tup
 
 
 def run_bin(job_bin: Bin, policy: ExecutionPolicy, gpus: int = GPUS) -> BinRun:
-    """The good jobs' average time to reach the target under ``policy`` (the
-    paper's metric), the makespan, the pre-emptions and the worker time."""
+    """The good jobs' and the top four jobs' average time to reach the
+    target under ``policy`` (the paper's metrics), the makespan, the
+    pre-emptions and the worker time."""
     plan, result = simulate_bin(job_bin, policy, gpus)
-    return BinRun(mean_time_to_target(plan, job_bin), result.makespan, result.yielded, result.worker_seconds)
+    return BinRun(
+        mean_time_to_target(plan, job_bin, job_bin.good),
+        mean_time_to_target(plan, job_bin, job_bin.top),
+        result.makespan,
+        result.yielded,
+        result.worker_seconds,
+    )
 
 
-def mean_time_to_target(plan: SearchPlan, job_bin: Bin) -> float:
-    """The good jobs' mean time to their first result at the target (90% of
-    the optimal accuracy), from the study's start."""
-    times = [time_to(plan, f"job{i:02d}", job_bin.target) for i in sorted(job_bin.good)]
+def mean_time_to_target(plan: SearchPlan, job_bin: Bin, jobs: frozenset[int]) -> float:
+    """The mean time of ``jobs`` (positions in the bin) to their first
+    result at the target (90% of the optimal accuracy), from the study's start."""
+    times = [time_to(plan, f"job{i:02d}", job_bin.target) for i in sorted(jobs)]
     return sum(times) / len(times)
 
 

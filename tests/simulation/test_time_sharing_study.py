@@ -36,7 +36,7 @@ def test_convergence_priority_reaches_good_jobs_submitted_last_sooner():
     job_bin = make_bins(GOOGLENET, 1, 1)[0]
     order = sorted(range(16), key=lambda i: i in job_bin.good)  # the 4 good jobs come last
     good_last = frozenset(range(12, 16))
-    last = dataclasses.replace(job_bin, jobs=tuple(job_bin.jobs[i] for i in order), good=good_last)
+    last = dataclasses.replace(job_bin, jobs=tuple(job_bin.jobs[i] for i in order), good=good_last, top=good_last)
     times = {
         name: run_bin(last, make()).average_time_to_target
         for name, make in {
@@ -63,5 +63,21 @@ def test_the_metric_is_the_good_jobs_mean_time_to_90_percent_of_the_optimum():
         firsts[i] = reached[0] if reached else None
     assert all(firsts[i] is not None for i in job_bin.good)
     expected = sum(firsts[i] for i in job_bin.good) / len(job_bin.good)
-    assert mean_time_to_target(plan, job_bin) == pytest.approx(expected)
+    assert mean_time_to_target(plan, job_bin, job_bin.good) == pytest.approx(expected)
     assert len(job_bin.good) == 4 and len(make_bins(GOOGLENET, 2, 1)[0].good) == 12
+
+
+@pytest.mark.parametrize("bin_type", [1, 2])
+def test_the_top_four_are_the_bins_best_final_accuracies_and_in_bin_type_1_its_good_jobs(bin_type):
+    """Figure 6's jobs: the four of a bin trained alone to the highest final
+    accuracy (all of them good); the run times exactly those."""
+    job_bin = make_bins(GOOGLENET, bin_type, 1)[0]
+    plan, _ = simulate_bin(job_bin, FifoPolicy())
+    finals = {i: plan.history(f"job{i:02d}")[ITERATIONS]["accuracy"] for i in range(16)}
+    assert len(job_bin.top) == 4 and job_bin.top <= job_bin.good
+    assert min(finals[i] for i in job_bin.top) >= max(finals[i] for i in set(range(16)) - job_bin.top) - 0.02
+    if bin_type == 1:
+        assert job_bin.top == job_bin.good
+    run = run_bin(job_bin, FifoPolicy())
+    assert run.top_time_to_target == pytest.approx(mean_time_to_target(plan, job_bin, job_bin.top))
+    assert run.average_time_to_target == pytest.approx(mean_time_to_target(plan, job_bin, job_bin.good))
