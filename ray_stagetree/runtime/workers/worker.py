@@ -27,12 +27,17 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import inspect
 import numbers
 import os
 import queue
+import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -171,23 +176,55 @@ def _refuse_nested_train_runs() -> None:
     """A Ray Train trainer's ``fit()`` raises `NestedTrainRunError` in a
     trial run here (it still runs outside one: a trainable may be tested
     by calling it)."""
+
+    def refuse(trainer_class: type) -> None:
+        fit = trainer_class.fit
+
+        @functools.wraps(fit)
+        def refusing_fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if current() is not None:
+                raise NestedTrainRunError(NESTED_TRAIN_RUN.format(trainer=type(self).__name__))
+            return fit(self, *args, **kwargs)
+
+        trainer_class.fit = refusing_fit
+
     for module, name in (
         ("ray.train.base_trainer", "BaseTrainer"),
         ("ray.train.v2.api.data_parallel_trainer", "DataParallelTrainer"),
     ):
-        try:
-            trainer_class = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
-            continue
-        fit = trainer_class.fit
+        # Ray Train v2's trainer takes 0.2 s to import, in every worker: patched
+        # only once a trainable imports it (most never do).
+        _when_imported(module, lambda imported, name=name: refuse(getattr(imported, name)))
 
-        @functools.wraps(fit)
-        def refusing_fit(self: Any, *args: Any, _fit: Callable = fit, **kwargs: Any) -> Any:
-            if current() is not None:
-                raise NestedTrainRunError(NESTED_TRAIN_RUN.format(trainer=type(self).__name__))
-            return _fit(self, *args, **kwargs)
 
-        trainer_class.fit = refusing_fit
+def _when_imported(name: str, patch: Callable[[types.ModuleType], None]) -> None:
+    """Call ``patch`` with module ``name`` once it is imported: now if it is."""
+    if name in sys.modules:
+        patch(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _PatchOnImport(name, patch))
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Finds one module as Python would, and patches it once it executed."""
+
+    def __init__(self, name: str, patch: Callable[[types.ModuleType], None]) -> None:
+        self._name, self._patch = name, patch
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self._name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            execute = spec.loader.exec_module
+
+            def execute_and_patch(module: types.ModuleType) -> None:
+                execute(module)
+                self._patch(module)
+
+            spec.loader.exec_module = execute_and_patch  # type: ignore[method-assign]
+        return spec
 
 
 class LiveTrainable:
