@@ -8,6 +8,7 @@ let sortKey = "latest";  // a trial's last result ranks it, as Tune's get_best_r
 let sortAscending = true;
 let userSorted = false;  // until a header is clicked, the best trials come first
 let state = null;
+let drawnState = null;  // the state last drawn, less its "updated" time
 const selection = new Set();  // trials clicked in the table, for the curves
 
 // -- small helpers -------------------------------------------------------------
@@ -504,7 +505,6 @@ function renderSharing() {
   const live = document.getElementById("live");
   live.textContent = state.live ? "live" : "from the directory";
   live.classList.toggle("live", state.live);
-  document.getElementById("updated").textContent = `updated ${new Date(state.updated * 1000).toLocaleTimeString()}`;
 }
 
 function renderAll() {
@@ -520,11 +520,19 @@ function renderAll() {
 async function refresh() {
   try {
     const response = await fetch("api/state");
-    state = await response.json();
-    window.monitorState = state;  // for the browser test and the curious
-    if (!userSorted) sortAscending = state.mode !== "max";
-    renderAll();
-    await Promise.all([loadCurves(), loadImportance()]);
+    const next = await response.json();
+    // Redraw only what changed: a redraw replaces the rows and figures a
+    // reader may be clicking (a finished study's state never changes).
+    const changed = JSON.stringify({ ...next, updated: null });
+    if (changed !== drawnState) {
+      state = next;
+      window.monitorState = state;  // for the browser test and the curious
+      if (!userSorted) sortAscending = state.mode !== "max";
+      renderAll();
+      await Promise.all([loadCurves(), loadImportance()]);
+      drawnState = changed;
+    }
+    document.getElementById("updated").textContent = `updated ${new Date(next.updated * 1000).toLocaleTimeString()}`;
     document.body.dataset.loaded = "true";
   } catch (error) {
     document.getElementById("updated").textContent = `cannot reach the monitor (${error})`;
