@@ -207,7 +207,14 @@ def main() -> None:
     parser = harness.parser(__doc__)
     parser.add_argument("--studies", type=int, default=4, help="overlapping studies (4 to 8; 2 with --quick)")
     parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--samples", type=int, default=4000, help="MNIST-1D samples (--full)")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=20_000,
+        # As bench_tune.py: epochs of about 0.3 s, so a stage's restore and set-up
+        # (tens of milliseconds) weigh in worker-seconds about as they would on a GPU.
+        help="MNIST-1D samples (--full; default 20,000, as bench_tune.py)",
+    )
     parser.add_argument(
         "--modes",
         default=None,
