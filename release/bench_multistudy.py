@@ -49,6 +49,7 @@ import uuid
 from typing import Any
 
 import ray
+import torch
 from ray import tune
 
 RELEASE = os.path.dirname(os.path.abspath(__file__))
@@ -111,10 +112,10 @@ def tune_tuner(space, data, epochs, storage, name, occupancy, reuse) -> tune.Tun
 
 
 def run_one(
-    system: str, index: int, epochs: int, samples: int, storage: str, service: str | None = None
+    system: str, index: int, epochs: int, data_path: str, storage: str, service: str | None = None
 ) -> dict[str, Any]:
     """One study in this process: its best accuracy, epochs and (Tune) worker-seconds."""
-    data = example.make_data(num_samples=samples)
+    data = torch.load(data_path)
     space, name = study_space(index, epochs), f"{system}_{index}_{uuid.uuid4().hex[:6]}"
     occupancy = harness.TrialOccupancy()
     if system.startswith("tune"):
@@ -139,7 +140,7 @@ def driver_main(arguments: dict[str, Any]) -> None:
         arguments["system"],
         arguments["index"],
         arguments["epochs"],
-        arguments["samples"],
+        arguments["data"],
         arguments["storage"],
         arguments["service"],
     )
@@ -147,7 +148,7 @@ def driver_main(arguments: dict[str, Any]) -> None:
         json.dump(result, file)
 
 
-def concurrent(system: str, count: int, epochs: int, samples: int, storage: str) -> dict[str, Any]:
+def concurrent(system: str, count: int, epochs: int, data_path: str, storage: str) -> dict[str, Any]:
     """The studies submitted at once, each from its own driver process: the
     makespan, worker-seconds (a service's: its workers' own, once for
     batches several studies share), epochs and each study's best accuracy.
@@ -160,7 +161,7 @@ def concurrent(system: str, count: int, epochs: int, samples: int, storage: str)
         out = os.path.join(storage, f"{system}_{index}_{uuid.uuid4().hex[:6]}.json")
         arguments = dict(
             address=context.gcs_address, namespace=context.namespace, system=system, index=index,
-            epochs=epochs, samples=samples, storage=storage, out=out, service=service,
+            epochs=epochs, data=data_path, storage=storage, out=out, service=service,
         )  # fmt: skip
         drivers.append((subprocess.Popen([sys.executable, __file__, "--driver", json.dumps(arguments)]), out))
     for process, _ in drivers:
@@ -247,8 +248,12 @@ def main() -> None:
         parser.error(f"--modes takes a, ar, b0, b and c, and needs b and c; got {args.modes!r}")
     modes = [mode for letter in by_letter if letter in letters for mode in by_letter[letter]]
     with tempfile.TemporaryDirectory(prefix="bench_multistudy_") as storage:
+        # Generated once and loaded by every driver: generating it in each (seconds of CPU) would
+        # compete with the first studies' training, unlike the studies' own work.
+        data_path = os.path.join(storage, "mnist1d.pt")
+        torch.save(example.make_data(num_samples=samples), data_path)
         systems = {
-            mode: functools.partial(concurrent, SYSTEMS[mode], count, epochs, samples, storage) for mode in modes
+            mode: functools.partial(concurrent, SYSTEMS[mode], count, epochs, data_path, storage) for mode in modes
         }
         runs = harness.interleaved(systems, args.repeats, "multistudy")
         # The first study of a trainable starts the service's workers for it; the next finds them warm.
@@ -260,7 +265,7 @@ def main() -> None:
         f"{count} studies x 4 trials x {epochs} epochs of the example's 1-D CNN on {samples:,} MNIST-1D samples,"
         f" {workers} workers; study i steps its learning rate down at milestones i+2 and i+3 of a common pool, so"
         " neighbouring studies share trials outright and all share the 0.1 prefix. Every mode submits the studies"
-        " at once, each from its own driver process; a plan service is new for each run. Makespan: first study"
+        " at once, each from its own driver process (which loads the data, generated once); a plan service is new for each run. Makespan: first study"
         " submitted to last one done; worker-seconds as in `bench_tune.py` (the service's: its workers', once for"
         f" batches several studies share). Load {harness.loads(runs)} during the runs; median [range] over the"
         " repeats, modes interleaved."
