@@ -10,7 +10,8 @@ instance:
 (c) ``ray_stagetree.Tuner``: shared prefixes trained once.
 
 Every run trains the example's 1-D CNN (`examples/mnist1d_study.py`) on
-MNIST-1D, generated offline, on one worker per CPU (``--workers``), over the
+MNIST-1D, generated offline, on one worker per CPU but one (``--workers``;
+the one left runs the driver side of either system), over the
 example's 14 learning-rate x batch-size sequences: as a grid search, under
 ``ASHAScheduler``, and under ASHA with a trainable that keeps no checkpoint
 (live continuation must keep every prefix from being retrained, so
@@ -59,7 +60,10 @@ from ray_stagetree import Exponential, MultiStep, Sequence, Tuner, Warmup, from_
 from ray_stagetree.searchers import generate_trials  # noqa: E402
 from ray_stagetree.searchers.variants import to_tune_space  # noqa: E402
 
-WORKERS = os.cpu_count() or 1  # --workers
+# One CPU is left to the driver-side processes of either system (Tune's driver; ray_stagetree's driver,
+# controller and storage actor), as on a GPU cluster they do not share the trainables' devices. With a
+# trainable on every CPU they take CPU from the epochs, the more the shorter the run: sharing's own.
+WORKERS = max(1, (os.cpu_count() or 1) - 1)  # --workers
 METRIC, MODE = "accuracy", "max"
 TUNE_DEFAULT, TUNE_REUSE = "(a) Ray Tune, defaults", "(a) Ray Tune, reuse_actors=True"
 ALONE, SHARED = "(b) ray_stagetree, sharing off", "(c) ray_stagetree"
@@ -357,7 +361,10 @@ def main() -> None:
     global WORKERS
     parser = harness.parser(__doc__)
     parser.add_argument(
-        "--workers", type=int, default=WORKERS, help="stage workers and Tune trials at once (default: CPUs)"
+        "--workers",
+        type=int,
+        default=WORKERS,
+        help="stage workers and Tune trials at once (default: CPUs less one, for the drivers and controllers)",
     )
     parser.add_argument("--epochs", type=int, default=example.EPOCHS, help="epochs per trial (--full)")
     parser.add_argument("--samples", type=int, default=20_000, help="MNIST-1D samples (--full)")
@@ -382,7 +389,10 @@ def main() -> None:
     space = quick_space() if args.quick else example.param_space(epochs)
     section = harness.Section("Stage sharing against Ray Tune on real training (`bench_tune.py`)", args)
     section.text(
-        f"The example's 1-D CNN (`examples/mnist1d_study.py`) on {samples:,} MNIST-1D samples, one worker per CPU."
+        f"The example's 1-D CNN (`examples/mnist1d_study.py`) on {samples:,} MNIST-1D samples, {WORKERS} worker(s),"
+        " one CPU each; one more CPU runs each system's driver side (Tune's driver; ray_stagetree's"
+        " driver, controller and storage actor), as on a GPU cluster, where they do not share the trainables'"
+        " devices (with a trainable on every CPU, they take CPU from the epochs, the more the shorter the run)."
         " Systems: (a) `ray.tune.Tuner` at its defaults (a new actor per trial) and with `reuse_actors=True`"
         " (Tune's fast path); (b) `ray_stagetree.Tuner(stage_sharing=False)`, trial by trial; (c)"
         " `ray_stagetree.Tuner`, shared prefixes trained once. Worker-seconds: Tune, each trial's start to"
