@@ -64,9 +64,11 @@ def main() -> None:
         medians: dict[str, list[float]] = {metric: [] for metric in METRICS}
         for bin_type in (1, 2):
             figures = {name: runs[model.name, bin_type, name] for name in POLICIES}
-            # In a bin of type 1 the top four are its four good jobs: one row.
-            for metric in METRICS if bin_type == 2 else ("top",):
+            for metric in METRICS:
                 times = {name: [getattr(run, METRICS[metric]) for run in bins] for name, bins in figures.items()}
+                medians[metric] += [harness.median(harness.ratios(times[b], times["hermes"])) for b in BASELINES]
+                if bin_type == 1 and metric == "good":
+                    continue  # in a bin of type 1 the top four are its four good jobs: one row
                 row = [model.name, f"{bin_type}, {'top 4' if metric == 'top' else 'all 12 good'}"]
                 row += [harness.median_range(times[name], 1) for name in POLICIES]
                 row += [harness.ratio(times[baseline], times["hermes"]) for baseline in BASELINES]
@@ -78,10 +80,6 @@ def main() -> None:
                     ),
                 ]
                 rows.append(row)
-                ratios = [harness.median(harness.ratios(times[b], times["hermes"])) for b in BASELINES]
-                medians[metric] += ratios
-                if bin_type == 1:  # the same jobs under both figures
-                    medians["good"] += ratios
         means[model.name] = {metric: sum(values) / len(values) for metric, values in medians.items()}
     section.table(
         [

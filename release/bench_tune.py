@@ -397,8 +397,8 @@ def main() -> None:
         " (Tune's fast path); (b) `ray_stagetree.Tuner(stage_sharing=False)`, trial by trial; (c)"
         " `ray_stagetree.Tuner`, shared prefixes trained once. Worker-seconds: Tune, each trial's start to"
         " completion (a `Callback`); ray_stagetree, each stage batch's dispatch to completion"
-        " (`ResultGrid.worker_seconds`; a batch goes only to a started worker, as Tune's callback counts a trial from when its actor is up). Headline ratios are against the"
-        " faster Tune configuration; (b)/(c) is what sharing alone saves. Figures: median [range] over the"
+        " (`ResultGrid.worker_seconds`; a batch goes only to a started worker, as Tune's callback counts a trial"
+        " from when its actor is up). Headline ratios are against the faster Tune configuration; (b)/(c) is what sharing alone saves. Figures: median [range] over the"
         " repeats, systems interleaved in one process."
     )
     # Ray's workers import the example's module by name.
