@@ -773,10 +773,12 @@ class SearchPlan:
         """Iterations needed to serve every live trial when prefixes are shared."""
         return sum(stop - self.nodes[node_id].fork_iteration for node_id, stop in self.requested_extent().items())
 
-    def requested_extent(self) -> dict[int, int]:
-        """Node id -> the furthest iteration of that node any trial's request passes through."""
+    def requested_extent(self, trial_ids: Iterable[str] | None = None) -> dict[int, int]:
+        """Node id -> the furthest iteration of that node any trial's request
+        passes through (of the trials ``trial_ids`` only, when given)."""
         extent: dict[int, int] = {}
-        for record in self.trials.values():
+        records = self.trials.values() if trial_ids is None else (self.trials[trial_id] for trial_id in trial_ids)
+        for record in records:
             node, iteration = record.request.node, record.request.iteration
             while iteration > extent.get(node.node_id, node.fork_iteration):
                 extent[node.node_id] = iteration

@@ -70,7 +70,7 @@ from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import TimeSharingPolicy
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
-from ray_stagetree.simulation.simulator import Simulation, SimulationResult
+from ray_stagetree.simulation.simulator import FinalTraining, Simulation, SimulationResult
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 
 #: Hyper-parameters the curve models explicitly; the rest enter as offsets.
@@ -375,8 +375,9 @@ class StudyRun:
     explored_merge_rate: float
     gpus_per_worker: int = 1
     bound_hours: float = 0.0
-    """`Simulation.trained_bound` of the run, in hours: no schedule of the
-    work its schedulers chose ends sooner."""
+    """`Simulation.trained_bound` of the run, each study's final training
+    after the study, in hours: no schedule of the work its schedulers chose
+    ends sooner."""
 
     @property
     def gpu_hours(self) -> float:
@@ -438,6 +439,7 @@ class _Driver:
         self.outcomes = {study.name: StudyOutcome() for study in studies}
         self.studies = {study.name: study for study in studies}
         self._final: set[str] = set()  # best trials training their final iterations
+        self.finals: list[FinalTraining] = []  # what each study's best trial trains after its study
         for study in studies:
             scheduler = study.scheduler() if study.scheduler is not None else None
             host = SchedulerHost(scheduler, study.profile.metric, study.mode, study.horizon, on_stop=self.stop)
@@ -559,6 +561,7 @@ class _Driver:
                 request = self.plan.extend_trial(best.trial_id, max(best.rows) + study.final_iterations)
                 if not request.answered:
                     self._final.add(best.trial_id)
+                    self.finals.append(FinalTraining(tuple(lifecycle.trials), best.trial_id, max(best.rows)))
 
 
 def simulate(
@@ -635,4 +638,5 @@ def simulate(
     result = simulation.run(plan, execution, on_answered=driver.on_answered)
     unique = plan.unique_iterations()
     rate = plan.total_iterations() / unique if unique else 1.0
-    return StudyRun(result, driver.outcomes, rate, gpus_per_worker, simulation.trained_bound(plan) / 3600)
+    bound = simulation.trained_bound(plan, driver.finals)
+    return StudyRun(result, driver.outcomes, rate, gpus_per_worker, bound / 3600)

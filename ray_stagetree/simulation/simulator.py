@@ -25,7 +25,7 @@ import bisect
 import copy
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,17 @@ from ray_stagetree.planning.stage_tree import build_stage_tree
 #: reached through differently cut stages (sums of float costs in another
 #: order) is the same instant, and same-instant answers are fed together.
 _TIME_DECIMALS = 6
+
+
+@dataclass(frozen=True)
+class FinalTraining:
+    """A study's best trial trains on from iteration ``start`` once every
+    other request of the study's trials, ``trial_ids``, is answered (the
+    papers' final epochs): `Simulation.trained_bound` counts it after them."""
+
+    trial_ids: tuple[str, ...]
+    trial_id: str
+    start: int
 
 
 @dataclass(frozen=True)
@@ -192,24 +203,39 @@ class Simulation:
         longest = CriticalPathPolicy().priorities(tree, costs)
         return max(max(longest.values(), default=0.0), sum(costs.values()) / self.workers)
 
-    def trained_bound(self, plan: SearchPlan) -> float:
+    def trained_bound(self, plan: SearchPlan, finals: Iterable[FinalTraining] = ()) -> float:
         """max(longest path, unique work / workers) of what the trials were
         finally requested up to: after a run whose trial schedulers chose
         what to train, no schedule of that work ends sooner (checkpoint
-        costs left out)."""
-        work = sum(
-            self._seconds(plan.nodes[node_id], plan.nodes[node_id].fork_iteration, stop)
-            for node_id, stop in plan.requested_extent().items()
-        )
-        longest = 0.0
+        costs left out). With ``finals``, also: a study's other work, on all
+        workers, then its best trial's final training, on one."""
+        bound = self._work(plan, plan.requested_extent()) / self.workers
         for record in plan.trials.values():
-            node, iteration = record.request.node, record.request.iteration
-            path = self._seconds(node, node.fork_iteration, iteration) if iteration > node.fork_iteration else 0.0
-            while node.parent is not None:
-                path += self._seconds(node.parent, node.parent.fork_iteration, node.fork_iteration)
-                node = node.parent
-            longest = max(longest, path)
-        return max(longest, work / self.workers)
+            bound = max(bound, self._path_seconds(record.request.node, 0, record.request.iteration))
+        for final in finals:
+            request = plan.trials[final.trial_id].request
+            tail = self._path_seconds(request.node, final.start, request.iteration)
+            before = self._work(plan, plan.requested_extent(final.trial_ids)) - tail
+            bound = max(bound, before / self.workers + tail)
+        return bound
+
+    def _work(self, plan: SearchPlan, extent: Mapping[int, int]) -> float:
+        """Seconds of the iterations ``extent`` (`SearchPlan.requested_extent`) covers."""
+        return sum(
+            self._seconds(plan.nodes[node_id], plan.nodes[node_id].fork_iteration, stop)
+            for node_id, stop in extent.items()
+        )
+
+    def _path_seconds(self, node: PlanNode, start: int, stop: int) -> float:
+        """Seconds of iterations ``[start, stop)`` of the path to ``node``."""
+        seconds = 0.0
+        while stop > start:
+            low = max(start, node.fork_iteration)
+            seconds += self._seconds(node, low, stop)
+            if node.parent is None:
+                break
+            node, stop = node.parent, min(stop, node.fork_iteration)
+        return seconds
 
     def run(
         self,
