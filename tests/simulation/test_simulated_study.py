@@ -177,3 +177,13 @@ def test_an_execution_policy_instance_runs_as_its_name_does():
     shared = simulate([study], gpus=4, policy=round_robin)
     assert shared.result.iterations == by_name.result.iterations and round_robin.metric is None
     assert Simulation(workers=2).policy(given) is not given
+
+
+def test_the_bound_of_a_run_puts_the_best_trials_final_training_after_its_study():
+    # Four unshared trials of 10 one-second iterations on 2 GPUs, then the
+    # best trains 5 more: 20 s before it can start, 25 s in all, where the
+    # work alone (45 s over 2 GPUs) and the longest path (15 s) say less.
+    trials = [{"lr": 0.1 + index / 100} for index in range(4)]
+    run = simulate([StudyDefinition("s", trials, UNIT, 10, final_iterations=5)], gpus=2)
+    assert run.bound_hours * 3600 == pytest.approx(25.0)
+    assert run.result.makespan >= run.bound_hours * 3600
