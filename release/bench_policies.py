@@ -181,10 +181,13 @@ def main() -> None:
             if len(attainable) < len(verdicts)
             else "."
         ),
-        "Where the time goes. Every policy runs the work its run trained within a few per cent of that work's"
-        " bound (hours / bound), so a policy is faster than another only by having ASHA train less. With many"
-        " GPUs the bound is the longest path, the best trial's 120 epochs and its 100 final ones, alike for every"
-        " policy. With few, it is the work, and that follows ASHA's promotions: a trial is promoted once it is in"
+        "Where the time goes. With few GPUs (4) every policy runs what its run trained close to that work's bound"
+        " (hours / bound), so a policy is faster than another by having ASHA train less; with many (16, 40) the"
+        " bound is the longest path, the best trial's 120 epochs and its 100 final ones, alike for every policy;"
+        " in between (8), the GPUs idle at the start, where the tree is narrow (6 paths to the first rung, few to"
+        " the first milestones), and from the last trials' last epochs through the final ones, and every policy"
+        " keeps them all busy in between: again, what ASHA trains decides. It follows its promotions: a trial is"
+        " promoted once it is in"
         " the top quarter of the results its rung holds so far, so the order in which results reach a rung"
         " decides how many trials are promoted on thin evidence (trials that share their path to a rung reach it"
         " together, tied, and are promoted together). Which order promotes fewer depends on scores not yet"
