@@ -25,7 +25,7 @@ def test_line_shows_trials_iterations_and_best_metric():
     reporter.update(progress([{"accuracy": 0.5}, {"accuracy": 0.7}, {"accuracy": float("nan")}]))
     line = reporter.line(progress())
     assert "2 running, 1 terminated" in line
-    assert "iterations: 30 executed, 50 unique, 120 trial by trial |" in line
+    assert "iterations: 30 executed of 50 requested, 120 trial by trial |" in line
     assert "best accuracy: 0.7" in line
 
 
@@ -104,7 +104,7 @@ def test_tunes_cli_reporter_renders_the_trials_with_the_sharing_line(tmp_path, c
     reporter.update(progress(), trials=trials)  # within max_report_frequency: not shown
     out = capsys.readouterr().out
     assert out.count("== Status ==") == 1
-    assert "iterations: 30 executed, 50 unique, 120 trial by trial" in out
+    assert "iterations: 30 executed of 50 requested, 120 trial by trial" in out
     assert "lr/milestones" in out and "loss" in out
     # finished trials sorted by loss, two rows at most while running: b (0.2), a (0.5)
     assert out.index("train_b") < out.index("train_a") and "train_c" not in out

@@ -89,7 +89,7 @@ class ProgressReporter:
             for names, seconds in progress.get("stalled", ())
         )
         return (
-            f"[{progress['elapsed']:.0f}s] trials: {trials} | iterations: {executed} executed, {unique} unique, "
+            f"[{progress['elapsed']:.0f}s] trials: {trials} | iterations: {executed} executed of {unique} requested, "
             f"{total} trial by trial{_ending(executed, total, final, partial)}{best}{stalled}"
         )
 
