@@ -266,7 +266,8 @@ def main() -> None:
         f" {workers} workers; study i steps its learning rate down at milestones i+2 and i+3 of a common pool, so"
         " neighbouring studies share trials outright and all share the 0.1 prefix. Every mode submits the studies"
         " at once, each from its own driver process (which loads the data, generated once); a plan service is"
-        " new for each run. Makespan: first study submitted to last one done; worker-seconds as in `bench_tune.py` (the service's: its workers', once for"
+        " new for each run. Makespan: first study submitted to last one done; worker-seconds as in"
+        " `bench_tune.py` (the service's: its workers', once for"
         f" batches several studies share). Load {harness.loads(runs)} during the runs; median [range] over the"
         " repeats, modes interleaved."
     )

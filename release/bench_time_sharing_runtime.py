@@ -20,10 +20,11 @@ the paper's 10 s quanta against its 30 s for round robin and SLAQ, scaled so
 that a job lasts several quanta: at the defaults 16 epochs of about 0.3 s;
 with shorter jobs, e.g. 8 epochs of 4,000 samples, a job ends within its
 first quantum, nothing is pre-empted, and only one job of 16 reaches the
-target, so the figure times one job's place in the queue). The paper's metric (section 4.2): the *good*
-jobs' mean time to 90% of the optimal, here of the best accuracy any job
-reaches (training is deterministic, so every policy trains the same curves;
-a good job is one whose curve reaches it), from ``fit()`` as the driver's
+target, so the figure times one job's place in the queue). The paper's
+metric (section 4.2): the *good* jobs' mean time to 90% of the optimal,
+here of the best accuracy any job reaches (training is deterministic, so
+every policy trains the same curves; a good job is one whose curve reaches
+it), from ``fit()`` as the driver's
 callback sees results. Printed per policy as median [range] over the orders,
 and each policy's time over Hermes's in the same order (the paper's
 normalised execution time); round robin's and Hermes's pre-emptions cost a

@@ -390,16 +390,21 @@ def main() -> None:
     section = harness.Section("Stage sharing against Ray Tune on real training (`bench_tune.py`)", args)
     section.text(
         f"The example's 1-D CNN (`examples/mnist1d_study.py`) on {samples:,} MNIST-1D samples, {WORKERS} worker(s),"
-        " one CPU each; one more CPU runs each system's driver side (Tune's driver; ray_stagetree's"
-        " driver, controller and storage actor), as on a GPU cluster, where they do not share the trainables'"
-        " devices (with a trainable on every CPU, they take CPU from the epochs, the more the shorter the run)."
-        " Systems: (a) `ray.tune.Tuner` at its defaults (a new actor per trial) and with `reuse_actors=True`"
+        " one CPU each; "
+        + (
+            "the CPUs left run each system's driver side (Tune's driver; ray_stagetree's driver, controller and"
+            " storage actor), as on a GPU cluster, where they do not share the trainables' devices (with a"
+            " trainable on every CPU, they take CPU from the epochs, the more the shorter the run)."
+            if WORKERS < (os.cpu_count() or 1)
+            else "no CPU is left for either system's driver side, which takes CPU from the epochs."
+        )
+        + " Systems: (a) `ray.tune.Tuner` at its defaults (a new actor per trial) and with `reuse_actors=True`"
         " (Tune's fast path); (b) `ray_stagetree.Tuner(stage_sharing=False)`, trial by trial; (c)"
         " `ray_stagetree.Tuner`, shared prefixes trained once. Worker-seconds: Tune, each trial's start to"
         " completion (a `Callback`); ray_stagetree, each stage batch's dispatch to completion"
         " (`ResultGrid.worker_seconds`; a batch goes only to a started worker, as Tune's callback counts a trial"
-        " from when its actor is up). Headline ratios are against the faster Tune configuration; (b)/(c) is what sharing alone saves. Figures: median [range] over the"
-        " repeats, systems interleaved in one process."
+        " from when its actor is up). Headline ratios are against the faster Tune configuration; (b)/(c) is what"
+        " sharing alone saves. Figures: median [range] over the repeats, systems interleaved in one process."
     )
     # Ray's workers import the example's module by name.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [EXAMPLES, os.environ.get("PYTHONPATH")]))
