@@ -14,15 +14,16 @@ from ray_stagetree import Tuner
 ITERATIONS = 3
 
 
-def linked_checkpoint(iteration, broken=False):
-    """A checkpoint folder whose weights (a file) and shards (a folder) are links."""
-    elsewhere = tempfile.mkdtemp(prefix="weights_")
+def linked_checkpoint(scratch, iteration, broken=False):
+    """A checkpoint folder under ``scratch`` whose weights (a file) and shards
+    (a folder) are links."""
+    elsewhere = tempfile.mkdtemp(prefix="weights_", dir=scratch)
     with open(os.path.join(elsewhere, "weights.bin"), "w") as file:
         file.write(f"weights {iteration}")
     os.makedirs(os.path.join(elsewhere, "shards"))
     with open(os.path.join(elsewhere, "shards", "0.bin"), "w") as file:
         file.write(f"shard {iteration}")
-    folder = tempfile.mkdtemp(prefix="checkpoint_")
+    folder = tempfile.mkdtemp(prefix="checkpoint_", dir=scratch)
     os.symlink(os.path.join(elsewhere, "missing" if broken else "weights.bin"), os.path.join(folder, "weights.bin"))
     os.symlink(os.path.join(elsewhere, "shards"), os.path.join(folder, "shards"))
     return folder
@@ -30,7 +31,7 @@ def linked_checkpoint(iteration, broken=False):
 
 def reports_linked_checkpoints(config):
     for iteration in range(1, ITERATIONS + 1):
-        folder = linked_checkpoint(iteration, broken=config.get("broken", False))
+        folder = linked_checkpoint(config["scratch"], iteration, broken=config.get("broken", False))
         tune.report({"loss": 1.0 / iteration}, checkpoint=tune.Checkpoint.from_directory(folder))
 
 
@@ -43,7 +44,7 @@ class SavesLinks(tune.Trainable):
         return {"loss": 1.0 / self.steps}
 
     def save_checkpoint(self, checkpoint_dir):
-        source = linked_checkpoint(self.steps)
+        source = linked_checkpoint(self.config["scratch"], self.steps)
         for name in os.listdir(source):
             os.symlink(os.path.join(source, name), os.path.join(checkpoint_dir, name))
 
@@ -55,7 +56,7 @@ class SavesLinks(tune.Trainable):
 def fit(tmp_path, name, trainable, space=None, **run_config):
     return Tuner(
         trainable,
-        param_space=space or {},
+        param_space={"scratch": str(tmp_path), **(space or {})},
         run_config=tune.RunConfig(
             name=name,
             storage_path=str(tmp_path),

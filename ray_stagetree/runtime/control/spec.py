@@ -61,6 +61,15 @@ class WorkerSpec:
         return actor.remote(self.trainable, controller)
 
     @staticmethod
+    def close(workers: list[Any], timeout: float) -> None:
+        """Ask ``workers`` (and a group's ranks) to end their parked
+        trainables and remove their temporary folders, waiting up to
+        ``timeout`` seconds: a worker that does not answer (busy, gone) is
+        killed with what it holds."""
+        actors = [a for w in workers for a in ([w.leader, *w.peers] if isinstance(w, WorkerGroup) else [w])]
+        ray.wait([actor.close.remote() for actor in actors], num_returns=len(actors), timeout=timeout)
+
+    @staticmethod
     def stop(worker: Any) -> None:
         """Kill a worker `start` started (a group's ranks, and free its placement group)."""
         if isinstance(worker, WorkerGroup):

@@ -20,6 +20,7 @@ from typing import Any
 
 from ray_stagetree.execution.payload import CheckpointPayload, pack_directory, unpack_directory
 from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state
+from ray_stagetree.runtime.workers import scratch
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, StageContext, activate
 
 # Ray Tune's name for a checkpoint that save_checkpoint returned as a dict.
@@ -147,7 +148,7 @@ def _payload(instance: Any, iteration: int, stage_trainable: bool) -> Checkpoint
     state = instance.get_state() if stage_trainable else None
     if state is not None:
         return CheckpointPayload(iteration, capture_rng_state(), state=state)
-    path = tempfile.mkdtemp(prefix="stagetree_save_")
+    path = scratch.mkdtemp("stagetree_save_")
     try:
         saved = instance.save_checkpoint(path)
         if isinstance(saved, dict):  # Tune's dict form: kept in the directory as Tune keeps it

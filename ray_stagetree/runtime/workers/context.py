@@ -31,6 +31,7 @@ from ray_stagetree.execution.payload import (
 )
 from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state
 from ray_stagetree.planning.config import hparam_keys, split_path
+from ray_stagetree.runtime.workers import scratch
 from ray_stagetree.runtime.workers.visible_config import HParams, retarget, sequences_so_far
 from ray_stagetree.sequences.base import next_change
 
@@ -202,7 +203,7 @@ class StageContext:
         if payload.directory is None:
             raise RuntimeError("this checkpoint was saved with get_state(); use a StageTrainable to restore it")
         if self._restored_dir is None:
-            self._restored_dir = tempfile.mkdtemp(prefix="stagetree_restore_")
+            self._restored_dir = scratch.mkdtemp("stagetree_restore_")
             unpack_directory(payload.directory, self._restored_dir)
         return Checkpoint.from_directory(self._restored_dir)
 
@@ -228,7 +229,7 @@ class StageContext:
         self.record(metrics, payload, can_checkpoint=checkpoint is not None, reported=checkpoint is not None)
 
     def _keep_latest(self, checkpoint: Any) -> None:
-        kept = tempfile.mkdtemp(prefix="stagetree_latest_")
+        kept = scratch.mkdtemp("stagetree_latest_")
         with checkpoint.as_directory() as path:
             _check_links(path)
             # Links are followed now, as Tune's upload follows them: what they point to may not outlive the report.

@@ -36,6 +36,7 @@ import os
 import queue
 import sys
 import threading
+import time
 import traceback
 import types
 from collections.abc import Callable, Sequence
@@ -45,7 +46,7 @@ import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
 from ray_stagetree.execution.payload import CheckpointPayload
-from ray_stagetree.runtime.workers import session
+from ray_stagetree.runtime.workers import scratch, session
 from ray_stagetree.runtime.workers.class_trainables import run_class
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
 from ray_stagetree.runtime.workers.group import PeerContext, RankGroup, RankInfo, free_port, rank_infos
@@ -155,6 +156,8 @@ def _install_tune_shims() -> None:
 
 #: How often rank 0 of a data-parallel group looks whether a peer failed while its own rank trains.
 PEER_POLL_S = 0.5
+#: How long `StageWorker.close` lets the trainables it ends run their cleanup.
+CLOSE_WAIT_S = 2.0
 
 
 class NestedTrainRunError(RuntimeError):
@@ -265,6 +268,9 @@ class LiveTrainable:
         """End the parked trainable (its loop gets `BatchEnd`, its cleanup runs)."""
         self._follow_ups.put(None)
 
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
 
 class StageWorker:
     """Ray actor body (run with ``max_concurrency=3``): runs one batch at a
@@ -282,6 +288,7 @@ class StageWorker:
         # several trials, so the worker stays in that directory (as under Tune
         # with RAY_CHDIR_TO_TRIAL_DIR=0) and paths in a config resolve the same.
         os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
+        scratch.reap()  # what killed workers of this host left
         self._controller = controller
         self._outbox: dict[str, CheckpointPayload] = {}
         self._trainable: Any = None
@@ -310,6 +317,18 @@ class StageWorker:
         live = self._parked.pop(batch_id, None)
         if live is not None:
             live.release()
+
+    def close(self) -> None:
+        """The study is over: end the parked trainables (their cleanup runs,
+        for up to `CLOSE_WAIT_S` in all) and remove this process's temporary
+        folders (`scratch`); the controller kills the worker next."""
+        parked, self._parked = list(self._parked.values()), {}
+        for live in parked:
+            live.release()
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        for live in parked:
+            live.join(max(0.0, deadline - time.monotonic()))
+        scratch.remove()
 
     def run_batch(self, spec: BatchSpec) -> BatchOutcome:
         if self._load_error is not None:
