@@ -147,6 +147,7 @@ def cached(path: str | None, compute: Callable[[], Runs]) -> Runs:
         return Runs(traces, data["merge_rates"], data["seconds"])
     runs = compute()
     if path is not None:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "w") as file:
             json.dump(dataclasses.asdict(runs), file)
     return runs
