@@ -275,8 +275,10 @@ def report(section: harness.Section, title: str, results: dict[str, Runs], budge
     section.text(
         f"### {title}",
         f"Budget {budget:,.0f} {unit} (each trained iteration counted once); median [quartiles] over {seeds} seeds."
-        " Evaluations: trials finished within the budget. The last two columns: the share of the budget and the"
-        " evaluations StructuredBO needs to reach that searcher's median final quality (median over seeds).",
+        " Evaluations: trials finished within the budget. The last two columns: StructuredBO against that"
+        " searcher's median final quality: the share of the budget at which the median over seeds of its best"
+        " first reaches it, and the median over seeds of the evaluations each seed needed to reach it (never:"
+        " half of the seeds or more never did).",
     )
     rows = []
     for name, runs in results.items():
