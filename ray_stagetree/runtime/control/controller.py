@@ -83,7 +83,6 @@ from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trials import TrialInfo, TrialState, experiment_tag, trial_name
 from ray_stagetree.runtime.control.worker_pool import WorkerPool
 from ray_stagetree.runtime.workers.trial_errors import pack_exception
-from ray_stagetree.runtime.workers.worker import CLOSE_WAIT_S
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 
 logger = logging.getLogger(__name__)
@@ -1055,7 +1054,7 @@ class StudyController:
         }
 
     def shutdown_workers(self) -> None:
-        self.spec.worker.close(self.pool.workers, timeout=CLOSE_WAIT_S + 1)
+        self.spec.worker.close(self.pool.workers)
         self.pool.shut_down(self.spec.worker.stop)
 
 

@@ -15,7 +15,7 @@ import ray
 
 from ray_stagetree.execution.parking import PARKED_PER_WORKER
 from ray_stagetree.execution.scaling import Scaling
-from ray_stagetree.runtime.workers.worker import PeerWorker, StageWorker
+from ray_stagetree.runtime.workers.worker import CLOSE_WAIT_S, PeerWorker, StageWorker
 
 if TYPE_CHECKING:
     from ray.tune import CheckpointConfig, Stopper
@@ -61,13 +61,13 @@ class WorkerSpec:
         return actor.remote(self.trainable, controller)
 
     @staticmethod
-    def close(workers: list[Any], timeout: float) -> None:
+    def close(workers: list[Any]) -> None:
         """Ask ``workers`` (and a group's ranks) to end their parked
-        trainables and remove their temporary folders, waiting up to
-        ``timeout`` seconds: a worker that does not answer (busy, gone) is
-        killed with what it holds."""
+        trainables and remove their temporary folders (`StageWorker.close`),
+        waiting a second longer than they take: a worker that does not
+        answer (busy, gone) is killed with what it holds."""
         actors = [a for w in workers for a in ([w.leader, *w.peers] if isinstance(w, WorkerGroup) else [w])]
-        ray.wait([actor.close.remote() for actor in actors], num_returns=len(actors), timeout=timeout)
+        ray.wait([actor.close.remote() for actor in actors], num_returns=len(actors), timeout=CLOSE_WAIT_S + 1)
 
     @staticmethod
     def stop(worker: Any) -> None:

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ray_stagetree.execution.storage import CheckpointStorage, CheckpointUnavailableError
+from ray_stagetree.runtime.workers.scratch import process_exists
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class Holder:
             return True
         if self.pid == os.getpid():
             return self.token in _HELD
-        return _process_exists(self.pid)
+        return process_exists(self.pid)
 
     def describe(self) -> str:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
@@ -76,16 +77,6 @@ class Holder:
 
 #: Tokens of the leases this process holds now.
 _HELD: set[str] = set()
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it exists
-        return True
-    return True
 
 
 def read_holder(storage: CheckpointStorage) -> Holder | None:

@@ -45,24 +45,26 @@ def reap() -> list[str]:
     longer run; the folders removed."""
     if os.name != "posix":  # os.kill(pid, 0) tests a process only on POSIX
         return []
-    removed = []
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{PREFIX}*_{_host()}_*")):
-        pid = os.path.basename(path)[len(PREFIX) :].split("_", 1)[0]
-        if pid.isdigit() and not _running(int(pid)):
+    removed, host = [], _host()
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{PREFIX}*")):
+        parts = os.path.basename(path)[len(PREFIX) :].split("_", 2)  # pid, host, mkdtemp's suffix
+        if len(parts) == 3 and parts[1] == host and parts[0].isdigit() and not process_exists(int(parts[0])):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
 
 
-def _running(pid: int) -> bool:
+def process_exists(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (POSIX)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process
+    except PermissionError:  # another user's process: it exists
         return True
     return True
 
 
 def _host() -> str:
+    """This host's name as folder names hold it: without "_", which separates their parts."""
     return socket.gethostname().replace("_", "-")
