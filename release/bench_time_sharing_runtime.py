@@ -24,11 +24,11 @@ target, so the figure times one job's place in the queue). The paper's
 metric (section 4.2): the *good* jobs' mean time to 90% of the optimal,
 here of the best accuracy any job reaches (training is deterministic, so
 every policy trains the same curves; a good job is one whose curve reaches
-it), from ``fit()`` as the driver's
-callback sees results. Printed per policy as median [range] over the orders,
-and each policy's time over Hermes's in the same order (the paper's
-normalised execution time); round robin's and Hermes's pre-emptions cost a
-checkpoint saved and loaded each, which the times include.
+it), from ``fit()`` as the driver's callback sees results. Printed per
+policy as median [range] over the orders, and each policy's time over
+Hermes's in the same order (the paper's normalised execution time); round
+robin's and Hermes's pre-emptions cost a checkpoint saved and loaded each,
+which the times include.
 
     python release/bench_time_sharing_runtime.py --full    # 5 orders x 5 policies, 16 jobs x 16 epochs
     python release/bench_time_sharing_runtime.py --quick   # 1 order, FIFO and Hermes, 4 jobs x 2 epochs (CI smoke test)
