@@ -139,9 +139,11 @@ def test_hyperband_for_bohb_halves_its_bracket_and_talks_to_the_searcher(tmp_pat
     assert grid.iterations_executed == sum(lengths)
     lines = [line.split() for line in log.read_text().splitlines()]
     budgets = sorted(float(words[3]) for words in lines if words[0] == "budget")
-    # Tune's counts on the same study: a result HyperBand answers STOP to (the one closing a halving, and
-    # the survivor's last at max_t) reaches the searcher at its trial's end, not with on_trial_result.
-    assert budgets == [1.0] * 8 + [3.0] * 2, "each milestone's budget reached the searcher with the result"
+    # As under Tune: a result HyperBand answers STOP to (the survivor's last at max_t, and the one closing a
+    # halving if the halving cuts the trial that sent it) reaches the searcher at its trial's end, not with
+    # on_trial_result. Which trial closes a halving depends on the order trials reach the milestone.
+    assert set(budgets) == {1.0, 3.0}, "each milestone's budget reached the searcher with the result"
+    assert budgets.count(1.0) in (8, 9) and budgets.count(3.0) in (2, 3), budgets
     paused = [words[1] for words in lines if words[0] == "pause"]
     resumed = [words[1] for words in lines if words[0] == "unpause"]
     assert paused and set(resumed) <= set(paused)
