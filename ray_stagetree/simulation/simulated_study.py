@@ -360,6 +360,9 @@ class StudyOutcome:
     #: (GPU-seconds of the iterations trained so far, the trial's final
     #: metric) for each trial that reached the horizon, in finishing order
     finishes: list[tuple[float, float]] = field(default_factory=list)
+    #: simulated seconds when the study's trials had all ended: its search,
+    #: before its best trial's final iterations
+    search_seconds: float = float("nan")
 
 
 @dataclass
@@ -492,7 +495,7 @@ class _Driver:
             elif trial.status in LIVE and self.plan.trials[trial_id].request.iteration == iteration:
                 self._report(trial, iteration)
         self.admit()
-        self._final_training()
+        self._final_training(now)
 
     def _report(self, trial: _Trial, iteration: int) -> None:
         study, lifecycle = trial.study, self.lifecycles[trial.study.name]
@@ -538,9 +541,9 @@ class _Driver:
 
     # -- the end -----------------------------------------------------------------------
 
-    def _final_training(self) -> None:
-        """A study with nothing left to run: its best trial trains
-        ``final_iterations`` more (once)."""
+    def _final_training(self, now: float) -> None:
+        """A study with nothing left to run at ``now``: its search ended;
+        its best trial trains ``final_iterations`` more (once)."""
         for name, study in self.studies.items():
             outcome, lifecycle = self.outcomes[name], self.lifecycles[name]
             if outcome.best_trial is not None or lifecycle.trial_source.remaining:
@@ -554,6 +557,7 @@ class _Driver:
             metric = study.profile.metric
             best = max(scored, key=lambda t: (max(t.rows), sign * t.last_row[metric], t.trial_id))
             outcome.best, outcome.best_trial = best.last_row[metric], best.trial_id
+            outcome.search_seconds = now
             if study.final_iterations:
                 # Past its study's end: not live, and no scheduler stops it.
                 if best.status != TERMINATED:

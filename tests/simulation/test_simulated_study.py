@@ -187,3 +187,5 @@ def test_the_bound_of_a_run_puts_the_best_trials_final_training_after_its_study(
     run = simulate([StudyDefinition("s", trials, UNIT, 10, final_iterations=5)], gpus=2)
     assert run.bound_hours * 3600 == pytest.approx(25.0)
     assert run.result.makespan >= run.bound_hours * 3600
+    search = run.studies["s"].search_seconds
+    assert (search, run.result.makespan - search) == pytest.approx((20.0, 5.0)), "the search, then the final 5"
