@@ -15,9 +15,9 @@ horizon (as in the runtime) and counts how far a trial requested short of it
 
 The final epochs are the Hippo paper's protocol for its single studies
 (section 6.1); section 6.3 does not say whether its times count them. They
-are one trial's 100 epochs on one GPU after the search, the same for every
-policy, so the ratios are printed both ways: of the makespan, and of the
-search alone (the time until the study's last trial ended).
+are one trial's 100 epochs on one GPU after the search, much the same time
+whatever the policy, so the ratios are printed both ways: of the makespan,
+and of the search alone (the time until the study's last trial ended).
 
 What was fitted: ResNet20's GPU-seconds per epoch (35 s at batch 128, a
 third of ResNet56's, which is fitted to the Hippo paper's trial-based
