@@ -5,6 +5,7 @@ import tempfile
 import threading
 
 import pytest
+import ray
 from ray import tune
 from trainables_for_tests import NoisyDescent, count_of, noisy_descent
 
@@ -75,6 +76,21 @@ def test_result_grid_has_tunes_interface(tmp_path, ray_session, url):
     assert os.path.exists(os.path.join(local, best.path.rsplit("/", 1)[-1], "result.json"))
     assert os.path.exists(os.path.join(local, "plan", "nodes.parquet"))
     assert best.metrics_dataframe["training_iteration"].tolist() == list(range(1, HORIZON + 1))
+
+
+def test_a_study_starts_its_actors_without_exporting_their_classes_again(tmp_path, ray_session, monkeypatch):
+    """Ray exports an actor class (pickling it and fingerprinting every
+    method's bytecode, a fifth of a second) each time ``ray.remote`` wraps
+    it anew: with a wrapper per worker, a driver asking for 16 workers spent
+    seconds before Ray started the first. Once per Ray job is enough."""
+    run(noisy_descent, tmp_path, "first")
+    manager = ray._private.worker.global_worker.function_actor_manager
+    exported = []
+    export = manager.export_actor_class
+    monkeypatch.setattr(manager, "export_actor_class", lambda *args, **kw: exported.append(args) or export(*args, **kw))
+    grid = run(noisy_descent, tmp_path, "second")
+    assert grid.num_terminated == 3
+    assert exported == []
 
 
 def test_class_trainable_gets_hparam_updates_and_matches_trial_by_trial(tmp_path, ray_session):

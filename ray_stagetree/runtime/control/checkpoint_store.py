@@ -30,6 +30,7 @@ from ray_stagetree.execution.storage import (
 )
 from ray_stagetree.planning.cost import recompute_seconds
 from ray_stagetree.planning.plan import CheckpointInfo, PlanNode, SearchPlan
+from ray_stagetree.runtime.workers.remote import remote_once
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +197,7 @@ class CheckpointStore:
         # Stateless: a process that dies is restarted and its calls retried
         # (a write was atomic: done, or never visible).
         self.io = (
-            ray.remote(StorageIO)
+            remote_once(StorageIO)
             .options(
                 num_cpus=0,
                 max_concurrency=IO_THREADS,

@@ -15,6 +15,7 @@ import ray
 
 from ray_stagetree.execution.parking import PARKED_PER_WORKER
 from ray_stagetree.execution.scaling import Scaling
+from ray_stagetree.runtime.workers.remote import remote_once
 from ray_stagetree.runtime.workers.worker import CLOSE_WAIT_S, PeerWorker, StageWorker
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ class WorkerSpec:
         which takes seconds."""
         if self.scaling is not None:
             return WorkerGroup.start(self, controller, self.scaling)
-        actor = ray.remote(StageWorker).options(max_concurrency=3, **self.options)
+        actor = remote_once(StageWorker).options(max_concurrency=3, **self.options)
         return actor.remote(self.trainable, controller)
 
     @staticmethod
@@ -107,11 +108,11 @@ class WorkerGroup:
             return {**spec.options, "scheduling_strategy": strategy}
 
         peers = [
-            ray.remote(PeerWorker).options(max_concurrency=2, **in_bundle(rank)).remote(spec.trainable)
+            remote_once(PeerWorker).options(max_concurrency=2, **in_bundle(rank)).remote(spec.trainable)
             for rank in range(1, scaling.num_workers)
         ]
         leader = (
-            ray.remote(StageWorker)
+            remote_once(StageWorker)
             .options(max_concurrency=3, **in_bundle(0))
             .remote(spec.trainable, controller, peers, scaling.backend)
         )

@@ -14,6 +14,7 @@ from typing import Any
 
 import ray
 
+from ray_stagetree.runtime.workers.remote import remote_once
 from ray_stagetree.trial_schedulers.ray_fields import bootstrap_address
 from ray_stagetree.validation import Int, check
 
@@ -89,7 +90,7 @@ def check_shared_storage(experiment_path: str, storage_filesystem: Any = None) -
     storage = CheckpointStorage(experiment_path, storage_filesystem)
     token = uuid.uuid4().hex
     storage.write_text(VALIDATE_STORAGE_MARKER, token)
-    look = ray.remote(_sees_marker)
+    look = remote_once(_sees_marker)
     checks = [
         look.options(
             num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)

@@ -109,6 +109,7 @@ from ray_stagetree.runtime.driver.tune_compat import (
 from ray_stagetree.runtime.driver.tune_state import write_tune_state
 from ray_stagetree.runtime.service.service_client import PlanServiceConfig, run_attached, service_config
 from ray_stagetree.runtime.service.trainable_identity import share_key
+from ray_stagetree.runtime.workers.remote import remote_once
 from ray_stagetree.runtime.workers.reproducibility import (
     Reproducibility,
     SeededRepeater,
@@ -884,7 +885,9 @@ class Tuner:
         # outlives any worker node, and so must what drives it.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         controller = (
-            ray.remote(StudyController).options(num_cpus=0, max_concurrency=1000, scheduling_strategy=here).remote(spec)
+            remote_once(StudyController)
+            .options(num_cpus=0, max_concurrency=1000, scheduling_strategy=here)
+            .remote(spec)
         )
         # The workers start with the controller rather than after it.
         workers = [spec.worker.start(controller) for _ in range(spec.num_workers)]

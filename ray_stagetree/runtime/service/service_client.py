@@ -24,6 +24,7 @@ import ray
 from ray_stagetree.runtime.control.controller import fetch_summaries
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.actor import PlanService
+from ray_stagetree.runtime.workers.remote import remote_once
 from ray_stagetree.validation import Real, check
 
 logger = logging.getLogger("ray_stagetree")
@@ -93,7 +94,7 @@ def connect(config: PlanServiceConfig, storage_path: str, storage_filesystem: An
     another storage location."""
     root = f"{storage_path.rstrip('/')}/{config.name}"
     service = (
-        ray.remote(PlanService)
+        remote_once(PlanService)
         .options(name=config.name, lifetime="detached", get_if_exists=True, num_cpus=0, max_concurrency=1000)
         .remote(config.name, root, storage_filesystem, config.idle_timeout_s, config.detach_after_s)
     )
