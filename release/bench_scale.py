@@ -8,21 +8,22 @@ training: validation, variants, starting the processes), and the rate at
 which trials complete in the second and in the last tenth of the study (the
 first tenth includes the workers' start). In a linear study the two rates
 are equal (ratio 1.0); a ratio well below 1 is work per trial that grows
-with the number of trials already seen.
+with the number of trials already seen. Then a study of one
+``tune.grid_search`` of ``--grid`` values under a 30 s time budget: the
+seconds from ``Tuner()`` to its first result (a grid must not be expanded or
+checked whole before its first trial runs).
 
-The studies run in one process, one after the other, so their ratios are
-measured side by side: per-trial cost at the largest size / at the smallest.
+Every study runs in a driver process of its own (each with its own Ray), so
+that the driver's peak memory (its maximum resident set) is that study's;
+the sizes and the grid run interleaved ``--repeats`` times, and the
+per-trial cost at the largest size / at the smallest is taken per repeat.
+Targets: the driver's peak under 400 MB at 10,000 trials, and a
+100,000-value grid's first result within 60 s.
 
-    python release/bench_scale.py                    # 10,000 and 100,000 trials (long)
-    python release/bench_scale.py --trials 1000,10000
-    python release/bench_scale.py --quick            # 20 and 60 trials (CI smoke test)
-    python release/bench_scale.py --grid 100000
+    python release/bench_scale.py --full                     # 1,000 and 10,000 trials, a 100,000-value grid, 3 repeats
+    python release/bench_scale.py --trials 10000,100000 --grid 0 --repeats 1   # the long sizes, no grid
+    python release/bench_scale.py --quick                    # 20 and 60 trials, a 1,000-value grid (CI smoke test)
     python release/bench_scale.py --final-checkpoints 200
-
-``--grid N`` runs instead a study of one ``tune.grid_search`` of N values
-under a 30 s time budget, and prints the seconds from ``Tuner()`` to the
-first result and the driver's peak memory (its maximum resident set): a
-grid must not be expanded or checked whole before its first trial runs.
 
 ``--final-checkpoints N`` runs instead the memory case of the same issue: N
 trials that each end with a 1 MiB checkpoint (``tests/runtime/test_memory.py``'s
@@ -33,10 +34,15 @@ folders written at the end (the study's end once reloaded them all).
 
 from __future__ import annotations
 
+import argparse
+import functools
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import harness
 import ray
@@ -98,7 +104,7 @@ def study(trials: int, storage: str) -> dict[str, float]:
 
 
 def driver_peak_mb() -> float:
-    """The driver's peak resident memory so far, in MB (the studies run smallest first)."""
+    """The driver's peak resident memory so far, in MB (each study has a driver process of its own)."""
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -140,27 +146,113 @@ def final_checkpoints_peak(trials: int, budget_bytes: int, storage: str) -> floa
     return store.peak_bytes
 
 
+#: The targets of the fault and scale issue.
+PEAK_MB_TARGET, PEAK_MB_AT = 400, 10_000
+GRID_FIRST_S_TARGET, GRID_TARGET_VALUES = 60.0, 100_000
+
+
+def in_own_process(kind: str, size: int) -> dict[str, float]:
+    """One study (``kind`` "trials" or "grid") in a new driver process with
+    a Ray of its own: its figures, the driver's peak being that study's."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        done = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--one", f"{kind}:{size}", "--result", out.name],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"the {kind} study of {size} exited with {done.returncode}:\n{done.stderr[-3000:]}")
+        return json.loads(Path(out.name).read_text())
+
+
+def run_one(kind: str, size: int, result: str) -> None:
+    """``--one``: the study, its figures written to ``result`` as JSON."""
+    harness.start_ray(num_cpus=2)
+    with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
+        if kind == "trials":
+            figures = study(size, storage)
+        else:
+            first, peak_mb = grid_start(size, storage)
+            figures = {"first_result": first, "driver_mb": peak_mb}
+    ray.shutdown()
+    Path(result).write_text(json.dumps(figures))
+
+
+def scale_section(section: harness.Section, sizes: list[int], grid: int, repeats: int) -> None:
+    """The sizes and the grid, interleaved, as a table and the targets."""
+    studies = {f"{size} trials": functools.partial(in_own_process, "trials", size) for size in sizes}
+    if grid:
+        studies[f"grid {grid}"] = functools.partial(in_own_process, "grid", grid)
+    runs = harness.interleaved(studies, repeats, "scale")
+
+    def of(size: int | str, key: str, scale: float = 1.0) -> list[float]:
+        name = f"grid {grid}" if size == "grid" else f"{size} trials"
+        return [scale * value for value in harness.values(runs[name], key)]
+
+    rows = [
+        [
+            f"{size:,}",
+            harness.median_range(of(size, "wall")),
+            harness.median_range(of(size, "setup")),
+            harness.median_range(of(size, "per_trial", 1000), 2),
+            harness.median_range(of(size, "first"), 0),
+            harness.median_range(of(size, "last"), 0),
+            harness.median_range(harness.ratios(of(size, "last"), of(size, "first")), 2),
+            harness.median_range(of(size, "driver_mb"), 0),
+        ]
+        for size in sizes
+    ]
+    section.text(
+        f"Median [range] over {repeats} interleaved repeat(s), each study in a driver process of its own (2 CPUs); "
+        f"load {harness.loads(runs)} during the runs."
+    )
+    headers = ["trials", "wall s", "setup s", "ms per trial", "2nd 10% trials/s", "last 10% trials/s", "last / 2nd"]
+    section.table([*headers, "driver peak MB"], rows)
+    verdicts = []
+    if len(sizes) > 1:
+        growth = harness.ratio(of(sizes[-1], "per_trial"), of(sizes[0], "per_trial"))
+        verdicts.append(f"per-trial cost at {sizes[-1]:,} trials / at {sizes[0]:,}: {growth} (linear: 1.0)")
+    if PEAK_MB_AT in sizes:
+        peak = harness.median(of(PEAK_MB_AT, "driver_mb"))
+        met = "met" if peak < PEAK_MB_TARGET else "NOT met"
+        verdicts.append(f"driver peak at {PEAK_MB_AT:,} trials {peak:.0f} MB (target < {PEAK_MB_TARGET} MB: **{met}**)")
+    if grid:
+        first = of("grid", "first_result")
+        line = (
+            f"a {grid:,}-value grid's first result {harness.median_range(first)} s after `Tuner()`, driver peak "
+            f"{harness.median_range(of('grid', 'driver_mb'), 0)} MB (with the {grid:,}-value list the script builds)"
+        )
+        if grid == GRID_TARGET_VALUES:
+            met = "met" if max(first) <= GRID_FIRST_S_TARGET else "NOT met"
+            line += f" (target within {GRID_FIRST_S_TARGET:.0f} s: **{met}**)"
+        verdicts.append(line)
+    section.text("Targets and growth: " + "; ".join(verdicts) + ".")
+
+
 def main() -> None:
-    parser = harness.parser(__doc__, full_repeats=1)  # one study per size: --repeats is not used
-    parser.add_argument("--trials", default="10000,100000", help="comma-separated study sizes (default 10000,100000)")
+    parser = harness.parser(__doc__)
+    parser.add_argument(
+        "--trials", default=None, help="comma-separated study sizes (default 1000,10000; 20,60 with --quick)"
+    )
+    parser.add_argument(
+        "--grid",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the grid's values (default 100000; 1000 with --quick; 0: none)",
+    )
     parser.add_argument(
         "--final-checkpoints", type=int, metavar="N", help="the memory case instead, N trials (max 255)"
     )
-    parser.add_argument("--grid", type=int, metavar="N", help="a grid of N values instead: its start and memory")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # "trials:N" or "grid:N": in_own_process's child
+    parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = harness.parse(parser)
-    section = harness.Section("Scale: studies of many trials, end to end (`bench_scale.py`)", args)
-    if args.grid is not None:
-        if args.grid < 1:
-            parser.error(f"--grid takes a number of values >= 1, got {args.grid}")
-        harness.start_ray(num_cpus=2)
-        with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
-            first, peak_mb = grid_start(args.grid, storage)
-        section.text(
-            f"Grid of {args.grid} values: first result {first:.1f} s after Tuner(); driver peak {peak_mb:.0f} MB."
-        )
-        section.emit()
-        ray.shutdown()
+    if args.one is not None:
+        kind, size = args.one.split(":")
+        run_one(kind, int(size), args.result)
         return
+    section = harness.Section("Scale: studies of many trials, end to end (`bench_scale.py`)", args)
     if args.final_checkpoints is not None:
         if not 1 <= args.final_checkpoints <= 255:  # the trainable fills its checkpoint with the trial's uint8 lr
             parser.error(f"--final-checkpoints takes 1 to 255 trials, got {args.final_checkpoints}")
@@ -175,38 +267,18 @@ def main() -> None:
         section.emit()
         ray.shutdown()
         return
+    trials = args.trials or ("20,60" if args.quick else "1000,10000")
     try:
-        sizes = [int(size) for size in ("20,60" if args.quick else args.trials).split(",")]
+        sizes = sorted({int(size) for size in trials.split(",")})
     except ValueError:
-        parser.error(f"--trials takes comma-separated whole numbers, got {args.trials!r}")
+        parser.error(f"--trials takes comma-separated whole numbers, got {trials!r}")
     if not sizes or min(sizes) < 10:
-        parser.error(f"--trials needs sizes of at least 10 trials, got {args.trials!r}")
-    harness.start_ray(num_cpus=2)
-    with section.verbatim():
-        measure(sizes)
+        parser.error(f"--trials needs sizes of at least 10 trials, got {trials!r}")
+    grid = args.grid if args.grid is not None else (1000 if args.quick else GRID_TARGET_VALUES)
+    if grid < 0:
+        parser.error(f"--grid takes a number of values >= 0 (0: no grid), got {grid}")
+    scale_section(section, sizes, grid, args.repeats)
     section.emit()
-    ray.shutdown()
-
-
-def measure(sizes: list[int]) -> None:
-    """Each size's study, one after another, as a text table."""
-    print(
-        f"{'trials':>8} {'wall s':>8} {'setup s':>8} {'ms/trial':>9} {'2nd 10% /s':>13} {'last 10% /s':>12}"
-        f" {'last/first':>11} {'driver peak MB':>15}"
-    )
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
-        for size in sorted(sizes):
-            r = results[size] = study(size, storage)
-            print(
-                f"{size:>8} {r['wall']:>8.1f} {r['setup']:>8.1f} {1000 * r['per_trial']:>9.2f} "
-                f"{r['first']:>13.0f} {r['last']:>12.0f} {r['last'] / r['first']:>11.2f} {r['driver_mb']:>15.0f}"
-            )
-    small, large = min(sizes), max(sizes)
-    print(
-        f"per-trial cost at {large} trials / at {small}: "
-        f"{results[large]['per_trial'] / results[small]['per_trial']:.2f} (linear: 1.0)"
-    )
 
 
 if __name__ == "__main__":
