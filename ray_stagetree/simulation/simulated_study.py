@@ -576,6 +576,7 @@ def simulate(
     batch_stages: bool | None = None,
     metrics: Callable[[PlanNode, int], Mapping[str, float]] | None = None,
     look_ahead: bool = True,
+    trial_order: bool = False,
 ) -> StudyRun:
     """Run ``studies`` together in one plan on ``workers`` simulated GPUs.
 
@@ -601,6 +602,12 @@ def simulate(
         Tell the policy the studies' horizon, as the runtime does (critical
         path then counts how far a trial requested short of it may go);
         False compares with a policy that does not know it.
+    trial_order:
+        Ready batches go by the oldest trial they serve, the policy's
+        priority only breaking ties (`ExecutionPolicy.admission_order`): what
+        the runtime does for a study whose scheduler compares trials (ASHA,
+        HyperBand, median stopping, PBT), as Tune runs its trials. False: the
+        policy's own order, as the thesis compares policies.
 
     Examples
     --------
@@ -637,6 +644,8 @@ def simulate(
     execution = simulation.policy(policy, batch_stages)
     if look_ahead:
         execution.set_horizon(max(study.horizon for study in studies))
+    if trial_order:
+        execution.admission_order()
     if isinstance(execution, TimeSharingPolicy):  # its priorities read the (first) study's metric
         execution.set_metric(studies[0].profile.metric, studies[0].mode)
     result = simulation.run(plan, execution, on_answered=driver.on_answered)

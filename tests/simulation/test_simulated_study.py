@@ -189,3 +189,19 @@ def test_the_bound_of_a_run_puts_the_best_trials_final_training_after_its_study(
     assert run.result.makespan >= run.bound_hours * 3600
     search = run.studies["s"].search_seconds
     assert (search, run.result.makespan - search) == pytest.approx((20.0, 5.0)), "the search, then the final 5"
+
+
+def test_in_trial_order_the_oldest_trial_runs_first_whatever_its_path():
+    # Two unshared trials on one GPU: the second admitted has the longer path
+    # (a smaller batch: 2 s an iteration against 0.5 s), so critical path runs
+    # it first; in trial order (the runtime's, for a scheduler comparing
+    # trials) the first admitted runs first.
+    import dataclasses
+
+    paced = dataclasses.replace(UNIT, step_overhead=1.0)
+    trials = [{"lr": 0.1, "batch_size": 256}, {"lr": 0.2, "batch_size": 64}]
+    study = StudyDefinition("s", trials, paced, 10)
+    first_done = {
+        order: simulate([study], gpus=1, trial_order=order).studies["s"].finishes[0][0] for order in (False, True)
+    }
+    assert first_done == pytest.approx({False: 20.0, True: 5.0})
