@@ -68,10 +68,17 @@ def adapter_for(scheduler: Any) -> tuple[type[SchedulerAdapter], bool]:
     exact = family is type(scheduler)
     if adapter is None or not (exact or adapter.hosts_subclasses):
         hosted = ", ".join(cls.__name__ for cls, hosts in families.items() if hosts is not None)
-        raise NotImplementedError(
-            f"{type(scheduler).__name__} changes trials' configs or resources, which ray_stagetree does not host "
-            f"yet; supported: {hosted} and custom TrialSchedulers"
-        )
+        name = type(scheduler).__name__
+        if adapter is None or family is None:  # a refused class, or one of its subclasses
+            why = (
+                f"{name} changes trials' resources or replays a recorded PBT run, which ray_stagetree does not host yet"
+            )
+        else:  # a subclass of a family whose adapter runs the family's rule itself
+            why = (
+                f"{name} is a subclass of {family.__name__}, whose rule ray_stagetree runs itself (as it forks "
+                f"trials from shared stages), so {name}'s own decisions would not be the ones made"
+            )
+        raise NotImplementedError(f"{why}; supported: {hosted} and custom TrialSchedulers; ray.tune.Tuner runs {name}")
     return adapter, exact
 
 

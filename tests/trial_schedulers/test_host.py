@@ -97,7 +97,7 @@ def test_requests_are_sized_to_the_next_asha_rung():
 def test_schedulers_not_hosted_yet_are_rejected_clearly():
     from ray.tune.schedulers import ResourceChangingScheduler
 
-    with pytest.raises(NotImplementedError, match="ResourceChangingScheduler changes trials' configs or resources"):
+    with pytest.raises(NotImplementedError, match="ResourceChangingScheduler changes trials' resources"):
         SchedulerHost(ResourceChangingScheduler(), "loss", "min", HORIZON)
 
 

@@ -74,7 +74,13 @@ def test_each_scheduler_type_gets_its_familys_adapter(scheduler, adapter, exact)
 )
 def test_schedulers_not_hosted_are_refused_clearly(make):
     scheduler = make()
-    with pytest.raises(NotImplementedError, match=f"^{type(scheduler).__name__} changes trials' configs or resources"):
+    name = type(scheduler).__name__
+    why = (
+        f"{name} changes trials' resources"
+        if isinstance(scheduler, ResourceChangingScheduler)
+        else f"{name} is a subclass of PopulationBasedTraining, whose rule ray_stagetree runs itself"
+    )
+    with pytest.raises(NotImplementedError, match=f"^{why}.*ray.tune.Tuner runs {name}$"):
         check_scheduler(scheduler, "loss", "min")
 
 
