@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+from ray.tune.result import SHOULD_CHECKPOINT
 from trainables_for_tests import noisy_descent
 
 from ray_stagetree import MultiStep, Tuner
@@ -153,6 +154,24 @@ def test_hooks_are_called_in_tunes_order_with_trial_views(tmp_path):
     }
     with open(runner.trials["b"].error_file) as file:
         assert file.read() == "ValueError: boom"
+
+
+class AsksForCheckpoints(tune.Callback):
+    """Tune's custom_checkpointing_with_callback example: asks for a checkpoint after every result."""
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        result[SHOULD_CHECKPOINT] = True
+
+
+def test_a_callback_asking_for_a_checkpoint_is_told_once_it_is_not_honoured(tmp_path, caplog):
+    runner = CallbackRunner([AsksForCheckpoints()], str(tmp_path / "exp"))
+    runner.setup(num_samples=1, total_num_samples=1)
+    with caplog.at_level("WARNING", logger="ray_stagetree"):
+        runner.update(progress([row("a", 1, 0.9), row("a", 2, 0.8)], [start("a")]))
+        runner.update(progress([row("a", 3, 0.7)]))
+    runner.end()
+    warnings = [record.getMessage() for record in caplog.records if SHOULD_CHECKPOINT in record.getMessage()]
+    assert len(warnings) == 1 and "cannot honour it" in warnings[0] and "checkpoint_frequency" in warnings[0]
 
 
 def test_default_loggers_write_tunes_files_once_per_iteration(tmp_path):

@@ -46,6 +46,7 @@ from typing import Any
 
 from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback, TBXLoggerCallback
+from ray.tune.result import SHOULD_CHECKPOINT
 from ray.tune.utils import flatten_dict
 
 from ray_stagetree.execution.storage import CheckpointStorage
@@ -271,6 +272,7 @@ class CallbackRunner:
         self._logged: dict[str, int] = {}  # trial id -> last training_iteration logged
         self.iteration = 0  # Tune's loop iteration: here, the driver's polls
         self.storage_faults = 0  # log writes storage refused
+        self._told_checkpoint_requests = False
 
     def _call(self, hook: str, **info: Any) -> None:
         """Call ``hook`` on the callbacks the loop calls (not the batched loggers)."""
@@ -440,6 +442,15 @@ class CallbackRunner:
             view.config = row["config"]  # PBT changes a trial's config
         self._log.result(self.iteration, view, row)
         self._call("on_trial_result", iteration=self.iteration, trials=self._trial_list, trial=view, result=row)
+        if row.get(SHOULD_CHECKPOINT) and not self._told_checkpoint_requests:
+            self._told_checkpoint_requests = True
+            logger.warning(
+                "a callback set result[%r] (Tune's request that the trial checkpoint now); callbacks run on the "
+                "driver after the iteration trained, so ray_stagetree cannot honour it: report a checkpoint from "
+                "the trainable, or set "
+                "CheckpointConfig(checkpoint_frequency=...)",
+                SHOULD_CHECKPOINT,
+            )
 
     def _end(self, event: dict[str, Any], failed: bool) -> None:
         view = self._view(event)
