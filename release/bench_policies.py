@@ -121,7 +121,8 @@ def main() -> None:
         f"{len(trials)} trials (space: {len(generate_trials(resnet20_policy_space()))} trials, merge rate {rate:.2f};"
         f" thesis 3.55), ResNet20 35 GPU-s per epoch, checkpoint load 10 s; ASHA = `PromotingASHAScheduler("
         f"grace_period=15, reduction_factor=4, max_t=120)` over {args.repeats} random trial orders (medians"
-        " [ranges]); grid: one run. Critical path unbatched as in the thesis; `critical + batch` is the default."
+        " [ranges]); grid: one run. Critical path unbatched as in the thesis; the runtime runs the grid as"
+        f" `critical + batch` and ASHA as `{RUNTIME}`."
     )
     shortest, shortest_search = shortest_hours(trials, FINAL), shortest_hours(trials, 0)
     rows, summary, verdicts, tails = [], [], [], []
