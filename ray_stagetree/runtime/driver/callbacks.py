@@ -447,8 +447,7 @@ class CallbackRunner:
             logger.warning(
                 "a callback set result[%r] (Tune's request that the trial checkpoint now); callbacks run on the "
                 "driver after the iteration trained, so ray_stagetree cannot honour it: report a checkpoint from "
-                "the trainable, or set "
-                "CheckpointConfig(checkpoint_frequency=...)",
+                "the trainable, or set CheckpointConfig(checkpoint_frequency=...)",
                 SHOULD_CHECKPOINT,
             )
 
