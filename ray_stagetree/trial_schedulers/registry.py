@@ -54,6 +54,13 @@ def _families() -> dict[type, type[SchedulerAdapter] | None]:
     }
 
 
+#: What the refused families do (`_families` maps them to None).
+_REFUSED = {
+    "ResourceChangingScheduler": "changes trials' resources",
+    "PopulationBasedTrainingReplay": "replays a recorded PBT run",
+}
+
+
 def adapter_for(scheduler: Any) -> tuple[type[SchedulerAdapter], bool]:
     """The adapter class hosting ``scheduler`` (a ``ray.tune``
     ``TrialScheduler``) and whether it is the family's own class; a clear
@@ -70,9 +77,8 @@ def adapter_for(scheduler: Any) -> tuple[type[SchedulerAdapter], bool]:
         hosted = ", ".join(cls.__name__ for cls, hosts in families.items() if hosts is not None)
         name = type(scheduler).__name__
         if adapter is None or family is None:  # a refused class, or one of its subclasses
-            why = (
-                f"{name} changes trials' resources or replays a recorded PBT run, which ray_stagetree does not host yet"
-            )
+            does = _REFUSED.get(getattr(family, "__name__", ""), "is refused")
+            why = f"{name} {does}, which ray_stagetree does not host yet"
         else:  # a subclass of a family whose adapter runs the family's rule itself
             why = (
                 f"{name} is a subclass of {family.__name__}, whose rule ray_stagetree runs itself (as it forks "

@@ -76,7 +76,7 @@ def test_schedulers_not_hosted_are_refused_clearly(make):
     scheduler = make()
     name = type(scheduler).__name__
     why = (
-        f"{name} changes trials' resources"
+        f"{name} changes trials' resources, which ray_stagetree does not host yet"
         if isinstance(scheduler, ResourceChangingScheduler)
         else f"{name} is a subclass of PopulationBasedTraining, whose rule ray_stagetree runs itself"
     )
