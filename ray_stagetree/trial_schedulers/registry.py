@@ -25,8 +25,8 @@ from ray_stagetree.trial_schedulers.tune_fed import FifoAdapter, MedianStoppingA
 
 
 @functools.cache
-def _families() -> dict[type, type[SchedulerAdapter] | None]:
-    """Ray's scheduler classes -> their adapter, None for those refused.
+def _families() -> dict[type, type[SchedulerAdapter] | str]:
+    """Ray's scheduler classes -> their adapter, or what a refused one does.
     Built on first use: importing this module does not import Ray."""
     from ray.tune.schedulers import (
         AsyncHyperBandScheduler,
@@ -49,16 +49,9 @@ def _families() -> dict[type, type[SchedulerAdapter] | None]:
         MedianStoppingRule: MedianStoppingAdapter,
         PopulationBasedTraining: PopulationBasedAdapter,  # PB2 is a subclass: refused with the rest
         HyperBandForBOHB: HyperBandAdapter,  # its own class: Ray's BOHB variant decides at the same milestones
-        PopulationBasedTrainingReplay: None,
-        ResourceChangingScheduler: None,
+        PopulationBasedTrainingReplay: "replays a recorded PBT run",
+        ResourceChangingScheduler: "changes trials' resources",
     }
-
-
-#: What the refused families do (`_families` maps them to None).
-_REFUSED = {
-    "ResourceChangingScheduler": "changes trials' resources",
-    "PopulationBasedTrainingReplay": "replays a recorded PBT run",
-}
 
 
 def adapter_for(scheduler: Any) -> tuple[type[SchedulerAdapter], bool]:
@@ -71,21 +64,22 @@ def adapter_for(scheduler: Any) -> tuple[type[SchedulerAdapter], bool]:
         raise TypeError(f"TuneConfig.scheduler must be a ray.tune TrialScheduler, got {type(scheduler).__name__}")
     families = _families()
     family = next((cls for cls in type(scheduler).__mro__ if cls in families), None)
-    adapter = FifoAdapter if family is None else families[family]
+    if family is None:
+        return FifoAdapter, False
+    adapter = families[family]
     exact = family is type(scheduler)
-    if adapter is None or not (exact or adapter.hosts_subclasses):
-        hosted = ", ".join(cls.__name__ for cls, hosts in families.items() if hosts is not None)
-        name = type(scheduler).__name__
-        if adapter is None or family is None:  # a refused class, or one of its subclasses
-            does = _REFUSED.get(getattr(family, "__name__", ""), "is refused")
-            why = f"{name} {does}, which ray_stagetree does not host yet"
-        else:  # a subclass of a family whose adapter runs the family's rule itself
-            why = (
-                f"{name} is a subclass of {family.__name__}, whose rule ray_stagetree runs itself (as it forks "
-                f"trials from shared stages), so {name}'s own decisions would not be the ones made"
-            )
-        raise NotImplementedError(f"{why}; supported: {hosted} and custom TrialSchedulers; ray.tune.Tuner runs {name}")
-    return adapter, exact
+    if not isinstance(adapter, str) and (exact or adapter.hosts_subclasses):
+        return adapter, exact
+    name = type(scheduler).__name__
+    if isinstance(adapter, str):  # a refused class, or one of its subclasses
+        why = f"{name} {adapter}, which ray_stagetree does not host yet"
+    else:  # a subclass of a family whose adapter runs the family's rule itself
+        why = (
+            f"{name} is a subclass of {family.__name__}, whose rule ray_stagetree runs itself (as it forks "
+            f"trials from shared stages), so {name}'s own decisions would not be the ones made"
+        )
+    hosted = ", ".join(cls.__name__ for cls, hosts in families.items() if not isinstance(hosts, str))
+    raise NotImplementedError(f"{why}; supported: {hosted} and custom TrialSchedulers; ray.tune.Tuner runs {name}")
 
 
 def check_scheduler(scheduler: Any, metric: str | None = None, mode: str | None = None) -> None:
