@@ -442,7 +442,8 @@ class CallbackRunner:
             view.config = row["config"]  # PBT changes a trial's config
         self._log.result(self.iteration, view, row)
         self._call("on_trial_result", iteration=self.iteration, trials=self._trial_list, trial=view, result=row)
-        if row.get(SHOULD_CHECKPOINT) and not self._told_checkpoint_requests:
+        # Only a callback on the loop can ask (Tune's default loggers never do): nothing per result otherwise.
+        if self._on_loop and not self._told_checkpoint_requests and row.get(SHOULD_CHECKPOINT):
             self._told_checkpoint_requests = True
             logger.warning(
                 "a callback set result[%r] (Tune's request that the trial checkpoint now); callbacks run on the "
