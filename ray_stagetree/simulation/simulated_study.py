@@ -456,6 +456,12 @@ class _Driver:
                 self._ended,
             )
 
+    @property
+    def order_sensitive(self) -> bool:
+        """Whether a study's scheduler compares trials, so that the runtime
+        would run them in admission order (as the controller decides)."""
+        return any(lifecycle.host.order_sensitive for lifecycle in self.lifecycles.values())
+
     def _share_key(self, trial_id: str) -> str:
         # One share key for every study when sharing (studies of one model
         # share stages); a key per trial gives each its own tree.
@@ -576,7 +582,7 @@ def simulate(
     batch_stages: bool | None = None,
     metrics: Callable[[PlanNode, int], Mapping[str, float]] | None = None,
     look_ahead: bool = True,
-    trial_order: bool = False,
+    trial_order: bool | None = None,
 ) -> StudyRun:
     """Run ``studies`` together in one plan on ``workers`` simulated GPUs.
 
@@ -604,10 +610,12 @@ def simulate(
         False compares with a policy that does not know it.
     trial_order:
         Ready batches go by the oldest trial they serve, the policy's
-        priority only breaking ties (`ExecutionPolicy.admission_order`): what
-        the runtime does for a study whose scheduler compares trials (ASHA,
-        HyperBand, median stopping, PBT), as Tune runs its trials. False: the
-        policy's own order, as the thesis compares policies.
+        priority only breaking ties (`ExecutionPolicy.admission_order`).
+        None (default): as the runtime runs them, in that order when a
+        study's scheduler compares trials (ASHA, HyperBand, median stopping,
+        PBT: `SchedulerHost.order_sensitive`), as Tune runs its trials, and
+        in the policy's own order otherwise. False: always the policy's own
+        order, as the thesis compares policies.
 
     Examples
     --------
@@ -644,7 +652,7 @@ def simulate(
     execution = simulation.policy(policy, batch_stages)
     if look_ahead:
         execution.set_horizon(max(study.horizon for study in studies))
-    if trial_order:
+    if driver.order_sensitive if trial_order is None else trial_order:
         execution.admission_order()
     if isinstance(execution, TimeSharingPolicy):  # its priorities read the (first) study's metric
         execution.set_metric(studies[0].profile.metric, studies[0].mode)

@@ -1,6 +1,7 @@
 """Simulated studies: schedule-dependent learning curves, Ray Tune schedulers
 driven on the simulator, stage-based against trial-based execution."""
 
+import functools
 import importlib.util
 import os
 import sys
@@ -205,3 +206,9 @@ def test_in_trial_order_the_oldest_trial_runs_first_whatever_its_path():
         order: simulate([study], gpus=1, trial_order=order).studies["s"].finishes[0][0] for order in (False, True)
     }
     assert first_done == pytest.approx({False: 20.0, True: 5.0})
+    # By default as the runtime runs it: the policy's order without a
+    # scheduler, trial order under one that compares trials (ASHA).
+    assert simulate([study], gpus=1).studies["s"].finishes[0][0] == pytest.approx(20.0)
+    asha = functools.partial(ASHAScheduler, max_t=10, grace_period=10)  # no rung before the horizon: none stops
+    compared = dataclasses.replace(study, scheduler=asha)
+    assert simulate([compared], gpus=1).studies["s"].finishes[0][0] == pytest.approx(5.0)
