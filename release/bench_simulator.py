@@ -40,8 +40,8 @@ What the model assumes (details in `ray_stagetree.simulation.simulated_study`):
   results in the order the simulated workers produce them, same-instant
   results in trial-id order. Under SHA and ASHA, ready batches run by the
   oldest trial they serve, critical path breaking ties, as the runtime runs
-  a study whose scheduler compares trials. Ray's ASHA stops trials at rungs rather than
-  promoting them as the paper's re-implementation does.
+  a study whose scheduler compares trials. Ray's ASHA stops trials at rungs
+  rather than promoting them as the paper's re-implementation does.
 * The search spaces are Tables 2-4's functions, widened to Table 1's trial
   counts with merge rates within 1% of the paper's; the paper does not give
   the multi-study spaces (only their merge rates) nor their tuning

@@ -652,7 +652,8 @@ def simulate(
     execution = simulation.policy(policy, batch_stages)
     if look_ahead:
         execution.set_horizon(max(study.horizon for study in studies))
-    if driver.order_sensitive if trial_order is None else trial_order:
+    in_trial_order = driver.order_sensitive if trial_order is None else trial_order
+    if in_trial_order:
         execution.admission_order()
     if isinstance(execution, TimeSharingPolicy):  # its priorities read the (first) study's metric
         execution.set_metric(studies[0].profile.metric, studies[0].mode)
