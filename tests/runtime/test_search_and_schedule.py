@@ -161,9 +161,10 @@ def test_pbt_forks_exploited_trials_from_the_source_checkpoint(tmp_path, ray_ses
     tuner = Tuner(
         # four workers on the two test CPUs, so the population trains in step
         tune.with_resources(sequence_trainable, {"cpu": 0.5}),
-        # 0.5 s an iteration: a trial lasts 4 s, so on a loaded machine a late-started worker's trial still
-        # overlaps the first (at 0.2 s the last full suite once ran them one after another: nothing to exploit)
-        param_space={"lr": tune.grid_search([0.05, 0.1, 0.2, 0.4]), "noise": 0.0, "sleep": 0.5},
+        # 1 s an iteration: a trial lasts 8 s, so on a loaded machine a late-started worker's trial still
+        # overlaps the first (at 0.2 s, and once at 0.5 s, a full suite ran them one after another: nothing
+        # to exploit)
+        param_space={"lr": tune.grid_search([0.05, 0.1, 0.2, 0.4]), "noise": 0.0, "sleep": 1.0},
         tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=pbt),
         run_config=tune.RunConfig(
             storage_path=str(tmp_path), name="pbt", stop={"training_iteration": HORIZON}, verbose=0

@@ -13,9 +13,11 @@ from ray_stagetree import HermesPolicy, MultiStep, RoundRobinPolicy, Tuner, get_
 # Two roots of two trials each, sharing 8 iterations: 2 x 8 + 4 x 12 unique iterations.
 SPACE = {
     "lr": tune.grid_search([MultiStep(base, [8], gamma) for base in (0.05, 0.1) for gamma in (0.5, 0.1)]),
-    # Long enough that a trial's own 12 iterations span a report flush
-    # (FLUSH_SECONDS), where a batch past its quantum is pre-empted.
-    "sleep": 0.05,
+    # Long enough that a trial's own 12 iterations (1.8 s) span several report
+    # flushes (FLUSH_SECONDS), where a batch past its quantum is pre-empted: at
+    # 0.05 s they spanned one, and a full suite's load once let every batch end
+    # before it.
+    "sleep": 0.15,
 }
 HORIZON = 20
 
@@ -51,7 +53,7 @@ def _losses(grid):
 
 def test_preempted_trials_resume_from_their_checkpoint_and_report_what_they_report_uninterrupted(tmp_path, ray_session):
     orders = ResultOrder(), ResultOrder()
-    shared = _fit(tmp_path, "rr", RoundRobinPolicy(quantum_s=0.1), [orders[0]])
+    shared = _fit(tmp_path, "rr", RoundRobinPolicy(quantum_s=0.6), [orders[0]])
     alone = _fit(tmp_path, "cp", "critical_path", [orders[1]])
     assert _losses(shared) == _losses(alone)
     assert all(len(losses) == HORIZON for losses in _losses(shared).values())
