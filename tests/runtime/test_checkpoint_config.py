@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 from ray import tune
+from ray.tune.schedulers import PopulationBasedTraining
 from trainables_for_tests import noisy_descent
 
 from ray_stagetree import MultiStep, Tuner
@@ -189,6 +190,44 @@ def test_frequency_and_at_end_save_class_trainables(tmp_path, ray_session):
     assert {3, 6, 8} <= set(folder_steps(full)) <= {3, 4, 6, 8}  # 4: the first trial's end, on the shared path
 
 
+class Counts(tune.Trainable):
+    def setup(self, config):
+        self.steps = 0
+
+    def step(self):
+        self.steps += 1
+        return {"score": self.steps * self.config["lr"], "done": False}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"steps": self.steps}
+
+    def load_checkpoint(self, checkpoint):
+        self.steps = checkpoint["steps"]
+
+
+def test_pbt_under_a_stop_criterion_saves_at_its_frequency_not_every_iteration(tmp_path, ray_session):
+    """A stop criterion on a result value makes each request run one
+    iteration ahead; PBT still saves only at its perturbations and where
+    checkpoint_frequency says (5, 10), as under Tune, not at every iteration."""
+    scheduler = PopulationBasedTraining(
+        time_attr="training_iteration", perturbation_interval=5, hyperparam_mutations={"lr": [1, 2]}
+    )
+    grid = Tuner(
+        Counts,
+        param_space={"lr": tune.grid_search([1, 2])},
+        tune_config=tune.TuneConfig(scheduler=scheduler, metric="score", mode="max"),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path),
+            stop={"done": True, "training_iteration": 10},
+            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=5, num_to_keep=20),
+            verbose=0,
+        ),
+    ).fit()
+    for result in grid:
+        assert result.error is None
+        assert [metrics["training_iteration"] for _, metrics in result.best_checkpoints] == [5, 10]
+
+
 def test_function_trainable_exposes_its_path_checkpoints(tmp_path, ray_session):
     """A function trainable keeps the checkpoints the plan asked for on its
     path: the shared prefix's branch point (3), and its end."""
@@ -328,3 +367,66 @@ def test_an_errored_trial_keeps_its_checkpoints_and_a_resume_numbers_on(tmp_path
     assert resumed.error is None and resumed.metrics["training_iteration"] == 5
     assert checkpoint_folders(resumed) == ([f"checkpoint_00000{i}" for i in range(1, 5)], [2, 3, 4, 5])
     assert resumed.checkpoint.path == os.path.join(resumed.path, "checkpoint_000004")
+
+
+# -- the latest reported checkpoint, when later reports carry none -------------------
+
+
+def checkpoints_every_third(config):
+    """Reports steps 1..8 with a checkpoint at every third (3, 6), so its
+    last two reports carry none; fails at step 5 while ``config["flag"]``
+    exists. Each report says which step the run resumed from."""
+    import json
+    import tempfile
+
+    resumed_from = step = checkpointed_step(tune.get_checkpoint()) if tune.get_checkpoint() else 0
+    while step < config["last"]:
+        if step == 4 and os.path.exists(config["flag"]):
+            os.remove(config["flag"])
+            raise RuntimeError("failing once")
+        step += 1
+        metrics = {"step": step, "resumed_from": resumed_from, "done": step == config["done_at"]}
+        if step % 3:
+            tune.report(metrics)
+            continue
+        with tempfile.TemporaryDirectory() as path:
+            with open(os.path.join(path, "step.json"), "w") as file:
+                json.dump({"step": step}, file)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+@pytest.mark.parametrize(
+    "ending", [{"last": 8, "done_at": 0}, {"last": 99, "done_at": 8}, {"last": 99, "done_at": 0, "stop": 8}]
+)
+def test_result_checkpoint_is_the_latest_reported_however_the_trial_ends(tmp_path, ray_session, ending):
+    """As Tune: the function returns, reports ``done``, or meets the stop
+    criterion two reports after its last checkpoint, and that checkpoint is
+    ``Result.checkpoint``, with no ``num_to_keep`` asking to keep reports."""
+    stop = {"training_iteration": ending.pop("stop")} if "stop" in ending else None
+    space = {**ending, "flag": str(tmp_path / "absent")}
+    (result,) = fit(tmp_path, "latest", checkpoints_every_third, None, space=space, stop=stop)
+    assert result.error is None and result.metrics["step"] == 8
+    assert checkpointed_step(result.checkpoint) == 6
+
+
+@pytest.mark.parametrize("max_failures", [0, 1])
+def test_a_failed_trial_keeps_and_a_retry_resumes_from_its_latest_checkpoint(tmp_path, ray_session, max_failures):
+    """The function fails at step 5, two steps past its checkpoint at 3: the
+    errored trial's ``Result.checkpoint`` is step 3's, and a retry under
+    ``FailureConfig`` resumes there (as Tune does), not from the start."""
+    flag = tmp_path / "flag"
+    flag.touch()
+    (result,) = Tuner(
+        checkpoints_every_third,
+        param_space={"last": 8, "done_at": 0, "flag": str(flag)},
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), failure_config=tune.FailureConfig(max_failures=max_failures), verbose=0
+        ),
+    ).fit()
+    if max_failures:
+        assert result.error is None and result.metrics["step"] == 8
+        assert result.metrics["resumed_from"] == 3
+        assert checkpointed_step(result.checkpoint) == 6
+    else:
+        assert isinstance(result.error, RuntimeError) and result.metrics["step"] == 4
+        assert checkpointed_step(result.checkpoint) == 3

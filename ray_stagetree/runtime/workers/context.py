@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,17 @@ class ConfigChange(BaseException):
 class ReportError(TypeError):
     """`report` got a value it cannot pass on. A bug in the trainable's code,
     which a retry would repeat: the trial errors without retries."""
+
+
+@dataclass
+class LatestCheckpoint:
+    """The last checkpoint a function reported: after its ``iteration`` on
+    plan node ``node_id``, copied to ``folder``, with the RNG states then."""
+
+    iteration: int
+    node_id: int
+    folder: str
+    rng: dict[str, Any]
 
 
 # Metric values that always pickle: the common case skips the check.
@@ -118,9 +130,9 @@ class StageContext:
         self._parking = False  # the controller's reply at the batch's end said park
         self._put_iterations: set[int] = set()  # iterations whose checkpoint went to the outbox
         # The last checkpoint report() got, kept (hard-linked) past the user's
-        # temporary folder: if the function ends the trial right after it,
-        # it is the trial's final checkpoint, as in Tune.
-        self._latest: tuple[int, str] | None = None
+        # temporary folder: if the function ends the trial after it, it is
+        # the trial's final checkpoint, as in Tune.
+        self._latest: LatestCheckpoint | None = None
         self.restoring = False  # a class trainable is loading the starting checkpoint (`class_trainables`)
 
     def _begin(self, spec: BatchSpec) -> None:
@@ -235,34 +247,38 @@ class StageContext:
             # Links are followed now, as Tune's upload follows them: what they point to may not outlive the report.
             shutil.copytree(path, kept, copy_function=_link_or_copy, dirs_exist_ok=True, symlinks=False)
         self._drop_latest()
-        self._latest = (self.iteration + 1, kept)
+        iteration = self.iteration + 1
+        self._latest = LatestCheckpoint(iteration, self.node_at(iteration), kept, capture_rng_state())
 
     def _drop_latest(self) -> None:
         if self._latest is not None:
-            shutil.rmtree(self._latest[1], ignore_errors=True)
+            shutil.rmtree(self._latest.folder, ignore_errors=True)
             self._latest = None
 
     def _put_final_checkpoint(self, outcome: BatchOutcome, failed: bool) -> None:
-        """The function ended its trial itself (it returned, reported
-        ``done``, or raised) after an iteration whose checkpoint the plan had
-        not asked for: put that checkpoint, the trial's last, in the outbox.
-        After an error it is where Tune resumes the trial (a retry under
-        ``FailureConfig``, ``Tuner.restore(resume_errored=True)``)."""
-        iteration, folder = self._latest
-        ended = self.returned_at is not None or self._ended or failed
-        if not ended or iteration != self.iteration or iteration in self._put_iterations:
+        """The batch ends (the function returned, reported ``done`` or
+        raised, or the plan's stop came) after a reported checkpoint the plan
+        had not asked for: put it, the latest, in the outbox. Tune keeps it
+        for ``Result.checkpoint`` even when later reports carried none; after
+        an error it is where Tune resumes the trial (a retry under
+        ``FailureConfig``, ``Tuner.restore(resume_errored=True)``), and where
+        the plan's stop got no checkpoint it is the closest the plan has."""
+        latest = self._latest
+        if latest.iteration in self._put_iterations:
             return
         try:
-            directory = pack_directory(folder)
+            directory = pack_directory(latest.folder)
         except (ValueError, OSError):
             if failed:  # the trial errors with the trainable's own error; this one would hide it (and end the thread)
                 return
             raise
-        # The RNG states are those at the function's end, not at its last report.
-        payload = CheckpointPayload(iteration, capture_rng_state(), directory=directory)
-        key = f"{self.spec.batch_id}:{iteration}"
+        # At the function's last iteration the RNG states are those at its
+        # end (a later resume continues from there), else those at the report.
+        rng = capture_rng_state() if latest.iteration == self.iteration else latest.rng
+        payload = CheckpointPayload(latest.iteration, rng, directory=directory)
+        key = f"{self.spec.batch_id}:{latest.iteration}"
         self._put(key, payload)
-        outcome.checkpoints.append((self.node_at(iteration), iteration, key, size_of(payload)))
+        outcome.checkpoints.append((latest.node_id, latest.iteration, key, size_of(payload)))
         outcome.error_checkpoint = failed and self.returned_at is None and not self._ended
 
     # -- shared by both APIs ------------------------------------------------
