@@ -206,6 +206,27 @@ def test_default_loggers_write_tunes_files_once_per_iteration(tmp_path):
         assert [value for _, value in scalars["ray/tune/loss"]] == pytest.approx([0.9, 0.8, last])  # float32
 
 
+class ReadsTheLogsAtTheEnd(tune.Callback):
+    """As MLflow's ``save_artifact`` does: reads the trial's folder when it ends."""
+
+    def __init__(self):
+        self.logged_steps = {}
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.logged_steps[trial.trial_id] = result_steps(trial.local_path)
+
+
+def test_a_callback_at_a_trials_end_finds_all_its_results_written(tmp_path):
+    reader = ReadsTheLogsAtTheEnd()
+    runner = CallbackRunner([reader], str(tmp_path))
+    runner.setup()
+    steps = range(1, 2001)  # results the log thread is still writing when the trial's end comes
+    complete = {"event": "complete", "trial_id": "a", "name": "t_a", "dirname": "a"}
+    runner.update(progress([row("a", step, 1.0 / step) for step in steps], [start("a"), complete]))
+    runner.end()
+    assert reader.logged_steps == {"a": list(steps)}
+
+
 def test_users_logger_replaces_its_default_and_the_variable_disables_them(monkeypatch):
     mine = JsonLoggerCallback()
     callbacks = with_default_loggers([mine])
@@ -380,7 +401,8 @@ def test_mlflow_logger_callback_works_unchanged(tmp_path, ray_session, monkeypat
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
     uri = f"file://{tmp_path}/mlruns"
-    grid = fit(str(tmp_path), "mlflow", [MLflowLoggerCallback(tracking_uri=uri, experiment_name="stagetree")])
+    callback = MLflowLoggerCallback(tracking_uri=uri, experiment_name="stagetree", save_artifact=True)
+    grid = fit(str(tmp_path), "mlflow", [callback])
     client = mlflow.tracking.MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("stagetree")
     runs = client.search_runs([experiment.experiment_id])
@@ -393,6 +415,9 @@ def test_mlflow_logger_callback_works_unchanged(tmp_path, ray_session, monkeypat
         assert [m.step for m in history] == list(range(1, HORIZON + 1))
         assert [m.value for m in history] == pytest.approx(result.metrics_dataframe["loss"].tolist())
         assert run.data.params["lr/milestones"] == str(result.config["lr"].to_json()["milestones"])
+        assert {"result.json", "progress.csv", "params.json"} <= {
+            a.path for a in client.list_artifacts(run.info.run_id)
+        }
 
 
 def logs_to_mlflow(config):

@@ -1,3 +1,5 @@
+import os
+
 from ray import tune
 from ray.tune import CLIReporter
 from ray.tune.utils import log as tune_log
@@ -70,6 +72,64 @@ def test_best_is_over_trials_last_results_as_get_best_result_picks():
     reporter.update({**progress(rows), "events": [{"event": "error", "trial_id": "b"}]})
     assert reporter.best == 0.935
     assert "best accuracy: 0.935" in reporter.line(progress())
+
+
+def failure(kind, trial, error, iterations):
+    return {"event": kind, "trial_id": trial, "name": f"train_{trial}", "error": error, "iterations": iterations}
+
+
+class ErroredView:
+    def __init__(self, trial_id):
+        self.trial_id, self.error_file = trial_id, f"/results/{trial_id}/error.txt"
+
+
+def test_each_failure_is_reported_as_tune_reports_it(capsys, caplog):
+    """The traceback (once for trials that failed together in a shared
+    stage), then how far the trial got, and its error file or its retry."""
+    shared = "Traceback (most recent call last):\nValueError: shared stage failed\n"
+    events = [
+        failure("error", "a", shared, 3),
+        failure("error", "b", shared, 3),
+        failure("recover", "c", "Traceback (most recent call last):\nOSError: disk\n", 2),
+    ]
+    reporter = ProgressReporter(None, None)
+    reporter.update({**progress(), "events": events}, trials=[ErroredView(t) for t in "abc"])
+    logged = [record.getMessage() for record in caplog.records]
+    assert logged[0] == f"Trial task failed for trial train_a\n{shared.rstrip()}"
+    assert logged[1] == "Trial task failed for trial train_b, with trial train_a's error above"
+    assert logged[2].startswith("Trial task failed for trial train_c\n") and logged[2].endswith("OSError: disk")
+    err = capsys.readouterr().err
+    assert "Trial train_a errored after 3 iterations at " in err
+    assert "Error file: /results/a/error.txt" in err and "Error file: /results/b/error.txt" in err
+    assert "Trial train_c errored after 2 iterations" in err and "It is retried" in err
+    assert "/results/c/" not in err
+
+
+def test_verbose_zero_still_logs_a_failures_traceback(capsys, caplog):
+    reporter = ProgressReporter(None, None, verbose=0)
+    reporter.update({**progress(), "events": [failure("error", "a", "ValueError: boom", 1)]}, trials=[])
+    assert [record.getMessage() for record in caplog.records] == [
+        "Trial task failed for trial train_a\nValueError: boom"
+    ]
+    assert capsys.readouterr().err == ""
+
+
+def fails_at_second_iteration(config):
+    tune.report({"loss": 1.0})
+    raise ValueError(f"boom at lr={config['lr']}")
+
+
+def test_a_studys_failed_trial_is_reported_with_its_error_file(tmp_path, ray_session, capsys, caplog):
+    (result,) = Tuner(
+        fails_at_second_iteration, param_space={"lr": 0.5}, run_config=tune.RunConfig(storage_path=str(tmp_path))
+    ).fit()
+    assert isinstance(result.error, ValueError)
+    (logged,) = [record.getMessage() for record in caplog.records if "Trial task failed" in record.getMessage()]
+    assert logged.rstrip().endswith("ValueError: boom at lr=0.5")
+    err = capsys.readouterr().err
+    assert "errored after 1 iterations" in err
+    error_file = os.path.join(result.path, "error.txt")
+    assert f"Error file: {error_file}" in err and os.path.exists(error_file)
 
 
 def table_trials(tmp_path):

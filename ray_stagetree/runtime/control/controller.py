@@ -396,7 +396,7 @@ class StudyController:
         """The lifecycle ended a trial: the driver hears of it, and the loop
         wakes (batches no live trial needs are pre-empted)."""
         if state.status == ERROR:
-            self.feed.event("error", state, error=state.error)
+            self.feed.event("error", state, error=state.error, iterations=max(state.rows, default=0))
         else:
             self.feed.event("complete", state)
         self._release_unneeded()
@@ -782,7 +782,7 @@ class StudyController:
             if state.status in ENDED:
                 continue
             if self.failures.retried(state, retry, in_restore):
-                self.feed.event("recover", state, error=error)
+                self.feed.event("recover", state, error=error, iterations=max(state.rows, default=0))
             else:
                 state.error, state.error_pickle = error, error_pickle
                 self.lifecycle.fail(state)

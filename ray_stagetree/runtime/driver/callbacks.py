@@ -454,6 +454,8 @@ class CallbackRunner:
 
     def _end(self, event: dict[str, Any], failed: bool) -> None:
         view = self._view(event)
+        if self._on_loop:  # its hooks see the trial's results in its files, as under Tune
+            self._log.written()
         if failed:
             view.status, view.error_msg = ERROR, event.get("error") or ""
             view.run_metadata.num_failures += 1

@@ -169,6 +169,14 @@ class LogThread:
             self.drain()
         self.raise_error()
 
+    def written(self) -> None:
+        """Wait until everything handed over is written and flushed: a
+        callback on the loop reads the trials' log files as Tune's loop
+        leaves them (MLflow's ``save_artifact`` uploads the folder)."""
+        self._submit(lambda: self._each(lambda logger: logger.flush_batch()))
+        self.drain()
+        self.raise_error()
+
     def drain(self) -> None:
         """Wait until everything handed over is written."""
         self._hand_over()

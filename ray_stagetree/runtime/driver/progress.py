@@ -53,6 +53,7 @@ class ProgressReporter:
         self.table = table
         self._last: dict[Any, float] = {}  # trial id -> its last finite metric value
         self._errored: set[Any] = set()  # get_best_result leaves errored trials out
+        self._failed_with: dict[str, str] = {}  # a failure's traceback -> the first trial that failed with it
         self._last_print = -float("inf")  # monotonic time may start near 0 after boot
         self._notebook = in_notebook()
         self._handle = None
@@ -99,6 +100,7 @@ class ProgressReporter:
         self.observe(progress["rows"], progress.get("events", ()))
         for warning in progress.get("warnings", ()):  # shown whatever the verbosity, once each
             logger.warning(warning)
+        self._report_failures(progress, trials or ())
         if not self.verbose:
             return
         text = self.line(progress, final, partial)
@@ -118,6 +120,32 @@ class ProgressReporter:
         now = time.monotonic()
         if final or now - self._last_print >= self.interval_seconds:
             self._last_print = now
+            print(text, file=sys.stderr, flush=True)
+
+    def _report_failures(self, progress: dict[str, Any], trials: list[Any]) -> None:
+        """Each failure of a trial, as Tune reports it: the traceback
+        (whatever the verbosity), then where the trial stood and its error
+        file, or that it is retried."""
+        views = {getattr(trial, "trial_id", None): trial for trial in trials}
+        for event in progress.get("events", ()):
+            if event["event"] not in ("error", "recover") or not event.get("error"):
+                continue  # a restored study's errored trials were reported by the run that failed them
+            name = event.get("name") or event["trial_id"]
+            first = self._failed_with.setdefault(event["error"], name)
+            if first == name:
+                logger.error("Trial task failed for trial %s\n%s", name, event["error"].rstrip())
+            else:  # trials that shared the failed stage fail with one error: its traceback once
+                logger.error("Trial task failed for trial %s, with trial %s's error above", name, first)
+            if not self.verbose:
+                continue
+            when = time.strftime("%Y-%m-%d %H:%M:%S")
+            text = f"Trial {name} errored after {event.get('iterations', 0)} iterations at {when}. Total running time: "
+            text += f"{progress['elapsed']:.0f}s"
+            error_file = getattr(views.get(event["trial_id"]), "error_file", None)
+            if event["event"] == "recover":
+                text += "\nIt is retried (FailureConfig.max_failures), from its latest checkpoint if it has one."
+            elif error_file:
+                text += f"\nError file: {error_file}"
             print(text, file=sys.stderr, flush=True)
 
 
