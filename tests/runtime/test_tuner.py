@@ -1,6 +1,7 @@
 """The Ray runtime end to end on a local Ray (2 CPUs, 4 fake GPUs)."""
 
 import os
+import re
 import tempfile
 import threading
 
@@ -76,6 +77,16 @@ def test_result_grid_has_tunes_interface(tmp_path, ray_session, url):
     assert os.path.exists(os.path.join(local, best.path.rsplit("/", 1)[-1], "result.json"))
     assert os.path.exists(os.path.join(local, "plan", "nodes.parquet"))
     assert best.metrics_dataframe["training_iteration"].tolist() == list(range(1, HORIZON + 1))
+
+
+def test_an_unnamed_experiment_is_named_as_tune_names_it(tmp_path):
+    """``<trainable>_<date>`` under storage_path; a second study of the
+    trainable in the same second gets a folder of its own."""
+    run_config = tune.RunConfig(storage_path=str(tmp_path))
+    first = Tuner(noisy_descent, run_config=run_config)._experiment_dir
+    second = Tuner(noisy_descent, run_config=run_config)._experiment_dir
+    assert re.fullmatch(r"noisy_descent_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d(_[0-9a-f]{4})?", os.path.basename(first))
+    assert os.path.dirname(first) == str(tmp_path) and first != second
 
 
 def test_a_study_starts_its_actors_without_exporting_their_classes_again(tmp_path, ray_session, monkeypatch):

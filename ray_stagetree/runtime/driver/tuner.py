@@ -644,13 +644,23 @@ class Tuner:
     def _experiment_path(self) -> str:
         """``storage_path/name``; on a plan service, the study's folder in its
         plan directory: ``storage_path/<service>/<study_group>-<fingerprint>/name``."""
-        run_config = self.run_config
-        name = run_config.name or f"stagetree_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}_{uuid.uuid4().hex[:4]}"
-        if self.plan_service is None:
-            return f"{self._storage_path()}/{name}"
-        self._share_key = share_key(self.plan_service.study_group, self.trainable, self._scaling)
-        plan_dir = self._share_key.replace(":", "-")
-        return f"{self._storage_path()}/{self.plan_service.name}/{plan_dir}/{name}"
+        parent = self._storage_path()
+        if self.plan_service is not None:
+            self._share_key = share_key(self.plan_service.study_group, self.trainable, self._scaling)
+            parent = f"{parent}/{self.plan_service.name}/{self._share_key.replace(':', '-')}"
+        return f"{parent}/{self.run_config.name or self._default_name(parent)}"
+
+    def _default_name(self, parent: str) -> str:
+        """Tune's default experiment name, ``<trainable>_<date>``, with a
+        suffix where that folder exists (a study of the same trainable that
+        started in the same second): Tune would write both into one folder."""
+        from ray.train._internal.storage import StorageContext
+
+        name = StorageContext.get_experiment_dir_name(self.trainable)
+        storage = CheckpointStorage(parent, self.run_config.storage_filesystem)
+        if storage.filesystem.exists(storage.path(name)):
+            name += f"_{uuid.uuid4().hex[:4]}"
+        return name
 
     def _num_workers(self, resources: dict[str, float], trials: int) -> int:
         total = ray.cluster_resources()
