@@ -7,7 +7,6 @@ import pickle
 
 import pytest
 from ray import tune
-from ray.tune.schedulers import PopulationBasedTraining
 from trainables_for_tests import noisy_descent
 
 from ray_stagetree import MultiStep, Tuner
@@ -188,44 +187,6 @@ def test_frequency_and_at_end_save_class_trainables(tmp_path, ray_session):
     assert folder_steps(stopped) == [3, 4]
     assert saved_steps(stopped.checkpoint) == 4
     assert {3, 6, 8} <= set(folder_steps(full)) <= {3, 4, 6, 8}  # 4: the first trial's end, on the shared path
-
-
-class Counts(tune.Trainable):
-    def setup(self, config):
-        self.steps = 0
-
-    def step(self):
-        self.steps += 1
-        return {"score": self.steps * self.config["lr"], "done": False}
-
-    def save_checkpoint(self, checkpoint_dir):
-        return {"steps": self.steps}
-
-    def load_checkpoint(self, checkpoint):
-        self.steps = checkpoint["steps"]
-
-
-def test_pbt_under_a_stop_criterion_saves_at_its_frequency_not_every_iteration(tmp_path, ray_session):
-    """A stop criterion on a result value makes each request run one
-    iteration ahead; PBT still saves only at its perturbations and where
-    checkpoint_frequency says (5, 10), as under Tune, not at every iteration."""
-    scheduler = PopulationBasedTraining(
-        time_attr="training_iteration", perturbation_interval=5, hyperparam_mutations={"lr": [1, 2]}
-    )
-    grid = Tuner(
-        Counts,
-        param_space={"lr": tune.grid_search([1, 2])},
-        tune_config=tune.TuneConfig(scheduler=scheduler, metric="score", mode="max"),
-        run_config=tune.RunConfig(
-            storage_path=str(tmp_path),
-            stop={"done": True, "training_iteration": 10},
-            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=5, num_to_keep=20),
-            verbose=0,
-        ),
-    ).fit()
-    for result in grid:
-        assert result.error is None
-        assert [metrics["training_iteration"] for _, metrics in result.best_checkpoints] == [5, 10]
 
 
 def test_function_trainable_exposes_its_path_checkpoints(tmp_path, ray_session):

@@ -180,7 +180,7 @@ class StudyController:
         )
         # A batch continuing live past a scheduler's decision point still
         # checkpoints there: PBT exploits fork from it, and a worker lost later
-        # resumes from it. (Not at every iteration of a one-ahead request: `_decides_at`.)
+        # resumes from it. (Not at every iteration of a one-ahead request.)
         self._keeps_decision_points = self.host.population is not None or (
             not self._every_result and spec.horizon is not None
         )
@@ -438,8 +438,7 @@ class StudyController:
             # (A trainable that reported no checkpoint here gets no request
             # for one: it has nothing to save, and nothing forks here.)
             if extended is not None and self._keeps_decision_points and outcome.can_checkpoint:
-                if self._decides_at(node, stop):
-                    save_iterations.append(stop)
+                save_iterations.append(stop)
         park = (
             at_end
             and extended is None
@@ -450,20 +449,6 @@ class StudyController:
         save_iterations += self.configured_saves(batch_id, outcome)
         needed = self.plan.needed_until(batch_id)
         return FlushReply(save_iterations, needed[1] if needed is not None else 0, extended or stop, park)
-
-    def _decides_at(self, node: Any, iteration: int) -> bool:
-        """Whether the scheduler decides at ``iteration`` for a live trial
-        through ``node``. Where results may end a trial (`_every_result`) its
-        requests run one iteration ahead and each request's end is not a
-        decision point; only the scheduler's own points are, unless they are
-        not known in advance (PBT on a time attribute)."""
-        if not self._every_result or not self.host.decides_at_milestones:
-            return True
-        return any(
-            self.host.next_decision(trial_id, iteration - 1) == iteration
-            for trial_id in self._trials_through(node, iteration)
-            if self._status(trial_id) in UNFINISHED
-        )
 
     def _status(self, trial_id: str) -> str | None:
         state = self.trials.get(trial_id)
