@@ -32,8 +32,8 @@ def execute(notebook: Path, env: dict[str, str], timeout: int = 600) -> tuple[li
 
     A cell that raises fails the run, with the kernel's stderr in the message.
     A kernel whose own Ray did not start within Ray's fixed 30 s (a loaded
-    machine; not what a notebook test checks) runs once more."""
-    for _ in range(2):
+    machine; not what a notebook test checks) runs up to twice more."""
+    for _ in range(3):
         run = subprocess.run(
             [
                 sys.executable,

@@ -63,7 +63,7 @@ from typing import Any, Protocol
 
 from ray_stagetree.planning.config import TrialConfig, split_path
 from ray_stagetree.planning.decisions import PAUSE, STOP, Exploit
-from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
+from ray_stagetree.planning.plan import PlanNode, Request, RequestState, SearchPlan
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 LIVE = frozenset({PENDING, RUNNING})
@@ -74,7 +74,7 @@ ENDED = frozenset({TERMINATED, ERROR})
 class HostedScheduler(Protocol):
     """What the lifecycle asks of a hosted trial scheduler (`trial_schedulers.host.SchedulerHost`)."""
 
-    population: Any  # PBT's host, or None: only PBT reads a result's hyper-parameters
+    population: Any  # PBT's adapter, or None: only PBT reads a result's hyper-parameters and which trials wait
 
     def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any] | None = None) -> Any: ...
 
@@ -274,6 +274,7 @@ class TrialLifecycle:
         # Only PBT reads the hyper-parameters (the values it explores from).
         assert trial.trial_config is not None  # it reported: it was admitted
         values = trial.trial_config.hparams_at(iteration - 1) if self.host.population is not None else None
+        self._tell_queued()
         decision = self.host.on_result(trial.trial_id, row, values)
         if decision == STOP:
             row["done"] = True  # Tune's: the trial's last result, which its searcher hears of at its end only
@@ -287,6 +288,16 @@ class TrialLifecycle:
             self._pause(trial, iteration)
         elif iteration >= self.plan.trials[trial.trial_id].request.iteration:
             self._request_from(trial, iteration)  # CONTINUE, at the end of its request
+
+    def _tell_queued(self) -> None:
+        """PBT makes way for trials that wait for a worker (more trials than
+        fit): it hears which, pending trials whose requests no batch runs."""
+        if self.host.population is not None:
+            self.host.population.queued = frozenset(
+                trial.trial_id
+                for trial in self.trials.values()
+                if trial.status == PENDING and self.plan.trials[trial.trial_id].request.state is RequestState.NOT_SCHED
+            )
 
     def resume(self) -> None:
         """Run again the paused trials the scheduler chooses."""
@@ -364,6 +375,7 @@ class TrialLifecycle:
 
     def _end(self, trial: Trial, last: dict[str, Any] | None) -> None:
         self._on_end(trial)
+        self._tell_queued()
         if trial.status == ERROR:
             self.host.on_error(trial.trial_id)
             self.trial_source.on_complete(trial.trial_id, None, error=True)

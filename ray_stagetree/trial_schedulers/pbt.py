@@ -81,12 +81,15 @@ class _PopulationMember:
     last_perturbation: float = 0
     last_train_time: float = 0
     iteration: int = 0
+    saved_at_iteration: bool = True  # the result at `iteration` came with a checkpoint
     # The iteration of its checkpoint, set while the trial is a top one, as in
     # Ray ("step": the name study snapshots pickled).
     checkpoint_step: int | None = None
     finished: bool = False
+    started: bool = False  # it reported a result (Ray's trial is no longer PENDING)
     paused: bool = False
-    pending: Exploit | None = None  # synchronous mode: applied when it resumes
+    chosen: bool = False  # asynchronous mode: paused, and chosen to run next (Ray's `choose_trial_to_run`)
+    pending: Exploit | None = None  # applied when it resumes
     values: dict[str, Any] = field(default_factory=dict)
 
 
@@ -99,6 +102,14 @@ class PopulationBasedAdapter(SchedulerAdapter):
 
     needs_metric = True
     hosts_subclasses = False
+    # Whether the result decided on next came with a checkpoint (the runtime
+    # sets it per result): as in Ray, a trial whose trainable saved nothing
+    # at its perturbation point is never cloned.
+    checkpointed = True
+    # The trials that wait for a worker, not started (Ray's PENDING), as the
+    # owner of the plan sets them before each call; None: those that have
+    # not reported yet.
+    queued: frozenset[str] | None = None
 
     def __init__(self, scheduler: Any, horizon: float, exact: bool) -> None:
         from ray.tune.utils import flatten_dict
@@ -108,9 +119,6 @@ class PopulationBasedAdapter(SchedulerAdapter):
         self._members: dict[str, _PopulationMember] = {}
         self._mutated = sorted(flatten_dict(self.settings.hyperparam_mutations, delimiter="/"))
         self._next_sync = max(self.settings.perturbation_interval, self.settings.burn_in_period)
-        # False once the trainable reports no checkpoint where PBT needs one:
-        # as in Ray, a trial with no checkpoint is never cloned.
-        self.trainable_checkpoints = True
 
     @property
     def decides_at_milestones(self) -> bool:
@@ -130,6 +138,9 @@ class PopulationBasedAdapter(SchedulerAdapter):
 
     def on_complete(self, trial_id: str, row: dict[str, Any] | None) -> None:
         self._members[trial_id].finished = True
+        if not self.settings.synch:
+            self._choose_next()  # its place is free
+            return
         live = [member for member in self._members.values() if not member.finished]
         if self.settings.synch and live and all(m.paused and m.last_train_time >= self._next_sync for m in live):
             # The trials were waiting for this one, which will never report
@@ -153,6 +164,7 @@ class PopulationBasedAdapter(SchedulerAdapter):
         """An `Exploit` of this trial, `PAUSE` (synchronous mode) or CONTINUE.
         ``values``: the trial's hyper-parameters at this iteration (flattened)."""
         settings, member = self.settings, self._members[trial_id]
+        member.started = True
         time = row.get(settings.time_attr)
         if time is None or settings.metric not in row or time < settings.burn_in_period:
             return CONTINUE
@@ -161,11 +173,20 @@ class PopulationBasedAdapter(SchedulerAdapter):
         member.last_score = settings.metric_op * row[settings.metric]
         member.last_train_time = time
         member.iteration = row["training_iteration"]
+        member.saved_at_iteration = self.checkpointed
         member.values = values or {}
         if not settings.synch:
             member.last_perturbation = time
             lower, upper = self._quantiles()
-            return self._checkpoint_or_exploit(trial_id, lower, upper) or CONTINUE
+            exploit = self._checkpoint_or_exploit(trial_id, lower, upper)
+            if not any(self._waits(other_id) for other_id in self._live(but=trial_id)):
+                return exploit or CONTINUE
+            # As in Ray, a trial at a perturbation point makes way for trials
+            # that wait (more trials than fit): the population shares the
+            # workers, the least trained first.
+            member.paused, member.pending = True, exploit
+            self._choose_next()
+            return PAUSE
         member.paused = True
         if all(
             other.last_train_time >= self._next_sync
@@ -186,9 +207,37 @@ class PopulationBasedAdapter(SchedulerAdapter):
         latest = max(member.last_train_time for member in self._members.values())
         self._next_sync = max(self._next_sync + self.settings.perturbation_interval, latest)
 
+    def _live(self, but: str) -> list[str]:
+        return [trial_id for trial_id, member in self._members.items() if trial_id != but and not member.finished]
+
+    def _queued(self, trial_id: str) -> bool:
+        return not self._members[trial_id].started if self.queued is None else trial_id in self.queued
+
+    def _waits(self, trial_id: str) -> bool:
+        member = self._members[trial_id]
+        return (member.paused and not member.chosen) or self._queued(trial_id)
+
+    def _choose_next(self) -> None:
+        """Asynchronous mode, a place is free: Ray's `choose_trial_to_run`
+        takes the least trained of the trials that wait. A queued trial is
+        the least trained and takes the place by itself (it is requested
+        already); else the least trained paused one is chosen."""
+        waiting = [trial_id for trial_id in self._live(but="") if self._waits(trial_id)]
+        if not waiting or any(self._queued(trial_id) for trial_id in waiting):
+            return
+        least = min(waiting, key=lambda trial_id: self._members[trial_id].last_train_time)
+        self._members[least].chosen = True
+
     def resumable(self) -> list[tuple[str, Exploit | None]]:
-        """Synchronous mode: paused trials behind the next perturbation point,
-        least trained first, each with the exploit it resumes with."""
+        """Paused trials to run again, each with the exploit it resumes with:
+        in synchronous mode those behind the next perturbation point, least
+        trained first; in asynchronous mode those chosen when a place freed."""
+        if not self.settings.synch:
+            resumed = [(trial_id, member.pending) for trial_id, member in self._members.items() if member.chosen]
+            for trial_id, _ in resumed:
+                member = self._members[trial_id]
+                member.paused, member.chosen, member.pending = False, False, None
+            return resumed
         waiting = [
             (trial_id, member)
             for trial_id, member in self._members.items()
@@ -204,7 +253,7 @@ class PopulationBasedAdapter(SchedulerAdapter):
     def _checkpoint_or_exploit(self, trial_id: str, lower: list[str], upper: list[str]) -> Exploit | None:
         member = self._members[trial_id]
         # Ray checkpoints a top trial at its perturbation; only those can be cloned.
-        member.checkpoint_step = member.iteration if trial_id in upper and self.trainable_checkpoints else None
+        member.checkpoint_step = member.iteration if trial_id in upper and member.saved_at_iteration else None
         if trial_id not in lower:
             return None
         source_id = random.choice(upper)

@@ -4,6 +4,7 @@ shows what each decision did to the trials' requests."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -232,11 +233,14 @@ def test_an_exploit_forks_the_trial_from_the_source_checkpoint_with_the_explored
     assert study.plan.path("b")[0] is study.plan.path("a")[0], "it shares the source's prefix"
 
 
-def test_pbt_hears_the_hyper_parameters_of_the_iteration_its_result_followed():
-    study = Study(ScriptedHost(population=object()))
+def test_pbt_hears_the_hyper_parameters_and_which_trials_wait_for_a_worker():
+    """Asynchronous PBT makes way for trials no batch runs yet (Ray's PENDING)."""
+    study = Study(ScriptedHost(population=SimpleNamespace()))
     trial = study.admit("a")
+    study.admit("b")
     study.result(trial, 1)
     assert study.host.calls[-1] == ("result", "a", 1, {"lr": 0.1})
+    assert study.host.population.queued == {"b"}
 
 
 def test_finish_keeps_the_request_where_it_ended():

@@ -247,6 +247,30 @@ def test_the_missing_checkpoint_warning_is_shown_once_per_study(tmp_path, ray_se
     assert "train it again" in warnings[0]
 
 
+def test_pbt_twins_are_named_once(tmp_path, ray_session, caplog):
+    """Tune's PBT examples start the population from one constant config;
+    here identical configs share one trajectory, so the population is
+    smaller than under Tune: a warning says so, with the fix."""
+    with caplog.at_level("WARNING", logger="ray_stagetree"):
+        grid = Tuner(
+            counting_loop,
+            param_space={"lr": 0.1, "checkpoint": True},
+            tune_config=tune.TuneConfig(
+                metric="x",
+                mode="max",
+                num_samples=3,
+                scheduler=PopulationBasedTraining(perturbation_interval=2, hyperparam_mutations={"lr": [0.1, 0.2]}),
+            ),
+            run_config=tune.RunConfig(
+                storage_path=str(tmp_path), name="twins", stop={"training_iteration": 4}, verbose=0
+            ),
+        ).fit()
+    assert grid.num_errors == 0
+    warnings = [record.message for record in caplog.records if "identical configs" in record.message]
+    assert len(warnings) == 1, warnings
+    assert "'seed': tune.randint" in warnings[0]
+
+
 def test_no_missing_checkpoint_warning_where_nothing_forks(tmp_path, ray_session, caplog):
     """Tune's searcher examples (ASHA, no checkpoint, nothing shared) lose
     nothing without checkpoints: no warning."""

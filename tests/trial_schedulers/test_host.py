@@ -202,6 +202,106 @@ def test_pbt_exploits_and_explores_as_rays_own(seed):
     assert exploits_hosted(stream, seed) == expected
 
 
+def shared_workers_by_ray(trial_ids, slots, seed):
+    """Ray's asynchronous PBT with more trials than ``slots``: TuneController
+    runs the first ``slots``, the others wait (PENDING), and a freed place
+    goes to `choose_trial_to_run`'s trial. Each running trial steps in turn;
+    the log is every step trained and every exploit."""
+    from unittest import mock
+
+    scheduler = pbt(perturbation_interval=4)
+    controller = mock.MagicMock(search_alg=None)
+    trials = {}
+    for index, trial_id in enumerate(trial_ids):
+        trial = mock.MagicMock(trial_id=trial_id, status="RUNNING" if index < slots else "PENDING")
+        trial.config = {"lr": 0.1, "momentum": 0.9}
+        trial.is_finished.return_value = False
+        trial.temporary_state.saving_to = None
+        trial.run_metadata.checkpoint_manager.checkpoint_config.num_to_keep = None
+        trial.set_config.side_effect = lambda config, trial=trial: setattr(trial, "config", config)
+        trials[trial_id] = trial
+        scheduler.on_trial_add(controller, trial)
+    controller.get_trials.return_value = list(trials.values())
+    controller._schedule_trial_save.side_effect = lambda trial, result: f"checkpoint of {trial.trial_id}"
+    controller.pause_trial.side_effect = lambda trial, should_checkpoint=True: setattr(trial, "status", "PAUSED")
+    random.seed(seed)
+    np.random.seed(seed)
+    steps, log, exploited = dict.fromkeys(trial_ids, 0), [], {}
+    while running := [t for t in trial_ids if trials[t].status == "RUNNING"]:
+        trial_id = min(running, key=lambda t: steps[t])
+        trial, config = trials[trial_id], trials[trial_id].config
+        steps[trial_id] += 1
+        result = {"training_iteration": steps[trial_id], "loss": loss_of(trial_id, steps[trial_id])}
+        log.append((trial_id, steps[trial_id]))
+        if steps[trial_id] == HORIZON:  # Tune's stop criterion: the scheduler is not asked
+            scheduler.on_trial_complete(controller, trial, result)
+            trial.status = "TERMINATED"
+        elif scheduler.on_trial_result(controller, trial, result) == TrialScheduler.PAUSE:
+            trial.status = "PAUSED"
+        if trial.config is not config:  # exploited (and paused): it goes on from the source's checkpoint
+            steps[trial_id] = int(scheduler._trial_state[trial].last_train_time)
+            exploited[trial_id] = ("exploit", trial_id, steps[trial_id], trial.config["lr"])
+        while sum(t.status == "RUNNING" for t in trials.values()) < slots:
+            chosen = scheduler.choose_trial_to_run(controller)
+            if chosen is None:
+                break
+            chosen.status = "RUNNING"
+            if chosen.trial_id in exploited:
+                log.append(exploited.pop(chosen.trial_id))
+    return log
+
+
+def shared_workers_hosted(trial_ids, slots, seed):
+    host = SchedulerHost(pbt(perturbation_interval=4), "loss", "min", HORIZON)
+    statuses, values = {}, {}
+    for index, trial_id in enumerate(trial_ids):
+        host.on_add(trial_id, {})
+        statuses[trial_id] = "RUNNING" if index < slots else "PENDING"
+        values[trial_id] = {"lr": 0.1, "momentum": 0.9}
+    random.seed(seed)
+    np.random.seed(seed)
+    steps, log = dict.fromkeys(trial_ids, 0), []
+
+    def resume(trial_id, exploit):
+        statuses[trial_id] = "RUNNING"
+        if exploit is not None:
+            values[trial_id] = {**values[exploit.source], **exploit.values}
+            steps[trial_id] = exploit.iteration
+            log.append(("exploit", trial_id, steps[trial_id], values[trial_id]["lr"]))
+
+    while running := [t for t in trial_ids if statuses[t] == "RUNNING"]:
+        trial_id = min(running, key=lambda t: steps[t])
+        steps[trial_id] += 1
+        row = {"training_iteration": steps[trial_id], "loss": loss_of(trial_id, steps[trial_id])}
+        log.append((trial_id, steps[trial_id]))
+        if steps[trial_id] == HORIZON:
+            host.on_complete(trial_id, row)
+            statuses[trial_id] = "TERMINATED"
+        elif (decision := host.on_result(trial_id, row, values[trial_id])) == TrialScheduler.PAUSE:
+            statuses[trial_id] = "PAUSED"
+        elif decision != TrialScheduler.CONTINUE:
+            resume(trial_id, decision)
+        for resumed, exploit in host.resumable():
+            resume(resumed, exploit)
+        pending = [t for t in trial_ids if statuses[t] == "PENDING"]
+        for trial_id in pending[: slots - sum(status == "RUNNING" for status in statuses.values())]:
+            statuses[trial_id] = "RUNNING"
+    return log
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_asynchronous_pbt_shares_the_workers_among_more_trials_as_rays_own(seed):
+    """Six trials on two places: at a perturbation point a trial makes way
+    for one that waits, the least trained first, so the whole population
+    trains (without it, the first two would train to the end first)."""
+    trial_ids = [f"t{i}" for i in range(6)]
+    expected = shared_workers_by_ray(trial_ids, slots=2, seed=seed)
+    assert any(event[0] == "exploit" for event in expected), "the population exploits"
+    first_steps = [event for event in expected if event[0] != "exploit"][:24]
+    assert {trial_id for trial_id, _ in first_steps} == set(trial_ids), "every trial trains early on"
+    assert shared_workers_hosted(trial_ids, slots=2, seed=seed) == expected
+
+
 def loss_of(trial_id, step):
     return (int(trial_id[1:]) % 7 + 1) / step
 

@@ -208,6 +208,7 @@ class StudyController:
         self.budget = TimeBudget(spec.time_budget_s)
         self.failures = Failures(spec.max_failures, spec.restore_retries, spec.fail_fast)
         self._warned_missing_checkpoint = False
+        self._population_starts: dict[str, str] | None = {} if self.host.population is not None else None
         self.feed = DriverFeed()  # what the driver hears at its next poll (`progress`)
         self.preemption = Preemption(self.plan, self.feed.warn)
         self.rows = ResultRows(
@@ -296,6 +297,7 @@ class StudyController:
 
     def _new_trial(self, trial_id: str, config: dict[str, Any], trial_config: TrialConfig) -> TrialState:
         """A trial being admitted, named by the user's hooks."""
+        self._warn_of_a_twin(trial_id, trial_config)
         info = TrialInfo(
             trial_id, config, self.spec.trainable_name, experiment_tag(trial_id, config, self.spec.tuned_paths)
         )
@@ -305,6 +307,24 @@ class StudyController:
             plain=frozenset(trial_config.names) - trial_config.declared,
             name=trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False),
             dirname=trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True),
+        )
+
+    def _warn_of_a_twin(self, trial_id: str, trial_config: TrialConfig) -> None:
+        """PBT's population starts with a member that has another's config
+        (a constant ``param_space``): warn, once per study, that the two are
+        one member here."""
+        if self._population_starts is None:
+            return
+        start = repr((trial_config.static_key, trial_config.names, trial_config.sequences))
+        twin = self._population_starts.setdefault(start, trial_id)
+        if twin == trial_id:
+            return
+        self._population_starts = None
+        self.feed.warn(
+            f"PBT trials {twin} and {trial_id} start with identical configs: they share one trajectory until PBT "
+            "explores them apart, so the population has fewer distinct members than under Tune (where the "
+            "trainable's own randomness sets them apart). Give each trial a value of its own, e.g. "
+            "param_space={..., 'seed': tune.randint(0, 2**31)} (this warning is shown once per study)"
         )
 
     def add_result(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> None:
@@ -496,19 +516,21 @@ class StudyController:
 
     def ingest(self, outcome: BatchOutcome) -> None:
         """Fold a worker's records into the plan and the trials, and take its checkpoints into the store."""
-        if self.host.population is not None and (outcome.missing_checkpoint is not None or not outcome.can_checkpoint):
-            self.host.population.trainable_checkpoints = False  # before PBT decides on these records
-        if outcome.missing_checkpoint is not None and not self._warned_missing_checkpoint:
+        if outcome.missing_checkpoints and not self._warned_missing_checkpoint:
             self._warned_missing_checkpoint = True
             self.feed.warn(
-                f"iteration {outcome.missing_checkpoint} needs a checkpoint (should_checkpoint() was True) but "
+                f"iteration {outcome.missing_checkpoints[0]} needs a checkpoint (should_checkpoint() was True) but "
                 "report() got none. Trials that branch off a shared prefix will train it again, and a paused "
                 "trial holds its worker's memory until resumed (its trainable waits, parked): pass "
                 "checkpoint=tune.Checkpoint.from_directory(...) to report() where should_checkpoint() is True "
                 "(this warning is shown once per study)"
             )
         reached = self._run_reached.setdefault(outcome.batch_id, {}) if outcome.batch_id in self._run_began else {}
-        for node_id, iteration, metrics in outcome.records:
+        for index, (node_id, iteration, metrics) in enumerate(outcome.records):
+            if self.host.population is not None:  # as in Ray, PBT clones only a result that came with a checkpoint
+                self.host.population.checkpointed = iteration not in outcome.missing_checkpoints and (
+                    index < len(outcome.records) - 1 or outcome.can_checkpoint
+                )
             node = self.plan.nodes[node_id]
             reached[node_id] = max(reached.get(node_id, 0), iteration)
             self._iterations += 1

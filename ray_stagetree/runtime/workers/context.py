@@ -145,7 +145,9 @@ class StageContext:
         self.save_iterations = set(spec.save_iterations) | self._config_changes()
         self._pending = BatchOutcome(spec.batch_id)
         self._last_flush = self._iteration_started = time.monotonic()
-        self.missing_checkpoint: int | None = None  # first branch point whose checkpoint report() did not get
+        self.missing_checkpoints: list[
+            int
+        ] = []  # branch points since the last outcome whose checkpoint report() did not get
 
     def _next_plain_value_change(self) -> int | None:
         """The next iteration of the batch where a value handed over as plain
@@ -231,7 +233,7 @@ class StageContext:
         def payload(iteration: int) -> CheckpointPayload | None:
             if checkpoint is None:
                 if iteration < self.stop:  # a branch point: forks will retrain (the end only serves a later resume)
-                    self.missing_checkpoint = self.missing_checkpoint or iteration
+                    self.missing_checkpoints.append(iteration)
                 return None
             with checkpoint.as_directory() as path:
                 return CheckpointPayload(iteration, capture_rng_state(), directory=pack_directory(path))
@@ -351,7 +353,7 @@ class StageContext:
         rng = capture_rng_state()
         outcome, self._pending = self._pending, BatchOutcome(self.spec.batch_id)
         outcome.parked = True
-        outcome.missing_checkpoint = self.missing_checkpoint
+        outcome.missing_checkpoints, self.missing_checkpoints = self.missing_checkpoints, []
         outcome.seconds = time.monotonic() - self._last_flush
         self._parking = False
         follow_up = self._park(outcome)
@@ -388,7 +390,7 @@ class StageContext:
             return
         outcome, self._pending = self._pending, BatchOutcome(self.spec.batch_id)
         outcome.seconds = time.monotonic() - self._last_flush
-        outcome.missing_checkpoint = self.missing_checkpoint
+        outcome.missing_checkpoints, self.missing_checkpoints = self.missing_checkpoints, []
         self._last_flush = time.monotonic()
         if self._controller is None:
             return
@@ -409,7 +411,7 @@ class StageContext:
         if self._latest is not None:
             self._put_final_checkpoint(outcome, failed)
             self._drop_latest()
-        outcome.missing_checkpoint = self.missing_checkpoint
+        outcome.missing_checkpoints, self.missing_checkpoints = self.missing_checkpoints, []
         outcome.seconds = time.monotonic() - self._last_flush
         self._drop_restored()
         return outcome
