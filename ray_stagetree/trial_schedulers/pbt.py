@@ -89,6 +89,7 @@ class _PopulationMember:
     started: bool = False  # it reported a result (Ray's trial is no longer PENDING)
     paused: bool = False
     chosen: bool = False  # asynchronous mode: paused, and chosen to run next (Ray's `choose_trial_to_run`)
+    paused_turn: int = 0  # asynchronous mode: when it paused, the first to wait goes first among equals
     pending: Exploit | None = None  # applied when it resumes
     values: dict[str, Any] = field(default_factory=dict)
 
@@ -119,6 +120,7 @@ class PopulationBasedAdapter(SchedulerAdapter):
         self._members: dict[str, _PopulationMember] = {}
         self._mutated = sorted(flatten_dict(self.settings.hyperparam_mutations, delimiter="/"))
         self._next_sync = max(self.settings.perturbation_interval, self.settings.burn_in_period)
+        self._turns = 0
 
     @property
     def decides_at_milestones(self) -> bool:
@@ -185,6 +187,8 @@ class PopulationBasedAdapter(SchedulerAdapter):
             # that wait (more trials than fit): the population shares the
             # workers, the least trained first.
             member.paused, member.pending = True, exploit
+            self._turns += 1
+            member.paused_turn = self._turns
             self._choose_next()
             return PAUSE
         member.paused = True
@@ -225,7 +229,14 @@ class PopulationBasedAdapter(SchedulerAdapter):
         waiting = [trial_id for trial_id in self._live(but="") if self._waits(trial_id)]
         if not waiting or any(self._queued(trial_id) for trial_id in waiting):
             return
-        least = min(waiting, key=lambda trial_id: self._members[trial_id].last_train_time)
+        # Ray breaks ties by trial order. Here, where a fork restores the
+        # source's random state, that would livelock: a trial exploited at
+        # its perturbation point, equal in train time to those that wait,
+        # would run first again, retrain the same iterations to the same
+        # result and be exploited again, forever.
+        least = min(
+            waiting, key=lambda trial_id: (self._members[trial_id].last_train_time, self._members[trial_id].paused_turn)
+        )
         self._members[least].chosen = True
 
     def resumable(self) -> list[tuple[str, Exploit | None]]:

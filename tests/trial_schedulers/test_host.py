@@ -302,6 +302,30 @@ def test_asynchronous_pbt_shares_the_workers_among_more_trials_as_rays_own(seed)
     assert shared_workers_hosted(trial_ids, slots=2, seed=seed) == expected
 
 
+def test_an_exploited_trial_waits_behind_trials_as_trained_as_it():
+    """Asynchronous PBT, three trials taking turns: the one exploited at its
+    perturbation point takes its source's train time. Ray's tie-break (trial
+    order) would run it first again; here it would retrain the same iterations
+    from the same checkpoint and random state to the same result, and be
+    exploited again forever. It goes behind the trials that waited first."""
+    host = SchedulerHost(pbt(perturbation_interval=4), "loss", "min", HORIZON)
+    for trial_id in "abc":
+        host.on_add(trial_id, {})
+    values = {"lr": 0.1, "momentum": 0.9}
+    assert [
+        host.on_result(t, {"training_iteration": 4, "loss": loss}, values) for t, loss in zip("abc", (3, 2, 1))
+    ] == [TrialScheduler.PAUSE] * 3, "each makes way for those that wait"
+    assert host.resumable() == [("a", None)], "the least trained, the first to wait among equals"
+    assert host.on_result("a", {"training_iteration": 8, "loss": 5}, values) == TrialScheduler.PAUSE
+    assert host.resumable() == [("b", None)]
+    assert host.resumable() == []
+    assert host.on_result("b", {"training_iteration": 8, "loss": 2}, values) == TrialScheduler.PAUSE
+    assert host.resumable() == [("c", None)]
+    assert host.on_result("c", {"training_iteration": 8, "loss": 1}, values) == TrialScheduler.PAUSE
+    (resumed, exploit), *rest = host.resumable()
+    assert (resumed, rest, exploit.source, exploit.iteration) == ("a", [], "c", 4), "a resumes, exploited"
+
+
 def loss_of(trial_id, step):
     return (int(trial_id[1:]) % 7 + 1) / step
 
