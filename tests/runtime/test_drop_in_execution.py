@@ -356,6 +356,43 @@ def test_a_trial_paused_without_a_checkpoint_goes_on_in_its_live_trainable(tmp_p
     assert max(len(result.metrics_dataframe) for result in grid) == 8  # someone was resumed to the end
 
 
+def odd_checkpointing_loop(config):
+    """Reports a checkpoint (holding its iteration) at odd iterations only."""
+    iteration = 0
+    while True:
+        iteration += 1
+        if iteration % 2 == 0:
+            tune.report({"x": config["lr"] * iteration})
+            continue
+        with tempfile.TemporaryDirectory() as path:
+            with open(os.path.join(path, "iteration.json"), "w") as file:
+                json.dump(iteration, file)
+            tune.report({"x": config["lr"] * iteration}, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+def test_a_trial_that_ends_parked_keeps_its_latest_reported_checkpoint(tmp_path, ray_session):
+    """Trials paused at an even rung wait parked (no checkpoint there); those
+    their bracket then stops end parked. As under Tune, each one's
+    `Result.checkpoint` is the latest it reported, also where the plan had
+    not asked for it (iteration 3 of a trial stopped at rung 4)."""
+    grid = Tuner(
+        odd_checkpointing_loop,
+        param_space={"lr": tune.grid_search([0.1 * (i + 1) for i in range(8)])},
+        tune_config=tune.TuneConfig(metric="x", mode="max", scheduler=HyperBandScheduler(max_t=8, reduction_factor=2)),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), name="ends_parked", stop={"training_iteration": 8}, verbose=0
+        ),
+    ).fit()
+    assert grid.num_errors == 0
+    assert grid.iterations_executed == reported(grid), "a resumed trial goes on in its parked trainable"
+    saved = {}
+    for result in grid:
+        with result.checkpoint.as_directory() as path, open(os.path.join(path, "iteration.json")) as file:
+            saved[result.metrics["training_iteration"]] = json.load(file)
+    assert 4 in saved, "a trial stopped at rung 4"
+    assert saved == {last: last - 1 + last % 2 for last in saved}
+
+
 def test_a_searcher_under_asha_without_checkpoints_executes_only_what_it_reports(tmp_path, ray_session):
     pytest.importorskip("optuna")
     from ray.tune.search.optuna import OptunaSearch

@@ -259,8 +259,8 @@ class StageContext:
 
     def _put_final_checkpoint(self, outcome: BatchOutcome, failed: bool) -> None:
         """The batch ends (the function returned, reported ``done`` or
-        raised, or the plan's stop came) after a reported checkpoint the plan
-        had not asked for: put it, the latest, in the outbox. Tune keeps it
+        raised, or the plan's stop came) or parks after a reported checkpoint
+        the plan had not asked for: put it, the latest, in the outbox. Tune keeps it
         for ``Result.checkpoint`` even when later reports carried none; after
         an error it is where Tune resumes the trial (a retry under
         ``FailureConfig``, ``Tuner.restore(resume_errored=True)``), and where
@@ -280,6 +280,7 @@ class StageContext:
         payload = CheckpointPayload(latest.iteration, rng, directory=directory)
         key = f"{self.spec.batch_id}:{latest.iteration}"
         self._put(key, payload)
+        self._put_iterations.add(latest.iteration)
         outcome.checkpoints.append((latest.node_id, latest.iteration, key, size_of(payload)))
         outcome.error_checkpoint = failed and self.returned_at is None and not self._ended
 
@@ -353,6 +354,8 @@ class StageContext:
         rng = capture_rng_state()
         outcome, self._pending = self._pending, BatchOutcome(self.spec.batch_id)
         outcome.parked = True
+        if self._latest is not None:  # the trial may end parked (its bracket stops it): Tune's Result.checkpoint
+            self._put_final_checkpoint(outcome, failed=False)
         outcome.missing_checkpoints, self.missing_checkpoints = self.missing_checkpoints, []
         outcome.seconds = time.monotonic() - self._last_flush
         self._parking = False
