@@ -69,9 +69,8 @@ class BatchOutcome:
     error_in_restore: bool = False  # raised while loading the batch's starting checkpoint (TUNE_RESTORE_RETRY_NUM)
     error_retryable: bool = True  # False: the trainable's own code is wrong (`ReportError`), a retry repeats it
     returned_at: int | None = None  # the function trainable returned after this many iterations
-    missing_checkpoints: list[int] = field(
-        default_factory=list
-    )  # branch points where report() got no checkpoint the plan needed
+    # branch points where report() got no checkpoint the plan needed
+    missing_checkpoints: list[int] = field(default_factory=list)
     can_checkpoint: bool = True  # the last report came with a checkpoint (or a class that saves one)
     source_lost: str | None = None  # the starting checkpoint's object is lost (its node left): why
     trainable_unloadable: bool = False  # the worker could not unpickle the trainable: no batch can run

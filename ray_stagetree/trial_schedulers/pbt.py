@@ -144,7 +144,7 @@ class PopulationBasedAdapter(SchedulerAdapter):
             self._choose_next()  # its place is free
             return
         live = [member for member in self._members.values() if not member.finished]
-        if self.settings.synch and live and all(m.paused and m.last_train_time >= self._next_sync for m in live):
+        if live and all(m.paused and m.last_train_time >= self._next_sync for m in live):
             # The trials were waiting for this one, which will never report
             # again (Ray waits forever here): rank them now.
             self._perturb_all(max(member.last_train_time for member in live))

@@ -208,7 +208,7 @@ class StudyController:
         self.budget = TimeBudget(spec.time_budget_s)
         self.failures = Failures(spec.max_failures, spec.restore_retries, spec.fail_fast)
         self._warned_missing_checkpoint = False
-        self._population_starts: dict[str, str] | None = {} if self.host.population is not None else None
+        self._population_starts: dict[tuple, str] | None = {} if self.host.population is not None else None
         self.feed = DriverFeed()  # what the driver hears at its next poll (`progress`)
         self.preemption = Preemption(self.plan, self.feed.warn)
         self.rows = ResultRows(
@@ -315,7 +315,7 @@ class StudyController:
         one member here."""
         if self._population_starts is None:
             return
-        start = repr((trial_config.static_key, trial_config.names, trial_config.sequences))
+        start = (trial_config.static_key, trial_config.names, trial_config.sequences)  # sequences compare canonically
         twin = self._population_starts.setdefault(start, trial_id)
         if twin == trial_id:
             return

@@ -145,9 +145,8 @@ class StageContext:
         self.save_iterations = set(spec.save_iterations) | self._config_changes()
         self._pending = BatchOutcome(spec.batch_id)
         self._last_flush = self._iteration_started = time.monotonic()
-        self.missing_checkpoints: list[
-            int
-        ] = []  # branch points since the last outcome whose checkpoint report() did not get
+        # branch points since the last outcome whose checkpoint report() did not get
+        self.missing_checkpoints: list[int] = []
 
     def _next_plain_value_change(self) -> int | None:
         """The next iteration of the batch where a value handed over as plain
