@@ -3,7 +3,9 @@ that not every node sees, and `ray job submit` of the MNIST-1D example (and
 `stagetree submit` of its job spec, and a job attaching to a plan service).
 Each runs its own Ray cluster in a subprocess, apart from the session's."""
 
+import http.client
 import os
+import random
 import secrets
 import shutil
 import socket
@@ -42,21 +44,66 @@ def test_study_on_a_multi_node_cluster_survives_a_lost_node(tmp_path):
 
 
 def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A free port between Ray's worker ports (10002-19999) and the kernel's
+    ephemeral range (32768 up): a port from `bind(("", 0))` may be taken, between
+    this probe and `ray start` binding it, by any process binding port 0 (every
+    Ray of the test session picks its ports so), and the dashboard's then
+    answered a `ray job` client in gRPC."""
+    while True:
+        port = random.randint(20000, 32767)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
-def wait_for_dashboard(url, head, token, seconds=120):
+def dashboard_answers(url, head, token, seconds=120):
     deadline = time.monotonic() + seconds
     asked = urllib.request.Request(f"{url}/api/version", headers={"Authorization": f"Bearer {token}"})
     while time.monotonic() < deadline and head.poll() is None:
         try:
             with urllib.request.urlopen(asked, timeout=2):
                 return True
+        except http.client.HTTPException:
+            return False  # not a dashboard: another process holds the port
         except OSError:
             time.sleep(1)
     return False
+
+
+def start_head_node(ray_cli, env, temp_dir, token, attempts=3):
+    """`ray start --head --block` with ports of its own (the defaults may be
+    held by the test session's Ray on this machine); `(head process, dashboard
+    URL, GCS port)`, or a skip when no attempt's dashboard answers. --block,
+    so that stopping this process stops this cluster and nothing else (`ray
+    stop` would stop every Ray on the machine)."""
+    for _ in range(attempts):
+        gcs_port, dashboard_port = free_port(), free_port()
+        head = subprocess.Popen(
+            [
+                *ray_cli, "start", "--head", "--block", "--num-cpus", "2", "--port", str(gcs_port),
+                "--dashboard-port", str(dashboard_port), "--include-dashboard", "true", "--temp-dir", temp_dir,
+                "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
+                "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
+                "--ray-client-server-port", str(free_port()), "--disable-usage-stats",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            # On SIGTERM, Ray 2.60 drains the node for up to this many seconds first (for Serve replicas on
+            # Kubernetes); this node has none, and with the default 30 its teardown alone took half a minute.
+            env={**env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"},
+            cwd=REPO,
+        )  # fmt: skip
+        dashboard = f"http://127.0.0.1:{dashboard_port}"
+        if dashboard_answers(dashboard, head, token):
+            return head, dashboard, gcs_port
+        head.terminate()  # ray start's SIGTERM handler stops the processes it started
+        output = head.communicate(timeout=120)[0]
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    pytest.skip(f"`ray start --head` is impossible here ({attempts} attempts): {output[-2000:]}")
 
 
 @pytest.mark.long
@@ -80,54 +127,9 @@ def test_ray_job_submit_runs_the_mnist1d_example_and_attaches_to_a_plan_service(
     modules.mkdir()
     shutil.copy(os.path.join(os.path.dirname(HERE), "trainables_for_tests.py"), modules)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(modules), env.get("PYTHONPATH")]))
-    gcs_port = free_port()
-    # Its own ports and temp dir: `ray start` records its address there, where
-    # a plain ray.init() elsewhere on this machine does not look. --block, so
-    # that stopping this process stops this cluster and nothing else (`ray
-    # stop` would stop every Ray on the machine).
-    temp_dir = f"/tmp/rst_{uuid.uuid4().hex[:8]}"
-    dashboard = f"http://127.0.0.1:{free_port()}"
-    head = subprocess.Popen(
-        [
-            *ray_cli,
-            "start",
-            "--head",
-            "--block",
-            "--num-cpus",
-            "2",
-            "--port",
-            str(gcs_port),
-            "--dashboard-port",
-            dashboard.rsplit(":", 1)[1],
-            "--include-dashboard",
-            "true",
-            "--temp-dir",
-            temp_dir,
-            # ports of their own: the defaults may be held by the test session's Ray on this machine
-            "--dashboard-agent-listen-port",
-            str(free_port()),
-            "--dashboard-agent-grpc-port",
-            str(free_port()),
-            "--runtime-env-agent-port",
-            str(free_port()),
-            "--metrics-export-port",
-            str(free_port()),
-            "--ray-client-server-port",
-            str(free_port()),
-            "--disable-usage-stats",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        # On SIGTERM, Ray 2.60 drains the node for up to this many seconds first (for Serve replicas on
-        # Kubernetes); this node has none, and with the default 30 its teardown alone took half a minute.
-        env={**env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"},
-        cwd=REPO,
-    )
+    temp_dir = f"/tmp/rst_{uuid.uuid4().hex[:8]}"  # `ray start` records its address there, apart from the session's
+    head, dashboard, gcs_port = start_head_node(ray_cli, env, temp_dir, token)
     try:
-        if not wait_for_dashboard(dashboard, head, token):
-            head.terminate()
-            pytest.skip(f"`ray start --head` is impossible here: {head.communicate(timeout=60)[0][-2000:]}")
         # Without RAY_AUTH_MODE=token the cluster refuses a submission; `stagetree submit` says what to set.
         tokenless = {key: value for key, value in env.items() if key != "RAY_AUTH_MODE"}
         spec = os.path.join(REPO, "examples", "mnist1d_study.yaml")
