@@ -493,6 +493,11 @@ def next_change(sequence: Sequence, after: int, stop: int) -> int | None:
     return _scanned_change(sequence, after, stop)
 
 
+def changes_at(sequence: Sequence, iteration: int) -> bool:
+    """Whether the value at ``iteration`` differs from the one before it."""
+    return iteration > 0 and next_change(sequence, iteration - 1, iteration + 1) == iteration
+
+
 def _next_change_in_concat(sequence: Concat, after: int, stop: int) -> int | None:
     bounds = (0, *sequence.milestones)
     k = bisect.bisect_right(sequence.milestones, after)

@@ -271,6 +271,85 @@ def test_pbt_twins_are_named_once(tmp_path, ray_session, caplog):
     assert "'seed': tune.randint" in warnings[0]
 
 
+def noisy_loop(config):
+    """Progress drawn from Python's global generator (as Ray's pbt_function),
+    resumed from the checkpoint of every iteration."""
+    x = 0.0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(os.path.join(path, "x.json")) as file:
+            x = json.load(file)
+    while True:
+        draw = random.random()
+        x += config["lr"] * draw
+        with tempfile.TemporaryDirectory() as path:
+            with open(os.path.join(path, "x.json"), "w") as file:
+                json.dump(x, file)
+            tune.report({"x": x, "draw": draw}, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+class NoisyTrainable(tune.Trainable):
+    """`noisy_loop` as a class that takes PBT's values live (reset_config)."""
+
+    def setup(self, config):
+        self.lr, self.x = config["lr"], 0.0
+
+    def step(self):
+        draw = random.random()
+        self.x += self.lr * draw
+        return {"x": self.x, "draw": draw}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"x": self.x}
+
+    def load_checkpoint(self, checkpoint):
+        self.x = checkpoint["x"]
+
+    def reset_config(self, new_config):
+        self.lr = new_config["lr"]
+        return True
+
+
+@pytest.mark.parametrize("trainable", [noisy_loop, NoisyTrainable], ids=["function", "class"])
+def test_a_pbt_clone_draws_random_numbers_of_its_own_after_its_fork(tmp_path, ray_session, trainable):
+    """Under Tune a clone goes on with its own process's generators; here it
+    forks from its source's checkpoint, random state included, and with the
+    source's state it would draw the very numbers its source draws after the
+    fork (a population driven by noise stops exploring). Two trials with
+    different learning rates, so every exploit sets the clone apart from its
+    source: no two trials draw the same number at an iteration."""
+    grid = Tuner(
+        trainable,
+        param_space={"lr": tune.grid_search([0.1, 0.4])},
+        tune_config=tune.TuneConfig(
+            metric="x",
+            mode="max",
+            scheduler=PopulationBasedTraining(
+                time_attr="training_iteration",
+                perturbation_interval=2,
+                quantile_fraction=0.5,
+                hyperparam_mutations={"lr": tune.uniform(0.1, 0.5)},
+                synch=True,  # the two trials meet at every perturbation point, however late the second starts
+            ),
+        ),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path),
+            name="clones",
+            stop={"training_iteration": 8},
+            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1 if trainable is NoisyTrainable else 0),
+            verbose=0,
+        ),
+    ).fit()
+    assert grid.num_errors == 0
+    assert any("config_schedule" in result.metrics for result in grid), "the weaker trial exploited the stronger"
+    draws = {}
+    for result in grid:
+        frame = result.metrics_dataframe.drop_duplicates("training_iteration", keep="last")
+        for iteration, draw in zip(frame["training_iteration"], frame["draw"]):
+            draws.setdefault((iteration, draw), []).append(result.metrics["trial_id"])
+    assert not [(point, trials) for point, trials in draws.items() if len(trials) > 1]
+
+
 def test_no_missing_checkpoint_warning_where_nothing_forks(tmp_path, ray_session, caplog):
     """Tune's searcher examples (ASHA, no checkpoint, nothing shared) lose
     nothing without checkpoints: no warning."""

@@ -19,7 +19,7 @@ import tempfile
 from typing import Any
 
 from ray_stagetree.execution.payload import CheckpointPayload, pack_directory, unpack_directory
-from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state
+from ray_stagetree.execution.rng import capture_rng_state
 from ray_stagetree.runtime.workers import scratch
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, StageContext, activate
 
@@ -48,7 +48,9 @@ def run_class(trainable_cls: type, context: StageContext) -> None:
                     _train(instance, context)
                     return
                 except ConfigChange:
-                    if not _reset(instance, context):
+                    if _reset(instance, context):
+                        context.fork_rng_at_config_change()
+                    else:
                         _stop(instance)
                         instance = _create(trainable_cls, context)
                         _restore_from(instance, context)
@@ -78,11 +80,12 @@ def _restore_from(instance: Any, context: StageContext) -> None:
     ``context.restoring`` set: Tune retries a failed restore
     (``TUNE_RESTORE_RETRY_NUM``) before it counts as the trial's failure."""
     context.restoring = True
-    _restore(instance, context.source_payload())
+    _restore(instance, context)
     context.restoring = False
 
 
-def _restore(instance: Any, payload: CheckpointPayload | None) -> None:
+def _restore(instance: Any, context: StageContext) -> None:
+    payload = context.source_payload()
     if payload is None:
         return
     instance._iteration = payload.step
@@ -92,7 +95,7 @@ def _restore(instance: Any, payload: CheckpointPayload | None) -> None:
         with tempfile.TemporaryDirectory(prefix="stagetree_restore_") as path:
             unpack_directory(payload.directory, path)
             instance.load_checkpoint(_saved_checkpoint(path))
-    restore_rng_state(payload.rng)
+    context.restore_rng(payload.rng)
 
 
 def _reset(instance: Any, context: StageContext) -> bool:

@@ -11,6 +11,7 @@ does not swallow it.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -30,11 +31,11 @@ from ray_stagetree.execution.payload import (
     tree_entries,
     unpack_directory,
 )
-from ray_stagetree.execution.rng import capture_rng_state, restore_rng_state
+from ray_stagetree.execution.rng import capture_rng_state, fork_rng_state, restore_rng_state
 from ray_stagetree.planning.config import hparam_keys, split_path
 from ray_stagetree.runtime.workers import scratch
 from ray_stagetree.runtime.workers.visible_config import HParams, retarget, sequences_so_far
-from ray_stagetree.sequences.base import next_change
+from ray_stagetree.sequences.base import changes_at, next_change
 
 FLUSH_SECONDS = 0.5
 
@@ -157,6 +158,26 @@ class StageContext:
         changes = (next_change(sequences[name], self.iteration, self.spec.stop) for name in self.spec.plain)
         return min((change for change in changes if change is not None), default=None)
 
+    def restore_rng(self, rng: dict[str, Any]) -> None:
+        """Set the generators to a checkpoint's ``rng`` (a path trains as it would
+        from scratch), then fork them where PBT changed a plain value."""
+        restore_rng_state(rng)
+        self.fork_rng_at_config_change()
+
+    def fork_rng_at_config_change(self) -> None:
+        """Where PBT changed a plain value at this iteration (a clone's first
+        after its fork), a stream of the clone's own, derived from the state
+        here and the new values: under Tune a clone draws from its own
+        process's generators, and with its source's numbers it would only
+        replay its source's noise (an objective driven by noise, as Ray's
+        `pbt_function.py`, stops exploring). It depends on the state and the
+        values only: a reproducible study stays reproducible."""
+        sequences = dict(zip(self._config.names, self._config.sequences))
+        changed = sorted(name for name in self.spec.plain if changes_at(sequences[name], self.iteration))
+        if changed:
+            values = self._config.hparams_at(self.iteration)
+            fork_rng_state(json.dumps({name: values[name] for name in changed}, default=repr))
+
     def _config_changes(self) -> set[int]:
         """The iterations where the trainable must save for a config change (the next one)."""
         return set() if self._config_change is None else {self._config_change}
@@ -212,7 +233,7 @@ class StageContext:
         payload = self.source_payload()
         if payload is None:
             return None
-        restore_rng_state(payload.rng)
+        self.restore_rng(payload.rng)
         if payload.directory is None:
             raise RuntimeError("this checkpoint was saved with get_state(); use a StageTrainable to restore it")
         if self._restored_dir is None:
