@@ -271,6 +271,25 @@ def test_pbt_twins_are_named_once(tmp_path, ray_session, caplog):
     assert "'seed': tune.randint" in warnings[0]
 
 
+def test_a_trial_joining_a_long_trajectory_takes_its_results_without_retraining(tmp_path, ray_session):
+    """The second of two identical trials starts when the first has ended
+    (one at a time): it takes the plan's 400 results of their shared
+    trajectory, deciding at each (a metric stop criterion makes every
+    iteration a decision point), without training any of them again."""
+    grid = Tuner(
+        counting_loop,
+        param_space={"lr": 0.5},
+        tune_config=tune.TuneConfig(metric="x", mode="max", num_samples=2, max_concurrent_trials=1),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), name="late", stop={"training_iteration": 400, "x": 1e9}, verbose=0
+        ),
+    ).fit()
+    assert grid.num_errors == 0, [result.error for result in grid]
+    assert [len(result.metrics_dataframe) for result in grid] == [400, 400]
+    assert grid[0].metrics_dataframe["x"].tolist() == grid[1].metrics_dataframe["x"].tolist()
+    assert grid.iterations_executed == 400
+
+
 def noisy_loop(config):
     """Progress drawn from Python's global generator (as Ray's pbt_function),
     resumed from the checkpoint of every iteration."""

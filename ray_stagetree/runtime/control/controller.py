@@ -192,6 +192,8 @@ class StudyController:
         }
         self._node_plain: dict[int, frozenset[str]] = {}  # TrialState.plain of the config above
         self._node_owner: dict[int, str] = {}  # the trial a node was made for
+        # Trials taking results the plan holds beyond their request (`_requested`), with the iteration they take from.
+        self._taking_from: dict[str, int] = {}
         self.pool = WorkerPool(
             lambda: self.spec.worker.start(ray.get_runtime_context().current_actor),
             spec.num_workers,
@@ -379,12 +381,37 @@ class StudyController:
 
     def _requested(self, state: TrialState, request: Request, iteration: int) -> None:
         """The lifecycle moved the trial's request on from ``iteration``: take what
-        the plan already holds beyond it (work shared with other trials)."""
+        the plan already holds beyond it (work shared with other trials).
+
+        A result taken may move the request on again (its scheduler decides
+        on it): that call only sets where to take from, and the loop reads
+        the moved request's history. (Recursing went a level deeper per
+        decision point, past Python's limit on a long shared trajectory, as
+        PBT twins have, and after an exploit went on with the results of the
+        path the trial had left.)"""
         self.assign_node(state, request.node)
         self._wake.set()
-        for later, metrics in self.plan.history(state.trial_id).items():
-            if later > iteration:
-                self.add_result(state, later, metrics)
+        trial_id = state.trial_id
+        taking = trial_id in self._taking_from
+        self._taking_from[trial_id] = iteration
+        if taking:
+            return
+        try:
+            while trial_id in self.plan.trials and state.status not in ENDED:
+                request = self.plan.trials[trial_id].request
+                held = [
+                    (later, metrics)
+                    for later, metrics in self.plan.history(trial_id).items()
+                    if later > self._taking_from[trial_id] and later not in state.rows
+                ]
+                for later, metrics in held:
+                    self.add_result(state, later, metrics)
+                    if trial_id not in self.plan.trials or self.plan.trials[trial_id].request is not request:
+                        break  # the request moved: read its history again
+                else:
+                    return
+        finally:
+            del self._taking_from[trial_id]
 
     def assign_node(self, state: TrialState, node: Any) -> None:
         """The trial's request is on ``node`` now; the first trial requesting a node configures it."""
