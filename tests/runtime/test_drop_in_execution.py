@@ -290,6 +290,28 @@ def test_a_trial_joining_a_long_trajectory_takes_its_results_without_retraining(
     assert grid.iterations_executed == 400
 
 
+class FailingScheduler(FIFOScheduler):
+    """A user's scheduler with a bug at a trial's third result."""
+
+    def on_trial_result(self, tune_controller, trial, result):
+        if result["training_iteration"] == 3:
+            raise ValueError("the scheduler's own bug")
+        return super().on_trial_result(tune_controller, trial, result)
+
+
+def test_a_schedulers_own_error_stops_the_study_with_it(tmp_path, ray_session):
+    """As Tune's fit() raises it (it was a baffling "no batch can be
+    dispatched", the scheduler's error only in a worker's log)."""
+    tuner = Tuner(
+        counting_loop,
+        param_space={"lr": tune.grid_search([0.1, 0.2])},
+        tune_config=tune.TuneConfig(metric="x", mode="max", scheduler=FailingScheduler()),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="buggy", stop={"training_iteration": 10}, verbose=0),
+    )
+    with pytest.raises(ValueError, match="the scheduler's own bug"):
+        tuner.fit()
+
+
 def noisy_loop(config):
     """Progress drawn from Python's global generator (as Ray's pbt_function),
     resumed from the checkpoint of every iteration."""

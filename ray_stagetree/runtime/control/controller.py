@@ -194,6 +194,7 @@ class StudyController:
         self._node_owner: dict[int, str] = {}  # the trial a node was made for
         # Trials taking results the plan holds beyond their request (`_requested`), with the iteration they take from.
         self._taking_from: dict[str, int] = {}
+        self._error: Exception | None = None  # raised while a worker reported: the study stops with it
         self.pool = WorkerPool(
             lambda: self.spec.worker.start(ray.get_runtime_context().current_actor),
             spec.num_workers,
@@ -463,9 +464,23 @@ class StudyController:
         """Fold a worker's records into the plan (trials' schedulers decide on
         them here); reply with the batch's checkpoint iterations, the iteration
         it may stop at, its end, later than before where it continues live,
-        and whether its trainable parks there (`execution.parking`)."""
-        if self.snapshots.frozen:
-            return FlushReply([], 0, 0)  # stop: the study was saved as it stood
+        and whether its trainable parks there (`execution.parking`).
+
+        An error raised here (a scheduler's or searcher's own, as Tune's
+        ``fit()`` raises it) stops the study with it: the batch ends, and
+        `run` raises the error. (Raised at the worker, it failed the batch's
+        trials and the study ended in a baffling "no batch can be
+        dispatched".)"""
+        if self.snapshots.frozen or self._error is not None:
+            return FlushReply([], 0, 0)  # stop: the study was saved as it stood, or is over
+        try:
+            return self._fold(outcome)
+        except Exception as error:
+            self._error = error
+            self._wake.set()
+            return FlushReply([], 0, 0)
+
+    def _fold(self, outcome: BatchOutcome) -> FlushReply:
         self.ingest(outcome)
         batch_id = outcome.batch_id
         self.pool.heard(batch_id)
@@ -880,6 +895,8 @@ class StudyController:
         # (while admitting), which a future made afresh each turn never is.
         awaited: dict[Any, asyncio.Future] = {}
         while not self.snapshots.frozen:
+            if self._error is not None:
+                raise self._error
             self.enforce_budget()
             if await self._dispatch():
                 continue
