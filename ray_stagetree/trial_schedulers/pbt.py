@@ -111,6 +111,8 @@ class PopulationBasedAdapter(SchedulerAdapter):
     # owner of the plan sets them before each call; None: those that have
     # not reported yet.
     queued: frozenset[str] | None = None
+    # Ray's "[Exploit]" and "[Explore]" log lines since the owner last took them (`take_log`).
+    _log: tuple[str, ...] = ()
 
     def __init__(self, scheduler: Any, horizon: float, exact: bool) -> None:
         from ray.tune.utils import flatten_dict
@@ -271,7 +273,8 @@ class PopulationBasedAdapter(SchedulerAdapter):
         source = self._members[source_id]
         if source.checkpoint_step is None:
             return None
-        exploit = self._explore(source_id)
+        exploit, operations = self._explore(source_id)
+        self._log_exploit(trial_id, exploit, operations)
         # As in Ray: the trial takes the source's config, explored, and its
         # perturbation and train times.
         member.values = {**source.values, **exploit.values}
@@ -295,7 +298,27 @@ class PopulationBasedAdapter(SchedulerAdapter):
             count = int(math.floor(len(scored) / 2))
         return scored[:count], scored[len(scored) - count :]
 
-    def _explore(self, source_id: str) -> Exploit:
+    def _log_exploit(self, trial_id: str, exploit: Exploit, operations: dict[str, Any]) -> None:
+        """Ray's log lines of an exploit, as its ``_exploit`` writes them."""
+        source, member = self._members[exploit.source], self._members[trial_id]
+        name = type(self.scheduler).__name__
+        old = unflatten({key: source.values[key] for key in exploit.values if key in source.values})
+        new = unflatten({key: exploit.values[key] for key in exploit.values if key in source.values})
+        summary = ray_field(self.scheduler, "_summarize_hyperparam_changes", self.scheduler, self.tested_with)
+        self._log += (
+            f"\n\n[{name}] [Exploit] Cloning trial {exploit.source} (score = {source.last_score:4f}) into trial "
+            f"{trial_id} (score = {member.last_score:4f})\n",
+            f"\n\n[{name}] [Explore] Perturbed the hyperparameter config of trial{trial_id}:\n"
+            + (summary(old, new, operations) or "No hyperparameters mutated."),
+        )
+
+    def take_log(self) -> tuple[str, ...]:
+        """The log lines since the last call (the driver logs them)."""
+        lines, self._log = self._log, ()
+        return lines
+
+    def _explore(self, source_id: str) -> tuple[Exploit, dict[str, Any]]:
+        """The explored values, and Ray's words for what it did to each."""
         from ray.tune.utils import flatten_dict
 
         settings, source = self.settings, self._members[source_id]
@@ -306,7 +329,7 @@ class PopulationBasedAdapter(SchedulerAdapter):
             settings.perturbation_factors,
             settings.custom_explore_fn,
         )
-        new_config = explored[0] if isinstance(explored, tuple) else explored
+        new_config, operations = explored if isinstance(explored, tuple) else (explored, {})
         flat = flatten_dict(new_config, delimiter="/")
         values = {name: flat[name] for name in self._mutated if name in flat}
-        return Exploit(source_id, source.checkpoint_step, values)
+        return Exploit(source_id, source.checkpoint_step, values), operations

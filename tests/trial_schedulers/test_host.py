@@ -177,7 +177,8 @@ def exploits_by_ray(stream, seed):
     return out
 
 
-def exploits_hosted(stream, seed):
+def exploits_hosted(stream, seed, log=None):
+    """``log``: a list that gets the adapter's log lines."""
     host = SchedulerHost(pbt(), "loss", "min", HORIZON)
     values = {}
     for trial_id in dict.fromkeys(t for t, _, _ in stream):
@@ -188,6 +189,8 @@ def exploits_hosted(stream, seed):
     out = []
     for trial_id, step, loss in stream:
         decision = host.on_result(trial_id, {"training_iteration": step, "loss": loss}, values[trial_id])
+        if log is not None:
+            log.extend(host.population.take_log())
         if decision != "CONTINUE":
             values[trial_id] = {**values[decision.source], **decision.values}
             out.append((trial_id, step, decision.source, decision.values["lr"], round(decision.values["momentum"], 12)))
@@ -200,6 +203,33 @@ def test_pbt_exploits_and_explores_as_rays_own(seed):
     expected = exploits_by_ray(stream, seed)
     assert expected, "the stream makes PBT exploit"
     assert exploits_hosted(stream, seed) == expected
+
+
+def test_pbt_logs_its_exploits_as_rays_own():
+    """The driver logs the adapter's lines where Ray's PBT logs them."""
+    import logging
+
+    class Kept(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.INFO)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    stream, kept, ray_log = pbt_stream(seed=0), Kept(), logging.getLogger("ray.tune.schedulers.pbt")
+    level = ray_log.level
+    ray_log.addHandler(kept)
+    ray_log.setLevel(logging.INFO)  # Ray's loggers do not propagate: pytest's caplog never hears them
+    try:
+        exploits_by_ray(stream, 0)
+    finally:
+        ray_log.removeHandler(kept)
+        ray_log.setLevel(level)
+    expected = [line for line in kept.lines if "[Exploit]" in line or "[Explore]" in line]
+    log = []
+    exploits_hosted(stream, 0, log)
+    assert expected and log == expected
 
 
 def shared_workers_by_ray(trial_ids, slots, seed):

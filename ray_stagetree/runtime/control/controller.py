@@ -1041,6 +1041,7 @@ class StudyController:
             "elapsed": self.budget.elapsed,
             "study_error": self.failures.study_error,
             "warnings": news["warnings"],
+            "scheduler_log": self.host.population.take_log() if self.host.population is not None else (),
             "stalled": self._stalled(),
         }
 

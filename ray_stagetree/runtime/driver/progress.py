@@ -100,6 +100,8 @@ class ProgressReporter:
         self.observe(progress["rows"], progress.get("events", ()))
         for warning in progress.get("warnings", ()):  # shown whatever the verbosity, once each
             logger.warning(warning)
+        for line in progress.get("scheduler_log", ()):  # PBT's exploits, logged where Ray's PBT logs them
+            logging.getLogger("ray.tune.schedulers.pbt").info(line)
         self._report_failures(progress, trials or ())
         if not self.verbose:
             return
