@@ -25,37 +25,44 @@ from ray_stagetree import MultiStep, Tuner, get_hparams
 from ray_stagetree.trainables import StageTrainable
 
 
+def restored_x():
+    """The ``x`` of the checkpoint the trial resumes from, or 0."""
+    checkpoint = tune.get_checkpoint()
+    if not checkpoint:
+        return 0.0
+    with checkpoint.as_directory() as path, open(os.path.join(path, "x.json")) as file:
+        return json.load(file)
+
+
+def report_with_checkpoint(metrics):
+    """``tune.report`` with a checkpoint holding ``metrics["x"]``."""
+    with tempfile.TemporaryDirectory() as path:
+        with open(os.path.join(path, "x.json"), "w") as file:
+            json.dump(metrics["x"], file)
+        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(path))
+
+
 def counting_loop(config):
     """A finite loop, as Tune's hyperband_function example: no checkpoint,
     or (``config["checkpoint"]``) one at every iteration."""
     x = 0.0
     for _ in range(config.get("steps", 10**9)):
         x += config["lr"] if isinstance(config["lr"], float) else get_hparams()["lr"]
-        if not config.get("checkpoint"):
+        if config.get("checkpoint"):
+            report_with_checkpoint({"x": x})
+        else:
             tune.report({"x": x})
-            continue
-        with tempfile.TemporaryDirectory() as path:
-            with open(os.path.join(path, "x.json"), "w") as file:
-                json.dump(x, file)
-            tune.report({"x": x}, checkpoint=tune.Checkpoint.from_directory(path))
 
 
 def checkpointing_loop(config):
     """An endless loop that checkpoints where asked and resumes from it."""
     from ray_stagetree import should_checkpoint
 
-    x = 0.0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as path, open(os.path.join(path, "x.json")) as file:
-            x = json.load(file)
+    x = restored_x()
     while True:
         x += get_hparams()["lr"]
         if should_checkpoint():
-            with tempfile.TemporaryDirectory() as path:
-                with open(os.path.join(path, "x.json"), "w") as file:
-                    json.dump(x, file)
-                tune.report({"x": x}, checkpoint=tune.Checkpoint.from_directory(path))
+            report_with_checkpoint({"x": x})
         else:
             tune.report({"x": x})
 
@@ -315,18 +322,11 @@ def test_a_schedulers_own_error_stops_the_study_with_it(tmp_path, ray_session):
 def noisy_loop(config):
     """Progress drawn from Python's global generator (as Ray's pbt_function),
     resumed from the checkpoint of every iteration."""
-    x = 0.0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as path, open(os.path.join(path, "x.json")) as file:
-            x = json.load(file)
+    x = restored_x()
     while True:
         draw = random.random()
         x += config["lr"] * draw
-        with tempfile.TemporaryDirectory() as path:
-            with open(os.path.join(path, "x.json"), "w") as file:
-                json.dump(x, file)
-            tune.report({"x": x, "draw": draw}, checkpoint=tune.Checkpoint.from_directory(path))
+        report_with_checkpoint({"x": x, "draw": draw})
 
 
 class NoisyTrainable(tune.Trainable):

@@ -154,9 +154,17 @@ class StageContext:
         changes (PBT explored it): the trainable restarts there from a
         checkpoint. Only the next one, found from the sequences' structure:
         a batch may span a horizon of 10**9 iterations, never expanded."""
-        sequences = dict(zip(self._config.names, self._config.sequences))
-        changes = (next_change(sequences[name], self.iteration, self.spec.stop) for name in self.spec.plain)
+        sequences = self._plain_sequences()
+        changes = (next_change(sequence, self.iteration, self.spec.stop) for sequence in sequences.values())
         return min((change for change in changes if change is not None), default=None)
+
+    def _plain_sequences(self) -> dict[str, Any]:
+        """The sequences of the values handed over as plain (PBT explores them), by name."""
+        return {
+            name: sequence
+            for name, sequence in zip(self._config.names, self._config.sequences)
+            if name in self.spec.plain
+        }
 
     def restore_rng(self, rng: dict[str, Any]) -> None:
         """Set the generators to a checkpoint's ``rng`` (a path trains as it would
@@ -172,8 +180,9 @@ class StageContext:
         replay its source's noise (an objective driven by noise, as Ray's
         `pbt_function.py`, stops exploring). It depends on the state and the
         values only: a reproducible study stays reproducible."""
-        sequences = dict(zip(self._config.names, self._config.sequences))
-        changed = sorted(name for name in self.spec.plain if changes_at(sequences[name], self.iteration))
+        changed = sorted(
+            name for name, sequence in self._plain_sequences().items() if changes_at(sequence, self.iteration)
+        )
         if changed:
             values = self._config.hparams_at(self.iteration)
             fork_rng_state(json.dumps({name: values[name] for name in changed}, default=repr))
