@@ -1,4 +1,5 @@
-"""Small deterministic trainables for runtime tests (numpy only, fast)."""
+"""Small deterministic trainables for runtime tests (numpy only, fast), and
+the faults they meet."""
 
 import json
 import os
@@ -9,6 +10,7 @@ import time
 
 import numpy as np
 import ray
+from fsspec.implementations.local import LocalFileSystem
 from ray import tune
 
 from ray_stagetree import get_checkpoint, get_hparams, get_iteration, report, should_checkpoint
@@ -151,3 +153,13 @@ def kill_ray_processes(title: str) -> int:
             os.kill(int(entry), signal.SIGKILL)
             killed += 1
     return killed
+
+
+class CorruptsEveryWrite(LocalFileSystem):
+    """A local filesystem that stores every checkpoint with a byte flipped
+    (each write then fails the store's read-back check)."""
+
+    def pipe_file(self, path, value, **kwargs):
+        if "/checkpoints/" in path:
+            value = value[:-1] + bytes([value[-1] ^ 0xFF])
+        super().pipe_file(path, value, **kwargs)

@@ -12,7 +12,7 @@ import time
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 from ray import tune
-from trainables_for_tests import kill_ray_processes, sum_of_lr
+from trainables_for_tests import CorruptsEveryWrite, kill_ray_processes, sum_of_lr
 
 from ray_stagetree import MultiStep, Tuner, get_hparams, report
 
@@ -132,15 +132,6 @@ class DamagesStored(LocalFileSystem):
                     with open(path, "wb") as file:
                         file.write(data[:-3] if damage == "truncate" else data[:-1] + bytes([data[-1] ^ 0xFF]))
         return data
-
-
-class CorruptsEveryWrite(LocalFileSystem):
-    """A local filesystem that stores every checkpoint with a byte flipped."""
-
-    def pipe_file(self, path, value, **kwargs):
-        if "/checkpoints/" in path:
-            value = value[:-1] + bytes([value[-1] ^ 0xFF])
-        super().pipe_file(path, value, **kwargs)
 
 
 def study_on(filesystem, tmp_path):

@@ -224,14 +224,18 @@ class CheckpointStore:
         reuse = self._reuse(plan, node, iteration)
         self.cache.add(key, size_bytes, recompute_seconds(node, iteration), reuse, pinned=True)
         self._write(node.node_id, iteration, ref, size_bytes)
+        self.evict(plan)
 
     def in_memory(self, node: PlanNode, iteration: int) -> bool:
         """Whether the checkpoint has an in-memory copy (else only a durable one)."""
         return (node.node_id, iteration) in self._handles
 
-    def _write(self, node_id: int, iteration: int, ref: Any, size_bytes: int) -> None:
+    def _write(self, node_id: int, iteration: int, ref: Any, size_bytes: int, retry: bool = False) -> None:
         write = self.io.write.remote(self.key(node_id, iteration), ref)
-        self._writes[write] = (node_id, iteration, size_bytes)
+        # A retry's checkpoint stays in memory whatever becomes of the write
+        # (storage refused it before): waiting for it frees nothing, so it
+        # does not hold new batches back (`writes_behind`).
+        self._writes[write] = (node_id, iteration, 0 if retry else size_bytes)
 
     @staticmethod
     def _reuse(plan: SearchPlan, node: PlanNode, iteration: int) -> float:
@@ -244,13 +248,14 @@ class CheckpointStore:
     def writes_behind(self) -> bool:
         """Checkpoints whose durable copy is being written hold more memory
         than the budget: no new batch should start (and make more) until
-        the writes catch up."""
+        the writes catch up. Retries of refused copies do not count."""
         return sum(size for _, _, size in self._writes.values()) > self.cache.budget_bytes
 
-    async def finish_write(self, plan: SearchPlan, write: Any) -> None:
-        """A durable copy landed: record it, unpin, and evict if over budget."""
+    async def finish_write(self, plan: SearchPlan, write: Any) -> bool:
+        """A durable copy landed: record it, unpin, and evict if over budget.
+        False when the plan is as it was (storage refused the copy again)."""
         if write not in self._writes:  # finished by an interrupt's snapshot meanwhile
-            return
+            return False
         node_id, iteration, _ = self._writes.pop(write)
         try:
             stored = await write
@@ -259,21 +264,21 @@ class CheckpointStore:
             # stored: forget it, so nothing starts from it; it is retrained.
             logger.warning("checkpoint of node %d iteration %d is lost: %s", node_id, iteration, error)
             self._drop(plan, node_id, iteration)
-            return
+            return True
         info = plan.nodes[node_id].checkpoints.get(iteration)
         if info is None:  # dropped meanwhile
-            return
+            return False
         if isinstance(stored, WriteFailed):
             if (node_id, iteration) not in self._handles:  # its in-memory copy went with its node: retrained
                 self._drop(plan, node_id, iteration)
-                return
+                return True
             # Storage refused it: the in-memory copy stays (pinned: nothing else holds it).
             if (node_id, iteration) not in self.unstored:
                 logger.warning("%s; it is kept in memory until storage accepts it", stored.reason)
             self.unstored.add((node_id, iteration))
-            return
-        self.rewrite_unstored(plan)
+            return False
         self.unstored.discard((node_id, iteration))
+        self.rewrite_unstored(plan)
         # The plan keeps the key, relative to the experiment directory, so a
         # study moved or renamed between runs still finds its checkpoints.
         plan.record_checkpoint(
@@ -281,15 +286,19 @@ class CheckpointStore:
         )
         self.cache.update((node_id, iteration), pinned=False)
         self.evict(plan)
+        return True
 
     def rewrite_unstored(self, plan: SearchPlan) -> None:
-        """A write succeeded: storage is back; write the checkpoints it refused before."""
-        for node_id, iteration in sorted(self.unstored):
-            self.unstored.discard((node_id, iteration))
+        """A write succeeded: storage is back; write again the checkpoints it
+        refused before (they stay `unstored` until a copy lands)."""
+        retrying = {(node_id, iteration) for node_id, iteration, _ in self._writes.values()}
+        for node_id, iteration in sorted(self.unstored - retrying):
             info = plan.nodes[node_id].checkpoints.get(iteration)
             ref = self._handles.get((node_id, iteration))
             if info is not None and ref is not None and info.path is None:
-                self._write(node_id, iteration, ref, info.size_bytes)
+                self._write(node_id, iteration, ref, info.size_bytes, retry=True)
+            else:
+                self.unstored.discard((node_id, iteration))
 
     def evict(self, plan: SearchPlan) -> None:
         for key in list(self.cache):

@@ -940,13 +940,14 @@ class StudyController:
                     if self.store.unstored and self.snapshots.refused_since is None:
                         self.store.rewrite_unstored(self.plan)
                     continue
-                self.snapshots.changed = True  # woken (results, stops), a batch ended or a checkpoint landed
-                if ref is None:
-                    continue
-                if ref in self.pool.running:
-                    await self.complete(ref)
-                else:
-                    await self.store.finish_write(self.plan, ref)
+                if ref is None or ref in self.pool.running:
+                    self.snapshots.changed = True  # woken (results, stops) or a batch ended
+                    if ref is not None:
+                        await self.complete(ref)
+                elif await self.store.finish_write(self.plan, ref):
+                    # A copy refused again changes nothing: no snapshot (whose
+                    # success would retry the copy at once, a busy loop).
+                    self.snapshots.changed = True
             if not self.snapshots.frozen:
                 admitting = self.admit()
         for future in awaited.values():
