@@ -5,13 +5,17 @@ A Tune searcher never sees a sequence: the search space it gets is the
 param_space with every sequence flattened into its declarative spec (nested
 dicts whose leaves are Tune domains, which every Tune searcher understands),
 and each suggestion is merged back into that spec and rebuilt into
-sequences. Results and completions are forwarded as Tune forwards them.
+sequences. Values a searcher cannot take (``tune.sample_from`` functions,
+objects) reach it as Tune's placeholders, resolved in each suggestion, as
+Tune does. Results and completions are forwarded as Tune forwards them.
 """
 
 from __future__ import annotations
 
 import collections
+import copy
 import math
+import types
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -127,6 +131,10 @@ class SearcherSource:
         Tune's searchers take ``**spec`` and ignore what they do not read.
     """
 
+    #: Path -> Tune's resolvers of the placeholders in the space. A source
+    #: saved with a study before placeholders existed has none (read-only).
+    _placeholders: Mapping[tuple, list] = types.MappingProxyType({})
+
     def __init__(
         self,
         searcher: Any,
@@ -136,10 +144,13 @@ class SearcherSource:
         num_samples: int,
         spec: Mapping[str, Any] | None = None,
     ):
+        from ray.tune.impl.placeholder import create_resolvers_map, inject_placeholders
         from ray.tune.search.util import _set_search_properties_backwards_compatible
 
         self.searcher = searcher
-        self._space = searchable_space(to_tune_space(param_space))
+        placeholders = create_resolvers_map()
+        self._space = inject_placeholders(searchable_space(to_tune_space(copy.deepcopy(param_space))), placeholders)
+        self._placeholders = placeholders
         self._num_samples = math.inf if num_samples < 0 else num_samples
         self._suggested = 0
         self._finished = False
@@ -161,6 +172,7 @@ class SearcherSource:
         return 0 if self._finished else self._num_samples - self._suggested
 
     def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
+        from ray.tune.impl.placeholder import resolve_placeholders
         from ray.tune.search import Searcher
         from ray.tune.utils.util import merge_dicts
 
@@ -175,7 +187,9 @@ class SearcherSource:
             return WAIT
         self._suggested += 1
         # Suggestions hold the searched leaves; constants come from the space.
-        config = from_tune_config(from_searchable(merge_dicts(self._space, suggestion)))
+        config = merge_dicts(self._space, suggestion)
+        resolve_placeholders(config, self._placeholders)
+        config = from_tune_config(from_searchable(config))
         return trial_id, _resolve_nested(config, None)
 
     # A trial the searcher was told is complete (an errored one that a

@@ -35,3 +35,40 @@ def test_tunes_searchers_propose_sequences_with_domains_in_lists(searcher_name):
         assert 0.1 <= lr.init <= 1.0 and config["wd"] == Constant(0.0)
         source.on_complete(trial_id, {"x": lr.init, "training_iteration": 1})
     assert source.next_trial() is None
+
+
+class Dataset:
+    """A value no searcher can take: an object."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+
+@pytest.mark.parametrize("searcher_name", ["optuna", "hyperopt"])
+def test_tunes_searchers_propose_configs_with_functions_and_objects_as_under_tune(searcher_name):
+    """Tune gives a searcher ``tune.sample_from`` functions and objects as
+    placeholders and resolves them in each suggestion; they used to reach
+    the searcher as they are (Optuna: "does not support parameters of type
+    `Function`")."""
+    pytest.importorskip(searcher_name)
+    if searcher_name == "optuna":
+        from ray.tune.search.optuna import OptunaSearch as Searcher
+    else:
+        from ray.tune.search.hyperopt import HyperOptSearch as Searcher
+    data = Dataset([1, 2, 3])
+    space = {
+        "x": tune.uniform(0, 1),
+        "double_x": tune.sample_from(lambda spec: 2 * spec.config.x),
+        "data": data,
+        "pick": tune.choice([Dataset([1]), Dataset([2])]),
+        "lr": MultiStep(tune.uniform(0.1, 1.0), [4], 0.5),
+    }
+    source = SearcherSource(Searcher(), space, metric="x", mode="max", num_samples=3)
+    for _ in range(3):
+        trial_id, config = source.next_trial()
+        assert config["double_x"] == 2 * config["x"]
+        assert isinstance(config["data"], Dataset) and config["data"].rows == [1, 2, 3]
+        assert isinstance(config["pick"], Dataset) and config["pick"].rows in ([1], [2])
+        assert isinstance(config["lr"], MultiStep) and 0.1 <= config["lr"].init <= 1.0
+        source.on_complete(trial_id, {"x": config["x"], "training_iteration": 1})
+    assert space["pick"].categories[0].rows == [1], "the user's param_space is left as it was"
