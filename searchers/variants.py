@@ -102,8 +102,10 @@ def sample_variants(
     param_space, num_samples, seed, constant_grid_search:
         As `generate_trials`.
     points_to_evaluate:
-        Configs (partial ones) drawn first, each the space's first variant
-        with those values (Tune's ``BasicVariantGenerator(points_to_evaluate=...)``).
+        Configs (partial ones) drawn first, each the space's variants with
+        those values (a grid the point leaves open gives all its values),
+        each in place of one of the ``num_samples`` repeats, as Tune's
+        ``BasicVariantGenerator(points_to_evaluate=...)`` draws them.
     each_draw:
         Applied to the configs of each draw (a point, one repeat of the
         grid): e.g. several trials per configuration.
@@ -113,10 +115,12 @@ def sample_variants(
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
     sampler = _Sampler(param_space, seed, constant_grid_search, each_draw)
-    drawn = [config for point in points_to_evaluate for config in sampler.draw(point)]
-    first = sampler.draw()
+    points = list(points_to_evaluate)
+    drawn = [config for point in points for config in sampler.draw(point)]
+    repeats = max(num_samples - len(points), 0)  # as in Tune, each point takes one of the samples
+    first = sampler.draw() if repeats else []
     sampler.per_repeat = len(first)
-    return VariantStream(drawn + first, sampler, num_samples - 1)
+    return VariantStream(drawn + first, sampler, max(repeats - 1, 0))
 
 
 class VariantStream:
@@ -170,15 +174,13 @@ class _Sampler:
         self.per_repeat = 0  # configs a repeat of the grid gives, once known
 
     def draw(self, point: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One repeat of the grid; with ``point``, the first variant of the
-        space with the point's values (the others are still drawn, so the
-        random state moves on as Tune's does)."""
+        """One repeat of the grid; with ``point``, the variants of the space
+        with the point's values."""
         from ray.tune.search.variant_generator import generate_variants
 
         space = self.space if point is None else _tune_space(_merged(self.param_space, point))
         variants = generate_variants(space, self.constant_grid_search, self.random_state)
         configs = [_resolve_nested(from_tune_config(resolved), self.random_state) for _, resolved in variants]
-        configs = configs if point is None else configs[:1]
         return self.each_draw(configs) if self.each_draw is not None else configs
 
 

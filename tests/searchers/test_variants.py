@@ -102,7 +102,38 @@ def test_points_to_evaluate_come_first_and_each_draw_applies_to_every_draw():
     stream = sample_variants(
         space, num_samples=2, points_to_evaluate=[{"lr": 0.5}], each_draw=lambda configs: configs + configs
     )
-    assert [config["lr"] for config in stream] == [0.5, 0.5] + [0.1, 0.2] * 2 * 2
+    assert [config["lr"] for config in stream] == [0.5, 0.5] + [0.1, 0.2] * 2, "the point took one of the 2 samples"
+
+
+def tunes_variants(space, num_samples, points):
+    """The configs Tune's BasicVariantGenerator draws, in its order."""
+    from ray.tune.experiment import Experiment
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    generator = BasicVariantGenerator(points_to_evaluate=[dict(point) for point in points], random_state=1)
+    generator.add_configurations([Experiment("study", lambda config: None, config=space, num_samples=num_samples)])
+    configs = []
+    while (trial := generator.next_trial()) is not None:
+        configs.append(trial.config)
+    return configs
+
+
+@pytest.mark.parametrize(
+    "points, num_samples",
+    [
+        ([{"b": 5.0}], 2),  # the grid the point leaves open: all its values
+        ([{"a": 1, "b": 5.0}], 2),
+        ([{"a": 1, "b": 5.0}, {"b": 7.0}], 3),
+        ([{"a": 1, "b": 5.0}, {"a": 2, "b": 7.0}], 1),  # more points than samples: the points alone
+    ],
+)
+def test_points_to_evaluate_are_drawn_as_tune_draws_them(points, num_samples):
+    """Each point gives the space's variants with its values and takes one of
+    the ``num_samples`` repeats. Points used to come on top of the samples,
+    each as one trial: a study of ``num_samples=3`` and two points ran 5."""
+    space = {"a": tune.grid_search([1, 2]), "b": tune.quniform(0, 10, 0.5)}
+    ours = list(sample_variants(space, num_samples, seed=1, points_to_evaluate=points))
+    assert ours == tunes_variants(space, num_samples, points)
 
 
 class CountsCopies:
