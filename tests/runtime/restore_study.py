@@ -19,6 +19,7 @@ from ray import tune
 
 from ray_stagetree import MultiStep, Tuner, get_hparams, report
 from ray_stagetree.planning.config import tabular
+from ray_stagetree.runtime.workers.context import FLUSH_SECONDS
 
 HORIZON = 12
 SECONDS_PER_ITERATION = 0.05
@@ -40,6 +41,7 @@ def accumulate(config):
         if iteration == config.get("fail_at") and flag and os.path.exists(flag):
             raise RuntimeError(f"failing at iteration {iteration} while {flag} exists")
         interrupt_driver_once(config.get("interrupt"), iteration)
+        hold_while_flagged(config.get("hold"), iteration)
         hparams = get_hparams()
         x = x * hparams["decay"] + hparams["lr"] * iteration
         time.sleep(SECONDS_PER_ITERATION)
@@ -64,7 +66,24 @@ def interrupt_driver_once(interrupt: dict | None, iteration: int) -> None:
     time.sleep(INTERRUPT_GRACE_S)
 
 
-def param_space(fail_at: int | None = None, fail_flag: str | None = None, interrupt: dict | None = None) -> dict:
+def hold_while_flagged(hold: dict | None, iteration: int) -> None:
+    """``hold`` = {"at": iteration, "flag": a file}: a trial reaching ``at``
+    waits while the flag exists, so that a test acts part way through the
+    study, whatever the machine's speed. The iteration before takes longer
+    than the worker's flush interval, so that the results before ``at``
+    reach the controller before the wait (a worker sends them with a later
+    report, a checkpoint or the batch's end)."""
+    if not hold or not os.path.exists(hold["flag"]):
+        return
+    if iteration == hold["at"] - 1:
+        time.sleep(FLUSH_SECONDS + 0.1)
+    while iteration == hold["at"] and os.path.exists(hold["flag"]):
+        time.sleep(0.05)
+
+
+def param_space(
+    fail_at: int | None = None, fail_flag: str | None = None, interrupt: dict | None = None, hold: dict | None = None
+) -> dict:
     space = {
         "lr": tune.grid_search([MultiStep(1.0, [milestone], 0.5) for milestone in (3, 6, 9)]),
         "decay": tune.grid_search([0.9, MultiStep(values=(0.9, 0.8), milestones=[7])]),
@@ -73,6 +92,8 @@ def param_space(fail_at: int | None = None, fail_flag: str | None = None, interr
         space["fail_at"], space["fail_flag"] = fail_at, fail_flag
     if interrupt is not None:
         space["interrupt"] = interrupt
+    if hold is not None:
+        space["hold"] = hold
     return space
 
 
@@ -82,11 +103,12 @@ def build_tuner(
     fail_at: int | None = None,
     fail_flag: str | None = None,
     interrupt: dict | None = None,
+    hold: dict | None = None,
     **tune_config,
 ) -> Tuner:
     return Tuner(
         accumulate,
-        param_space=param_space(fail_at, fail_flag, interrupt),
+        param_space=param_space(fail_at, fail_flag, interrupt, hold),
         tune_config=tune.TuneConfig(metric="x", mode="max", **tune_config),
         run_config=tune.RunConfig(
             name=name, storage_path=storage_path, stop={"training_iteration": HORIZON}, verbose=0

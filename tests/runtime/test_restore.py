@@ -293,19 +293,22 @@ def test_a_study_lost_before_its_first_snapshot_restores_from_the_start(tmp_path
 def test_a_study_whose_controller_dies_continues_from_its_snapshot(tmp_path, reference, caplog, monkeypatch):
     name = "study"
     killed = []
-    # A snapshot at every step, and the controller killed at the first to hold 8 of the study's 72 results (all six
-    # trials share their first iterations): with "auto" periods, or waiting for 20 results, a loaded machine may
-    # store that snapshot only at the study's end, and the controller would be killed after its work was done.
+    # The trials wait at iteration 3 (all six share iterations 1 and 2) until the controller is killed, once a
+    # snapshot holds 8 of the study's 72 results: a snapshot at every step, and the study cannot end first, however
+    # loaded the machine (the kill used to race the study's end; a loaded full suite once lost the race).
     monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "0")
+    hold = {"at": 3, "flag": str(tmp_path / "hold")}
+    (tmp_path / "hold").touch()
 
     def kill_controller():
         while stored_rows(f"{tmp_path}/{name}") < 8:
             time.sleep(0.05)
         killed.append(kill_ray_processes("ray::StudyController"))
+        os.remove(hold["flag"])
 
     watcher = threading.Thread(target=kill_controller, daemon=True)
     watcher.start()
-    grid = build_tuner(str(tmp_path), name).fit()
+    grid = build_tuner(str(tmp_path), name, hold=hold).fit()
     watcher.join()
     assert killed == [1]
     assert "controller died" in caplog.text
