@@ -101,6 +101,12 @@ class VariantSource:
         drawn = self._configs.drawn()
         return drawn[0] if drawn else None
 
+    def pending_limit(self, setting: int | None, max_concurrent_trials: int | None) -> int | None:
+        """No limit on trials waiting for a worker: variants learn nothing from
+        results, and the plan shares more the more of them it holds (Tune
+        bounds them only to pace placement groups, see `SearcherSource`)."""
+        return None
+
     def on_result(self, trial_id: str, result: dict[str, Any]) -> None:
         pass
 
@@ -170,6 +176,24 @@ class SearcherSource:
         """Trials still to propose: 0 once the searcher said FINISHED, infinite
         for ``num_samples=-1`` (Tune's "until the searcher or the time budget ends")."""
         return 0 if self._finished else self._num_samples - self._suggested
+
+    def pending_limit(self, setting: int | None, max_concurrent_trials: int | None) -> int:
+        """How many of its trials may wait for a worker at once, as Tune's
+        controller decides it: ``setting`` (``TUNE_MAX_PENDING_TRIALS_PG``)
+        if given, else a `ConcurrencyLimiter`'s ``max_concurrent`` in the
+        searcher's chain, else ``max_concurrent_trials`` (which Tune applies
+        as such a limiter), else 1. The searcher is asked for a trial only
+        below it, so that it hears results between its suggestions."""
+        from ray.tune.search import ConcurrencyLimiter
+
+        if setting is not None:
+            return setting
+        searcher = self.searcher
+        while searcher is not None:
+            if isinstance(searcher, ConcurrencyLimiter):
+                return searcher.max_concurrent
+            searcher = getattr(searcher, "searcher", None)
+        return max_concurrent_trials or 1
 
     def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
         from ray.tune.impl.placeholder import resolve_placeholders

@@ -63,7 +63,7 @@ from typing import Any, Protocol
 
 from ray_stagetree.planning.config import TrialConfig, split_path
 from ray_stagetree.planning.decisions import PAUSE, STOP, Exploit
-from ray_stagetree.planning.plan import PlanNode, Request, RequestState, SearchPlan
+from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
 
 PENDING, RUNNING, PAUSED, TERMINATED, ERROR = "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"
 LIVE = frozenset({PENDING, RUNNING})
@@ -176,6 +176,7 @@ class TrialLifecycle:
         self._on_end = on_end
         self.trials: dict[str, Any] = {}  # trial id -> Trial (the owner's subclass)
         self._counts: Counter[str] = Counter()  # trials by status, kept by `add` and `set_status`
+        self._pending: set[str] = set()  # ids of the PENDING trials, kept likewise
 
     # -- states --------------------------------------------------------------------
 
@@ -183,16 +184,29 @@ class TrialLifecycle:
         """Track ``trial`` in its status (a new one, or one restored as it stood)."""
         self.trials[trial.trial_id] = trial
         self._counts[trial.status] += 1
+        if trial.status == PENDING:
+            self._pending.add(trial.trial_id)
 
     def set_status(self, trial: Trial, status: str) -> None:
         """Every status change goes through here, so the counts stay exact."""
         self._counts[trial.status] -= 1
         self._counts[status] += 1
         trial.status = status
+        if status == PENDING:
+            self._pending.add(trial.trial_id)
+        else:
+            self._pending.discard(trial.trial_id)
 
     def live(self) -> int:
         """Trials pending or running: what ``max_concurrent_trials`` bounds."""
         return self._counts[PENDING] + self._counts[RUNNING]
+
+    def waiting(self) -> frozenset[str]:
+        """The trials that wait for a worker: pending, and no running batch
+        trains their path (Tune's pending trials, which wait for resources;
+        a trial whose shared prefix another trial's batch trains waits for
+        that batch instead)."""
+        return frozenset(trial_id for trial_id in self._pending if not self.plan.in_progress(trial_id))
 
     def counts(self) -> dict[str, int]:
         """Trials by status, statuses without trials left out."""
@@ -293,11 +307,7 @@ class TrialLifecycle:
         """PBT makes way for trials that wait for a worker (more trials than
         fit): it hears which, pending trials whose requests no batch runs."""
         if self.host.population is not None:
-            self.host.population.queued = frozenset(
-                trial.trial_id
-                for trial in self.trials.values()
-                if trial.status == PENDING and self.plan.trials[trial.trial_id].request.state is RequestState.NOT_SCHED
-            )
+            self.host.population.queued = self.waiting()
 
     def resume(self) -> None:
         """Run again the paused trials the scheduler chooses."""

@@ -673,6 +673,22 @@ class SearchPlan:
     def running_batches(self) -> list[int]:
         return list(self._batches)
 
+    def in_progress(self, trial_id: str) -> bool:
+        """Whether a running batch trains the trial's path towards its request:
+        the request itself, or a stage of an ancestor the trial forks from
+        (another trial's, which it waits for rather than for a worker)."""
+        request = self.trials[trial_id].request
+        if request.state is RequestState.SCHED:
+            return True
+        node: PlanNode | None = request.node
+        until = request.iteration
+        while node is not None:
+            if any(start < until for start, _ in node.running.values()):
+                return True
+            until = node.fork_iteration
+            node = node.parent
+        return False
+
     def scheduled_requests(self, batch_id: int) -> list[Request]:
         """The unanswered requests a running batch serves (late ones included)."""
         return list(self._batch(batch_id).requests)

@@ -325,7 +325,8 @@ class StudyDefinition:
     searcher:
         Builds a fresh Ray Tune ``Searcher`` for each run, to propose
         ``num_samples`` trials from ``param_space`` as the study runs (as
-        the controller hosts one); it sees every iteration's result.
+        the controller hosts one, asked while fewer of its trials wait for
+        a worker than Tune's pending-trial limit); it sees every iteration's result.
     """
 
     name: str
@@ -443,13 +444,16 @@ class _Driver:
         self.studies = {study.name: study for study in studies}
         self._final: set[str] = set()  # best trials training their final iterations
         self.finals: list[FinalTraining] = []  # what each study's best trial trains after its study
+        self._pending_limits: dict[str, float] = {}  # trials of a study that may wait for a worker
         for study in studies:
             scheduler = study.scheduler() if study.scheduler is not None else None
             host = SchedulerHost(scheduler, study.profile.metric, study.mode, study.horizon, on_stop=self.stop)
+            trial_source = study.trial_source()
+            self._pending_limits[study.name] = trial_source.pending_limit(None, study.max_concurrent_trials) or math.inf
             self.lifecycles[study.name] = TrialLifecycle(
                 plan,
                 host,
-                _StudyTrialSource(study.name, study.profile.name, study.trial_source()),
+                _StudyTrialSource(study.name, study.profile.name, trial_source),
                 self._share_key,
                 host.next_decision,
                 self._requested,
@@ -469,17 +473,21 @@ class _Driver:
 
     # -- admission -------------------------------------------------------------
 
-    def admit(self) -> None:
+    def admit(self) -> bool:
+        """Admit each study's next trials, as the controller does; True if any."""
+        admitted = False
         for name, study in self.studies.items():
             lifecycle = self.lifecycles[name]
-            limit = study.max_concurrent_trials or math.inf
-            while lifecycle.live() < limit:
+            limit, pending_limit = study.max_concurrent_trials or math.inf, self._pending_limits[name]
+            while lifecycle.live() < limit and (math.isinf(pending_limit) or len(lifecycle.waiting()) < pending_limit):
                 trial = lifecycle.admit_next(
                     lambda trial_id, config, _, study=study: _Trial(trial_id=trial_id, config=config, study=study)
                 )
                 if trial is None:
                     break
                 self.trials[trial.trial_id] = trial
+                admitted = True
+        return admitted
 
     def _requested(self, trial: Trial, request: Request, iteration: int) -> None:
         """The trial is requested further: the plan may already hold the
@@ -657,7 +665,7 @@ def simulate(
         execution.admission_order()
     if isinstance(execution, TimeSharingPolicy):  # its priorities read the (first) study's metric
         execution.set_metric(studies[0].profile.metric, studies[0].mode)
-    result = simulation.run(plan, execution, on_answered=driver.on_answered)
+    result = simulation.run(plan, execution, on_answered=driver.on_answered, on_dispatched=driver.admit)
     unique = plan.unique_iterations()
     rate = plan.total_iterations() / unique if unique else 1.0
     bound = simulation.trained_bound(plan, driver.finals)

@@ -242,6 +242,7 @@ class Simulation:
         plan: SearchPlan,
         policy: str | ExecutionPolicy = "critical_path",
         on_answered: Callable[[list[Request], float], None] | None = None,
+        on_dispatched: Callable[[], bool] | None = None,
     ) -> SimulationResult:
         """Train every open request of ``plan`` on the simulated workers.
 
@@ -256,10 +257,14 @@ class Simulation:
             that instant, after their metrics are in the plan; it may change
             the plan (add, extend or remove trials). The run ends when no
             batch runs and the policy dispatches nothing.
+        on_dispatched:
+            Called after each dispatch; True when it added requests to
+            dispatch at once (trials admitted because the dispatched ones
+            wait for a worker no more).
         """
         if isinstance(policy, str) and self.profiled_costs:
             policy = self.policy(policy)
-        return _Run(self, plan, get_policy(policy), on_answered).go()
+        return _Run(self, plan, get_policy(policy), on_answered, on_dispatched).go()
 
 
 class _Run:
@@ -271,8 +276,10 @@ class _Run:
         plan: SearchPlan,
         policy: ExecutionPolicy,
         on_answered: Callable[[list[Request], float], None] | None,
+        on_dispatched: Callable[[], bool] | None = None,
     ) -> None:
         self.sim, self.plan, self.policy, self.on_answered = simulation, plan, policy, on_answered
+        self.on_dispatched = on_dispatched
         self.events: list[tuple[float, int, int, int]] = []  # (time, tie, batch id, position or -1 = release)
         self.tie_break = itertools.count()
         self.running: dict[int, _Progress] = {}
@@ -285,6 +292,8 @@ class _Run:
         bound = self.sim.lower_bound(self.plan)
         while True:
             self._dispatch()
+            if self.on_dispatched is not None and self.on_dispatched():
+                continue
             if not self.events:
                 break
             self.now = self.events[0][0]

@@ -23,6 +23,7 @@ from ray_stagetree.planning.lifecycle import (
     Trial,
     TrialLifecycle,
 )
+from ray_stagetree.planning.policies import CriticalPathPolicy
 
 HORIZON, RUNG = 12, 4
 
@@ -303,3 +304,22 @@ def test_a_stop_frees_a_trial_the_scheduler_held():
     study.result(stopped, RUNG)
     assert (held.status, stopped.status) == (RUNNING, TERMINATED)
     assert study.request_iteration("a") == 2 * RUNG
+
+
+def test_a_trial_waits_for_a_worker_until_a_batch_trains_its_path():
+    """What a searcher's pending-trial limit counts (Tune's pending trials):
+    admitted trials without a result that no running batch trains towards,
+    the trial forking from another's running stage included."""
+    study = Study()
+    study.admit("a", {"lr": MultiStep(0.1, [6], 0.1)})
+    study.admit("b", {"lr": MultiStep(0.1, [2], 0.1)})  # shares a's first 2 iterations, then forks
+    assert study.lifecycle.waiting() == {"a", "b"}
+    (batch,) = CriticalPathPolicy().select(study.plan, 1)
+    assert study.lifecycle.waiting() == set(), "one is dispatched, the other waits for the prefix it trains"
+    study.admit("c", {"lr": 0.5})
+    assert study.lifecycle.waiting() == {"c"}
+    study.plan.release_batch(batch.batch_id)
+    assert study.lifecycle.waiting() == {"a", "b", "c"}
+    a = study.lifecycle.trials["a"]
+    study.result(a, RUNG)
+    assert study.lifecycle.waiting() == {"b", "c"}, "a trial with a result is running, as under Tune"

@@ -4,6 +4,7 @@ list), the horizon from ``RunConfig.stop`` or the scheduler, end to end; and
 HyperBandForBOHB, the scheduler half of BOHB, talking to the searcher."""
 
 import random
+import time
 
 import pytest
 from ray import tune
@@ -147,3 +148,65 @@ def test_hyperband_for_bohb_halves_its_bracket_and_talks_to_the_searcher(tmp_pat
     paused = [words[1] for words in lines if words[0] == "pause"]
     resumed = [words[1] for words in lines if words[0] == "unpause"]
     assert paused and set(resumed) <= set(paused)
+
+
+class SuggestionLog(Searcher):
+    """Random ``lr`` in [0.1, 1); writes a line per suggestion and per completion to ``path``."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        self.rng = random.Random(0)
+
+    def _log(self, word):
+        with open(self.path, "a") as file:
+            file.write(word + "\n")
+
+    def suggest(self, trial_id):
+        self._log("suggest")
+        return {"lr": 0.1 + 0.9 * self.rng.random()}
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        self._log("complete")
+
+
+def slow_linear(config):
+    for iteration in range(1, 4):
+        time.sleep(0.3)
+        tune.report({"x": config["lr"] * iteration})
+
+
+def searched(tmp_path, name, num_samples, **tune_config):
+    log = tmp_path / f"{name}.log"
+    grid = Tuner(
+        slow_linear,
+        param_space={"lr": tune.uniform(0.1, 1.0)},
+        tune_config=tune.TuneConfig(
+            metric="x", mode="max", num_samples=num_samples, search_alg=SuggestionLog(str(log)), **tune_config
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name=name, verbose=0),
+    ).fit()
+    return grid, log.read_text().split()
+
+
+def test_a_searcher_is_asked_for_a_trial_only_while_none_of_its_trials_waits_for_a_worker(tmp_path, ray_session):
+    """As under Tune (TUNE_MAX_PENDING_TRIALS_PG "auto": one pending trial for
+    a searcher), so that the searcher learns from results between its
+    suggestions. All 8 trials used to be suggested before any result (TPE
+    searched at random); on 2 workers, Tune suggests 3 before the first ends."""
+    grid, log = searched(tmp_path, "paced", 8)
+    assert grid.num_errors == 0 and len(grid) == 8
+    before_first_completion = log.index("complete")
+    assert before_first_completion <= 3, log  # 2 running, 1 waiting for a worker
+
+
+def test_an_open_ended_search_under_a_time_budget_admits_only_the_trials_it_can_run(tmp_path, ray_session):
+    """num_samples=-1 with a time budget: the searcher is asked as trials
+    start, so the ResultGrid holds the trials that reported, those the
+    budget stopped before their first result (at most one per worker) and at
+    most one that waited, as under Tune (it used to admit thousands, nearly
+    all never trained)."""
+    grid, log = searched(tmp_path, "open_ended", -1, time_budget_s=4)
+    ran = [result for result in grid if result.metrics.get("training_iteration")]
+    assert ran and len(grid) <= len(ran) + 2 + 1, (len(grid), len(ran))
+    assert log.count("suggest") == len(grid)

@@ -72,3 +72,42 @@ def test_tunes_searchers_propose_configs_with_functions_and_objects_as_under_tun
         assert isinstance(config["lr"], MultiStep) and 0.1 <= config["lr"].init <= 1.0
         source.on_complete(trial_id, {"x": config["x"], "training_iteration": 1})
     assert space["pick"].categories[0].rows == [1], "the user's param_space is left as it was"
+
+
+def test_a_searchers_pending_trial_limit_is_tunes():
+    """Tune's rule (TuneController's _get_max_pending_trials): the
+    TUNE_MAX_PENDING_TRIALS_PG setting, else a ConcurrencyLimiter's
+    max_concurrent anywhere in the searcher's chain, else
+    max_concurrent_trials (which Tune applies as such a limiter), else 1.
+    Grid and random variants have none: the plan shares more the more it holds."""
+    from ray.tune.search import ConcurrencyLimiter, Repeater
+    from ray.tune.search.optuna import OptunaSearch
+
+    from ray_stagetree.searchers.sources import VariantSource
+
+    def source(searcher):
+        return SearcherSource(searcher, {"x": tune.uniform(0, 1)}, "loss", "min", 10)
+
+    assert source(OptunaSearch()).pending_limit(None, None) == 1
+    assert source(OptunaSearch()).pending_limit(None, 3) == 3
+    limited = source(Repeater(ConcurrencyLimiter(OptunaSearch(), max_concurrent=4), repeat=2))
+    assert limited.pending_limit(None, None) == 4
+    assert limited.pending_limit(7, None) == 7
+    assert VariantSource([{"x": 1}]).pending_limit(7, 2) is None
+
+
+@pytest.mark.parametrize("value, expected", [("auto", None), (" AUTO ", None), ("3", 3)])
+def test_tune_max_pending_trials_pg_is_read_as_tune_reads_it(monkeypatch, value, expected):
+    from ray_stagetree.runtime.driver.arguments import max_pending_trials
+
+    monkeypatch.setenv("TUNE_MAX_PENDING_TRIALS_PG", value)
+    assert max_pending_trials() == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "many", "1.5"])
+def test_a_bad_tune_max_pending_trials_pg_is_refused_by_name(monkeypatch, value):
+    from ray_stagetree.runtime.driver.arguments import max_pending_trials
+
+    monkeypatch.setenv("TUNE_MAX_PENDING_TRIALS_PG", value)
+    with pytest.raises(ValueError, match=rf"TUNE_MAX_PENDING_TRIALS_PG.*{value}"):
+        max_pending_trials()

@@ -4,10 +4,13 @@ driven on the simulator, stage-based against trial-based execution."""
 import functools
 import importlib.util
 import os
+import random
 import sys
 
 import pytest
+from ray import tune
 from ray.tune.schedulers import ASHAScheduler
+from ray.tune.search import Searcher
 
 from ray_stagetree import MultiStep, Warmup
 from ray_stagetree.planning import SearchPlan
@@ -212,3 +215,30 @@ def test_in_trial_order_the_oldest_trial_runs_first_whatever_its_path():
     asha = functools.partial(ASHAScheduler, max_t=10, grace_period=10)  # no rung before the horizon: none stops
     compared = dataclasses.replace(study, scheduler=asha)
     assert simulate([compared], gpus=1).studies["s"].finishes[0][0] == pytest.approx(5.0)
+
+
+def test_a_searcher_is_asked_as_its_trials_start_as_the_controller_asks_it():
+    """Without max_concurrent_trials, a searcher's next trial is admitted
+    only while none of its trials waits for a worker (Tune's pending-trial
+    limit, as the controller applies it): on 2 GPUs it proposes 3 trials
+    before the first ends, not all 8."""
+    events = []
+
+    class Logged(Searcher):
+        def __init__(self):
+            super().__init__(metric="accuracy", mode="max")
+            self.rng = random.Random(0)
+
+        def suggest(self, trial_id):
+            events.append("suggest")
+            return {"lr": self.rng.uniform(0.01, 0.2)}
+
+        def on_trial_complete(self, trial_id, result=None, error=False):
+            events.append("complete")
+
+    study = StudyDefinition(
+        "s", [], UNIT, horizon=10, searcher=Logged, param_space={"lr": tune.uniform(0.01, 0.2)}, num_samples=8
+    )
+    run = simulate([study], gpus=2)
+    assert len(run.studies["s"].finished) == 8
+    assert events.count("suggest") == 8 and events.index("complete") <= 3, events

@@ -282,11 +282,15 @@ class StudyController:
 
     def admit(self) -> bool:
         """Admit the trial source's next trials, up to `ADMIT_PER_TURN`; True when
-        it stopped there (more may come at once)."""
-        limit = self.spec.max_concurrent_trials or float("inf")
-        for _ in range(ADMIT_PER_TURN):
+        more may come at once: it stopped there, or at the pending-trial limit
+        after admitting some (dispatched, they wait no more)."""
+        limit = self.spec.max_concurrent_trials or math.inf
+        pending_limit = self.spec.max_pending_trials
+        for admitted in range(ADMIT_PER_TURN):
             if self.lifecycle.live() >= limit or self.budget.over() or self.failures.halted:
                 return False
+            if pending_limit is not None and len(self.lifecycle.waiting()) >= pending_limit:
+                return admitted > 0
             try:
                 if self.lifecycle.admit_next(self._new_trial) is None:
                     return False
@@ -900,6 +904,11 @@ class StudyController:
             self.enforce_budget()
             if await self._dispatch():
                 continue
+            if self.spec.max_pending_trials is not None:
+                # The trials just dispatched wait no more: the searcher proposes
+                # the next before their results come (Tune creates a trial as
+                # the one before it starts, so a scheduler counts it in).
+                admitting = self.admit() or admitting
             # While storage refuses the snapshot the study waits for it, even at its end: the final
             # checkpoints are only in memory.
             storage_down = self.snapshots.paused()

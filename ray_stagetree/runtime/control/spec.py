@@ -155,6 +155,9 @@ class StudySpec:
     storage_filesystem: Any = None  # RunConfig.storage_filesystem: pyarrow or fsspec (planning.filesystems)
     num_workers: int = 1
     max_concurrent_trials: int | None = None
+    # Admitted trials that may wait for a worker at once (Tune's pending trials; the trial source's
+    # `pending_limit`): a searcher hears results between suggestions. None: no limit (variants).
+    max_pending_trials: int | None = None
     stage_sharing: bool = True
     # -- failures (FailureConfig; runtime.control.failures)
     max_failures: float = 0  # math.inf: FailureConfig(max_failures=-1), no limit

@@ -302,6 +302,17 @@ def state_period() -> float | None:
     )
 
 
+def max_pending_trials() -> int | None:
+    """Tune's ``TUNE_MAX_PENDING_TRIALS_PG``: trials of a searcher that may wait
+    for a worker at once; None for "auto" (the default: Tune's rule,
+    `SearcherSource.pending_limit`)."""
+    if os.environ.get("TUNE_MAX_PENDING_TRIALS_PG", "auto").strip().lower() == "auto":
+        return None
+    return _environment(
+        "TUNE_MAX_PENDING_TRIALS_PG", "auto", int, Options(("auto",)), Int(low=1), meaning=" (pending trials)"
+    )
+
+
 def storage_wait() -> float:
     """``RAY_STAGETREE_STORAGE_WAIT_S``: seconds a study pauses while storage
     refuses its snapshot before it goes on without storage (600 by default)."""

@@ -72,6 +72,7 @@ from ray_stagetree.runtime.driver.arguments import (
     check_trainable,
     check_tune_config,
     check_writable,
+    max_pending_trials,
     request_bundles,
     restore_retries,
     scaling_of,
@@ -794,6 +795,7 @@ class Tuner:
                 resources, _trials_to_run(trial_source, restore) or self.tune_config.num_samples
             ),
             max_concurrent_trials=self._max_concurrent,
+            max_pending_trials=trial_source.pending_limit(max_pending_trials(), self._max_concurrent),
             stage_sharing=self.stage_sharing,
             # -1 retries without limit, as in Tune
             max_failures=(math.inf if failure.max_failures == -1 else failure.max_failures) if failure else 0,

@@ -178,17 +178,20 @@ class SharedPlan(StudyController):
         return TICK_S
 
     @hook
-    def admit(self) -> None:
+    def admit(self) -> bool:
+        """Each study admits its next trials; True when one may admit more at once."""
         if self.feed.warnings:  # the loop's own (a missing checkpoint): every study sees them
             for study in self.studies.values():
                 study.feed.warnings += self.feed.warnings
             self.feed.warnings.clear()
+        more = False
         for study in list(self.studies.values()):
             study.enforce_budget()
-            study.admit()
+            more = study.admit() or more
             if not study.finalized and not study.unfinished() and not self._serves(study):
                 study.finalized = None  # being finalized
                 asyncio.ensure_future(self._finalize_study(study))
+        return more
 
     def _serves(self, study: AttachedStudy) -> bool:
         return any(
