@@ -177,6 +177,7 @@ class TrialLifecycle:
         self.trials: dict[str, Any] = {}  # trial id -> Trial (the owner's subclass)
         self._counts: Counter[str] = Counter()  # trials by status, kept by `add` and `set_status`
         self._pending: set[str] = set()  # ids of the PENDING trials, kept likewise
+        self.source_waits = False  # the trial source's last answer was WAIT: it may propose later
 
     # -- states --------------------------------------------------------------------
 
@@ -231,6 +232,7 @@ class TrialLifecycle:
         cannot be planned or ``make`` raises: the owner ends it (`refuse`).
         """
         proposal = self.trial_source.next_trial()
+        self.source_waits = proposal == WAIT
         if not isinstance(proposal, tuple):  # None or WAIT
             return None
         trial_id, config = proposal

@@ -125,9 +125,11 @@ def test_admission_asks_the_source_and_tells_the_scheduler_before_parsing():
     assert study.lifecycle.admit_next(lambda *made: pytest.fail("nothing was proposed")) is None
     study.trial_source.proposals.append(WAIT)
     assert study.lifecycle.admit_next(lambda *made: pytest.fail("the searcher waits")) is None
+    assert study.lifecycle.source_waits, "the owner asks it again later (Tune waits for a searcher)"
     made = []
     study.trial_source.proposals.append(("a", {"lr": 0.1}))
     trial = study.lifecycle.admit_next(lambda *arguments: made.append(arguments) or Trial(trial_id="a", config={}))
+    assert not study.lifecycle.source_waits
     assert study.host.calls == [("add", "a")]
     [(trial_id, config, trial_config)] = made
     assert (trial_id, config) == ("a", {"lr": 0.1}) and trial_config.names == ("lr",)

@@ -210,3 +210,36 @@ def test_an_open_ended_search_under_a_time_budget_admits_only_the_trials_it_can_
     ran = [result for result in grid if result.metrics.get("training_iteration")]
     assert ran and len(grid) <= len(ran) + 2 + 1, (len(grid), len(ran))
     assert log.count("suggest") == len(grid)
+
+
+class Late(Searcher):
+    """Suggests nothing for its first 2 s (a searcher waiting for a service, say), then 3 trials."""
+
+    def __init__(self):
+        super().__init__(metric="x", mode="max")
+        self.started = None
+        self.suggested = 0
+
+    def suggest(self, trial_id):
+        self.started = self.started or time.monotonic()
+        if time.monotonic() - self.started < 2:
+            return None
+        if self.suggested == 3:
+            return Searcher.FINISHED
+        self.suggested += 1
+        return {"lr": 0.1 * self.suggested}
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        pass
+
+
+def test_a_searcher_that_suggests_nothing_while_nothing_runs_is_asked_again(tmp_path, ray_session):
+    """Tune waits for it, asking every second; the study used to fail at
+    once ("no batch can be dispatched but 0 requests are open")."""
+    grid = Tuner(
+        slow_linear,
+        tune_config=tune.TuneConfig(search_alg=Late(), num_samples=-1),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="late", verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    assert sorted(result.config["lr"] for result in grid) == pytest.approx([0.1, 0.2, 0.3])

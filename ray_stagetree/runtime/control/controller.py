@@ -97,6 +97,11 @@ logger = logging.getLogger(__name__)
 # for most of its admission on a loaded machine).
 ADMIT_PER_TURN = 100
 
+# Seconds after which a searcher that suggested nothing (its suggest returned
+# None) is asked again when nothing else wakes the loop: Tune asks it again
+# every second while no trial runs.
+SEARCHER_POLL_S = 1.0
+
 # CheckpointConfig(checkpoint_frequency)'s saves sent to a worker at a time.
 # It flushes at each save and hears the next ones in the reply: a horizon of
 # 10**9 iterations is never listed (it held the study up for minutes, with
@@ -886,8 +891,12 @@ class StudyController:
             self.spec.worker.stop(running[batch_id])
 
     def wake_in(self) -> float | None:
-        """Seconds until the loop must wake for the time budget."""
-        return self.budget.wake_in(self.pool.running_workers())
+        """Seconds until the loop must wake: for the time budget, or to ask a
+        searcher that suggested nothing again."""
+        budget = self.budget.wake_in(self.pool.running_workers())
+        if not self.lifecycle.source_waits:
+            return budget
+        return SEARCHER_POLL_S if budget is None else min(budget, SEARCHER_POLL_S)
 
     async def run(self, workers: list[Any]) -> None:
         """Run the study on ``workers`` (from `WorkerSpec.start`, started by the
@@ -1003,7 +1012,11 @@ class StudyController:
         await self.save_state()
 
     def stuck(self) -> None:
-        """Nothing runs or can be dispatched, yet the study is unfinished: a bug."""
+        """Nothing runs or can be dispatched, yet the study is unfinished: a
+        bug, unless the searcher suggests nothing yet (asked again in
+        `SEARCHER_POLL_S`, as Tune waits for it)."""
+        if self.lifecycle.source_waits:
+            return
         open_requests = [r for r in self.plan.open_requests() if r.trials]
         raise RuntimeError(f"no batch can be dispatched but {len(open_requests)} requests are open: {open_requests}")
 
