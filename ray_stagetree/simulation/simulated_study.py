@@ -444,12 +444,12 @@ class _Driver:
         self.studies = {study.name: study for study in studies}
         self._final: set[str] = set()  # best trials training their final iterations
         self.finals: list[FinalTraining] = []  # what each study's best trial trains after its study
-        self._pending_limits: dict[str, float] = {}  # trials of a study that may wait for a worker
+        self._pending_limits: dict[str, int | None] = {}  # trials of a study that may wait for a worker (None: any)
         for study in studies:
             scheduler = study.scheduler() if study.scheduler is not None else None
             host = SchedulerHost(scheduler, study.profile.metric, study.mode, study.horizon, on_stop=self.stop)
             trial_source = study.trial_source()
-            self._pending_limits[study.name] = trial_source.pending_limit(None, study.max_concurrent_trials) or math.inf
+            self._pending_limits[study.name] = trial_source.pending_limit(None, study.max_concurrent_trials)
             self.lifecycles[study.name] = TrialLifecycle(
                 plan,
                 host,
@@ -479,7 +479,7 @@ class _Driver:
         for name, study in self.studies.items():
             lifecycle = self.lifecycles[name]
             limit, pending_limit = study.max_concurrent_trials or math.inf, self._pending_limits[name]
-            while lifecycle.live() < limit and (math.isinf(pending_limit) or len(lifecycle.waiting()) < pending_limit):
+            while lifecycle.live() < limit and (pending_limit is None or len(lifecycle.waiting()) < pending_limit):
                 trial = lifecycle.admit_next(
                     lambda trial_id, config, _, study=study: _Trial(trial_id=trial_id, config=config, study=study)
                 )

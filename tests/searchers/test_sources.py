@@ -2,9 +2,11 @@
 
 import pytest
 from ray import tune
+from ray.tune.search import ConcurrencyLimiter, Repeater, Searcher
 
 from ray_stagetree import Constant, MultiStep
-from ray_stagetree.searchers.sources import SearcherSource, from_searchable, searchable_space
+from ray_stagetree.runtime.driver.arguments import max_pending_trials
+from ray_stagetree.searchers.sources import SearcherSource, VariantSource, from_searchable, searchable_space
 
 
 def test_lists_holding_domains_reach_searchers_as_dicts_and_come_back_as_lists():
@@ -80,17 +82,13 @@ def test_a_searchers_pending_trial_limit_is_tunes():
     max_concurrent anywhere in the searcher's chain, else
     max_concurrent_trials (which Tune applies as such a limiter), else 1.
     Grid and random variants have none: the plan shares more the more it holds."""
-    from ray.tune.search import ConcurrencyLimiter, Repeater
-    from ray.tune.search.optuna import OptunaSearch
-
-    from ray_stagetree.searchers.sources import VariantSource
 
     def source(searcher):
         return SearcherSource(searcher, {"x": tune.uniform(0, 1)}, "loss", "min", 10)
 
-    assert source(OptunaSearch()).pending_limit(None, None) == 1
-    assert source(OptunaSearch()).pending_limit(None, 3) == 3
-    limited = source(Repeater(ConcurrencyLimiter(OptunaSearch(), max_concurrent=4), repeat=2))
+    assert source(Searcher()).pending_limit(None, None) == 1
+    assert source(Searcher()).pending_limit(None, 3) == 3
+    limited = source(Repeater(ConcurrencyLimiter(Searcher(), max_concurrent=4), repeat=2))
     assert limited.pending_limit(None, None) == 4
     assert limited.pending_limit(7, None) == 7
     assert VariantSource([{"x": 1}]).pending_limit(7, 2) is None
@@ -98,16 +96,12 @@ def test_a_searchers_pending_trial_limit_is_tunes():
 
 @pytest.mark.parametrize("value, expected", [("auto", None), (" AUTO ", None), ("3", 3)])
 def test_tune_max_pending_trials_pg_is_read_as_tune_reads_it(monkeypatch, value, expected):
-    from ray_stagetree.runtime.driver.arguments import max_pending_trials
-
     monkeypatch.setenv("TUNE_MAX_PENDING_TRIALS_PG", value)
     assert max_pending_trials() == expected
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "many", "1.5"])
 def test_a_bad_tune_max_pending_trials_pg_is_refused_by_name(monkeypatch, value):
-    from ray_stagetree.runtime.driver.arguments import max_pending_trials
-
     monkeypatch.setenv("TUNE_MAX_PENDING_TRIALS_PG", value)
     with pytest.raises(ValueError, match=rf"TUNE_MAX_PENDING_TRIALS_PG.*{value}"):
         max_pending_trials()
