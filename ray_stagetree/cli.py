@@ -661,7 +661,9 @@ def parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("spec", help="the job spec")
     plan.add_argument("--horizon", type=_positive_int, help="iterations per trial, when the spec sets none")
-    plan.add_argument("--samples", type=_positive_int, help="trials to plan for a searcher (default: num_samples)")
+    plan.add_argument(
+        "--samples", type=_positive_int, help="trials to plan for a searcher or num_samples=-1 (default: num_samples)"
+    )
     plan.add_argument(
         "--seconds-per-iteration",
         type=_positive_float,

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.lifecycle import WAIT
 from ray_stagetree.searchers.variants import (
     VariantStream,
@@ -71,25 +72,61 @@ def _holds_domain(value: Any) -> bool:
 
 class VariantSource:
     """Trials of a grid or random search: a list, or a `VariantStream` that
-    draws them as the study admits them."""
+    draws them as the study admits them.
 
-    def __init__(self, configs: Iterable[dict[str, Any]], trial_ids: list[str] | None = None) -> None:
+    ``skip_repeats``: an open-ended stream (``num_samples=-1``) skips a
+    config drawn before (one whose values all equal an earlier one's, so
+    that under stage sharing it trains nothing new: without this, a space of
+    few configs would give trials without end, each answered at once) and
+    ends once `EXHAUSTED_AFTER` draws in a row repeat earlier configs (the
+    space is searched through).
+    """
+
+    #: Draws in a row that repeat earlier configs before an open-ended stream ends.
+    EXHAUSTED_AFTER = 1000
+
+    def __init__(
+        self, configs: Iterable[dict[str, Any]], trial_ids: list[str] | None = None, skip_repeats: bool = False
+    ) -> None:
         self._configs = configs if isinstance(configs, VariantStream) else VariantStream(configs)
         self._trial_ids = None if trial_ids is None else collections.deque(trial_ids)
         self._prefix = uuid.uuid4().hex[:5]
         self._taken = 0
+        self._seen: set[tuple] | None = set() if skip_repeats and self.open_ended else None
+        self._exhausted = False
+
+    @property
+    def open_ended(self) -> bool:
+        """Drawn without end (``num_samples=-1``)."""
+        return math.isinf(self._configs.remaining)
 
     def next_trial(self) -> tuple[str, dict[str, Any]] | str | None:
-        config = next(self._configs, None)
+        config = self._next_config()
         if config is None:
             return None
         trial_id = self._trial_ids.popleft() if self._trial_ids is not None else f"{self._prefix}_{self._taken:05d}"
         self._taken += 1
         return trial_id, config
 
+    def _next_config(self) -> dict[str, Any] | None:
+        if self._seen is None:
+            return next(self._configs, None)
+        for _ in range(self.EXHAUSTED_AFTER):
+            config = next(self._configs)
+            try:
+                parsed = TrialConfig.from_config(config)
+            except (TypeError, ValueError):
+                return config  # the study refuses it by name when it plans it
+            identity = (parsed.static_key, parsed.names, parsed.sequences)
+            if identity not in self._seen:
+                self._seen.add(identity)
+                return config
+        self._exhausted = True
+        return None
+
     @property
-    def remaining(self) -> int:
-        return self._configs.remaining
+    def remaining(self) -> float:
+        return 0 if self._exhausted else self._configs.remaining
 
     def drawn(self) -> list[dict[str, Any]]:
         """The configs drawn and not yet taken, next first: the points to
@@ -102,9 +139,17 @@ class VariantSource:
         return drawn[0] if drawn else None
 
     def pending_limit(self, setting: int | None, max_concurrent_trials: int | None) -> int | None:
-        """No limit on trials waiting for a worker: variants learn nothing from
-        results, and the plan shares more the more of them it holds (Tune
-        bounds them only to pace placement groups, see `SearcherSource`)."""
+        """How many of its trials may wait for a worker at once: ``setting``
+        (``TUNE_MAX_PENDING_TRIALS_PG``) if given, as Tune bounds its
+        variants. Else, for a stream drawn without end, ``max_concurrent_trials``
+        or 1, as for a searcher (the study then holds what its workers run, not
+        trials that would never start); else no limit: variants learn nothing
+        from results, and the plan shares more the more of them it holds (Tune's
+        automatic bound of 200 paces placement groups)."""
+        if setting is not None:
+            return setting
+        if self.open_ended and not self._exhausted:
+            return max_concurrent_trials or 1
         return None
 
     def on_result(self, trial_id: str, result: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ repeats of the grid, the same seeding.
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -81,6 +82,7 @@ def generate_trials(
     """
     if filter is not None and not callable(filter):
         raise TypeError(f"filter must be callable(config) -> bool, got {filter!r}")
+    _check_num_samples(num_samples)
     stream = sample_variants(param_space, num_samples, seed=seed, constant_grid_search=constant_grid_search)
     return [config for config in stream if filter is None or filter(config)]
 
@@ -109,18 +111,27 @@ def sample_variants(
     each_draw:
         Applied to the configs of each draw (a point, one repeat of the
         grid): e.g. several trials per configuration.
+
+    ``num_samples=-1`` repeats the grid without end, as Tune's generator
+    does: the stream is open-ended (its ``remaining`` is infinite).
     """
     if not isinstance(param_space, Mapping):
         raise TypeError(f"param_space must be a dict, got {type(param_space).__name__}")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
+    if num_samples != -1 or isinstance(num_samples, bool):
+        _check_num_samples(num_samples)
     sampler = _Sampler(param_space, seed, constant_grid_search, each_draw)
     points = list(points_to_evaluate)
     drawn = [config for point in points for config in sampler.draw(point)]
-    repeats = max(num_samples - len(points), 0)  # as in Tune, each point takes one of the samples
+    # As in Tune, each point takes one of the samples.
+    repeats = math.inf if num_samples == -1 else max(num_samples - len(points), 0)
     first = sampler.draw() if repeats else []
     sampler.per_repeat = len(first)
     return VariantStream(drawn + first, sampler, max(repeats - 1, 0))
+
+
+def _check_num_samples(num_samples: Any) -> None:
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
 
 
 class VariantStream:
@@ -133,7 +144,7 @@ class VariantStream:
     and the repeats left.
     """
 
-    def __init__(self, drawn: Iterable[dict[str, Any]] = (), sampler: _Sampler | None = None, repeats: int = 0):
+    def __init__(self, drawn: Iterable[dict[str, Any]] = (), sampler: _Sampler | None = None, repeats: float = 0):
         self._drawn = collections.deque(drawn)
         self._sampler = sampler
         self._repeats_left = repeats if sampler is not None else 0
@@ -150,8 +161,9 @@ class VariantStream:
         return self._drawn.popleft()
 
     @property
-    def remaining(self) -> int:
-        """Configs still to take: every repeat of a grid holds as many."""
+    def remaining(self) -> float:
+        """Configs still to take: every repeat of a grid holds as many
+        (infinite for a stream without end)."""
         per_repeat = self._sampler.per_repeat if self._sampler is not None else 0
         return len(self._drawn) + self._repeats_left * per_repeat
 

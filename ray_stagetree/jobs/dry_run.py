@@ -70,10 +70,10 @@ def dry_run(spec: JobSpec, cost: CostModel, horizon: int | None = None, samples:
         )
     search_alg = tuner.tune_config.search_alg
     sampled = isinstance(search_alg, Searcher)
-    if sampled:
+    if sampled or tuner.tune_config.num_samples == -1:
         count = samples or tuner.tune_config.num_samples
         if count < 1:
-            raise ValueError("num_samples is -1 (until the searcher is finished): pass --samples N to plan N trials")
+            raise ValueError("num_samples is -1 (trials without end): pass --samples N to plan N trials")
         trials = generate_trials(spec.param_space, count)
     else:
         trial_source = tuner._trial_source()  # the study's own trials, drawn and checked as fit() draws them

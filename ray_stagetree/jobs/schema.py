@@ -79,7 +79,7 @@ SCHEMA: dict[str, Any] = {
                 "num_samples": {
                     "type": "integer",
                     "anyOf": [{"const": -1}, {"minimum": 1}],
-                    "description": "an int >= 1, or -1 with a searcher (until it is finished)",
+                    "description": "an int >= 1, or -1 (trials without end, until time_budget_s, a stopper or the searcher ends it)",
                 },
                 "max_concurrent_trials": {
                     "anyOf": [_POSITIVE_COUNT, {"type": "null"}],

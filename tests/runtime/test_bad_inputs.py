@@ -31,6 +31,7 @@ from ray_stagetree import (
 from ray_stagetree.execution.batches import BatchSpec
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.runtime.workers.context import StageContext, activate
+from ray_stagetree.searchers import SequenceGridSearch
 
 
 def train(config):
@@ -151,7 +152,12 @@ REFUSED = [
     ),
     ("mode-int", lambda: tune_config(mode=1), ValueError, "TuneConfig.mode must be 'min', 'max' or None, got 1"),
     ("num-samples-zero", lambda: tune_config(num_samples=0), ValueError, "num_samples must be an int >= 1.*got 0"),
-    ("num-samples-minus-one", lambda: tune_config(num_samples=-1), ValueError, "-1 with a searcher.*got -1"),
+    (
+        "num-samples-minus-one-drawn-up-front",
+        lambda: tune_config(num_samples=-1, search_alg=SequenceGridSearch()),
+        ValueError,
+        r"or -1 \(trials without end.*not with SequenceGridSearch.*got -1",
+    ),
     ("num-samples-float", lambda: tune_config(num_samples=2.5), ValueError, "num_samples.*got 2.5"),
     ("num-samples-bool", lambda: tune_config(num_samples=True), ValueError, "num_samples.*got True"),
     ("concurrent-negative", lambda: tune_config(max_concurrent_trials=-2), ValueError, "max_concurrent_trials.*got -2"),

@@ -112,6 +112,44 @@ def test_num_samples_minus_one_runs_until_the_searcher_is_finished(ray_session, 
     assert len(grid) == 3 and grid.num_errors == 0
 
 
+def slow_finite_loop(config):
+    for step in range(config["steps"]):
+        time.sleep(0.2)
+        tune.report({"score": config["slope"] * (step + 1)})
+
+
+def test_num_samples_minus_one_draws_random_variants_until_the_time_budget_ends(ray_session, tmp_path):
+    """Tune's random search without end: variants are drawn as workers take
+    them until time_budget_s, so the ResultGrid holds what ran and at most a
+    trial per worker the budget stopped, plus one that waited (it used to be
+    refused: -1 only with a searcher)."""
+    grid = Tuner(
+        slow_finite_loop,
+        param_space={"slope": tune.uniform(0, 1), "steps": 2},
+        tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=-1, time_budget_s=3),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    ran = [result for result in grid if result.metrics.get("training_iteration") == 2]
+    assert len(ran) >= 2 and grid.num_errors == 0
+    assert len(grid) <= len(ran) + 2 + 1, (len(grid), len(ran))
+    assert len({result.config["slope"] for result in grid}) == len(grid)
+
+
+def test_num_samples_minus_one_over_a_finite_space_ends_once_it_is_searched_through(ray_session, tmp_path):
+    """Draws of a config drawn before are skipped (under stage sharing it
+    would train nothing new, and trials would come without end, each
+    answered at once); the study ends once draws only repeat: each of the
+    space's 3 configs runs once, and no time budget is needed."""
+    grid = Tuner(
+        finite_loop,
+        param_space={"slope": tune.choice([1.0, 2.0, 3.0]), "steps": 2},
+        tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=-1),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    assert sorted(result.config["slope"] for result in grid) == [1.0, 2.0, 3.0]
+    assert grid.get_best_result().metrics["score"] == 6.0
+
+
 def test_a_multi_objective_searcher_gets_every_metric(ray_session, tmp_path):
     """As in Tune's optuna_multiobjective_example.py: metric and mode are lists,
     given to the searcher only."""
@@ -336,7 +374,7 @@ def test_a_relative_storage_path_is_refused_before_anything_runs():
 
 @pytest.mark.parametrize("num_samples", [0, -2, 1.5])
 def test_bad_num_samples_is_refused(num_samples):
-    with pytest.raises(ValueError, match="num_samples must be an int >= 1, or -1 with a searcher"):
+    with pytest.raises(ValueError, match=r"num_samples must be an int >= 1, or -1 \(trials without end"):
         Tuner(finite_loop, tune_config=tune.TuneConfig(num_samples=num_samples))
 
 

@@ -1,5 +1,8 @@
 """Where trials come from: Tune searchers proposing sequences."""
 
+import math
+import pickle
+
 import pytest
 from ray import tune
 from ray.tune.search import ConcurrencyLimiter, Repeater, Searcher
@@ -7,6 +10,7 @@ from ray.tune.search import ConcurrencyLimiter, Repeater, Searcher
 from ray_stagetree import Constant, MultiStep
 from ray_stagetree.runtime.driver.arguments import max_pending_trials
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource, from_searchable, searchable_space
+from ray_stagetree.searchers.variants import sample_variants
 
 
 def test_lists_holding_domains_reach_searchers_as_dicts_and_come_back_as_lists():
@@ -80,8 +84,7 @@ def test_a_searchers_pending_trial_limit_is_tunes():
     """Tune's rule (TuneController's _get_max_pending_trials): the
     TUNE_MAX_PENDING_TRIALS_PG setting, else a ConcurrencyLimiter's
     max_concurrent anywhere in the searcher's chain, else
-    max_concurrent_trials (which Tune applies as such a limiter), else 1.
-    Grid and random variants have none: the plan shares more the more it holds."""
+    max_concurrent_trials (which Tune applies as such a limiter), else 1."""
 
     def source(searcher):
         return SearcherSource(searcher, {"x": tune.uniform(0, 1)}, "loss", "min", 10)
@@ -91,7 +94,31 @@ def test_a_searchers_pending_trial_limit_is_tunes():
     limited = source(Repeater(ConcurrencyLimiter(Searcher(), max_concurrent=4), repeat=2))
     assert limited.pending_limit(None, None) == 4
     assert limited.pending_limit(7, None) == 7
-    assert VariantSource([{"x": 1}]).pending_limit(7, 2) is None
+
+
+def test_variants_wait_for_workers_without_limit_unless_drawn_without_end():
+    """A list of variants has no pending limit unless TUNE_MAX_PENDING_TRIALS_PG
+    sets one (as Tune bounds its variants); a stream without end
+    (num_samples=-1) has a searcher's: max_concurrent_trials, else 1."""
+    assert VariantSource([{"x": 1}]).pending_limit(None, 2) is None
+    assert VariantSource([{"x": 1}]).pending_limit(7, 2) == 7
+    endless = VariantSource(sample_variants({"x": tune.uniform(0, 1)}, -1, seed=0))
+    assert endless.open_ended and endless.remaining == math.inf
+    assert endless.pending_limit(None, None) == 1 and endless.pending_limit(None, 3) == 3
+    assert endless.pending_limit(5, 3) == 5
+
+
+def test_a_stream_without_end_skips_repeated_configs_and_ends_when_only_repeats_come():
+    space = {"lr": tune.choice([0.1, 0.2]), "decay": MultiStep(0.1, tune.choice([[5], [10]]), 0.5)}
+    source = VariantSource(sample_variants(space, -1, seed=0), skip_repeats=True)
+    drawn = [proposal[1] for proposal in iter(source.next_trial, None)]
+    assert len(drawn) == 4 and len({(config["lr"], repr(config["decay"])) for config in drawn}) == 4
+    assert source.remaining == 0 and source.pending_limit(None, None) is None
+    # Without stage sharing a repeat trains again, as under Tune: repeats are kept.
+    repeating = VariantSource(sample_variants(space, -1, seed=0))
+    assert len({repr(repeating.next_trial()[1]) for _ in range(20)}) == 4 and repeating.remaining == math.inf
+    copy = pickle.loads(pickle.dumps(source))  # a study snapshot holds it
+    assert copy.next_trial() is None
 
 
 @pytest.mark.parametrize("value, expected", [("auto", None), (" AUTO ", None), ("3", 3)])

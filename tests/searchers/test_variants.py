@@ -57,7 +57,11 @@ def test_a_domain_that_draws_a_bad_value_raises_naming_the_parameter():
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"num_samples": 0}, "num_samples must be an int >= 1"), ({"filter": 3}, "filter must be callable")],
+    [
+        ({"num_samples": 0}, "num_samples must be an int >= 1"),
+        ({"num_samples": -1}, "num_samples must be an int >= 1"),  # a list without end
+        ({"filter": 3}, "filter must be callable"),
+    ],
 )
 def test_bad_arguments(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):

@@ -108,12 +108,15 @@ def check_tune_config(config: Any) -> None:
         None,
         meaning=" (a number is seconds)",
     )
-    if not (config.num_samples == -1 and isinstance(config.search_alg, Searcher)):
+    if not (config.num_samples == -1 and not isinstance(config.search_alg, SequenceGridSearch)):
         check(
             "TuneConfig.num_samples",
             config.num_samples,
             Int(low=1),
-            meaning=", or -1 with a searcher (run until it is finished or time_budget_s ends)",
+            meaning=(
+                ", or -1 (trials without end, until time_budget_s, a stopper or the searcher ends the study;"
+                " not with SequenceGridSearch, which draws every trial before the study starts)"
+            ),
         )
     check(
         "TuneConfig.max_concurrent_trials",

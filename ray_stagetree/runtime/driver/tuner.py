@@ -626,7 +626,7 @@ class Tuner:
         else:
             seed = self.seed if self.reproducible else None
             variants = _variants(self.param_space, config.num_samples, config.search_alg, seed, each_draw)
-            trial_source = VariantSource(variants)
+            trial_source = VariantSource(variants, skip_repeats=self.stage_sharing)
         for index, trial_config in enumerate(trial_source.drawn()):
             try:
                 TrialConfig.from_config(trial_config)
