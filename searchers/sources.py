@@ -95,6 +95,12 @@ class VariantSource:
         self._seen: set[tuple] | None = set() if skip_repeats and self.open_ended else None
         self._exhausted = False
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Snapshots of studies saved before variants could be drawn without end hold neither.
+        state.setdefault("_seen", None)
+        state.setdefault("_exhausted", False)
+        self.__dict__.update(state)
+
     @property
     def open_ended(self) -> bool:
         """Drawn without end (``num_samples=-1``)."""

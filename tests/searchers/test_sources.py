@@ -119,6 +119,10 @@ def test_a_stream_without_end_skips_repeated_configs_and_ends_when_only_repeats_
     assert len({repr(repeating.next_trial()[1]) for _ in range(20)}) == 4 and repeating.remaining == math.inf
     copy = pickle.loads(pickle.dumps(source))  # a study snapshot holds it
     assert copy.next_trial() is None
+    older = VariantSource([{"lr": 0.1}])
+    for attribute in ("_seen", "_exhausted"):  # a snapshot saved before they were kept
+        del older.__dict__[attribute]
+    assert pickle.loads(pickle.dumps(older)).next_trial()[1] == {"lr": 0.1}
 
 
 @pytest.mark.parametrize("value, expected", [("auto", None), (" AUTO ", None), ("3", 3)])
