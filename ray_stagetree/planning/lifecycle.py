@@ -209,6 +209,18 @@ class TrialLifecycle:
         that batch instead)."""
         return frozenset(trial_id for trial_id in self._pending if not self.plan.in_progress(trial_id))
 
+    def pending_full(self, pending_limit: int | None, workers: int) -> bool:
+        """Whether a source under a pending-trial limit (a searcher's, or
+        variants drawn without end) must wait before its next trial: as many
+        trials as the limit wait for a worker, or as many are live as the
+        study's ``workers`` run plus the limit. A trial riding on a running
+        batch's shared prefix does not wait for a worker yet but needs one
+        once it forks: without the second bound an endless source of trials
+        sharing a prefix is admitted without end while that prefix trains."""
+        if pending_limit is None:
+            return False
+        return self.live() >= workers + pending_limit or len(self.waiting()) >= pending_limit
+
     def counts(self) -> dict[str, int]:
         """Trials by status, statuses without trials left out."""
         return {status: count for status, count in self._counts.items() if count}

@@ -436,8 +436,10 @@ class _Driver:
         studies: list[StudyDefinition],
         share: bool,
         seconds: Callable[[PlanNode, int], float],
+        workers: int,
     ) -> None:
         self.plan, self.share, self.seconds = plan, share, seconds
+        self.workers = workers  # of the run: with a pending-trial limit, live trials stay below it plus the limit
         self.trials: dict[str, _Trial] = {}
         self.lifecycles: dict[str, TrialLifecycle] = {}
         self.outcomes = {study.name: StudyOutcome() for study in studies}
@@ -479,7 +481,7 @@ class _Driver:
         for name, study in self.studies.items():
             lifecycle = self.lifecycles[name]
             limit, pending_limit = study.max_concurrent_trials or math.inf, self._pending_limits[name]
-            while lifecycle.live() < limit and (pending_limit is None or len(lifecycle.waiting()) < pending_limit):
+            while lifecycle.live() < limit and not lifecycle.pending_full(pending_limit, self.workers):
                 trial = lifecycle.admit_next(
                     lambda trial_id, config, _, study=study: _Trial(trial_id=trial_id, config=config, study=study)
                 )
@@ -655,7 +657,7 @@ def simulate(
         metrics=metrics or curves.metrics,
     )
     plan = SearchPlan()
-    driver = _Driver(plan, studies, share, curves.seconds)
+    driver = _Driver(plan, studies, share, curves.seconds, simulation.workers)
     driver.admit()
     execution = simulation.policy(policy, batch_stages)
     if look_ahead:

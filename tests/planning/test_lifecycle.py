@@ -325,3 +325,22 @@ def test_a_trial_waits_for_a_worker_until_a_batch_trains_its_path():
     a = study.lifecycle.trials["a"]
     study.result(a, RUNG)
     assert study.lifecycle.waiting() == {"b", "c"}, "a trial with a result is running, as under Tune"
+
+
+def test_a_pending_limit_bounds_the_trials_riding_on_a_running_prefix_too():
+    """Under a pending-trial limit the source waits once the limit's trials
+    wait for a worker, or once the workers plus the limit are live: trials
+    forking from a running batch's prefix wait for no worker yet, but each
+    needs one after its fork (an endless source of them was admitted without
+    end while the prefix trained)."""
+    study = Study()
+    study.admit("a", {"lr": MultiStep(0.1, [6], 0.01)})
+    CriticalPathPolicy().select(study.plan, 1)
+    for name, decay in (("b", 0.02), ("c", 0.03)):
+        assert not study.lifecycle.pending_full(1, workers=2)
+        study.admit(name, {"lr": MultiStep(0.1, [6], decay)})  # forks from a's running prefix at 6
+    assert study.lifecycle.waiting() == set() and study.lifecycle.live() == 3
+    assert study.lifecycle.pending_full(1, workers=2), "2 workers + 1 pending are live"
+    assert not study.lifecycle.pending_full(None, workers=2), "no limit (grid and random variants)"
+    study.admit("d", {"lr": 0.5})
+    assert study.lifecycle.pending_full(2, workers=4) is False and study.lifecycle.pending_full(1, workers=4)

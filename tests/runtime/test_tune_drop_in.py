@@ -14,7 +14,7 @@ from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining
 from ray.tune.search import Searcher
 
-from ray_stagetree import Concat, Tuner
+from ray_stagetree import Concat, MultiStep, Tuner
 from ray_stagetree.trainables import StageTrainable
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
@@ -133,6 +133,27 @@ def test_num_samples_minus_one_draws_random_variants_until_the_time_budget_ends(
     assert len(ran) >= 2 and grid.num_errors == 0
     assert len(grid) <= len(ran) + 2 + 1, (len(grid), len(ran))
     assert len({result.config["slope"] for result in grid}) == len(grid)
+
+
+def slow_sequence_loop(config):
+    for step in range(config["steps"]):
+        time.sleep(0.2)
+        tune.report({"score": config["slope"].value(step) * (step + 1)})
+
+
+def test_num_samples_minus_one_over_trials_sharing_a_prefix_admits_what_its_workers_can_run(ray_session, tmp_path):
+    """Every trial shares its first 4 iterations: trials forking from the
+    running prefix wait for no worker yet, but each needs one after the fork,
+    so no more are live than the workers run plus one (without that bound,
+    2,601 trials were admitted in a 4 s budget, none trained to its end)."""
+    grid = Tuner(
+        slow_sequence_loop,
+        param_space={"slope": MultiStep(1.0, [4], tune.uniform(0, 1)), "steps": 8},
+        tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=-1, time_budget_s=6),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    # 2 workers: each trial trains its own 4 iterations (0.8 s) after the fork; thousands came unbounded.
+    assert grid.num_errors == 0 and 3 <= len(grid) <= 25, len(grid)
 
 
 def test_num_samples_minus_one_over_a_finite_space_ends_once_it_is_searched_through(ray_session, tmp_path):

@@ -294,7 +294,7 @@ class StudyController:
         for admitted in range(ADMIT_PER_TURN):
             if self.lifecycle.live() >= limit or self.budget.over() or self.failures.halted:
                 return False
-            if pending_limit is not None and len(self.lifecycle.waiting()) >= pending_limit:
+            if self.lifecycle.pending_full(pending_limit, self.spec.num_workers):
                 return admitted > 0
             try:
                 if self.lifecycle.admit_next(self._new_trial) is None:
