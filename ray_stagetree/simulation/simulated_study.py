@@ -327,6 +327,12 @@ class StudyDefinition:
         ``num_samples`` trials from ``param_space`` as the study runs (as
         the controller hosts one, asked while fewer of its trials wait for
         a worker than Tune's pending-trial limit); it sees every iteration's result.
+    max_pending_trials:
+        Tune's ``TUNE_MAX_PENDING_TRIALS_PG``: trials that may wait for a
+        worker at once, no more live than the run's workers plus it (None:
+        the trial source's own rule). 1 admits ``trials`` as workers free
+        up, as ASHA samples its next configuration when a worker has no
+        promotion to run.
     """
 
     name: str
@@ -340,6 +346,7 @@ class StudyDefinition:
     searcher: Callable[[], Any] | None = None
     param_space: Mapping[str, Any] | None = None
     num_samples: int = 0
+    max_pending_trials: int | None = None
 
     def trial_source(self) -> VariantSource | SearcherSource:
         """Where the study's trials come from, fresh for one run."""
@@ -451,7 +458,9 @@ class _Driver:
             scheduler = study.scheduler() if study.scheduler is not None else None
             host = SchedulerHost(scheduler, study.profile.metric, study.mode, study.horizon, on_stop=self.stop)
             trial_source = study.trial_source()
-            self._pending_limits[study.name] = trial_source.pending_limit(None, study.max_concurrent_trials)
+            self._pending_limits[study.name] = trial_source.pending_limit(
+                study.max_pending_trials, study.max_concurrent_trials
+            )
             self.lifecycles[study.name] = TrialLifecycle(
                 plan,
                 host,

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search import Searcher
 
 from ray_stagetree import MultiStep, Warmup
@@ -215,6 +215,28 @@ def test_in_trial_order_the_oldest_trial_runs_first_whatever_its_path():
     asha = functools.partial(ASHAScheduler, max_t=10, grace_period=10)  # no rung before the horizon: none stops
     compared = dataclasses.replace(study, scheduler=asha)
     assert simulate([compared], gpus=1).studies["s"].finishes[0][0] == pytest.approx(5.0)
+
+
+def test_a_pending_limit_admits_a_grid_as_workers_free_up():
+    """max_pending_trials (Tune's TUNE_MAX_PENDING_TRIALS_PG) bounds listed
+    trials too: with 1 on 2 GPUs, the scheduler hears of 3 trials before the
+    first ends (the grid all at once without it)."""
+    events = []
+
+    class Logged(FIFOScheduler):
+        def on_trial_add(self, tune_controller, trial):
+            events.append("add")
+
+        def on_trial_complete(self, tune_controller, trial, result):
+            events.append("complete")
+
+    trials = [{"lr": 0.01 * (index + 1)} for index in range(8)]
+    for pending, before_first_end in ((1, 3), (None, 8)):
+        events.clear()
+        study = StudyDefinition("s", trials, UNIT, horizon=10, scheduler=Logged, max_pending_trials=pending)
+        run = simulate([study], gpus=2)
+        assert len(run.studies["s"].finished) == 8
+        assert events.count("add") == 8 and events.index("complete") == before_first_end, (pending, events)
 
 
 def test_a_searcher_is_asked_as_its_trials_start_as_the_controller_asks_it():
