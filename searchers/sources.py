@@ -120,10 +120,9 @@ class VariantSource:
         for _ in range(self.EXHAUSTED_AFTER):
             config = next(self._configs)
             try:
-                parsed = TrialConfig.from_config(config)
+                identity = TrialConfig.from_config(config).identity
             except (TypeError, ValueError):
                 return config  # the study refuses it by name when it plans it
-            identity = (parsed.static_key, parsed.names, parsed.sequences)
             if identity not in self._seen:
                 self._seen.add(identity)
                 return config

@@ -117,7 +117,7 @@ def sample_variants(
     """
     if not isinstance(param_space, Mapping):
         raise TypeError(f"param_space must be a dict, got {type(param_space).__name__}")
-    if num_samples != -1 or isinstance(num_samples, bool):
+    if num_samples != -1:
         _check_num_samples(num_samples)
     sampler = _Sampler(param_space, seed, constant_grid_search, each_draw)
     points = list(points_to_evaluate)

@@ -450,6 +450,12 @@ class TrialConfig:
                     break
         return earliest
 
+    @property
+    def identity(self) -> tuple:
+        """Hashable key equal exactly for configs of one trial: the same
+        static values and sequences (which compare canonically)."""
+        return (self.static_key, self.names, self.sequences)
+
     def observed_at(self, iteration: int) -> tuple:
         """Hashable key of what a trainable observes at one iteration: equal
         keys exactly when no value differs in value or type (``128`` and

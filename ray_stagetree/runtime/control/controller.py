@@ -327,8 +327,7 @@ class StudyController:
         one member here."""
         if self._population_starts is None:
             return
-        start = (trial_config.static_key, trial_config.names, trial_config.sequences)  # sequences compare canonically
-        twin = self._population_starts.setdefault(start, trial_id)
+        twin = self._population_starts.setdefault(trial_config.identity, trial_id)
         if twin == trial_id:
             return
         self._population_starts = None

@@ -108,7 +108,7 @@ def check_tune_config(config: Any) -> None:
         None,
         meaning=" (a number is seconds)",
     )
-    if not (config.num_samples == -1 and not isinstance(config.search_alg, SequenceGridSearch)):
+    if config.num_samples != -1 or isinstance(config.search_alg, SequenceGridSearch):
         check(
             "TuneConfig.num_samples",
             config.num_samples,
