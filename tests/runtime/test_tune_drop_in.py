@@ -114,7 +114,7 @@ def test_num_samples_minus_one_runs_until_the_searcher_is_finished(ray_session, 
 
 def slow_finite_loop(config):
     for step in range(config["steps"]):
-        time.sleep(0.2)
+        time.sleep(0.1)
         tune.report({"score": config["slope"] * (step + 1)})
 
 
@@ -122,11 +122,13 @@ def test_num_samples_minus_one_draws_random_variants_until_the_time_budget_ends(
     """Tune's random search without end: variants are drawn as workers take
     them until time_budget_s, so the ResultGrid holds what ran and at most a
     trial per worker the budget stopped, plus one that waited (it used to be
-    refused: -1 only with a searcher)."""
+    refused: -1 only with a searcher). The budget counts the workers' start,
+    which takes seconds on a loaded machine: it leaves room for more than
+    one trial after it."""
     grid = Tuner(
         slow_finite_loop,
         param_space={"slope": tune.uniform(0, 1), "steps": 2},
-        tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=-1, time_budget_s=3),
+        tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=-1, time_budget_s=10),
         run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
     ).fit()
     ran = [result for result in grid if result.metrics.get("training_iteration") == 2]
