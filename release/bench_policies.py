@@ -36,7 +36,8 @@ Instrumented per run: the makespan against the bound of the work that run
 trained (`Simulation.trained_bound`: the longest requested path, the unique
 work over the GPUs, and the study's work before its best trial's final
 epochs plus those epochs on one GPU; no schedule of that work ends sooner),
-the epochs trained, and the share of GPU time busy. Per GPU count, the
+the epochs trained, the share of GPU time busy, and how many trials
+reached each of ASHA's rungs and the horizon (what its promotions cost). Per GPU count, the
 shortest makespan any run of the study can have, whatever its policy and
 ASHA's decisions: the cheapest path of a trial to the horizon plus its final
 epochs, which every run trains one after the other (and that path alone,
@@ -48,13 +49,12 @@ for the search).
 
 from __future__ import annotations
 
-import functools
 import random
 from typing import Any
 
 import harness
 
-from ray_stagetree import PromotingASHAScheduler
+from ray_stagetree import PromotingASHAScheduler, as_sequence
 from ray_stagetree.planning.merge import merge_rate
 from ray_stagetree.searchers import generate_trials
 from ray_stagetree.simulation.paper_spaces import RESNET20_HORIZON, resnet20_policy_space
@@ -76,12 +76,24 @@ POLICIES = {  # label -> (policy, batch_stages, look_ahead, trial_order)
 }
 
 
+class RecordedASHA:
+    """ASHA's scheduler factory for a study; keeps the latest run's
+    scheduler, whose rungs the tables count."""
+
+    def __init__(self) -> None:
+        self.latest: PromotingASHAScheduler | None = None
+
+    def __call__(self) -> PromotingASHAScheduler:
+        self.latest = PromotingASHAScheduler(max_t=RESNET20_HORIZON, grace_period=15, reduction_factor=4)
+        return self.latest
+
+
 def studies(trials: list[dict[str, Any]], orders: int) -> dict[str, list[StudyDefinition]]:
     """The grid (one run), and ASHA in ``orders`` random trial orders: every
     trial in the plan from the start, and sampled as workers free up (a
     trial waits for a worker at most, as ASHA samples a configuration when
     a worker has no promotion to run)."""
-    asha = functools.partial(PromotingASHAScheduler, max_t=RESNET20_HORIZON, grace_period=15, reduction_factor=4)
+    asha = RecordedASHA()
     runs = {"grid": [StudyDefinition("grid", trials, RESNET20, RESNET20_HORIZON, final_iterations=FINAL)]}
     runs["ASHA"], runs[SAMPLED] = [], []
     for seed in range(orders):
@@ -109,7 +121,10 @@ def shortest_hours(trials: list[dict[str, Any]], final: int) -> float:
 def run_policy(study: StudyDefinition, gpus: int, label: str) -> dict[str, float]:
     policy, batch, look_ahead, trial_order = POLICIES[label]
     run = simulate([study], gpus, policy=policy, batch_stages=batch, look_ahead=look_ahead, trial_order=trial_order)
+    scheduler = study.scheduler.latest if isinstance(study.scheduler, RecordedASHA) else None
     return {
+        "at_rungs": [len(rung) for rung in scheduler.rungs] if scheduler is not None else [],
+        "to_horizon": len(run.studies[study.name].finishes),
         "hours": run.hours,
         "search": run.studies[study.name].search_seconds / 3600,
         "bound": run.bound_hours,
@@ -137,6 +152,7 @@ def main() -> None:
     )
     shortest, shortest_search = shortest_hours(trials, FINAL), shortest_hours(trials, 0)
     rows, summary, verdicts, tails = [], [], [], []
+    horizons: dict[int, list[list[float]]] = {}  # GPUs -> trials THR's, critical path's ASHA runs trained to 120
     for gpus in gpu_counts:
         for name, definitions in studies(trials, args.repeats).items():
             runs = harness.interleaved(
@@ -153,10 +169,13 @@ def main() -> None:
                         harness.median_range(harness.values(figures, "over_bound"), 2),
                         harness.median_range(harness.values(figures, "epochs"), 0),
                         harness.median_range([100 * busy for busy in harness.values(figures, "busy")], 0, "%"),
+                        _trials_reaching(figures),
                     ]
                 )
             thr, critical = harness.values(runs["THR"], "hours"), harness.values(runs["critical"], "hours")
             thr_search, critical_search = (harness.values(runs[label], "search") for label in ("THR", "critical"))
+            if name == "ASHA":
+                horizons[gpus] = [harness.values(runs[label], "to_horizon") for label in ("THR", "critical")]
             tails += [run["hours"] - run["search"] for figures in runs.values() for run in figures]
             at_most = harness.median(thr) / shortest
             if name != "grid":
@@ -180,7 +199,18 @@ def main() -> None:
                 ]
             )
     section.table(
-        ["GPUs", "study", "policy", "hours", "search hours", "hours / bound", "epochs trained", "GPUs busy"], rows
+        [
+            "GPUs",
+            "study",
+            "policy",
+            "hours",
+            "search hours",
+            "hours / bound",
+            "epochs trained",
+            "GPUs busy",
+            "trials at 15 / 60 / 120",
+        ],
+        rows,
     )
     section.table(
         [
@@ -227,9 +257,21 @@ def main() -> None:
         " promoted once it is in the top quarter of the results its rung holds so far, so the order in which"
         " results reach a rung"
         " decides how many trials are promoted on thin evidence (trials that share their path to a rung reach it"
-        " together, tied, and are promoted together). Which order promotes fewer depends on scores not yet"
-        " trained, which no policy knows: across random trial orders, neither policy's runs train less (bound,"
-        " THR / critical)."
+        " together, tied, and are promoted together). Every policy brings the same trials to rung 60 (trials at"
+        f" 15 / 60 / 120): the {len(trials)} trials reach rung 15 in {_paths_to(trials, 15)} tied groups, the"
+        " paths to it, and its top quarter goes on. The time is lost or won at rung 60: the policies run the promoted trials' epochs 15-60"
+        " in different orders, critical path the largest group of trials sharing their path to 60 first (its"
+        " longest path; traced on two orders), and where that group is not the best at 60, more trials enter the"
+        f" rung's top quarter before better ones arrive and train on to 120 ({len(trials) // 4 // 4} would if"
+        " every rung's results came best first): "
+        + "; ".join(
+            f"at {gpus} GPUs up front, trials trained to 120 by THR / critical path {harness.median(thr_to):g} /"
+            f" {harness.median(critical_to):g} (medians), critical path more in"
+            f" {sum(c > t for t, c in zip(thr_to, critical_to))} of {len(thr_to)} orders, fewer in"
+            f" {sum(c < t for t, c in zip(thr_to, critical_to))}"
+            for gpus, (thr_to, critical_to) in horizons.items()
+        )
+        + ". Which order promotes fewer depends on scores not yet trained, which no policy's priority knows."
         " Looking ahead to the horizon (the no look-ahead rows without it) runs the results that decide on more"
         " work before the work no decision waits for; the ratio of the two is in the no look-ahead / critical"
         " column. The final epochs add about as much time to every run, so the ratio of the search alone is"
@@ -266,6 +308,25 @@ def _verdict(verdicts: list[tuple[str, str, int, float, float]], study: str, vie
     if attainable and len(met) == len(attainable):
         return f"{figures}: **met**"
     return f"{figures}: **NOT met**" + (f" (met at {', '.join(map(str, met))} GPUs)" if met else "")
+
+
+def _paths_to(trials: list[dict[str, Any]], iterations: int) -> int:
+    """How many distinct paths the trials take through their first ``iterations``."""
+    return len(
+        {
+            tuple(tuple(as_sequence(value).value(step) for step in range(iterations)) for value in trial.values())
+            for trial in trials
+        }
+    )
+
+
+def _trials_reaching(figures: list[dict[str, Any]]) -> str:
+    """Median trials with a result at each of ASHA's rungs and at the horizon ("-" for the grid)."""
+    if not figures[0]["at_rungs"]:
+        return "-"
+    counts = [[run["at_rungs"][rung] for run in figures] for rung in range(len(figures[0]["at_rungs"]))]
+    counts.append(harness.values(figures, "to_horizon"))
+    return " / ".join(f"{harness.median(column):g}" for column in counts)
 
 
 def _cycle(definitions: list[StudyDefinition], gpus: int, label: str):
