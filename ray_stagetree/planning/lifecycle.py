@@ -125,6 +125,12 @@ class Trial:
     status: str = PENDING
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # results on its current path, by iteration
     node: PlanNode | None = None  # the plan node of its request
+    #: (node, start, stop): before PBT exploits, the paths whose iterations
+    #: (start, stop] its results and checkpoints come from, oldest first.
+    earlier_paths: tuple[tuple[PlanNode, int, int], ...] = ()
+    #: Its current path (``node``'s) is its own after this iteration (its last
+    #: exploit's; before it, that path is the source's).
+    forked_at: int = 0
 
     def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
         """Take ``config`` (and its parsed form) as the trial's config (at
@@ -350,12 +356,19 @@ class TrialLifecycle:
         for name, value in exploit.values.items():
             sequence = sequences[name].then(value, at=exploit.iteration) if exploit.iteration > 0 else value
             _set_path(config, name, sequence)
+        assert trial.node is not None  # it reported on its path
+        at = exploit.iteration
+        trial.rows = {iteration: row for iteration, row in trial.rows.items() if iteration <= at}
+        own = (trial.node, trial.forked_at, max(trial.rows, default=0))
+        trial.earlier_paths = tuple(
+            (node, start, min(stop, at)) for node, start, stop in (*trial.earlier_paths, own) if start < min(stop, at)
+        )
+        trial.forked_at = at
         self.plan.remove_trial(trial.trial_id)
         # The static values are deep copies of the source's: keyed as the
         # source's, or a value without a fingerprint would not fork from it.
         trial.configure(config, self.parse(trial.trial_id, config, copied_from=source.trial_config))
-        trial.rows = {at: row for at, row in trial.rows.items() if at <= exploit.iteration}
-        self._request_from(trial, exploit.iteration)
+        self._request_from(trial, at)
 
     # -- ends ----------------------------------------------------------------------------
 

@@ -391,3 +391,60 @@ def test_a_failed_trial_keeps_and_a_retry_resumes_from_its_latest_checkpoint(tmp
     else:
         assert isinstance(result.error, RuntimeError) and result.metrics["step"] == 4
         assert checkpointed_step(result.checkpoint) == 3
+
+
+def accumulate(config):
+    """x grows by lr each iteration; every report carries a checkpoint of x."""
+    import json
+    import tempfile
+    import time
+
+    x, start = 0.0, 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(os.path.join(path, "x.json")) as file:
+            x, start = json.load(file)
+    for iteration in range(start, 8):
+        x += config["lr"]
+        time.sleep(0.05)
+        with tempfile.TemporaryDirectory() as path:
+            with open(os.path.join(path, "x.json"), "w") as file:
+                json.dump([x, iteration + 1], file)
+            tune.report({"score": x}, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+@pytest.mark.parametrize("num_to_keep", [None, 20])
+def test_an_exploited_trial_keeps_its_own_checkpoints_from_before_the_exploit(tmp_path, ray_session, num_to_keep):
+    """As under Tune, a trial PBT exploits keeps the checkpoints it saved
+    itself before the exploit, each beside its own result there (they were
+    the source's, beside the trial's own results: a best checkpoint chosen
+    by score held another trial's model)."""
+    import json
+
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    pbt = PopulationBasedTraining(  # synchronous: the exploits do not depend on timing
+        time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": [0.5]}, synch=True
+    )
+    grid = Tuner(
+        tune.with_resources(accumulate, {"cpu": 0.5}),
+        param_space={"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4])},
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=pbt),
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=num_to_keep),
+            verbose=0,
+        ),
+    ).fit()
+    assert grid.num_errors == 0
+    exploited = [result for result in grid if "config_schedule" in result.metrics]
+    assert exploited, "the weakest trial exploited the strongest"
+    for result in grid:
+        for checkpoint, metrics in result.best_checkpoints:
+            with open(os.path.join(checkpoint.path, "x.json")) as file:
+                x, iteration = json.load(file)
+            assert (iteration, x) == (metrics["training_iteration"], pytest.approx(metrics["score"]))
+    if num_to_keep is not None:  # every report stored: the exploited trials' own from before the fork too
+        for result in exploited:
+            fork = result.metrics["config_schedule"]["lr"].milestones[0]
+            assert any(metrics["training_iteration"] <= fork for _, metrics in result.best_checkpoints)

@@ -62,28 +62,26 @@ class TrialState(Trial):
     # -- its checkpoints, at the end of the study
 
     def path_checkpoints(self) -> list[tuple[Any, int]]:
-        """(node, iteration) of the plan's checkpoints on an ended trial's
-        path (finished or errored) up to its last iteration, oldest first;
-        none for the others."""
+        """(node, iteration) of the plan's checkpoints on the paths an ended
+        trial (finished or errored) trained on, up to its last iteration,
+        oldest first; none for the others. Before a PBT exploit they are its
+        own, as its results are (as under Tune), not the source's it forked from."""
         if self.status not in (TERMINATED, ERROR) or not self.rows:
             return []
-        last = max(self.rows)
-        node, upper = self.node, last
         points = []
-        while node is not None:
-            points += [(node, iteration) for iteration in node.checkpoints if node.fork_iteration < iteration <= upper]
-            node, upper = node.parent, min(node.fork_iteration, last)
+        for node, start, stop in [*self.earlier_paths, (self.node, self.forked_at, max(self.rows))]:
+            top = stop
+            while node is not None and top > start:
+                after = max(node.fork_iteration, start)
+                points += [(node, iteration) for iteration in node.checkpoints if after < iteration <= top]
+                node, top = node.parent, min(node.fork_iteration, stop)
         return sorted(points, key=lambda point: point[1])
 
     def checkpoint_metrics(self, iteration: int) -> dict[str, Any]:
-        """The metrics a checkpoint at ``iteration`` of its path is shown with."""
-        if iteration in self.rows:
-            return self.rows[iteration]
-        # Before a PBT exploit: the checkpoint was trained on the source's path.
-        for node in [self.node, *self.node.ancestors()]:
-            if iteration in node.metrics and node.fork_iteration < iteration:
-                return {**node.metrics[iteration], "training_iteration": iteration}
-        return {"training_iteration": iteration}
+        """The metrics a checkpoint at ``iteration`` of its paths is shown
+        with: its own result there (`path_checkpoints` lists checkpoints
+        only where it reported)."""
+        return self.rows.get(iteration, {"training_iteration": iteration})
 
     def exposed_checkpoints(self, checkpoint_config: Any) -> tuple[list[tuple[Any, int, str]], list[int]]:
         """What it keeps in its folder (`kept_checkpoints` under Tune's
