@@ -129,9 +129,7 @@ def summary(grid) -> dict:
             "trial_id": result.metrics["trial_id"],
             "x": result.metrics.get("x"),
             "done": bool(result.metrics.get("done")),
-            "iterations": result.metrics_dataframe["training_iteration"].tolist()
-            if result.metrics_dataframe is not None
-            else [],
+            "iterations": [row["training_iteration"] for row in result.metrics_dataframe.to_dict("records")],
         }
         for result in grid
     }

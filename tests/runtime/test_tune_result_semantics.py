@@ -428,3 +428,30 @@ def test_a_scheduler_hears_the_result_at_its_max_t(tmp_path, ray_session, tuner_
     (result,) = grid
     assert result.metrics["training_iteration"] == 4 and result.metrics["done"] is True
     assert seen.read_text().splitlines() == [f"0.3 {step} False CONTINUE" for step in (1, 2, 3)] + ["0.3 4 False STOP"]
+
+
+# -- what a Tune script reads of its trial and its results -------------------------
+
+
+def reports_its_resources(config):
+    if config["report"]:
+        tune.report({"resources": tune.get_context().get_trial_resources().required_resources})
+
+
+def test_trial_resources_filesystem_and_a_trial_without_results_read_as_in_tune(tmp_path, ray_session):
+    """``get_trial_resources()`` is the trial's resource request (scripts
+    size their data loaders by it), ``grid.filesystem`` the experiment
+    folder's pyarrow filesystem, and a trial that never reported has an empty
+    ``metrics_dataframe``, not None: each was what failed a Tune script."""
+    import pyarrow.fs
+
+    grid = Tuner(
+        tune.with_resources(reports_its_resources, {"cpu": 0.5, "gpu": 1}),
+        param_space={"report": tune.grid_search([True, False])},
+        run_config=run_config(tmp_path, "resources"),
+    ).fit()
+    reported, silent = sorted(grid, key=lambda result: not result.config["report"])
+    assert reported.metrics["resources"] == {"CPU": 0.5, "GPU": 1.0}
+    assert silent.metrics_dataframe is not None and silent.metrics_dataframe.empty
+    assert isinstance(grid.filesystem, pyarrow.fs.LocalFileSystem)
+    assert grid.filesystem.get_file_info(grid.experiment_path).type == pyarrow.fs.FileType.Directory

@@ -29,7 +29,7 @@ class TrialResult(tune.Result):
     flattens them: "config/lr/init", ..."""
 
     def __init__(self, rows: list[dict], **fields: Any) -> None:
-        self._rows: list[dict] | None = rows or None
+        self._rows: list[dict] | None = rows  # a trial that never reported: an empty frame, as Tune's
         super().__init__(**fields)
 
     @property  # type: ignore[override]
@@ -69,9 +69,11 @@ class ResultGrid:
         total_iterations: int = 0,
         worker_seconds: float = 0.0,
         state_seconds: float = 0.0,
+        storage_filesystem: Any = None,
     ) -> None:
         self._results = results
         self._experiment_path = experiment_path
+        self._storage_filesystem = storage_filesystem
         self._default_metric = default_metric
         self._default_mode = default_mode
         self.iterations_executed = iterations
@@ -87,6 +89,13 @@ class ResultGrid:
     @property
     def experiment_path(self) -> str:
         return self._experiment_path
+
+    @property
+    def filesystem(self) -> Any:
+        """The ``pyarrow.fs.FileSystem`` the experiment path is in, as Tune's."""
+        from ray.train._internal.storage import get_fs_and_path
+
+        return get_fs_and_path(self._experiment_path, self._storage_filesystem)[0]
 
     def __len__(self) -> int:
         return len(self._results)

@@ -1021,6 +1021,7 @@ class Tuner:
             total_iterations=progress["total_iterations"],
             worker_seconds=progress["worker_seconds"],
             state_seconds=progress["state_seconds"],
+            storage_filesystem=filesystem,
         )
 
 

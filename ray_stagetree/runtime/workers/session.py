@@ -130,7 +130,15 @@ class StageTuneContext:
         return _context().trial_dir()
 
     def get_trial_resources(self) -> Any:
-        return None
+        """Tune's ``PlacementGroupFactory`` of the resources Ray assigned this
+        worker (one bundle: a multi-bundle request is reserved as their sum);
+        None for a worker that holds none."""
+        import ray
+        from ray.tune.execution.placement_groups import PlacementGroupFactory
+
+        assigned = ray.get_runtime_context().get_assigned_resources()
+        held = {name: amount for name, amount in assigned.items() if amount}
+        return PlacementGroupFactory([held]) if held else None
 
     def get_metadata(self) -> dict[str, Any]:
         return {}
