@@ -380,6 +380,18 @@ def test_trial_names_and_folders_come_from_the_creators(ray_session, tmp_path):
     assert (tmp_path / "exp" / "slope_1.0" / "result.json").exists()
 
 
+def test_a_trial_name_creator_alone_names_the_trial_folders_as_in_tune(ray_session, tmp_path):
+    """Tune's default folder name starts with the trial's name: the creator's when given."""
+    grid = Tuner(
+        finite_loop,
+        param_space={"slope": tune.grid_search([1.0, 2.0]), "steps": 1},
+        tune_config=tune.TuneConfig(trial_name_creator=lambda trial: f"named_{trial.config['slope']}"),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="exp", stop={"training_iteration": 1}, verbose=0),
+    ).fit()
+    folders = sorted(os.path.basename(result.path) for result in grid)
+    assert [folder.split("_slope=")[0] for folder in folders] == ["named_1.0_0", "named_2.0_1"], folders
+
+
 def test_a_dirname_creator_returning_a_path_errors_its_trial_clearly(ray_session, tmp_path):
     grid = Tuner(
         finite_loop,

@@ -313,11 +313,14 @@ class StudyController:
         info = TrialInfo(
             trial_id, config, self.spec.trainable_name, experiment_tag(trial_id, config, self.spec.tuned_paths)
         )
+        name = trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False)
+        if self.spec.trial_name_creator is not None:  # Tune's default folder name starts with it
+            info.custom_name = name
         return TrialState(
             trial_id=trial_id,
             config=config,
             plain=frozenset(trial_config.names) - trial_config.declared,
-            name=trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False),
+            name=name,
             dirname=trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True),
         )
 

@@ -109,9 +109,14 @@ class TrialInfo:
     trainable_name: str
     #: Tune's experiment tag: the trial's index, then its tuned values ("3_lr=0.0100,units=64").
     experiment_tag: str = ""
+    #: ``TuneConfig.trial_name_creator``'s name for it, once made.
+    custom_name: str | None = None
 
     def __str__(self) -> str:
-        """Tune's ``Trial.__str__``: ``<trainable>[_<env>]_<trial id>``, "/" replaced."""
+        """Tune's ``Trial.__str__``: the ``trial_name_creator``'s name, else
+        ``<trainable>[_<env>]_<trial id>``, "/" replaced."""
+        if self.custom_name is not None:
+            return self.custom_name
         identifier = self.trainable_name
         env = self.config.get("env") if isinstance(self.config, Mapping) else None
         if env is not None:
