@@ -321,12 +321,13 @@ class SequenceGridSearch:
 
 def tuned_paths(param_space: Mapping[str, Any]) -> frozenset[tuple[str, ...]]:
     """The config paths a search draws (a Tune domain or a grid search, also
-    inside a sequence): the values Tune's experiment tag names."""
-    from ray.tune.search.sample import Domain
+    inside a sequence): the values Tune's experiment tag names. A
+    ``tune.sample_from`` value is computed from others, and Tune's tag leaves it out."""
+    from ray.tune.search.sample import Domain, Function
 
     def holds_search(value: Any) -> bool:
         if isinstance(value, Domain):
-            return True
+            return not isinstance(value, Function)
         if isinstance(value, Mapping):
             return "grid_search" in value or any(holds_search(item) for item in value.values())
         if isinstance(value, (list, tuple)):
