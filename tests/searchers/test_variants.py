@@ -168,3 +168,22 @@ def test_a_grid_is_drawn_in_linear_time_in_tunes_order():
     space = {"a": tune.grid_search(list(range(30))), "b": tune.grid_search(["x", "y"]), "c": tune.uniform(0, 1)}
     tunes = [config for _, config in generate_variants(space, random_state=np.random.default_rng(3))]
     assert generate_trials(space, seed=np.random.default_rng(3)) == tunes
+
+
+def test_the_experiment_tag_names_drawn_values_as_tunes_does():
+    """Grid and domain values, also inside a sequence, are in the tag; a
+    ``tune.sample_from`` value (computed from the others) and constants are not,
+    as in Tune's trial folder names (``..._0_a=1,c=0.9238_<date>``)."""
+    from ray_stagetree.runtime.control.trials import experiment_tag
+    from ray_stagetree.searchers.variants import tuned_paths
+
+    space = {
+        "a": tune.grid_search([1, 2]),
+        "b": tune.sample_from(lambda spec: spec.config.a * 2),
+        "c": tune.uniform(0, 1),
+        "lr": MultiStep(0.1, [3], tune.choice([0.1, 0.5])),
+        "d": 3,
+    }
+    assert tuned_paths(space) == {("a",), ("c",), ("lr",)}
+    config = {"a": 1, "b": 2, "c": 0.25, "lr": MultiStep(0.1, [3], 0.5), "d": 3}
+    assert experiment_tag("f_00000", config, tuned_paths(space)).startswith("0_a=1,c=0.2500,lr=")
