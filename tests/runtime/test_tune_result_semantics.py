@@ -442,7 +442,8 @@ def test_trial_resources_filesystem_and_a_trial_without_results_read_as_in_tune(
     """``get_trial_resources()`` is the trial's resource request (scripts
     size their data loaders by it), ``grid.filesystem`` the experiment
     folder's pyarrow filesystem, and a trial that never reported has an empty
-    ``metrics_dataframe``, not None: each was what failed a Tune script."""
+    ``metrics_dataframe``, not None: each was what failed a Tune script.
+    Rows carry Tune's ``experiment_tag``."""
     import pyarrow.fs
 
     grid = Tuner(
@@ -452,6 +453,7 @@ def test_trial_resources_filesystem_and_a_trial_without_results_read_as_in_tune(
     ).fit()
     reported, silent = sorted(grid, key=lambda result: not result.config["report"])
     assert reported.metrics["resources"] == {"CPU": 0.5, "GPU": 1.0}
+    assert reported.metrics["experiment_tag"] == "0_report=True"  # in every row, as Tune adds it
     assert silent.metrics_dataframe is not None and silent.metrics_dataframe.empty
     assert isinstance(grid.filesystem, pyarrow.fs.LocalFileSystem)
     assert grid.filesystem.get_file_info(grid.experiment_path).type == pyarrow.fs.FileType.Directory

@@ -322,6 +322,7 @@ class StudyController:
             plain=frozenset(trial_config.names) - trial_config.declared,
             name=name,
             dirname=trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True),
+            experiment_tag=info.experiment_tag,
         )
 
     def _warn_of_a_twin(self, trial_id: str, trial_config: TrialConfig) -> None:
