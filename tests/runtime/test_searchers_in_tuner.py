@@ -243,3 +243,40 @@ def test_a_searcher_that_suggests_nothing_while_nothing_runs_is_asked_again(tmp_
     ).fit()
     assert grid.num_errors == 0
     assert sorted(result.config["lr"] for result in grid) == pytest.approx([0.1, 0.2, 0.3])
+
+
+class Remembering(Searcher):
+    """Suggests learning rates in turn and remembers every trial's last loss."""
+
+    def __init__(self):
+        super().__init__(metric="loss", mode="min")
+        self.suggested = 0
+        self.completed = {}
+
+    def suggest(self, trial_id):
+        self.suggested += 1
+        return {"lr": MultiStep(0.1 * self.suggested, [3], 0.3)}
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        self.completed[trial_id] = result["loss"]
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_the_searcher_object_given_to_the_tuner_is_the_one_that_learned(tmp_path, ray_session, limited):
+    """As under Tune, which runs the searcher in the driver: after fit() the
+    object passed as search_alg (and, inside a ConcurrencyLimiter, the
+    user's inner object) holds what the study taught it (it ran on the
+    controller, so the user's object had learned nothing)."""
+    from ray.tune.search import ConcurrencyLimiter
+
+    searcher = Remembering()
+    search_alg = ConcurrencyLimiter(searcher, max_concurrent=2) if limited else searcher
+    grid = Tuner(
+        decay,
+        tune_config=tune.TuneConfig(search_alg=search_alg, num_samples=3),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    assert searcher.suggested == 3
+    assert searcher.completed == {result.metrics["trial_id"]: result.metrics["loss"] for result in grid}
+    if limited:
+        assert search_alg.searcher is searcher and not search_alg.live_trials

@@ -259,3 +259,24 @@ def check_deprecated_at_fit(tune_config: Any, run_config: Any) -> None:
     failure = run_config.failure_config
     if failure is not None and failure.fail_fast and failure.max_failures != 0:
         raise ValueError("max_failures must be 0 if fail_fast=True.")
+
+
+def adopt_searcher_state(user: Any, final: Any) -> None:
+    """Give the user's searcher object the state its copy ended the study
+    with (``final``, from the controller). Tune runs the searcher in the
+    driver, so the object passed to ``TuneConfig(search_alg=...)`` is the one
+    that learned (``searcher.save()`` after ``fit()``, Optuna's study in it);
+    ours ran on the controller. Wrappers (``ConcurrencyLimiter``, repeats)
+    keep the user's inner objects, each given its copy's state."""
+    from ray.tune.search import Searcher
+
+    while type(final) is not type(user) and isinstance(getattr(final, "searcher", None), Searcher):
+        final = final.searcher  # a wrapper the study added (Tuner(repeats=...))
+    if type(final) is not type(user):
+        return
+    state = dict(vars(final))
+    inner, final_inner = getattr(user, "searcher", None), getattr(final, "searcher", None)
+    if isinstance(inner, Searcher) and isinstance(final_inner, Searcher):
+        adopt_searcher_state(inner, final_inner)
+        state["searcher"] = inner
+    vars(user).update(state)

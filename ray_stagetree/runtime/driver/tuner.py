@@ -95,6 +95,7 @@ from ray_stagetree.runtime.driver.restoring import (
 from ray_stagetree.runtime.driver.results import ResultGrid, TrialResult
 from ray_stagetree.runtime.driver.tune_compat import (
     TUNES_TUNER,
+    adopt_searcher_state,
     check_deprecated_at_fit,
     check_function_signature,
     check_param_space,
@@ -939,6 +940,9 @@ class Tuner:
                     raise RuntimeError(progress["study_error"])
                 reporter.update(progress, final=True, trials=callbacks.reported_trials(), partial=interrupted.is_set())
                 summaries = fetch_summaries(controller.results.remote)
+                if isinstance(self.tune_config.search_alg, Searcher):
+                    final = ray.cloudpickle.loads(ray.get(controller.searcher.remote()))
+                    adopt_searcher_state(self.tune_config.search_alg, final)
                 callbacks.end()
             except Exception as error:
                 if not isinstance(error, ray.exceptions.RayError):  # a callback raised: fit() raises it, as Tune's
