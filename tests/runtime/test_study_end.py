@@ -16,16 +16,10 @@ from ray_stagetree.runtime.control.study_end import FINAL_RETRAINS, export_kept_
 from ray_stagetree.runtime.control.trials import TrialState
 
 
-def node(node_id: int, checkpoints: list[int], parent=None, fork_iteration: int = 0, metrics=None):
-    made = SimpleNamespace(
-        node_id=node_id,
-        checkpoints=dict.fromkeys(checkpoints),
-        parent=parent,
-        fork_iteration=fork_iteration,
-        metrics=metrics or {},
+def node(node_id: int, checkpoints: list[int], parent=None, fork_iteration: int = 0):
+    return SimpleNamespace(
+        node_id=node_id, checkpoints=dict.fromkeys(checkpoints), parent=parent, fork_iteration=fork_iteration
     )
-    made.ancestors = lambda: [] if parent is None else [parent, *parent.ancestors()]
-    return made
 
 
 def finished(trial_id: str, at, last: int, status: str = TERMINATED) -> TrialState:
@@ -42,11 +36,12 @@ def test_a_trials_checkpoints_are_those_on_its_path_up_to_its_last_result():
     # The root's up to the fork (not 6: the branch left it at 4), then the branch's up to 7.
     assert [(n.node_id, at) for n, at in state.path_checkpoints()] == [(0, 2), (0, 4), (1, 5)]
     assert finished("b", branch, last=7, status=RUNNING).path_checkpoints() == []
-    # Before a PBT exploit the checkpoint was trained on the source's path: its metrics are the source's.
-    exploited = finished("c", node(2, [3], parent=node(3, [], metrics={2: {"acc": 0.9}}), fork_iteration=2), last=3)
-    exploited.rows.pop(2)
-    assert exploited.checkpoint_metrics(2) == {"acc": 0.9, "training_iteration": 2}
-    assert exploited.checkpoint_metrics(3)["acc"] == 0.3
+    # Exploited at 2 (forked from the source's checkpoint there): up to 2 its own path's checkpoints, beside
+    # its own results, as under Tune; the source's checkpoint at 2 is not its.
+    exploited = finished("c", node(2, [3], parent=node(3, [2]), fork_iteration=2), last=3)
+    exploited.earlier_paths, exploited.forked_at = ((node(4, [1, 2]), 0, 2),), 2
+    assert [(n.node_id, at) for n, at in exploited.path_checkpoints()] == [(4, 1), (4, 2), (2, 3)]
+    assert exploited.checkpoint_metrics(2) == exploited.rows[2] and exploited.checkpoint_metrics(3)["acc"] == 0.3
 
 
 def test_a_lost_final_checkpoint_is_checked_once_and_retrains_each_trial_ending_there():
