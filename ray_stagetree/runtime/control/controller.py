@@ -1114,10 +1114,10 @@ class StudyController:
             stalled.append((", ".join(names) or f"batch {batch.batch_id}", silent))
         return stalled
 
-    def searcher(self) -> bytes:
-        """The study's searcher as it is now (None without one), pickled: the
-        driver hands its state to the user's object (`tune_compat.adopt_searcher_state`)."""
-        return ray.cloudpickle.dumps(getattr(self.trial_source, "searcher", None))
+    def searcher(self) -> Any:
+        """The study's searcher as it is now (None without one): the driver
+        hands its state to the user's object (`tune_compat.adopt_searcher_state`)."""
+        return getattr(self.trial_source, "searcher", None)
 
     def results(self, first: int = 0, count: int | None = None) -> list[dict[str, Any]]:
         """The summaries of trials ``first`` to ``first + count`` (all from ``first`` when ``count`` is None)."""

@@ -941,8 +941,7 @@ class Tuner:
                 reporter.update(progress, final=True, trials=callbacks.reported_trials(), partial=interrupted.is_set())
                 summaries = fetch_summaries(controller.results.remote)
                 if isinstance(self.tune_config.search_alg, Searcher):
-                    final = ray.cloudpickle.loads(ray.get(controller.searcher.remote()))
-                    adopt_searcher_state(self.tune_config.search_alg, final)
+                    adopt_searcher_state(self.tune_config.search_alg, ray.get(controller.searcher.remote()))
                 callbacks.end()
             except Exception as error:
                 if not isinstance(error, ray.exceptions.RayError):  # a callback raised: fit() raises it, as Tune's
