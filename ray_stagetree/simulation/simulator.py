@@ -200,7 +200,7 @@ class Simulation:
         """max(longest root-to-leaf path, unique work / workers) of the open requests."""
         tree = build_stage_tree(plan)
         costs = {stage: self._seconds(stage.node, stage.start, stage.stop) for stage in tree.stages}
-        longest = CriticalPathPolicy().priorities(tree, costs)
+        longest = CriticalPathPolicy().path_seconds(tree, costs)
         return max(max(longest.values(), default=0.0), sum(costs.values()) / self.workers)
 
     def trained_bound(self, plan: SearchPlan, finals: Iterable[FinalTraining] = ()) -> float:

@@ -186,7 +186,7 @@ def test_timing_noise_no_longer_sorts_constant_trials_by_their_values():
     def order(policy):
         return [sorted(r.trials) for batch in policy.select(build(), 6) for r in batch.requests]
 
-    assert order(CriticalPathPolicy(cost_model=CostModel()))[:2] == [["t1"], ["t5"]]  # sorted by lr
+    assert order(CriticalPathPolicy(cost_model=CostModel(), tie_tolerance=0))[:2] == [["t1"], ["t5"]]  # sorted by lr
     assert order(CriticalPathPolicy(cost_model=CostModel()).admission_order()) == [[f"t{i}"] for i in range(6)]
 
 
@@ -221,3 +221,27 @@ def test_critical_path_looks_ahead_to_the_horizon_a_request_falls_short_of():
 
     assert first_served(None) == {"to_the_end"}, "open-ended: 120 s against 90 s"
     assert first_served(120) == {"at_rung"}, "90 s and up to 150 s more, against 120 s"
+
+
+def test_critical_path_runs_the_path_serving_fewer_trials_first_among_paths_about_as_long():
+    """Trials sharing a path reach a rung together, tied: heard first, a
+    large group fills a promoting ASHA's top quantile on its own. Among
+    paths whose estimates are about equal, the one serving fewer trials
+    goes first; a clearly longer path still goes before both."""
+
+    def served(policy):
+        plan = SearchPlan()
+        for index in range(3):
+            plan.add_trial(f"group{index}", {"lr": 0.1}, 105)  # one path, three trials
+        plan.add_trial("alone", {"lr": 0.2}, 100)
+        plan.add_trial("longest", {"lr": 0.3}, 150)
+        return [sorted(request.trials) for batch in policy.select(plan, 3) for request in batch.requests]
+
+    group = ["group0", "group1", "group2"]
+    assert served(CriticalPathPolicy()) == [["longest"], ["alone"], group]
+    assert served(CriticalPathPolicy(tie_tolerance=0)) == [["longest"], group, ["alone"]]
+
+
+def test_tie_tolerance_must_be_a_non_negative_number():
+    with pytest.raises(ValueError, match="tie_tolerance.*>= 0.*-0.1"):
+        CriticalPathPolicy(tie_tolerance=-0.1)
