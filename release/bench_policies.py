@@ -16,7 +16,10 @@ default: batched critical path, ready batches by the oldest trial they serve
 (`simulate(trial_order=True)`), as for every study whose scheduler compares
 trials. Critical path knows the study's
 horizon (as in the runtime) and counts how far a trial requested short of it
-(up to a rung) may still go; the rows without look-ahead do not.
+(up to a rung) may still go; the rows without look-ahead do not. It ties
+paths about as long (one band, 10% wide) and runs the one serving fewer
+trials first (`CriticalPathPolicy`'s ``tie_tolerance``); the lengths-only
+row orders by the estimates alone, as the policy did before.
 
 The final epochs are the Hippo paper's protocol for its single studies
 (section 6.1); section 6.3 does not say whether its times count them. They
@@ -54,24 +57,32 @@ from typing import Any
 
 import harness
 
-from ray_stagetree import PromotingASHAScheduler, as_sequence
+from ray_stagetree import CriticalPathPolicy, ExecutionPolicy, PromotingASHAScheduler, as_sequence
 from ray_stagetree.planning.merge import merge_rate
 from ray_stagetree.searchers import generate_trials
 from ray_stagetree.simulation.paper_spaces import RESNET20_HORIZON, resnet20_policy_space
-from ray_stagetree.simulation.simulated_study import RESNET20, StudyDefinition, simulate
+from ray_stagetree.simulation.simulated_study import RESNET20, Curves, StudyDefinition, simulate
+from ray_stagetree.simulation.simulator import KnownCosts
 
 FINAL = 100  # the best trial trains 100 more epochs, counted (Hippo and thesis, section 6.1)
 SAMPLED = "ASHA, sampled"  # ASHA's trials admitted as workers free up
 PAPER_THR_OVER_CRITICAL = {"grid": "~1", "ASHA": "1.27x", SAMPLED: "1.27x"}
 TARGET = 1.15  # critical path over THR on the ASHA study
 RUNTIME = "critical + batch, admission order"
-POLICIES = {  # label -> (policy, batch_stages, look_ahead, trial_order)
+LENGTHS_ONLY = "critical, lengths only"  # tie_tolerance=0: no band, no fewer-trials-first
+POLICIES: dict[str, tuple[str | ExecutionPolicy, bool | None, bool, bool]] = {
+    # label -> (policy, batch_stages, look_ahead, trial_order)
     "BFS": ("bfs", None, True, False),
     "THR": ("thr", None, True, False),
     "critical": ("critical_path", False, True, False),
+    LENGTHS_ONLY: (
+        CriticalPathPolicy(KnownCosts(Curves({RESNET20.name: RESNET20}).seconds), batch_stages=False, tie_tolerance=0),
+        False,
+        True,
+        False,
+    ),
     "critical + batch": ("critical_path", True, True, False),
     "critical, no look-ahead": ("critical_path", False, False, False),
-    "critical + batch, no look-ahead": ("critical_path", True, False, False),
     RUNTIME: ("critical_path", True, True, True),
 }
 
@@ -152,7 +163,8 @@ def main() -> None:
     )
     shortest, shortest_search = shortest_hours(trials, FINAL), shortest_hours(trials, 0)
     rows, summary, verdicts, tails = [], [], [], []
-    horizons: dict[int, list[list[float]]] = {}  # GPUs -> trials THR's, critical path's ASHA runs trained to 120
+    # GPUs -> trials THR's, lengths-only critical path's and critical path's ASHA runs trained to 120
+    horizons: dict[int, list[list[float]]] = {}
     for gpus in gpu_counts:
         for name, definitions in studies(trials, args.repeats).items():
             runs = harness.interleaved(
@@ -175,7 +187,9 @@ def main() -> None:
             thr, critical = harness.values(runs["THR"], "hours"), harness.values(runs["critical"], "hours")
             thr_search, critical_search = (harness.values(runs[label], "search") for label in ("THR", "critical"))
             if name == "ASHA":
-                horizons[gpus] = [harness.values(runs[label], "to_horizon") for label in ("THR", "critical")]
+                horizons[gpus] = [
+                    harness.values(runs[label], "to_horizon") for label in ("THR", LENGTHS_ONLY, "critical")
+                ]
             tails += [run["hours"] - run["search"] for figures in runs.values() for run in figures]
             at_most = harness.median(thr) / shortest
             if name != "grid":
@@ -194,6 +208,7 @@ def main() -> None:
                     PAPER_THR_OVER_CRITICAL[name],
                     harness.ratio(harness.values(runs["THR"], "bound"), harness.values(runs["critical"], "bound")),
                     f"{at_most:.2f}x",
+                    harness.ratio(harness.values(runs[LENGTHS_ONLY], "hours"), critical),
                     harness.ratio(harness.values(runs["critical, no look-ahead"], "hours"), critical),
                     harness.ratio(thr, harness.values(runs[RUNTIME], "hours")),
                 ]
@@ -222,6 +237,7 @@ def main() -> None:
             "thesis",
             "bound, THR / critical",
             "THR / shortest of any run",
+            "lengths only / critical",
             "no look-ahead / critical",
             "THR / the runtime's",
         ],
@@ -255,27 +271,30 @@ def main() -> None:
         " the first milestones), and from the last trials' last epochs through the final ones, and every policy"
         " keeps them all busy in between: again, what ASHA trains decides. It follows its promotions: a trial is"
         " promoted once it is in the top quarter of the results its rung holds so far, so the order in which"
-        " results reach a rung"
-        " decides how many trials are promoted on thin evidence (trials that share their path to a rung reach it"
-        " together, tied, and are promoted together). Every policy brings the same trials to rung 60 (trials at"
+        " results reach a rung decides how many trials are promoted on thin evidence. Trials that share their"
+        " path to a rung reach it together, tied. Every policy brings the same trials to rung 60 (trials at"
         f" 15 / 60 / 120): the {len(trials)} trials reach rung 15 in {_paths_to(trials, 15)} tied groups, the"
-        " paths to it, and its top quarter goes on. The time is lost or won at rung 60: the policies run the promoted trials' epochs 15-60"
-        " in different orders, critical path the largest group of trials sharing their path to 60 first (its"
-        " longest path; traced on two orders), and where that group is not the best at 60, more trials enter the"
-        f" rung's top quarter before better ones arrive and train on to 120 ({len(trials) // 4 // 4} would if"
-        " every rung's results came best first): "
+        " paths to it, and its top quarter goes on. The time is lost or won at rung 60: the policies run the"
+        " promoted trials' epochs 15-60 in different orders. Ordered by path length alone, critical path runs the"
+        " largest group of trials sharing their path to 60 first (its longest path, by the few seconds its"
+        " smallest batch size costs), and that group alone fills the rung's top quarter: its trials, tied, train"
+        f" on to 120 whatever the groups after them score ({len(trials) // 4 // 4} would if every rung's results"
+        " came best first). The paths' estimates differ by less than they are worth (fitted timings, and past a"
+        " rung a guess), so critical path ties paths within 10% of each other and runs the one serving fewer"
+        " trials first: the rung then hears from more distinct configurations for each trial that reaches it,"
+        " and promotes on evidence from several groups rather than from one. Trials trained to 120 by THR /"
+        " critical path by length alone / critical path (medians): "
         + "; ".join(
-            f"at {gpus} GPUs up front, trials trained to 120 by THR / critical path {harness.median(thr_to):g} /"
-            f" {harness.median(critical_to):g} (medians), critical path more in"
-            f" {sum(c > t for t, c in zip(thr_to, critical_to))} of {len(thr_to)} orders, fewer in"
-            f" {sum(c < t for t, c in zip(thr_to, critical_to))}"
-            for gpus, (thr_to, critical_to) in horizons.items()
+            f"{gpus} GPUs {' / '.join(f'{harness.median(counts):g}' for counts in per_policy)}"
+            f" (critical path fewer than THR in {sum(c < t for t, c in zip(per_policy[0], per_policy[2]))}"
+            f" of {len(per_policy[0])} orders, more in {sum(c > t for t, c in zip(per_policy[0], per_policy[2]))})"
+            for gpus, per_policy in horizons.items()
         )
-        + ". Which order promotes fewer depends on scores not yet trained, which no policy's priority knows."
-        " Looking ahead to the horizon (the no look-ahead rows without it) runs the results that decide on more"
-        " work before the work no decision waits for; the ratio of the two is in the no look-ahead / critical"
-        " column. The final epochs add about as much time to every run, so the ratio of the search alone is"
-        " further from 1 wherever the policies differ, and equal where the longest path bounds both.",
+        + ". The lengths only / critical column is what the tie rule gains. Looking ahead to the horizon (the no"
+        " look-ahead row without it) runs the results that decide on more work before the work no decision waits"
+        " for; the ratio of the two is in the no look-ahead / critical column. The final epochs add about as much"
+        " time to every run, so the ratio of the search alone is further from 1 wherever the policies differ,"
+        " and equal where the longest path bounds both.",
         f"{SAMPLED}: the thesis explains its 1.27x by ASHA adding trials as it runs (THR's descendant counts"
         " change as trials come, the critical path much less). Here ASHA samples a trial only when one may"
         " wait for a worker (`max_pending_trials=1`: no more live than the GPUs plus one), as its paper's"
