@@ -398,8 +398,9 @@ class CriticalPathPolicy(ExecutionPolicy):
     Paths whose estimates fall in one band count as equally long (the
     estimates are fitted timings, and past a rung the look-ahead is a
     guess); a band's upper end is ``1 + tie_tolerance`` times its lower
-    end. In a band, the stage serving fewer trials goes first. Trials sharing a path reach a rung together, tied, so a scheduler
-    that compares trials (a promoting ASHA) then hears from more distinct
+    end. In a band, the stage serving fewer trials goes first. Trials
+    sharing a path reach a rung together, tied, so a scheduler that
+    compares trials (a promoting ASHA) then hears from more distinct
     configurations for each trial that reaches its rung, and promotes fewer
     on thin evidence: a large tied group heard first fills a rung's top
     quantile on its own, and its trials all train on.
