@@ -21,7 +21,7 @@ from ray_stagetree._extras import require
 from ray_stagetree.jobs.spec import JobSpec
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.plan import SearchPlan
-from ray_stagetree.planning.stage_tree import Stage, StageTree, build_stage_tree
+from ray_stagetree.planning.stage_tree import Stage, StageTree, build_stage_tree, trials_served
 from ray_stagetree.searchers import generate_trials
 
 
@@ -109,19 +109,14 @@ def _path_seconds(stage: Stage, cost: CostModel) -> float:
 # -- drawings -------------------------------------------------------------------------
 
 
-def stage_label(stage: Stage) -> str:
+def stage_label(stage: Stage, trials: int) -> str:
     """What a stage trains: its iterations, the values of its hyper-parameters
-    there (``a->b`` where they change inside it) and how many trials it serves."""
+    there (``a->b`` where they change inside it) and ``trials``, how many trials it serves."""
     values = []
     for name, sequence in zip(stage.node.config.names, stage.node.config.sequences):
         first, last = sequence.value(stage.start), sequence.value(stage.stop - 1)
         values.append(f"{name}={_short(first)}" + (f"->{_short(last)}" if last != first else ""))
-    trials = _trials_served(stage)
     return f"[{stage.start}, {stage.stop}) {' '.join(values)}  ({trials} trial{'s' if trials != 1 else ''})"
-
-
-def _trials_served(stage: Stage) -> int:
-    return sum(len(request.trials) for request in stage.requests) + sum(_trials_served(c) for c in stage.children)
 
 
 def _short(value: Any) -> str:
@@ -132,9 +127,10 @@ def draw_text(tree: StageTree, max_lines: int = 200) -> str:
     """The stage tree as indented text, one stage a line (shared prefixes at
     the top, forks below them), cut after ``max_lines`` lines."""
     lines: list[str] = []
+    served = trials_served(tree)
 
     def walk(stage: Stage, prefix: str, last: bool, root: bool) -> None:
-        lines.append(("" if root else prefix + ("└── " if last else "├── ")) + stage_label(stage))
+        lines.append(("" if root else prefix + ("└── " if last else "├── ")) + stage_label(stage, served[stage]))
         below = prefix if root else prefix + ("    " if last else "│   ")
         for index, child in enumerate(stage.children):
             walk(child, below, index == len(stage.children) - 1, False)
@@ -156,6 +152,7 @@ def draw_picture(tree: StageTree, path: str, horizon: int) -> None:
     import matplotlib.pyplot as plt
 
     rows: dict[Stage, float] = {}
+    served = trials_served(tree)
     next_row = [0]
 
     def place(stage: Stage) -> float:
@@ -186,7 +183,7 @@ def draw_picture(tree: StageTree, path: str, horizon: int) -> None:
             label = axes.text(
                 stage.start + horizon * 0.004,
                 row,
-                picture_label(stage),
+                picture_label(stage, served[stage]),
                 va="center",
                 fontsize=7,
                 family="monospace",
@@ -207,14 +204,14 @@ def draw_picture(tree: StageTree, path: str, horizon: int) -> None:
     plt.close(figure)
 
 
-def picture_label(stage: Stage) -> str:
+def picture_label(stage: Stage, trials: int) -> str:
     """A stage's label in `draw_picture`: its id as the monitor shows it
-    (``H<node>:<start>-<stop>``), its hyper-parameters and ``×`` the trials it serves."""
+    (``H<node>:<start>-<stop>``), its hyper-parameters and ``×`` ``trials``, the trials it serves."""
     values = []
     for name, sequence in zip(stage.node.config.names, stage.node.config.sequences):
         first, last = sequence.value(stage.start), sequence.value(stage.stop - 1)
         values.append(f"{name}={_short(first)}" + (f"->{_short(last)}" if last != first else ""))
-    return f"H{stage.node.node_id}:{stage.start}-{stage.stop} {' '.join(values)} \u00d7{_trials_served(stage)}"
+    return f"H{stage.node.node_id}:{stage.start}-{stage.stop} {' '.join(values)} \u00d7{trials}"
 
 
 def hours(seconds: float) -> str:

@@ -33,7 +33,16 @@ from typing import TYPE_CHECKING
 
 from ray_stagetree.planning._gc import gc_paused
 from ray_stagetree.planning.cost import CostModel
-from ray_stagetree.planning.stage_tree import CheckpointSource, Stage, StageTree, build_stage_tree, starts_unit, unit_of
+from ray_stagetree.planning.stage_tree import (
+    CheckpointSource,
+    Stage,
+    StageTree,
+    build_stage_tree,
+    starts_unit,
+    top_down,
+    trials_served,
+    unit_of,
+)
 from ray_stagetree.validation import Int, Real, check
 
 if TYPE_CHECKING:
@@ -98,13 +107,6 @@ class StageBatch:
     def __repr__(self) -> str:
         path = ", ".join(f"H{s.node.node_id}:{s.start}->{s.stop}" for s in self.stages)
         return f"StageBatch([{path}], ~{self.estimated_seconds:g}s)"
-
-
-def _top_down(tree: StageTree) -> list[Stage]:
-    order = list(tree.roots)
-    for stage in order:
-        order.extend(stage.children)
-    return order
 
 
 class ExecutionPolicy(abc.ABC):
@@ -185,7 +187,7 @@ class ExecutionPolicy(abc.ABC):
         if admitted is None:
             return dict.fromkeys(tree.stages, 0.0)
         ranks: dict[Stage, float] = {}
-        for stage in reversed(_top_down(tree)):
+        for stage in reversed(top_down(tree)):
             own = (admitted.get(trial_id, math.inf) for request in stage.requests for trial_id in request.trials)
             ranks[stage] = min(itertools.chain(own, (ranks[child] for child in stage.children)), default=math.inf)
         return ranks
@@ -429,7 +431,7 @@ class CriticalPathPolicy(ExecutionPolicy):
         seconds = self.path_seconds(tree, costs)
         if self.tie_tolerance == 0:
             return seconds
-        served = _trials_served(tree)
+        served = trials_served(tree)
         band_width = math.log1p(self.tie_tolerance)
         # The band (an integer) orders first; 1 / (1 + trials), under 1, orders within a band.
         return {
@@ -440,7 +442,7 @@ class CriticalPathPolicy(ExecutionPolicy):
     def path_seconds(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
         """Each stage's estimated longest path down from it, looking ahead to the horizon."""
         longest: dict[Stage, float] = {}
-        for stage in reversed(_top_down(tree)):
+        for stage in reversed(top_down(tree)):
             below = max((longest[c] for c in stage.children), default=0.0)
             longest[stage] = costs[stage] + max(below, self._may_extend(stage, costs[stage]))
         return longest
@@ -459,15 +461,6 @@ class CriticalPathPolicy(ExecutionPolicy):
 _SHORTEST = 1e-9  # seconds: a path estimated at 0 still has a band
 
 
-def _trials_served(tree: StageTree) -> dict[Stage, int]:
-    """Each stage's trials: those whose requests end in it or under it."""
-    served: dict[Stage, int] = {}
-    for stage in reversed(_top_down(tree)):
-        own = sum(len(request.trials) for request in stage.requests)
-        served[stage] = own + sum(served[child] for child in stage.children)
-    return served
-
-
 class ThroughputPolicy(ExecutionPolicy):
     """THR: the stage with the most descendant stages first."""
 
@@ -477,7 +470,7 @@ class ThroughputPolicy(ExecutionPolicy):
 
     def priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
         descendants: dict[Stage, float] = {}
-        for stage in reversed(_top_down(tree)):
+        for stage in reversed(top_down(tree)):
             descendants[stage] = sum(1 + descendants[c] for c in stage.children)
         return descendants
 
@@ -489,7 +482,7 @@ class BreadthFirstPolicy(ExecutionPolicy):
     default_batch_stages = False
 
     def priorities(self, tree: StageTree, costs: dict[Stage, float]) -> dict[Stage, float]:
-        order = _top_down(tree)
+        order = top_down(tree)
         return {stage: -float(position) for position, stage in enumerate(order)}
 
 

@@ -97,6 +97,23 @@ class StageTree:
         return graph
 
 
+def top_down(tree: StageTree) -> list[Stage]:
+    """The tree's stages, every parent before its children."""
+    order = list(tree.roots)
+    for stage in order:
+        order.extend(stage.children)
+    return order
+
+
+def trials_served(tree: StageTree) -> dict[Stage, int]:
+    """Each stage's trials: those whose requests end in it or under it."""
+    served: dict[Stage, int] = {}
+    for stage in reversed(top_down(tree)):
+        own = sum(len(request.trials) for request in stage.requests)
+        served[stage] = own + sum(served[child] for child in stage.children)
+    return served
+
+
 def _reach(plan_targets: dict[PlanNode, set[int]], node: PlanNode, iteration: int, from_request: bool) -> None:
     """Record that ``(node, iteration)`` must be reached, and what it needs first."""
     while True:
