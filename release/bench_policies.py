@@ -293,8 +293,8 @@ def main() -> None:
         " came best first). The paths' estimates differ by less than they are worth (fitted timings, and past a"
         " rung a guess), so critical path ties paths whose estimates fall in one band, 10% wide, and runs the"
         " one serving fewer trials first: the rung then hears from more distinct configurations for each trial"
-        " that reaches it, and promotes on evidence from several groups rather than from one. Trials trained to 120 by THR /"
-        " critical path by length alone / critical path (medians): "
+        " that reaches it, and promotes on evidence from several groups rather than from one. Trials trained"
+        " to 120 by THR / critical path by length alone / critical path (medians): "
         + "; ".join(
             f"{gpus} GPUs {' / '.join(f'{harness.median(counts):g}' for counts in per_policy)}"
             f" (critical path fewer than THR in {sum(c < t for t, c in zip(per_policy[0], per_policy[2]))}"
