@@ -66,6 +66,7 @@ from ray_stagetree.sequences.base import (
     from_json,
     is_sequence_spec,
 )
+from ray_stagetree.sequences.torch_schedulers import from_torch
 
 globals().update(FAMILIES)
 
@@ -75,6 +76,7 @@ __all__ = [
     "as_sequence",
     "first_difference_unchecked",
     "from_json",
+    "from_torch",
     "is_sequence_spec",
     *sorted(FAMILIES),
 ]

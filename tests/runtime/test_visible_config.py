@@ -12,7 +12,6 @@ from ray_stagetree import Exponential, MultiStep
 from ray_stagetree.execution.batches import BatchSpec
 from ray_stagetree.planning import TrialConfig
 from ray_stagetree.runtime.workers.context import StageContext
-from ray_stagetree.runtime.workers.visible_config import FutureValueError, SequenceSoFar
 
 HORIZON = 12
 
@@ -42,11 +41,6 @@ def observe(value, iteration):
     """Everything a trainable can learn from a config value at ``iteration``."""
     if isinstance(value, dict):
         return tuple(sorted((key, observe(item, iteration)) for key, item in value.items()))
-    if isinstance(value, SequenceSoFar):
-        with pytest.raises(FutureValueError, match="not visible at iteration"):
-            value.value(iteration + 1)
-        seen = [value.value(k) for k in range(iteration + 1)]
-        return ("sequence", repr(value), tuple((type(x), x) for x in seen), value.values(0, iteration + 1).tolist())
     return (type(value), repr(value))
 
 
@@ -81,22 +75,51 @@ def test_trials_sharing_iterations_see_identical_configs_there(a, b):
         assert observe(visible(a, shared), shared) != observe(visible(b, shared), shared)
 
 
-def test_a_sequence_shows_its_values_so_far_and_nothing_else():
-    config = {"lr": MultiStep(0.1, [4], 0.5), "batch_size": 128}
-    seen = visible(config, 2)
-    lr = seen["lr"]
-    assert seen["batch_size"] == 128 and lr.value(2) == 0.1 and lr.iteration == 2
-    with pytest.raises(
-        FutureValueError, match=r"config\['lr'\] at iteration 4 is not visible at iteration 2.*get_hparams"
-    ):
-        lr.value(4)
-    with pytest.raises(AttributeError):
-        lr.milestones  # noqa: B018 (reading it is what raises)
-    # pickled (Tune's loggers pickle configs) it keeps what it showed, no more
-    again = pickle.loads(pickle.dumps(lr))
-    assert again.value(2) == 0.1 and again.iteration == 2
-    with pytest.raises(FutureValueError):
-        again.value(3)
+def test_a_sequence_in_the_config_is_its_value_where_the_trainable_starts():
+    """A Tune trainable reads config values as numbers and strings (issue 57
+    point 1): SGD(lr=config["lr"]), torch.save of what holds them (loaded
+    with weights_only, torch's default), JSON, pickle; nothing of the
+    sequence after the iteration is in it."""
+    import io
+    import json
+
+    import torch
+
+    from ray_stagetree import Values
+
+    config = {
+        "lr": MultiStep(0.1, [4], 0.5),
+        "bs": MultiStep(values=(32, 64), milestones=[3]),
+        "opt": Values(["sgd"] * 3 + ["adam"] * 9),
+        "batch_size": 128,
+    }
+    seen = visible(config, 5)
+    assert seen == {"lr": 0.05, "bs": 64, "opt": "adam", "batch_size": 128}
+    assert [type(seen[key]) for key in ("lr", "bs", "opt")] == [float, int, str]
+    assert json.loads(json.dumps(seen)) == seen and pickle.loads(pickle.dumps(seen)) == seen
+    assert visible(config, 2)["lr"] == 0.1  # the value at the iteration, not a later one
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=seen["lr"], momentum=0.9)
+    buffer = io.BytesIO()
+    torch.save({"optimizer": optimizer.state_dict(), "config": seen}, buffer)
+    buffer.seek(0)
+    assert torch.load(buffer)["optimizer"]["param_groups"][0]["lr"] == 0.05
+
+
+def test_a_trainable_that_does_not_follow_values_restarts_where_one_changes():
+    """Until it calls get_hparams() the trainable holds config's values as
+    they were at its start: the next restart is the next change of any of
+    them (issue 57 point 2); once it follows values live, only a plain value
+    PBT explores restarts it."""
+    config = {"lr": MultiStep(0.1, [4], 0.5), "wd": MultiStep(0.01, [2], 0.5), "seed": 0}
+    context = context_at(config, 0)
+    context.trainable_config()
+    context._begin(context.spec)
+    assert context._next_plain_value_change() == 2 and context.should_checkpoint() is False
+    context.iteration = 1
+    assert context.should_checkpoint()  # the restart at 2 needs the checkpoint reported there
+    context.hparams(live=True)
+    assert context.follows_values and context._next_plain_value_change() is None
+    assert not context.should_checkpoint()
 
 
 def test_get_hparams_keys_values_as_the_config_writes_them():
@@ -106,10 +129,9 @@ def test_get_hparams_keys_values_as_the_config_writes_them():
     config = {"a/b": 1.0, "a": {"b": 2.0}, "x~y": MultiStep(0.5, [1], 0.1), "c/d": 4, "opt": {"lr": 0.1}}
     context = context_at(config, 1)
     hparams = context.hparams()
+    assert not context.follows_values  # the runtime's own reads are not the trainable's
     assert hparams == {"/a~1b": 1.0, "/a/b": 2.0, "x~y": 0.05, "c/d": 4, "opt/lr": 0.1}
     with pytest.raises(
         KeyError, match=r"read config\['a'\]\['b'\] as get_hparams\(\)\['/a/b'\] and config\['a/b'\] as"
     ):
         hparams["a/b"]  # noqa: B018 (reading it is what raises)
-    with pytest.raises(FutureValueError, match=r"get_hparams\(\)\['x~y'\]"):
-        context.trainable_config()["x~y"].value(2)

@@ -32,6 +32,7 @@ over studies, would end the overriding; that is the next step.)
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import functools
 import itertools
@@ -216,6 +217,8 @@ class StudyController:
         self.budget = TimeBudget(spec.time_budget_s)
         self.failures = Failures(spec.max_failures, spec.restore_retries, spec.fail_fast)
         self._warned_missing_checkpoint = False
+        # Restarts where a value the trainable read as a value changed, by config key (the progress line's mode).
+        self._restarts: collections.Counter[str] = collections.Counter()
         self._population_starts: dict[tuple, str] | None = {} if self.host.population is not None else None
         self.feed = DriverFeed()  # what the driver hears at its next poll (`progress`)
         self.preemption = Preemption(self.plan, self.feed.warn)
@@ -579,6 +582,7 @@ class StudyController:
                 "checkpoint=tune.Checkpoint.from_directory(...) to report() where should_checkpoint() is True "
                 "(this warning is shown once per study)"
             )
+        self._count_restarts(outcome.restarts)
         reached = self._run_reached.setdefault(outcome.batch_id, {}) if outcome.batch_id in self._run_began else {}
         for index, (node_id, iteration, metrics) in enumerate(outcome.records):
             if self.host.population is not None:  # as in Ray, PBT clones only a result that came with a checkpoint
@@ -603,6 +607,20 @@ class StudyController:
             self.store.add(self.plan, self.plan.nodes[node_id], iteration, ref, size)
         if outcome.records or outcome.checkpoints:
             self._wake.set()
+
+    def _count_restarts(self, restarts: list[tuple[int, tuple[str, ...]]]) -> None:
+        """Count the trainables' restarts at changed values; say once why they happen."""
+        keys = [key for _, changed in restarts for key in changed]
+        if keys and not self._restarts:
+            iteration, changed = restarts[0]
+            names = ", ".join(f"config[{key!r}]" for key in changed)
+            self.feed.warn(
+                f"the trainable reads {names} from its config, where it stays as it was when the trainable started, "
+                f"so trials restart from the checkpoint they report where it changes (first at iteration "
+                f"{iteration}), as Tune's PBT restarts a trial; stages are still shared. A trainable that reads "
+                "get_hparams() each iteration continues live instead (this message is shown once per study)"
+            )
+        self._restarts.update(keys)
 
     # -- the loop ------------------------------------------------------------------
 
@@ -1069,6 +1087,7 @@ class StudyController:
             "warnings": news["warnings"],
             "scheduler_log": self.host.population.take_log() if self.host.population is not None else (),
             "stalled": self._stalled(),
+            "restarts": dict(self._restarts),
         }
 
     def _shown_counts(self) -> dict[str, int]:

@@ -91,7 +91,7 @@ class ProgressReporter:
         )
         return (
             f"[{progress['elapsed']:.0f}s] trials: {trials} | iterations: {executed} executed of {unique} requested, "
-            f"{total} trial by trial{_ending(executed, total, final, partial)}{best}{stalled}"
+            f"{total} trial by trial{_ending(executed, total, final, partial)}{_restarts(progress)}{best}{stalled}"
         )
 
     def update(
@@ -149,6 +149,16 @@ class ProgressReporter:
             elif error_file:
                 text += f"\nError file: {error_file}"
             print(text, file=sys.stderr, flush=True)
+
+
+def _restarts(progress: dict[str, Any]) -> str:
+    """The mode trainables run in: restarted where a config value they hold
+    changes (how often, by key), or, without that, live."""
+    restarts = progress.get("restarts")
+    if not restarts:
+        return ""
+    counts = ", ".join(f"{key} {count}x" for key, count in sorted(restarts.items()))
+    return f" | restarts where a config value changed: {counts}"
 
 
 def _ending(executed: int, trial_by_trial: int, final: bool, partial: bool) -> str:

@@ -4,10 +4,12 @@ subclasses and plain ``ray.tune.Trainable`` subclasses, unchanged.
 One object lives through the whole batch (and through its live extensions):
 it is restored from the batch's starting checkpoint, gets the iteration's
 sequence values (``update_hparams`` when it defines it; `get_hparams` works
-inside ``step``), and saves where the plan needs a checkpoint. Where PBT
-changes a plain config value inside the batch the object gets the new config
-through ``reset_config``, as Tune gives it to a reused actor; if that returns
-False it is rebuilt from the checkpoint just saved, as Tune restarts a trial.
+inside ``step``), and saves where the plan needs a checkpoint. Where a value
+the object holds fixed changes inside the batch (PBT explored a plain value,
+or a plain ``ray.tune.Trainable`` read a sequence's value from ``self.config``
+as a number) the object gets the new config through ``reset_config``, as Tune
+gives it to a reused actor; if that returns False it is rebuilt from the
+checkpoint just saved, as Tune restarts a trial.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import tempfile
 from typing import Any
 
 from ray_stagetree.execution.payload import CheckpointPayload, pack_directory, unpack_directory
-from ray_stagetree.execution.rng import capture_rng_state
 from ray_stagetree.runtime.workers import scratch
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, StageContext, activate
 
@@ -64,6 +65,7 @@ def _create(trainable_cls: type, context: StageContext) -> Any:
     from ray.tune.trainable.trainable import TRIAL_INFO
 
     spec = context.spec
+    context.user_generators.new_run()
     config = dict(context.trainable_config())
     config[TRIAL_INFO] = _BatchTrialInfo(spec.trial_id, spec.trial_name, spec.experiment_name)
     return trainable_cls(config)
@@ -113,6 +115,8 @@ def _reset(instance: Any, context: StageContext) -> bool:
 
 def _train(instance: Any, context: StageContext) -> None:
     stage_trainable = _is_stage_trainable(instance)
+    if stage_trainable or hasattr(instance, "update_hparams"):  # told each change: it follows values live
+        context.follows_values = True
     previous: dict[str, Any] = {}
     while True:
         values = context.hparams()
@@ -129,7 +133,7 @@ def _train(instance: Any, context: StageContext) -> None:
             metrics = instance.train()
             metrics.pop("config", None)
         try:
-            context.record(metrics, lambda iteration: _payload(instance, iteration, stage_trainable))
+            context.record(metrics, lambda iteration: _payload(instance, iteration, stage_trainable, context))
         except BatchEnd:
             return
 
@@ -146,18 +150,18 @@ def _stop(instance: Any) -> None:
         shutil.rmtree(logdir, ignore_errors=True)  # the temporary folder Trainable made outside Tune
 
 
-def _payload(instance: Any, iteration: int, stage_trainable: bool) -> CheckpointPayload:
+def _payload(instance: Any, iteration: int, stage_trainable: bool, context: StageContext) -> CheckpointPayload:
     # Tune's own Trainable.get_state() is its bookkeeping, not the model.
     state = instance.get_state() if stage_trainable else None
     if state is not None:
-        return CheckpointPayload(iteration, capture_rng_state(), state=state)
+        return CheckpointPayload(iteration, context.capture_rng(), state=state)
     path = scratch.mkdtemp("stagetree_save_")
     try:
         saved = instance.save_checkpoint(path)
         if isinstance(saved, dict):  # Tune's dict form: kept in the directory as Tune keeps it
             with open(os.path.join(path, DICT_CHECKPOINT_FILE), "wb") as file:
                 pickle.dump(saved, file)
-        return CheckpointPayload(iteration, capture_rng_state(), directory=pack_directory(path))
+        return CheckpointPayload(iteration, context.capture_rng(), directory=pack_directory(path))
     finally:
         shutil.rmtree(path, ignore_errors=True)
 

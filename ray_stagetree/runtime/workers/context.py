@@ -34,10 +34,13 @@ from ray_stagetree.execution.payload import (
 from ray_stagetree.execution.rng import capture_rng_state, fork_rng_state, restore_rng_state
 from ray_stagetree.planning.config import hparam_keys, split_path
 from ray_stagetree.runtime.workers import scratch
-from ray_stagetree.runtime.workers.visible_config import HParams, retarget, sequences_so_far
+from ray_stagetree.runtime.workers.user_generators import UserGenerators
+from ray_stagetree.runtime.workers.visible_config import HParams, values_at
 from ray_stagetree.sequences.base import changes_at, next_change
 
 FLUSH_SECONDS = 0.5
+#: Where a stage checkpoint's RNG states hold the trainable's own generators'.
+USER_GENERATORS = "user_generators"
 
 _local = threading.local()
 
@@ -122,8 +125,11 @@ class StageContext:
         self.group = group
         # The config entry whose values get_hparams() keys from (a hosted trainer's train_loop_config).
         self.hparams_root = ""
+        # The trainable reads get_hparams() (or is a class told of each change): it follows values live.
+        # Until then it holds config's values as they were at its start, and restarts where one changes.
+        self.follows_values = False
+        self.user_generators = UserGenerators()  # the trainable's own generators, carried in its checkpoints
         self._begin(spec)
-        self._visible = sequences_so_far(spec.config, self._config, spec.plain, lambda: self.iteration)
         self._restart_payload: CheckpointPayload | None = None
         self._source: CheckpointPayload | None = None
         self._restored_dir: str | None = None
@@ -142,6 +148,8 @@ class StageContext:
         self.iteration = spec.start
         self.stop = spec.stop
         self._config = spec.trial_config
+        self._keys, _ = hparam_keys(self._config.names)
+        self._followed = self.follows_values
         self._config_change = self._next_plain_value_change()
         self.save_iterations = set(spec.save_iterations) | self._config_changes()
         self._pending = BatchOutcome(spec.batch_id)
@@ -150,13 +158,32 @@ class StageContext:
         self.missing_checkpoints: list[int] = []
 
     def _next_plain_value_change(self) -> int | None:
-        """The next iteration of the batch where a value handed over as plain
-        changes (PBT explored it): the trainable restarts there from a
-        checkpoint. Only the next one, found from the sequences' structure:
-        a batch may span a horizon of 10**9 iterations, never expanded."""
-        sequences = self._plain_sequences()
+        """The next iteration of the batch where a value the trainable holds
+        fixed changes: one handed over as plain (PBT explored it), or any
+        sequence's while it does not follow values live. The trainable
+        restarts there from a checkpoint. Only the next one, found from the
+        sequences' structure: a batch may span a horizon of 10**9
+        iterations, never expanded."""
+        sequences = self._fixed_sequences()
         changes = (next_change(sequence, self.iteration, self.spec.stop) for sequence in sequences.values())
         return min((change for change in changes if change is not None), default=None)
+
+    def _fixed_sequences(self) -> dict[str, Any]:
+        """The sequences whose values the running trainable holds as they were at its start, by name."""
+        declared = () if self.follows_values else self._config.declared
+        return {
+            name: sequence
+            for name, sequence in zip(self._config.names, self._config.sequences)
+            if name in self.spec.plain or name in declared
+        }
+
+    def _sync_reads(self) -> None:
+        """Where the trainable restarts next, once it follows values live."""
+        if self._followed == self.follows_values:
+            return
+        self._followed = self.follows_values
+        self._config_change = self._next_plain_value_change()
+        self.save_iterations = set(self.spec.save_iterations) | self._config_changes()
 
     def _plain_sequences(self) -> dict[str, Any]:
         """The sequences of the values handed over as plain (PBT explores them), by name."""
@@ -166,10 +193,17 @@ class StageContext:
             if name in self.spec.plain
         }
 
+    def capture_rng(self) -> dict[str, Any]:
+        """The global generators' states, and the trainable's own (`UserGenerators`)."""
+        rng = capture_rng_state()
+        rng[USER_GENERATORS] = self.user_generators.capture()
+        return rng
+
     def restore_rng(self, rng: dict[str, Any]) -> None:
         """Set the generators to a checkpoint's ``rng`` (a path trains as it would
         from scratch), then fork them where PBT changed a plain value."""
         restore_rng_state(rng)
+        self.user_generators.restore(rng.get(USER_GENERATORS, {}))
         self.fork_rng_at_config_change()
 
     def fork_rng_at_config_change(self) -> None:
@@ -199,19 +233,23 @@ class StageContext:
         return path
 
     def trainable_config(self) -> dict[str, Any]:
-        """The config the trainable gets: each sequence as a `SequenceSoFar`
-        (its values up to the iteration being trained: what the trials
-        sharing this batch's stages all have), except where the user gave a
-        plain value (then this iteration's value, as Tune has it)."""
-        config = self._visible
+        """The config the trainable gets as it (re)starts: each sequence's
+        value at this iteration (what the trials sharing this batch's stages
+        all have), and where the user gave a plain value that PBT explored,
+        this iteration's value, as Tune has it."""
+        config = values_at(self.spec.config, self._config, self.spec.plain, self.iteration)
         if not self.spec.plain:
             return config
         values = self._config.hparams_at(self.iteration)
         changed = {name: values[name] for name in self.spec.plain if _differs(self.spec.config, name, values[name])}
         return _replaced(config, changed) if changed else config
 
-    def hparams(self) -> HParams:
-        """This iteration's values, keyed as the config's keys are written (`hparam_keys`)."""
+    def hparams(self, live: bool = False) -> HParams:
+        """This iteration's values, keyed as the config's keys are written
+        (`hparam_keys`); ``live``: the trainable asked (``get_hparams()``),
+        so it follows every value from iteration to iteration."""
+        if live:
+            self.follows_values = True
         keys, ambiguous = hparam_keys(self._config.names)
         values = {keys[name]: value for name, value in self._config.hparams_at(self.iteration).items()}
         if self.hparams_root:  # a hosted TorchTrainer's loop reads its train_loop_config as its config
@@ -220,6 +258,7 @@ class StageContext:
         return HParams(values, ambiguous)
 
     def should_checkpoint(self) -> bool:
+        self._sync_reads()
         return self.iteration + 1 in self.save_iterations
 
     def source_payload(self) -> CheckpointPayload | None:
@@ -265,7 +304,7 @@ class StageContext:
                     self.missing_checkpoints.append(iteration)
                 return None
             with checkpoint.as_directory() as path:
-                return CheckpointPayload(iteration, capture_rng_state(), directory=pack_directory(path))
+                return CheckpointPayload(iteration, self.capture_rng(), directory=pack_directory(path))
 
         if checkpoint is not None:
             self._keep_latest(checkpoint)
@@ -279,7 +318,7 @@ class StageContext:
             shutil.copytree(path, kept, copy_function=_link_or_copy, dirs_exist_ok=True, symlinks=False)
         self._drop_latest()
         iteration = self.iteration + 1
-        self._latest = LatestCheckpoint(iteration, self.node_at(iteration), kept, capture_rng_state())
+        self._latest = LatestCheckpoint(iteration, self.node_at(iteration), kept, self.capture_rng())
 
     def _drop_latest(self) -> None:
         if self._latest is not None:
@@ -305,7 +344,7 @@ class StageContext:
             raise
         # At the function's last iteration the RNG states are those at its
         # end (a later resume continues from there), else those at the report.
-        rng = capture_rng_state() if latest.iteration == self.iteration else latest.rng
+        rng = self.capture_rng() if latest.iteration == self.iteration else latest.rng
         payload = CheckpointPayload(latest.iteration, rng, directory=directory)
         key = f"{self.spec.batch_id}:{latest.iteration}"
         self._put(key, payload)
@@ -331,6 +370,8 @@ class StageContext:
         the controller's reply says whether the batch goes on (live
         continuation); the end's checkpoint is made only if it does not."""
         check_picklable(metrics, self.iteration + 1)
+        self._sync_reads()
+        self.user_generators.setup_done()
         now = time.monotonic()
         self.iteration += 1
         row = dict(metrics)
@@ -396,21 +437,48 @@ class StageContext:
                 f"batch {follow_up.batch_id} starts at {follow_up.start}, the parked trainable is at {self.iteration}"
             )
         self._begin(follow_up)
-        retarget(self._visible, self._config)
         restore_rng_state(rng)
 
     def _restart(self, payload: CheckpointPayload | None) -> None:
+        """Restart the trainable here, from ``payload``, with this iteration's
+        values: a value it holds fixed changes (PBT explored a plain one, or
+        it read a sequence's value as a value)."""
+        changed = sorted(
+            self._keys[name]
+            for name, sequence in self._fixed_sequences().items()
+            if changes_at(sequence, self.iteration)
+        )
+        read = [key for key in changed if key not in self._plain_keys()]
         if payload is None:
-            raise RuntimeError(
-                f"a plain config value changes at iteration {self.iteration} (PBT explored it) and the function "
-                "must restart there from a checkpoint, but report() got none: pass "
-                "checkpoint=tune.Checkpoint.from_directory(...) to report() where should_checkpoint() is True"
-            )
+            raise ReportError(self._restart_without_checkpoint(changed, read))
+        if read:
+            self._pending.restarts.append((self.iteration, tuple(read)))
         self._restart_payload = payload
         self._config_change = self._next_plain_value_change()  # the restarted trainable trains up to it
         self.save_iterations |= self._config_changes()
         self._drop_restored()
         raise ConfigChange()
+
+    def _plain_keys(self) -> set[str]:
+        return {self._keys[name] for name in self.spec.plain if name in self._keys}
+
+    def _restart_without_checkpoint(self, changed: list[str], read: list[str]) -> str:
+        names = ", ".join(f"config[{key!r}]" for key in changed)
+        why = (
+            "the trainable holds config's values as they were when it started (it does not call get_hparams()), "
+            "so it must restart there with the new value, as Tune's PBT restarts a trial"
+            if read
+            else "PBT explored it, and the trainable must restart there with the new value"
+        )
+        fix = (
+            f"; or read the value each iteration with get_hparams()[{read[0]!r}], which continues live" if read else ""
+        )
+        return (
+            f"{names} changes at iteration {self.iteration}: {why}, from the checkpoint it reports there, but "
+            f"report() got none at iteration {self.iteration}. Report a checkpoint where should_checkpoint() is "
+            "True (every iteration is fine) and restore it from tune.get_checkpoint() when the trainable starts"
+            f"{fix}"
+        )
 
     def flush(self) -> None:
         """Send pending records; take the controller's updated instructions:

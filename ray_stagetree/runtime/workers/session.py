@@ -23,17 +23,22 @@ starting checkpoint to its last iteration, where `report` ends the function
 (see `ray_stagetree.runtime.workers.context`). Each `report` is one iteration.
 
 Run by ``ray.tune.Tuner`` instead, `report` and `get_checkpoint` are Tune's
-own, so a ported trainable can still be compared against vanilla Tune (it
-must then find its hyper-parameters without `get_hparams`).
+own and `get_hparams` reads the trial's config at its iteration, so one
+script runs on both Tuners.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ray_stagetree.runtime.workers.context import StageContext, current
+from ray_stagetree.runtime.workers.visible_config import HParams
 from ray_stagetree.trial_schedulers.ray_fields import in_tune_session
+
+# Where Tune's Trainable keeps its trial's details in the config it is given (ray.tune.trainable.trainable.TRIAL_INFO).
+TRIAL_INFO_KEY = "__trial_info__"
 
 if TYPE_CHECKING:
     from ray.tune import Checkpoint
@@ -95,8 +100,61 @@ def get_hparams() -> dict[str, Any]:
     config (nested keys joined with ``/``; a key holding ``/`` or ``~`` as
     it is written). Where two entries join to the same key (``{"a/b": ..}``
     and ``{"a": {"b": ..}}``), each is keyed by its JSON Pointer (``"/a~1b"``,
-    ``"/a/b"``) and reading the shared key raises a KeyError naming both."""
-    return _context().hparams()
+    ``"/a/b"``) and reading the shared key raises a KeyError naming both.
+
+    A trainable that calls it follows its values live; one that never
+    does holds its config's values as they were when it started, and is
+    restarted from its checkpoint wherever one changes. Under ``ray.tune.Tuner`` it answers too, from the trial's
+    config at the trial's iteration (``Trainable.iteration``: it counts on
+    after a restore), so one script runs on both Tuners."""
+    context = current()
+    if context is not None:
+        return context.hparams(live=True)
+    trainable = _running_tune_trainable()
+    if trainable is None:
+        raise RuntimeError(
+            "ray_stagetree.get_hparams() can only be called inside a trainable run by ray_stagetree.Tuner or "
+            "ray.tune.Tuner (in a trial's function or a Trainable's step())"
+        )
+    return _tune_hparams(trainable)
+
+
+def _running_tune_trainable() -> Any:
+    """The ``ray.tune.Trainable`` running the caller under ``ray.tune.Tuner``:
+    the nearest ``self`` that is one, up the caller's stack (a class's
+    ``step``, or the function trainable's ``_trainable_func`` on its runner
+    thread); None outside one."""
+    import inspect
+
+    from ray.tune import Trainable
+
+    frame = inspect.currentframe()
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, Trainable):
+            return candidate
+        frame = frame.f_back
+    return None
+
+
+_tune_configs: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _tune_hparams(trainable: Any) -> HParams:
+    """`get_hparams` of a trial that ``ray.tune.Tuner`` runs: its config's
+    values at its iteration, keyed as ours are."""
+    from ray_stagetree.planning import TrialConfig
+    from ray_stagetree.planning.config import hparam_keys
+
+    config = {key: value for key, value in trainable.config.items() if key != TRIAL_INFO_KEY}
+    cached = _tune_configs.get(trainable)
+    if cached is None or cached[0] is not trainable.config:  # PBT's reset_config hands it a new one
+        flat = TrialConfig.from_config(config)
+        cached = _tune_configs[trainable] = (trainable.config, flat)
+    flat = cached[1]
+    keys, ambiguous = hparam_keys(flat.names)
+    values = flat.hparams_at(trainable.iteration)
+    return HParams({keys[name]: value for name, value in values.items()}, ambiguous)
 
 
 def should_checkpoint() -> bool:

@@ -42,11 +42,12 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
 from ray_stagetree.execution.payload import CheckpointPayload
-from ray_stagetree.runtime.workers import scratch, session
+from ray_stagetree.runtime.workers import scratch, session, user_generators
 from ray_stagetree.runtime.workers.class_trainables import run_class
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
 from ray_stagetree.runtime.workers.group import PeerContext, RankGroup, RankInfo, free_port, rank_infos
@@ -62,6 +63,7 @@ def run_function(trainable: Callable, context: StageContext) -> None:
     context.hparams_root = getattr(trainable, "__stagetree_hparams_root__", "")
     try:
         while True:
+            context.user_generators.new_run()
             try:
                 if inspect.isgeneratorfunction(trainable):  # Tune reports each value yielded
                     for output in trainable(context.trainable_config()):
@@ -146,6 +148,8 @@ def _install_tune_shims() -> None:
     # setup_wandb takes its default run id, name and group from Ray Train's session, which it
     # imported by name: as under Tune, they are the trial's id and name and the experiment's name.
     _refuse_nested_train_runs()
+    _when_imported("torch", user_generators.track_torch)
+    user_generators.track_numpy(np)
     from ray.air.integrations import wandb as wandb_integration
 
     train_session = wandb_integration.get_session

@@ -1,0 +1,174 @@
+"""Random generators a trainable owns, carried in stage checkpoints.
+
+The global generators (Python's, NumPy's, torch's) travel in every stage
+checkpoint (`ray_stagetree.execution.rng`). A trainable may also own
+generators: a ``torch.Generator`` its ``DataLoader`` shuffles with, a
+``numpy.random.default_rng(seed)``. A trial trained alone advances them
+from iteration to iteration; restarted from a checkpoint (a fork off a
+shared stage, a restart where a value it read changes) the trainable builds
+and seeds them again at setup, and they would start over: merged would not
+equal alone.
+
+So a stage worker tracks the generators each run of a trainable creates
+while it sets up (before its first report), by creation order; a checkpoint
+carries the state of each one still alive; and in a run restored from that
+checkpoint the generator created at the same place in the order gets the
+state back: when `get_checkpoint` is called (to those created by then), or,
+for one created later, at its creation and again after its first seeding.
+Generators created later (a ``DataLoader`` makes one per epoch from the
+global generator) are deterministic already and are left alone.
+
+Tracked: ``torch.Generator`` (the name is this module's subclass in a stage
+worker; ``isinstance`` checks still take torch's own generators) and
+``numpy.random.default_rng``. Not tracked: ``numpy.random.Generator(bit_generator)``
+built directly, ``numpy.random.RandomState`` and ``random.Random`` objects.
+"""
+
+from __future__ import annotations
+
+import types
+import weakref
+from typing import Any
+
+
+class UserGenerators:
+    """The generators one run of a trainable created while it set up."""
+
+    def __init__(self) -> None:
+        self._created: list[Any] = []  # weak references (torch) or the generators (NumPy's take none)
+        self._setting_up = True
+        self._saved: dict[int, Any] = {}  # from the checkpoint the run restored: state by creation index
+        self._restore_on_seed: set[int] = set()  # created after the restore: their setup seeding is overridden
+
+    def new_run(self) -> None:
+        """The trainable (re)starts: its generators are made anew."""
+        self.__init__()  # type: ignore[misc]
+
+    def setup_done(self) -> None:
+        """The run reported: generators it makes from now on are not carried,
+        and the restored states have all been given."""
+        if self._setting_up:
+            self._setting_up = False
+            self._saved, self._restore_on_seed = {}, set()
+
+    def created(self, generator: Any) -> None:
+        if not self._setting_up:
+            return
+        index = len(self._created)
+        self._created.append(weakref.ref(generator) if _weakly(generator) else generator)
+        if index in self._saved:
+            _set_state(generator, self._saved[index])
+            self._restore_on_seed.add(index)
+
+    def seeded(self, generator: Any) -> None:
+        for index in list(self._restore_on_seed):
+            if _strong(self._created[index]) is generator:
+                self._restore_on_seed.discard(index)
+                _set_state(generator, self._saved[index])
+
+    def capture(self) -> dict[int, Any]:
+        """The state of each tracked generator still alive, by creation index."""
+        states = {}
+        for index, entry in enumerate(self._created):
+            generator = _strong(entry)
+            if generator is not None:
+                states[index] = _get_state(generator)
+        return states
+
+    def restore(self, states: dict[int, Any]) -> None:
+        """Give the run's generators the states a checkpoint carried."""
+        if not self._setting_up or not states:
+            return
+        self._saved = dict(states)
+        for index, entry in enumerate(self._created):
+            generator = _strong(entry)
+            if generator is not None and index in self._saved:
+                _set_state(generator, self._saved[index])
+
+
+def _weakly(generator: Any) -> bool:
+    return not _is_numpy(generator)
+
+
+def _strong(entry: Any) -> Any:
+    return entry() if isinstance(entry, weakref.ref) else entry
+
+
+def _is_numpy(generator: Any) -> bool:
+    return hasattr(generator, "bit_generator")
+
+
+def _get_state(generator: Any) -> Any:
+    if _is_numpy(generator):
+        return {"numpy": generator.bit_generator.state}
+    return {"torch": generator.get_state().numpy().tobytes()}
+
+
+def _set_state(generator: Any, state: dict[str, Any]) -> None:
+    if "numpy" in state:
+        generator.bit_generator.state = state["numpy"]
+    else:
+        import torch
+
+        generator.set_state(torch.frombuffer(bytearray(state["torch"]), dtype=torch.uint8))
+
+
+def _tracker() -> UserGenerators | None:
+    from ray_stagetree.runtime.workers.context import current
+
+    context = current()
+    return None if context is None else context.user_generators
+
+
+def track_torch(torch: types.ModuleType) -> None:
+    """Make ``torch.Generator`` a subclass whose objects a running trainable's context tracks."""
+    base = torch._C.Generator
+
+    class GeneratorMeta(type(base)):  # type: ignore[misc]
+        # torch's own generators (torch.default_generator) are still torch.Generator instances
+        def __instancecheck__(cls, instance: Any) -> bool:
+            return isinstance(instance, base)
+
+        def __subclasscheck__(cls, subclass: type) -> bool:
+            return issubclass(subclass, base)
+
+    class Generator(base, metaclass=GeneratorMeta):  # type: ignore[misc,valid-type]
+        __doc__ = base.__doc__
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__()
+            tracker = _tracker()
+            if tracker is not None:
+                tracker.created(self)
+
+        def manual_seed(self, seed: Any) -> Any:
+            out = super().manual_seed(seed)
+            tracker = _tracker()
+            if tracker is not None:
+                tracker.seeded(self)
+            return out
+
+        def seed(self) -> int:
+            out = super().seed()
+            tracker = _tracker()
+            if tracker is not None:
+                tracker.seeded(self)
+            return out
+
+    Generator.__module__, Generator.__qualname__ = "torch", "Generator"
+    torch.Generator = Generator
+
+
+def track_numpy(numpy: types.ModuleType) -> None:
+    """Make ``numpy.random.default_rng`` report the generators it makes in a running trainable."""
+    make = numpy.random.default_rng
+
+    def default_rng(*args: Any, **kwargs: Any) -> Any:
+        generator = make(*args, **kwargs)
+        tracker = _tracker()
+        if tracker is not None:
+            tracker.created(generator)
+        return generator
+
+    default_rng.__doc__ = make.__doc__
+    numpy.random.default_rng = default_rng
