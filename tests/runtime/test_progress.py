@@ -44,6 +44,15 @@ def test_final_line_compares_executed_iterations_with_trial_by_trial():
     assert "(2.00x more executed: prefixes retrained)" in reporter.line(retrained, final=True)
 
 
+def test_line_says_where_trainables_restart_at_changed_values():
+    """A trainable that holds config's values restarts where one changes
+    (issue 57): the line says so, and how often by key; live, it says nothing."""
+    reporter = ProgressReporter(None, None, verbose=0)
+    assert "restarts" not in reporter.line(progress())
+    line = reporter.line({**progress(), "restarts": {"lr": 3, "bs": 1}}, final=True)
+    assert "(4.00x fewer executed) | restarts where a config value changed: bs 1x, lr 3x" in line
+
+
 def test_line_names_trials_that_have_not_reported():
     reporter = ProgressReporter(None, None, verbose=0)
     assert "not reported" not in reporter.line(progress())

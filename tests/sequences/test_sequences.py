@@ -693,7 +693,7 @@ def test_tune_resolves_specs() -> None:
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("module", ["__init__", "base", "piecewise", "decay", "cyclic"])
+@pytest.mark.parametrize("module", ["__init__", "base", "piecewise", "decay", "cyclic", "torch_schedulers"])
 def test_docstring_examples(module: str) -> None:
     target = sequences if module == "__init__" else importlib.import_module(f"ray_stagetree.sequences.{module}")
     # Examples use the whole family set, as users import it from the package.
