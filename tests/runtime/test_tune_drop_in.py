@@ -14,7 +14,7 @@ from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining
 from ray.tune.search import Searcher
 
-from ray_stagetree import Concat, MultiStep, Tuner
+from ray_stagetree import Concat, MultiStep, Tuner, get_hparams
 from ray_stagetree.trainables import StageTrainable
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
@@ -140,7 +140,7 @@ def test_num_samples_minus_one_draws_random_variants_until_the_time_budget_ends(
 def slow_sequence_loop(config):
     for step in range(config["steps"]):
         time.sleep(0.2)
-        tune.report({"score": config["slope"].value(step) * (step + 1)})
+        tune.report({"score": get_hparams()["slope"] * (step + 1)})
 
 
 def test_num_samples_minus_one_over_trials_sharing_a_prefix_admits_what_its_workers_can_run(ray_session, tmp_path):
