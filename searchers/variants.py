@@ -14,6 +14,7 @@ repeats of the grid, the same seeding.
 from __future__ import annotations
 
 import collections
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -44,6 +45,32 @@ def from_tune_config(config: Any) -> Any:
     if isinstance(config, list):
         return [from_tune_config(value) for value in config]
     return config
+
+
+def tune_grid(param_space: Mapping[str, Any]) -> dict[str, Any]:
+    """The trials of a full-grid ``param_space`` as a space ``ray.tune.Tuner``
+    itself runs: a ``tune.grid_search`` over each parameter's resolved values,
+    sequences in their JSON form (Tune cannot resolve a domain inside a
+    sequence, and its placeholder resolution takes sequence objects apart).
+    ``get_hparams()`` under ``ray.tune.Tuner`` reads them back as sequences.
+    For running one script on both Tuners side by side."""
+    from ray import tune
+
+    trials = generate_trials(param_space)
+    values: dict[str, dict[str, Any]] = {}
+    for trial in trials:
+        for name, value in trial.items():
+            value = value.to_json() if isinstance(value, Sequence) else value
+            values.setdefault(name, {}).setdefault(json.dumps(value, sort_keys=True, default=repr), value)
+    if math.prod(len(choices) for choices in values.values()) != len(trials):
+        raise ValueError(
+            f"tune_grid takes a full grid (every parameter's values crossed with every other's); this param_space "
+            f"gives {len(trials)} trials, not the {math.prod(len(c) for c in values.values())} of a full grid"
+        )
+    return {
+        name: tune.grid_search(list(choices.values())) if len(choices) > 1 else next(iter(choices.values()))
+        for name, choices in values.items()
+    }
 
 
 def generate_trials(

@@ -19,7 +19,8 @@ family                                   PyTorch equivalent (``torch.optim.lr_sc
 ``Exponential(b, gamma)``                ``ExponentialLR(gamma)``
 ``Step(b, step_size, gamma)``            ``StepLR(step_size, gamma)``
 ``MultiStep(b, milestones, gamma)``      ``MultiStepLR(milestones, gamma)``
-``MultiStep(values=v, milestones=m)``    ``LambdaLR`` with a piecewise-constant lambda
+``MultiStep(values=v, milestones=m)``    ``LambdaLR`` with a piecewise-constant lambda;
+                                         ``ConstantLR(f, n)`` for ``v = [b * f, b]``, ``m = [n]``
 ``CyclicLR(b, max_y, up, down)``         ``CyclicLR(b, max_y, up, down, cycle_momentum=False)`` [1]
 ``Cosine(b, min_y, period, gamma)``      ``CosineAnnealingWarmRestarts(period, gamma, min_y)`` [2]
 ``Linear(b * f0, b * f1, n)``            ``LinearLR(start_factor=f0, end_factor=f1, total_iters=n)``
@@ -35,9 +36,18 @@ family                                   PyTorch equivalent (``torch.optim.lr_sc
 [1] ``mode="triangular"``; torch names ``base_lr, max_lr, step_size_up,
 step_size_down``.  [2] ``T_0=period, T_mult=gamma, eta_min=min_y``;
 ``CosineAnnealingLR(T_max=period, eta_min=min_y)`` agrees on ``[0, period)``
-only (it then rises again where ``Cosine`` restarts).  [3] Torch raises after
-``total_steps``; ``OneCycle`` holds its final value.  [4] ``f = func.value(0)``
-and ``F`` is the scheduler equivalent to ``func``.
+only (it then rises again where ``Cosine`` restarts);
+``Cosine(b, min_y, period).then(min_y, at=period)`` agrees on ``[0, period]``,
+then holds ``min_y``.  [3] Torch raises after ``total_steps``; ``OneCycle``
+holds its final value.  [4] ``f = func.value(0)`` and ``F`` is the scheduler
+equivalent to ``func``.
+
+:func:`from_torch` builds these from the scheduler itself: a
+``torch.optim.lr_scheduler`` class (or its name), ``lr = b`` and torch's own
+arguments, ``from_torch(MultiStepLR, lr=0.1, milestones=[100, 150], gamma=0.1)``,
+so that a script moves to Tune by moving its scheduler's arguments into
+``param_space`` (supported classes and what is refused:
+``ray_stagetree.sequences.torch_schedulers``).
 
 Parameters may be Ray Tune search-space domains (``tune.loguniform(...)``,
 ``tune.grid_search([...])``): the sequence is then *unresolved*; it can be

@@ -164,7 +164,10 @@ def from_torch(scheduler: Any, lr: Any, **arguments: Any) -> Sequence:
         >>> lr = from_torch(
         ...     "SequentialLR",
         ...     lr=0.1,
-        ...     schedulers=[("LinearLR", {"start_factor": 0.1, "total_iters": 5}), ("CosineAnnealingLR", {"T_max": 20})],
+        ...     schedulers=[
+        ...         ("LinearLR", {"start_factor": 0.1, "total_iters": 5}),
+        ...         ("CosineAnnealingLR", {"T_max": 20}),
+        ...     ],
         ...     milestones=[5],
         ... )
         >>> [round(lr.value(i), 4) for i in (0, 5, 15, 25, 40)]
@@ -183,7 +186,8 @@ def _scheduler_name(where: str, what: str, scheduler: Any) -> str:
     else:
         hint = ""
         if hasattr(scheduler, "optimizer") and hasattr(scheduler, "step"):
-            hint = f"; pass the class ({type(scheduler).__name__}) and its arguments, not a scheduler built on an optimizer"
+            built = type(scheduler).__name__
+            hint = f"; pass the class ({built}) and its arguments, not a scheduler built on an optimizer"
         raise InvalidArgumentError(
             f"{where}: {what} must be a torch.optim.lr_scheduler class or its name, "
             f"got {scheduler!r} ({_type_name(scheduler)}){hint}"
@@ -466,8 +470,9 @@ def _sequential_lr(c: _Call) -> Sequence:
     if not isinstance(items, (list, tuple)) or not items:
         raise InvalidArgumentError(f"{c.where}: schedulers must be a non-empty list of {pair}, got {items!r}")
     if len(items) > 1:
-        shared = f"it is the base learning rate of each of the {len(items)} schedulers, and Tune would draw it once per scheduler"
-        c.lr(plain=shared)
+        c.lr(
+            plain=f"it is the base lr of each of the {len(items)} schedulers, and Tune would draw it once per scheduler"
+        )
     parts = []
     for k, item in enumerate(items):
         where = f"{c.where}: schedulers[{k}]"

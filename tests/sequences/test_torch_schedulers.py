@@ -363,29 +363,47 @@ def test_a_class_is_recognised_by_its_name_without_torch() -> None:
 # --------------------------------------------------------------------------
 
 GRID = {"grid_search": [0.01, 0.1]}
+TWO = [("StepLR", {"step_size": 2}), ("ExponentialLR", {"gamma": 0.9})]
 
 
 @pytest.mark.parametrize(
     "scheduler, lr, arguments, match",
     [
-        ("LinearLR", GRID, {}, r"from_torch\(LinearLR\): lr cannot be a Tune search-space domain here, got "
-         r"\{'grid_search': \[0.01, 0.1\]\}: LinearLR's values are lr times start_factor"),
+        (
+            "LinearLR",
+            GRID,
+            {},
+            r"from_torch\(LinearLR\): lr cannot be a Tune search-space domain here, got "
+            r"\{'grid_search': \[0.01, 0.1\]\}: LinearLR's values are lr times start_factor",
+        ),
         ("LinearLR", 0.1, {"start_factor": GRID}, r"start_factor cannot be a Tune search-space domain"),
         ("ConstantLR", 0.1, {"factor": GRID}, r"factor cannot be .*ConstantLR's values are lr times factor"),
         ("CosineAnnealingLR", 0.1, {"T_max": {"grid_search": [10, 20]}}, r"T_max cannot be .* uses it twice"),
         ("CosineAnnealingLR", 0.1, {"T_max": 10, "eta_min": GRID}, r"eta_min cannot be .*CosineAnnealingWarmRestarts"),
         ("OneCycleLR", GRID, {"max_lr": 1.0, "total_steps": 10}, r"lr cannot be .*OneCycleLR ignores the optimizer's"),
         ("OneCycleLR", 0.1, {"max_lr": 1.0, "epochs": GRID, "steps_per_epoch": 5}, r"epochs cannot be .*computed"),
-        ("OneCycleLR", 0.1, {"max_lr": 1.0, "total_steps": 10, "cycle_momentum": {"grid_search": [True, False]}},
-         r"cycle_momentum cannot be .*it schedules the momentum, not the learning rate, so a domain would search"),
+        (
+            "OneCycleLR",
+            0.1,
+            {"max_lr": 1.0, "total_steps": 10, "cycle_momentum": {"grid_search": [True, False]}},
+            r"cycle_momentum cannot be .*it schedules the momentum, not the learning rate, so a domain would search",
+        ),
         ("CyclicLR", GRID, {"base_lr": 0.01, "max_lr": 0.1}, r"lr cannot be .*CyclicLR ignores the optimizer's lr"),
-        ("CyclicLR", 0.1, {"base_lr": 0.01, "max_lr": 0.1, "mode": {"grid_search": ["triangular", "exp_range"]}},
-         r"mode cannot be a Tune search-space domain"),
+        (
+            "CyclicLR",
+            0.1,
+            {"base_lr": 0.01, "max_lr": 0.1, "mode": {"grid_search": ["triangular", "exp_range"]}},
+            r"mode cannot be a Tune search-space domain",
+        ),
         ("MultiStepLR", GRID, {"milestones": [5, 5]}, r"lr cannot be .*milestones repeat \[5\]"),
-        ("SequentialLR", GRID, {"schedulers": [("StepLR", {"step_size": 2}), ("ExponentialLR", {"gamma": 0.9})],
-                                "milestones": [5]}, r"from_torch\(SequentialLR\): lr cannot be .*each of the 2 sched"),
+        (
+            "SequentialLR",
+            GRID,
+            {"schedulers": TWO, "milestones": [5]},
+            r"from_torch\(SequentialLR\): lr cannot be .*each of the 2 schedulers",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_domain_where_it_would_be_computed_with_or_drawn_twice_is_refused(scheduler, lr, arguments, match) -> None:
     with pytest.raises(ValueError, match=match):
         from_torch(scheduler, lr, **arguments)
@@ -417,6 +435,7 @@ def test_domains_give_unresolved_sequences_that_tune_resolves() -> None:
         "multi_step": multi_step.to_spec(),
         "step": from_torch("StepLR", 0.1, step_size=tune.grid_search([5, 10]), gamma=tune.uniform(0.1, 0.9)).to_spec(),
         "one_cycle": from_torch("OneCycleLR", 0.1, max_lr=tune.choice([0.5, 1.0]), total_steps=60).to_spec(),
+        "cosine": from_torch("CosineAnnealingLR", tune.uniform(0.05, 0.2), T_max=30, eta_min=1e-3).to_spec(),
         "sequential": from_torch(
             "SequentialLR",
             0.1,
@@ -429,13 +448,17 @@ def test_domains_give_unresolved_sequences_that_tune_resolves() -> None:
     for config in configs:
         drawn = {key: from_json(spec) for key, spec in config.items()}
         assert all(seq.is_resolved for seq in drawn.values())
-        step, multi, one_cycle, sequential = (drawn[k] for k in ("step", "multi_step", "one_cycle", "sequential"))
+        step, multi, one_cycle, cosine, sequential = (
+            drawn[key] for key in ("step", "multi_step", "one_cycle", "cosine", "sequential")
+        )
         assert 1e-3 <= multi.init <= 1e-1
         exp_part, at = sequential.parts[1], sequential.milestones[0]
-        expected: list[tuple[Sequence, str, dict[str, Any], float]] = [
-            (step, "StepLR", {"step_size": step.step_size, "gamma": step.gamma}, 0.1),
-            (multi, "MultiStepLR", {"milestones": [8, 12], "gamma": 0.1}, multi.init),
-            (one_cycle, "OneCycleLR", {"max_lr": one_cycle.max_value, "total_steps": 60}, 0.1),
+        cosine_lr = cosine.parts[0].init
+        expected: list[tuple[Sequence, str, dict[str, Any], float, int]] = [
+            (step, "StepLR", {"step_size": step.step_size, "gamma": step.gamma}, 0.1, 60),
+            (multi, "MultiStepLR", {"milestones": [8, 12], "gamma": 0.1}, multi.init, 60),
+            (one_cycle, "OneCycleLR", {"max_lr": one_cycle.max_value, "total_steps": 60}, 0.1, 60),
+            (cosine, "CosineAnnealingLR", {"T_max": 30, "eta_min": 1e-3}, cosine_lr, 31),
             (
                 sequential,
                 "SequentialLR",
@@ -444,8 +467,9 @@ def test_domains_give_unresolved_sequences_that_tune_resolves() -> None:
                     "milestones": [at],
                 },
                 0.1,
+                60,
             ),
         ]
-        for seq, name, arguments, base in expected:
-            assert [seq.value(i) for i in range(60)] == pytest.approx(torch_lrs(name, arguments, base, 60), rel=1e-9)
+        for seq, name, arguments, base, n in expected:
+            assert [seq.value(i) for i in range(n)] == pytest.approx(torch_lrs(name, arguments, base, n), rel=1e-9)
     assert {from_json(config["step"]).step_size for config in configs} == {5, 10}

@@ -145,10 +145,12 @@ def _tune_hparams(trainable: Any) -> HParams:
     values at its iteration, keyed as ours are."""
     from ray_stagetree.planning import TrialConfig
     from ray_stagetree.planning.config import hparam_keys
+    from ray_stagetree.searchers.variants import from_tune_config
 
-    config = {key: value for key, value in trainable.config.items() if key != TRIAL_INFO_KEY}
     cached = _tune_configs.get(trainable)
     if cached is None or cached[0] is not trainable.config:  # PBT's reset_config hands it a new one
+        # Sequences as objects, or in the JSON form Tune's variant generator resolves (`tune_grid`).
+        config = from_tune_config({key: value for key, value in trainable.config.items() if key != TRIAL_INFO_KEY})
         flat = TrialConfig.from_config(config)
         cached = _tune_configs[trainable] = (trainable.config, flat)
     flat = cached[1]

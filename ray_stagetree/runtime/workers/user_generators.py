@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 
@@ -113,15 +114,9 @@ def _set_state(generator: Any, state: dict[str, Any]) -> None:
         generator.set_state(torch.frombuffer(bytearray(state["torch"]), dtype=torch.uint8))
 
 
-def _tracker() -> UserGenerators | None:
-    from ray_stagetree.runtime.workers.context import current
-
-    context = current()
-    return None if context is None else context.user_generators
-
-
-def track_torch(torch: types.ModuleType) -> None:
-    """Make ``torch.Generator`` a subclass whose objects a running trainable's context tracks."""
+def track_torch(torch: types.ModuleType, tracker_of: Callable[[], UserGenerators | None]) -> None:
+    """Make ``torch.Generator`` a subclass whose objects ``tracker_of()``, the
+    running trainable's (None outside one), tracks."""
     base = torch._C.Generator
 
     class GeneratorMeta(type(base)):  # type: ignore[misc]
@@ -137,20 +132,20 @@ def track_torch(torch: types.ModuleType) -> None:
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__()
-            tracker = _tracker()
+            tracker = tracker_of()
             if tracker is not None:
                 tracker.created(self)
 
         def manual_seed(self, seed: Any) -> Any:
             out = super().manual_seed(seed)
-            tracker = _tracker()
+            tracker = tracker_of()
             if tracker is not None:
                 tracker.seeded(self)
             return out
 
         def seed(self) -> int:
             out = super().seed()
-            tracker = _tracker()
+            tracker = tracker_of()
             if tracker is not None:
                 tracker.seeded(self)
             return out
@@ -159,13 +154,13 @@ def track_torch(torch: types.ModuleType) -> None:
     torch.Generator = Generator
 
 
-def track_numpy(numpy: types.ModuleType) -> None:
-    """Make ``numpy.random.default_rng`` report the generators it makes in a running trainable."""
+def track_numpy(numpy: types.ModuleType, tracker_of: Callable[[], UserGenerators | None]) -> None:
+    """Make ``numpy.random.default_rng`` report the generators it makes to ``tracker_of()``."""
     make = numpy.random.default_rng
 
     def default_rng(*args: Any, **kwargs: Any) -> Any:
         generator = make(*args, **kwargs)
-        tracker = _tracker()
+        tracker = tracker_of()
         if tracker is not None:
             tracker.created(generator)
         return generator

@@ -148,14 +148,20 @@ def _install_tune_shims() -> None:
     # setup_wandb takes its default run id, name and group from Ray Train's session, which it
     # imported by name: as under Tune, they are the trial's id and name and the experiment's name.
     _refuse_nested_train_runs()
-    _when_imported("torch", user_generators.track_torch)
-    user_generators.track_numpy(np)
+    _when_imported("torch", lambda torch: user_generators.track_torch(torch, _user_generators))
+    user_generators.track_numpy(np, _user_generators)
     from ray.air.integrations import wandb as wandb_integration
 
     train_session = wandb_integration.get_session
     wandb_integration.get_session = lambda: (
         session.StageTrainSession(current()) if current() is not None else train_session()
     )
+
+
+def _user_generators() -> user_generators.UserGenerators | None:
+    """The generators tracker of the trainable running on this thread, if any."""
+    context = current()
+    return None if context is None else context.user_generators
 
 
 #: How often rank 0 of a data-parallel group looks whether a peer failed while its own rank trains.
