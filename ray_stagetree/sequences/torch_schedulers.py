@@ -7,9 +7,10 @@ they move into ``param_space``::
 
     param_space = {"lr": from_torch(MultiStepLR, lr=tune.loguniform(1e-3, 1e-1), milestones=[8, 12], gamma=0.1)}
 
-and the trainable reads ``config["lr"].value(iteration)`` where the script
-called ``scheduler.step()``.  This module never imports torch: a scheduler is
-the class (recognised by its ``__name__``) or that name as a string.
+and the trainable sets the optimizer's lr to this iteration's value
+(``get_hparams()["lr"]``) where the script called ``scheduler.step()``.  This
+module never imports torch: a scheduler is the class (recognised by its
+``__name__``) or that name as a string.
 """
 
 from __future__ import annotations
