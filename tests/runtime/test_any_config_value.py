@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining
 
-from ray_stagetree import Concat, MultiStep, Tuner
+from ray_stagetree import Concat, MultiStep, Tuner, get_hparams
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.runtime.control.experiment_state import read_state
 
@@ -105,7 +105,7 @@ def test_objects_reach_the_trainable_result_config_and_callbacks_as_given(tmp_pa
 
 def descend(config):
     for step in range(6):
-        tune.report({"loss": config["lr"].value(step) if hasattr(config["lr"], "value") else config["lr"]})
+        tune.report({"loss": get_hparams()["lr"]})
 
 
 def shared_run(tmp_path, name, data):

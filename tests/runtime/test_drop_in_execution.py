@@ -47,7 +47,7 @@ def counting_loop(config):
     or (``config["checkpoint"]``) one at every iteration."""
     x = 0.0
     for _ in range(config.get("steps", 10**9)):
-        x += config["lr"] if isinstance(config["lr"], float) else get_hparams()["lr"]
+        x += get_hparams()["lr"]
         if config.get("checkpoint"):
             report_with_checkpoint({"x": x})
         else:
