@@ -104,7 +104,7 @@ def test_objects_reach_the_trainable_result_config_and_callbacks_as_given(tmp_pa
 
 
 def descend(config):
-    for step in range(6):
+    for _ in range(6):
         tune.report({"loss": get_hparams()["lr"]})
 
 
