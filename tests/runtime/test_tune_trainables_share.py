@@ -8,7 +8,6 @@ import json
 import os
 import tempfile
 
-import numpy as np
 import pytest
 from ray import tune
 
@@ -50,36 +49,6 @@ def checkpoint_dict(state):
 def load_dict(checkpoint):
     with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as file:
         return json.load(file)
-
-
-def numpy_noise(config):
-    """Reads ``lr`` once; its noise comes from a ``numpy.random.default_rng`` it owns."""
-    noise = np.random.default_rng(7)
-    lr, x, start = config["lr"], 1.0, 0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint:
-        state = load_dict(checkpoint)
-        x, start = state["x"], state["iteration"]
-    for iteration in range(start, EPOCHS):
-        x -= lr * x + 0.01 * noise.normal()
-        tune.report({"loss": x}, checkpoint=checkpoint_dict({"x": x, "iteration": iteration + 1}))
-
-
-def run_numpy_noise(path, **options):
-    return ray_stagetree.Tuner(
-        numpy_noise,
-        param_space={"lr": tune.grid_search([MultiStep(0.5, [2], 0.1), MultiStep(0.5, [3], 0.1)])},
-        run_config=tune.RunConfig(storage_path=str(path), stop={"training_iteration": EPOCHS}, verbose=0),
-        **options,
-    ).fit()
-
-
-def test_a_numpy_generator_the_trainable_owns_travels_in_stage_checkpoints(ray_session, tmp_path):
-    shared = run_numpy_noise(tmp_path / "shared")
-    alone = run_numpy_noise(tmp_path / "alone", stage_sharing=False)
-    assert_ran(shared)
-    assert shared.iterations_executed < sum(len(result.metrics_dataframe) for result in shared)
-    assert losses(shared) == losses(alone)
 
 
 def no_checkpoints(config):

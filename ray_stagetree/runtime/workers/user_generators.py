@@ -19,9 +19,11 @@ Generators created later (a ``DataLoader`` makes one per epoch from the
 global generator) are deterministic already and are left alone.
 
 Tracked: ``torch.Generator`` (the name is this module's subclass in a stage
-worker; ``isinstance`` checks still take torch's own generators) and
-``numpy.random.default_rng``. Not tracked: ``numpy.random.Generator(bit_generator)``
-built directly, ``numpy.random.RandomState`` and ``random.Random`` objects.
+worker; ``isinstance`` checks still take torch's own generators), held
+weakly, so one the trainable dropped is not carried. Not tracked: NumPy's
+generators (they take no weak reference, so one made per epoch, as
+`ResumableLoader` makes them, would look alive forever and be given a
+stale state), ``random.Random`` objects.
 """
 
 from __future__ import annotations
@@ -152,18 +154,3 @@ def track_torch(torch: types.ModuleType, tracker_of: Callable[[], UserGenerators
 
     Generator.__module__, Generator.__qualname__ = "torch", "Generator"
     torch.Generator = Generator
-
-
-def track_numpy(numpy: types.ModuleType, tracker_of: Callable[[], UserGenerators | None]) -> None:
-    """Make ``numpy.random.default_rng`` report the generators it makes to ``tracker_of()``."""
-    make = numpy.random.default_rng
-
-    def default_rng(*args: Any, **kwargs: Any) -> Any:
-        generator = make(*args, **kwargs)
-        tracker = tracker_of()
-        if tracker is not None:
-            tracker.created(generator)
-        return generator
-
-    default_rng.__doc__ = make.__doc__
-    numpy.random.default_rng = default_rng

@@ -42,7 +42,6 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
@@ -149,7 +148,6 @@ def _install_tune_shims() -> None:
     # imported by name: as under Tune, they are the trial's id and name and the experiment's name.
     _refuse_nested_train_runs()
     _when_imported("torch", lambda torch: user_generators.track_torch(torch, _user_generators))
-    user_generators.track_numpy(np, _user_generators)
     from ray.air.integrations import wandb as wandb_integration
 
     train_session = wandb_integration.get_session
