@@ -51,10 +51,11 @@ from torch import nn  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
-from bench_tune import METRIC, MODE, declarative, values_at  # noqa: E402
+from bench_tune import METRIC, MODE, values_at  # noqa: E402
 
 from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, merge_rate, report  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
+from ray_stagetree.searchers.variants import tune_grid  # noqa: E402
 from ray_stagetree.trainables.torch import ResumableLoader, apply_hparams  # noqa: E402
 
 
@@ -217,7 +218,7 @@ def run_tune(trials_space, data, epochs, resources, storage, reuse: bool) -> dic
     occupancy = harness.TrialOccupancy()
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(train_resnet, data=data, hparams_at=values_at), resources),
-        param_space=declarative(trials_space),
+        param_space=tune_grid(trials_space),
         tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, reuse_actors=reuse),
         run_config=tune.RunConfig(
             storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]
@@ -382,7 +383,7 @@ def run_tune_trainer(
     started = time.perf_counter()
     results = tune.Tuner(
         trainer,
-        param_space={"train_loop_config": declarative(trials_space)},
+        param_space={"train_loop_config": tune_grid(trials_space)},
         tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, reuse_actors=True),
         run_config=tune.RunConfig(
             storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]

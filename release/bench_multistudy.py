@@ -62,6 +62,7 @@ import harness  # noqa: E402
 from ray_stagetree import MultiStep, Tuner, get_iteration, kwise_merge_rate, merge_rate, report  # noqa: E402
 from ray_stagetree.plan_service import PlanServiceConfig, shutdown, status  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
+from ray_stagetree.searchers.variants import tune_grid  # noqa: E402
 
 example = bench_tune.example
 METRIC, MODE = bench_tune.METRIC, bench_tune.MODE
@@ -104,7 +105,7 @@ def tune_tuner(space, data, epochs, storage, name, occupancy, reuse) -> tune.Tun
     trainable = tune.with_parameters(example.train_mnist1d, data=data, hparams_at=bench_tune.values_at)
     return tune.Tuner(
         tune.with_resources(trainable, {"cpu": 1}),
-        param_space=bench_tune.declarative(space),
+        param_space=tune_grid(space),
         tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, reuse_actors=reuse),
         run_config=tune.RunConfig(
             storage_path=storage, name=name, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]

@@ -38,7 +38,6 @@ against the lower bound ``max(longest path, unique work / workers)``.
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import sys
@@ -56,9 +55,9 @@ sys.path.insert(0, EXAMPLES)
 import harness  # noqa: E402
 import mnist1d_study as example  # noqa: E402
 
-from ray_stagetree import Exponential, MultiStep, Sequence, Tuner, Warmup, from_json, merge_rate  # noqa: E402
+from ray_stagetree import Exponential, MultiStep, Tuner, Warmup, from_json, merge_rate  # noqa: E402
 from ray_stagetree.searchers import generate_trials  # noqa: E402
-from ray_stagetree.searchers.variants import to_tune_space  # noqa: E402
+from ray_stagetree.searchers.variants import to_tune_space, tune_grid  # noqa: E402
 
 # One CPU is left to the driver-side processes of either system (Tune's driver; ray_stagetree's driver,
 # controller and storage actor), as on a GPU cluster they do not share the trainables' devices. With a
@@ -85,25 +84,6 @@ def _searcher(searcher: bool) -> Any:
 
     sampler = optuna.samplers.TPESampler(seed=0, n_startup_trials=SEARCHER_SAMPLES)
     return OptunaSearch(sampler=sampler)
-
-
-def declarative(space: dict[str, Any]) -> dict[str, Any]:
-    """The same trials as a space vanilla Tune takes: a grid over each
-    parameter's resolved values, sequences in their JSON form. (Tune cannot
-    resolve a search-space domain inside a sequence, and its placeholder
-    resolution takes sequence objects apart.)"""
-    trials = generate_trials(space)
-    values: dict[str, dict[str, Any]] = {}
-    for trial in trials:
-        for name, value in trial.items():
-            value = value.to_json() if isinstance(value, Sequence) else value
-            values.setdefault(name, {}).setdefault(json.dumps(value, sort_keys=True), value)
-    if math.prod(len(choices) for choices in values.values()) != len(trials):
-        raise ValueError("the benchmark's spaces must be full grids")
-    return {
-        name: tune.grid_search(list(choices.values())) if len(choices) > 1 else next(iter(choices.values()))
-        for name, choices in values.items()
-    }
 
 
 def values_at(config: dict[str, Any], epoch: int) -> dict[str, Any]:
@@ -178,7 +158,7 @@ def run_tune(
             {"cpu": 1},
         ),
         # A searcher gets the sequences' declarative form, domains inside, as ray_stagetree gives it them.
-        param_space=to_tune_space(space) if searcher else declarative(space),
+        param_space=to_tune_space(space) if searcher else tune_grid(space),
         tune_config=_tune_config(asha, epochs, searcher, reuse_actors=reuse),
         run_config=tune.RunConfig(
             storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]

@@ -78,7 +78,7 @@ class BatchOutcome:
     # A rank of the worker's data-parallel group failed: the others may wait in a collective forever,
     # so the group runs no other batch (the controller stops it and starts a fresh one when needed).
     worker_broken: bool = False
-    # Where the trainable restarted from its checkpoint because values it read as values (by key) changed.
+    # Where the trainable restarted from its checkpoint because sequence values it holds fixed (by key) changed.
     restarts: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
 
 

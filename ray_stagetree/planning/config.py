@@ -512,6 +512,20 @@ class TrialConfig:
         return cls.from_config(unflatten(data), share_key=share_key, intern=intern, objects=objects)
 
 
+def replaced(config: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with the values at the given flattened paths replaced,
+    copying only the dicts on those paths (the user's objects are shared, not copied)."""
+    out = dict(config)
+    for path, value in values.items():
+        *parents, leaf = split_path(path)
+        level = out
+        for part in parents:
+            level[part] = dict(level[part])
+            level = level[part]
+        level[leaf] = value
+    return out
+
+
 def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
     """Rebuild the nested dict a trainable expects from ``/``-separated paths
     (keys escaped by flattening come back as they were)."""

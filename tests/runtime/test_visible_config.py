@@ -114,11 +114,11 @@ def test_a_trainable_that_does_not_follow_values_restarts_where_one_changes():
     context = context_at(config, 0)
     context.trainable_config()
     context._begin(context.spec)
-    assert context._next_plain_value_change() == 2 and context.should_checkpoint() is False
+    assert context._next_fixed_value_change() == 2 and context.should_checkpoint() is False
     context.iteration = 1
     assert context.should_checkpoint()  # the restart at 2 needs the checkpoint reported there
     context.hparams(live=True)
-    assert context.follows_values and context._next_plain_value_change() is None
+    assert context.follows_values and context._next_fixed_value_change() is None
     assert not context.should_checkpoint()
 
 

@@ -217,7 +217,7 @@ class StudyController:
         self.budget = TimeBudget(spec.time_budget_s)
         self.failures = Failures(spec.max_failures, spec.restore_retries, spec.fail_fast)
         self._warned_missing_checkpoint = False
-        # Restarts where a value the trainable read as a value changed, by config key (the progress line's mode).
+        # Restarts where a config value the trainable holds fixed changed, by key (the progress line's mode).
         self._restarts: collections.Counter[str] = collections.Counter()
         self._population_starts: dict[tuple, str] | None = {} if self.host.population is not None else None
         self.feed = DriverFeed()  # what the driver hears at its next poll (`progress`)

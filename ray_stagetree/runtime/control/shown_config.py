@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ray_stagetree.planning.config import TrialConfig, split_path
+from ray_stagetree.planning.config import TrialConfig, replaced, split_path
 from ray_stagetree.sequences import Sequence
 
 #: The result key of the trial's config with PBT's schedules as sequences.
@@ -26,20 +26,6 @@ def _at(config: dict[str, Any], path: str) -> Any:
     for part in split_path(path):
         config = config[part]
     return config
-
-
-def _replaced(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with the values at the given flattened paths replaced,
-    copying only the dicts on those paths (the user's objects are shared, not copied)."""
-    out = dict(config)
-    for path, value in values.items():
-        *parents, leaf = split_path(path)
-        level = out
-        for part in parents:
-            level[part] = dict(level[part])
-            level = level[part]
-        level[leaf] = value
-    return out
 
 
 def scheduled(config: dict[str, Any], plain: frozenset[str]) -> frozenset[str]:
@@ -56,7 +42,7 @@ def shown_config(
     if trial_config is None or not names:
         return config
     values = trial_config.hparams_at(max(iteration - 1, 0))
-    return _replaced(config, {name: _python(values[name]) for name in names})
+    return replaced(config, {name: _python(values[name]) for name in names})
 
 
 def _python(value: Any) -> Any:

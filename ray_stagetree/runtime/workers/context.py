@@ -32,7 +32,7 @@ from ray_stagetree.execution.payload import (
     unpack_directory,
 )
 from ray_stagetree.execution.rng import capture_rng_state, fork_rng_state, restore_rng_state
-from ray_stagetree.planning.config import hparam_keys, split_path
+from ray_stagetree.planning.config import hparam_keys, replaced, split_path
 from ray_stagetree.runtime.workers import scratch
 from ray_stagetree.runtime.workers.user_generators import UserGenerators
 from ray_stagetree.runtime.workers.visible_config import HParams, values_at
@@ -148,16 +148,16 @@ class StageContext:
         self.iteration = spec.start
         self.stop = spec.stop
         self._config = spec.trial_config
-        self._keys, _ = hparam_keys(self._config.names)
+        self._keys, self._ambiguous = hparam_keys(self._config.names)
         self._followed = self.follows_values
-        self._config_change = self._next_plain_value_change()
+        self._config_change = self._next_fixed_value_change()
         self.save_iterations = set(spec.save_iterations) | self._config_changes()
         self._pending = BatchOutcome(spec.batch_id)
         self._last_flush = self._iteration_started = time.monotonic()
         # branch points since the last outcome whose checkpoint report() did not get
         self.missing_checkpoints: list[int] = []
 
-    def _next_plain_value_change(self) -> int | None:
+    def _next_fixed_value_change(self) -> int | None:
         """The next iteration of the batch where a value the trainable holds
         fixed changes: one handed over as plain (PBT explored it), or any
         sequence's while it does not follow values live. The trainable
@@ -177,12 +177,12 @@ class StageContext:
             if name in self.spec.plain or name in declared
         }
 
-    def _sync_reads(self) -> None:
+    def _sync_restarts(self) -> None:
         """Where the trainable restarts next, once it follows values live."""
         if self._followed == self.follows_values:
             return
         self._followed = self.follows_values
-        self._config_change = self._next_plain_value_change()
+        self._config_change = self._next_fixed_value_change()
         self.save_iterations = set(self.spec.save_iterations) | self._config_changes()
 
     def _plain_sequences(self) -> dict[str, Any]:
@@ -242,7 +242,7 @@ class StageContext:
             return config
         values = self._config.hparams_at(self.iteration)
         changed = {name: values[name] for name in self.spec.plain if _differs(self.spec.config, name, values[name])}
-        return _replaced(config, changed) if changed else config
+        return replaced(config, changed) if changed else config
 
     def hparams(self, live: bool = False) -> HParams:
         """This iteration's values, keyed as the config's keys are written
@@ -250,15 +250,14 @@ class StageContext:
         so it follows every value from iteration to iteration."""
         if live:
             self.follows_values = True
-        keys, ambiguous = hparam_keys(self._config.names)
-        values = {keys[name]: value for name, value in self._config.hparams_at(self.iteration).items()}
+        values = {self._keys[name]: value for name, value in self._config.hparams_at(self.iteration).items()}
         if self.hparams_root:  # a hosted TorchTrainer's loop reads its train_loop_config as its config
             prefix = f"{self.hparams_root}/"
             values = {key.removeprefix(prefix): value for key, value in values.items()}
-        return HParams(values, ambiguous)
+        return HParams(values, self._ambiguous)
 
     def should_checkpoint(self) -> bool:
-        self._sync_reads()
+        self._sync_restarts()
         return self.iteration + 1 in self.save_iterations
 
     def source_payload(self) -> CheckpointPayload | None:
@@ -370,7 +369,7 @@ class StageContext:
         the controller's reply says whether the batch goes on (live
         continuation); the end's checkpoint is made only if it does not."""
         check_picklable(metrics, self.iteration + 1)
-        self._sync_reads()
+        self._sync_restarts()
         self.user_generators.setup_done()
         now = time.monotonic()
         self.iteration += 1
@@ -442,19 +441,19 @@ class StageContext:
     def _restart(self, payload: CheckpointPayload | None) -> None:
         """Restart the trainable here, from ``payload``, with this iteration's
         values: a value it holds fixed changes (PBT explored a plain one, or
-        it read a sequence's value as a value)."""
+        a sequence's, while it does not follow values live)."""
         changed = sorted(
             self._keys[name]
             for name, sequence in self._fixed_sequences().items()
             if changes_at(sequence, self.iteration)
         )
-        read = [key for key in changed if key not in self._plain_keys()]
+        held = [key for key in changed if key not in self._plain_keys()]  # sequences, not PBT's values
         if payload is None:
-            raise ReportError(self._restart_without_checkpoint(changed, read))
-        if read:
-            self._pending.restarts.append((self.iteration, tuple(read)))
+            raise ReportError(self._restart_without_checkpoint(changed, held))
+        if held:
+            self._pending.restarts.append((self.iteration, tuple(held)))
         self._restart_payload = payload
-        self._config_change = self._next_plain_value_change()  # the restarted trainable trains up to it
+        self._config_change = self._next_fixed_value_change()  # the restarted trainable trains up to it
         self.save_iterations |= self._config_changes()
         self._drop_restored()
         raise ConfigChange()
@@ -462,16 +461,16 @@ class StageContext:
     def _plain_keys(self) -> set[str]:
         return {self._keys[name] for name in self.spec.plain if name in self._keys}
 
-    def _restart_without_checkpoint(self, changed: list[str], read: list[str]) -> str:
+    def _restart_without_checkpoint(self, changed: list[str], held: list[str]) -> str:
         names = ", ".join(f"config[{key!r}]" for key in changed)
         why = (
             "the trainable holds config's values as they were when it started (it does not call get_hparams()), "
             "so it must restart there with the new value, as Tune's PBT restarts a trial"
-            if read
+            if held
             else "PBT explored it, and the trainable must restart there with the new value"
         )
         fix = (
-            f"; or read the value each iteration with get_hparams()[{read[0]!r}], which continues live" if read else ""
+            f"; or read the value each iteration with get_hparams()[{held[0]!r}], which continues live" if held else ""
         )
         return (
             f"{names} changes at iteration {self.iteration}: {why}, from the checkpoint it reports there, but "
@@ -499,7 +498,7 @@ class StageContext:
         if batch_stop > self.spec.stop:
             node_id, start, _ = self.spec.segments[-1]
             self.spec.segments[-1] = (node_id, start, batch_stop)
-            self._config_change = self._next_plain_value_change()
+            self._config_change = self._next_fixed_value_change()
         self.save_iterations = set(save_iterations) | self._config_changes()
         if not self._ended:
             self.stop = max(min(needed, batch_stop), self.iteration)
@@ -565,17 +564,3 @@ def _differs(config: dict[str, Any], path: str, value: Any) -> bool:
         original = original[part]
     original = original.item() if isinstance(original, np.generic) else original
     return type(original) is not type(value) or original != value
-
-
-def _replaced(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with the values at the given flattened paths replaced,
-    copying only the dicts on those paths."""
-    out = dict(config)
-    for path, value in values.items():
-        *parents, leaf = split_path(path)
-        level = out
-        for part in parents:
-            level[part] = dict(level[part])
-            level = level[part]
-        level[leaf] = value
-    return out

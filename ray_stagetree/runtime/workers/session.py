@@ -137,7 +137,8 @@ def _running_tune_trainable() -> Any:
     return None
 
 
-_tune_configs: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+# A Tune trainable's config (as `TrialConfig`, and its keys), by trainable: flattened once, not per call.
+_tune_configs: weakref.WeakKeyDictionary[Any, tuple[Any, Any, Any]] = weakref.WeakKeyDictionary()
 
 
 def _tune_hparams(trainable: Any) -> HParams:
@@ -152,9 +153,8 @@ def _tune_hparams(trainable: Any) -> HParams:
         # Sequences as objects, or in the JSON form Tune's variant generator resolves (`tune_grid`).
         config = from_tune_config({key: value for key, value in trainable.config.items() if key != TRIAL_INFO_KEY})
         flat = TrialConfig.from_config(config)
-        cached = _tune_configs[trainable] = (trainable.config, flat)
-    flat = cached[1]
-    keys, ambiguous = hparam_keys(flat.names)
+        cached = _tune_configs[trainable] = (trainable.config, flat, hparam_keys(flat.names))
+    _, flat, (keys, ambiguous) = cached
     values = flat.hparams_at(trainable.iteration)
     return HParams({keys[name]: value for name, value in values.items()}, ambiguous)
 

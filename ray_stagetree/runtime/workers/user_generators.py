@@ -2,8 +2,8 @@
 
 The global generators (Python's, NumPy's, torch's) travel in every stage
 checkpoint (`ray_stagetree.execution.rng`). A trainable may also own
-generators: a ``torch.Generator`` its ``DataLoader`` shuffles with, a
-``numpy.random.default_rng(seed)``. A trial trained alone advances them
+generators: a ``torch.Generator`` its ``DataLoader`` shuffles with. A trial
+trained alone advances them
 from iteration to iteration; restarted from a checkpoint (a fork off a
 shared stage, a restart where a value it read changes) the trainable builds
 and seeds them again at setup, and they would start over: merged would not
@@ -38,14 +38,14 @@ class UserGenerators:
     """The generators one run of a trainable created while it set up."""
 
     def __init__(self) -> None:
-        self._created: list[Any] = []  # weak references (torch) or the generators (NumPy's take none)
-        self._setting_up = True
-        self._saved: dict[int, Any] = {}  # from the checkpoint the run restored: state by creation index
-        self._restore_on_seed: set[int] = set()  # created after the restore: their setup seeding is overridden
+        self.new_run()
 
     def new_run(self) -> None:
         """The trainable (re)starts: its generators are made anew."""
-        self.__init__()  # type: ignore[misc]
+        self._created: list[weakref.ref[Any]] = []
+        self._setting_up = True
+        self._saved: dict[int, bytes] = {}  # from the checkpoint the run restored: state by creation index
+        self._restore_on_seed: set[int] = set()  # created after the restore: their setup seeding is overridden
 
     def setup_done(self) -> None:
         """The run reported: generators it makes from now on are not carried,
@@ -58,62 +58,41 @@ class UserGenerators:
         if not self._setting_up:
             return
         index = len(self._created)
-        self._created.append(weakref.ref(generator) if _weakly(generator) else generator)
+        self._created.append(weakref.ref(generator))
         if index in self._saved:
             _set_state(generator, self._saved[index])
             self._restore_on_seed.add(index)
 
     def seeded(self, generator: Any) -> None:
         for index in list(self._restore_on_seed):
-            if _strong(self._created[index]) is generator:
+            if self._created[index]() is generator:
                 self._restore_on_seed.discard(index)
                 _set_state(generator, self._saved[index])
 
-    def capture(self) -> dict[int, Any]:
+    def capture(self) -> dict[int, bytes]:
         """The state of each tracked generator still alive, by creation index."""
         states = {}
         for index, entry in enumerate(self._created):
-            generator = _strong(entry)
+            generator = entry()
             if generator is not None:
-                states[index] = _get_state(generator)
+                states[index] = generator.get_state().numpy().tobytes()
         return states
 
-    def restore(self, states: dict[int, Any]) -> None:
+    def restore(self, states: dict[int, bytes]) -> None:
         """Give the run's generators the states a checkpoint carried."""
         if not self._setting_up or not states:
             return
         self._saved = dict(states)
         for index, entry in enumerate(self._created):
-            generator = _strong(entry)
+            generator = entry()
             if generator is not None and index in self._saved:
                 _set_state(generator, self._saved[index])
 
 
-def _weakly(generator: Any) -> bool:
-    return not _is_numpy(generator)
+def _set_state(generator: Any, state: bytes) -> None:
+    import torch
 
-
-def _strong(entry: Any) -> Any:
-    return entry() if isinstance(entry, weakref.ref) else entry
-
-
-def _is_numpy(generator: Any) -> bool:
-    return hasattr(generator, "bit_generator")
-
-
-def _get_state(generator: Any) -> Any:
-    if _is_numpy(generator):
-        return {"numpy": generator.bit_generator.state}
-    return {"torch": generator.get_state().numpy().tobytes()}
-
-
-def _set_state(generator: Any, state: dict[str, Any]) -> None:
-    if "numpy" in state:
-        generator.bit_generator.state = state["numpy"]
-    else:
-        import torch
-
-        generator.set_state(torch.frombuffer(bytearray(state["torch"]), dtype=torch.uint8))
+    generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
 
 
 def track_torch(torch: types.ModuleType, tracker_of: Callable[[], UserGenerators | None]) -> None:

@@ -57,17 +57,11 @@ def values_at(config: dict[str, Any], flat: Any, plain: frozenset[str], iteratio
     """``config`` with every sequence the user gave as a sequence (``flat``'s
     declared names not in ``plain``) replaced by its value at ``iteration``
     (a Python scalar), copying only the dicts on those paths."""
-    from ray_stagetree.planning.config import split_path
+    from ray_stagetree.planning.config import replaced
 
-    out = dict(config)
-    for name, sequence in zip(flat.names, flat.sequences):
-        if name not in flat.declared or name in plain:
-            continue
-        value = sequence.value(iteration)
-        *parents, leaf = split_path(name)
-        level = out
-        for part in parents:
-            level[part] = dict(level[part])
-            level = level[part]
-        level[leaf] = value.item() if isinstance(value, np.generic) else value
-    return out
+    values = {
+        name: sequence.value(iteration)
+        for name, sequence in zip(flat.names, flat.sequences)
+        if name in flat.declared and name not in plain
+    }
+    return replaced(config, {name: v.item() if isinstance(v, np.generic) else v for name, v in values.items()})
