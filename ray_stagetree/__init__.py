@@ -9,6 +9,7 @@ starts nothing.
 from ray_stagetree import planning
 from ray_stagetree.planning._deprecated import moved_names
 from ray_stagetree.runtime.workers.session import (
+    for_ray_tune,
     get_checkpoint,
     get_hparams,
     get_iteration,
@@ -56,6 +57,7 @@ __all__ = [
     "get_hparams",
     "get_iteration",
     "should_checkpoint",
+    "for_ray_tune",
     # sequences
     "Sequence",
     *sorted(FAMILIES),

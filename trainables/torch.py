@@ -59,7 +59,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -68,8 +68,9 @@ import torch.distributed
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from ray_stagetree.execution.scaling import shard
+from ray_stagetree.trainables.live import follow_hparams
 
-__all__ = ["OPTIMIZER_HPARAMS", "apply_hparams", "ResumableSampler", "ResumableLoader"]
+__all__ = ["OPTIMIZER_HPARAMS", "apply_hparams", "follow_optimizer_hparams", "ResumableSampler", "ResumableLoader"]
 
 #: Hyper-parameter names `apply_hparams` sets on optimizer param groups.
 #: ``beta1`` / ``beta2`` set one element of a group's ``betas``.
@@ -158,7 +159,7 @@ def apply_hparams(optimizer: torch.optim.Optimizer, hparams: Mapping[str, Any]) 
     groups = optimizer.param_groups
     group_keys = sorted({k for group in groups for k in group if k != "params"})
     for name in values:
-        needed = "betas" if name in ("beta1", "beta2") else name
+        needed = _group_field(name)
         if not any(needed in group for group in groups):
             raise ValueError(
                 f"hparams[{source[name]!r}]: {type(optimizer).__name__} has no {needed!r} "
@@ -175,6 +176,103 @@ def apply_hparams(optimizer: torch.optim.Optimizer, hparams: Mapping[str, Any]) 
             elif name in group:
                 group[name] = _keep_type(group[name], value)
     return applied
+
+
+#: Config keys a framework names its optimizer's learning rate by (Hugging Face's ``learning_rate``).
+LEARNING_RATE_ALIASES = frozenset({"lr", "learning_rate"})
+
+
+def follow_optimizer_hparams(
+    optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer],
+    schedulers: Iterable[Any] = (),
+) -> dict[str, Any]:
+    """At the start of an iteration, apply the optimizer hyper-parameters
+    whose config values change at it, so the trainable continues live
+    across their changes (no restart). Call it before each iteration's
+    training, on ``ray_stagetree.Tuner`` and ``ray.tune.Tuner`` alike; the
+    Lightning and Hugging Face integrations call it for you.
+
+    Config keys count by their last ``/`` part: the names of
+    `OPTIMIZER_HPARAMS` that some optimizer has, and ``learning_rate`` for
+    ``lr``. A sequence in ``param_space`` sets the base learning rate: a
+    ``torch.optim.lr_scheduler`` among ``schedulers`` keeps scaling it (its
+    ``base_lrs`` become the new value, the current lr keeps its factor), so
+    a framework's warm-up or decay still applies on top. Keys that stay
+    constant are never touched, so a scheduler built from a constant
+    ``config["lr"]`` inside the trainable runs as written.
+
+    Returns the changes applied, by config key (empty at iteration 0).
+    """
+    optimizers = [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
+    fields = {key for optimizer in optimizers for group in optimizer.param_groups for key in group}
+
+    def field(key: str) -> str | None:
+        name = key.rsplit("/", 1)[-1]
+        if name in LEARNING_RATE_ALIASES:
+            return "lr"
+        return name if name in OPTIMIZER_HPARAMS and _group_field(name) in fields else None
+
+    changes = follow_hparams(lambda key: field(key) is not None)
+    values = {field(key): value for key, value in changes.items()}
+    if "lr" in values:
+        _rebase_learning_rate(optimizers, list(schedulers), _validate_hparam("lr", "lr", values.pop("lr")))
+    for optimizer in optimizers:
+        present = {key for group in optimizer.param_groups for key in group}
+        apply_hparams(optimizer, {name: value for name, value in values.items() if _group_field(name) in present})
+    return changes
+
+
+def _group_field(name: str) -> str:
+    """The param-group entry an optimizer hyper-parameter sets."""
+    return "betas" if name in ("beta1", "beta2") else name
+
+
+def _rebase_learning_rate(optimizers: list[torch.optim.Optimizer], schedulers: list[Any], lr: float) -> None:
+    """Make ``lr`` every param group's base learning rate; where a scheduler
+    scales it, the current rate keeps the scheduler's factor."""
+    scaled = set()
+    for scheduler in schedulers:
+        scheduler = getattr(scheduler, "scheduler", scheduler)  # accelerate's AcceleratedScheduler wraps one
+        base_lrs = getattr(scheduler, "base_lrs", None)
+        if base_lrs is None:  # ReduceLROnPlateau scales the current rate only
+            continue
+        for index, group in enumerate(scheduler.optimizer.param_groups):
+            factor = group["lr"] / base_lrs[index] if base_lrs[index] else 1.0
+            group["lr"] = lr * factor
+            base_lrs[index] = lr
+            if "initial_lr" in group:
+                group["initial_lr"] = lr
+            scaled.add(id(group))
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            if id(group) not in scaled:
+                group["lr"] = lr
+
+
+def _group_field(name: str) -> str:
+    """The param-group entry an optimizer hyper-parameter sets."""
+    return "betas" if name in ("beta1", "beta2") else name
+
+
+def _rebase_learning_rate(optimizers: list[torch.optim.Optimizer], schedulers: list[Any], lr: float) -> None:
+    """Make ``lr`` every param group's base learning rate; where a scheduler
+    scales it, the current rate keeps the scheduler's factor."""
+    scaled = set()
+    for scheduler in schedulers:
+        base_lrs = getattr(scheduler, "base_lrs", None)
+        if base_lrs is None or scheduler.optimizer not in optimizers:
+            continue
+        for index, group in enumerate(scheduler.optimizer.param_groups):
+            factor = group["lr"] / base_lrs[index] if base_lrs[index] else 1.0
+            group["lr"] = lr * factor
+            base_lrs[index] = lr
+            if "initial_lr" in group:
+                group["initial_lr"] = lr
+        scaled.add(id(scheduler.optimizer))
+    for optimizer in optimizers:
+        if id(optimizer) not in scaled:
+            for group in optimizer.param_groups:
+                group["lr"] = lr
 
 
 def _validate_hparam(key: str, name: str, value: Any) -> Any:

@@ -209,6 +209,31 @@ def json_pointer(name: str) -> str:
     return PATH_SEPARATOR + name
 
 
+class HParams(dict):
+    """What `get_hparams()` returns: this iteration's values by key (see
+    `planning.config.hparam_keys`). A key two config entries join to is
+    not in it; reading it names their JSON Pointers rather than raising a
+    bare KeyError."""
+
+    def __init__(self, values: dict[str, Any], ambiguous: dict[str, tuple[str, ...]]) -> None:
+        super().__init__(values)
+        self.ambiguous = ambiguous
+
+    def __missing__(self, key: Any) -> Any:
+        pointers = self.ambiguous.get(key) if isinstance(key, str) else None
+        if pointers is None:
+            raise KeyError(key)
+        reads = " and ".join(f"{_config_path(pointer)} as get_hparams()[{pointer!r}]" for pointer in pointers)
+        raise KeyError(
+            f"{key!r} names {len(pointers)} config entries (a key holding '/', and nested keys): read {reads}"
+        )
+
+
+def _config_path(pointer: str) -> str:
+    """``"/a~1b"`` -> ``"config['a/b']"``: where a JSON Pointer leads in the config."""
+    return "config" + "".join(f"[{part!r}]" for part in split_path(pointer[1:]))
+
+
 @functools.lru_cache(maxsize=1024)
 def hparam_keys(names: tuple[str, ...]) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
     """(the key `get_hparams()` gives each flattened name, the keys it cannot give).

@@ -32,10 +32,10 @@ from ray_stagetree.execution.payload import (
     unpack_directory,
 )
 from ray_stagetree.execution.rng import capture_rng_state, fork_rng_state, restore_rng_state
-from ray_stagetree.planning.config import hparam_keys, replaced, split_path
+from ray_stagetree.planning.config import HParams, hparam_keys, replaced, split_path
 from ray_stagetree.runtime.workers import scratch
 from ray_stagetree.runtime.workers.user_generators import UserGenerators
-from ray_stagetree.runtime.workers.visible_config import HParams, values_at
+from ray_stagetree.runtime.workers.visible_config import values_at
 from ray_stagetree.sequences.base import changes_at, next_change
 
 FLUSH_SECONDS = 0.5
@@ -128,6 +128,9 @@ class StageContext:
         # The trainable reads get_hparams() (or is a class told of each change): it follows values live.
         # Until then it holds config's values as they were at its start, and restarts where one changes.
         self.follows_values = False
+        # Config names whose values a framework integration applies itself each iteration (`follow`):
+        # live for those alone, while the trainable still restarts where another held value changes.
+        self.followed: set[str] = set()
         self.user_generators = UserGenerators()  # the trainable's own generators, carried in its checkpoints
         self._begin(spec)
         self._restart_payload: CheckpointPayload | None = None
@@ -149,7 +152,7 @@ class StageContext:
         self.stop = spec.stop
         self._config = spec.trial_config
         self._keys, self._ambiguous = hparam_keys(self._config.names)
-        self._followed = self.follows_values
+        self._followed = self._following()
         self._config_change = self._next_fixed_value_change()
         self.save_iterations = set(spec.save_iterations) | self._config_changes()
         self._pending = BatchOutcome(spec.batch_id)
@@ -170,18 +173,21 @@ class StageContext:
 
     def _fixed_sequences(self) -> dict[str, Any]:
         """The sequences whose values the running trainable holds as they were at its start, by name."""
-        declared = () if self.follows_values else self._config.declared
+        declared = () if self.follows_values else set(self._config.declared) - self.followed
         return {
             name: sequence
             for name, sequence in zip(self._config.names, self._config.sequences)
             if name in self.spec.plain or name in declared
         }
 
+    def _following(self) -> tuple[bool, frozenset[str]]:
+        return self.follows_values, frozenset(self.followed)
+
     def _sync_restarts(self) -> None:
         """Where the trainable restarts next, once it follows values live."""
-        if self._followed == self.follows_values:
+        if self._followed == self._following():
             return
-        self._followed = self.follows_values
+        self._followed = self._following()
         self._config_change = self._next_fixed_value_change()
         self.save_iterations = set(self.spec.save_iterations) | self._config_changes()
 
@@ -250,11 +256,33 @@ class StageContext:
         so it follows every value from iteration to iteration."""
         if live:
             self.follows_values = True
-        values = {self._keys[name]: value for name, value in self._config.hparams_at(self.iteration).items()}
-        if self.hparams_root:  # a hosted TorchTrainer's loop reads its train_loop_config as its config
-            prefix = f"{self.hparams_root}/"
-            values = {key.removeprefix(prefix): value for key, value in values.items()}
+        values = {self._key(name): value for name, value in self._config.hparams_at(self.iteration).items()}
         return HParams(values, self._ambiguous)
+
+    def _key(self, name: str) -> str:
+        """A config name as the trainable's config writes its key (`hparam_keys`)."""
+        key = self._keys[name]
+        # a hosted TorchTrainer's loop reads its train_loop_config as its config
+        return key.removeprefix(f"{self.hparams_root}/") if self.hparams_root else key
+
+    def follow(self, follows: Callable[[str], bool]) -> dict[str, Any]:
+        """The values of the keys ``follows`` picks that change at this
+        iteration (from the last one's), for a caller that applies them
+        itself now (a framework integration setting an optimizer's learning
+        rate). The trainable follows those keys live: no restart where they
+        change, while it still restarts where another value it holds does."""
+        names = {name for name in self._config.names if follows(self._key(name))}
+        self.followed |= names
+        if self.iteration == 0:
+            return {}
+        now, before = self._config.hparams_at(self.iteration), self._config.hparams_at(self.iteration - 1)
+        return {self._key(name): now[name] for name in sorted(names) if now[name] != before[name]}
+
+    def resumed_rng(self) -> dict[str, Any] | None:
+        """The random states saved with the checkpoint this run started
+        from; None on a fresh start."""
+        payload = self.source_payload()
+        return None if payload is None else payload.rng
 
     def should_checkpoint(self) -> bool:
         self._sync_restarts()

@@ -29,16 +29,13 @@ script runs on both Tuners.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ray_stagetree.runtime.workers.context import StageContext, current
-from ray_stagetree.runtime.workers.visible_config import HParams
+from ray_stagetree.runtime.workers.visible_config import values_at
 from ray_stagetree.trial_schedulers.ray_fields import in_tune_session
-
-# Where Tune's Trainable keeps its trial's details in the config it is given (ray.tune.trainable.trainable.TRIAL_INFO).
-TRIAL_INFO_KEY = "__trial_info__"
 
 if TYPE_CHECKING:
     from ray.tune import Checkpoint
@@ -107,56 +104,42 @@ def get_hparams() -> dict[str, Any]:
     restarted from its checkpoint wherever one changes. Under ``ray.tune.Tuner`` it answers too, from the trial's
     config at the trial's iteration (``Trainable.iteration``: it counts on
     after a restore), so one script runs on both Tuners."""
+    from ray_stagetree.trainables.live import running_tune_trainable, tune_hparams  # imports Ray
+
     context = current()
     if context is not None:
         return context.hparams(live=True)
-    trainable = _running_tune_trainable()
+    trainable = running_tune_trainable()
     if trainable is None:
         raise RuntimeError(
             "ray_stagetree.get_hparams() can only be called inside a trainable run by ray_stagetree.Tuner or "
             "ray.tune.Tuner (in a trial's function or a Trainable's step())"
         )
-    return _tune_hparams(trainable)
+    return tune_hparams(trainable)
 
 
-def _running_tune_trainable() -> Any:
-    """The ``ray.tune.Trainable`` running the caller under ``ray.tune.Tuner``:
-    the nearest ``self`` that is one, up the caller's stack (a class's
-    ``step``, or the function trainable's ``_trainable_func`` on its runner
-    thread); None outside one."""
-    import inspect
+def for_ray_tune(trainable: Callable[..., Any]) -> Callable[..., Any]:
+    """A function trainable for ``ray.tune.Tuner`` running a `tune_grid`
+    space: the config it gets holds each sequence's value at the trial's
+    (re)start, a number as on ``ray_stagetree.Tuner``, so a trainable that
+    reads ``config["lr"]`` runs on both Tuners side by side. Tune restarts
+    nothing where a value changes: what the trainable follows live
+    (``get_hparams()``, the framework callbacks' optimizer values) changes,
+    the rest stays as it was at the start."""
+    if isinstance(trainable, type):
+        raise TypeError(f"for_ray_tune takes a function trainable, got the class {trainable.__name__}")
 
-    from ray.tune import Trainable
+    @functools.wraps(trainable)
+    def with_values(config: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        from ray_stagetree.planning import TrialConfig
+        from ray_stagetree.searchers.variants import from_tune_config
+        from ray_stagetree.trainables.live import running_tune_trainable
 
-    frame = inspect.currentframe()
-    while frame is not None:
-        candidate = frame.f_locals.get("self")
-        if isinstance(candidate, Trainable):
-            return candidate
-        frame = frame.f_back
-    return None
+        running = running_tune_trainable()
+        flat = TrialConfig.from_config(from_tune_config(config))
+        return trainable(values_at(config, flat, frozenset(), running.iteration if running else 0), *args, **kwargs)
 
-
-# A Tune trainable's config (as `TrialConfig`, and its keys), by trainable: flattened once, not per call.
-_tune_configs: weakref.WeakKeyDictionary[Any, tuple[Any, Any, Any]] = weakref.WeakKeyDictionary()
-
-
-def _tune_hparams(trainable: Any) -> HParams:
-    """`get_hparams` of a trial that ``ray.tune.Tuner`` runs: its config's
-    values at its iteration, keyed as ours are."""
-    from ray_stagetree.planning import TrialConfig
-    from ray_stagetree.planning.config import hparam_keys
-    from ray_stagetree.searchers.variants import from_tune_config
-
-    cached = _tune_configs.get(trainable)
-    if cached is None or cached[0] is not trainable.config:  # PBT's reset_config hands it a new one
-        # Sequences as objects, or in the JSON form Tune's variant generator resolves (`tune_grid`).
-        config = from_tune_config({key: value for key, value in trainable.config.items() if key != TRIAL_INFO_KEY})
-        flat = TrialConfig.from_config(config)
-        cached = _tune_configs[trainable] = (trainable.config, flat, hparam_keys(flat.names))
-    _, flat, (keys, ambiguous) = cached
-    values = flat.hparams_at(trainable.iteration)
-    return HParams({keys[name]: value for name, value in values.items()}, ambiguous)
+    return with_values
 
 
 def should_checkpoint() -> bool:

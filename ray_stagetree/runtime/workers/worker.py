@@ -52,6 +52,7 @@ from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, Report
 from ray_stagetree.runtime.workers.group import PeerContext, RankGroup, RankInfo, free_port, rank_infos
 from ray_stagetree.runtime.workers.reproducibility import seed_stage
 from ray_stagetree.runtime.workers.trial_errors import pack_error
+from ray_stagetree.trainables import live as live_values
 
 
 def run_function(trainable: Callable, context: StageContext) -> None:
@@ -147,6 +148,10 @@ def _install_tune_shims() -> None:
     # setup_wandb takes its default run id, name and group from Ray Train's session, which it
     # imported by name: as under Tune, they are the trial's id and name and the experiment's name.
     _refuse_nested_train_runs()
+    live_values.use_stage_context(current)
+    # Ray's framework callbacks are ours (subclasses, same arguments): a script written for Tune shares as written.
+    for ray_module, name, ours in FRAMEWORK_CALLBACKS:
+        _when_imported(ray_module, functools.partial(_use_our_callback, name=name, ours=ours))
     _when_imported("torch", lambda torch: user_generators.track_torch(torch, _user_generators))
     from ray.air.integrations import wandb as wandb_integration
 
@@ -154,6 +159,25 @@ def _install_tune_shims() -> None:
     wandb_integration.get_session = lambda: (
         session.StageTrainSession(current()) if current() is not None else train_session()
     )
+
+
+#: Ray's callbacks for training frameworks, and the modules of ours that replace them on a stage worker.
+FRAMEWORK_CALLBACKS = (
+    ("ray.tune.integration.pytorch_lightning", "TuneReportCheckpointCallback", "ray_stagetree.trainables.lightning"),
+    ("ray.train.huggingface.transformers", "RayTrainReportCallback", "ray_stagetree.trainables.transformers"),
+)
+
+
+def _use_our_callback(module: types.ModuleType, name: str, ours: str) -> None:
+    """Ray's class ``name`` makes instances of our subclass. (Not a swap of the
+    module's name: Ray's ``__init__`` finds its class by that name for ``super()``.)"""
+    ray_class = getattr(module, name)
+
+    def new(cls: type, *args: Any, **kwargs: Any) -> Any:
+        # Ours imports Ray's module: it is looked up at the first instance, not while Ray's module loads.
+        return object.__new__(getattr(importlib.import_module(ours), name) if cls is ray_class else cls)
+
+    ray_class.__new__ = staticmethod(new)
 
 
 def _user_generators() -> user_generators.UserGenerators | None:
