@@ -130,14 +130,14 @@ def train_transformers(config, data, iterations=ITERATIONS):
 
 
 def param_space(iterations: int = ITERATIONS):
+    """Step decays at half the step groups (three factors) or three quarters
+    (two), and a warm-up into an exponential decay: the step decays of a
+    batch size train their first half once."""
     return {
         "learning_rate": tune.grid_search(
-            [
-                MultiStep(3e-3, [iterations // 2], 0.1),
-                MultiStep(3e-3, [iterations // 2], 0.3),
-                MultiStep(3e-3, [3 * iterations // 4], 0.1),
-                Warmup(1e-3, 2, Exponential(3e-3, 0.8)),
-            ]
+            [MultiStep(3e-3, [iterations // 2], gamma) for gamma in (0.1, 0.3, 0.5)]
+            + [MultiStep(3e-3, [3 * iterations // 4], gamma) for gamma in (0.1, 0.3)]
+            + [Warmup(1e-3, 2, Exponential(3e-3, 0.8))]
         ),
         "batch_size": tune.grid_search([16, 32]),
         "weight_decay": 0.01,
@@ -145,13 +145,17 @@ def param_space(iterations: int = ITERATIONS):
     }
 
 
-def run(on_ray_tune=False, iterations=ITERATIONS, num_samples=2000, storage_path=None, stage_sharing=True):
+def run(
+    on_ray_tune=False, iterations=ITERATIONS, num_samples=2000, storage_path=None, stage_sharing=True, callbacks=()
+):
     """The study on ``ray_stagetree.Tuner``, or on ``ray.tune.Tuner`` at its
     fastest (``reuse_actors=True``; the grid in the form its variant
     generator takes, `tune_grid`, and the config's sequences as their
     values, `for_ray_tune`); its results and wall time."""
     space, data = param_space(iterations), make_data(num_samples)
-    run_config = tune.RunConfig(storage_path=storage_path, stop={"training_iteration": iterations}, verbose=0)
+    run_config = tune.RunConfig(
+        storage_path=storage_path, stop={"training_iteration": iterations}, verbose=0, callbacks=list(callbacks)
+    )
     if on_ray_tune:
         tuner = tune.Tuner(
             tune.with_parameters(for_ray_tune(train_transformers), data=data, iterations=iterations),
