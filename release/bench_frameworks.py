@@ -27,7 +27,7 @@ Tune's / ray_stagetree's worker-seconds and wall time against the merge
 rate (trial-by-trial iterations over unique ones). The target: the
 worker-seconds ratio at least 0.9x the merge rate.
 
-    python release/bench_frameworks.py --full    # 3 repeats (about 40 min on 2 CPUs)
+    python release/bench_frameworks.py --full    # 3 repeats (about 15 min on 2 CPUs)
     python release/bench_frameworks.py --quick   # 1 repeat, tiny studies (CI smoke test)
 """
 
@@ -59,7 +59,7 @@ WORKERS = max(1, (os.cpu_count() or 1) - 1)
 TUNE, OURS = "Ray Tune, reuse_actors=True", "ray_stagetree"
 #: Each study's size: --full, and --quick.
 SIZES = {
-    "full": {"torch": (8, 4000), "lightning": (8, 2000), "transformers": (8, 2000)},
+    "full": {"torch": (16, 20000), "lightning": (16, 20000), "transformers": (16, 4000)},
     "quick": {"torch": (4, 500), "lightning": (4, 400), "transformers": (4, 300)},
 }
 MILESTONES, GAMMAS = ("half", "three quarters"), (0.1, 0.2, 0.3)
