@@ -16,7 +16,7 @@ from ray_stagetree.runtime.workers.session import (
     report,
     should_checkpoint,
 )
-from ray_stagetree.sequences import FAMILIES, Sequence, as_sequence, from_json
+from ray_stagetree.sequences import FAMILIES, Sequence, as_sequence, from_json, from_torch
 
 # Every sequence family by its name (see `ray_stagetree.sequences`), and the
 # execution policies and merge rates (`ray_stagetree.planning.USER_API`).
@@ -63,6 +63,7 @@ __all__ = [
     *sorted(FAMILIES),
     "as_sequence",
     "from_json",
+    "from_torch",
     # execution policies, merge rates
     *planning.USER_API,
 ]
