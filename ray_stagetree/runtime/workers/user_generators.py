@@ -20,15 +20,21 @@ global generator) are deterministic already and are left alone.
 
 Tracked: ``torch.Generator`` (the name is this module's subclass in a stage
 worker; ``isinstance`` checks still take torch's own generators), held
-weakly, so one the trainable dropped is not carried. Not tracked: NumPy's
+weakly, so one the trainable dropped is not carried. Not carried: NumPy's
 generators (they take no weak reference, so one made per epoch, as
 `ResumableLoader` makes them, would look alive forever and be given a
-stale state), ``random.Random`` objects.
+stale state), ``random.Random`` objects. For NumPy's the rule is enforced
+instead: a ``numpy.random.default_rng`` the trainable makes while it sets
+up and still draws from after its first report (its state moved between
+the first two reports) gets a warning naming the fixes, once per worker.
 """
 
 from __future__ import annotations
 
+import pickle
+import sys
 import types
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -43,16 +49,30 @@ class UserGenerators:
     def new_run(self) -> None:
         """The trainable (re)starts: its generators are made anew."""
         self._created: list[weakref.ref[Any]] = []
+        # NumPy generators made while it sets up, and their states at its first report (None: not yet)
+        self._numpy: list[Any] = []
+        self._numpy_states: list[bytes] | None = None
         self._setting_up = True
         self._saved: dict[int, bytes] = {}  # from the checkpoint the run restored: state by creation index
         self._restore_on_seed: set[int] = set()  # created after the restore: their setup seeding is overridden
 
     def setup_done(self) -> None:
         """The run reported: generators it makes from now on are not carried,
-        and the restored states have all been given."""
+        and the restored states have all been given. At the next report, a
+        NumPy generator made during setup whose state moved since is one the
+        trainable draws from across iterations: warned of."""
         if self._setting_up:
             self._setting_up = False
             self._saved, self._restore_on_seed = {}, set()
+            self._numpy_states = [_numpy_state(generator) for generator in self._numpy]
+        elif self._numpy:
+            if self._numpy_states != [_numpy_state(generator) for generator in self._numpy]:
+                _warn_numpy_generator()
+            self._numpy, self._numpy_states = [], None
+
+    def numpy_created(self, generator: Any) -> None:
+        if self._setting_up:
+            self._numpy.append(generator)
 
     def created(self, generator: Any) -> None:
         if not self._setting_up:
@@ -133,3 +153,41 @@ def track_torch(torch: types.ModuleType, tracker_of: Callable[[], UserGenerators
 
     Generator.__module__, Generator.__qualname__ = "torch", "Generator"
     torch.Generator = Generator
+
+
+NUMPY_GENERATOR_WARNING = (
+    "the trainable draws from a numpy.random.Generator (default_rng) it made while setting up, across "
+    "iterations: its state is not carried in stage checkpoints, so a trial forked off a shared stage, or "
+    "restarted where a value changed, draws its numbers from the start again and does not equal the trial "
+    "trained alone. Use a torch.Generator (carried), or save generator.bit_generator.state in your checkpoint "
+    "and set it back after get_checkpoint(), or make one per epoch from (seed, epoch)"
+)
+_warned = False
+
+
+def _warn_numpy_generator() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(NUMPY_GENERATOR_WARNING, stacklevel=2)
+
+
+def _numpy_state(generator: Any) -> bytes:
+    return pickle.dumps(generator.bit_generator.state)
+
+
+def track_numpy(numpy: types.ModuleType, tracker_of: Callable[[], UserGenerators | None]) -> None:
+    """Make ``numpy.random.default_rng`` tell ``tracker_of()`` of each generator
+    the trainable's own code makes (not ray_stagetree's: `ResumableLoader`
+    makes one per epoch, from its seed and the epoch)."""
+    default_rng = numpy.random.default_rng
+
+    def tracked_default_rng(*args: Any, **kwargs: Any) -> Any:
+        generator = default_rng(*args, **kwargs)
+        tracker = tracker_of()
+        if tracker is not None and not sys._getframe(1).f_globals.get("__name__", "").startswith("ray_stagetree."):
+            tracker.numpy_created(generator)
+        return generator
+
+    tracked_default_rng.__doc__ = default_rng.__doc__
+    numpy.random.default_rng = tracked_default_rng

@@ -153,6 +153,7 @@ def _install_tune_shims() -> None:
     for ray_module, name, ours in FRAMEWORK_CALLBACKS:
         _when_imported(ray_module, functools.partial(_use_our_callback, name=name, ours=ours))
     _when_imported("torch", lambda torch: user_generators.track_torch(torch, _user_generators))
+    _when_imported("numpy", lambda numpy: user_generators.track_numpy(numpy, _user_generators))
     from ray.air.integrations import wandb as wandb_integration
 
     train_session = wandb_integration.get_session
