@@ -182,7 +182,9 @@ def main() -> None:
     storage = harness.out_dir(args, "bench_frameworks")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [EXAMPLES, os.environ.get("PYTHONPATH")]))
     harness.start_ray(num_cpus=WORKERS)
-    section = harness.Section("Tune trainables share stages: PyTorch, Lightning, Hugging Face vs Ray Tune", args)
+    section = harness.Section(
+        "Tune trainables as written, against Ray Tune: PyTorch, Lightning, Hugging Face (`bench_frameworks.py`)", args
+    )
     section.text(
         f"Each study on `ray.tune.Tuner(reuse_actors=True)` and on `ray_stagetree.Tuner`, interleaved, "
         f"{WORKERS} worker(s). Worker-seconds: Tune's trials start to completion; ours, stage batches "

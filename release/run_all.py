@@ -34,6 +34,7 @@ from harness import CANNOT_MEASURE_HERE  # noqa: E402
 #: Measured on this machine, side by side.
 MEASURED = [
     "bench_tune.py",
+    "bench_frameworks.py",
     "bench_asha.py",
     "bench_multistudy.py",
     "bench_overhead.py",

@@ -24,7 +24,7 @@ from harness import CANNOT_MEASURE_HERE  # noqa: E402
 BENCHMARKS = sorted(path.name for path in RELEASE.glob("bench_*.py"))
 # Quick runs over a minute of CPU on 2 cores, beside the suite: run with
 # STAGETREE_ALL_BENCHMARKS=1 (or `python release/run_all.py --quick`) before a release.
-HEAVY = {"bench_tune.py", "bench_overhead.py", "bench_multistudy.py"}
+HEAVY = {"bench_tune.py", "bench_overhead.py", "bench_multistudy.py", "bench_frameworks.py"}
 # Quick runs of close to a minute beside the suite: started first (tests/conftest.py).
 LONG = {"bench_time_sharing_runtime.py", "bench_asha.py", "bench_restore.py", "bench_scale.py"}
 
