@@ -280,6 +280,45 @@ def test_a_plain_value_changing_inside_a_batch_restarts_the_function_from_its_ch
     assert context.returned_at is None
 
 
+def test_a_parked_trainable_continued_into_a_fork_gets_the_value_that_changes_where_it_parked():
+    """PBT's exploit forks off the source's checkpoint, and the source's
+    trainable, parked there, may continue into the fork: the explored value
+    (changing at the park point) restarts it with the new value, from the
+    checkpoint it reported there, as Tune restores an exploited trial."""
+    from ray_stagetree import Constant, get_checkpoint, report
+    from ray_stagetree.execution.batches import BatchSpec
+    from ray_stagetree.planning import TrialConfig
+    from ray_stagetree.runtime.workers.context import StageContext
+    from ray_stagetree.runtime.workers.worker import run_function
+
+    def batch(batch_id, config, segments):
+        return BatchSpec(
+            batch_id=batch_id,
+            config=config,
+            trial_config=TrialConfig.from_config(config),
+            segments=segments,
+            save_iterations=set(),
+            plain=frozenset({"lr"}),
+        )
+
+    source = batch(1, {"lr": Constant(0.25)}, [(0, 0, 3)])
+    fork = batch(2, {"lr": Constant(0.25).then(Constant(0.5), at=3)}, [(1, 3, 5)])
+    follow_ups = iter([fork, None])
+    outcomes = []
+
+    def park(outcome):
+        outcomes.append(outcome)
+        return next(follow_ups)
+
+    context = StageContext(source, controller=None, put={}.__setitem__, park=park)
+    context.flush = lambda: None  # no controller: the batch parks at its end, as the controller's reply would say
+    context._parking = True
+    run_function(lambda config: plain_lr_trainable(config, report, get_checkpoint), context)
+    rows = [row for outcome in outcomes for _, _, row in outcome.records] + [r for _, _, r in context.finish().records]
+    assert [row["lr_seen"] for row in rows] == [0.25, 0.25, 0.25, 0.5, 0.5]
+    assert [round(row["x"], 6) for row in rows] == [0.25, 0.5, 0.75, 1.25, 1.75]
+
+
 class DictCheckpointTrainable(StageTrainable):
     """Tune's idiom: save_checkpoint returns a dict, load_checkpoint gets it back."""
 

@@ -435,8 +435,16 @@ class StageContext:
             if not self._parking:
                 raise BatchEnd()
             self._wait_parked()
+            # The batch it continues into may change a held value right here: a fork whose value changes at
+            # the park point (PBT's exploit continues the source's parked trainable with the explored values).
+            if self._held_value_changes_now():
+                restart = True
+                payload = payload or make_payload(self.iteration)
         if restart:
             self._restart(payload)
+
+    def _held_value_changes_now(self) -> bool:
+        return any(changes_at(sequence, self.iteration) for sequence in self._fixed_sequences().values())
 
     def _lead(self, restart: bool, payload: CheckpointPayload | None) -> None:
         """Rank 0 of a group, its flushes done: where the batch ends and
