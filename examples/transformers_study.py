@@ -146,13 +146,19 @@ def param_space(iterations: int = ITERATIONS):
 
 
 def run(
-    on_ray_tune=False, iterations=ITERATIONS, num_samples=2000, storage_path=None, stage_sharing=True, callbacks=()
+    on_ray_tune=False,
+    iterations=ITERATIONS,
+    num_samples=2000,
+    storage_path=None,
+    space=None,
+    stage_sharing=True,
+    callbacks=(),
 ):
-    """The study on ``ray_stagetree.Tuner``, or on ``ray.tune.Tuner`` at its
+    """The study (``space``: `param_space` by default) on ``ray_stagetree.Tuner``, or on ``ray.tune.Tuner`` at its
     fastest (``reuse_actors=True``; the grid in the form its variant
     generator takes, `tune_grid`, and the config's sequences as their
     values, `for_ray_tune`); its results and wall time."""
-    space, data = param_space(iterations), make_data(num_samples)
+    space, data = param_space(iterations) if space is None else space, make_data(num_samples)
     run_config = tune.RunConfig(
         storage_path=storage_path, stop={"training_iteration": iterations}, verbose=0, callbacks=list(callbacks)
     )

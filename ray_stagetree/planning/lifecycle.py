@@ -215,6 +215,15 @@ class TrialLifecycle:
         that batch instead)."""
         return frozenset(trial_id for trial_id in self._pending if not self.plan.in_progress(trial_id))
 
+    def waiting_for_workers(self) -> frozenset[str]:
+        """`waiting`, and the running trials whose request no running batch
+        trains (one that PBT exploited, or whose batch ended, waits for a
+        worker again). Under Tune a running trial holds its worker; here the
+        trials share them, so PBT counts these with the pending ones when a
+        trial at its perturbation point makes way: the population takes turns."""
+        running = [trial_id for trial_id, trial in self.trials.items() if trial.status == RUNNING]
+        return self.waiting() | frozenset(trial_id for trial_id in running if not self.plan.in_progress(trial_id))
+
     def pending_full(self, pending_limit: int | None, workers: int) -> bool:
         """Whether a source under a pending-trial limit (a searcher's, or
         variants drawn without end) must wait before its next trial: as many
@@ -308,7 +317,7 @@ class TrialLifecycle:
         # Only PBT reads the hyper-parameters (the values it explores from).
         assert trial.trial_config is not None  # it reported: it was admitted
         values = trial.trial_config.hparams_at(iteration - 1) if self.host.population is not None else None
-        self._tell_queued()
+        self._tell_queued(but=trial.trial_id)
         decision = self.host.on_result(trial.trial_id, row, values)
         if decision == STOP:
             row["done"] = True  # Tune's: the trial's last result, which its searcher hears of at its end only
@@ -323,11 +332,11 @@ class TrialLifecycle:
         elif iteration >= self.plan.trials[trial.trial_id].request.iteration:
             self._request_from(trial, iteration)  # CONTINUE, at the end of its request
 
-    def _tell_queued(self) -> None:
+    def _tell_queued(self, but: str | None = None) -> None:
         """PBT makes way for trials that wait for a worker (more trials than
-        fit): it hears which, pending trials whose requests no batch runs."""
+        fit): it hears which (`waiting_for_workers`), ``but`` the one it decides for."""
         if self.host.population is not None:
-            self.host.population.queued = self.waiting()
+            self.host.population.queued = self.waiting_for_workers() - {but}
 
     def resume(self) -> None:
         """Run again the paused trials the scheduler chooses."""

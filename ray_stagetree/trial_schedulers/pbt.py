@@ -217,7 +217,11 @@ class PopulationBasedAdapter(SchedulerAdapter):
         return [trial_id for trial_id, member in self._members.items() if trial_id != but and not member.finished]
 
     def _queued(self, trial_id: str) -> bool:
-        return not self._members[trial_id].started if self.queued is None else trial_id in self.queued
+        """Whether the trial waits for a worker with its request (a paused one waits to be chosen instead)."""
+        member = self._members[trial_id]
+        if member.paused:
+            return False
+        return not member.started if self.queued is None else trial_id in self.queued
 
     def _waits(self, trial_id: str) -> bool:
         member = self._members[trial_id]

@@ -246,6 +246,19 @@ def test_pbt_hears_the_hyper_parameters_and_which_trials_wait_for_a_worker():
     assert study.host.population.queued == {"b"}
 
 
+def test_pbt_counts_a_running_trial_no_batch_trains_as_waiting_for_a_worker():
+    """Under Tune a running trial holds its worker. Here trials share the
+    workers: one whose request no batch trains (its batch ended, or PBT
+    exploited it) waits for one as a pending trial does, and PBT makes way
+    for it; else the trials with workers run ahead and the rest starve."""
+    study = Study(ScriptedHost(population=SimpleNamespace()))
+    a, b = study.admit("a"), study.admit("b")
+    study.result(b, 1)
+    study.result(a, 1)
+    assert a.status == b.status == RUNNING
+    assert study.host.population.queued == {"b"}
+
+
 def test_finish_keeps_the_request_where_it_ended():
     study = Study()
     trial = study.admit("a")
