@@ -35,6 +35,7 @@ from harness import CANNOT_MEASURE_HERE  # noqa: E402
 MEASURED = [
     "bench_tune.py",
     "bench_frameworks.py",
+    "bench_pbt.py",
     "bench_asha.py",
     "bench_multistudy.py",
     "bench_overhead.py",

@@ -26,7 +26,7 @@ BENCHMARKS = sorted(path.name for path in RELEASE.glob("bench_*.py"))
 # STAGETREE_ALL_BENCHMARKS=1 (or `python release/run_all.py --quick`) before a release.
 HEAVY = {"bench_tune.py", "bench_overhead.py", "bench_multistudy.py", "bench_frameworks.py"}
 # Quick runs of close to a minute beside the suite: started first (tests/conftest.py).
-LONG = {"bench_time_sharing_runtime.py", "bench_asha.py", "bench_restore.py", "bench_scale.py"}
+LONG = {"bench_time_sharing_runtime.py", "bench_asha.py", "bench_restore.py", "bench_scale.py", "bench_pbt.py"}
 
 
 def test_every_benchmark_is_here_and_in_run_all():
