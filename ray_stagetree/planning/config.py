@@ -220,9 +220,22 @@ class HParams(dict):
         self.ambiguous = ambiguous
 
     def __missing__(self, key: Any) -> Any:
+        self._refuse_ambiguous(key)
+        raise KeyError(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """As a dict's, but a key two config entries join to raises, as reading it does (no silent default)."""
+        self._refuse_ambiguous(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: Any) -> bool:
+        self._refuse_ambiguous(key)
+        return super().__contains__(key)
+
+    def _refuse_ambiguous(self, key: Any) -> None:
         pointers = self.ambiguous.get(key) if isinstance(key, str) else None
         if pointers is None:
-            raise KeyError(key)
+            return
         reads = " and ".join(f"{_config_path(pointer)} as get_hparams()[{pointer!r}]" for pointer in pointers)
         raise KeyError(
             f"{key!r} names {len(pointers)} config entries (a key holding '/', and nested keys): read {reads}"

@@ -6,7 +6,7 @@ import pytest
 
 from ray_stagetree import Constant, MultiStep
 from ray_stagetree.planning import SearchPlan, TrialConfig
-from ray_stagetree.planning.config import hparam_keys, unflatten
+from ray_stagetree.planning.config import HParams, hparam_keys, unflatten
 
 
 def test_split_flattens_nested_dicts_and_keeps_static_values():
@@ -110,3 +110,16 @@ def test_hyper_parameters_are_keyed_as_the_config_writes_them_and_a_collision_by
         "opt/lr": 0.1,
     }
     assert ambiguous == {"a/b": ("/a/b", "/a~1b")}
+
+
+def test_a_key_two_entries_join_to_fails_loudly_however_it_is_read():
+    """``get_hparams()["a/b"]``, ``.get("a/b", default)`` and ``"a/b" in``
+    all name both entries; none answers as if the key were absent."""
+    flat = TrialConfig.from_config({"a/b": 1, "a": {"b": 2}, "c": 3})
+    keys, ambiguous = hparam_keys(flat.names)
+    hparams = HParams({keys[name]: value for name, value in flat.hparams_at(0).items()}, ambiguous)
+    message = r"'a/b' names 2 config entries .*config\['a'\]\['b'\] as get_hparams\(\)\['/a/b'\]"
+    for read in (lambda: hparams["a/b"], lambda: hparams.get("a/b", 0), lambda: "a/b" in hparams):
+        with pytest.raises(KeyError, match=message):
+            read()
+    assert hparams.get("c") == 3 and "c" in hparams and hparams.get("missing", 7) == 7 and "missing" not in hparams

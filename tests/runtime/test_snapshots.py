@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 import pickle
+import re
 
 import pytest
 
@@ -154,6 +155,39 @@ def test_storage_that_refuses_a_snapshot_pauses_the_study_and_is_tried_again_les
         study.writes[-1][1].set_exception(OSError("disk full"))
         await snapshots.written()
         assert snapshots.due_in() == STORAGE_RETRY_S, "a new outage starts its pauses short again"
+
+    run(scenario)
+
+
+def test_what_storage_refused_is_told_as_it_stands():
+    """The pause's warning names its wait and the snapshot a restore would
+    continue from (none, before storage took one); an interrupt then says
+    the study's state is not saved."""
+
+    async def scenario():
+        clock = Clock()
+        study = Study(clock)
+        snapshots = Snapshots(study.take, study.write, None, study.warnings.append, wait_s=90.0, clock=clock)
+        snapshots.save_soon()
+        study.writes[-1][1].set_exception(OSError(30, "Read-only file system"))
+        await snapshots.written()
+        assert "for up to 90 s" in study.warnings[-1]
+        assert study.warnings[-1].endswith(
+            "Stopped now, it cannot be continued: storage has taken no snapshot of it yet"
+        )
+        assert snapshots.not_saved() == "it cannot be continued: storage has taken no snapshot of it yet"
+        clock.now += STORAGE_RETRY_S
+        snapshots.save_soon()
+        study.writes[-1][1].set_result(None)
+        await snapshots.written()
+        assert snapshots.not_saved() is None
+        snapshots.changed = True
+        clock.now += 100
+        snapshots.save_soon()
+        study.writes[-1][1].set_exception(OSError("disk full"))
+        await snapshots.written()
+        assert re.search(r"Tuner.restore continues it from its last snapshot \(\d\d:\d\d:\d\d\)", study.warnings[-1])
+        assert snapshots.not_saved().startswith("Tuner.restore continues it from its last snapshot")
 
     run(scenario)
 

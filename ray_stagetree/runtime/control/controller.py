@@ -240,6 +240,7 @@ class StudyController:
         self._sharing_due = 0.0  # time.monotonic() after which `progress` computes them again
         if restore is not None:
             self._restore(restore)
+            self.snapshots.restored()
 
     # -- restore ---------------------------------------------------------------
 
@@ -1022,15 +1023,17 @@ class StudyController:
         """Write a snapshot now (the driver asks before it stops)."""
         await self.snapshots.save_now()
 
-    async def interrupt(self) -> None:
+    async def interrupt(self) -> str | None:
         """The driver stops (Ctrl-C): save the study as it stands and change
         it no more (later reports are dropped, batches told to stop), so that
-        what a restore continues is exactly what the driver last heard."""
+        what a restore continues is exactly what the driver last heard.
+        None when storage took it, else what a restore would continue."""
         self.snapshots.freeze()
         self._wake.set()
         for write in self.store.pending_writes:  # checkpoints already reported are in what it continues
             await self.store.finish_write(self.plan, write)
         await self.save_state()
+        return self.snapshots.not_saved()
 
     def stuck(self) -> None:
         """Nothing runs or can be dispatched, yet the study is unfinished: a

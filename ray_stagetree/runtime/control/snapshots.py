@@ -69,6 +69,15 @@ class NoSnapshots:
         exactly what the driver last heard. Then `save_now`."""
         self.frozen = True
 
+    def restored(self) -> None:
+        """The study was restored from a snapshot in storage: until it takes
+        a newer one, a restore continues from that one."""
+
+    def not_saved(self) -> str | None:
+        """What a restore would continue, when storage did not take the study's
+        latest state (after `save_now`); None when it did."""
+        return None
+
 
 class Snapshots(NoSnapshots):
     """A study's snapshots: one is taken when something changed since the
@@ -118,7 +127,7 @@ class Snapshots(NoSnapshots):
         self._retry_s = STORAGE_RETRY_S
         self.wait_s = wait_s
         self._gave_up = False  # waited wait_s in this outage: the study goes on without storage
-        self._last_stored = time.strftime("%H:%M:%S")  # the wall-clock time a restore would continue from
+        self._last_stored: str | None = None  # the wall-clock time of the snapshot a restore would continue from
 
     def paused(self) -> bool:
         if self.refused_since is None or self._gave_up:
@@ -193,10 +202,20 @@ class Snapshots(NoSnapshots):
         error = getattr(error, "cause", None) or error  # the storage actor's own error, not Ray's wrapper
         self._warn(
             f"storage refuses the study's snapshot ({type(error).__name__}: {error}): the study pauses, no new "
-            "stage starts until storage takes writes again, for up to {self.wait_s:.0f} s (running ones finish; their "
-            f"checkpoints are kept in memory). Stopped now, it continues with Tuner.restore from its snapshot of {self._last_stored} "
-            "once storage is back"
+            f"stage starts until storage takes writes again, for up to {self.wait_s:.0f} s (running ones finish; "
+            f"their checkpoints are kept in memory). Stopped now, {self._restore_from()}"
         )
+
+    def restored(self) -> None:
+        self._last_stored = "the one it was restored from"
+
+    def not_saved(self) -> str | None:
+        return None if self.refused_since is None else self._restore_from()
+
+    def _restore_from(self) -> str:
+        if self._last_stored is None:
+            return "it cannot be continued: storage has taken no snapshot of it yet"
+        return f"Tuner.restore continues it from its last snapshot ({self._last_stored}), once storage is back"
 
     async def save_now(self) -> None:
         if self.in_flight is not None:

@@ -929,11 +929,14 @@ class Tuner:
                 if ray.wait([run], timeout=0)[0]:
                     ray.get(run)
                 else:
-                    ray.get(controller.interrupt.remote())
-                    logger.warning(
-                        "The study was interrupted; its state is saved. Continue it with %s",
-                        how_to_continue(experiment_path),
-                    )
+                    not_saved = ray.get(controller.interrupt.remote())
+                    if not_saved is None:
+                        logger.warning(
+                            "The study was interrupted; its state is saved. Continue it with %s",
+                            how_to_continue(experiment_path),
+                        )
+                    else:
+                        logger.warning("The study was interrupted; storage refused its state: %s", not_saved)
                 progress = ray.get(controller.progress.remote())
                 callbacks.update(progress)
                 if progress["study_error"] is not None:
