@@ -91,6 +91,20 @@ def check_scheduler(scheduler: Any, metric: str | None = None, mode: str | None 
     adapter.check(scheduler, metric, mode, exact)
 
 
+def check_metric_conflict(scheduler: Any, metric: str | None, mode: str | None) -> None:
+    """Tune's rule: a scheduler made with its own ``metric`` or ``mode`` takes
+    neither from ``TuneConfig`` (its ``set_search_properties`` refuses them,
+    and Tune raises); checked without setting anything on the scheduler."""
+    own_metric, own_mode = getattr(scheduler, "_metric", None), getattr(scheduler, "_mode", None)
+    if (metric and own_metric) or (mode and own_mode):
+        raise ValueError(
+            f"You passed a `metric` or `mode` argument to `tune.TuneConfig()` (metric={metric!r}, mode={mode!r}), "
+            f"but the scheduler you are using was already instantiated with their own `metric` and `mode` "
+            f"parameters ({type(scheduler).__name__}(metric={own_metric!r}, mode={own_mode!r})). Either remove "
+            "the arguments from your scheduler or from `tune.TuneConfig()` args."
+        )
+
+
 def scheduler_max_t(scheduler: Any) -> float | None:
     """The most a trial runs under ``scheduler`` (ASHA's and HyperBand's
     ``max_t``), or None: a study's horizon when ``RunConfig.stop`` sets none."""

@@ -186,6 +186,12 @@ REFUSED = [
     ),
     ("scheduler-str", lambda: tune_config(scheduler="asha"), TypeError, "TuneConfig.scheduler must be.*got str"),
     ("scheduler-without-metric", lambda: tune_config(scheduler=ASHAScheduler()), ValueError, "needs a metric"),
+    (
+        "scheduler-metric-also-in-tune-config",  # Tune's rule: the scheduler's own metric and mode, or TuneConfig's
+        lambda: tune_config(scheduler=ASHAScheduler(metric="acc", mode="max"), metric="loss", mode="min"),
+        ValueError,
+        r"metric='loss', mode='min'.*AsyncHyperBandScheduler\(metric='acc', mode='max'\).*Either remove the arguments",
+    ),
     ("trial-name-creator-str", lambda: tune_config(trial_name_creator="x"), TypeError, "trial_name_creator.*got 'x'"),
     (
         "trial-dirname-creator-int",

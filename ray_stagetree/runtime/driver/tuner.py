@@ -129,7 +129,7 @@ from ray_stagetree.trial_schedulers.ray_fields import (
     trainable_resources,
     variant_generator_settings,
 )
-from ray_stagetree.trial_schedulers.registry import check_scheduler, scheduler_max_t
+from ray_stagetree.trial_schedulers.registry import check_metric_conflict, check_scheduler, scheduler_max_t
 
 POLL_SECONDS = 0.5
 #: Set while a Tuner is built for an experiment folder that is there already.
@@ -525,6 +525,7 @@ class Tuner:
                 "also asks for some through tune.with_resources: give only scaling_config"
             )
         check_scheduler(self.tune_config.scheduler, self.tune_config.metric, self.tune_config.mode)
+        check_metric_conflict(self.tune_config.scheduler, self.tune_config.metric, self.tune_config.mode)
         self._stop_criteria()
         check_driver_hooks(self.run_config)
         check_checkpoint_config(self.run_config.checkpoint_config, function_trainable=False)
