@@ -47,6 +47,14 @@ def tuner(**kwargs):
     return Tuner(kwargs.pop("trainable"), **kwargs)
 
 
+def _nested(levels):
+    """``{"k": {"k": ... {"v": 1}}}``, ``levels`` dicts deep."""
+    value = {"v": 1}
+    for _ in range(levels - 1):
+        value = {"k": value}
+    return value
+
+
 def tune_config(**kwargs):
     return Tuner(train, tune_config=tune.TuneConfig(**kwargs))
 
@@ -186,6 +194,12 @@ REFUSED = [
     ),
     ("scheduler-str", lambda: tune_config(scheduler="asha"), TypeError, "TuneConfig.scheduler must be.*got str"),
     ("scheduler-without-metric", lambda: tune_config(scheduler=ASHAScheduler()), ValueError, "needs a metric"),
+    (
+        "param-space-nested-too-deep",
+        lambda: tuner(param_space={"model": _nested(150)}),
+        ValueError,
+        r"param_space\['model'\]\['k'\]\['k'\]\.\.\. nests dicts and lists 151 levels deep; up to 100",
+    ),
     (
         "scheduler-metric-also-in-tune-config",  # Tune's rule: the scheduler's own metric and mode, or TuneConfig's
         lambda: tune_config(scheduler=ASHAScheduler(metric="acc", mode="max"), metric="loss", mode="min"),
@@ -555,3 +569,15 @@ def test_a_config_object_is_taken_as_its_dict_as_tune_takes_it():
             return {"lr": tune.grid_search([0.1, 0.2])}
 
     assert tuner(param_space=Space()).param_space == {"lr": {"grid_search": [0.1, 0.2]}}
+
+
+def test_an_uncopyable_value_is_named_by_its_key(tmp_path, ray_session):
+    """Tune copies the param_space for each trial: a value that cannot be
+    copied (a lock) fails there, and the error says which value it is."""
+    study = Tuner(
+        train, param_space={"data": {"lock": threading.Lock()}}, run_config=tune.RunConfig(storage_path=str(tmp_path))
+    )
+    with pytest.raises(
+        TypeError, match=r"param_space\['data'\]\['lock'\] = <unlocked _thread.lock .* cannot be copied"
+    ):
+        study.fit()

@@ -194,6 +194,61 @@ def check_param_space(param_space: Any) -> None:
             "`RunConfig` cannot be tuned as part of the `param_space`! Move the run config to be a parameter of "
             "the `Tuner`: Tuner(..., run_config=RunConfig(...))"
         )
+    depth, path = _deepest(param_space or {})
+    if depth > MAX_NESTING:
+        raise ValueError(
+            f"param_space{_path_text(path[:3])}... nests dicts and lists {depth} levels deep; up to {MAX_NESTING} "
+            "are taken (Tune copies the param_space for each trial and Ray pickles it, recursing per level): "
+            "flatten it, or pass the structure as one object (tune.with_parameters(trainable, name=value))"
+        )
+
+
+#: How deep ``param_space`` may nest dicts and lists: copying and pickling it recurse per level.
+MAX_NESTING = 100
+
+
+def _children(value: Any) -> list[tuple[Any, Any]]:
+    if isinstance(value, dict):
+        return list(value.items())
+    if isinstance(value, (list, tuple)):
+        return list(enumerate(value))
+    return []
+
+
+def _deepest(space: Any) -> tuple[int, tuple[Any, ...]]:
+    """How many levels of dicts and lists ``space`` nests, and the path to the deepest (iteratively: any depth)."""
+    deepest: tuple[int, tuple[Any, ...]] = (0, ())
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(space, ())]
+    while stack:
+        value, path = stack.pop()
+        children = _children(value)
+        if children and len(path) + 1 > deepest[0]:
+            deepest = (len(path) + 1, path)
+        stack.extend((child, (*path, key)) for key, child in children)
+    return deepest
+
+
+def _path_text(path: tuple[Any, ...]) -> str:
+    return "".join(f"[{key!r}]" for key in path)
+
+
+def uncopyable_value(space: Any) -> tuple[str, Any] | None:
+    """Where in ``space`` the first value that cannot be deep-copied is (a lock,
+    an open file), as ``"['a']['lock']"``, with the value; None if every one can."""
+    import copy
+
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(space, ())]
+    while stack:
+        value, path = stack.pop()
+        children = _children(value)
+        if children:
+            stack.extend((child, (*path, key)) for key, child in reversed(children))
+            continue
+        try:
+            copy.deepcopy(value)
+        except Exception:  # noqa: BLE001 - whatever copying raises, this is the value
+            return _path_text(path), value
+    return None
 
 
 def check_serializable(trainable: Any) -> None:

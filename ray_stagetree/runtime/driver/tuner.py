@@ -107,6 +107,7 @@ from ray_stagetree.runtime.driver.tune_compat import (
     trainable_name,
     tune_run_config,
     tunes_tuner_for_trainer,
+    uncopyable_value,
 )
 from ray_stagetree.runtime.driver.tune_state import write_tune_state
 from ray_stagetree.runtime.service.service_client import PlanServiceConfig, run_attached, service_config
@@ -504,6 +505,23 @@ class Tuner:
 
     # -- validation (driver side, before anything runs) --------------------------
 
+    def _trial_source_of_copyable_space(self) -> Any:
+        """`_trial_source`; where Tune's copy of the param_space fails, the error names the value's key."""
+        import pickle
+
+        try:
+            return self._trial_source()
+        except (TypeError, pickle.PicklingError) as error:
+            found = uncopyable_value(self.param_space)
+            if found is None:
+                raise
+            path, value = found
+            raise TypeError(
+                f"param_space{path} = {value!r} cannot be copied ({type(error).__name__}: {error}), and Tune "
+                "copies the param_space for each trial: pass it with tune.with_parameters(trainable, name=value), "
+                "or make it inside the trainable"
+            ) from error
+
     def _validate_arguments(self) -> None:
         trainable = self.trainable
         check_trainable(trainable)
@@ -739,7 +757,7 @@ class Tuner:
                     state.source, self.horizon, experiment_path, resume=False, restore=restore
                 )
                 return self._results
-            trial_source = self._trial_source()
+            trial_source = self._trial_source_of_copyable_space()
             self._save_settings(experiment_path)
             self._results = self._execute(trial_source, self.horizon, experiment_path, resume=False)
             return self._results
