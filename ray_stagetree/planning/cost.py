@@ -97,12 +97,15 @@ class CostModel:
         rows = self._rows
         targets = np.array([t.seconds / (t.stop - t.start) for t in timings])
         names = sorted({name for row in rows for name in row})
-        design = np.array([[1.0] + [row.get(name, 0.0) for name in names] for row in rows])
+        values = np.array([[row.get(name, 0.0) for name in names] for row in rows]).reshape(len(rows), len(names))
+        # A feature equal in every timing says nothing of cost (centred, its column is zero): left out, so a
+        # config's thousands of constant entries cost nothing here.
+        scales = values.std(axis=0)
+        varying = scales > 0
+        names, values, scales = [name for name, kept in zip(names, varying) if kept], values[:, varying], scales[varying]
         # Centre features so the ridge penalty shrinks slopes, never the mean cost.
-        means = design[:, 1:].mean(axis=0)
-        scales = design[:, 1:].std(axis=0)
-        scales[scales == 0] = 1.0
-        design[:, 1:] = (design[:, 1:] - means) / scales
+        means = values.mean(axis=0)
+        design = np.hstack([np.ones((len(rows), 1)), (values - means) / scales])
         # Ridge as least squares on rows augmented with sqrt(ridge) * I; lstsq
         # also copes with collinear features (one-hot columns summing to one).
         penalty = np.sqrt(self.ridge) * np.eye(design.shape[1])[1:]
