@@ -249,32 +249,6 @@ def _rebase_learning_rate(optimizers: list[torch.optim.Optimizer], schedulers: l
                 group["lr"] = lr
 
 
-def _group_field(name: str) -> str:
-    """The param-group entry an optimizer hyper-parameter sets."""
-    return "betas" if name in ("beta1", "beta2") else name
-
-
-def _rebase_learning_rate(optimizers: list[torch.optim.Optimizer], schedulers: list[Any], lr: float) -> None:
-    """Make ``lr`` every param group's base learning rate; where a scheduler
-    scales it, the current rate keeps the scheduler's factor."""
-    scaled = set()
-    for scheduler in schedulers:
-        base_lrs = getattr(scheduler, "base_lrs", None)
-        if base_lrs is None or scheduler.optimizer not in optimizers:
-            continue
-        for index, group in enumerate(scheduler.optimizer.param_groups):
-            factor = group["lr"] / base_lrs[index] if base_lrs[index] else 1.0
-            group["lr"] = lr * factor
-            base_lrs[index] = lr
-            if "initial_lr" in group:
-                group["initial_lr"] = lr
-        scaled.add(id(scheduler.optimizer))
-    for optimizer in optimizers:
-        if id(optimizer) not in scaled:
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-
-
 def _validate_hparam(key: str, name: str, value: Any) -> Any:
     if name == "nesterov":
         if not isinstance(value, (bool, np.bool_)):

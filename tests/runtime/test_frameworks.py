@@ -69,6 +69,20 @@ def test_the_transformers_example_shares_and_reports_what_ray_tune_reports(ray_s
     assert ours.iterations_executed == 2 * (2 + 2 * 2) < reported(ours)
 
 
+def shared_and_alone(trainable, data, space, tmp_path):
+    """The study of 4 iterations per trial on ray_stagetree, shared and trial by trial."""
+
+    def run(name, **options):
+        return ray_stagetree.Tuner(
+            tune.with_parameters(trainable, data=data),
+            param_space=space,
+            run_config=tune.RunConfig(storage_path=str(tmp_path / name), stop={"training_iteration": 4}, verbose=0),
+            **options,
+        ).fit()
+
+    return run("shared"), run("alone", stage_sharing=False)
+
+
 def lightning_as_written(config, data):
     """Ray's Lightning pattern, unchanged but for the schedule in param_space."""
     import lightning.pytorch as pl
@@ -99,15 +113,7 @@ def test_a_lightning_script_with_rays_callback_shares_and_restarts_where_its_bat
         "seed": 0,
     }
 
-    def run(name, **options):
-        return ray_stagetree.Tuner(
-            tune.with_parameters(lightning_as_written, data=lightning_study.make_data(600)),
-            param_space=space,
-            run_config=tune.RunConfig(storage_path=str(tmp_path / name), stop={"training_iteration": 4}, verbose=0),
-            **options,
-        ).fit()
-
-    shared, alone = run("shared"), run("alone", stage_sharing=False)
+    shared, alone = shared_and_alone(lightning_as_written, lightning_study.make_data(600), space, tmp_path)
     losses = curves(shared, "loss")
     assert losses == curves(alone, "loss")
     assert shared.iterations_executed == 2 + 4 * 2 < reported(shared)  # the first 2 epochs once, then 4 branches
@@ -142,14 +148,6 @@ def test_a_transformers_script_with_rays_callback_shares_and_equals_trial_by_tri
         "seed": 0,
     }
 
-    def run(name, **options):
-        return ray_stagetree.Tuner(
-            tune.with_parameters(transformers_as_written, data=transformers_study.make_data(400)),
-            param_space=space,
-            run_config=tune.RunConfig(storage_path=str(tmp_path / name), stop={"training_iteration": 4}, verbose=0),
-            **options,
-        ).fit()
-
-    shared, alone = run("shared"), run("alone", stage_sharing=False)
+    shared, alone = shared_and_alone(transformers_as_written, transformers_study.make_data(400), space, tmp_path)
     assert curves(shared, "eval_loss") == curves(alone, "eval_loss")
     assert shared.iterations_executed == 6 < reported(shared)  # the first 2 step groups once
