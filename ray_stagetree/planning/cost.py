@@ -102,7 +102,11 @@ class CostModel:
         # config's thousands of constant entries cost nothing here.
         scales = values.std(axis=0)
         varying = scales > 0
-        names, values, scales = [name for name, kept in zip(names, varying) if kept], values[:, varying], scales[varying]
+        names, values, scales = (
+            [name for name, kept in zip(names, varying) if kept],
+            values[:, varying],
+            scales[varying],
+        )
         # Centre features so the ridge penalty shrinks slopes, never the mean cost.
         means = values.mean(axis=0)
         design = np.hstack([np.ones((len(rows), 1)), (values - means) / scales])
