@@ -517,3 +517,27 @@ def test_a_worker_dying_right_after_its_checkpoint_costs_one_failure_and_no_resu
     assert os.path.exists(marker), "the worker did die"
     assert grid.num_errors == 0
     assert grid[0].metrics_dataframe["total"].tolist() == [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
+
+
+def deletes_its_experiment_folder(config):
+    """Reports 6 iterations; the first trial deletes the experiment folder after its third."""
+    for iteration in range(6):
+        if iteration == 3 and config["delete"] and os.path.isdir(config["folder"]):
+            import shutil
+
+            shutil.rmtree(config["folder"])
+        tune.report({"x": iteration})
+
+
+def test_an_experiment_folder_deleted_mid_study_is_written_again_and_the_loss_is_told(tmp_path, ray_session, caplog):
+    folder = tmp_path / "deleted"
+    grid = Tuner(
+        deletes_its_experiment_folder,
+        param_space={"delete": tune.grid_search([True, False]), "folder": str(folder)},
+        run_config=run_config(tmp_path, "deleted", stop={"training_iteration": 6}),
+    ).fit()
+    assert grid.num_errors == 0 and Tuner.can_restore(str(folder))
+    warnings = [r.getMessage() for r in caplog.records if "lost its files while the study ran" in r.getMessage()]
+    assert len(warnings) == 1 and "the checkpoints and trial folders stored there before are gone" in warnings[0]
+    restored = Tuner.restore(str(folder), deletes_its_experiment_folder).get_results()
+    assert sorted(result.metrics["x"] for result in restored) == [5, 5]

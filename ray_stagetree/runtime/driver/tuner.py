@@ -473,6 +473,21 @@ class Tuner:
         check_filesystem("Tuner.can_restore's storage_filesystem", storage_filesystem)
         return can_restore(CheckpointStorage(_absolute(os.fspath(path), storage_filesystem), storage_filesystem))
 
+    def _settings_kept(self, experiment_path: str) -> None:
+        """The experiment folder lost its files while the study ran (deleted
+        or emptied): the settings a restore needs are written again (the
+        controller's last snapshot already was), and the user is told what is gone."""
+        if self.plan_service or can_restore(CheckpointStorage(experiment_path, self.run_config.storage_filesystem)):
+            return
+        self._save_settings(experiment_path)
+        logger.warning(
+            "the experiment folder %s lost its files while the study ran (deleted or emptied): its settings and last "
+            "snapshot are written again, so %s continues it, but the checkpoints and trial folders stored there "
+            "before are gone: a restore retrains what it needs of them",
+            experiment_path,
+            how_to_continue(experiment_path),
+        )
+
     def _save_settings(self, experiment_path: str) -> None:
         """What `restore` rebuilds this Tuner from, at the experiment root."""
         settings = {
@@ -865,6 +880,7 @@ class Tuner:
                     spec = dataclasses.replace(spec, resume=False, restore=Restore(read_state(storage)))
         finally:
             callbacks.close_logs()  # what the loggers were handed is written, also when fit() raises
+        self._settings_kept(experiment_path)
         grid = self._result_grid(summaries, experiment_path, progress)
         write_tune_state(
             experiment_path,
