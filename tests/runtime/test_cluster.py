@@ -43,6 +43,17 @@ def test_study_on_a_multi_node_cluster_survives_a_lost_node(tmp_path):
     assert "OK with the other node busy" in output
 
 
+@pytest.mark.long
+@pytest.mark.slow
+def test_a_study_on_object_storage_on_two_nodes_restores_identical(tmp_path):
+    """An S3-compatible server (moto's), pyarrow's S3FileSystem as the
+    study's storage, a two-node cluster; then Tuner.restore reads it back."""
+    pytest.importorskip("moto.server")
+    code, output = run([sys.executable, os.path.join(HERE, "object_storage_study.py")], 300, environment())
+    assert code == 0, output[-6000:]
+    assert "restored identical" in output
+
+
 def free_port():
     """A free port between Ray's worker ports (10002-19999) and the kernel's
     ephemeral range (32768 up): a port from `bind(("", 0))` may be taken, between
