@@ -74,6 +74,10 @@ class CostModel:
         self._features: dict[tuple[int, int, int], dict[str, float]] = {}
         self.fits = 0
         """How many times the model was fitted: its estimates change only then."""
+        self.min_new_timings = 0
+        """Fewest new timings a refit waits for: a policy that re-prices that many ready batches after each
+        refit sets it to their number, so that it pays for them once per as many timings, whatever the
+        study's size."""
 
     @property
     def is_fitted(self) -> bool:
@@ -82,7 +86,8 @@ class CostModel:
     def fit(self, plan: SearchPlan) -> CostModel:
         """Regress seconds per iteration on stage features; refits only when
         new timings arrived (past `REFIT_ALWAYS_BELOW` of them, when their
-        number grew by `REFIT_GROWTH`)."""
+        number grew by `REFIT_GROWTH`), and, once fitted, at least
+        `min_new_timings` of them."""
         timings = plan.timings
         if timings is not self._timings:  # another plan
             self._timings, self._rows, self._fitted_on = timings, [], 0
@@ -90,6 +95,8 @@ class CostModel:
         if len(timings) == self._fitted_on:
             return self
         if self._fitted_on >= REFIT_ALWAYS_BELOW and len(timings) < self._fitted_on * REFIT_GROWTH:
+            return self
+        if self.is_fitted and len(timings) - self._fitted_on < self.min_new_timings:
             return self
         self._fitted_on = len(timings)
         self.fits += 1

@@ -241,6 +241,9 @@ class ExecutionPolicy(abc.ABC):
         check("idle_workers", idle_workers, Int(low=0))
         if idle_workers == 0:
             return []
+        # A refit re-prices every ready batch of a policy with local priorities: once per as many timings.
+        forest = self._forest if self._forest is not None and self._forest.plan is plan else None
+        self.cost_model.min_new_timings = forest.live_total if forest is not None else 0
         self.cost_model.fit(plan)
         chosen: list[StageBatch] = []
         with gc_paused():
