@@ -241,9 +241,6 @@ class ExecutionPolicy(abc.ABC):
         check("idle_workers", idle_workers, Int(low=0))
         if idle_workers == 0:
             return []
-        # A refit re-prices every ready batch of a policy with local priorities: once per as many timings.
-        forest = self._forest if self._forest is not None and self._forest.plan is plan else None
-        self.cost_model.min_new_timings = forest.live_total if forest is not None else 0
         self.cost_model.fit(plan)
         chosen: list[StageBatch] = []
         with gc_paused():
@@ -252,6 +249,9 @@ class ExecutionPolicy(abc.ABC):
                     chosen.append(batch)
                     if len(chosen) == idle_workers:
                         break
+        if self._forest is not None and self._forest.plan is plan:
+            # A refit re-prices every ready batch of the forest: the next waits for as many new timings.
+            self.cost_model.min_new_timings = self._forest.live_total
         for batch in chosen:
             batch.batch_id = plan.mark_scheduled(batch.segments)
         return chosen
