@@ -56,6 +56,7 @@ it (another trial trained that path), which are the trial's results too.
 from __future__ import annotations
 
 import copy
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,6 +91,11 @@ class HostedScheduler(Protocol):
 #: What a trial source's `next_trial` answers when its searcher has nothing
 #: to suggest right now (more may come after results).
 WAIT = "WAIT"
+
+#: Live trials a study holds at most: a grid or random search admits its
+#: trials ahead of the workers so that the plan merges their prefixes, this
+#: many at a time.
+MAX_LIVE_TRIALS = 10_000
 
 
 class TrialSource(Protocol):
@@ -208,6 +214,12 @@ class TrialLifecycle:
         """Trials pending or running: what ``max_concurrent_trials`` bounds."""
         return self._counts[PENDING] + self._counts[RUNNING]
 
+    def full(self, max_concurrent_trials: int | None) -> bool:
+        """Whether as many trials are live as may be: ``max_concurrent_trials``,
+        and at most `MAX_LIVE_TRIALS` whatever the source (the plan merges the
+        trials it holds, but a study of 100,000 does not hold them all)."""
+        return self.live() >= min(max_concurrent_trials or math.inf, MAX_LIVE_TRIALS)
+
     def waiting(self) -> frozenset[str]:
         """The trials that wait for a worker: pending, and no running batch
         trains their path (Tune's pending trials, which wait for resources;
@@ -234,7 +246,10 @@ class TrialLifecycle:
         sharing a prefix is admitted without end while that prefix trains."""
         if pending_limit is None:
             return False
-        return self.live() >= workers + pending_limit or len(self.waiting()) >= pending_limit
+        if self.live() >= workers + pending_limit:
+            return True
+        # The waiting trials are pending ones: count them only when they may be as many.
+        return self._counts[PENDING] >= pending_limit and len(self.waiting()) >= pending_limit
 
     def counts(self) -> dict[str, int]:
         """Trials by status, statuses without trials left out."""

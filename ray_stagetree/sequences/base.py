@@ -417,6 +417,17 @@ class Constant(Sequence):
     def _range(self, start: int, stop: int) -> np.ndarray:
         return np.full(stop - start, self.init, dtype=_DTYPES[self._kind])
 
+    def _cached_prefix(self, stop: int) -> np.ndarray:
+        """Every prefix, as a read-only view of one value: each trial of a
+        random search holds Constants of its own, and a 100,000-trial study
+        must not hold 100,000 arrays of a value repeated."""
+        cache = self._cache
+        if not len(cache):
+            self._require_resolved("compute values")
+            cache = np.broadcast_to(np.full(1, self.init, dtype=_DTYPES[self._kind]), (_CACHE_LIMIT,))
+            object.__setattr__(self, "_cache", cache)
+        return cache
+
 
 class Concat(Sequence):
     """Sequences one after another: ``parts[k]`` on ``[milestones[k-1], milestones[k])``.

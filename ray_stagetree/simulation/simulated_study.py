@@ -489,8 +489,10 @@ class _Driver:
         admitted = False
         for name, study in self.studies.items():
             lifecycle = self.lifecycles[name]
-            limit, pending_limit = study.max_concurrent_trials or math.inf, self._pending_limits[name]
-            while lifecycle.live() < limit and not lifecycle.pending_full(pending_limit, self.workers):
+            pending_limit = self._pending_limits[name]
+            while not lifecycle.full(study.max_concurrent_trials) and not lifecycle.pending_full(
+                pending_limit, self.workers
+            ):
                 trial = lifecycle.admit_next(
                     lambda trial_id, config, _, study=study: _Trial(trial_id=trial_id, config=config, study=study)
                 )

@@ -12,6 +12,7 @@ import pytest
 from ray_stagetree import MultiStep
 from ray_stagetree.planning import SearchPlan
 from ray_stagetree.planning.decisions import CONTINUE, PAUSE, STOP, Exploit
+from ray_stagetree.planning import lifecycle as lifecycle_module
 from ray_stagetree.planning.lifecycle import (
     ERROR,
     PAUSED,
@@ -338,6 +339,20 @@ def test_a_trial_waits_for_a_worker_until_a_batch_trains_its_path():
     a = study.lifecycle.trials["a"]
     study.result(a, RUNG)
     assert study.lifecycle.waiting() == {"b", "c"}, "a trial with a result is running, as under Tune"
+
+
+def test_a_study_holds_at_most_max_live_trials_whatever_its_source(monkeypatch):
+    """A grid of 100,000 has no pending limit (the plan merges what it holds)
+    but is held MAX_LIVE_TRIALS at a time; max_concurrent_trials bounds below it."""
+    monkeypatch.setattr(lifecycle_module, "MAX_LIVE_TRIALS", 3)
+    study = Study()
+    for name in "abc":
+        assert not study.lifecycle.full(None)
+        study.admit(name, {"lr": float(ord(name))})
+    assert study.lifecycle.full(None) and study.lifecycle.full(5)
+    assert study.lifecycle.full(2) and not Study().lifecycle.full(2)
+    study.lifecycle.stop(study.lifecycle.trials["a"])
+    assert not study.lifecycle.full(None), "an ended trial makes room for the next"
 
 
 def test_a_pending_limit_bounds_the_trials_riding_on_a_running_prefix_too():

@@ -8,6 +8,7 @@ import importlib
 import json
 import math
 import pickle
+import tracemalloc
 import warnings
 
 import numpy as np
@@ -36,7 +37,7 @@ from ray_stagetree.sequences import (
     from_json,
     is_sequence_spec,
 )
-from ray_stagetree.sequences.base import next_change
+from ray_stagetree.sequences.base import first_difference_unchecked, next_change
 
 RTOL, ATOL = 1e-9, 1e-12
 
@@ -743,3 +744,22 @@ def test_every_family_is_exported_by_its_name_from_both_packages() -> None:
     for name, family in FAMILIES.items():
         assert getattr(sequences, name) is family and getattr(ray_stagetree, name) is family
         assert name in sequences.__all__ and name in ray_stagetree.__all__
+
+
+def test_a_constant_holds_one_value_however_far_it_is_read():
+    """Each trial of a random search holds Constants of its own: asked for
+    values, planned against other sequences, a Constant keeps one value, not
+    an array of it (2 KB each, 200 MB in a 100,000-trial study)."""
+    constants = [Constant(i / 4) for i in range(2000)]
+    other = MultiStep(0.5, [6], 0.1)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for constant in constants:
+            assert constant.value(300) == constant.init and constant.values(2, 5).tolist() == [constant.init] * 3
+            assert constant.observed(7) == Constant(constant.init).observed(9000)
+            assert first_difference_unchecked(constant, other, 100) == (6 if constant.init == 0.5 else 0)
+        per_constant = (tracemalloc.get_traced_memory()[0] - before) / len(constants)
+    finally:
+        tracemalloc.stop()
+    assert per_constant < 1000, f"{per_constant:.0f} bytes held per Constant read"

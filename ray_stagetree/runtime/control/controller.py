@@ -293,10 +293,9 @@ class StudyController:
         """Admit the trial source's next trials, up to `ADMIT_PER_TURN`; True when
         more may come at once: it stopped there, or at the pending-trial limit
         after admitting some (dispatched, they wait no more)."""
-        limit = self.spec.max_concurrent_trials or math.inf
         pending_limit = self.spec.max_pending_trials
         for admitted in range(ADMIT_PER_TURN):
-            if self.lifecycle.live() >= limit or self.budget.over() or self.failures.halted:
+            if self.lifecycle.full(self.spec.max_concurrent_trials) or self.budget.over() or self.failures.halted:
                 return False
             if self.lifecycle.pending_full(pending_limit, self.spec.num_workers):
                 return admitted > 0
