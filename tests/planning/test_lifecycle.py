@@ -11,8 +11,8 @@ import pytest
 
 from ray_stagetree import MultiStep
 from ray_stagetree.planning import SearchPlan
-from ray_stagetree.planning.decisions import CONTINUE, PAUSE, STOP, Exploit
 from ray_stagetree.planning import lifecycle as lifecycle_module
+from ray_stagetree.planning.decisions import CONTINUE, PAUSE, STOP, Exploit
 from ray_stagetree.planning.lifecycle import (
     ERROR,
     PAUSED,

@@ -3,6 +3,8 @@ without Ray: the fields Tune adds, the metric checks, RunConfig.stop."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from ray import tune
@@ -10,6 +12,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.runtime.control.experiment_state import PackedRows
 from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
 from ray_stagetree.runtime.control.trials import TrialState
 
@@ -113,3 +116,30 @@ def test_a_multi_objective_searcher_compares_each_of_its_metrics(metric):
     pytest.importorskip("optuna")
     searcher = optuna.OptunaSearch(metric=metric, mode=["min", "max"])
     assert metric_consumers(searcher, None) == {name: "the searcher (OptunaSearch)" for name in metric}
+
+
+def test_a_result_of_over_ten_thousand_values_is_warned_of_once():
+    """A 100,000-key metric dict took the driver to 1.6 GB without a word:
+    every result stays in memory, so an unusually large one is named."""
+    made, warnings = rows()
+    state = trial()
+    assert made.invalid(state, 1, {"loss": 1.0, "curve": list(range(9_000)), "hist": {"a": 1}}) is None
+    assert warnings == [], "under the bound"
+    made.invalid(state, 2, {"loss": 1.0, "weights": np.zeros((100, 200))})
+    assert len(warnings) == 1 and "trial train_t1 reported more than 10,000 values at iteration 2" in warnings[0]
+    assert "save large arrays in the trial's checkpoints" in warnings[0]
+    made.invalid(state, 3, {f"k{i}": {"v": i} for i in range(100_000)})
+    assert len(warnings) == 1, "once per study"
+    rows_again, fresh = rows()
+    rows_again.invalid(state, 1, {f"k{i}": {"v": i} for i in range(100_000)})
+    assert len(fresh) == 1
+
+
+def test_a_summary_carries_the_rows_packed_and_reads_them_back_whole():
+    """The driver holds every trial's summary at a study's end: the rows but
+    the last (Result.metrics) stay pickled until read."""
+    reported = [{"training_iteration": i, "loss": 1.0 / i, "config": {"lr": 0.1}} for i in range(1, 6)]
+    packed = pickle.loads(pickle.dumps(PackedRows(reported)))  # as it travels from the controller
+    assert len(packed) == 5 and bool(packed) and packed[-1] == packed[4] == reported[-1]
+    assert list(packed) == reported and packed[:-1] == reported[:-1] and packed[1] == reported[1]
+    assert not PackedRows([]) and list(PackedRows([])) == [] and list(PackedRows(reported[:1])) == reported[:1]

@@ -25,7 +25,10 @@ trust.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+import pickle
+from collections.abc import Iterator
+from collections.abc import Sequence as SequenceABC
+from typing import TYPE_CHECKING, Any, overload
 
 import ray
 
@@ -103,6 +106,38 @@ def restored_progress(restore: Restore) -> tuple[list[dict[str, Any]], list[dict
     return rows, events
 
 
+class PackedRows(SequenceABC):
+    """A trial's result rows as its summary carries them to the driver:
+    pickled in one piece, but for the last (``Result.metrics``), and read
+    whole when read (``Result.metrics_dataframe``, Tune's metric analysis).
+    As dicts, 10,000 trials of 5 rows held 90 MB of the driver's memory at
+    the study's end, its peak; pickled, about a fifth."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self._length = len(rows)
+        self.last = rows[-1] if rows else None
+        self._earlier = ray.cloudpickle.dumps(rows[:-1], protocol=5) if len(rows) > 1 else None
+
+    def unpacked(self) -> list[dict[str, Any]]:
+        earlier = [] if self._earlier is None else pickle.loads(self._earlier)
+        return earlier if self.last is None else [*earlier, self.last]
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, int) and self.last is not None and index in (-1, self._length - 1):
+            return self.last
+        return self.unpacked()[index]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.unpacked())
+
+
 def trial_summary(state: TrialState) -> dict[str, Any]:
     """What the driver makes a trial's ``ray.tune.Result`` from: at the end of
     a study (`StudyController.results`), or from a snapshot's trials
@@ -117,7 +152,7 @@ def trial_summary(state: TrialState) -> dict[str, Any]:
         "status": state.status,
         "error": state.error,
         "error_pickle": state.error_pickle,
-        "rows": state.reported,
+        "rows": PackedRows(state.reported),
         # (path, metrics), oldest first; the last is Result.checkpoint
         "checkpoints": state.checkpoints,
         "best_checkpoints": state.best_checkpoints,

@@ -10,6 +10,7 @@ the driver.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,24 @@ import numpy as np
 from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY
 from ray_stagetree.runtime.control.trials import TrialState
 from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
+
+#: Values in one result (dict and list items, array elements) past which a
+#: study warns: every result stays in the controller's and the driver's memory.
+LARGE_RESULT_VALUES = 10_000
+
+
+def values_in(result: Any, limit: int) -> int:
+    """How many values ``result`` holds, counted until they pass ``limit``."""
+    count, stack = 0, [result]
+    while stack and count <= limit:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(itertools.islice(item.values(), limit + 1))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(itertools.islice(item, limit + 1))
+        else:
+            count += item.size if isinstance(item, np.ndarray) else 1
+    return count
 
 
 def metric_consumers(searcher: Any, scheduler: Any) -> dict[str, str]:
@@ -64,6 +83,7 @@ class ResultRows:
         self.stopper = stopper
         self._warn = warn
         self._warned_missing_metric = False
+        self._warned_large = False
 
     def invalid(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> str | None:
         """Why the trial cannot go on with these metrics (a value its
@@ -77,6 +97,8 @@ class ResultRows:
                 f"at iteration {iteration}, without TuneConfig's metric {metric!r}: results without it are not ranked "
                 "(this warning is shown once per study)"
             )
+        if not self._warned_large:
+            self._warn_if_large(state, iteration, metrics)
         for name, consumer in self.consumers.items():
             value = metrics.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.number))):
@@ -85,6 +107,18 @@ class ResultRows:
                     f"iteration {iteration}, but {consumer} compares {name!r}: it must be a number"
                 )
         return None
+
+    def _warn_if_large(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> None:
+        values = values_in(metrics, LARGE_RESULT_VALUES)
+        if values > LARGE_RESULT_VALUES:
+            self._warned_large = True
+            self._warn(
+                f"trial {state.name or state.trial_id} reported more than {LARGE_RESULT_VALUES:,} values at iteration "
+                f"{iteration}: every result stays in the controller's and the driver's memory and is written to "
+                "result.json, progress.csv and TensorBoard, so the study's memory grows by a result this large at "
+                "each iteration. Report summary figures, and save large arrays in the trial's checkpoints (this "
+                "warning is shown once per study)"
+            )
 
     def row(self, state: TrialState, iteration: int, metrics: dict[str, Any], horizon: float) -> dict[str, Any]:
         """The result Tune shows for ``metrics`` reported at ``iteration``:

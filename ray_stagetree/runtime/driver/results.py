@@ -11,7 +11,7 @@ later restore finds plan, results and checkpoints.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import ray
@@ -28,8 +28,8 @@ class TrialResult(tune.Result):
     many trials mostly never reads. Its columns are flattened as Tune
     flattens them: "config/lr/init", ..."""
 
-    def __init__(self, rows: list[dict], **fields: Any) -> None:
-        self._rows: list[dict] | None = rows  # a trial that never reported: an empty frame, as Tune's
+    def __init__(self, rows: Sequence[dict], **fields: Any) -> None:
+        self._rows: Sequence[dict] | None = rows  # a trial that never reported: an empty frame, as Tune's
         super().__init__(**fields)
 
     @property  # type: ignore[override]
