@@ -1,6 +1,6 @@
 """Scale: studies of many trials, and whether their cost grows linearly.
 
-Each study samples ``N`` trials of a one-iteration trainable that does no
+Each study samples ``N`` trials of a five-iteration trainable that does no
 work (``num_samples=N``, one float each, nothing shared), run by
 ``ray_stagetree.Tuner`` with Tune's default loggers. Per study: the wall
 time, the seconds before the first result (everything ``fit()`` does before
@@ -13,16 +13,23 @@ with the number of trials already seen. Then a study of one
 seconds from ``Tuner()`` to its first result (a grid must not be expanded or
 checked whole before its first trial runs).
 
+Then studies of ``--budget-trials`` trials of the same trainable under a
+30 s time budget (``time_budget_s``): the trials that complete, the rate at
+which they complete after the first result, the controller actor's peak
+memory, and how long after ``Tuner()`` plus the budget ``fit()`` returns.
+A study of 100,000 trials should train about as fast as one of 10,000.
+
 Every study runs in a driver process of its own (each with its own Ray), so
 that the driver's peak memory (its maximum resident set) is that study's;
 the sizes and the grid run interleaved ``--repeats`` times, and the
 per-trial cost at the largest size / at the smallest is taken per repeat.
-Targets: the driver's peak under 400 MB at 10,000 trials, and a
-100,000-value grid's first result within 60 s.
+Targets: the driver's peak under 400 MB at 10,000 trials, a 100,000-value
+grid's first result within 60 s, and under the budget: at 100,000 trials
+at least half the completion rate of 10,000 and the controller under 500 MB.
 
-    python release/bench_scale.py --full                     # 1,000 and 10,000 trials, a 100,000-value grid, 3 repeats
-    python release/bench_scale.py --trials 10000,100000 --grid 0 --repeats 1   # the long sizes, no grid
-    python release/bench_scale.py --quick                    # 20 and 60 trials, a 1,000-value grid (CI smoke test)
+    python release/bench_scale.py --full                     # 1,000 and 10,000 trials, a 100,000-value grid, 10,000 and 100,000 under the budget, 3 repeats
+    python release/bench_scale.py --trials 10000,100000 --grid 0 --budget-trials 0 --repeats 1   # the long sizes only
+    python release/bench_scale.py --quick                    # 20 and 60 trials, a 1,000-value grid, 200 trials in a 5 s budget (CI smoke test)
     python release/bench_scale.py --final-checkpoints 200
 
 ``--final-checkpoints N`` runs instead the memory case of the same issue: N
@@ -41,6 +48,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -50,9 +58,12 @@ from ray import tune
 
 import ray_stagetree
 
+ITERATIONS = 5
 
-def one_result(config):
-    tune.report({"y": config["x"]})
+
+def five_results(config):
+    for iteration in range(ITERATIONS):
+        tune.report({"y": config["x"] * iteration})
 
 
 class CompletionClock(tune.Callback):
@@ -80,7 +91,7 @@ def study(trials: int, storage: str) -> dict[str, float]:
     started = time.perf_counter()
     clock = CompletionClock(trials, started)
     grid = ray_stagetree.Tuner(
-        one_result,
+        five_results,
         param_space={"x": tune.uniform(0, 1)},
         tune_config=tune.TuneConfig(num_samples=trials),
         run_config=tune.RunConfig(storage_path=storage, name=f"scale_{trials}", verbose=0, callbacks=[clock]),
@@ -103,6 +114,60 @@ def study(trials: int, storage: str) -> dict[str, float]:
     }
 
 
+class ControllerPeak:
+    """The study controller actor's peak resident memory (``VmHWM``), read
+    twice a second from its process (``ray::StudyController``) on this
+    machine, from ``/proc`` (Linux)."""
+
+    def __init__(self) -> None:
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> ControllerPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.5):
+            for process in Path("/proc").glob("[0-9]*"):
+                try:
+                    if b"StudyController" not in (process / "cmdline").read_bytes():
+                        continue
+                    status = (process / "status").read_text()
+                except OSError:
+                    continue  # it ended between the listing and the reading
+                peak_kb = next((line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")), "0")
+                self.peak_mb = max(self.peak_mb, int(peak_kb) * 1024 / 10**6)
+
+
+def budget_study(trials: int, storage: str, budget_s: float) -> dict[str, float]:
+    """``trials`` trials under a ``budget_s`` time budget: what completes and how fast."""
+    started = time.perf_counter()
+    clock = CompletionClock(trials, started)
+    with ControllerPeak() as controller:
+        ray_stagetree.Tuner(
+            five_results,
+            param_space={"x": tune.uniform(0, 1)},
+            tune_config=tune.TuneConfig(num_samples=trials, time_budget_s=budget_s),
+            run_config=tune.RunConfig(storage_path=storage, name=f"budget_{trials}", verbose=0, callbacks=[clock]),
+        ).fit()
+    returned = time.perf_counter()
+    if clock.first_result is None or not clock.completed:
+        raise RuntimeError(f"{trials} trials: no trial completed within the {budget_s:.0f} s budget")
+    return {
+        "complete": len(clock.completed),
+        "rate": len(clock.completed) / max(clock.completed[-1] - clock.first_result, 1e-9),
+        "controller_mb": controller.peak_mb,
+        "over_s": returned - started - budget_s,
+        "driver_mb": driver_peak_mb(),
+    }
+
+
 def driver_peak_mb() -> float:
     """The driver's peak resident memory so far, in MB (each study has a driver process of its own)."""
     import resource
@@ -116,7 +181,7 @@ def grid_start(values: int, storage: str, budget_s: float = 30.0) -> tuple[float
     started = time.perf_counter()
     clock = CompletionClock(values, started)
     ray_stagetree.Tuner(
-        one_result,
+        five_results,
         param_space={"x": tune.grid_search(list(range(values)))},
         tune_config=tune.TuneConfig(time_budget_s=budget_s),
         run_config=tune.RunConfig(storage_path=storage, name=f"grid_{values}", verbose=0, callbacks=[clock]),
@@ -146,17 +211,19 @@ def final_checkpoints_peak(trials: int, budget_bytes: int, storage: str) -> floa
     return store.peak_bytes
 
 
-#: The targets of the fault and scale issue.
+#: The targets of the fault and scale issues.
 PEAK_MB_TARGET, PEAK_MB_AT = 400, 10_000
 GRID_FIRST_S_TARGET, GRID_TARGET_VALUES = 60.0, 100_000
+CONTROLLER_MB_TARGET, RATE_RATIO_TARGET = 500, 0.5
 
 
-def in_own_process(kind: str, size: int) -> dict[str, float]:
-    """One study (``kind`` "trials" or "grid") in a new driver process with
-    a Ray of its own: its figures, the driver's peak being that study's."""
+def in_own_process(kind: str, size: int, budget_s: float = 0.0) -> dict[str, float]:
+    """One study (``kind`` "trials", "grid" or "budget") in a new driver
+    process with a Ray of its own: its figures, the driver's peak being that
+    study's."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         done = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--one", f"{kind}:{size}", "--result", out.name],
+            [sys.executable, os.path.abspath(__file__), "--one", f"{kind}:{size}:{budget_s}", "--result", out.name],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -166,12 +233,14 @@ def in_own_process(kind: str, size: int) -> dict[str, float]:
         return json.loads(Path(out.name).read_text())
 
 
-def run_one(kind: str, size: int, result: str) -> None:
+def run_one(kind: str, size: int, budget_s: float, result: str) -> None:
     """``--one``: the study, its figures written to ``result`` as JSON."""
     harness.start_ray(num_cpus=2)
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as storage:
         if kind == "trials":
             figures = study(size, storage)
+        elif kind == "budget":
+            figures = budget_study(size, storage, budget_s)
         else:
             first, peak_mb = grid_start(size, storage)
             figures = {"first_result": first, "driver_mb": peak_mb}
@@ -230,6 +299,45 @@ def scale_section(section: harness.Section, sizes: list[int], grid: int, repeats
     section.text("Targets and growth: " + "; ".join(verdicts) + ".")
 
 
+def budget_section(section: harness.Section, sizes: list[int], budget_s: float, repeats: int) -> None:
+    """Studies of ``sizes`` trials under a ``budget_s`` budget, interleaved."""
+    studies = {f"{size} trials": functools.partial(in_own_process, "budget", size, budget_s) for size in sizes}
+    runs = harness.interleaved(studies, repeats, "budget")
+
+    def of(size: int, key: str) -> list[float]:
+        return harness.values(runs[f"{size} trials"], key)
+
+    section.text(
+        f"The same trainable, {ITERATIONS} iterations a trial, `num_samples=N` under `time_budget_s={budget_s:.0f}`: "
+        f"median [range] over {repeats} interleaved repeat(s); load {harness.loads(runs)} during the runs. "
+        "Completion rate: trials completed per second after the first result; `fit()` after the budget: seconds "
+        "from `Tuner()` plus the budget to `fit()` returning (the start of Ray's workers included)."
+    )
+    headers = ["trials", "complete", "trials/s", "controller peak MB", "fit() after the budget s", "driver peak MB"]
+    rows = [
+        [
+            f"{size:,}",
+            harness.median_range(of(size, "complete"), 0),
+            harness.median_range(of(size, "rate"), 0),
+            harness.median_range(of(size, "controller_mb"), 0),
+            harness.median_range(of(size, "over_s")),
+            harness.median_range(of(size, "driver_mb"), 0),
+        ]
+        for size in sizes
+    ]
+    section.table(headers, rows)
+    if len(sizes) > 1:
+        rates = harness.ratios(of(sizes[-1], "rate"), of(sizes[0], "rate"))
+        controller = harness.median(of(sizes[-1], "controller_mb"))
+        rate_met = "met" if harness.median(rates) >= RATE_RATIO_TARGET else "NOT met"
+        memory_met = "met" if controller < CONTROLLER_MB_TARGET else "NOT met"
+        section.text(
+            f"Targets: completion rate at {sizes[-1]:,} trials / at {sizes[0]:,}: "
+            f"{harness.median_range(rates, 2, 'x')} (target >= {RATE_RATIO_TARGET}x: **{rate_met}**); controller peak "
+            f"at {sizes[-1]:,} trials {controller:.0f} MB (target < {CONTROLLER_MB_TARGET} MB: **{memory_met}**)."
+        )
+
+
 def main() -> None:
     parser = harness.parser(__doc__)
     parser.add_argument(
@@ -245,12 +353,17 @@ def main() -> None:
     parser.add_argument(
         "--final-checkpoints", type=int, metavar="N", help="the memory case instead, N trials (max 255)"
     )
-    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # "trials:N" or "grid:N": in_own_process's child
+    parser.add_argument(
+        "--budget-trials",
+        default=None,
+        help="comma-separated sizes under the time budget (default 10000,100000; 200 with --quick; 0: none)",
+    )
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # "kind:N:budget": in_own_process's child
     parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = harness.parse(parser)
     if args.one is not None:
-        kind, size = args.one.split(":")
-        run_one(kind, int(size), args.result)
+        kind, size, budget_s = args.one.split(":")
+        run_one(kind, int(size), float(budget_s), args.result)
         return
     section = harness.Section("Scale: studies of many trials, end to end (`bench_scale.py`)", args)
     if args.final_checkpoints is not None:
@@ -267,18 +380,28 @@ def main() -> None:
         section.emit()
         ray.shutdown()
         return
-    trials = args.trials or ("20,60" if args.quick else "1000,10000")
-    try:
-        sizes = sorted({int(size) for size in trials.split(",")})
-    except ValueError:
-        parser.error(f"--trials takes comma-separated whole numbers, got {trials!r}")
-    if not sizes or min(sizes) < 10:
-        parser.error(f"--trials needs sizes of at least 10 trials, got {trials!r}")
+    sizes = sizes_of(parser, "--trials", args.trials or ("20,60" if args.quick else "1000,10000"))
     grid = args.grid if args.grid is not None else (1000 if args.quick else GRID_TARGET_VALUES)
     if grid < 0:
         parser.error(f"--grid takes a number of values >= 0 (0: no grid), got {grid}")
+    budget_trials = args.budget_trials or ("200" if args.quick else "10000,100000")
     scale_section(section, sizes, grid, args.repeats)
+    if budget_trials != "0":
+        budget_section(
+            section, sizes_of(parser, "--budget-trials", budget_trials), 5.0 if args.quick else 30.0, args.repeats
+        )
     section.emit()
+
+
+def sizes_of(parser: argparse.ArgumentParser, option: str, given: str) -> list[int]:
+    """The study sizes ``option`` names, smallest first."""
+    try:
+        sizes = sorted({int(size) for size in given.split(",")})
+    except ValueError:
+        parser.error(f"{option} takes comma-separated whole numbers, got {given!r}")
+    if not sizes or min(sizes) < 10:
+        parser.error(f"{option} needs sizes of at least 10 trials, got {given!r}")
+    return sizes
 
 
 if __name__ == "__main__":
