@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import logging
 import math
 import types
 import uuid
@@ -28,6 +29,8 @@ from ray_stagetree.searchers.variants import (
     from_tune_config,
     to_tune_space,
 )
+
+logger = logging.getLogger(__name__)
 
 #: Tune's searchers name a parameter by its path of dict keys (Optuna joins
 #: them with "/"), so a domain inside a list, such as a `MultiStep`'s
@@ -164,6 +167,24 @@ class VariantSource:
         pass
 
 
+def _set_search_properties(
+    searcher: Any, metric: str | None, mode: str | None, space: dict[str, Any], spec: Mapping[str, Any]
+) -> bool:
+    """``searcher.set_search_properties`` as Tune calls it: with the
+    experiment's spec, or, for a custom searcher written without ``**spec``,
+    with the space alone (and Tune's warning)."""
+    try:
+        return searcher.set_search_properties(metric, mode, space, **spec)
+    except TypeError as error:
+        if "set_search_properties() got an unexpected keyword argument" not in str(error):
+            raise
+        logger.warning(
+            "Please update custom Searcher to take in function signature as "
+            "``def set_search_properties(metric, mode, config, **spec) -> bool``."
+        )
+        return searcher.set_search_properties(metric, mode, space)
+
+
 class SearcherSource:
     """A Tune ``Searcher`` proposing up to ``num_samples`` trials.
 
@@ -201,7 +222,6 @@ class SearcherSource:
         spec: Mapping[str, Any] | None = None,
     ):
         from ray.tune.impl.placeholder import create_resolvers_map, inject_placeholders
-        from ray.tune.search.util import _set_search_properties_backwards_compatible
 
         self.searcher = searcher
         placeholders = create_resolvers_map()
@@ -212,9 +232,7 @@ class SearcherSource:
         self._finished = False
         self._prefix = uuid.uuid4().hex[:5]
         self._completed: set[str] = set()
-        # Ray's wrapper calls a custom searcher written without **spec with the space alone.
-        properties = _set_search_properties_backwards_compatible
-        if not properties(searcher.set_search_properties, metric, mode, self._space, **(spec or {})):
+        if not _set_search_properties(searcher, metric, mode, self._space, spec or {}):
             if searcher.metric is None and metric is None:
                 raise ValueError(
                     f"{type(searcher).__name__} needs a metric: pass TuneConfig(metric=..., mode=...) "

@@ -162,3 +162,33 @@ def test_the_layers_below_the_runtime_import_without_ray_or_torch():
     assert len(pure) > 10
     stages, batches = map(int, result.stdout.split())
     assert stages == 3 and batches >= 1
+
+
+def _ray_private_imports(path: Path) -> list[str]:
+    """The private Ray modules (``ray._private``, ``ray.train._internal``, ...)
+    and private Ray names ``path`` imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found += [
+            f"line {node.lineno}: {name}"
+            for name in names
+            if name.split(".")[0] == "ray" and any(part.startswith("_") for part in name.split(".")[1:])
+        ]
+    return sorted(set(found))
+
+
+def test_only_ray_fields_imports_what_ray_keeps_private():
+    """Ray's private modules and names are read in trial_schedulers/ray_fields.py,
+    each through a function tested on the installed Ray (ARCHITECTURE.md's rule):
+    a Ray upgrade that moves one fails there, by name."""
+    allowed = "ray_stagetree.trial_schedulers.ray_fields"
+    offenders = {
+        name: found for name, path in _modules().items() if name != allowed and (found := _ray_private_imports(path))
+    }
+    assert offenders == {}

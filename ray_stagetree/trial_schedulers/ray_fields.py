@@ -64,6 +64,57 @@ def in_tune_session() -> bool:
     return bool(ray_field(trainable_fn_utils, "_in_tune_session", trainable_fn_utils)())
 
 
+def treat_as_tune_session(also: Any) -> None:
+    """Make Ray's integrations (``setup_mlflow``, ``setup_wandb``) ask
+    ``also()`` too when they ask whether they run in a Tune trial
+    (``trainable_fn_utils._in_tune_session``): a stage worker's trial is one."""
+    from ray.tune.trainable import trainable_fn_utils
+
+    in_session = ray_field(trainable_fn_utils, "_in_tune_session", trainable_fn_utils)
+    trainable_fn_utils._in_tune_session = lambda: bool(also()) or bool(in_session())
+
+
+def set_trainable_iteration(trainable: Any, iteration: int) -> None:
+    """Set a class ``Trainable``'s iteration count (its private
+    ``_iteration``, which ``train()`` advances and ``Trainable.iteration``
+    reads): a trainable restored at a fork, or stepped without ``train()``."""
+    ray_field(trainable, "_iteration", trainable)
+    trainable._iteration = iteration
+
+
+def storage_context_class() -> type:
+    """Ray Train's ``StorageContext`` (``ray.train._internal.storage``): a
+    Tune trial's folders, and Tune's default experiment name."""
+    from ray.train._internal import storage
+
+    return ray_field(storage, "StorageContext", storage)
+
+
+def arrow_filesystem_of(path: str, filesystem: Any) -> Any:
+    """The ``pyarrow.fs.FileSystem`` Tune resolves ``path`` (and an optional
+    ``storage_filesystem``) to (``ray.train._internal.storage.get_fs_and_path``)."""
+    from ray.train._internal import storage
+
+    return ray_field(storage, "get_fs_and_path", storage)(path, filesystem)[0]
+
+
+def json_encoder_class() -> type:
+    """The JSON encoder Tune's ``JsonLoggerCallback`` writes ``result.json``
+    with (``ray.air._internal.json.SafeFallbackEncoder``: NumPy values as
+    numbers, other objects as their ``str``)."""
+    from ray.air._internal import json as air_json
+
+    return ray_field(air_json, "SafeFallbackEncoder", air_json)
+
+
+def deprecated_default() -> Any:
+    """The default Ray gives deprecated arguments (``ray.train.constants._DEPRECATED_VALUE``):
+    one the user set differs from it."""
+    from ray.train import constants
+
+    return ray_field(constants, "_DEPRECATED_VALUE", constants)
+
+
 def bootstrap_address() -> str | None:
     """The cluster ``ray.init()`` would join (``RAY_ADDRESS``, else the
     latest ``ray start`` on this machine); None when it would start one."""

@@ -235,3 +235,55 @@ def test_a_legacy_trainers_loop_and_config_are_where_the_tuner_reads_them():
     assert legacy_train_loop(trainer) == (loop, {"a": 1})
     with pytest.raises(RayFieldMissing, match="_train_loop_per_worker"):
         legacy_train_loop(object())
+
+
+def test_a_stage_worker_counts_as_a_tune_session_for_rays_integrations(monkeypatch):
+    from ray.tune.trainable import trainable_fn_utils
+
+    from ray_stagetree.trial_schedulers.ray_fields import in_tune_session, treat_as_tune_session
+
+    monkeypatch.setattr(trainable_fn_utils, "_in_tune_session", trainable_fn_utils._in_tune_session)
+    in_stage = [False]
+    treat_as_tune_session(lambda: in_stage[0])
+    assert not in_tune_session()
+    in_stage[0] = True
+    assert in_tune_session()
+
+
+def test_a_class_trainables_iteration_is_set_where_train_reads_it():
+    from ray_stagetree.trial_schedulers.ray_fields import set_trainable_iteration
+
+    class Counting(tune.Trainable):
+        def step(self):
+            return {"seen": self.iteration}
+
+    trainable = Counting(config={})
+    try:
+        set_trainable_iteration(trainable, 7)
+        assert trainable.iteration == 7
+        assert trainable.train()["training_iteration"] == 8
+    finally:
+        trainable.stop()
+
+
+def test_tunes_storage_names_filesystems_and_json_as_tune_does(tmp_path):
+    import json
+
+    import numpy as np
+    import pyarrow.fs
+
+    from ray_stagetree.trial_schedulers.ray_fields import (
+        arrow_filesystem_of,
+        deprecated_default,
+        json_encoder_class,
+        storage_context_class,
+    )
+
+    assert storage_context_class().get_experiment_dir_name("train_fn").startswith("train_fn_")
+    assert isinstance(arrow_filesystem_of(str(tmp_path), None), pyarrow.fs.LocalFileSystem)
+    assert json.loads(json.dumps({"loss": np.float32(0.5), "n": np.int64(3)}, cls=json_encoder_class())) == {
+        "loss": 0.5,
+        "n": 3,
+    }
+    assert tune.TuneConfig().chdir_to_trial_dir == deprecated_default()
+    assert tune.TuneConfig(chdir_to_trial_dir=False).chdir_to_trial_dir != deprecated_default()

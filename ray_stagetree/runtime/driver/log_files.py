@@ -35,11 +35,12 @@ import time
 from typing import Any
 
 import numpy as np
-from ray.air._internal.json import SafeFallbackEncoder
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 from ray.tune.logger.tensorboardx import VALID_SUMMARY_TYPES
 from ray.tune.result import TIME_TOTAL_S, TIMESTEPS_TOTAL, TRAINING_ITERATION
 from ray.tune.utils import flatten_dict
+
+from ray_stagetree.trial_schedulers.ray_fields import json_encoder_class
 
 
 class _BatchFlushed:
@@ -70,7 +71,7 @@ class JsonLogger(JsonLoggerCallback):
         if trial not in self._trial_files:
             self.log_trial_start(trial)
         # The line json.dump writes, through the C encoder json.dumps uses.
-        self._trial_files[trial].write(json.dumps(result, cls=SafeFallbackEncoder) + "\n")
+        self._trial_files[trial].write(json.dumps(result, cls=json_encoder_class()) + "\n")
 
     def flush_batch(self) -> None:
         for file in self._trial_files.values():

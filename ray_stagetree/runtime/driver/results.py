@@ -19,6 +19,7 @@ from ray import tune
 
 from ray_stagetree.planning.config import tabular
 from ray_stagetree.runtime.workers.reproducibility import repeat_statistics
+from ray_stagetree.trial_schedulers.ray_fields import arrow_filesystem_of
 
 
 class TrialResult(tune.Result):
@@ -93,9 +94,7 @@ class ResultGrid:
     @property
     def filesystem(self) -> Any:
         """The ``pyarrow.fs.FileSystem`` the experiment path is in, as Tune's."""
-        from ray.train._internal.storage import get_fs_and_path
-
-        return get_fs_and_path(self._experiment_path, self._storage_filesystem)[0]
+        return arrow_filesystem_of(self._experiment_path, self._storage_filesystem)
 
     def __len__(self) -> int:
         return len(self._results)

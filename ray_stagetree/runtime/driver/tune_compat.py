@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ray_stagetree.trial_schedulers.ray_fields import registered_function
+from ray_stagetree.trial_schedulers.ray_fields import deprecated_default, registered_function
 
 #: Environment variables ``tune.run`` refuses (it raises DeprecationWarning).
 DEPRECATED_ENV = ("TUNE_RESULT_DIR", "RAY_AIR_LOCAL_CACHE_DIR")
@@ -294,7 +294,7 @@ def check_deprecated_at_fit(tune_config: Any, run_config: Any) -> None:
     ``TuneConfig(chdir_to_trial_dir=...)`` and result-directory environment
     variables (Tune raises ``DeprecationWarning`` as an exception), and
     ``fail_fast`` with retries."""
-    from ray.train.constants import _DEPRECATED_VALUE, RAY_CHDIR_TO_TRIAL_DIR
+    from ray.train.constants import RAY_CHDIR_TO_TRIAL_DIR
 
     for variable in DEPRECATED_ENV:
         if os.environ.get(variable):
@@ -305,7 +305,8 @@ def check_deprecated_at_fit(tune_config: Any, run_config: Any) -> None:
                 "https://docs.ray.io/en/latest/train/user-guides/persistent-storage.html"
                 "#setting-the-local-staging-directory"
             )
-    if getattr(tune_config, "chdir_to_trial_dir", _DEPRECATED_VALUE) != _DEPRECATED_VALUE:
+    unset = deprecated_default()
+    if getattr(tune_config, "chdir_to_trial_dir", unset) != unset:
         raise DeprecationWarning(
             f"`chdir_to_trial_dir` is deprecated. Use the {RAY_CHDIR_TO_TRIAL_DIR} environment variable instead. "
             "Set it to 0 to disable the default behavior of changing the working directory.",

@@ -29,7 +29,7 @@ import ray.cloudpickle as cloudpickle
 from ray import tune
 
 from ray_stagetree.execution.storage import CheckpointStorage
-from ray_stagetree.trial_schedulers.ray_fields import metric_windows, tune_checkpoint_manager
+from ray_stagetree.trial_schedulers.ray_fields import metric_windows, storage_context_class, tune_checkpoint_manager
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +53,14 @@ def write_tune_state(
     summary and its ``Result``) at ``experiment_path`` (on ``filesystem``, a
     ``pyarrow.fs.FileSystem`` or None, as ``RunConfig.storage_filesystem``).
     A storage that refuses is logged: the study's own state is written already."""
-    from ray.train._internal.storage import StorageContext
-
     try:
         storage = CheckpointStorage(experiment_path, filesystem)
-        experiment = StorageContext(  # one for all trials: each writes a marker file into the experiment folder
-            storage_path=posixpath.dirname(experiment_path.rstrip("/")),
-            experiment_dir_name=posixpath.basename(experiment_path.rstrip("/")),
-            storage_filesystem=filesystem,
+        experiment = (
+            storage_context_class()(  # one for all trials: each writes a marker file into the experiment folder
+                storage_path=posixpath.dirname(experiment_path.rstrip("/")),
+                experiment_dir_name=posixpath.basename(experiment_path.rstrip("/")),
+                storage_filesystem=filesystem,
+            )
         )
         trial_states = (
             tune_trial(experiment, storage, trainable_name, checkpoint_config, summary, result).get_json_state()

@@ -127,6 +127,7 @@ from ray_stagetree.searchers.variants import VariantStream, sample_variants, tun
 from ray_stagetree.trial_schedulers.ray_fields import (
     config_interface,
     maximum_iterations,
+    storage_context_class,
     trainable_resources,
     variant_generator_settings,
 )
@@ -690,9 +691,7 @@ class Tuner:
         """Tune's default experiment name, ``<trainable>_<date>``, with a
         suffix where that folder exists (a study of the same trainable that
         started in the same second): Tune would write both into one folder."""
-        from ray.train._internal.storage import StorageContext
-
-        name = StorageContext.get_experiment_dir_name(self.trainable)
+        name = storage_context_class().get_experiment_dir_name(self.trainable)
         storage = CheckpointStorage(parent, self.run_config.storage_filesystem)
         if storage.filesystem.exists(storage.path(name)):
             name += f"_{uuid.uuid4().hex[:4]}"

@@ -23,6 +23,7 @@ from typing import Any
 from ray_stagetree.execution.payload import CheckpointPayload, pack_directory, unpack_directory
 from ray_stagetree.runtime.workers import scratch
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, StageContext, activate
+from ray_stagetree.trial_schedulers.ray_fields import set_trainable_iteration
 
 # Ray Tune's name for a checkpoint that save_checkpoint returned as a dict.
 DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
@@ -90,7 +91,7 @@ def _restore(instance: Any, context: StageContext) -> None:
     payload = context.source_payload()
     if payload is None:
         return
-    instance._iteration = payload.step
+    set_trainable_iteration(instance, payload.step)
     if payload.state is not None:
         instance.set_state(payload.state)
     else:
@@ -128,7 +129,7 @@ def _train(instance: Any, context: StageContext) -> None:
         previous = values
         if stage_trainable:
             metrics = dict(instance.step() or {})
-            instance._iteration += 1
+            set_trainable_iteration(instance, instance.iteration + 1)
         else:  # Tune's own bookkeeping (done, time and iteration fields), as under Tune
             metrics = instance.train()
             metrics.pop("config", None)

@@ -53,6 +53,7 @@ from ray_stagetree.runtime.workers.group import PeerContext, RankGroup, RankInfo
 from ray_stagetree.runtime.workers.reproducibility import seed_stage
 from ray_stagetree.runtime.workers.trial_errors import pack_error
 from ray_stagetree.trainables import live as live_values
+from ray_stagetree.trial_schedulers.ray_fields import treat_as_tune_session
 
 
 def run_function(trainable: Callable, context: StageContext) -> None:
@@ -134,7 +135,6 @@ def _install_tune_shims() -> None:
     trainable would spin forever; with the shims it simply works."""
     import ray.train
     import ray.tune
-    from ray.tune.trainable import trainable_fn_utils
 
     for module in (ray.tune, ray.train):
         module.report = session.report
@@ -143,8 +143,7 @@ def _install_tune_shims() -> None:
     # Ray's integrations ask it whether they run in a Tune trial (``setup_mlflow``
     # then names its experiment after the trial, as under Tune). Patched before the
     # trainable's modules import it by name.
-    in_tune_session = trainable_fn_utils._in_tune_session
-    trainable_fn_utils._in_tune_session = lambda: current() is not None or bool(in_tune_session())
+    treat_as_tune_session(lambda: current() is not None)
     # setup_wandb takes its default run id, name and group from Ray Train's session, which it
     # imported by name: as under Tune, they are the trial's id and name and the experiment's name.
     _refuse_nested_train_runs()
