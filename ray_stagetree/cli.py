@@ -18,6 +18,7 @@ from typing import Any
 from ray_stagetree._extras import MissingExtraError, require
 from ray_stagetree.jobs.errors import SpecError
 from ray_stagetree.monitor.options import add_arguments as add_monitor_arguments
+from ray_stagetree.validation import short
 
 OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
 EXIT_CODES = """exit codes:
@@ -62,9 +63,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
+    from ray_stagetree.planning.filesystems import absolute_path
     from ray_stagetree.runtime.driver.tuner import Tuner
 
-    path = _absolute(args.path)
+    path = absolute_path(args.path)
     if not Tuner.can_restore(path):
         raise CommandError(
             f"{args.path!r} is not a ray_stagetree experiment directory that can be restored "
@@ -542,7 +544,9 @@ def _read_experiment(path: str) -> Any:
     from ray_stagetree.jobs.experiments import read_experiment
 
     try:
-        return read_experiment(_absolute(path))
+        from ray_stagetree.planning.filesystems import absolute_path
+
+        return read_experiment(absolute_path(path))
     except FileNotFoundError as error:
         raise CommandError(str(error)) from None
 
@@ -573,12 +577,8 @@ def _no_plan(path: str) -> Any:
     raise CommandError(f"--cost-from {path!r}: the study has no plan yet (it is written when a study ends)")
 
 
-def _absolute(path: str) -> str:
-    return path if "://" in path else os.path.abspath(os.path.expanduser(path))
-
-
 def _number(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else ("-" if value is None else str(value))
+    return "-" if value is None else short(value)
 
 
 def _quote(text: str) -> str:

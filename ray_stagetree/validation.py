@@ -50,6 +50,16 @@ def is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
+def is_finite_number(value: Any) -> TypeGuard[float]:
+    """`is_number`, and neither NaN nor infinite (what a plot or a model can place)."""
+    return is_number(value) and (isinstance(value, numbers.Integral) or math.isfinite(value))
+
+
+def short(value: Any) -> str:
+    """A value as tables and messages show it: a float to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 @dataclass(frozen=True)
 class Interval:
     """A number in ``[low, high]`` (either bound may be open or absent).

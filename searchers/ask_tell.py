@@ -22,6 +22,7 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from ray_stagetree.searchers.variants import to_tune_space
+from ray_stagetree.validation import Int, check
 
 
 class AskTellAlgorithm(ABC):
@@ -77,8 +78,7 @@ class AskTellSearcher(Searcher):
     ) -> None:
         if not isinstance(algorithm, AskTellAlgorithm):
             raise TypeError(f"algorithm must be an AskTellAlgorithm, got {type(algorithm).__name__}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        check("batch_size", batch_size, Int(low=1))
         if mode not in (None, "min", "max"):
             raise ValueError(f"mode must be 'min', 'max' or None, got {mode!r}")
         super().__init__(metric=metric, mode=mode)

@@ -30,7 +30,6 @@ onto one point.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +40,7 @@ from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.searchers.space import LeafSpace
 from ray_stagetree.searchers.surrogate import Anchor, PrefixSurrogate
+from ray_stagetree.validation import Int, Real, check, is_finite_number
 
 
 class StructuredBO(Searcher):
@@ -122,13 +122,9 @@ class StructuredBO(Searcher):
             ("num_samples", num_samples, 1),
             ("max_points", max_points, 10),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"StructuredBO: {name} must be an int >= {low}, got {value!r}")
-        number = isinstance(cost_exponent, (int, float)) and not isinstance(cost_exponent, bool)
-        if not number or not 0 <= cost_exponent <= 4:
-            raise ValueError(f"StructuredBO: cost_exponent must be a number in [0, 4], got {cost_exponent!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"StructuredBO: seed must be an int or None, got {seed!r}")
+            check(f"StructuredBO: {name}", value, Int(low=low))
+        check("StructuredBO: cost_exponent", cost_exponent, Real(low=0, high=4))
+        check("StructuredBO: seed", seed, Int(), None)
         super().__init__(metric=metric, mode=mode)
         self.horizon = horizon  # None until the study gives it (see the class docstring)
         # Whether the horizon is the longest trial completed so far (open-ended trials).
@@ -193,7 +189,12 @@ class StructuredBO(Searcher):
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         iteration, value = result.get("training_iteration"), result.get(self._metric)
-        if trial_id not in self._running or not _is_number(value) or not isinstance(iteration, int) or iteration < 1:
+        if (
+            trial_id not in self._running
+            or not is_finite_number(value)
+            or not isinstance(iteration, int)
+            or iteration < 1
+        ):
             return
         self._reported.setdefault(trial_id, {})[iteration] = float(value)
         self._last_step[trial_id] = max(iteration, self._last_step.get(trial_id, 0))
@@ -427,7 +428,3 @@ def _check_horizon(value: Any, name: str) -> int:
     if not whole or value < 1:
         raise ValueError(f"StructuredBO: {name} must be an int >= 1, got {value!r} (the iterations a trial trains)")
     return int(value)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ray_stagetree.sequences import Sequence, from_json, is_sequence_spec
+from ray_stagetree.validation import Int, check
 
 
 def to_tune_space(space: Any) -> Any:
@@ -157,8 +158,7 @@ def sample_variants(
 
 
 def _check_num_samples(num_samples: Any) -> None:
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
+    check("num_samples", num_samples, Int(low=1))
 
 
 class VariantStream:

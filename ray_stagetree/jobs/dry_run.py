@@ -23,6 +23,7 @@ from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.planning.stage_tree import Stage, StageTree, build_stage_tree, trials_served
 from ray_stagetree.searchers import generate_trials
+from ray_stagetree.validation import short
 
 
 @dataclasses.dataclass
@@ -115,12 +116,8 @@ def stage_label(stage: Stage, trials: int) -> str:
     values = []
     for name, sequence in zip(stage.node.config.names, stage.node.config.sequences):
         first, last = sequence.value(stage.start), sequence.value(stage.stop - 1)
-        values.append(f"{name}={_short(first)}" + (f"->{_short(last)}" if last != first else ""))
+        values.append(f"{name}={short(first)}" + (f"->{short(last)}" if last != first else ""))
     return f"[{stage.start}, {stage.stop}) {' '.join(values)}  ({trials} trial{'s' if trials != 1 else ''})"
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def draw_text(tree: StageTree, max_lines: int = 200) -> str:
@@ -210,7 +207,7 @@ def picture_label(stage: Stage, trials: int) -> str:
     values = []
     for name, sequence in zip(stage.node.config.names, stage.node.config.sequences):
         first, last = sequence.value(stage.start), sequence.value(stage.stop - 1)
-        values.append(f"{name}={_short(first)}" + (f"->{_short(last)}" if last != first else ""))
+        values.append(f"{name}={short(first)}" + (f"->{short(last)}" if last != first else ""))
     return f"H{stage.node.node_id}:{stage.start}-{stage.stop} {' '.join(values)} \u00d7{trials}"
 
 

@@ -21,6 +21,7 @@ import math
 from typing import Any
 
 from ray_stagetree.sequences import is_sequence_spec
+from ray_stagetree.validation import is_finite_number
 
 #: Importance needs at least this many trials with a result.
 MIN_TRIALS_FOR_IMPORTANCE = 3
@@ -83,10 +84,6 @@ def hyperparameters(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _category(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
@@ -105,7 +102,7 @@ def parallel_coordinates(trials: list[dict[str, Any]], metric: str | None) -> di
         distinct = {_category(value) for value in seen}
         if len(distinct) < 2 and len(names) > 1:
             continue
-        if all(_is_number(value) for value in seen):
+        if all(is_finite_number(value) for value in seen):
             low, high = min(seen), max(seen)
             log = low > 0 and high / low >= 100
             axes.append({"name": name, "kind": "number", "low": low, "high": high, "log": log})

@@ -33,6 +33,7 @@ from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.filesystems import arrow_filesystem, resolve
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.sequences import from_json, is_sequence_spec
+from ray_stagetree.validation import short
 
 #: Keys of a result row that are bookkeeping, not metrics worth a column or a curve.
 BOOKKEEPING = frozenset(AUTO_RESULT_KEYS) | {"trial_id", "done", "experiment_tag", "should_checkpoint"}
@@ -333,7 +334,7 @@ def _stage_start(cuts: dict[int, set[int]], node_id: int, stop: int) -> int:
 
 
 def _short(value: Any) -> Any:
-    return float(f"{value:.4g}") if isinstance(value, float) else value
+    return float(short(value)) if isinstance(value, float) else value
 
 
 def sharing(

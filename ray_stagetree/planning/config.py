@@ -300,7 +300,7 @@ def _stored(value: Any) -> Any:
     return value
 
 
-def _json_default(value: Any) -> Any:
+def _json_for_key(value: Any) -> Any:
     stored = _stored(value)
     if stored is not value:
         return stored
@@ -315,7 +315,7 @@ def _static_key(share_key: str, static: Mapping[str, Any], pickled: Mapping[str,
     # plans key their roots by this text, so it must not change. A pickled
     # value is keyed by its ref alone (its repr may hold a memory address).
     keyed = {path: pickled[path].key() if path in pickled else value for path, value in static.items()}
-    return json.dumps({"study": share_key, "static": keyed}, sort_keys=True, default=_json_default)
+    return json.dumps({"study": share_key, "static": keyed}, sort_keys=True, default=_json_for_key)
 
 
 def share_key_of(static_key: str) -> str:
@@ -354,7 +354,7 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
 def _json_holds(value: Any) -> bool:
     """Whether the stored (JSON) form can hold ``value`` as it is keyed."""
     try:
-        json.dumps(value, sort_keys=True, default=_json_default)
+        json.dumps(value, sort_keys=True, default=_json_for_key)
     except (TypeError, ValueError, RecursionError):  # an object, a cycle, or a non-string dict key
         return False
     return True

@@ -14,12 +14,21 @@ fsspec driver is one.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import fsspec
 import pyarrow as pa
 import pyarrow.fs as pafs
 from fsspec.implementations.arrow import ArrowFSWrapper
+
+
+def absolute_path(path: str, storage_filesystem: Any = None) -> str:
+    """A local path made absolute (``~`` expanded); URLs, and paths inside a
+    given ``storage_filesystem``, as they are."""
+    if "://" in path or storage_filesystem is not None:
+        return path
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def is_filesystem(value: Any) -> bool:

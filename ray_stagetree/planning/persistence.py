@@ -91,7 +91,7 @@ OPTIONAL_SCHEMAS = {
 }
 
 
-def _json_default(value: Any) -> Any:
+def _json_or_repr(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
@@ -100,7 +100,7 @@ def _json_default(value: Any) -> Any:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=_json_default)
+    return json.dumps(value, sort_keys=True, default=_json_or_repr)
 
 
 def _arrow(url: str, storage_filesystem: Any) -> tuple[pafs.FileSystem, str]:

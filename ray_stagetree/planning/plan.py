@@ -34,6 +34,7 @@ import ray_stagetree.planning.persistence as persistence
 from ray_stagetree.planning._deprecated import renamed_arguments, renamed_attributes
 from ray_stagetree.planning._gc import gc_paused
 from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.validation import Int, check
 
 
 class RequestState(str, enum.Enum):
@@ -213,9 +214,7 @@ class OpenTrialsWatcher(Protocol):
 
 
 def _check_iteration(iteration: Any, name: str = "iteration") -> int:
-    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 1:
-        raise ValueError(f"{name} must be an int >= 1 (iterations to train), got {iteration!r}")
-    return iteration
+    return check(name, iteration, Int(low=1), meaning=" (iterations to train)")
 
 
 class SearchPlan:

@@ -39,6 +39,7 @@ from ray_stagetree.planning.policies import (
     get_policy,
 )
 from ray_stagetree.planning.stage_tree import build_stage_tree
+from ray_stagetree.validation import Int, check
 
 #: Event times are rounded to this many decimals, so that the same point
 #: reached through differently cut stages (sums of float costs in another
@@ -175,8 +176,7 @@ class Simulation:
     profiled_costs: bool = True
 
     def __post_init__(self) -> None:
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
-            raise ValueError(f"workers must be an int >= 1, got {self.workers!r}")
+        check("workers", self.workers, Int(low=1))
         for name in ("checkpoint_load_seconds", "checkpoint_save_seconds"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")

@@ -140,7 +140,7 @@ def test_works_on_plain_tune_domains():
         ({"horizon": 0}, "horizon must be an int >= 1, got 0"),
         ({"horizon": 2.5}, "horizon must be an int >= 1, got 2.5"),
         ({"horizon": 10, "num_initial": 0}, "num_initial must be an int >= 1, got 0"),
-        ({"horizon": 10, "cost_exponent": -1}, r"cost_exponent must be a number in \[0, 4\], got -1"),
+        ({"horizon": 10, "cost_exponent": -1}, r"cost_exponent must be a finite number >= 0 and <= 4, got -1"),
         ({"horizon": 10, "mode": "up"}, "mode must be 'min' or 'max', got 'up'"),
         ({"horizon": 10, "seed": "a"}, "seed must be an int or None, got 'a'"),
     ],

@@ -45,7 +45,7 @@ from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.execution.study_file import STUDY_FILE, study_record
 from ray_stagetree.monitor.live import live_monitor
 from ray_stagetree.planning.config import TrialConfig
-from ray_stagetree.planning.filesystems import arrow_filesystem
+from ray_stagetree.planning.filesystems import absolute_path, arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
 from ray_stagetree.planning.policies import ExecutionPolicy
 from ray_stagetree.planning.time_sharing import study_policy
@@ -132,6 +132,7 @@ from ray_stagetree.trial_schedulers.ray_fields import (
     variant_generator_settings,
 )
 from ray_stagetree.trial_schedulers.registry import check_metric_conflict, check_scheduler, scheduler_max_t
+from ray_stagetree.validation import Int, check
 
 POLL_SECONDS = 0.5
 #: Set while a Tuner is built for an experiment folder that is there already.
@@ -418,7 +419,7 @@ class Tuner:
                 "restart_errored": restart_errored,
             },
         )
-        path = _absolute(os.fspath(path), storage_filesystem).rstrip("/")
+        path = absolute_path(os.fspath(path), storage_filesystem).rstrip("/")
         settings = read_tuner_settings(CheckpointStorage(path, storage_filesystem))
         check_restored_trainable(trainable, settings.get(TRAINABLE_NAME))
         check_trainable(resolve_trainable(trainable))  # after Tune's check: an unknown name is its ValueError
@@ -472,7 +473,7 @@ class Tuner:
         `restore` can continue (its trial folders are not)."""
         check_path("Tuner.can_restore", path)
         check_filesystem("Tuner.can_restore's storage_filesystem", storage_filesystem)
-        return can_restore(CheckpointStorage(_absolute(os.fspath(path), storage_filesystem), storage_filesystem))
+        return can_restore(CheckpointStorage(absolute_path(os.fspath(path), storage_filesystem), storage_filesystem))
 
     def _settings_kept(self, experiment_path: str) -> None:
         """The experiment folder lost its files while the study ran (deleted
@@ -604,10 +605,7 @@ class Tuner:
                 )
         self.stop_thresholds = {key: value for key, value in stop.items() if key != "training_iteration"}
         if "training_iteration" in stop:
-            horizon = stop["training_iteration"]
-            if isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or horizon < 1:
-                raise ValueError(f"RunConfig.stop['training_iteration'] must be an int >= 1, got {horizon!r}")
-            self.horizon = int(horizon)
+            self.horizon = int(check("RunConfig.stop['training_iteration']", stop["training_iteration"], Int(low=1)))
             self._horizon_is_max_t = False
 
     def _resources(self, trial_source: VariantSource | SearcherSource) -> dict[str, float]:
@@ -1150,13 +1148,6 @@ def _trials_to_run(trial_source: VariantSource | SearcherSource, restore: Restor
     return trial_source.remaining + sum(
         restore.action(trial.status) != "end" and trial.status != TERMINATED for trial in restore.state.trials
     )
-
-
-def _absolute(path: str, storage_filesystem: Any) -> str:
-    """A local path made absolute (URIs and paths in a given filesystem as they are)."""
-    if "://" in path or storage_filesystem is not None:
-        return path
-    return os.path.abspath(os.path.expanduser(path))
 
 
 def _total_samples(trial_source: VariantSource | SearcherSource) -> int | None:
