@@ -55,6 +55,11 @@ def _modules() -> dict[str, Path]:
     for info in pkgutil.iter_modules(ray_stagetree.__path__, "ray_stagetree."):
         if not info.ispkg:
             found[info.name] = Path(info.module_finder.find_spec(info.name).origin)
+        elif info.name not in found:  # a package beside the layers (the cli)
+            spec = importlib.util.find_spec(info.name)
+            found[spec.name] = Path(spec.origin)
+            for inner in pkgutil.walk_packages(spec.submodule_search_locations, f"{spec.name}."):
+                found[inner.name] = Path(inner.module_finder.find_spec(inner.name).origin)
     return found
 
 

@@ -264,30 +264,30 @@ def test_restore_uses_only_a_job_file_this_experiment_sealed(tmp_path, monkeypat
     only when the experiment's key verifies it, or the folder is trusted."""
     from types import SimpleNamespace
 
-    from ray_stagetree.cli import CommandError, _save_job, _saved_job
+    from ray_stagetree.cli.common import CommandError, save_job, saved_job
 
     data = {"trainable": "trainables_for_tests:noisy_descent", "param_space": {"lr": 0.1}}
     spec = SimpleNamespace(data=data, base_dir=str(tmp_path), source=str(tmp_path / "job.yaml"))
     study = tmp_path / "study"
     study.mkdir()
-    _save_job(str(study), spec)
-    assert _saved_job(str(study)).data["trainable"] == "trainables_for_tests:noisy_descent"
+    save_job(str(study), spec)
+    assert saved_job(str(study)).data["trainable"] == "trainables_for_tests:noisy_descent"
 
     job_file = study / "stagetree_job.json"
     edited = json.loads(job_file.read_text())
     edited["base_dir"] = "/somewhere/else"
     job_file.write_text(json.dumps(edited))
     with pytest.raises(CommandError, match="not authenticated by this experiment's key.*--spec"):
-        _saved_job(str(study))
+        saved_job(str(study))
 
     planted = tmp_path / "planted"
     planted.mkdir()
     (planted / "stagetree_job.json").write_text(json.dumps({**data, "spec": data, "source": "x", "seal": "00"}))
     with pytest.raises(CommandError, match="not authenticated"):
-        _saved_job(str(planted))
+        saved_job(str(planted))
 
     monkeypatch.setenv("RAY_STAGETREE_TRUST_STORAGE", "1")
-    assert _saved_job(str(study)).base_dir == "/somewhere/else", "a trusted folder's file is used as it is"
+    assert saved_job(str(study)).base_dir == "/somewhere/else", "a trusted folder's file is used as it is"
 
 
 def test_stagetree_restore_of_a_planted_job_file_runs_nothing(tmp_path, capsys, monkeypatch):
@@ -373,7 +373,7 @@ def test_a_second_run_refuses_the_first_ones_folder_and_offers_resume_and_overwr
 
 
 class FakeResults(list):
-    """What `_finish` reads of a ResultGrid."""
+    """What `finish` reads of a ResultGrid."""
 
     def __init__(self, count, path, best):
         super().__init__(range(count))
@@ -386,11 +386,11 @@ class FakeResults(list):
 
 def test_the_run_summary_counts_no_negative_trials_and_names_the_best_config(tmp_path, capsys):
     from ray_stagetree import Exponential
-    from ray_stagetree.cli import _finish
+    from ray_stagetree.cli.common import finish
 
     study = fake_study(tmp_path / "study", {f"t{i}": [1.0, 0.5 - i / 100] for i in range(20)})
     best = SimpleNamespace(path=str(study / "t19"), metrics={"loss": 0.31}, config={"lr": Exponential(0.1, 0.9)})
-    assert _finish(FakeResults(14, study, best), SimpleNamespace(metric="loss", mode="min")) == 0
+    assert finish(FakeResults(14, study, best), SimpleNamespace(metric="loss", mode="min")) == 0
     out = capsys.readouterr().out
     assert "20 trials: 20 finished, 0 errors\n" in out and "-" not in out.split("trials:")[1].split("\n")[0]
     assert "best (min loss, last result): 0.31 in t19\n  config: lr=Exponential(init=0.1, gamma=0.9)" in out
@@ -398,11 +398,11 @@ def test_the_run_summary_counts_no_negative_trials_and_names_the_best_config(tmp
 
 
 def test_an_interrupted_run_says_its_figures_are_partial(tmp_path, capsys):
-    from ray_stagetree.cli import INTERRUPTED, _finish
+    from ray_stagetree.cli.common import INTERRUPTED, finish
 
     study = fake_study(tmp_path / "study", {"t0": [1.0, 0.5], "t1": [0.9]}, finished=False)
     best = SimpleNamespace(path=str(study / "t1"), metrics={"loss": 0.9}, config={"lr": 0.1})
-    assert _finish(FakeResults(2, study, best), SimpleNamespace(metric="loss", mode="min")) == INTERRUPTED
+    assert finish(FakeResults(2, study, best), SimpleNamespace(metric="loss", mode="min")) == INTERRUPTED
     out = capsys.readouterr().out
     assert "2 trials: 0 finished, 0 errors, 2 unfinished" in out
     assert "iterations executed so far: 30 (partial: the study stopped before its end)" in out
@@ -428,11 +428,11 @@ def test_status_without_a_path_shows_the_latest_study(tmp_path, capsys, monkeypa
 
 
 def test_a_cli_study_says_stagetree_restore_and_a_script_tuner_restore():
-    from ray_stagetree.cli import _fit
+    from ray_stagetree.cli.common import fit
     from ray_stagetree.runtime.driver.tuner import how_to_continue
 
     tuner = SimpleNamespace(fit=lambda: how_to_continue("/studies/my study"))
-    assert _fit(tuner) == "stagetree restore '/studies/my study'"
+    assert fit(tuner) == "stagetree restore '/studies/my study'"
     assert tuner.fit() == "Tuner.restore('/studies/my study', trainable)"
 
 

@@ -17,7 +17,8 @@ import pytest
 from ray import tune
 
 from ray_stagetree import Tuner
-from ray_stagetree.cli import FAILED, _save_job, main
+from ray_stagetree.cli import main
+from ray_stagetree.cli.common import FAILED, save_job
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.runtime.driver.lease import (
     LEASE_FILE,
@@ -151,7 +152,7 @@ def test_stagetree_restore_of_a_folder_in_use_is_refused_naming_the_driver(tmp_p
     spec = SimpleNamespace(
         data={"trainable": "test_lease:train"}, base_dir=str(tmp_path), source=str(tmp_path / "a.yaml")
     )
-    _save_job(str(study), spec)
+    save_job(str(study), spec)
     live_lease_of_another_driver(study)
     assert main(["restore", str(study)]) == FAILED
     assert "is in use by another driver (pid 4242 on host 'another-host'" in capsys.readouterr().err
