@@ -39,6 +39,7 @@ CONTROL_API = {
     "ray_stagetree.runtime.control.controller",
     "ray_stagetree.runtime.control.spec",
     "ray_stagetree.runtime.control.experiment_state",
+    "ray_stagetree.runtime.control.messages",
 }
 
 

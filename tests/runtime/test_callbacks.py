@@ -18,6 +18,7 @@ from trainables_for_tests import noisy_descent
 
 from ray_stagetree import MultiStep, Tuner
 from ray_stagetree.planning.config import tabular
+from ray_stagetree.runtime.control.messages import Progress
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner, searched_paths, with_default_loggers
 
 CONFIG = {"lr": {"family": "MultiStep", "init": 0.1, "milestones": [4], "gamma": 0.5, "values": None}, "seed": 0}
@@ -81,7 +82,7 @@ def row(trial_id, step, loss):
 
 
 def progress(rows=(), events=()):
-    return {"rows": list(rows), "events": list(events)}
+    return Progress(rows=list(rows), events=list(events))
 
 
 def result_steps(folder):

@@ -1,3 +1,4 @@
+import dataclasses
 import os
 
 from ray import tune
@@ -7,19 +8,21 @@ from ray.tune.utils.log import Verbosity
 from trainables_for_tests import noisy_descent, sum_of_lr
 
 from ray_stagetree import MultiStep, Tuner
+from ray_stagetree.runtime.control.messages import Progress
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner
 from ray_stagetree.runtime.driver.progress import ProgressReporter
 
 
-def progress(rows=()):
-    return {
-        "status": {"RUNNING": 2, "TERMINATED": 1, "PENDING": 0},
-        "iterations": 30,
-        "unique_iterations": 50,
-        "total_iterations": 120,
-        "rows": list(rows),
-        "elapsed": 12.3,
-    }
+def progress(rows=(), **changes):
+    figures = Progress(
+        status={"RUNNING": 2, "TERMINATED": 1, "PENDING": 0},
+        iterations=30,
+        unique_iterations=50,
+        total_iterations=120,
+        rows=list(rows),
+        elapsed=12.3,
+    )
+    return dataclasses.replace(figures, **changes)
 
 
 def test_line_shows_trials_iterations_and_best_metric():
@@ -33,14 +36,14 @@ def test_line_shows_trials_iterations_and_best_metric():
 
 def test_line_before_any_trial_says_so():
     reporter = ProgressReporter(None, None, verbose=0)
-    start = {**progress(), "status": {}, "iterations": 0, "unique_iterations": 0, "total_iterations": 0}
+    start = progress(status={}, iterations=0, unique_iterations=0, total_iterations=0)
     assert "trials: none yet | iterations: 0 executed" in reporter.line(start)
 
 
 def test_final_line_compares_executed_iterations_with_trial_by_trial():
     reporter = ProgressReporter(None, None, verbose=0)
     assert "120 trial by trial (4.00x fewer executed)" in reporter.line(progress(), final=True)
-    retrained = {**progress(), "iterations": 240}
+    retrained = progress(iterations=240)
     assert "(2.00x more executed: prefixes retrained)" in reporter.line(retrained, final=True)
 
 
@@ -49,14 +52,14 @@ def test_line_says_where_trainables_restart_at_changed_values():
     (issue 57): the line says so, and how often by key; live, it says nothing."""
     reporter = ProgressReporter(None, None, verbose=0)
     assert "restarts" not in reporter.line(progress())
-    line = reporter.line({**progress(), "restarts": {"lr": 3, "bs": 1}}, final=True)
+    line = reporter.line(progress(restarts={"lr": 3, "bs": 1}), final=True)
     assert "(4.00x fewer executed) | restarts where a config value changed: bs 1x, lr 3x" in line
 
 
 def test_line_names_trials_that_have_not_reported():
     reporter = ProgressReporter(None, None, verbose=0)
     assert "not reported" not in reporter.line(progress())
-    stalled = {**progress(), "stalled": [("trial_a", 75.2), ("trial_b, trial_c", 61.0)]}
+    stalled = progress(stalled=[("trial_a", 75.2), ("trial_b, trial_c", 61.0)])
     line = reporter.line(stalled)
     assert line.endswith(" | trial_a has not reported for 75s | trial_b, trial_c have not reported for 61s")
 
@@ -78,7 +81,7 @@ def test_best_is_over_trials_last_results_as_get_best_result_picks():
         {"trial_id": "b", "accuracy": 0.99},
         {"trial_id": "c", "accuracy": 0.92},
     ]
-    reporter.update({**progress(rows), "events": [{"event": "error", "trial_id": "b"}]})
+    reporter.update(progress(rows, events=[{"event": "error", "trial_id": "b"}]))
     assert reporter.best == 0.935
     assert "best accuracy: 0.935" in reporter.line(progress())
 
@@ -102,7 +105,7 @@ def test_each_failure_is_reported_as_tune_reports_it(capsys, caplog):
         failure("recover", "c", "Traceback (most recent call last):\nOSError: disk\n", 2),
     ]
     reporter = ProgressReporter(None, None)
-    reporter.update({**progress(), "events": events}, trials=[ErroredView(t) for t in "abc"])
+    reporter.update(progress(events=events), trials=[ErroredView(t) for t in "abc"])
     logged = [record.getMessage() for record in caplog.records]
     assert logged[0] == f"Trial task failed for trial train_a\n{shared.rstrip()}"
     assert logged[1] == "Trial task failed for trial train_b, with trial train_a's error above"
@@ -116,7 +119,7 @@ def test_each_failure_is_reported_as_tune_reports_it(capsys, caplog):
 
 def test_verbose_zero_still_logs_a_failures_traceback(capsys, caplog):
     reporter = ProgressReporter(None, None, verbose=0)
-    reporter.update({**progress(), "events": [failure("error", "a", "ValueError: boom", 1)]}, trials=[])
+    reporter.update(progress(events=[failure("error", "a", "ValueError: boom", 1)]), trials=[])
     assert [record.getMessage() for record in caplog.records] == [
         "Trial task failed for trial train_a\nValueError: boom"
     ]
@@ -151,7 +154,7 @@ def table_trials(tmp_path):
         for t, loss in zip("abc", (0.5, 0.2, 0.9))
     ]
     ends = [{"event": "complete", "trial_id": t, "name": f"train_{t}", "dirname": t} for t in "abc"]
-    runner.update({"rows": rows, "events": events + ends})
+    runner.update(Progress(rows=rows, events=events + ends))
     return runner.reported_trials()
 
 
@@ -272,7 +275,7 @@ def test_trials_waiting_for_a_worker_are_shown_pending_not_running(tmp_path, ray
     line = ProgressReporter.line
 
     def recording(self, progress, *args, **kwargs):
-        shown.append(dict(progress["status"]))
+        shown.append(dict(progress.status))
         return line(self, progress, *args, **kwargs)
 
     monkeypatch.setattr(ProgressReporter, "line", recording)

@@ -74,6 +74,7 @@ from ray_stagetree.runtime.control.experiment_state import (
     trial_summary,
 )
 from ray_stagetree.runtime.control.failures import Failures
+from ray_stagetree.runtime.control.messages import Progress, TrialSummary
 from ray_stagetree.runtime.control.preemption import Preemption
 from ray_stagetree.runtime.control.resources import workers_that_fit
 from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
@@ -1071,26 +1072,26 @@ class StudyController:
 
     # -- driver queries --------------------------------------------------------------
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> Progress:
         """What happened since the last call, for the driver's reporter and
         callbacks: the study's figures, and `DriverFeed.take`'s ``rows``
         (the new results), ``events`` (the trials' lifecycle) and ``warnings``."""
         news = self.feed.take()
-        return {
-            "status": self._shown_counts(),
-            "iterations": self._iterations,
-            "worker_seconds": self._worker_seconds,
-            "state_seconds": self.snapshots.seconds,
+        return Progress(
+            status=self._shown_counts(),
+            iterations=self._iterations,
+            worker_seconds=self._worker_seconds,
+            state_seconds=self.snapshots.seconds,
             **self._sharing_figures(),
-            "rows": news["rows"],
-            "events": news["events"],
-            "elapsed": self.budget.elapsed,
-            "study_error": self.failures.study_error,
-            "warnings": news["warnings"],
-            "scheduler_log": self.host.population.take_log() if self.host.population is not None else (),
-            "stalled": self._stalled(),
-            "restarts": dict(self._restarts),
-        }
+            rows=news["rows"],
+            events=news["events"],
+            elapsed=self.budget.elapsed,
+            study_error=self.failures.study_error,
+            warnings=news["warnings"],
+            scheduler_log=self.host.population.take_log() if self.host.population is not None else (),
+            stalled=self._stalled(),
+            restarts=dict(self._restarts),
+        )
 
     def _shown_counts(self) -> dict[str, int]:
         """Trials by status as the progress line shows them: RUNNING (to the
@@ -1140,7 +1141,7 @@ class StudyController:
         hands its state to the user's object (`tune_compat.adopt_searcher_state`)."""
         return getattr(self.trial_source, "searcher", None)
 
-    def results(self, first: int = 0, count: int | None = None) -> list[dict[str, Any]]:
+    def results(self, first: int = 0, count: int | None = None) -> list[TrialSummary]:
         """The summaries of trials ``first`` to ``first + count`` (all from ``first`` when ``count`` is None)."""
         stop = None if count is None else first + count
         return [trial_summary(state) for state in itertools.islice(self.trials.values(), first, stop)]
@@ -1181,14 +1182,14 @@ class StudyController:
 SUMMARY_PAGE = 1000
 
 
-def fetch_summaries(results: Callable[[int, int], Any]) -> list[dict[str, Any]]:
+def fetch_summaries(results: Callable[[int, int], Any]) -> list[TrialSummary]:
     """Every trial's summary from a study's ``results`` actor method (its
     ``.remote``, called with ``first`` and ``count``), a page at a time.
 
     All of them in one object would sit in the driver twice at the study's
     end, serialised and built: its memory peak (about 175 MB more at
     10,000 trials)."""
-    summaries: list[dict[str, Any]] = []
+    summaries: list[TrialSummary] = []
     while True:
         page = ray.get(results(len(summaries), SUMMARY_PAGE))
         summaries.extend(page)

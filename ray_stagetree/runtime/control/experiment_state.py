@@ -35,6 +35,7 @@ import ray
 from ray_stagetree.execution import stored_pickles
 from ray_stagetree.execution.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.planning.lifecycle import ERROR, UNFINISHED
+from ray_stagetree.runtime.control.messages import TrialSummary
 
 if TYPE_CHECKING:
     from ray_stagetree.runtime.control.trials import TrialState
@@ -138,25 +139,24 @@ class PackedRows(SequenceABC):
         return iter(self.unpacked())
 
 
-def trial_summary(state: TrialState) -> dict[str, Any]:
+def trial_summary(state: TrialState) -> TrialSummary:
     """What the driver makes a trial's ``ray.tune.Result`` from: at the end of
     a study (`StudyController.results`), or from a snapshot's trials
     (``Tuner.get_results()`` of a restored Tuner)."""
-    return {
-        "trial_id": state.trial_id,
-        "name": state.name,
-        "dirname": state.dirname,
-        "config": state.config,
-        "config_json": state.config_json,
-        "shown_config": state.shown_config(),
-        "status": state.status,
-        "error": state.error,
-        "error_pickle": state.error_pickle,
-        "rows": PackedRows(state.reported),
-        # (path, metrics), oldest first; the last is Result.checkpoint
-        "checkpoints": state.checkpoints,
-        "best_checkpoints": state.best_checkpoints,
-    }
+    return TrialSummary(
+        trial_id=state.trial_id,
+        name=state.name,
+        dirname=state.dirname,
+        config=state.config,
+        config_json=state.config_json,
+        shown_config=state.shown_config(),
+        status=state.status,
+        error=state.error,
+        error_pickle=state.error_pickle,
+        rows=PackedRows(state.reported),
+        checkpoints=state.checkpoints,
+        best_checkpoints=state.best_checkpoints,
+    )
 
 
 def dumps(state: StudyState) -> bytes:

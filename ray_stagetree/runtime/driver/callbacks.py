@@ -53,6 +53,7 @@ from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.config import tabular
 from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, PENDING, RUNNING, TERMINATED
+from ray_stagetree.runtime.control.messages import Progress
 from ray_stagetree.runtime.driver.log_files import BATCHED
 from ray_stagetree.runtime.driver.log_thread import LogThread
 from ray_stagetree.sequences._params import _is_unresolved
@@ -341,7 +342,7 @@ class CallbackRunner:
 
     # -- progress into hooks --------------------------------------------------------
 
-    def update(self, progress: dict[str, Any]) -> None:
+    def update(self, progress: Progress) -> None:
         """Call the hooks for one poll of ``controller.progress()``.
 
         A trial's start comes before its results and its results before its
@@ -353,10 +354,10 @@ class CallbackRunner:
         # Tune's loop steps: here, the driver's polls (a hook that raises ends fit() with its error, as in Tune).
         self._call("on_step_begin", iteration=self.iteration, trials=self._trial_list)
         by_trial: dict[str, tuple[list[dict], list[dict], list[dict]]] = {}
-        for event in progress.get("events", ()):
+        for event in progress.events:
             starts, _, others = by_trial.setdefault(event["trial_id"], ([], [], []))
             (starts if event["event"] == "start" else others).append(event)
-        for row in progress["rows"]:
+        for row in progress.rows:
             by_trial.setdefault(row["trial_id"], ([], [], []))[1].append(row)
         for starts, rows, others in by_trial.values():
             for event in starts:

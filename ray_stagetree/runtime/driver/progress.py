@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any
 
+from ray_stagetree.runtime.control.messages import Progress
 from ray_stagetree.runtime.driver.notebook import in_notebook
 
 logger = logging.getLogger("ray_stagetree")
@@ -74,33 +75,33 @@ class ProgressReporter:
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self._last[row.get("trial_id")] = float(value)
 
-    def line(self, progress: dict[str, Any], final: bool = False, partial: bool = False) -> str:
+    def line(self, progress: Progress, final: bool = False, partial: bool = False) -> str:
         """The progress line; ``final`` compares what was executed with trial
         by trial, unless the study is ``partial`` (interrupted: its trials'
         remaining iterations are neither executed nor counted, so a ratio
         would overstate the saving)."""
-        status = progress["status"]
+        status = progress.status
         trials = ", ".join(f"{count} {name.lower()}" for name, count in sorted(status.items()) if count) or "none yet"
-        executed, unique, total = progress["iterations"], progress["unique_iterations"], progress["total_iterations"]
+        executed, unique, total = progress.iterations, progress.unique_iterations, progress.total_iterations
         best = ""
         if self.best is not None:
             best = f" | best {self.metric}: {self.best:.4g}"
         stalled = "".join(
             f" | {names} {'has' if ',' not in names else 'have'} not reported for {seconds:.0f}s"
-            for names, seconds in progress.get("stalled", ())
+            for names, seconds in progress.stalled
         )
         return (
-            f"[{progress['elapsed']:.0f}s] trials: {trials} | iterations: {executed} executed of {unique} requested, "
+            f"[{progress.elapsed:.0f}s] trials: {trials} | iterations: {executed} executed of {unique} requested, "
             f"{total} trial by trial{_ending(executed, total, final, partial)}{_restarts(progress)}{best}{stalled}"
         )
 
     def update(
-        self, progress: dict[str, Any], final: bool = False, trials: list[Any] | None = None, partial: bool = False
+        self, progress: Progress, final: bool = False, trials: list[Any] | None = None, partial: bool = False
     ) -> None:
-        self.observe(progress["rows"], progress.get("events", ()))
-        for warning in progress.get("warnings", ()):  # shown whatever the verbosity, once each
+        self.observe(progress.rows, progress.events)
+        for warning in progress.warnings:  # shown whatever the verbosity, once each
             logger.warning(warning)
-        for line in progress.get("scheduler_log", ()):  # PBT's exploits, logged where Ray's PBT logs them
+        for line in progress.scheduler_log:  # PBT's exploits, logged where Ray's PBT logs them
             logging.getLogger("ray.tune.schedulers.pbt").info(line)
         self._report_failures(progress, trials or ())
         if not self.verbose:
@@ -124,12 +125,12 @@ class ProgressReporter:
             self._last_print = now
             print(text, file=sys.stderr, flush=True)
 
-    def _report_failures(self, progress: dict[str, Any], trials: list[Any]) -> None:
+    def _report_failures(self, progress: Progress, trials: list[Any]) -> None:
         """Each failure of a trial, as Tune reports it: the traceback
         (whatever the verbosity), then where the trial stood and its error
         file, or that it is retried."""
         views = {getattr(trial, "trial_id", None): trial for trial in trials}
-        for event in progress.get("events", ()):
+        for event in progress.events:
             if event["event"] not in ("error", "recover") or not event.get("error"):
                 continue  # a restored study's errored trials were reported by the run that failed them
             name = event.get("name") or event["trial_id"]
@@ -142,7 +143,7 @@ class ProgressReporter:
                 continue
             when = time.strftime("%Y-%m-%d %H:%M:%S")
             text = f"Trial {name} errored after {event.get('iterations', 0)} iterations at {when}. Total running time: "
-            text += f"{progress['elapsed']:.0f}s"
+            text += f"{progress.elapsed:.0f}s"
             error_file = getattr(views.get(event["trial_id"]), "error_file", None)
             if event["event"] == "recover":
                 text += "\nIt is retried (FailureConfig.max_failures), from its latest checkpoint if it has one."
@@ -151,10 +152,10 @@ class ProgressReporter:
             print(text, file=sys.stderr, flush=True)
 
 
-def _restarts(progress: dict[str, Any]) -> str:
+def _restarts(progress: Progress) -> str:
     """The mode trainables run in: restarted where a config value they hold
     changes (how often, by key), or, without that, live."""
-    restarts = progress.get("restarts")
+    restarts = progress.restarts
     if not restarts:
         return ""
     counts = ", ".join(f"{key} {count}x" for key, count in sorted(restarts.items()))

@@ -29,6 +29,7 @@ import ray.cloudpickle as cloudpickle
 from ray import tune
 
 from ray_stagetree.execution.storage import CheckpointStorage
+from ray_stagetree.runtime.control.messages import TrialSummary
 from ray_stagetree.trial_schedulers.ray_fields import metric_windows, storage_context_class, tune_checkpoint_manager
 
 logger = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ def tune_trial(
     storage: CheckpointStorage,
     trainable_name: str,
     checkpoint_config: Any,
-    summary: dict[str, Any],
+    summary: TrialSummary,
     result: ray.tune.Result,
 ) -> Any:
     """A trial as Tune's ``Trial`` (a stub: its trainable is not looked up)
@@ -145,22 +146,22 @@ def tune_trial(
     from ray.tune.experiment import Trial
 
     trial_storage = copy.copy(experiment)
-    trial_storage.trial_dir_name = summary["dirname"]
+    trial_storage.trial_dir_name = summary.dirname
     # Tune numbers the next checkpoint it writes after the latest one (a resumed trial's).
     latest_folder = posixpath.basename(result.checkpoint.path) if result.checkpoint is not None else ""
     index = latest_folder.removeprefix("checkpoint_")
     trial_storage.current_checkpoint_index = int(index) if index.isdigit() else -1
     trial = Trial(
         trainable_name,
-        config=summary["shown_config"],
-        trial_id=summary["trial_id"],
+        config=summary.shown_config,
+        trial_id=summary.trial_id,
         storage=trial_storage,
         checkpoint_config=checkpoint_config,
         stub=True,
     )
     trial.placement_group_factory = tune.PlacementGroupFactory([{"CPU": 1}])  # Tune's loader requires one
-    trial.status = summary["status"]
-    rows = summary["rows"]
+    trial.status = summary.status
+    rows = summary.rows
     if rows:  # as Tune's loop: its metric analysis (ExperimentAnalysis.get_best_trial), then the last result
         metadata = trial.run_metadata
         metadata.metric_analysis, metadata.metric_n_steps = metric_analysis(rows[:-1], metric_windows(metadata))
@@ -168,10 +169,10 @@ def tune_trial(
     latest = None if result.checkpoint is None else (result.checkpoint, trial.run_metadata.last_result)
     ranked = result.best_checkpoints or ([] if latest is None else [latest])
     trial.run_metadata.checkpoint_manager = tune_checkpoint_manager(checkpoint_config, ranked, latest)
-    if summary["status"] == Trial.ERROR:
+    if summary.status == Trial.ERROR:
         trial.run_metadata.error_filename = ERROR_FILE
-        if summary.get("error_pickle") is not None:
-            storage.write(f"{summary['dirname']}/{PICKLED_ERROR_FILE}", summary["error_pickle"])
+        if summary.error_pickle is not None:
+            storage.write(f"{summary.dirname}/{PICKLED_ERROR_FILE}", summary.error_pickle)
             trial.run_metadata.pickled_error_filename = PICKLED_ERROR_FILE
     trial.stub = False  # a stub to write (its trainable is not looked up here); Tune's tune.run(resume) runs it
     trial.invalidate_json_state()

@@ -60,6 +60,7 @@ from ray_stagetree.runtime.control.experiment_state import (
     trial_summary,
     write_tuner_settings,
 )
+from ray_stagetree.runtime.control.messages import Progress, TrialSummary
 from ray_stagetree.runtime.control.spec import StudySpec, WorkerSpec, live_nodes
 from ray_stagetree.runtime.driver.arguments import (
     check_checkpoint_config,
@@ -454,13 +455,7 @@ class Tuner:
             if not has_state(storage):
                 return None
             state = read_state(storage)
-            progress = {
-                "iterations": state.iterations,
-                "unique_iterations": 0,
-                "total_iterations": 0,
-                "worker_seconds": state.worker_seconds,
-                "state_seconds": 0.0,
-            }
+            progress = Progress(iterations=state.iterations, worker_seconds=state.worker_seconds)
             summaries = [trial_summary(trial) for trial in state.trials]
             return self._result_grid(summaries, self._experiment_dir, progress)
         except Exception as error:  # noqa: BLE001 - as Tune: results that cannot be read are no results
@@ -910,7 +905,7 @@ class Tuner:
 
     def _run_controller(
         self, spec: StudySpec, callbacks: CallbackRunner, reporter: ProgressReporter
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    ) -> tuple[Progress, list[TrialSummary]]:
         """Run the study's controller and workers to the end (or Ctrl-C);
         the last progress and the trials' summaries. Raises RayActorError
         when the controller's process dies."""
@@ -971,8 +966,8 @@ class Tuner:
                         logger.warning("The study was interrupted; storage refused its state: %s", not_saved)
                 progress = ray.get(controller.progress.remote())
                 callbacks.update(progress)
-                if progress["study_error"] is not None:
-                    raise RuntimeError(progress["study_error"])
+                if progress.study_error is not None:
+                    raise RuntimeError(progress.study_error)
                 reporter.update(progress, final=True, trials=callbacks.reported_trials(), partial=interrupted.is_set())
                 summaries = fetch_summaries(controller.results.remote)
                 if isinstance(self.tune_config.search_alg, Searcher):
@@ -1028,25 +1023,25 @@ class Tuner:
         verbose = 0 if self.run_config.verbose == 0 else 1
         return ProgressReporter(self.tune_config.metric, self.tune_config.mode, verbose=verbose, table=table)
 
-    def _result_grid(self, summaries: list[dict[str, Any]], experiment_path: str, progress: dict) -> ResultGrid:
+    def _result_grid(self, summaries: list[TrialSummary], experiment_path: str, progress: Progress) -> ResultGrid:
         results = []
         filesystem = self.run_config.storage_filesystem
         filesystem = None if filesystem is None else arrow_filesystem(filesystem)
         for summary in summaries:
-            rows = summary["rows"]
-            checkpoints = [(tune.Checkpoint(path, filesystem), metrics) for path, metrics in summary["checkpoints"]]
-            best = [(tune.Checkpoint(path, filesystem), metrics) for path, metrics in summary["best_checkpoints"]]
+            rows = summary.rows
+            checkpoints = [(tune.Checkpoint(path, filesystem), metrics) for path, metrics in summary.checkpoints]
+            best = [(tune.Checkpoint(path, filesystem), metrics) for path, metrics in summary.best_checkpoints]
             error = None
-            if summary["status"] == ERROR:
-                error = unpack_error(summary.get("error_pickle"), summary["error"], summary["name"])
+            if summary.status == ERROR:
+                error = unpack_error(summary.error_pickle, summary.error, summary.name)
             results.append(
                 TrialResult(
                     rows,
-                    metrics=rows[-1] if rows else {"config": summary["shown_config"]},
+                    metrics=rows[-1] if rows else {"config": summary.shown_config},
                     checkpoint=checkpoints[-1][0] if checkpoints else None,
                     best_checkpoints=best,
                     error=error,
-                    path=f"{experiment_path}/{summary['dirname']}",
+                    path=f"{experiment_path}/{summary.dirname}",
                 )
             )
         return ResultGrid(
@@ -1054,11 +1049,11 @@ class Tuner:
             experiment_path,
             self.tune_config.metric,
             self.tune_config.mode,
-            iterations=progress["iterations"],
-            unique_iterations=progress["unique_iterations"],
-            total_iterations=progress["total_iterations"],
-            worker_seconds=progress["worker_seconds"],
-            state_seconds=progress["state_seconds"],
+            iterations=progress.iterations,
+            unique_iterations=progress.unique_iterations,
+            total_iterations=progress.total_iterations,
+            worker_seconds=progress.worker_seconds,
+            state_seconds=progress.state_seconds,
             storage_filesystem=filesystem,
         )
 

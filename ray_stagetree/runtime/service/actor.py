@@ -33,6 +33,7 @@ import ray
 
 from ray_stagetree.execution.batches import BatchOutcome
 from ray_stagetree.execution.storage import CheckpointStorage
+from ray_stagetree.runtime.control.messages import Progress, TrialSummary
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.shared_plan import TICK_S, SharedPlan
 from ray_stagetree.runtime.service.trainable_identity import parameter_registries
@@ -121,10 +122,10 @@ class PlanService:
         self._seen[study_id] = time.monotonic()
         return study
 
-    def progress(self, study_id: str) -> dict[str, Any]:
+    def progress(self, study_id: str) -> Progress:
         return self._study(study_id).progress()
 
-    def results(self, study_id: str, first: int = 0, count: int | None = None) -> list[dict[str, Any]]:
+    def results(self, study_id: str, first: int = 0, count: int | None = None) -> list[TrialSummary]:
         return self._study(study_id).results(first, count)
 
     def halt(self, study_id: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ray_stagetree.runtime.control.controller import StudyController
 from ray_stagetree.runtime.control.hooks import hook
+from ray_stagetree.runtime.control.messages import Progress
 from ray_stagetree.runtime.control.snapshots import NoSnapshots
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.unique_trial_ids import UniqueTrialIds
@@ -83,7 +84,7 @@ class AttachedStudy(StudyController):
         self._iterations += iterations
 
     @hook
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> Progress:
         progress = super().progress()
-        progress["done"] = self.finalized
+        progress.done = self.finalized
         return progress

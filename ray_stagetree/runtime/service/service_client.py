@@ -146,7 +146,7 @@ def run_attached(
         while True:
             progress = ray.get(service.progress.remote(study_id))
             callbacks.update(progress)
-            if progress["done"]:
+            if progress.done:
                 break
             if interrupted.is_set():
                 ray.get(service.halt.remote(study_id))
@@ -156,8 +156,8 @@ def run_attached(
                 break
             reporter.update(progress, trials=list(callbacks.trials.values()))
             time.sleep(poll_s)
-        if progress["study_error"] is not None:
-            raise RuntimeError(progress["study_error"])
+        if progress.study_error is not None:
+            raise RuntimeError(progress.study_error)
         reporter.update(progress, final=True, trials=list(callbacks.trials.values()), partial=interrupted.is_set())
         summaries = fetch_summaries(functools.partial(service.results.remote, study_id))
         callbacks.end()
