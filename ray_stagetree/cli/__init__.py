@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ray_stagetree import __version__
 from ray_stagetree._extras import MissingExtraError
 from ray_stagetree.cli import plan, reading, running
 from ray_stagetree.cli.common import EXIT_CODES, FAILED, INTERRUPTED, USAGE, CommandError
@@ -39,6 +40,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    main.add_argument("--version", action="version", version=f"stagetree (ray_stagetree) {__version__}")
     commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:

@@ -44,6 +44,15 @@ def test_help_everywhere(capsys):
     assert raised.value.code == 2  # a subcommand is required
 
 
+def test_version_names_the_package_and_its_version(capsys):
+    import ray_stagetree
+
+    with pytest.raises(SystemExit) as raised:
+        main(["--version"])
+    assert raised.value.code == 0
+    assert capsys.readouterr().out.strip() == f"stagetree (ray_stagetree) {ray_stagetree.__version__}"
+
+
 def test_a_bad_spec_exits_2_with_every_problem_and_no_traceback(tmp_path):
     spec = tmp_path / "bad.yaml"
     shape = {"trainable": "trainables_for_tests:noisy_descent", "tune_config": {"mode": "minimize", "metric": 3}}
