@@ -60,6 +60,22 @@ def short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def duration(seconds: float) -> str:
+    """Seconds as a person reads them, in the unit their size calls for:
+    ``42 s``, ``3.5 min``, ``2.1 h``, ``3.2 days`` (``-`` when unknown)."""
+    if not math.isfinite(seconds):
+        return "-"
+    if round(seconds) < 60:
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    value, unit = seconds / 60, "min"
+    # Up a unit where this one would show 60 minutes, or 48 hours.
+    for next_unit, factor, limit in (("h", 60, 60), ("days", 24, 48)):
+        if round(value, 1) < limit:
+            break
+        value, unit = value / factor, next_unit
+    return f"{value:.1f} {unit}"
+
+
 @dataclass(frozen=True)
 class Interval:
     """A number in ``[low, high]`` (either bound may be open or absent).

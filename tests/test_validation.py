@@ -5,7 +5,17 @@ import math
 import numpy as np
 import pytest
 
-from ray_stagetree.validation import BOOL, CALLABLE, InstanceOf, Int, InvalidArgumentError, Options, Real, check
+from ray_stagetree.validation import (
+    BOOL,
+    CALLABLE,
+    InstanceOf,
+    Int,
+    InvalidArgumentError,
+    Options,
+    Real,
+    check,
+    duration,
+)
 
 
 @pytest.mark.parametrize("value", [1, 7, np.int64(3), 2**70])
@@ -71,3 +81,22 @@ def test_instances_and_callables():
         check("hook", 3, None, CALLABLE)
     with pytest.raises(TypeError, match=r"space must be a dict, got \[\] \(list\)"):
         check("space", [], InstanceOf(dict, "a dict"))
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (0.4, "0.4 s"),
+        (42, "42 s"),
+        (59.6, "1.0 min"),
+        (130, "2.2 min"),
+        (3599, "1.0 h"),
+        (7384, "2.1 h"),
+        (86400, "24.0 h"),
+        (200000, "2.3 days"),
+        (math.inf, "-"),
+    ],
+)
+def test_a_duration_is_shown_in_the_unit_its_size_calls_for(seconds, shown):
+    """Plan estimates and progress lines: never 0.0361 worker-hours for two minutes."""
+    assert duration(seconds) == shown

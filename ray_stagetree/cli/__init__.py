@@ -94,7 +94,7 @@ def parser() -> argparse.ArgumentParser:
     experiment_options(submit)
 
     plan = command(
-        "plan", "dry run: trials, merge rate, the stage tree (text, and --draw for a picture), estimated worker-hours"
+        "plan", "dry run: trials, merge rate, the stage tree (text, and --draw for a picture), estimated worker time"
     )
     plan.add_argument("spec", help="the job spec")
     plan.add_argument("--horizon", type=_positive_int, help="iterations per trial, when the spec sets none")

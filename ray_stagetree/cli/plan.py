@@ -15,10 +15,11 @@ from ray_stagetree.cli.common import (
     no_plan,
     open_experiment,
 )
+from ray_stagetree.validation import duration
 
 
 def plan(args: argparse.Namespace) -> int:
-    from ray_stagetree.jobs.dry_run import draw_picture, draw_text, dry_run, hours
+    from ray_stagetree.jobs.dry_run import draw_picture, draw_text, dry_run
     from ray_stagetree.jobs.experiments import cost_model
     from ray_stagetree.planning.cost import CostModel
 
@@ -71,12 +72,12 @@ def plan(args: argparse.Namespace) -> int:
         print(f"stage tree: {len(result.tree.stages)} stages\n")
         print(draw_text(result.tree, args.max_lines))
         print(
-            f"\nestimated worker-hours ({calibration}): {hours(result.shared_seconds)} with stage sharing, "
-            f"{hours(result.trial_by_trial_seconds)} trial by trial"
+            f"\nestimated worker time ({calibration}): {duration(result.shared_seconds)} with stage sharing, "
+            f"{duration(result.trial_by_trial_seconds)} trial by trial"
         )
         print(
             f"on {args.workers} worker{'s' if args.workers != 1 else ''}: no schedule ends in under "
-            f"{hours(result.makespan_bound(args.workers))} hours"
+            f"{duration(result.makespan_bound(args.workers))}"
         )
     if args.draw:
         draw_picture(result.tree, args.draw, result.horizon)

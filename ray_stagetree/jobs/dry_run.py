@@ -4,7 +4,7 @@ The trials are drawn as the study would draw them (the spec's own `Tuner`,
 its grid, samples and seed); with a searcher, whose trials depend on
 results, ``samples`` configurations are drawn at random from the space as
 an estimate. They go into a `SearchPlan`, Algorithm 1 cuts it into a stage
-tree, and a `CostModel` prices each stage: worker-hours with stage sharing
+tree, and a `CostModel` prices each stage: worker time with stage sharing
 against trial by trial, and the lower bound on wall time with ``workers``
 workers (the longest root-to-leaf path, or the unique work spread evenly).
 """
@@ -12,7 +12,6 @@ workers (the longest root-to-leaf path, or the unique work spread evenly).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 from ray.tune.search import Searcher
@@ -209,7 +208,3 @@ def picture_label(stage: Stage, trials: int) -> str:
         first, last = sequence.value(stage.start), sequence.value(stage.stop - 1)
         values.append(f"{name}={short(first)}" + (f"->{short(last)}" if last != first else ""))
     return f"H{stage.node.node_id}:{stage.start}-{stage.stop} {' '.join(values)} \u00d7{trials}"
-
-
-def hours(seconds: float) -> str:
-    return f"{seconds / 3600:.3g}" if math.isfinite(seconds) else "-"

@@ -22,6 +22,7 @@ from typing import Any
 
 from ray_stagetree.runtime.control.messages import Progress
 from ray_stagetree.runtime.driver.notebook import in_notebook
+from ray_stagetree.validation import duration
 
 logger = logging.getLogger("ray_stagetree")
 
@@ -91,7 +92,7 @@ class ProgressReporter:
             for names, seconds in progress.stalled
         )
         return (
-            f"[{progress.elapsed:.0f}s] trials: {trials} | iterations: {executed} executed of {unique} requested, "
+            f"[{duration(progress.elapsed)}] trials: {trials} | iterations: {executed} executed of {unique} requested, "
             f"{total} trial by trial{_ending(executed, total, final, partial)}{_restarts(progress)}{best}{stalled}"
         )
 
