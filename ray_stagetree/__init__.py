@@ -7,6 +7,7 @@ starts nothing.
 """
 
 from ray_stagetree import planning
+from ray_stagetree._version import __version__ as __version__
 from ray_stagetree.planning._deprecated import moved_names
 from ray_stagetree.runtime.workers.session import (
     for_ray_tune,
@@ -23,7 +24,6 @@ from ray_stagetree.sequences import FAMILIES, Sequence, as_sequence, from_json, 
 globals().update(FAMILIES)
 globals().update((name, getattr(planning, name)) for name in planning.USER_API)
 
-__version__ = "0.1.0"
 
 # Planning internals were exported here before the vocabulary rename; they live in
 # `ray_stagetree.planning`, and work here for one more release, with a warning.

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ray_stagetree import __version__
 from ray_stagetree._extras import MissingExtraError
+from ray_stagetree._version import __version__
 from ray_stagetree.cli import plan, reading, running
 from ray_stagetree.cli.common import EXIT_CODES, FAILED, INTERRUPTED, USAGE, CommandError
 from ray_stagetree.jobs.errors import SpecError

@@ -525,7 +525,9 @@ def deletes_its_experiment_folder(config):
         if iteration == 3 and config["delete"] and os.path.isdir(config["folder"]):
             import shutil
 
-            shutil.rmtree(config["folder"])
+            # The study writes into the folder meanwhile: delete until it is gone, as a user's rm -rf would.
+            while os.path.isdir(config["folder"]):
+                shutil.rmtree(config["folder"], ignore_errors=True)
         tune.report({"x": iteration})
 
 
