@@ -198,3 +198,15 @@ def test_only_ray_fields_imports_what_ray_keeps_private():
         name: found for name, path in _modules().items() if name != allowed and (found := _ray_private_imports(path))
     }
     assert offenders == {}
+
+
+def test_every_package_is_in_the_distribution():
+    """setup.cfg lists the packages a wheel holds: a package left out imports
+    in this editable checkout and is missing from `pip install .`."""
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    listed = set(setup["options"]["packages"].split())
+    packages = {name for name, path in _modules().items() if path.name == "__init__.py"}
+    assert packages - listed == set()
