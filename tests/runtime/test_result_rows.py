@@ -12,7 +12,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from ray_stagetree.planning.config import TrialConfig
-from ray_stagetree.runtime.control.experiment_state import PackedRows
+from ray_stagetree.runtime.control.messages import PackedRows
 from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
 from ray_stagetree.runtime.control.trials import TrialState
 

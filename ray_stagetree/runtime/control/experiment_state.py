@@ -25,17 +25,14 @@ trust.
 from __future__ import annotations
 
 import dataclasses
-import pickle
-from collections.abc import Iterator
-from collections.abc import Sequence as SequenceABC
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from ray_stagetree.execution import stored_pickles
 from ray_stagetree.execution.storage import CheckpointStorage, CheckpointUnavailableError
 from ray_stagetree.planning.lifecycle import ERROR, UNFINISHED
-from ray_stagetree.runtime.control.messages import TrialSummary
+from ray_stagetree.runtime.control.messages import PackedRows, TrialSummary
 
 if TYPE_CHECKING:
     from ray_stagetree.runtime.control.trials import TrialState
@@ -105,38 +102,6 @@ def restored_progress(restore: Restore) -> tuple[list[dict[str, Any]], list[dict
         if trial.status == ERROR and action == "keep":
             events.append({"event": "error", "trial_id": trial.trial_id})
     return rows, events
-
-
-class PackedRows(SequenceABC):
-    """A trial's result rows as its summary carries them to the driver:
-    pickled in one piece, but for the last (``Result.metrics``), and read
-    whole when read (``Result.metrics_dataframe``, Tune's metric analysis).
-    As dicts, 10,000 trials of 5 rows held 90 MB of the driver's memory at
-    the study's end, its peak; pickled, about a fifth."""
-
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
-        self._length = len(rows)
-        self.last = rows[-1] if rows else None
-        self._earlier = ray.cloudpickle.dumps(rows[:-1], protocol=5) if len(rows) > 1 else None
-
-    def unpacked(self) -> list[dict[str, Any]]:
-        earlier = [] if self._earlier is None else pickle.loads(self._earlier)
-        return earlier if self.last is None else [*earlier, self.last]
-
-    def __len__(self) -> int:
-        return self._length
-
-    @overload
-    def __getitem__(self, index: int) -> dict[str, Any]: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
-    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
-        if isinstance(index, int) and self.last is not None and index in (-1, self._length - 1):
-            return self.last
-        return self.unpacked()[index]
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self.unpacked())
 
 
 def trial_summary(state: TrialState) -> TrialSummary:

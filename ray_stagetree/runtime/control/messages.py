@@ -6,9 +6,12 @@ dataclasses too (`execution.batches`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import pickle
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
+
+import ray
 
 
 @dataclass
@@ -39,6 +42,38 @@ class Progress:
     restarts: dict[str, int] = field(default_factory=dict)
     #: A study attached to a plan service: the service finalized it.
     done: bool = False
+
+
+class PackedRows(Sequence):
+    """A trial's result rows as its summary carries them to the driver:
+    pickled in one piece, but for the last (``Result.metrics``), and read
+    whole when read (``Result.metrics_dataframe``, Tune's metric analysis).
+    As dicts, 10,000 trials of 5 rows held 90 MB of the driver's memory at
+    the study's end, its peak; pickled, about a fifth."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self._length = len(rows)
+        self.last = rows[-1] if rows else None
+        self._earlier = ray.cloudpickle.dumps(rows[:-1], protocol=5) if len(rows) > 1 else None
+
+    def unpacked(self) -> list[dict[str, Any]]:
+        earlier = [] if self._earlier is None else pickle.loads(self._earlier)
+        return earlier if self.last is None else [*earlier, self.last]
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, int) and self.last is not None and index in (-1, self._length - 1):
+            return self.last
+        return self.unpacked()[index]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.unpacked())
 
 
 @dataclass

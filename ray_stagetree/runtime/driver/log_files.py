@@ -42,6 +42,9 @@ from ray.tune.utils import flatten_dict
 
 from ray_stagetree.trial_schedulers.ray_fields import json_encoder_class
 
+#: Tune's encoder of result.json lines, looked up once: a line is written at every result.
+RESULT_ENCODER = json_encoder_class()
+
 
 class _BatchFlushed:
     """A trial's open text file whose ``flush()`` (Tune's, at every result)
@@ -71,7 +74,7 @@ class JsonLogger(JsonLoggerCallback):
         if trial not in self._trial_files:
             self.log_trial_start(trial)
         # The line json.dump writes, through the C encoder json.dumps uses.
-        self._trial_files[trial].write(json.dumps(result, cls=json_encoder_class()) + "\n")
+        self._trial_files[trial].write(json.dumps(result, cls=RESULT_ENCODER) + "\n")
 
     def flush_batch(self) -> None:
         for file in self._trial_files.values():

@@ -56,12 +56,11 @@ def write_tune_state(
     A storage that refuses is logged: the study's own state is written already."""
     try:
         storage = CheckpointStorage(experiment_path, filesystem)
-        experiment = (
-            storage_context_class()(  # one for all trials: each writes a marker file into the experiment folder
-                storage_path=posixpath.dirname(experiment_path.rstrip("/")),
-                experiment_dir_name=posixpath.basename(experiment_path.rstrip("/")),
-                storage_filesystem=filesystem,
-            )
+        storage_context = storage_context_class()
+        experiment = storage_context(  # one for all trials: each writes a marker file into the experiment folder
+            storage_path=posixpath.dirname(experiment_path.rstrip("/")),
+            experiment_dir_name=posixpath.basename(experiment_path.rstrip("/")),
+            storage_filesystem=filesystem,
         )
         trial_states = (
             tune_trial(experiment, storage, trainable_name, checkpoint_config, summary, result).get_json_state()
