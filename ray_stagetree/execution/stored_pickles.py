@@ -31,7 +31,6 @@ MOVED_MODULES = {
     "ray_stagetree.runtime.trials": "ray_stagetree.runtime.control.trials",
     "ray_stagetree.runtime.plan_service": "ray_stagetree.runtime.service.actor",
     "ray_stagetree.runtime.shared_plan": "ray_stagetree.runtime.service.shared_plan",
-    "ray_stagetree.runtime.attached_study": "ray_stagetree.runtime.service.attached_study",
     "ray_stagetree.runtime.service_client": "ray_stagetree.runtime.service.service_client",
     "ray_stagetree.runtime.unique_trial_ids": "ray_stagetree.runtime.service.unique_trial_ids",
     "ray_stagetree.runtime.trainable_identity": "ray_stagetree.runtime.service.trainable_identity",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ray_stagetree.runtime.control.failures import Failures
+from ray_stagetree.runtime.control.failures import Failures, SharedStageRetries
 from ray_stagetree.runtime.control.trials import TrialState
 
 
@@ -51,12 +51,12 @@ def test_a_failed_restore_is_retried_without_counting_first():
 
 
 def test_a_shared_stage_error_is_retried_once_per_stage_and_trials():
-    failures = Failures()
-    assert not failures.retry_shared(3, {"a"})  # one trial: its failure counts at once
-    assert failures.retry_shared(3, {"a", "b"})
-    assert not failures.retry_shared(3, {"b", "a"})  # the same stage and trials: once
-    assert failures.retry_shared(3, {"a", "b", "c"})  # another set of trials on it
-    assert failures.retry_shared(4, {"a", "b"})  # another stage
+    retries = SharedStageRetries()
+    assert not retries.retry(3, {"a"})  # one trial: its failure counts at once
+    assert retries.retry(3, {"a", "b"})
+    assert not retries.retry(3, {"b", "a"})  # the same stage and trials: once
+    assert retries.retry(3, {"a", "b", "c"})  # another set of trials on it
+    assert retries.retry(4, {"a", "b"})  # another stage
 
 
 def test_fail_fast_ends_the_study_at_an_errored_trial():

@@ -11,10 +11,10 @@ import pytest
 from ray import tune
 
 from ray_stagetree import Constant, Tuner
-from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
+from ray_stagetree.execution.batches import BatchSpec
 from ray_stagetree.execution.payload import CheckpointPayload
 from ray_stagetree.planning import TrialConfig
-from ray_stagetree.runtime.control.controller import SAVES_AHEAD, StudyController
+from ray_stagetree.runtime.control.study_trials import SAVES_AHEAD, StudyTrials
 from ray_stagetree.runtime.workers.context import ConfigChange, StageContext
 from ray_stagetree.sequences import Sequence
 from ray_stagetree.trainables import StageTrainable
@@ -70,18 +70,14 @@ def test_a_batch_over_a_huge_horizon_finds_its_plain_value_changes_without_listi
 
 
 def test_checkpoint_frequency_sends_the_next_saves_not_every_save_to_a_huge_horizon():
-    # StudyController.configured_saves reads only the study's CheckpointConfig and the batch's segments.
-    controller = SimpleNamespace(
-        spec=SimpleNamespace(checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1000)),
-        plan=SimpleNamespace(batch_segments=lambda batch_id: [(0, 0, HORIZON)]),
-    )
-    assert StudyController.configured_saves(controller, 1) == list(range(1000, 1000 * SAVES_AHEAD + 1, 1000))
-    reported = BatchOutcome(1, records=[(0, 3000, {})])
-    saves = StudyController.configured_saves(controller, 1, reported)
+    # StudyTrials.configured_saves reads only the study's CheckpointConfig.
+    study = SimpleNamespace(spec=SimpleNamespace(checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1000)))
+    saves = StudyTrials.configured_saves(study, [(0, 0, HORIZON)], None)
+    assert saves == list(range(1000, 1000 * SAVES_AHEAD + 1, 1000))
+    saves = StudyTrials.configured_saves(study, [(0, 0, HORIZON)], (0, 3000))
     assert saves[:2] == [3000, 4000], "the last reported iteration's save is decided after the reply, at a batch's end"
     assert len(saves) == SAVES_AHEAD
-    ending = SimpleNamespace(spec=controller.spec, plan=SimpleNamespace(batch_segments=lambda batch_id: [(0, 0, 2500)]))
-    assert StudyController.configured_saves(ending, 1) == [1000, 2000]
+    assert StudyTrials.configured_saves(study, [(0, 0, 2500)], None) == [1000, 2000]
 
 
 def counting(config):

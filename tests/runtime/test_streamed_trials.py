@@ -11,8 +11,10 @@ import pytest
 from ray import tune
 
 from ray_stagetree import Tuner
-from ray_stagetree.runtime.control.controller import ADMIT_PER_TURN, ERROR, StudyController
+from ray_stagetree.planning.lifecycle import ERROR
+from ray_stagetree.runtime.control.controller import StudyController
 from ray_stagetree.runtime.control.spec import StudySpec, WorkerSpec
+from ray_stagetree.runtime.control.study_trials import ADMIT_PER_TURN
 
 
 def train(config):
@@ -74,7 +76,7 @@ def test_a_bad_draw_after_the_first_repeat_errs_its_trial_only(tmp_path, ray_ses
     controller = StudyController(
         StudySpec(worker=WorkerSpec(b""), trial_source=source, horizon=1, experiment_path=str(tmp_path))
     )
-    controller.admit()
+    controller.study.admit()
     statuses = [state.status for state in controller.trials.values()]
     assert statuses.count(ERROR) == 1 and len(statuses) == 4
     assert "config keys must be strings" in next(s.error for s in controller.trials.values() if s.status == ERROR)

@@ -33,7 +33,6 @@ class Failures:
         self.max_failures = max_failures
         self.restore_retries = restore_retries
         self.fail_fast = fail_fast
-        self._shared_retries: set[tuple[int, frozenset[str]]] = set()  # (node, its trials) retried once
         self.halted = False  # the study stopped: nothing more runs
         self.study_error: str | None = None  # why the whole study stopped in error (`abort`)
 
@@ -48,19 +47,6 @@ class Failures:
             return True
         state.failures += 1
         return retry and state.failures <= self.max_failures
-
-    def retry_shared(self, node_id: int, trial_ids: set[str]) -> bool:
-        """The trainable raised on a stage that several live trials share:
-        their first error there is retried once before it counts against
-        them (in Tune each of those trials trains the prefix on its own, and
-        a transient error would cost one of them, not all). Once per stage
-        and trials, not per iteration: a trainable that fails after a report
-        fails further on at each retry that goes on from a later checkpoint."""
-        point = (node_id, frozenset(trial_ids))
-        if len(trial_ids) < 2 or point in self._shared_retries:
-            return False
-        self._shared_retries.add(point)
-        return True
 
     def ends_study(self) -> bool:
         """Whether a trial ending in error stops the study (``fail_fast``)."""
@@ -77,3 +63,25 @@ class Failures:
         """No worker can run the trainable: the study stops in ``error``."""
         self.study_error = error
         self.halted = True
+
+
+class SharedStageRetries:
+    """The errors of stages several live trials share, each retried once
+    before it counts against them (the loop's: a shared stage may serve
+    several studies' trials)."""
+
+    def __init__(self) -> None:
+        self._retried: set[tuple[int, frozenset[str]]] = set()  # (node, its trials) retried once
+
+    def retry(self, node_id: int, trial_ids: set[str]) -> bool:
+        """The trainable raised on a stage that several live trials share:
+        their first error there is retried once before it counts against
+        them (in Tune each of those trials trains the prefix on its own, and
+        a transient error would cost one of them, not all). Once per stage
+        and trials, not per iteration: a trainable that fails after a report
+        fails further on at each retry that goes on from a later checkpoint."""
+        point = (node_id, frozenset(trial_ids))
+        if len(trial_ids) < 2 or point in self._retried:
+            return False
+        self._retried.add(point)
+        return True

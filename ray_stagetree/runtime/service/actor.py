@@ -33,9 +33,10 @@ import ray
 
 from ray_stagetree.execution.batches import BatchOutcome
 from ray_stagetree.execution.storage import CheckpointStorage
+from ray_stagetree.runtime.control.batch_loop import TICK_S
 from ray_stagetree.runtime.control.messages import Progress, TrialSummary
 from ray_stagetree.runtime.control.spec import StudySpec
-from ray_stagetree.runtime.service.shared_plan import TICK_S, SharedPlan
+from ray_stagetree.runtime.service.shared_plan import SharedPlan
 from ray_stagetree.runtime.service.trainable_identity import parameter_registries
 
 logger = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ class PlanService:
         """Stop the study's trials where they are (its driver was interrupted)."""
         study = self._study(study_id)
         study.halt()
-        self.shared._wake.set()
+        self.shared.wake()
 
     def detach(self, study_id: str) -> None:
         self._seen.pop(study_id, None)
