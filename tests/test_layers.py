@@ -210,3 +210,54 @@ def test_every_package_is_in_the_distribution():
     listed = set(setup["options"]["packages"].split())
     packages = {name for name, path in _modules().items() if path.name == "__init__.py"}
     assert packages - listed == set()
+
+
+def _foreign_private_reads(path: Path) -> list[str]:
+    """Where ``path`` reads another object's ``_``-name: ``other._name``,
+    except on ``self``, ``cls``, ``super()``, an imported module
+    (``sys._getframe``), or another instance of the class that defines
+    ``_name`` (Python's convention: a class's privates are its own)."""
+    tree = ast.parse(path.read_text())
+    modules = {
+        (alias.asname or alias.name).split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    found = []
+
+    def visit(node: ast.AST, own: set[str]) -> None:
+        if isinstance(node, ast.ClassDef):
+            own = own | {
+                child.attr
+                for child in ast.walk(node)
+                if isinstance(child, ast.Attribute) and isinstance(child.value, ast.Name) and child.value.id == "self"
+            }
+            own |= {child.name for child in node.body if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)}
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.endswith("__"):
+            value = node.value
+            exempt = (
+                (isinstance(value, ast.Name) and value.id in {"self", "cls", *modules})
+                or (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super")
+                or node.attr in own
+            )
+            if not exempt:
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, own)
+
+    visit(tree, set())
+    return found
+
+
+def test_no_runtime_module_reads_another_objects_private_names():
+    """The runtime's objects talk through their public methods (the loop and
+    its studies through `LoopPort`, the driver and the Tuner through
+    `runtime.driver.run`): a private name read from outside is a seam that
+    a refactoring breaks silently."""
+    offenders = {
+        name: found
+        for name, path in _modules().items()
+        if name.startswith("ray_stagetree.runtime.") and (found := _foreign_private_reads(path))
+    }
+    assert offenders == {}

@@ -124,7 +124,7 @@ def fit(tuner: Any) -> Any:
     """``tuner.fit()``; what it refuses (a drawn config that cannot run, resources
     the cluster lacks, storage other nodes cannot see) becomes a message. An
     interrupted study's message says how this command line continues it."""
-    from ray_stagetree.runtime.driver.tuner import restore_hint
+    from ray_stagetree.runtime.driver.run import restore_hint
 
     try:
         with restore_hint(lambda path: f"stagetree restore {quote(path)}"):

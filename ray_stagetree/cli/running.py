@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         return _continue(path, spec, args)
     start_ray(args)
     tuner = spec.tuner(storage_path=args.storage_path, name=name)
-    path = tuner._experiment_path()  # the Tuner's own rule: storage_path (default ~/ray_results) / name
+    path = tuner.experiment_path  # the Tuner's own rule: storage_path (default ~/ray_results) / name
     save_job(path, spec)
     print(f"stagetree: running {args.spec} in {path}", flush=True)
     return finish(fit(tuner), spec.tune_config)

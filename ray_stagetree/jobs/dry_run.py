@@ -21,6 +21,7 @@ from ray_stagetree.jobs.spec import JobSpec
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.planning.stage_tree import Stage, StageTree, build_stage_tree, trials_served
+from ray_stagetree.runtime.driver.trial_sources import trial_source
 from ray_stagetree.searchers import generate_trials
 from ray_stagetree.validation import short
 
@@ -76,8 +77,8 @@ def dry_run(spec: JobSpec, cost: CostModel, horizon: int | None = None, samples:
             raise ValueError("num_samples is -1 (trials without end): pass --samples N to plan N trials")
         trials = generate_trials(spec.param_space, count)
     else:
-        trial_source = tuner._trial_source()  # the study's own trials, drawn and checked as fit() draws them
-        trials = [config for _, config in iter(trial_source.next_trial, None)]
+        source = trial_source(tuner)  # the study's own trials, drawn and checked as fit() draws them
+        trials = [config for _, config in iter(source.next_trial, None)]
     plan = SearchPlan()
     plan.add_trials((f"trial_{index}", config, horizon) for index, config in enumerate(trials))
     tree = build_stage_tree(plan)

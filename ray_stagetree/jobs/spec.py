@@ -157,7 +157,7 @@ class JobSpec:
     def experiment_path(self, storage_path: str | None = None, name: str | None = None) -> str:
         """The experiment folder `tuner` with these overrides runs in, known
         before the Tuner is built (which writes there) and without Ray."""
-        return self.dry_tuner(self._overridden(storage_path, name))._experiment_path()
+        return self.dry_tuner(self._overridden(storage_path, name)).experiment_path
 
     def _tuner(self, trainable: Any, run_config: tune.RunConfig) -> Tuner:
         keywords = {key: self.data[key] for key in TUNER_KEYWORDS if key in self.data}

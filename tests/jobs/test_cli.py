@@ -438,7 +438,7 @@ def test_status_without_a_path_shows_the_latest_study(tmp_path, capsys, monkeypa
 
 def test_a_cli_study_says_stagetree_restore_and_a_script_tuner_restore():
     from ray_stagetree.cli.common import fit
-    from ray_stagetree.runtime.driver.tuner import how_to_continue
+    from ray_stagetree.runtime.driver.run import how_to_continue
 
     tuner = SimpleNamespace(fit=lambda: how_to_continue("/studies/my study"))
     assert fit(tuner) == "stagetree restore '/studies/my study'"

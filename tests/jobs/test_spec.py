@@ -13,6 +13,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from ray_stagetree import Exponential, MultiStep, Warmup
 from ray_stagetree.jobs import JobSpec, SpecError, to_declarative, to_param_space
+from ray_stagetree.runtime.driver.trial_sources import trial_source
 from ray_stagetree.searchers import AskTellSearcher, generate_trials
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
@@ -199,7 +200,7 @@ def test_file_errors_name_the_file_and_the_line(tmp_path):
 
 def test_the_example_spec_draws_the_python_studys_trials():
     spec = JobSpec.from_file(os.path.join(EXAMPLES, "mnist1d_study.yaml"))
-    from_spec = [config for _, config in iter(spec.dry_tuner()._trial_source().next_trial, None)]
+    from_spec = [config for _, config in iter(trial_source(spec.dry_tuner()).next_trial, None)]
     assert len(from_spec) == 14
     assert from_spec == generate_trials(mnist1d_study.param_space(), 1)
     tuner = spec.dry_tuner()
@@ -272,7 +273,7 @@ def test_an_argument_may_be_a_python_object_by_import_path(tmp_path):
         }
     )
     spec = JobSpec(data, base_dir=str(tmp_path))
-    trials = [config for _, config in iter(spec.dry_tuner()._trial_source().next_trial, None)]
+    trials = [config for _, config in iter(trial_source(spec.dry_tuner()).next_trial, None)]
     assert [config["lr"].milestones for config in trials] == [(5,)]
     data["tune_config"]["search_alg"]["filter"] = {"import": "filters:nothing"}
     assert problems_of(data) == [

@@ -30,6 +30,7 @@ from ray_stagetree import (
 )
 from ray_stagetree.execution.batches import BatchSpec
 from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.runtime.driver.trial_sources import trial_source
 from ray_stagetree.runtime.workers.context import StageContext, activate
 from ray_stagetree.searchers import SequenceGridSearch
 
@@ -83,7 +84,7 @@ def resources(request):
 
 def draw(space, **kwargs):
     """The trials fit() would run (drawn and checked on the driver, before Ray)."""
-    return Tuner(train, param_space=space, tune_config=tune.TuneConfig(**kwargs))._trial_source()
+    return trial_source(Tuner(train, param_space=space, tune_config=tune.TuneConfig(**kwargs)))
 
 
 def restore(path, trainable=train, **kwargs):

@@ -12,7 +12,9 @@ from ray import tune
 from ray.tune.search import Searcher
 
 from ray_stagetree import MultiStep, Tuner
+from ray_stagetree.runtime.driver.restoring import save_settings
 from ray_stagetree.runtime.driver.results import ResultGrid
+from ray_stagetree.runtime.driver.trial_sources import trial_source
 from ray_stagetree.runtime.workers.reproducibility import (
     Reproducibility,
     SeededRepeater,
@@ -96,9 +98,9 @@ def test_seeded_repeater_repeats_each_suggestion_and_reports_the_mean():
 
 def test_a_tuner_with_a_searcher_and_repeats_suggests_each_configuration_repeats_times():
     config = tune.TuneConfig(search_alg=Counting(), num_samples=2, metric="loss", mode="min")
-    source = Tuner(
-        train, param_space={"lr": tune.uniform(0.1, 1.0)}, tune_config=config, seed=3, repeats=2
-    )._trial_source()
+    source = trial_source(
+        Tuner(train, param_space={"lr": tune.uniform(0.1, 1.0)}, tune_config=config, seed=3, repeats=2)
+    )
     assert source.remaining == 4  # num_samples counts configurations
     trials = [source.next_trial()[1] for _ in range(4)]
     assert [(trial["lr"], trial["seed"]) for trial in trials] == [(1.0, 3), (1.0, 4), (2.0, 3), (2.0, 4)]
@@ -153,13 +155,13 @@ def test_repeats_multiply_the_trials_and_reproducible_random_spaces_are_drawn_fr
     tuner = Tuner(
         train, param_space=space, tune_config=tune.TuneConfig(num_samples=2), reproducible=True, seed=1, repeats=3
     )
-    source = tuner._trial_source()
+    source = trial_source(tuner)
     configs = [source.next_trial()[1] for _ in range(source.remaining)]
     assert [config["seed"] for config in configs] == [1, 2, 3] * 2
     again = Tuner(
         train, param_space=space, tune_config=tune.TuneConfig(num_samples=2), reproducible=True, seed=1, repeats=3
     )
-    assert [c["lr"] for c in configs] == [again._trial_source().next_trial()[1]["lr"]] * 3 + [configs[3]["lr"]] * 3
+    assert [c["lr"] for c in configs] == [trial_source(again).next_trial()[1]["lr"]] * 3 + [configs[3]["lr"]] * 3
     assert configs[0]["lr"] != configs[3]["lr"]
 
 
@@ -191,9 +193,8 @@ def test_repeats_dataframe_has_mean_and_std_per_configuration():
 
 def test_restore_keeps_the_reproducibility_options_and_can_serve_the_monitor(tmp_path):
     run_config = tune.RunConfig(name="study", storage_path=str(tmp_path))
-    Tuner(train, param_space={"lr": 0.1}, run_config=run_config, reproducible=True, seed=4, repeats=2)._save_settings(
-        str(tmp_path / "study")
-    )
+    tuner = Tuner(train, param_space={"lr": 0.1}, run_config=run_config, reproducible=True, seed=4, repeats=2)
+    save_settings(tuner, str(tmp_path / "study"))
     restored = Tuner.restore(str(tmp_path / "study"), train, monitor=True)
     assert (restored.reproducible, restored.seed, restored.repeats, restored.monitor) == (True, 4, 2, True)
     with pytest.raises(TypeError, match="monitor must be True or False, got 1"):

@@ -24,6 +24,7 @@ from trainables_for_tests import kill_ray_processes
 from ray_stagetree import Tuner
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.runtime.control.experiment_state import STATE_FILE, read_state
+from ray_stagetree.runtime.driver.restoring import save_settings
 
 
 def stored_rows(path: str) -> int:
@@ -284,7 +285,7 @@ def test_killed_at_random_points_and_restored_until_complete(tmp_path, reference
 
 def test_a_study_lost_before_its_first_snapshot_restores_from_the_start(tmp_path, reference):
     tuner = build_tuner(str(tmp_path), "study")
-    tuner._save_settings(f"{tmp_path}/study")  # what fit() writes before anything runs
+    save_settings(tuner, f"{tmp_path}/study")  # what fit() writes before anything runs
     assert Tuner.can_restore(f"{tmp_path}/study")
     results = summary(Tuner.restore(f"{tmp_path}/study", accumulate).fit())
     assert {key: trial["x"] for key, trial in results.items()} == {key: trial["x"] for key, trial in reference.items()}

@@ -15,6 +15,7 @@ from ray_stagetree.planning.lifecycle import ERROR
 from ray_stagetree.runtime.control.controller import StudyController
 from ray_stagetree.runtime.control.spec import StudySpec, WorkerSpec
 from ray_stagetree.runtime.control.study_trials import ADMIT_PER_TURN
+from ray_stagetree.runtime.driver.trial_sources import trial_source
 
 
 def train(config):
@@ -35,9 +36,9 @@ def counted_space(draws: list[int]) -> dict:
 @pytest.mark.parametrize("num_samples", [10, 100_000])
 def test_the_driver_draws_and_checks_one_repeat_of_the_grid(num_samples):
     draws = []
-    source = Tuner(
-        train, param_space=counted_space(draws), tune_config=tune.TuneConfig(num_samples=num_samples)
-    )._trial_source()
+    source = trial_source(
+        Tuner(train, param_space=counted_space(draws), tune_config=tune.TuneConfig(num_samples=num_samples))
+    )
     assert len(draws) == 2 and len(source.drawn()) == 2
     assert source.remaining == 2 * num_samples
 
@@ -49,9 +50,9 @@ class FirstDispatch(Exception):
 @pytest.mark.parametrize("num_samples", [2_000, 100_000])
 def test_the_first_batch_is_dispatched_after_a_bounded_number_of_draws(num_samples, tmp_path, ray_session):
     draws = []
-    source = Tuner(
-        train, param_space=counted_space(draws), tune_config=tune.TuneConfig(num_samples=num_samples)
-    )._trial_source()
+    source = trial_source(
+        Tuner(train, param_space=counted_space(draws), tune_config=tune.TuneConfig(num_samples=num_samples))
+    )
     # No workers: the pool would start them from inside the controller's actor, and the test is the draws.
     controller = StudyController(
         StudySpec(worker=WorkerSpec(b""), trial_source=source, horizon=1, experiment_path=str(tmp_path), num_workers=0)
@@ -72,7 +73,7 @@ def test_the_first_batch_is_dispatched_after_a_bounded_number_of_draws(num_sampl
 def test_a_bad_draw_after_the_first_repeat_errs_its_trial_only(tmp_path, ray_session):
     values = iter([1, 2, {1: "not a string key"}, 4])
     space = {"x": tune.sample_from(lambda spec: next(values))}
-    source = Tuner(train, param_space=space, tune_config=tune.TuneConfig(num_samples=4))._trial_source()
+    source = trial_source(Tuner(train, param_space=space, tune_config=tune.TuneConfig(num_samples=4)))
     controller = StudyController(
         StudySpec(worker=WorkerSpec(b""), trial_source=source, horizon=1, experiment_path=str(tmp_path))
     )

@@ -83,8 +83,8 @@ def test_an_unnamed_experiment_is_named_as_tune_names_it(tmp_path):
     """``<trainable>_<date>`` under storage_path; a second study of the
     trainable in the same second gets a folder of its own."""
     run_config = tune.RunConfig(storage_path=str(tmp_path))
-    first = Tuner(noisy_descent, run_config=run_config)._experiment_dir
-    second = Tuner(noisy_descent, run_config=run_config)._experiment_dir
+    first = Tuner(noisy_descent, run_config=run_config).experiment_path
+    second = Tuner(noisy_descent, run_config=run_config).experiment_path
     assert re.fullmatch(r"noisy_descent_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d(_[0-9a-f]{4})?", os.path.basename(first))
     assert os.path.dirname(first) == str(tmp_path) and first != second
 
@@ -221,3 +221,13 @@ def test_an_unported_tune_trainable_runs_unchanged(tmp_path, ray_session):
 
     grid = run(train, tmp_path, "unported", lrs=[0.5, 0.25])
     assert sorted(r.metrics["value"] for r in grid) == [0.25 * HORIZON, 0.5 * HORIZON]
+
+
+def test_a_checked_tuner_offers_every_setting_its_run_reads(tmp_path):
+    """`runtime.driver.run` reads a Tuner through `StudySettings` only: each is a public attribute of it."""
+    from ray_stagetree.runtime.driver.settings import StudySettings
+
+    tuner = Tuner(noisy_descent, run_config=tune.RunConfig(name="settings", storage_path=str(tmp_path)))
+    missing = [name for name in StudySettings.__annotations__ if not hasattr(tuner, name)]
+    assert missing == []
+    assert tuner.experiment_path == f"{tmp_path}/settings"

@@ -16,6 +16,7 @@ from typing import Any
 from ray import tune
 
 from ray_stagetree.planning.plan import SearchPlan
+from ray_stagetree.runtime.driver.run import StudyRun
 from ray_stagetree.runtime.driver.tuner import Tuner, in_existing_experiment
 from ray_stagetree.searchers.sources import VariantSource
 
@@ -71,7 +72,7 @@ class Study:
         request = self._plan().add_trial(probe, config, iteration)
         if request.answered:
             return dict(request.node.metrics[iteration])
-        grid = tuner._execute(VariantSource([config], [probe]), iteration, self.experiment_path, resume=True)
+        grid = StudyRun(tuner).execute(VariantSource([config], [probe]), iteration, resume=True)
         result = grid[0]
         if result.error is not None:
             raise result.error
@@ -101,7 +102,5 @@ class Study:
                 "which trusts its snapshot, or evaluate the full config with Study.evaluate(config, iteration)"
             )
         config = record.config.to_config()
-        grid = self._tuner(iteration)._execute(
-            VariantSource([config], [trial_id]), iteration, self.experiment_path, resume=True
-        )
+        grid = StudyRun(self._tuner(iteration)).execute(VariantSource([config], [trial_id]), iteration, resume=True)
         return grid[0]
