@@ -17,207 +17,45 @@ that running stage batches are training, so a new request that a running batch
 will reach is served by that batch instead of training the prefix again, and
 a batch that reaches its end continues live when a trial goes on there.
 
-(About 600 lines on purpose: the tree, the requests and the running batches
-keep one set of invariants, and every method here reads or updates them;
-persistence and policies live in their own modules.)
+The records it holds (nodes, requests, trials, runs) are `plan_records`'; the
+bookkeeping of its running batches is `running_batches.RunningBatches`, a
+part of the class kept in a module of its own (the tree, the requests and the
+running batches keep one set of invariants); persistence and policies live
+in their own modules.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 import ray_stagetree.planning.persistence as persistence
-from ray_stagetree.planning._deprecated import renamed_arguments, renamed_attributes
+from ray_stagetree.planning._deprecated import renamed_arguments
 from ray_stagetree.planning._gc import gc_paused
 from ray_stagetree.planning.config import TrialConfig
+
+# The plan's records live in plan_records.py; they are named here too, where
+# the plans and snapshots pickled before the move find them.
+from ray_stagetree.planning.plan_records import (
+    BatchRun,
+    CheckpointInfo,
+    OpenTrialsWatcher,
+    PlanNode,
+    Request,
+    RequestState,
+    RunningBatch,
+    Timing,
+    TrialRecord,
+)
+from ray_stagetree.planning.running_batches import RunningBatches
 from ray_stagetree.validation import Int, check
-
-
-class RequestState(str, enum.Enum):
-    NOT_SCHED = "NOT_SCHED"
-    SCHED = "SCHED"
-
-
-@dataclass(frozen=True)
-class CheckpointInfo:
-    """A checkpoint the plan can start stages from: its durable copy's
-    ``path`` (relative to the experiment directory; None while only an
-    in-memory copy exists), size and checksum. Only plain values, all of
-    them persisted: where the runtime keeps the in-memory copy is the
-    checkpoint store's business, not the plan's."""
-
-    path: str | None = None
-    size_bytes: int = 0
-    checksum: str | None = None
-
-
-@renamed_attributes(step="iteration")
-@dataclass(eq=False)
-class Request:
-    """Train ``node`` up to ``iteration`` and report: serves one or more trials."""
-
-    node: PlanNode
-    iteration: int
-    trials: set[str] = field(default_factory=set)
-    state: RequestState = RequestState.NOT_SCHED
-    batch_id: int | None = None
-
-    @property
-    def answered(self) -> bool:
-        return self.iteration in self.node.metrics
-
-    @property
-    def cancellable(self) -> bool:
-        """A scheduled request whose trials were all removed."""
-        return not self.trials
-
-    def __repr__(self) -> str:
-        return (
-            f"Request(node={self.node.node_id}, iteration={self.iteration}, "
-            f"state={self.state.value}, trials={sorted(self.trials)})"
-        )
-
-
-@renamed_attributes(fork_step="fork_iteration")
-class PlanNode:
-    """One configuration, forked from ``parent`` at ``fork_iteration``."""
-
-    __slots__ = (
-        "node_id",
-        "config",
-        "parent",
-        "fork_iteration",
-        "children",
-        "_checkpoints",
-        "parked",
-        "metrics",
-        "requests",
-        "running",
-        "trained",
-        "trials",
-    )
-
-    def __init__(self, node_id: int, config: TrialConfig, parent: PlanNode | None, fork_iteration: int):
-        self.node_id = node_id
-        self.config = config
-        self.parent = parent
-        self.fork_iteration = fork_iteration
-        self.children: dict[tuple, PlanNode] = {}
-        # Written by the SearchPlan alone (`record_checkpoint`, `drop_checkpoint`),
-        # which keeps the stage trees' change log; everyone else reads `checkpoints`.
-        self._checkpoints: dict[int, CheckpointInfo] = {}
-        # Steps where a trainable that keeps no checkpoint waits, alive, on a
-        # worker (`record_parked`): a stage of this node can continue from
-        # there. Runtime state: never persisted.
-        self.parked: set[int] = set()
-        self.metrics: dict[int, dict[str, Any]] = {}
-        self.requests: dict[int, Request] = {}
-        # batch id -> (start, stop) segment of this node a running batch trains
-        self.running: dict[int, tuple[int, int]] = {}
-        # batch id -> the last iteration that batch has trained on this node so far
-        self.trained: dict[int, int] = {}
-        # trials whose current request is on this node
-        self.trials: set[str] = set()
-
-    @property
-    def checkpoints(self) -> Mapping[int, CheckpointInfo]:
-        """Iteration -> the checkpoint there, read-only (a view, made per call,
-        so that a node still pickles)."""
-        return MappingProxyType(self._checkpoints)
-
-    def running_batch_through(self, iteration: int) -> int | None:
-        """A running batch that will reach ``iteration`` on this node, if any (one
-        that passed it already serves it only with the checkpoint it left)."""
-        for batch_id, (start, stop) in self.running.items():
-            trained = self.trained.get(batch_id, start)
-            if start < iteration <= stop and (trained < iteration or iteration in self._checkpoints):
-                return batch_id
-            # At the end of its segment a batch hears first whether it goes
-            # on, and then saves the end's checkpoint if it stops there.
-            if iteration == stop == self.trained.get(batch_id):
-                return batch_id
-        return None
-
-    def latest_running_stop(self, before: int) -> tuple[int, int] | None:
-        """``(stop, batch_id)`` of the running segment on this node that ends
-        last before ``before``: a checkpoint that will exist there."""
-        ends = [(stop, batch_id) for batch_id, (_, stop) in self.running.items() if stop < before]
-        return max(ends, default=None)
-
-    def ancestors(self) -> Iterator[PlanNode]:
-        node = self.parent
-        while node is not None:
-            yield node
-            node = node.parent
-
-    def __repr__(self) -> str:
-        parent = None if self.parent is None else self.parent.node_id
-        return f"PlanNode({self.node_id}, parent={parent}, fork_iteration={self.fork_iteration})"
-
-
-@renamed_attributes(study="share_key")
-@dataclass(eq=False)
-class TrialRecord:
-    trial_id: str
-    config: TrialConfig
-    share_key: str
-    request: Request
-
-
-@dataclass(eq=False)
-class RunningBatch:
-    """A dispatched stage batch: the segments it trains and the requests it serves."""
-
-    batch_id: int
-    segments: list[tuple[PlanNode, int, int]]
-    requests: list[Request] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class BatchRun:
-    """When a stage batch ran and on which worker, for the monitor's
-    timeline: ``segments`` ``(node_id, start, stop)`` as dispatched,
-    ``began`` and ``ended`` wall-clock seconds (``time.time()``), ``worker``
-    the worker's number (1, 2, ...) and ``outcome`` ("done", "failed" or
-    "released": its batch was handed back unrun or cut short)."""
-
-    batch_id: int
-    worker: int
-    segments: tuple[tuple[int, int, int], ...]
-    began: float
-    ended: float
-    outcome: str = "done"
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Profile of one trained segment, input of the cost model."""
-
-    node_id: int
-    start: int
-    stop: int
-    seconds: float
-
-
-class OpenTrialsWatcher(Protocol):
-    """Told when trials start or stop waiting on an open (unanswered)
-    request, so that counts over open requests are kept without walking
-    them (`planning.fair_share`)."""
-
-    def opened(self, trial_ids: Iterable[str]) -> None: ...
-
-    def closed(self, trial_ids: Iterable[str]) -> None: ...
 
 
 def _check_iteration(iteration: Any, name: str = "iteration") -> int:
     return check(name, iteration, Int(low=1), meaning=" (iterations to train)")
 
 
-class SearchPlan:
+class SearchPlan(RunningBatches):
     """Append-only tree of configurations with checkpoints, metrics and requests.
 
     Examples
@@ -583,200 +421,6 @@ class SearchPlan:
                 runs.append([node_id, iteration - 1, iteration, float(seconds)])
         for node_id, start, stop, seconds in runs:
             self.record_timing(node_id, start, stop, seconds)
-
-    # -- scheduling state -----------------------------------------------------
-
-    def mark_scheduled(self, segments: Iterable[tuple[PlanNode, int, int]]) -> int:
-        """Register a dispatched stage batch by its ``(node, start, stop)``
-        segments; every open request on them becomes ``SCHED``. Returns the
-        batch id the runtime reports back with."""
-        batch_id = self._next_batch_id
-        self._next_batch_id += 1
-        batch = self._batches[batch_id] = RunningBatch(batch_id, list(segments))
-        for node, start, stop in batch.segments:
-            node.running[batch_id] = (start, stop)
-            self._touch(node)
-            for iteration, request in node.requests.items():
-                if start < iteration <= stop and request.state is RequestState.NOT_SCHED:
-                    self._attach_to_batch(request, batch_id)
-        return batch_id
-
-    def _attach_to_batch(self, request: Request, batch_id: int) -> None:
-        self._touch(request.node)
-        request.state = RequestState.SCHED
-        request.batch_id = batch_id
-        self._batches[batch_id].requests.append(request)
-
-    def _batch(self, batch_id: int) -> RunningBatch:
-        try:
-            return self._batches[batch_id]
-        except KeyError:
-            raise KeyError(f"no running batch {batch_id!r}") from None
-
-    def release_batch(self, batch_id: int) -> list[Request]:
-        """The batch ended (finished, failed or pre-empted). Its unanswered
-        requests go back to ``NOT_SCHED`` (or away, if no trial needs them);
-        returns those that need training again."""
-        batch = self._batch(batch_id)
-        del self._batches[batch_id]
-        for node, _, _ in batch.segments:
-            node.running.pop(batch_id, None)
-            node.trained.pop(batch_id, None)
-            self._touch(node)
-        again = []
-        for request in batch.requests:
-            self._touch(request.node)
-            request.state, request.batch_id = RequestState.NOT_SCHED, None
-            if request.answered:
-                continue
-            if request.trials:
-                again.append(request)
-            else:
-                request.node.requests.pop(request.iteration, None)
-        return again
-
-    def extend_batch(self, batch_id: int) -> int | None:
-        """Live continuation: a running batch that reached the end of its last
-        segment goes on along the same node, through the work live trials
-        still want there (their requests beyond it, and branch points their
-        forks need), instead of ending and leaving that work to a new batch
-        that would restart from a checkpoint, or from scratch without one.
-        Returns the new end, or None when nothing on the node is wanted or
-        another batch already trains it."""
-        batch = self._batch(batch_id)
-        node, start, stop = batch.segments[-1]
-        if any(other != batch_id and end > stop for other, (_, end) in node.running.items()):
-            return None
-        wanted = [iteration for iteration, request in node.requests.items() if iteration > stop and request.trials]
-        wanted += [
-            child.fork_iteration
-            for child in node.children.values()
-            if child.fork_iteration > stop and self._has_live_request(child)
-        ]
-        if not wanted:
-            return None
-        end = max(wanted)
-        batch.segments[-1] = (node, start, end)
-        node.running[batch_id] = (start, end)
-        self._touch(node)
-        for iteration, request in node.requests.items():
-            if stop < iteration <= end and request.state is RequestState.NOT_SCHED:
-                self._attach_to_batch(request, batch_id)
-        return end
-
-    def batch_segments(self, batch_id: int) -> list[tuple[PlanNode, int, int]]:
-        """The ``(node, start, stop)`` segments of a running batch, as extended."""
-        return list(self._batch(batch_id).segments)
-
-    @property
-    def running_batches(self) -> list[int]:
-        return list(self._batches)
-
-    def in_progress(self, trial_id: str) -> bool:
-        """Whether a running batch trains the trial's path towards its request:
-        the request itself, or a stage of an ancestor the trial forks from
-        (another trial's, which it waits for rather than for a worker)."""
-        request = self.trials[trial_id].request
-        if request.state is RequestState.SCHED:
-            return True
-        node: PlanNode | None = request.node
-        until = request.iteration
-        while node is not None:
-            if any(start < until for start, _ in node.running.values()):
-                return True
-            until = node.fork_iteration
-            node = node.parent
-        return False
-
-    def scheduled_requests(self, batch_id: int) -> list[Request]:
-        """The unanswered requests a running batch serves (late ones included)."""
-        return list(self._batch(batch_id).requests)
-
-    def _needed_points(self, batch_id: int) -> list[tuple[PlanNode, int, bool]]:
-        """``(node, iteration, is_branch)`` points of a running batch that live
-        trials need: their requests, and branch points other trials continue
-        from (a child's fork, or the node itself going on past the segment)."""
-        points = []
-        for node, start, stop in self._batch(batch_id).segments:
-            points += [
-                (node, iteration, False)
-                for iteration, request in node.requests.items()
-                if start < iteration <= stop and request.trials
-            ]
-            points += [
-                (node, child.fork_iteration, True)
-                for child in node.children.values()
-                if start < child.fork_iteration <= stop and self._has_live_request(child)
-            ]
-            if self._continues_past(node, stop):
-                points.append((node, stop, True))
-            points += [(node, fork, True) for fork in self._forks_ahead(node, start, stop)]
-        return points
-
-    def _forks_ahead(self, node: PlanNode, start: int, stop: int) -> set[int]:
-        """Steps in ``(start, stop]`` where a trial now requested on ``node``
-        will leave it once its request moves on (a trial requested a few
-        iterations at a time, whose fork the plan has not reached yet)."""
-        forks = set()
-        for trial_id in node.trials:
-            key = (node.node_id, trial_id)
-            config = self.trials[trial_id].config
-            known, checked, fork = self._divergence.get(key, (None, node.fork_iteration, None))
-            if known is not config:  # new, or PBT gave the trial another config
-                checked, fork = node.fork_iteration, None
-            if fork is None and checked < stop:
-                fork = config.first_difference(node.config, stop, checked)
-                checked = stop
-            self._divergence[key] = (config, checked, fork)
-            if fork is not None and start < fork <= stop:
-                forks.add(fork)
-        return forks
-
-    def _continues_past(self, node: PlanNode, iteration: int) -> bool:
-        """Does a live trial train ``node`` beyond ``iteration``?"""
-        if any(s > iteration and request.trials for s, request in node.requests.items()):
-            return True
-        return any(
-            child.fork_iteration > iteration and self._has_live_request(child) for child in node.children.values()
-        )
-
-    def needed_until(self, batch_id: int) -> tuple[PlanNode, int] | None:
-        """The furthest point of a running batch that some live trial still
-        needs; None when nothing is, and the batch can be pre-empted at once."""
-        segments = self._batch(batch_id).segments
-        position = {node.node_id: index for index, (node, _, _) in enumerate(segments)}
-        points = [
-            (node, iteration)
-            for node, iteration, is_branch in self._needed_points(batch_id)
-            if not (is_branch and iteration in node.checkpoints)
-        ]
-        if not points:
-            return None
-        return max(points, key=lambda point: (position[point[0].node_id], point[1]))
-
-    def checkpoints_needed(self, batch_id: int) -> list[tuple[PlanNode, int]]:
-        """Branch points on a running batch that other trials continue from and
-        that have no checkpoint yet, plus the batch's end. Trials added after the
-        batch was dispatched can add points: the runtime asks again."""
-        segments = self._batch(batch_id).segments
-        forks = {
-            (node.node_id, iteration): (node, iteration)
-            for node, iteration, is_branch in self._needed_points(batch_id)
-            if is_branch and iteration not in node.checkpoints
-        }
-        last_node, _, last_stop = segments[-1]
-        forks.setdefault((last_node.node_id, last_stop), (last_node, last_stop))
-        return sorted(forks.values(), key=lambda point: (point[0].fork_iteration, point[1]))
-
-    @staticmethod
-    def _has_live_request(node: PlanNode) -> bool:
-        pending = [node]
-        while pending:
-            current = pending.pop()
-            if any(request.trials for request in current.requests.values()):
-                return True
-            pending.extend(current.children.values())
-        return False
 
     # -- accounting -------------------------------------------------------------
 
