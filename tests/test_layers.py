@@ -261,3 +261,21 @@ def test_no_runtime_module_reads_another_objects_private_names():
         if name.startswith("ray_stagetree.runtime.") and (found := _foreign_private_reads(path))
     }
     assert offenders == {}
+
+
+#: The most lines a module, and a class, of the package may have: past them
+#: a file stops being readable in one sitting (a reason at its top does not
+#: change that; split it along the seam it has).
+MODULE_LINES, CLASS_LINES = 700, 600
+
+
+def test_no_module_or_class_outgrows_one_reading():
+    too_long = []
+    for name, path in _modules().items():
+        text = path.read_text()
+        if text.count("\n") > MODULE_LINES:
+            too_long.append(f"{name}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > CLASS_LINES:
+                too_long.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert too_long == []

@@ -13,7 +13,7 @@ from ray import tune
 from ray_stagetree import Tuner
 from ray_stagetree.planning.lifecycle import ERROR
 from ray_stagetree.runtime.control.controller import StudyController
-from ray_stagetree.runtime.control.spec import StudySpec, WorkerSpec
+from ray_stagetree.runtime.control.spec import LoopSpec, StudySpec, WorkerSpec
 from ray_stagetree.runtime.control.study_trials import ADMIT_PER_TURN
 from ray_stagetree.runtime.driver.trial_sources import trial_source
 
@@ -55,7 +55,7 @@ def test_the_first_batch_is_dispatched_after_a_bounded_number_of_draws(num_sampl
     )
     # No workers: the pool would start them from inside the controller's actor, and the test is the draws.
     controller = StudyController(
-        StudySpec(worker=WorkerSpec(b""), trial_source=source, horizon=1, experiment_path=str(tmp_path), num_workers=0)
+        StudySpec(LoopSpec(WorkerSpec(b""), str(tmp_path), num_workers=0), trial_source=source, horizon=1)
     )
     seen = []
 
@@ -74,9 +74,7 @@ def test_a_bad_draw_after_the_first_repeat_errs_its_trial_only(tmp_path, ray_ses
     values = iter([1, 2, {1: "not a string key"}, 4])
     space = {"x": tune.sample_from(lambda spec: next(values))}
     source = trial_source(Tuner(train, param_space=space, tune_config=tune.TuneConfig(num_samples=4)))
-    controller = StudyController(
-        StudySpec(worker=WorkerSpec(b""), trial_source=source, horizon=1, experiment_path=str(tmp_path))
-    )
+    controller = StudyController(StudySpec(LoopSpec(WorkerSpec(b""), str(tmp_path)), trial_source=source, horizon=1))
     controller.study.admit()
     statuses = [state.status for state in controller.trials.values()]
     assert statuses.count(ERROR) == 1 and len(statuses) == 4

@@ -13,7 +13,7 @@ import pytest
 from ray_stagetree.planning.lifecycle import TERMINATED
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.control import study_trials
-from ray_stagetree.runtime.control.spec import StudySpec, WorkerSpec
+from ray_stagetree.runtime.control.spec import LoopSpec, StudySpec, WorkerSpec
 from ray_stagetree.runtime.control.studies import NodeConfigs, Studies
 from ray_stagetree.runtime.control.study_trials import LoopPort, StudyTrials
 from ray_stagetree.searchers.sources import VariantSource
@@ -32,7 +32,7 @@ class PortOverPlan:
 
     def attach(self, configs: list[dict], study_id: str = "", **options) -> StudyTrials:
         source = VariantSource(configs)
-        spec = StudySpec(worker=WorkerSpec(b""), trial_source=source, horizon=HORIZON, experiment_path="/x", **options)
+        spec = StudySpec(LoopSpec(WorkerSpec(b""), "/x"), trial_source=source, horizon=HORIZON, **options)
         study = StudyTrials(spec, self.plan, self, store=None, study_id=study_id)
         self.studies.add(study)
         return study

@@ -41,7 +41,7 @@ from ray_stagetree.runtime.control.preemption import Preemption
 from ray_stagetree.runtime.control.resources import workers_that_fit
 from ray_stagetree.runtime.control.run_records import RunRecords
 from ray_stagetree.runtime.control.snapshots import NoSnapshots
-from ray_stagetree.runtime.control.spec import StudySpec
+from ray_stagetree.runtime.control.spec import LoopSpec
 from ray_stagetree.runtime.control.studies import NodeConfigs, Studies
 from ray_stagetree.runtime.control.study_end import retrain_lost_finals
 from ray_stagetree.runtime.control.study_trials import StudyTrials
@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 TICK_S = 0.5
 
 
-def policy_for(spec: StudySpec, horizon: int | None) -> ExecutionPolicy:
+def policy_for(spec: LoopSpec, horizon: int | None) -> ExecutionPolicy:
     """The spec's execution policy, bound to its workers and ``horizon``."""
     policy = get_policy(spec.policy)
     policy.bind(spec.num_workers)
@@ -83,7 +83,7 @@ class BatchLoop:
 
     def __init__(
         self,
-        spec: StudySpec,
+        spec: LoopSpec,
         plan: SearchPlan,
         store: CheckpointStore,
         policy: ExecutionPolicy,
@@ -403,7 +403,7 @@ class BatchLoop:
         handle = None
         if parked is None and source is not None and not source.is_initialization:
             handle = await self.store.handle(self.plan, source.node, source.iteration)
-        owner = node.study
+        owners = [node.study] if node.study is not None else list(self.studies.values())
         return BatchSpec(
             batch_id=batch.batch_id,
             config=node.config,
@@ -415,7 +415,8 @@ class BatchLoop:
             plain=node.plain,
             reproducibility=self.spec.worker.reproducibility,
             resumes=None if parked is None else parked.batch_id,
-            keep_reported=keeps_reported((owner.spec if owner is not None else self.spec).checkpoint_config),
+            # A node no trial configured (a stored plan's) keeps what any study would keep.
+            keep_reported=any(keeps_reported(study.spec.checkpoint_config) for study in owners),
             **self.trial_context(leaf.node_id),
         )
 

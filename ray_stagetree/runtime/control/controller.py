@@ -43,29 +43,29 @@ class StudyController(BatchLoop):
     """
 
     def __init__(self, spec: StudySpec) -> None:
-        restore = spec.restore
+        restore, loop = spec.restore, spec.loop
         if restore is not None:
             plan = SearchPlan.from_records(restore.state.plan, restore.state.objects)
         elif spec.resume:
             # Without its side file of objects (nothing here unpickles a plan): a node whose values JSON
             # cannot hold are fingerprints only is configured by the first trial requesting it.
-            plan = SearchPlan.load(f"{spec.experiment_path}/plan", spec.storage_filesystem)
+            plan = SearchPlan.load(f"{loop.experiment_path}/plan", loop.storage_filesystem)
         else:
             plan = SearchPlan()
         store = CheckpointStore(
-            CheckpointStorage(spec.experiment_path, spec.storage_filesystem),
-            spec.checkpoint_budget_bytes,
-            secret=spec.payload_key,
-            trusted=spec.trust_storage,
+            CheckpointStorage(loop.experiment_path, loop.storage_filesystem),
+            loop.checkpoint_budget_bytes,
+            secret=loop.payload_key,
+            trusted=loop.trust_storage,
         )
         snapshots = Snapshots(
             lambda: dumps(self.study.state()),
             lambda data: store.io.write_state.remote(STATE_FILE, data),
-            spec.state_period_s,
+            loop.state_period_s,
             self.warn,
-            wait_s=spec.storage_wait_s,
+            wait_s=loop.storage_wait_s,
         )
-        super().__init__(spec, plan, store, policy_for(spec, spec.horizon), snapshots)
+        super().__init__(loop, plan, store, policy_for(loop, spec.horizon), snapshots)
         self.study = StudyTrials(spec, plan, self, store)
         if self.study.order_sensitive:
             # A scheduler comparing trials decides on the order they reach it:

@@ -1,5 +1,6 @@
 """What a study is, as the Tuner validated it: `WorkerSpec`, what each
-stage worker needs, and `StudySpec`, what the controller needs besides.
+stage worker needs, `LoopSpec`, what the batch loop runs on besides, and
+`StudySpec`, the study's trials and their loop.
 
 Both travel to the controller's actor (or a plan service's) pickled; the
 worker's part is the same for every worker of a study, or of a shared plan.
@@ -19,6 +20,8 @@ from ray_stagetree.runtime.workers.remote import remote_once
 from ray_stagetree.runtime.workers.worker import CLOSE_WAIT_S, PeerWorker, StageWorker
 
 if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+    from pyarrow.fs import FileSystem
     from ray.tune import CheckpointConfig, Stopper
     from ray.tune.schedulers import TrialScheduler
 
@@ -143,17 +146,34 @@ class WorkerGroup:
 
 
 @dataclass
-class StudySpec:
-    """Everything the controller needs, validated by the Tuner on the driver
-    (`runtime.driver.tuner`), or by a plan service for its shared plan."""
+class LoopSpec:
+    """What a batch loop (`batch_loop.BatchLoop`) runs on: its stage workers,
+    its plan's storage and checkpoints, its execution policy, its snapshots."""
 
     worker: WorkerSpec
+    experiment_path: str  # the plan's folder: plan/, checkpoints/ and the snapshot are written there
+    storage_filesystem: FileSystem | AbstractFileSystem | None = None  # RunConfig.storage_filesystem
+    num_workers: int = 1
+    policy: str | ExecutionPolicy = "critical_path"  # a name in planning.policies.POLICIES, or the policy
+    checkpoint_budget_bytes: int = 2 * 1024**3
+    parked_per_worker: int = PARKED_PER_WORKER  # paused trainables with no checkpoint a worker keeps alive
+    state_period_s: float | None = None  # seconds between snapshots; None: as often as their cost allows
+    storage_wait_s: float = 600.0  # seconds the study pauses while storage refuses its snapshot, then goes on without
+    # The experiment's key, which seals stored checkpoints (execution.payload_auth); never written to storage.
+    payload_key: bytes | None = field(default=None, repr=False)
+    trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
+    stall_warning_s: float = 60.0  # the progress names a batch's trials after this long without a report
+
+
+@dataclass
+class StudySpec:
+    """One study's trials (`study_trials.StudyTrials`) and the loop they run
+    on (``loop``), as the Tuner validated them on the driver (`runtime.driver.run`)."""
+
+    loop: LoopSpec
     trial_source: VariantSource | SearcherSource
     horizon: int | None  # None: open-ended trials, ended by stop criteria, schedulers or the trainable
-    experiment_path: str
     horizon_is_max_t: bool = False  # the horizon is the scheduler's max_t, not a stop criterion
-    storage_filesystem: Any = None  # RunConfig.storage_filesystem: pyarrow or fsspec (planning.filesystems)
-    num_workers: int = 1
     max_concurrent_trials: int | None = None
     # Admitted trials that may wait for a worker at once (Tune's pending trials; the trial source's
     # `pending_limit`): a searcher hears results between suggestions. None: no limit (variants).
@@ -170,18 +190,10 @@ class StudySpec:
     metric: str | None = None
     mode: Literal["min", "max"] | None = None
     time_budget_s: float | None = None
-    policy: str | ExecutionPolicy = "critical_path"  # a name in planning.policies.POLICIES, or the policy
-    # -- checkpoints and snapshots
-    checkpoint_budget_bytes: int = 2 * 1024**3
     checkpoint_config: CheckpointConfig | None = None
-    parked_per_worker: int = PARKED_PER_WORKER  # paused trainables with no checkpoint a worker keeps alive
-    resume: bool = False  # continue the plan saved under experiment_path/plan
+    # -- what it continues
+    resume: bool = False  # continue the plan saved under the loop's experiment_path/plan
     restore: Restore | None = None  # continue a study's snapshot (Tuner.restore)
-    state_period_s: float | None = None  # seconds between snapshots; None: as often as their cost allows
-    storage_wait_s: float = 600.0  # seconds the study pauses while storage refuses its snapshot, then goes on without
-    # The experiment's key, which seals stored checkpoints (execution.payload_auth); never written to storage.
-    payload_key: bytes | None = field(default=None, repr=False)
-    trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
     # -- names, as Tune gives them
     trainable_name: str = "trainable"
     trial_name_creator: Callable[[TrialInfo], str] | None = None  # TuneConfig's hooks
@@ -189,4 +201,3 @@ class StudySpec:
     # The config paths a grid or random search draws, for Tune's experiment tag in folder names
     # (None: a searcher's trials, tagged with every value, as Tune tags them).
     tuned_paths: frozenset[tuple[str, ...]] | None = None
-    stall_warning_s: float = 60.0  # the progress names a batch's trials after this long without a report

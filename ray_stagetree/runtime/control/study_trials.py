@@ -255,7 +255,7 @@ class StudyTrials:
         for admitted in range(ADMIT_PER_TURN):
             if self.lifecycle.full(self.spec.max_concurrent_trials) or self.budget.over() or self.failures.halted:
                 return False
-            if self.lifecycle.pending_full(pending_limit, self.spec.num_workers):
+            if self.lifecycle.pending_full(pending_limit, self.spec.loop.num_workers):
                 return admitted > 0
             try:
                 if self.lifecycle.admit_next(self._new_trial) is None:
@@ -533,7 +533,7 @@ class StudyTrials:
         """Tell the driver what storage refused at the study's end."""
         if unwritten:
             self.feed.warn(
-                f"storage under {self.spec.experiment_path!r} refused part of the study's end, which is kept in "
+                f"storage under {self.spec.loop.experiment_path!r} refused part of the study's end, which is kept in "
                 f"the returned results only: {'; '.join(unwritten[:3])}"
                 + (f" (and {len(unwritten) - 3} more)" if len(unwritten) > 3 else "")
             )
@@ -543,15 +543,15 @@ class StudyTrials:
     def trial_context(self, trial_id: str) -> dict[str, str]:
         """What a class trainable's ``trial_id`` / ``trial_name`` name, for a node the trial configured."""
         owner = self.trials.get(trial_id)
-        experiment_name = self.spec.experiment_path.rstrip("/").rsplit("/", 1)[-1]
+        experiment_name = self.spec.loop.experiment_path.rstrip("/").rsplit("/", 1)[-1]
         if owner is None:
             return {"experiment_name": experiment_name}
-        local = "://" not in self.spec.experiment_path and self.spec.storage_filesystem is None
+        local = "://" not in self.spec.loop.experiment_path and self.spec.loop.storage_filesystem is None
         return {
             "trial_id": owner.trial_id,
             "trial_name": owner.name,
             "experiment_name": experiment_name,
-            "trial_dir": f"{self.spec.experiment_path}/{owner.dirname}" if local else "",
+            "trial_dir": f"{self.spec.loop.experiment_path}/{owner.dirname}" if local else "",
         }
 
     def configured_saves(self, segments: list[tuple[Any, int, int]], last: tuple[int, int] | None) -> list[int]:

@@ -217,6 +217,10 @@ class _DeclarativeTrial:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._view, name)
 
+    def shows(self, view: TrialView) -> bool:
+        """Whether this is ``view``'s declarative face (loggers key their files by the trial object)."""
+        return self._view is view
+
     def __str__(self) -> str:
         return str(self._view)
 
@@ -327,7 +331,7 @@ class CallbackRunner:
         if not isinstance(view, TrialView):
             return view
         proxy = self._declarative_views.get(view.trial_id)
-        if proxy is None or proxy._view is not view:  # loggers key their files by the trial object
+        if proxy is None or not proxy.shows(view):  # loggers key their files by the trial object
             proxy = self._declarative_views[view.trial_id] = _DeclarativeTrial(view)
         return proxy
 

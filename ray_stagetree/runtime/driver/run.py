@@ -46,7 +46,7 @@ from ray_stagetree.runtime.control.experiment_state import (
     restored_progress,
 )
 from ray_stagetree.runtime.control.messages import Progress, TrialSummary
-from ray_stagetree.runtime.control.spec import StudySpec, WorkerSpec, live_nodes
+from ray_stagetree.runtime.control.spec import LoopSpec, StudySpec, WorkerSpec, live_nodes
 from ray_stagetree.runtime.driver.arguments import (
     check_resource_request,
     max_pending_trials,
@@ -163,12 +163,7 @@ class StudyRun:
             worker_options["memory"] = resources["memory"]
         failure = tuner.run_config.failure_config
         concurrent = max_concurrent(tuner)
-        return StudySpec(
-            fail_fast=failure.fail_fast if failure is not None else False,
-            trainable_name=tuner.trainable_name,
-            trial_name_creator=tuner.tune_config.trial_name_creator,
-            trial_dirname_creator=tuner.tune_config.trial_dirname_creator,
-            tuned_paths=None if isinstance(trial_source, SearcherSource) else tuned_paths(tuner.param_space),
+        loop = LoopSpec(
             worker=WorkerSpec(
                 trainable=_pickled(tuner.trainable),
                 options=worker_options,
@@ -177,37 +172,45 @@ class StudyRun:
                     Reproducibility(tuner.seed, tuner.deterministic_algorithms) if tuner.reproducible else None
                 ),
             ),
-            trial_source=trial_source,
-            horizon=horizon,
-            horizon_is_max_t=tuner.horizon_is_max_t,
             experiment_path=self.experiment_path,
             storage_filesystem=self.storage_filesystem,
             num_workers=worker_count(
                 tuner, resources, _trials_to_run(trial_source, restore) or tuner.tune_config.num_samples
             ),
+            policy=tuner.policy,
+            checkpoint_budget_bytes=tuner.checkpoint_budget_bytes,
+            parked_per_worker=tuner.parked_trainables_per_worker,
+            state_period_s=state_period(),
+            storage_wait_s=storage_wait(),
+            payload_key=payload_key(key_path, self.storage_filesystem, continues=resume or restore is not None),
+            trust_storage=trust_storage(),
+            stall_warning_s=stall_warning_seconds(),
+        )
+        return StudySpec(
+            loop=loop,
+            trial_source=trial_source,
+            horizon=horizon,
+            horizon_is_max_t=tuner.horizon_is_max_t,
             max_concurrent_trials=concurrent,
             max_pending_trials=trial_source.pending_limit(max_pending_trials(), concurrent),
             stage_sharing=tuner.stage_sharing,
             # -1 retries without limit, as in Tune
             max_failures=(math.inf if failure.max_failures == -1 else failure.max_failures) if failure else 0,
+            fail_fast=failure.fail_fast if failure is not None else False,
+            restore_retries=restore_retries(),
             stop_thresholds=tuner.stop_thresholds,
             stopper=tuner.stopper,
             scheduler=tuner.tune_config.scheduler,
             metric=tuner.tune_config.metric,
             mode=tuner.tune_config.mode,
             time_budget_s=_seconds(tuner.tune_config.time_budget_s),
-            policy=tuner.policy,
-            checkpoint_budget_bytes=tuner.checkpoint_budget_bytes,
-            parked_per_worker=tuner.parked_trainables_per_worker,
+            checkpoint_config=tuner.run_config.checkpoint_config,
             resume=resume,
             restore=restore,
-            state_period_s=state_period(),
-            storage_wait_s=storage_wait(),
-            restore_retries=restore_retries(),
-            checkpoint_config=tuner.run_config.checkpoint_config,
-            stall_warning_s=stall_warning_seconds(),
-            payload_key=payload_key(key_path, self.storage_filesystem, continues=resume or restore is not None),
-            trust_storage=trust_storage(),
+            trainable_name=tuner.trainable_name,
+            trial_name_creator=tuner.tune_config.trial_name_creator,
+            trial_dirname_creator=tuner.tune_config.trial_dirname_creator,
+            tuned_paths=None if isinstance(trial_source, SearcherSource) else tuned_paths(tuner.param_space),
         )
 
     def _run_to_the_end(
@@ -263,7 +266,7 @@ class StudyRun:
             .remote(spec)
         )
         # The workers start with the controller rather than after it.
-        workers = [spec.worker.start(controller) for _ in range(spec.num_workers)]
+        workers = [spec.loop.worker.start(controller) for _ in range(spec.loop.num_workers)]
         run = controller.run.remote(workers)
         # Until the study's processes are gone: a Ctrl-C after the study ended
         # (while the loggers finish, or during clean-up) is absorbed, not raised
@@ -304,7 +307,7 @@ class StudyRun:
                     pass  # it died: the workers it started died with it
                 finally:
                     for worker in workers:
-                        spec.worker.stop(worker)
+                        spec.loop.worker.stop(worker)
                     ray.kill(controller)
         return progress, summaries
 

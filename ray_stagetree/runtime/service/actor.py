@@ -89,7 +89,7 @@ class PlanService:
         folder of its plan directory); returns its id."""
         if self._watchdog is None:
             self._watchdog = asyncio.ensure_future(self._watch())
-        plan_dir = spec.experiment_path.rstrip("/").rsplit("/", 1)[0]
+        plan_dir = spec.loop.experiment_path.rstrip("/").rsplit("/", 1)[0]
         if self.shared is not None and self.shared.share_key != share_key:
             if self.shared.studies:
                 raise ValueError(
@@ -101,13 +101,13 @@ class PlanService:
             await self._close_shared()
         if self.shared is None:
             _claim(CheckpointStorage(plan_dir, self.storage_filesystem), share_key)
-            worker = dataclasses.replace(spec.worker, trainable=_adopt_parameters(spec.worker.trainable))
-            own = dataclasses.replace(spec, experiment_path=plan_dir, worker=worker)
+            worker = dataclasses.replace(spec.loop.worker, trainable=_adopt_parameters(spec.loop.worker.trainable))
+            own = dataclasses.replace(spec.loop, experiment_path=plan_dir, worker=worker)
             self.shared = SharedPlan(own, share_key)
             here = ray.get_runtime_context().current_actor
-            workers = [self.shared.spec.worker.start(here) for _ in range(spec.num_workers)]
+            workers = [self.shared.spec.worker.start(here) for _ in range(spec.loop.num_workers)]
             self._loop = asyncio.ensure_future(self.shared.run(workers))
-        study_id = f"{spec.experiment_path.rstrip('/').rsplit('/', 1)[-1]}_{uuid.uuid4().hex[:6]}"
+        study_id = f"{spec.loop.experiment_path.rstrip('/').rsplit('/', 1)[-1]}_{uuid.uuid4().hex[:6]}"
         self.shared.attach(spec, study_id, weight)
         self._seen[study_id] = time.monotonic()
         return study_id

@@ -179,7 +179,7 @@ def _attach(config: PlanServiceConfig, spec: StudySpec, share_key: str, storage_
     released once its process is gone)."""
     for attempt in range(1, ATTACH_ATTEMPTS + 1):
         try:
-            service = connect(config, storage_path, spec.storage_filesystem)
+            service = connect(config, storage_path, spec.loop.storage_filesystem)
             return service, ray.get(service.attach.remote(spec, share_key, config.weight))
         except ray.exceptions.RayActorError:
             if attempt == ATTACH_ATTEMPTS:

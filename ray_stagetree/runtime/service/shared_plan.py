@@ -27,7 +27,7 @@ from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.control.batch_loop import BatchLoop, policy_for
 from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore
 from ray_stagetree.runtime.control.snapshots import NoSnapshots
-from ray_stagetree.runtime.control.spec import StudySpec
+from ray_stagetree.runtime.control.spec import LoopSpec, StudySpec
 from ray_stagetree.runtime.control.study_trials import StudyTrials
 from ray_stagetree.runtime.service.unique_trial_ids import UniqueTrialIds
 
@@ -74,14 +74,14 @@ class SharedPlan(BatchLoop):
     Parameters
     ----------
     spec:
-        The first attaching study's spec, for what the shared part needs: the
-        trainable, the workers' resources, the storage and its key; its
-        ``experiment_path`` is the plan's directory.
+        The first attaching study's loop: the trainable, the workers'
+        resources, the storage and its key; its ``experiment_path`` is the
+        plan's directory.
     share_key:
         `runtime.service.trainable_identity.share_key` of the studies it accepts.
     """
 
-    def __init__(self, spec: StudySpec, share_key: str) -> None:
+    def __init__(self, spec: LoopSpec, share_key: str) -> None:
         storage = CheckpointStorage(spec.experiment_path, spec.storage_filesystem)
         if storage.filesystem.isfile(storage.path("plan/nodes.parquet")):
             plan = SearchPlan.load(f"{spec.experiment_path}/plan", spec.storage_filesystem)
@@ -112,19 +112,20 @@ class SharedPlan(BatchLoop):
     def attach(self, spec: StudySpec, study_id: str, weight: float) -> StudyTrials:
         """A study joins the plan: its trials are admitted from the next turn
         (renamed where another study's trial ids collide, `UniqueTrialIds`)."""
-        if spec.worker.options != self.spec.worker.options:
+        if spec.loop.worker.options != self.spec.worker.options:
             raise ValueError(
                 f"the studies sharing this plan run on workers with {self.spec.worker.options}, but this one asks "
-                f"for {spec.worker.options} (tune.with_resources): give it another study_group, or the same resources"
+                f"for {spec.loop.worker.options} (tune.with_resources): give it another study_group, or the same "
+                "resources"
             )
-        folder = spec.experiment_path[len(self.spec.experiment_path) :].strip("/")
+        folder = spec.loop.experiment_path[len(self.spec.experiment_path) :].strip("/")
         spec = dataclasses.replace(spec, trial_source=UniqueTrialIds(spec.trial_source, self._taken, study_id))
         study = StudyTrials(
             spec, self.plan, self, StudyFolderStore(self.store, folder), study_id, weight, share_key=self.share_key
         )
-        if spec.num_workers > self.pool.capacity:
-            self.pool.grow(spec.num_workers)
-            self.spec.num_workers = spec.num_workers
+        if spec.loop.num_workers > self.pool.capacity:
+            self.pool.grow(spec.loop.num_workers)
+            self.spec.num_workers = spec.loop.num_workers
         self.add_study(study)
         return study
 
