@@ -34,12 +34,11 @@ from ray_stagetree.planning.lifecycle import ENDED, PAUSED, UNFINISHED
 from ray_stagetree.planning.plan import PlanNode, RequestState, SearchPlan
 from ray_stagetree.planning.policies import ExecutionPolicy, StageBatch, get_policy
 from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore
-from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR
 from ray_stagetree.runtime.control.failures import SharedStageRetries
 from ray_stagetree.runtime.control.notices import WorkerNotices
 from ray_stagetree.runtime.control.preemption import Preemption
 from ray_stagetree.runtime.control.resources import workers_that_fit
-from ray_stagetree.runtime.control.run_records import RunRecords
+from ray_stagetree.runtime.control.run_records import RunRecords, SharingFigures
 from ray_stagetree.runtime.control.snapshots import NoSnapshots
 from ray_stagetree.runtime.control.spec import LoopSpec
 from ray_stagetree.runtime.control.studies import NodeConfigs, Studies
@@ -113,8 +112,7 @@ class BatchLoop:
         self.worker_seconds = 0.0  # batches' dispatch-to-completion time, summed
         self.runs = RunRecords(plan)  # the plan's runs (the monitor's timeline)
         self.notices = WorkerNotices(self.warn)
-        self._sharing: dict[str, int] = {}  # the plan's iteration counts, as `figures` last computed them
-        self._sharing_due = 0.0  # time.monotonic() after which `figures` computes them again
+        self.sharing = SharingFigures(plan)
         self._closing = False
 
     # -- studies -----------------------------------------------------------------------
@@ -160,18 +158,9 @@ class BatchLoop:
         ]
 
     def figures(self) -> dict[str, Any]:
-        """The plan's unique and trial-by-trial iterations (each walks every
-        trial, so with many trials they are recomputed at most as often as
-        keeps them under 5% of the loop's time; exact once nothing runs),
-        the snapshots' seconds and the restarts at changed values."""
-        now = time.monotonic()
-        if now >= self._sharing_due or not self.pool.running:
-            self._sharing = {
-                "unique_iterations": self.plan.unique_iterations(),
-                "total_iterations": self.plan.total_iterations(),
-            }
-            self._sharing_due = now + STATE_COST_FACTOR * (time.monotonic() - now)
-        return {**self._sharing, "state_seconds": self.snapshots.seconds, "restarts": dict(self.notices.restarts)}
+        """The plan's sharing (`SharingFigures`), the snapshots' seconds and the restarts at changed values."""
+        sharing = self.sharing.now(exact=not self.pool.running)
+        return {**sharing, "state_seconds": self.snapshots.seconds, "restarts": dict(self.notices.restarts)}
 
     # -- the loop ------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The plan's runs: which worker trained which segments of a batch, from
 when to when, and how the batch ended (`SearchPlan.record_run`, the
-monitor's timeline). Ray-free."""
+monitor's timeline); and its sharing figures as the progress line shows
+them. Ray-free."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
 from ray_stagetree.planning.plan import SearchPlan
+from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR
 
 
 class RunRecords:
@@ -51,3 +53,25 @@ class RunRecords:
         ]
         if segments or label != "done":
             self.plan.record_run(spec.batch_id, worker, segments, start_time, max(time.time(), start_time), label)
+
+
+class SharingFigures:
+    """The plan's unique and trial-by-trial iterations. Each walks every
+    trial, so with many trials they are recomputed at most as often as keeps
+    them under 5% of the loop's time."""
+
+    def __init__(self, plan: SearchPlan) -> None:
+        self.plan = plan
+        self._figures: dict[str, int] = {}
+        self._due = 0.0  # time.monotonic() after which they are computed again
+
+    def now(self, exact: bool = False) -> dict[str, int]:
+        """``unique_iterations`` and ``total_iterations``, as last computed (``exact``: computed now)."""
+        started = time.monotonic()
+        if exact or started >= self._due:
+            self._figures = {
+                "unique_iterations": self.plan.unique_iterations(),
+                "total_iterations": self.plan.total_iterations(),
+            }
+            self._due = started + STATE_COST_FACTOR * (time.monotonic() - started)
+        return self._figures
