@@ -33,7 +33,7 @@ at least half the completion rate of 10,000 and the controller under 500 MB.
     python release/bench_scale.py --final-checkpoints 200
 
 ``--final-checkpoints N`` runs instead the memory case of the same issue: N
-trials that each end with a 1 MiB checkpoint (``tests/runtime/test_memory.py``'s
+trials that each end with a 1 MiB checkpoint (``tests/runtime/control/test_memory.py``'s
 trainable), ``checkpoint_budget_bytes`` of 20 MiB, and prints the peak of
 the object-store bytes referenced from the first batch to the trial
 folders written at the end (the study's end once reloaded them all).

@@ -131,7 +131,7 @@ def main() -> None:
     }
     if (
         args.quick
-    ):  # the smoke test runs the two ends; the others are the tests' (tests/runtime/test_time_shared_study.py)
+    ):  # the smoke test runs the two ends; the others are the tests' (tests/runtime/control/test_time_shared_study.py)
         policies = {name: policies[name] for name in ("fifo", "hermes")}
     orders = [random.Random(seed).sample(jobs, len(jobs)) for seed in range(args.repeats)]
     with tempfile.TemporaryDirectory() as storage:

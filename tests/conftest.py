@@ -5,10 +5,11 @@ import tempfile
 import pytest
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
+RUNTIME_HELPERS = os.path.join(TESTS, "runtime")
 EXAMPLES = os.path.join(os.path.dirname(TESTS), "examples")
-# Shared helpers (trainables_for_tests) live here and the examples are imported
-# by name, from every test folder.
-sys.path[:0] = [TESTS, EXAMPLES]
+# Shared helpers (trainables_for_tests here, the study scripts of tests/runtime)
+# and the examples are imported by name, from every test folder.
+sys.path[:0] = [TESTS, RUNTIME_HELPERS, EXAMPLES]
 # Experiments' checkpoint keys (ray_stagetree.execution.payload_auth) go to a
 # folder of this session, not the user's ~/.ray_stagetree; subprocesses inherit it.
 os.environ.setdefault("RAY_STAGETREE_KEY_DIR", tempfile.mkdtemp(prefix="stagetree_test_keys_"))

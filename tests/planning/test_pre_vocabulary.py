@@ -1,7 +1,7 @@
 """What was stored before the vocabulary rename loads after it
 and gives the same plan: `tests/fixtures/make_pre_vocabulary.py` wrote the
 fixtures with the code before the rename, and builds the same plan with
-the new names. (A whole study's directory: `tests/runtime/test_restore.py`.)"""
+the new names. (A whole study's directory: `tests/runtime/driver/test_restore.py`.)"""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ experiment's storage (fsspec), so it works on object stores too; there,
 acquiring is a write read back, not an atomic create: two drivers starting
 within the same instant may both win (each refuses a driver that comes after).
 
-Ray-free: `tests/runtime/test_lease.py` runs it on a clock of its own.
+Ray-free: `tests/runtime/driver/test_lease.py` runs it on a clock of its own.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from trainables_for_tests import count_of, noisy_descent, sum_of_lr
 from ray_stagetree import Tuner
 from ray_stagetree.runtime.service.service_client import shutdown, status
 
-STUDY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "service_study.py")
+STUDY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "service_study.py")
 
 
 def start_driver(tmp_path, name, milestones, service, counter, sleep=0.0, **options):

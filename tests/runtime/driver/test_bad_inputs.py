@@ -309,7 +309,7 @@ REFUSED = [
     ),
     # param_space values
     ("space-int-key", lambda: draw({1: 0.1}), ValueError, "config keys must be strings, got 1"),
-    # any picklable value is taken (tests/runtime/test_any_config_value.py); Tune's variants deep-copy the space
+    # any picklable value is taken (tests/drop_in/test_any_config_value.py); Tune's variants deep-copy the space
     ("space-unpicklable", lambda: draw({"opt": {"lock": threading.Lock()}}), TypeError, "cannot pickle '_thread.lock'"),
     # sequence constructors
     ("multistep-decreasing", lambda: MultiStep(0.1, [30, 10], 0.1), ValueError, r"milestones.*got \[30, 10\]"),

@@ -31,7 +31,7 @@ def test_the_same_trainable_has_the_same_key_in_every_process():
         "from ray_stagetree.runtime.service.trainable_identity import share_key;"
         "print(share_key('g', sum_of_lr), share_key('g', tune.with_parameters(sum_of_lr, data=torch.arange(6.0))))"
     )
-    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tests = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
     other_process = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=environment

@@ -18,7 +18,7 @@ import uuid
 import pytest
 import ray
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/runtime, beside cluster_study.py
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
