@@ -24,6 +24,7 @@ LAYERS = [
     "searchers",
     "trial_schedulers",
     "simulation",
+    "testing",
     "trainables",
     "monitor",
     "runtime",
