@@ -280,3 +280,15 @@ def test_no_module_or_class_outgrows_one_reading():
             if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > CLASS_LINES:
                 too_long.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
     assert too_long == []
+
+
+def test_architecture_names_every_module():
+    """ARCHITECTURE.md's map of the package names every module, so that a
+    new engineer finds where each thing lives (and a new module is placed)."""
+    architecture = (Path(__file__).resolve().parents[1] / "ARCHITECTURE.md").read_text()
+    unnamed = [
+        name
+        for name, path in _modules().items()
+        if path.name != "__init__.py" and path.name != "__main__.py" and path.name not in architecture
+    ]
+    assert unnamed == []

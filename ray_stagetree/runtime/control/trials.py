@@ -41,7 +41,7 @@ class TrialState(Trial):
     # (node, iteration) of the checkpoint it reported just before it raised: restart_errored does not load it
     error_checkpoint: tuple[int, int] | None = None
     restore_failures: int = 0  # failed loads of its starting checkpoint since it last trained (TUNE_RESTORE_RETRY_NUM)
-    announced: bool = False  # its "start" event went out (Tune's on_trial_start): see `StudyController._announce`
+    announced: bool = False  # its "start" event went out (Tune's on_trial_start): see `DriverFeed.announce`
 
     def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
         super().configure(config, trial_config)

@@ -2,7 +2,7 @@
 
 One service per Ray namespace, name and storage location. It hosts the
 `SharedPlan` of the trainable identity its studies share (search plan,
-checkpoint store, a pool of warm stage workers) and one `AttachedStudy` per
+checkpoint store, a pool of warm stage workers) and one `StudyTrials` per
 attached study. Several drivers attach at once; each polls its own study's
 progress and results, as `Tuner.fit` polls its controller.
 
