@@ -121,7 +121,11 @@ def test_links_between_readme_and_docs_resolve():
 
 
 def test_no_links_outside_the_repository():
-    included = [ROOT / "ARCHITECTURE.md", ROOT / "CONTRIBUTING.md", ROOT / "release" / "RESULTS.md"]  # the site shows them too
+    included = [
+        ROOT / "ARCHITECTURE.md",
+        ROOT / "CONTRIBUTING.md",
+        ROOT / "release" / "RESULTS.md",
+    ]  # the site shows them too
     for page in [*PAGES, *included]:
         text = page.read_text()
         assert "../shared/" not in text, page
