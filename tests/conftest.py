@@ -66,7 +66,7 @@ def ray_session():
     # Ray's workers import the trainables defined in test modules and examples by
     # name, as pytest imported them: from the folder of each test module.
     folders = [TESTS, EXAMPLES] + [
-        entry.path for entry in os.scandir(TESTS) if entry.is_dir() and entry.name[0] not in "._"
+        folder for folder, _, files in os.walk(TESTS) if any(name.endswith(".py") for name in files) and folder != TESTS
     ]
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, folders + [os.environ.get("PYTHONPATH")]))
     # address="local": never the cluster RAY_ADDRESS or a `ray start` on this machine names.
