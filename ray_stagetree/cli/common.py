@@ -205,7 +205,7 @@ def open_experiment(path: str) -> Any:
 
 
 def latest_experiment(storage_path: str | None) -> Any:
-    """The experiment updated last under ``storage_path`` (default: where `run` puts them)."""
+    """The experiment started last under ``storage_path`` (default: where `run` puts them)."""
     from ray_stagetree.jobs.experiments import list_experiments
 
     storage = storage_path or default_storage()

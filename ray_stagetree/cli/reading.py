@@ -17,13 +17,21 @@ from ray_stagetree.cli.common import (
     print_table,
 )
 
+#: What ``stagetree status`` says of a study, by the state its status file records.
+STATES = {
+    "ended": "ended",
+    "running": "running (or its driver died: stagetree restore continues it)",
+    "interrupted": "interrupted (stagetree restore continues it)",
+    "failed": "stopped by an error (stagetree restore continues it)",
+}
+
 
 def status(args: argparse.Namespace) -> int:
     from ray_stagetree.jobs.experiments import age
 
     experiment = open_experiment(args.path) if args.path else latest_experiment(args.storage_path)
     counts = experiment.counts()
-    state = "ended" if experiment.ended else "running, or stopped before its end (stagetree restore continues it)"
+    state = STATES.get(experiment.state or "", "running, or stopped before its end (stagetree restore continues it)")
     print(f"{experiment.path}: {state}; last update {age(experiment.last_update)}")
     print("trials: " + (", ".join(f"{count} {status}" for status, count in sorted(counts.items())) or "none yet"))
     trained = experiment.trained()

@@ -1,5 +1,6 @@
-"""The study's metric and mode, in JSON at its experiment root, for readers
-that never unpickle (the monitor, ``stagetree status / show / ls``).
+"""The study's metric and mode, and its status as it runs, in JSON at its
+experiment root, for readers that never unpickle (the monitor, ``stagetree
+status / show / ls``).
 
 The Tuner's settings are pickled (``stagetree_tuner.pkl``): a reader of a
 folder it did not write must not load them. So the Tuner also writes
@@ -37,6 +38,27 @@ def stored_metric_and_mode(filesystem: Any, root: str) -> tuple[str | None, str 
     if not isinstance(tune_config, dict):
         return None, None
     return tune_config.get("metric"), tune_config.get("mode")
+
+
+#: The study's state as it runs, written by its driver (`runtime.driver.status_file`).
+STATUS_FILE = "stagetree_status.json"
+#: The study's own state in its status file.
+RUNNING_STUDY, ENDED_STUDY, INTERRUPTED_STUDY, FAILED_STUDY = "running", "ended", "interrupted", "failed"
+#: A trial of an interrupted (or failed) study that had not ended: a restore continues it.
+UNFINISHED = "UNFINISHED"
+
+
+def status_record(started: float, updated: float, state: str, trials: dict[str, dict[str, Any]]) -> str:
+    """The status file's text: when the study's driver started and last wrote
+    it (epoch seconds), the study's state, and each trial's folder, status and
+    iterations, by trial id."""
+    return json.dumps({"started": started, "updated": updated, "state": state, "trials": trials})
+
+
+def stored_status(filesystem: Any, root: str) -> dict[str, Any]:
+    """The status file of the study at ``root``; {} without one (a study
+    from before it was written, or a folder being made)."""
+    return _json(filesystem, posixpath.join(root, STATUS_FILE))
 
 
 def _json(filesystem: Any, path: str) -> dict[str, Any]:

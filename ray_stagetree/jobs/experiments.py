@@ -1,7 +1,9 @@
 """Experiment directories read back: ``stagetree status``, ``show`` and ``ls``.
 
 Only what the study writes as JSON and Parquet is read, never its pickles,
-so looking at a directory runs no code from it: each trial folder's
+so looking at a directory runs no code from it: the status file its driver
+writes from the study's start to its end (``stagetree_status.json``: every
+trial's status as the progress line shows it, the study's state), each trial folder's
 ``params.json`` (the config), ``result.json`` (one row per result, ``done``
 on the last one of a trial that ended) and ``error.txt``; the search plan
 in ``plan/`` (written when a study ends: its timings say what was trained);
@@ -18,7 +20,7 @@ import posixpath
 import time
 from typing import Any
 
-from ray_stagetree.execution.study_file import JOB_FILE, stored_metric_and_mode
+from ray_stagetree.execution.study_file import ENDED_STUDY, JOB_FILE, stored_metric_and_mode, stored_status
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.filesystems import resolve
 from ray_stagetree.planning.lifecycle import ENDED, ERROR, PENDING, TERMINATED
@@ -44,16 +46,23 @@ class TrialRecord:
     error: str | None
     updated: float  # when its results were last written (epoch seconds), 0 without results
     requested: int | None = None  # the iteration the saved plan requests it up to (None: no plan, or not in it)
+    recorded: str | None = None  # its status in the study's status file (None: the file does not list it)
+    recorded_iterations: int = 0
 
     @property
     def status(self) -> str:
-        """TERMINATED (ended: its horizon, a stopper or its scheduler), ERROR
+        """As the study's status file records it (the progress line's words:
+        RUNNING only while a worker trains it, UNFINISHED in a study stopped
+        before its end); in a folder without one (written by an earlier
+        version), from the folder: TERMINATED (ended: its horizon, a stopper or its scheduler), ERROR
         (its error.txt stays after a restore that finished it, which its last
         result then says), PENDING (no result yet) or UNFINISHED (running now,
         or stopped by an interruption that `stagetree restore` continues).
 
         A trial a scheduler stopped reports no ``done``: the plan, written when
         the study ends or is interrupted, requests no more of it than it reported."""
+        if self.recorded is not None:
+            return self.recorded
         if self.last.get("done"):
             return TERMINATED
         if self.error is not None:
@@ -65,7 +74,7 @@ class TrialRecord:
 
     @property
     def iterations(self) -> int:
-        return int(self.last.get("training_iteration", 0))
+        return max(int(self.last.get("training_iteration", 0)), self.recorded_iterations)
 
 
 @dataclasses.dataclass
@@ -78,18 +87,36 @@ class Experiment:
     plan: SearchPlan | None  # None until the study's end wrote it
     plan_updated: float
     stored_ranking: tuple[str | None, str | None] = (None, None)  # the study's metric and mode, as stored
+    status_record: dict[str, Any] = dataclasses.field(default_factory=dict)  # its status file ({}: none)
+
+    @property
+    def state(self) -> str | None:
+        """The study's state as its driver last wrote it ("running", "ended",
+        "interrupted", "failed"); None in a folder without a status file."""
+        return self.status_record.get("state")
+
+    @property
+    def started(self) -> float:
+        """When its driver last started it (epoch seconds): ``stagetree status``'s latest study."""
+        return float(self.status_record.get("started") or self.last_update)
 
     @property
     def ended(self) -> bool:
-        """The study's end wrote its plan, every trial folder's trial ended and
-        so did every trial the plan holds (one drawn but not started has no folder)."""
+        """Its driver says it ended; in a folder without a status file: the
+        study's end wrote its plan, every trial folder's trial ended and so
+        did every trial the plan holds (one drawn but not started has no folder)."""
+        if self.status_record:
+            return self.state == ENDED_STUDY
         if self.plan is None or any(trial.status not in ENDED for trial in self.trials):
             return False
         return set(self.plan.trials) <= {trial.last.get("trial_id") for trial in self.trials}
 
     @property
     def last_update(self) -> float:
-        return max([trial.updated for trial in self.trials] + [self.plan_updated])
+        """When the study last wrote anything (epoch seconds; 0 when nothing yet)."""
+        return max(
+            [trial.updated for trial in self.trials] + [self.plan_updated, self.status_record.get("updated", 0.0)]
+        )
 
     def counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -181,11 +208,36 @@ def read_experiment(path: str) -> Experiment:
             record = plan.trials.get(trial.last.get("trial_id"))
             trial.requested = None if record is None else record.request.iteration
     ranking = stored_metric_and_mode(filesystem, root)
-    return Experiment(path=path, trials=trials, job=job, plan=plan, plan_updated=plan_updated, stored_ranking=ranking)
+    status = stored_status(filesystem, root)
+    _record_statuses(trials, status.get("trials", {}))
+    return Experiment(
+        path=path,
+        trials=trials,
+        job=job,
+        plan=plan,
+        plan_updated=plan_updated,
+        stored_ranking=ranking,
+        status_record=status,
+    )
+
+
+def _record_statuses(trials: list[TrialRecord], recorded: dict[str, Any]) -> None:
+    """Each trial's status as the status file records it; a trial it lists
+    without a folder yet (admitted, never started) is listed too."""
+    by_folder = {trial.dirname: trial for trial in trials}
+    for entry in recorded.values():
+        if not isinstance(entry, dict) or not isinstance(entry.get("dirname"), str):
+            continue
+        trial = by_folder.get(entry["dirname"])
+        if trial is None:
+            trial = by_folder[entry["dirname"]] = TrialRecord(entry["dirname"], {}, {}, None, 0.0)
+            trials.append(trial)
+        trial.recorded = str(entry.get("status"))
+        trial.recorded_iterations = int(entry.get("iterations") or 0)
 
 
 def list_experiments(storage_path: str) -> list[Experiment]:
-    """The experiments directly under ``storage_path``, oldest update first.
+    """The experiments directly under ``storage_path``, the one started last at the end.
 
     Raises FileNotFoundError when ``storage_path`` does not exist."""
     filesystem, root = resolve(storage_path)
@@ -196,7 +248,7 @@ def list_experiments(storage_path: str) -> list[Experiment]:
         for name in filesystem.ls(root, detail=False)
         if filesystem.isdir(name) and is_experiment(filesystem, name.rstrip("/"))
     ]
-    return sorted(found, key=lambda experiment: experiment.last_update)
+    return sorted(found, key=lambda experiment: experiment.started)
 
 
 def config_text(config: dict[str, Any]) -> str:
@@ -213,7 +265,9 @@ def config_text(config: dict[str, Any]) -> str:
 
 
 def age(seconds_since_epoch: float) -> str:
-    """How long ago, as 12s, 5m or 3h."""
+    """How long ago, as 12s, 5m or 3h ("never" for 0: nothing written yet)."""
+    if seconds_since_epoch <= 0:
+        return "never"
     seconds = max(0.0, time.time() - seconds_since_epoch)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:

@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 from ray.tune.result import AUTO_RESULT_KEYS, EXPR_ERROR_FILE, EXPR_PARAM_FILE, EXPR_RESULT_FILE
 
 import ray_stagetree.planning.lifecycle as lifecycle
-from ray_stagetree.execution.study_file import stored_metric_and_mode
+from ray_stagetree.execution.study_file import stored_metric_and_mode, stored_status
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.filesystems import arrow_filesystem, resolve
 from ray_stagetree.planning.plan import SearchPlan
@@ -71,6 +71,16 @@ class ExperimentReader:
     def stored_metric_and_mode(self) -> tuple[str | None, str | None]:
         """The metric and mode the study was started with (None where it had none)."""
         return stored_metric_and_mode(self._fsspec, self.root)
+
+    def statuses(self) -> dict[str, str]:
+        """Each trial's status by folder, as the study's status file records it
+        (the progress line's words); {} without one (an earlier version's folder)."""
+        recorded = stored_status(self._fsspec, self.root).get("trials", {})
+        return {
+            entry["dirname"]: entry["status"]
+            for entry in recorded.values()
+            if isinstance(entry, dict) and isinstance(entry.get("dirname"), str) and "status" in entry
+        }
 
     def trials(self) -> list[dict[str, Any]]:
         """Each trial folder's ``name``, ``config``, ``rows`` (numeric metrics by
@@ -376,7 +386,7 @@ def study_state(
     metric = metric or default_metric(trials)
     records = live_view["plan"] if live_view is not None else reader.plan_records()
     running = live_view["running"] if live_view is not None else []
-    statuses = live_view["trials"] if live_view is not None else {}
+    statuses = live_view["trials"] if live_view is not None else reader.statuses()
     held = {name for batch in running for name in batch.get("trials", ())} if live_view is not None else None
     table = trial_table(trials, metric, mode, statuses, held)
     stages = stage_tree(records, running) if records is not None else []

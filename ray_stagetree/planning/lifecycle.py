@@ -189,6 +189,7 @@ class TrialLifecycle:
         self.trials: dict[str, Any] = {}  # trial id -> Trial (the owner's subclass)
         self._counts: Counter[str] = Counter()  # trials by status, kept by `add` and `set_status`
         self._pending: set[str] = set()  # ids of the PENDING trials, kept likewise
+        self._changed: set[str] = set()  # trials added or whose status changed since `take_changed`
         self.source_waits = False  # the trial source's last answer was WAIT: it may propose later
 
     # -- states --------------------------------------------------------------------
@@ -197,6 +198,7 @@ class TrialLifecycle:
         """Track ``trial`` in its status (a new one, or one restored as it stood)."""
         self.trials[trial.trial_id] = trial
         self._counts[trial.status] += 1
+        self._changed.add(trial.trial_id)
         if trial.status == PENDING:
             self._pending.add(trial.trial_id)
 
@@ -205,6 +207,7 @@ class TrialLifecycle:
         self._counts[trial.status] -= 1
         self._counts[status] += 1
         trial.status = status
+        self._changed.add(trial.trial_id)
         if status == PENDING:
             self._pending.add(trial.trial_id)
         else:
@@ -250,6 +253,11 @@ class TrialLifecycle:
             return True
         # The waiting trials are pending ones: count them only when they may be as many.
         return self._counts[PENDING] >= pending_limit and len(self.waiting()) >= pending_limit
+
+    def take_changed(self) -> set[str]:
+        """The trials added, or whose status changed, since the last call."""
+        changed, self._changed = self._changed, set()
+        return changed
 
     def counts(self) -> dict[str, int]:
         """Trials by status, statuses without trials left out."""

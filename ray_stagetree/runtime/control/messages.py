@@ -20,6 +20,8 @@ class Progress:
 
     #: Trials by status as the progress line shows them (RUNNING: a worker holds it).
     status: dict[str, int] = field(default_factory=dict)
+    #: The trials whose status, as shown, changed since the last poll: (folder, status) by trial id.
+    statuses: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: Iterations executed, requested (the plan's unique ones) and trial by trial.
     iterations: int = 0
     unique_iterations: int = 0

@@ -169,6 +169,8 @@ class StudyTrials:
             spec.stopper,
             self.feed.warn,
         )
+        self._shown: dict[str, str] = {}  # each trial's status as the driver was last told it
+        self._held_before: set[str] = set()
         self.iterations = 0  # the iterations trained for it, and their worker-seconds (`credit`)
         self.worker_seconds = 0.0
         self.finalized: bool | None = False  # None while its end is being written
@@ -428,6 +430,7 @@ class StudyTrials:
         """The lifecycle ended a trial: the driver hears of it, and the loop
         wakes (batches no live trial needs are pre-empted)."""
         if state.status == ERROR:
+            self.feed.announce(state)  # every errored trial has its folder, as each trial Tune ran has
             self.feed.event("error", state, error=state.error, iterations=max(state.rows, default=0))
         else:
             self.feed.event("complete", state)
@@ -466,6 +469,7 @@ class StudyTrials:
             if state.status in UNFINISHED:
                 self.lifecycle.abort(state)
                 state.error = error
+                self.feed.announce(state)
                 self.feed.event("error", state, error=error)
 
     def _after_error(self) -> None:
@@ -585,8 +589,10 @@ class StudyTrials:
         callbacks: the study's figures, and `DriverFeed.take`'s ``rows``
         (the new results), ``events`` (the trials' lifecycle) and ``warnings``."""
         news = self.feed.take()
+        held = self.port.held_trials() & self.trials.keys()
         return Progress(
-            status=self._shown_counts(),
+            status=self._shown_counts(held),
+            statuses=self._status_changes(held),
             iterations=self.iterations,
             worker_seconds=self.worker_seconds,
             **self.port.figures(),
@@ -600,18 +606,34 @@ class StudyTrials:
             done=bool(self.finalized),
         )
 
-    def _shown_counts(self) -> dict[str, int]:
+    def _shown_counts(self, held: set[str]) -> dict[str, int]:
         """Trials by status as the progress line shows them: RUNNING (to the
         trial scheduler, a trial admitted and not ended) only while a worker
-        holds the trial, else PENDING, waiting for one, as Tune says of a
-        trial without an actor."""
+        holds the trial (``held``), else PENDING, waiting for one, as Tune
+        says of a trial without an actor."""
         counts = self.lifecycle.counts()
-        held = self.port.held_trials()
         waiting = counts.get(RUNNING, 0) - sum(1 for t in held if self.status_of(t) == RUNNING)
         if waiting:
             counts[RUNNING] -= waiting
             counts[PENDING] = counts.get(PENDING, 0) + waiting
         return {status: count for status, count in counts.items() if count}
+
+    def _status_changes(self, held: set[str]) -> dict[str, tuple[str, str]]:
+        """The trials whose status as shown (`_shown_counts`' words) changed
+        since the last poll, (folder, status) by id: those the lifecycle
+        changed, and those a worker took up or let go."""
+        touched = self.lifecycle.take_changed() | (held ^ self._held_before)
+        self._held_before = held
+        changes = {}
+        for trial_id in touched:
+            state = self.trials.get(trial_id)
+            if state is None:
+                continue
+            shown = PENDING if state.status == RUNNING and trial_id not in held else state.status
+            if self._shown.get(trial_id) != shown:
+                self._shown[trial_id] = shown
+                changes[trial_id] = (state.dirname, shown)
+        return changes
 
     def _stalled(self) -> list[tuple[str, float]]:
         """(its trials, seconds) of each running batch that has reported

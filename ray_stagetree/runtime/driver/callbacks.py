@@ -50,12 +50,14 @@ from ray.tune.result import SHOULD_CHECKPOINT
 from ray.tune.utils import flatten_dict
 
 from ray_stagetree.execution.storage import CheckpointStorage
+from ray_stagetree.execution.study_file import ENDED_STUDY, FAILED_STUDY, INTERRUPTED_STUDY
 from ray_stagetree.planning.config import tabular
 from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, PENDING, RUNNING, TERMINATED
 from ray_stagetree.runtime.control.messages import Progress
 from ray_stagetree.runtime.driver.log_files import BATCHED
 from ray_stagetree.runtime.driver.log_thread import LogThread
+from ray_stagetree.runtime.driver.status_file import StatusFile
 from ray_stagetree.sequences._params import _is_unresolved
 
 logger = logging.getLogger("ray_stagetree")
@@ -254,12 +256,14 @@ class CallbackRunner:
         storage_filesystem: Any = None,
         param_space: dict[str, Any] | None = None,
         sync_period: float = 300.0,
+        status: StatusFile | None = None,
     ) -> None:
         self.callbacks = with_default_loggers(callbacks)
         batched = tuple(BATCHED.values())
         self._log = LogThread([c for c in self.callbacks if isinstance(c, batched)], self._storage_fault)
         self._on_loop = [c for c in self.callbacks if not isinstance(c, batched)]
         self.experiment_path = experiment_path.rstrip("/")
+        self.status = status  # the study's status file (`status_file`), kept from each poll
         self._remote = "://" in experiment_path or storage_filesystem is not None
         self._storage_filesystem = storage_filesystem
         self._storage = CheckpointStorage(self.experiment_path, storage_filesystem) if self._remote else None
@@ -372,6 +376,8 @@ class CallbackRunner:
                 self._other(event)
         self._call("on_step_end", iteration=self.iteration, trials=self._trial_list)
         self._log.batch_done()
+        if self.status is not None:
+            self.status.update(progress)
         if self._remote and time.monotonic() - self._last_sync >= self.sync_period:
             self._last_sync = time.monotonic()
             self._log.then(self.sync)  # after the flush
@@ -488,8 +494,11 @@ class CallbackRunner:
             "on_checkpoint", iteration=self.iteration, trials=self._trial_list, trial=view, checkpoint=view.checkpoint
         )
 
-    def end(self) -> None:
-        """The study is over: ``on_experiment_end``, the logs written, then the last upload."""
+    def end(self, interrupted: bool = False) -> None:
+        """The study is over (``interrupted``: its driver stopped it):
+        ``on_experiment_end``, the logs written, then the last upload."""
+        if self.status is not None:
+            self.status.close(INTERRUPTED_STUDY if interrupted else ENDED_STUDY)
         self._call("on_experiment_end", trials=self._trial_list)
         self.close_logs()
         self._log.raise_error()
@@ -508,7 +517,9 @@ class CallbackRunner:
 
     def close_logs(self) -> None:
         """Write the logs handed over so far and stop their thread (`end`,
-        or a study that raised)."""
+        or a study that raised: its status file says it failed)."""
+        if self.status is not None:
+            self.status.close(FAILED_STUDY)
         self._log.close()
 
     # -- remote experiment paths ----------------------------------------------------

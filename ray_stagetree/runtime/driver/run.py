@@ -63,6 +63,7 @@ from ray_stagetree.runtime.driver.progress import ProgressReporter
 from ray_stagetree.runtime.driver.restoring import save_settings
 from ray_stagetree.runtime.driver.results import ResultGrid, TrialResult
 from ray_stagetree.runtime.driver.settings import StudySettings, TrialSource
+from ray_stagetree.runtime.driver.status_file import StatusFile
 from ray_stagetree.runtime.driver.tune_compat import adopt_searcher_state
 from ray_stagetree.runtime.driver.tune_state import write_tune_state
 from ray_stagetree.runtime.service.service_client import run_attached
@@ -126,7 +127,7 @@ class StudyRun:
             ray.init(**ray_init_options())
         check_shared_storage(self.experiment_path, self.storage_filesystem)
         spec = self.spec(trial_source, horizon, resume, restore)
-        callbacks = self._callback_runner(trial_source)
+        callbacks = self._callback_runner(trial_source, continues=resume or restore is not None)
         reporter = self._progress_reporter(trial_source)
         if restore is not None:  # the best so far counts the trials that ended before the interrupt
             reporter.observe(*restored_progress(restore))
@@ -295,7 +296,7 @@ class StudyRun:
                 summaries = fetch_summaries(controller.results.remote)
                 if isinstance(tuner.tune_config.search_alg, Searcher):
                     adopt_searcher_state(tuner.tune_config.search_alg, ray.get(controller.searcher.remote()))
-                callbacks.end()
+                callbacks.end(interrupted=interrupted.is_set())
             except Exception as error:
                 if not isinstance(error, ray.exceptions.RayError):  # a callback raised: fit() raises it, as Tune's
                     _save_before_raising(controller)
@@ -322,8 +323,9 @@ class StudyRun:
         else:
             logger.warning("The study was interrupted; storage refused its state: %s", not_saved)
 
-    def _callback_runner(self, trial_source: TrialSource) -> CallbackRunner:
-        """``RunConfig.callbacks`` and Tune's default loggers, set up as Tune sets them up."""
+    def _callback_runner(self, trial_source: TrialSource, continues: bool) -> CallbackRunner:
+        """``RunConfig.callbacks`` and Tune's default loggers, set up as Tune
+        sets them up, and the study's status file (written from here on)."""
         run_config = self.tuner.run_config
         sync_config = getattr(run_config, "sync_config", None)
         runner = CallbackRunner(
@@ -332,6 +334,7 @@ class StudyRun:
             self.storage_filesystem,
             self.tuner.param_space,
             sync_period=getattr(sync_config, "sync_period", 300.0),
+            status=StatusFile(self.experiment_path, self.storage_filesystem, continues=continues),
         )
         runner.setup(
             stop=self.tuner.stopper,

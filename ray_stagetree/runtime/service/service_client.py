@@ -160,7 +160,7 @@ def run_attached(
             raise RuntimeError(progress.study_error)
         reporter.update(progress, final=True, trials=list(callbacks.trials.values()), partial=interrupted.is_set())
         summaries = fetch_summaries(functools.partial(service.results.remote, study_id))
-        callbacks.end()
+        callbacks.end(interrupted=interrupted.is_set())
     finally:
         try:
             ray.get(service.detach.remote(study_id))

@@ -29,9 +29,7 @@ def test_the_status_file_follows_the_polls_and_says_how_the_study_stopped(tmp_pa
     written = json.loads((tmp_path / STATUS_FILE).read_text())
     assert written["state"] == "running" and written["trials"] == {}, "written at the start, before any result"
     status.update(Progress(statuses={"a": ("trial_a", PENDING), "b": ("trial_b", RUNNING)}))
-    status.update(
-        Progress(statuses={"b": ("trial_b", TERMINATED)}, rows=[{"trial_id": "b", "training_iteration": 3}])
-    )
+    status.update(Progress(statuses={"b": ("trial_b", TERMINATED)}, rows=[{"trial_id": "b", "training_iteration": 3}]))
     status.close("interrupted")
     written = json.loads((tmp_path / STATUS_FILE).read_text())
     assert written["state"] == "interrupted" and written["updated"] >= written["started"]
@@ -44,7 +42,9 @@ def test_the_status_file_follows_the_polls_and_says_how_the_study_stopped(tmp_pa
 
 
 def test_a_continued_study_keeps_the_trials_its_earlier_runs_recorded(tmp_path):
-    StatusFile(str(tmp_path)).update(Progress(statuses={"a": ("trial_a", TERMINATED)}))
+    first = StatusFile(str(tmp_path))
+    first.update(Progress(statuses={"a": ("trial_a", TERMINATED)}))
+    first.close("ended")
     again = StatusFile(str(tmp_path), continues=True)
     again.close("ended")
     assert set(json.loads((tmp_path / STATUS_FILE).read_text())["trials"]) == {"a"}
