@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from typing import Any
 
 from ray_stagetree.sequences import is_sequence_spec
@@ -69,19 +70,65 @@ def best_so_far(trials: list[dict[str, Any]], metric: str | None, mode: str) -> 
 def hyperparameters(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """A trial's config as named scalar parameters: a sequence by its own
     parameters (``lr.init``, ``lr.milestones``, ``lr.gamma``; ``lr.family``
-    too), a nested dict by ``a/b``; a list stays a list (a categorical value)."""
+    too), a sequence inside one by its parameters in turn (``lr.func.init``;
+    a `Concat`'s parts as ``lr.parts.0.init``), a nested dict by ``a/b``;
+    any other list stays a list (a categorical value)."""
     out: dict[str, Any] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
         if is_sequence_spec(value):
-            for part, inner in value.items():
-                if inner is not None:
-                    out[f"{name}.{part}"] = inner
+            out.update(_sequence_parameters(name, value))
         elif isinstance(value, dict):
             out.update(hyperparameters(value, f"{name}/"))
         else:
             out[name] = value
     return out
+
+
+def _sequence_parameters(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part, inner in spec.items():
+        if inner is None:
+            continue
+        if is_sequence_spec(inner):
+            out.update(_sequence_parameters(f"{name}.{part}", inner))
+        elif isinstance(inner, list) and any(is_sequence_spec(item) for item in inner):
+            for index, item in enumerate(inner):
+                if is_sequence_spec(item):
+                    out.update(_sequence_parameters(f"{name}.{part}.{index}", item))
+                else:
+                    out[f"{name}.{part}.{index}"] = item
+        else:
+            out[f"{name}.{part}"] = inner
+    return out
+
+
+#: The most characters of a legend label (`legend_labels`).
+LABEL_WIDTH = 48
+
+
+def legend_labels(trials: list[dict[str, Any]], width: int = LABEL_WIDTH) -> dict[str, str]:
+    """Each trial's label in a legend, by its folder name: its short id (the
+    trial's index in the study) and the parameters whose values differ
+    between ``trials`` (``lr.milestones=[30]``), cut to ``width`` characters;
+    what the trials share is left out, so the labels of a plot tell its lines apart."""
+    params = {trial["name"]: hyperparameters(trial["config"]) for trial in trials}
+    names = sorted({name for values in params.values() for name in values})
+    differing = [name for name in names if len({_category(values.get(name)) for values in params.values()}) > 1]
+    labels = {}
+    for trial in trials:
+        values = params[trial["name"]]
+        shown = ", ".join(f"{name}={_category(values[name])}" for name in differing if name in values)
+        label = f"{short_id(trial['name'])} {shown}".strip()
+        labels[trial["name"]] = label if len(label) <= width else label[: width - 1] + "\u2026"
+    return labels
+
+
+def short_id(folder: str) -> str:
+    """A trial folder's short name: the index Tune numbers trials with
+    (``train_fn_1e9e0_00003_3_lr=...`` gives ``#3``), else its first characters."""
+    found = re.search(r"_(\d{5})(?:_|$)", folder)
+    return f"#{int(found.group(1))}" if found else folder[:16]
 
 
 def _category(value: Any) -> str:
@@ -223,16 +270,18 @@ def _rank_importance(features: tuple[tuple[float, ...], ...], target: tuple[floa
 def curves(
     trials: list[dict[str, Any]], metric: str | None, names: list[str] | None = None, limit: int | None = None
 ) -> list[dict[str, Any]]:
-    """``metric`` by iteration, ``{"trial", "points": [[iteration, value], ...]}``,
-    of the trials ``names`` (in that order; all of them if None), at most ``limit``."""
+    """``metric`` by iteration, ``{"trial", "label", "points": [[iteration, value], ...]}``,
+    of the trials ``names`` (in that order; all of them if None), at most
+    ``limit``; ``label`` tells the curves shown apart (`legend_labels`)."""
     by_name = {trial["name"]: trial for trial in trials}
-    chosen = [by_name[name] for name in names if name in by_name] if names is not None else trials
+    chosen = ([by_name[name] for name in names if name in by_name] if names is not None else trials)[:limit]
+    labels = legend_labels(chosen)
     out = []
-    for trial in chosen[:limit]:
+    for trial in chosen:
         points = [
             [row.get("training_iteration", i + 1), row[metric]] for i, row in enumerate(trial["rows"]) if metric in row
         ]
-        out.append({"trial": trial["name"], "points": points})
+        out.append({"trial": trial["name"], "label": labels[trial["name"]], "points": points})
     return out
 
 

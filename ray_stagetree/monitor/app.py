@@ -95,11 +95,12 @@ def _curves_svg(trials: list[dict[str, Any]], metric: str | None, mode: str) -> 
 
     figure = Figure(figsize=(7.0, 3.4), layout="constrained")
     axes = figure.add_subplot()
+    labels = analysis.legend_labels(trials)
     for trial in trials:
         points = [(row["training_iteration"], row[metric]) for row in trial["rows"] if metric in row]
         if points:
             iterations, values = zip(*points)
-            axes.plot(iterations, values, marker="o", markersize=3, label=trial["name"])
+            axes.plot(iterations, values, marker="o", markersize=3, label=labels[trial["name"]])
     axes.set_xlabel("iteration")
     axes.set_ylabel(metric or "no metric reported yet")
     axes.set_title(f"best {len(trials)} trials by {metric} ({mode})" if metric else "learning curves")

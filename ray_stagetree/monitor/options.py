@@ -8,6 +8,17 @@ import argparse
 #: The port `serve` listens on unless told otherwise.
 DEFAULT_PORT = 8277
 
+#: Seconds the command line waits for a study's folder to appear (a monitor
+#: started with, or right after, ``stagetree run``) before it gives up.
+DEFAULT_WAIT_S = 60.0
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
+    return value
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The monitor's options, on ``parser``."""
@@ -27,4 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--verbose", action="store_true", help="log every HTTP request to the terminal (default: quiet)"
+    )
+    parser.add_argument(
+        "--wait",
+        type=_seconds,
+        default=DEFAULT_WAIT_S,
+        metavar="SECONDS",
+        help=f"wait this long for the study's folder to appear (default {DEFAULT_WAIT_S:g}; 0: not at all)",
     )

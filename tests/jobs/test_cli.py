@@ -75,7 +75,7 @@ def test_a_bad_spec_exits_2_with_every_problem_and_no_traceback(tmp_path):
 
 
 def test_monitor_refuses_a_missing_experiment_with_its_usage(tmp_path):
-    result = stagetree("monitor", tmp_path / "nothing")
+    result = stagetree("monitor", tmp_path / "nothing", "--wait", "0.5")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "stagetree monitor: error: path" in result.stderr and "is not a directory" in result.stderr
 

@@ -119,9 +119,9 @@ def test_importance_without_scikit_learn_uses_rank_correlation(monkeypatch):
 
 
 def test_curves_of_the_trials_asked_for(trials):
-    assert analysis.curves(trials, "loss", ["c", "missing", "a"]) == [
-        {"trial": "c", "points": [[1, 2.5], [2, 0.5]]},
-        {"trial": "a", "points": [[1, 3.0], [2, 2.0]]},
+    assert analysis.curves(trials, "loss", ["c", "missing", "a"]) == [  # labelled by what differs between them
+        {"trial": "c", "label": "c lr.gamma=0.9", "points": [[1, 2.5], [2, 0.5]]},
+        {"trial": "a", "label": "a lr.gamma=0.1", "points": [[1, 3.0], [2, 2.0]]},
     ]
     assert len(analysis.curves(trials, "loss", None, limit=3)) == 3
 

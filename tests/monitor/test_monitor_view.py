@@ -141,8 +141,9 @@ def test_serve_refuses_bad_arguments(experiment, arguments, message):
 def test_serve_refuses_a_path_that_is_no_directory(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="is not a directory"):
         serve(str(tmp_path / "missing"), block=False)
-    with pytest.raises(SystemExit):
-        main([str(tmp_path / "missing"), "--port", "0"])
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(SystemExit):  # the command line waits for a missing folder, not for a file to become one
+        main([str(tmp_path / "a_file"), "--port", "0", "--wait", "5"])
     assert "is not a directory: give a study's experiment directory" in capsys.readouterr().err
 
 

@@ -264,7 +264,7 @@ function renderCurves(data, set) {
     el(path, "title", {}, curve.trial);
     if (i < 12) {
       el(legend, "rect", {x: a.right - 190, y: a.top + 4 + i * 14, width: 10, height: 3, fill: colour});
-      el(legend, "text", {x: a.right - 176, y: a.top + 9 + i * 14}, curve.trial.slice(0, 28));
+      el(legend, "text", {x: a.right - 176, y: a.top + 9 + i * 14}, (curve.label || curve.trial).slice(0, 28));
     }
   });
 }
