@@ -30,7 +30,7 @@ from ray_stagetree.jobs.errors import field_path
 from ray_stagetree.jobs.imports import load_object
 from ray_stagetree.planning.policies import POLICIES, ExecutionPolicy
 from ray_stagetree.searchers import AskTellAlgorithm, AskTellSearcher, SequenceGridSearch
-from ray_stagetree.validation import did_you_mean
+from ray_stagetree.validation import did_you_mean, is_number
 
 
 def _tune_scheduler(name: str) -> Callable[[], type]:
@@ -130,14 +130,19 @@ def _build(
     arguments, found = to_param_space(entry, path)
     problems += found
     problems += _check_arguments(cls, arguments, path)
-    if problems:
-        return None, problems
+    mistyped = _mistyped_arguments(cls, arguments, path)
+    if problems or mistyped:
+        # The well-typed arguments' own problems too: every problem of the item at once.
+        rest = {key: value for key, value in arguments.items() if key not in mistyped}
+        return None, problems + list(mistyped.values()) + ([] if problems else _refused_arguments(cls, rest, path))
     try:
         built = cls(**arguments)
         if isinstance(built, AskTellAlgorithm):
             built = AskTellSearcher(built, **({} if batch_size is None else {"batch_size": batch_size}))
     except Exception as error:  # each Tune class raises its own kinds for bad arguments
-        return None, [f"{field_path(path)}: {cls.__name__}({_arguments_text(arguments)}) failed: {error}"]
+        return None, _refused_arguments(cls, arguments, path) or [
+            f"{field_path(path)}: {cls.__name__}({_arguments_text(arguments)}) failed: {error}"
+        ]
     return built, []
 
 
@@ -164,6 +169,47 @@ def _check_arguments(cls: type, arguments: dict[str, Any], path: tuple) -> list[
         for key in arguments
         if key not in allowed
     ]
+
+
+def _mistyped_arguments(cls: type, arguments: dict[str, Any], path: tuple) -> dict[str, str]:
+    """The arguments whose default says their type (a number, or true/false)
+    given a value of another, with a message naming the field and what is
+    allowed (the class would raise Python's own error for the first)."""
+    parameters = inspect.signature(cls).parameters
+    problems = {}
+    for key, value in arguments.items():
+        parameter = parameters.get(key)
+        default = None if parameter is None else parameter.default
+        if isinstance(default, bool):
+            expected, fits = "true or false", isinstance(value, bool)
+        elif isinstance(default, int | float):
+            expected, fits = "a number", is_number(value)
+        else:
+            continue
+        if value is not None and not fits:
+            problems[key] = (
+                f"{field_path((*path, key))}: {value!r} is not allowed; expected {expected} "
+                f"({cls.__name__}'s {key}, default {default!r})"
+            )
+    return problems
+
+
+def _refused_arguments(cls: type, arguments: dict[str, Any], path: tuple) -> list[str]:
+    """Why ``cls`` refused ``arguments``, argument by argument: each built
+    alone (the others at their defaults), so that every argument it refuses
+    is named at once, not one per attempt; [] when none fails alone (the
+    arguments conflict: the caller says so with them all)."""
+    problems = []
+    for key, value in arguments.items():
+        try:
+            cls(**{key: value})
+        except TypeError as error:
+            if "required" in str(error):  # the class cannot be built from one argument
+                return []
+            problems.append(f"{field_path((*path, key))}: {value!r} is not allowed: {error}")
+        except Exception as error:  # each Tune class raises its own kinds for bad arguments
+            problems.append(f"{field_path((*path, key))}: {value!r} is not allowed: {error}")
+    return problems
 
 
 def _qualified(cls: type) -> str:

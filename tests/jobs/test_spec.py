@@ -78,7 +78,11 @@ MALFORMED = [
     ),
     (
         {"tune_config.scheduler": {"name": "asha", "reduction_factor": 1}},
-        ["tune_config.scheduler: AsyncHyperBandScheduler(reduction_factor=1) failed:", "Reduction Factor"],
+        ["tune_config.scheduler.reduction_factor: 1 is not allowed: Reduction Factor not valid!"],
+    ),
+    (
+        {"tune_config.scheduler": {"name": "asha", "max_t": "sixteen"}},
+        ["tune_config.scheduler.max_t: 'sixteen' is not allowed; expected a number", "default 100"],
     ),
     ({"tune_config.scheduler": {"max_t": 5}}, ["tune_config.scheduler: {'max_t': 5} is not allowed", "{name: ..."]),
     (
@@ -380,3 +384,14 @@ def test_checking_or_planning_a_spec_writes_nothing(tmp_path):
     spec.dry_tuner()
     assert spec.experiment_path() == f"{storage}/named"
     assert not storage.exists()
+
+
+def test_every_problem_of_one_scheduler_is_reported_at_once_by_its_field():
+    scheduler = {"name": "asha", "max_t": "sixteen", "grace_period": -1, "reduction_factor": 0}
+    problems = problems_of(spec_with(**{"tune_config.scheduler": scheduler}))
+    assert problems == [
+        "tune_config.scheduler.max_t: 'sixteen' is not allowed; expected a number (AsyncHyperBandScheduler's max_t, "
+        "default 100)",
+        "tune_config.scheduler.grace_period: -1 is not allowed: grace_period must be positive!",
+        "tune_config.scheduler.reduction_factor: 0 is not allowed: Reduction Factor not valid!",
+    ]
