@@ -50,3 +50,11 @@ def test_cnn_through_shared_stages_equals_trial_by_trial(tmp_path, ray_session):
         }
 
     assert curves(shared) == curves(alone)
+
+
+def test_the_quick_start_runs_and_shares(ray_session, tmp_path):
+    import quick_start
+
+    results = quick_start.main(str(tmp_path))
+    assert [result.metrics["training_iteration"] for result in results] == [16, 16, 16] and not results.errors
+    assert results.iterations_executed == 16 + 12 + 8 < results.trial_by_trial_iterations == 48

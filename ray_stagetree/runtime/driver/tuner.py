@@ -131,14 +131,19 @@ class Tuner:
     Parameters
     ----------
     trainable:
-        A function ``train(config)`` using `ray_stagetree.report`, or a
-        `StageTrainable` subclass; ``tune.with_resources`` and
-        ``tune.with_parameters`` wrappers work as in Tune.
+        What Tune takes: a function ``train(config)`` that reports with
+        ``tune.report`` (or `ray_stagetree.report`), a ``ray.tune.Trainable``
+        subclass, a `StageTrainable` subclass, or a registered name;
+        ``tune.with_resources`` and ``tune.with_parameters`` wrappers work as
+        in Tune (see the drop-in guide for what differs).
     param_space:
         Tune's search space; values may be sequences (`Exponential`, ...).
     tune_config:
-        ``ray.tune.TuneConfig``: ``metric``, ``mode``, ``num_samples``,
-        ``max_concurrent_trials`` are honoured.
+        ``ray.tune.TuneConfig``, all of it: ``metric``, ``mode``,
+        ``num_samples``, ``search_alg``, ``scheduler``,
+        ``max_concurrent_trials``, ``time_budget_s``, ``reuse_actors``
+        (accepted; stage workers are reused anyway), ``trial_name_creator``
+        and ``trial_dirname_creator``.
     run_config:
         ``ray.tune.RunConfig``: ``stop={"training_iteration": N}`` sets the
         horizon, other ``stop`` keys are metric thresholds (a trial stops once
