@@ -1,5 +1,7 @@
 """MkDocs hooks: the `stagetree` command's reference page, written from its
-own argument parser (so it cannot drift from ``--help``), and a layout that
+own argument parser (so it cannot drift from ``--help``), docstring examples
+shown without the doctest directives that keep them out of the test run,
+and a layout that
 lets the API reference (mkdocstrings, which reads the source
 without importing it) find ``ray_stagetree.searchers`` and
 ``ray_stagetree.trainables``.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -75,3 +78,12 @@ def cli_reference() -> str:
 def on_files(files: Files, config: Any, **kwargs: Any) -> Files:
     files.append(File.generated(config, CLI_PAGE, content=cli_reference()))
     return files
+
+
+#: A doctest directive at the end of an example's line (``# doctest: +SKIP``):
+#: for the test run, not the reader.
+DOCTEST_DIRECTIVE = re.compile(r"[ \t]*# doctest: [+-][A-Z_]+(?:, *[+-][A-Z_]+)*")
+
+
+def on_page_content(html: str, **kwargs: Any) -> str:
+    return DOCTEST_DIRECTIVE.sub("", html)

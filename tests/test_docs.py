@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,3 +158,13 @@ def test_the_tutorial_notebook_runs_quietly(tmp_path):
     interrupted = re.search(r"(\d+) of 8 trials finished", printed)
     assert interrupted and int(interrupted.group(1)) < 8
     assert "8 of 8 trials finished, 0 errors" in printed
+
+
+def test_rendered_examples_show_no_doctest_directives():
+    sys.path.insert(0, str(ROOT))
+    try:
+        from mkdocs_hooks import on_page_content
+    finally:
+        sys.path.remove(str(ROOT))
+    page = "<p>grid = tuner.fit()                 # doctest: +SKIP\\nbest = grid[0]  # doctest: +ELLIPSIS, +SKIP</p>"
+    assert on_page_content(page) == "<p>grid = tuner.fit()\\nbest = grid[0]</p>"
