@@ -49,8 +49,14 @@ class TrialResult(tune.Result):
             self._rows = None
 
 
-class ResultGrid:
-    """The results of `Tuner.fit`, with the interface of ``ray.tune.ResultGrid``.
+class ResultGrid(ray.tune.ResultGrid):
+    """The results of `Tuner.fit`: a ``ray.tune.ResultGrid`` (code that
+    type-checks Tune's results takes it), each result a ``ray.tune.Result``.
+
+    It is built from the study's trial summaries, not from Tune's
+    ``ExperimentAnalysis``, so it defines every public method of Tune's class
+    itself and never calls Tune's ``__init__``; ``ray.tune.ResultGrid(
+    ExperimentAnalysis(path))`` still reads the same folder as Tune's own.
 
     Examples
     --------

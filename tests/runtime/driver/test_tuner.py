@@ -64,6 +64,7 @@ def test_shared_prefix_executes_once_and_results_match_trial_by_trial(tmp_path, 
 @pytest.mark.parametrize("url", [False, True], ids=["path", "file-url"])
 def test_result_grid_has_tunes_interface(tmp_path, ray_session, url):
     grid = run(noisy_descent, f"file://{tmp_path}" if url else tmp_path, "grid")
+    assert isinstance(grid, tune.ResultGrid) and all(isinstance(result, tune.Result) for result in grid)
     assert len(grid) == 3 and grid.num_errors == 0 and grid.num_terminated == 3
     best = grid.get_best_result()
     assert best.metrics["loss"] == min(r.metrics["loss"] for r in grid)
