@@ -55,6 +55,17 @@ def status_record(started: float, updated: float, state: str, trials: dict[str, 
     return json.dumps({"started": started, "updated": updated, "state": state, "trials": trials})
 
 
+def recorded_trials(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The trials a status record lists, by folder: each entry's ``status``
+    and ``iterations`` (entries without a folder name are left out)."""
+    trials = status.get("trials", {})
+    return {
+        entry["dirname"]: entry
+        for entry in (trials.values() if isinstance(trials, dict) else ())
+        if isinstance(entry, dict) and isinstance(entry.get("dirname"), str) and "status" in entry
+    }
+
+
 def stored_status(filesystem: Any, root: str) -> dict[str, Any]:
     """The status file of the study at ``root``; {} without one (a study
     from before it was written, or a folder being made)."""

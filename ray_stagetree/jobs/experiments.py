@@ -20,7 +20,13 @@ import posixpath
 import time
 from typing import Any
 
-from ray_stagetree.execution.study_file import ENDED_STUDY, JOB_FILE, stored_metric_and_mode, stored_status
+from ray_stagetree.execution.study_file import (
+    ENDED_STUDY,
+    JOB_FILE,
+    recorded_trials,
+    stored_metric_and_mode,
+    stored_status,
+)
 from ray_stagetree.planning.cost import CostModel
 from ray_stagetree.planning.filesystems import resolve
 from ray_stagetree.planning.lifecycle import ENDED, ERROR, PENDING, TERMINATED
@@ -209,7 +215,7 @@ def read_experiment(path: str) -> Experiment:
             trial.requested = None if record is None else record.request.iteration
     ranking = stored_metric_and_mode(filesystem, root)
     status = stored_status(filesystem, root)
-    _record_statuses(trials, status.get("trials", {}))
+    _record_statuses(trials, recorded_trials(status))
     return Experiment(
         path=path,
         trials=trials,
@@ -221,16 +227,14 @@ def read_experiment(path: str) -> Experiment:
     )
 
 
-def _record_statuses(trials: list[TrialRecord], recorded: dict[str, Any]) -> None:
-    """Each trial's status as the status file records it; a trial it lists
-    without a folder yet (admitted, never started) is listed too."""
+def _record_statuses(trials: list[TrialRecord], recorded: dict[str, dict[str, Any]]) -> None:
+    """Each trial's status as the status file records it (`recorded_trials`);
+    a trial it lists without a folder yet (admitted, never started) is listed too."""
     by_folder = {trial.dirname: trial for trial in trials}
-    for entry in recorded.values():
-        if not isinstance(entry, dict) or not isinstance(entry.get("dirname"), str):
-            continue
-        trial = by_folder.get(entry["dirname"])
+    for dirname, entry in recorded.items():
+        trial = by_folder.get(dirname)
         if trial is None:
-            trial = by_folder[entry["dirname"]] = TrialRecord(entry["dirname"], {}, {}, None, 0.0)
+            trial = by_folder[dirname] = TrialRecord(dirname, {}, {}, None, 0.0)
             trials.append(trial)
         trial.recorded = str(entry.get("status"))
         trial.recorded_iterations = int(entry.get("iterations") or 0)

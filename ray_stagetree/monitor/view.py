@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 from ray.tune.result import AUTO_RESULT_KEYS, EXPR_ERROR_FILE, EXPR_PARAM_FILE, EXPR_RESULT_FILE
 
 import ray_stagetree.planning.lifecycle as lifecycle
-from ray_stagetree.execution.study_file import stored_metric_and_mode, stored_status
+from ray_stagetree.execution.study_file import recorded_trials, stored_metric_and_mode, stored_status
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.filesystems import arrow_filesystem, resolve
 from ray_stagetree.planning.plan import SearchPlan
@@ -75,12 +75,8 @@ class ExperimentReader:
     def statuses(self) -> dict[str, str]:
         """Each trial's status by folder, as the study's status file records it
         (the progress line's words); {} without one (an earlier version's folder)."""
-        recorded = stored_status(self._fsspec, self.root).get("trials", {})
-        return {
-            entry["dirname"]: entry["status"]
-            for entry in recorded.values()
-            if isinstance(entry, dict) and isinstance(entry.get("dirname"), str) and "status" in entry
-        }
+        recorded = recorded_trials(stored_status(self._fsspec, self.root))
+        return {dirname: entry["status"] for dirname, entry in recorded.items()}
 
     def trials(self) -> list[dict[str, Any]]:
         """Each trial folder's ``name``, ``config``, ``rows`` (numeric metrics by

@@ -108,7 +108,7 @@ def check_execution_policy(policy: ExecutionPolicy, workers: tuple[int, ...] = (
                 where = f"{type(policy).__name__} on the {name!r} plan, {count} workers" + (
                     ", in admission order" if in_order else ""
                 )
-                most = _most_running(plan)
+                most = _MostRunning(plan)
                 result = Simulation(workers=count, metrics=_loss).run(plan, run, on_dispatched=most.watch)
                 if list(plan.open_requests()):
                     raise _fails(where, f"left requests unserved: {list(plan.open_requests())}")
@@ -118,7 +118,9 @@ def check_execution_policy(policy: ExecutionPolicy, workers: tuple[int, ...] = (
                     raise _fails(where, f"kept {most.most} batches running at once")
 
 
-class _most_running:  # noqa: N801 - a small recorder, named for what it records
+class _MostRunning:
+    """The most batches a simulation kept running at once (its ``on_dispatched`` hook)."""
+
     def __init__(self, plan: SearchPlan) -> None:
         self.plan = plan
         self.most = 0

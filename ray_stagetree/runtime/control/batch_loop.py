@@ -502,7 +502,7 @@ class BatchLoop:
             self.plan.record_metrics(node_id, iteration, metrics)
             self.plan.record_progress(outcome.batch_id, node_id, iteration)
             through = self._through(node, iteration)
-            for study in self.studies.served(trial_id for trial_id, _ in through):
+            for study in self.studies.served_by(through):
                 study.credit(1, 0.0)
             for trial_id, study in through:
                 study.add_result(study.trials[trial_id], iteration, metrics)

@@ -48,9 +48,13 @@ class Studies(dict[str, StudyTrials]):
         return groups
 
     def served(self, trial_ids: Iterable[str]) -> list[StudyTrials]:
-        """The studies owning any of ``trial_ids``; every study when none does
-        (work no study's trial needs now counts as each one's)."""
-        return [self[study_id] for study_id in self.grouped(trial_ids)] or list(self.values())
+        """The studies owning any of ``trial_ids`` (`served_by`)."""
+        return self.served_by(self.owning(trial_ids))
+
+    def served_by(self, owned: list[tuple[str, StudyTrials]]) -> list[StudyTrials]:
+        """The studies of ``owned`` (`owning`'s pairs); every study when
+        there are none (work no study's trial needs now counts as each one's)."""
+        return list({study.study_id: study for _, study in owned}.values()) or list(self.values())
 
     def keep_decision_points(self) -> bool:
         """Whether a batch continuing live past a decision point checkpoints there (`StudyTrials.keeps_decision_points`)."""
