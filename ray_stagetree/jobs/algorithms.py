@@ -3,8 +3,8 @@ names a job spec gives them.
 
 Names map to Ray Tune's own classes, through Tune's own registries
 (``ray.tune.schedulers.SCHEDULER_IMPORT``, ``ray.tune.search.SEARCH_ALG_IMPORT``)
-where they have them; those the runtime cannot host (PB2, resource
-changing) are not offered. An argument ``{import: "module:function"}`` is
+where they have them; the one the runtime cannot host (resource changing)
+is not offered. An argument ``{import: "module:function"}`` is
 that Python object (a grid search's ``filter``). A searcher may also be named by import path
 (``my_module:MySearcher``): a ``ray.tune.search.Searcher`` subclass, or an
 `AskTellAlgorithm` subclass, which runs through `AskTellSearcher`. An
@@ -56,6 +56,8 @@ SCHEDULERS: dict[str, Callable[[], type]] = {
     "median_stopping": _tune_scheduler("median_stopping_rule"),
     "median_stopping_rule": _tune_scheduler("median_stopping_rule"),
     "pbt": _tune_scheduler("pbt"),
+    "pb2": SCHEDULER_IMPORT["pb2"],  # a function: PB2 imports scikit-learn when named
+    "pbt_replay": _tune_scheduler("pbt_replay"),
     "promoting_asha": _promoting_asha,
 }
 

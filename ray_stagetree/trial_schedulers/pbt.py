@@ -57,6 +57,7 @@ class _PBTSettings:
     perturbation_factors: tuple[float, float]
     custom_explore_fn: Callable[[dict[str, Any]], dict[str, Any]] | None
     synch: bool
+    log_config: bool  # Ray's PBT writes each exploit to pbt_global.txt and the trial's pbt_policy_<id>.txt
     fill_config: Callable[..., None]  # ray.tune.schedulers.pbt._fill_config: samples a missing mutated value
     explore: Callable[..., Any]  # ray.tune.schedulers.pbt._explore: perturbs or resamples the values
 
@@ -92,6 +93,24 @@ class _PopulationMember:
     paused_turn: int = 0  # asynchronous mode: when it paused, the first to wait goes first among equals
     pending: Exploit | None = None  # applied when it resumes
     values: dict[str, Any] = field(default_factory=dict)
+    # Its config as Ray's trial holds it: the one it was added with (or its
+    # exploit source's), under `values`; and its latest result's iteration.
+    config: dict[str, Any] = field(default_factory=dict)
+    last_iteration: int = 0
+
+
+@dataclass(frozen=True)
+class PolicyStep:
+    """One exploit as Ray's PBT logs it (``log_config=True``): the row of
+    ``pbt_global.txt`` and of the exploited trial's ``pbt_policy_<id>.txt``,
+    which ``PopulationBasedTrainingReplay`` replays. ``row`` is Ray's
+    ``[trial tag, source tag, trial iteration, source iteration, source
+    config, new config]`` with the trial ids in place of their tags (the
+    owner, which knows the tags, writes them)."""
+
+    trial_id: str
+    source_id: str
+    row: tuple[Any, ...]
 
 
 class PopulationBasedAdapter(SchedulerAdapter):
@@ -113,6 +132,8 @@ class PopulationBasedAdapter(SchedulerAdapter):
     queued: frozenset[str] | None = None
     # Ray's "[Exploit]" and "[Explore]" log lines since the owner last took them (`take_log`).
     _log: tuple[str, ...] = ()
+    # The exploits to log as Ray's policy files, since the owner last took them (`take_policy`).
+    _policy: tuple[PolicyStep, ...] = ()
 
     def __init__(self, scheduler: Any, horizon: float, exact: bool) -> None:
         from ray.tune.utils import flatten_dict
@@ -132,10 +153,13 @@ class PopulationBasedAdapter(SchedulerAdapter):
     def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
         """Samples the hyper-parameters PBT mutates that ``config`` lacks
         into it, as Ray's does."""
+        self._fill(config)
+        self._members[trial_id] = _PopulationMember(config=config)
+
+    def _fill(self, config: dict[str, Any]) -> None:
         for name, space in self.settings.hyperparam_mutations.items():
             if name not in config:
                 self.settings.fill_config(config, name, space)
-        self._members[trial_id] = _PopulationMember()
 
     def on_error(self, trial_id: str) -> None:
         self.on_complete(trial_id, None)
@@ -169,6 +193,7 @@ class PopulationBasedAdapter(SchedulerAdapter):
         ``values``: the trial's hyper-parameters at this iteration (flattened)."""
         settings, member = self.settings, self._members[trial_id]
         member.started = True
+        member.last_iteration = row.get("training_iteration", member.last_iteration)
         time = row.get(settings.time_attr)
         if time is None or settings.metric not in row or time < settings.burn_in_period:
             return CONTINUE
@@ -179,6 +204,7 @@ class PopulationBasedAdapter(SchedulerAdapter):
         member.iteration = row["training_iteration"]
         member.saved_at_iteration = self.checkpointed
         member.values = values or {}
+        self._record(trial_id, time, row)
         if not settings.synch:
             member.last_perturbation = time
             lower, upper = self._quantiles()
@@ -201,6 +227,10 @@ class PopulationBasedAdapter(SchedulerAdapter):
         ):
             self._perturb_all(time)
         return PAUSE
+
+    def _record(self, trial_id: str, time: float, row: dict[str, Any]) -> None:
+        """The trial reached a perturbation point with ``row`` (Ray's
+        ``_save_trial_state``), for families that learn from these."""
 
     def _perturb_all(self, time: float) -> None:
         """Synchronous mode, every live trial at the perturbation point:
@@ -277,10 +307,14 @@ class PopulationBasedAdapter(SchedulerAdapter):
         source = self._members[source_id]
         if source.checkpoint_step is None:
             return None
-        exploit, operations = self._explore(source_id)
+        values, operations = self._explored_values(trial_id, source_id)
+        exploit = Exploit(source_id, source.checkpoint_step, values)
         self._log_exploit(trial_id, exploit, operations)
         # As in Ray: the trial takes the source's config, explored, and its
         # perturbation and train times.
+        if self.settings.log_config:
+            self._policy += (self._policy_step(trial_id, source_id, exploit),)
+        member.config = source.config
         member.values = {**source.values, **exploit.values}
         member.last_perturbation = source.last_perturbation
         member.last_train_time = source.last_train_time
@@ -321,8 +355,35 @@ class PopulationBasedAdapter(SchedulerAdapter):
         lines, self._log = self._log, ()
         return lines
 
-    def _explore(self, source_id: str) -> tuple[Exploit, dict[str, Any]]:
-        """The explored values, and Ray's words for what it did to each."""
+    def _policy_step(self, trial_id: str, source_id: str, exploit: Exploit) -> PolicyStep:
+        """The exploit as Ray's ``_log_config_on_step`` logs it. The source's
+        iteration is that of the checkpoint the trial forks from (Ray writes
+        the source's latest result's, which may be later: the replay would
+        change the values later than the exploited trial did)."""
+        member, source = self._members[trial_id], self._members[source_id]
+        row = (
+            trial_id,
+            source_id,
+            member.last_iteration,
+            exploit.iteration,
+            self.config_of(source_id),
+            _overlaid(source.config, {**source.values, **exploit.values}),
+        )
+        return PolicyStep(trial_id, source_id, row)
+
+    def config_of(self, trial_id: str) -> dict[str, Any]:
+        """The trial's config as Ray's trial would hold it now."""
+        member = self._members[trial_id]
+        return _overlaid(member.config, member.values)
+
+    def take_policy(self) -> tuple[PolicyStep, ...]:
+        """The exploits to log since the last call (the driver writes Ray's policy files)."""
+        steps, self._policy = self._policy, ()
+        return steps
+
+    def _explored_values(self, trial_id: str, source_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The values ``trial_id`` continues with from ``source_id``'s
+        checkpoint, flattened, and Ray's words for what was done to each."""
         from ray.tune.utils import flatten_dict
 
         settings, source = self.settings, self._members[source_id]
@@ -335,5 +396,11 @@ class PopulationBasedAdapter(SchedulerAdapter):
         )
         new_config, operations = explored if isinstance(explored, tuple) else (explored, {})
         flat = flatten_dict(new_config, delimiter="/")
-        values = {name: flat[name] for name in self._mutated if name in flat}
-        return Exploit(source_id, source.checkpoint_step, values), operations
+        return {name: flat[name] for name in self._mutated if name in flat}, operations
+
+
+def _overlaid(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the flattened ``values`` set in it (a copy)."""
+    from ray.tune.utils import flatten_dict
+
+    return unflatten({**flatten_dict(config, delimiter="/"), **values})

@@ -6,28 +6,31 @@ is, and a ``TrialScheduler`` of the user's own as FIFO is.
 ``HyperBandForBOHB`` (BOHB's synchronous HyperBand) is hosted as HyperBand
 is; it tells the study's searcher of its pauses, and TuneBOHB reads the
 bracket's budget it writes into each result, which the searcher gets after
-the scheduler, as in Tune. Schedulers that change trials' resources, or
-replay or model PBT (ResourceChangingScheduler, PopulationBasedTrainingReplay,
-PB2), are refused with a clear error, as is any subclass of a family whose
-adapter runs the family's rule itself (PBT). `PromotingASHAScheduler` (ray_stagetree's
+the scheduler, as in Tune. PB2 runs PBT's rule with its own GP-bandit
+explore (`pb2`), and ``PopulationBasedTrainingReplay`` replays its policy as
+the trial's sequences (`replay`). A scheduler that changes trials' resources
+(ResourceChangingScheduler) is refused with a clear error, as is any subclass
+of a family whose adapter runs the family's rule itself (PBT, PB2, replay).
+`PromotingASHAScheduler` (ray_stagetree's
 own, ASHA as its paper defines it) is hosted beside Ray's ASHA.
 """
 
 from __future__ import annotations
 
-import functools
+import sys
 from typing import Any
 
 from ray_stagetree.trial_schedulers.adapter import SchedulerAdapter
 from ray_stagetree.trial_schedulers.hyperband import AsyncHyperBandAdapter, HyperBandAdapter, PromotingASHAAdapter
+from ray_stagetree.trial_schedulers.pb2 import PB2Adapter
 from ray_stagetree.trial_schedulers.pbt import PopulationBasedAdapter
+from ray_stagetree.trial_schedulers.replay import ReplayAdapter
 from ray_stagetree.trial_schedulers.tune_fed import FifoAdapter, MedianStoppingAdapter
 
 
-@functools.cache
 def _families() -> dict[type, type[SchedulerAdapter] | str]:
     """Ray's scheduler classes -> their adapter, or what a refused one does.
-    Built on first use: importing this module does not import Ray."""
+    Built when asked: importing this module does not import Ray."""
     from ray.tune.schedulers import (
         AsyncHyperBandScheduler,
         FIFOScheduler,
@@ -41,17 +44,21 @@ def _families() -> dict[type, type[SchedulerAdapter] | str]:
 
     from ray_stagetree.trial_schedulers.promoting_asha import PromotingASHAScheduler
 
-    return {
+    families: dict[type, type[SchedulerAdapter] | str] = {
         PromotingASHAScheduler: PromotingASHAAdapter,
         FIFOScheduler: FifoAdapter,
         AsyncHyperBandScheduler: AsyncHyperBandAdapter,
         HyperBandScheduler: HyperBandAdapter,
         MedianStoppingRule: MedianStoppingAdapter,
-        PopulationBasedTraining: PopulationBasedAdapter,  # PB2 is a subclass: refused with the rest
+        PopulationBasedTraining: PopulationBasedAdapter,
         HyperBandForBOHB: HyperBandAdapter,  # its own class: Ray's BOHB variant decides at the same milestones
-        PopulationBasedTrainingReplay: "replays a recorded PBT run",
+        PopulationBasedTrainingReplay: ReplayAdapter,
         ResourceChangingScheduler: "changes trials' resources",
     }
+    pb2 = sys.modules.get("ray.tune.schedulers.pb2")  # imports scikit-learn: loaded only by those who use it
+    if pb2 is not None:
+        families[pb2.PB2] = PB2Adapter  # a subclass of PBT's with its own explore
+    return families
 
 
 def adapter_for(scheduler: Any) -> tuple[type[SchedulerAdapter], bool]:

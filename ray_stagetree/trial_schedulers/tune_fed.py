@@ -12,6 +12,7 @@ when it picks it (``choose_trial_to_run``).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,13 @@ class TrialProxy:
 
     def __str__(self) -> str:
         return self.trial_id
+
+    def set_config(self, config: dict[str, Any]) -> None:
+        """A scheduler replaces the trial's config (PBT replay's first one):
+        in place, as the owner reads the dict it handed over."""
+        replacement = copy.deepcopy(config)
+        self.config.clear()
+        self.config.update(replacement)
 
 
 class _SearcherFacade:

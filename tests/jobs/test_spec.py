@@ -365,7 +365,7 @@ def test_a_spec_with_typos_is_answered_in_one_round_with_suggestions():
         "Values, Warmup",
         "param_space.momentum: Exponential has no parameter 'gama' (did you mean 'gamma'?); it takes init, gamma",
         "tune_config.scheduler.name: unknown scheduler 'ashaa' (did you mean 'asha'?); allowed: asha, "
-        "async_hyperband, fifo, hb_bohb, hyperband, median_stopping, median_stopping_rule, pbt, promoting_asha",
+        "async_hyperband, fifo, hb_bohb, hyperband, median_stopping, median_stopping_rule, pb2, pbt, pbt_replay, promoting_asha",
     ]
 
 

@@ -10,6 +10,7 @@ from ray.tune.schedulers import (
     HyperBandScheduler,
     MedianStoppingRule,
     PopulationBasedTraining,
+    PopulationBasedTrainingReplay,
     ResourceChangingScheduler,
     TrialScheduler,
 )
@@ -17,8 +18,10 @@ from ray.tune.schedulers.pb2 import PB2
 
 from ray_stagetree.simulation.paper_spaces import SuccessiveHalving
 from ray_stagetree.trial_schedulers.hyperband import AsyncHyperBandAdapter, HyperBandAdapter
+from ray_stagetree.trial_schedulers.pb2 import PB2Adapter
 from ray_stagetree.trial_schedulers.pbt import PopulationBasedAdapter
 from ray_stagetree.trial_schedulers.registry import adapter_for, check_scheduler, scheduler_max_t
+from ray_stagetree.trial_schedulers.replay import ReplayAdapter
 from ray_stagetree.trial_schedulers.tune_fed import FifoAdapter, MedianStoppingAdapter
 
 
@@ -40,6 +43,10 @@ class OwnPBT(PopulationBasedTraining):
     """A PBT subclass: its overrides would never run, since PBT runs on the plan."""
 
 
+class OwnPB2(PB2):
+    """A PB2 subclass: PBT's rule runs on the plan, so its overrides would not run either."""
+
+
 def pbt():
     return PopulationBasedTraining(time_attr="training_iteration", hyperparam_mutations={"lr": tune.uniform(0, 1)})
 
@@ -56,21 +63,28 @@ def pbt():
         (LoudASHA(max_t=8), AsyncHyperBandAdapter, False),
         (SuccessiveHalving(9, grace_period=1, max_t=8), HyperBandAdapter, False),
         (HyperBandForBOHB(max_t=9), HyperBandAdapter, True),  # BOHB's HyperBand: its own milestones
+        (PB2(hyperparam_bounds={"lr": [0.0, 1.0]}), PB2Adapter, True),
     ],
-    ids=["fifo", "asha", "hyperband", "median", "pbt", "custom", "asha-subclass", "hyperband-subclass", "bohb"],
+    ids=["fifo", "asha", "hyperband", "median", "pbt", "custom", "asha-subclass", "hyperband-subclass", "bohb", "pb2"],
 )
 def test_each_scheduler_type_gets_its_familys_adapter(scheduler, adapter, exact):
     assert adapter_for(scheduler) == (adapter, exact)
+
+
+def test_a_pbt_replay_is_hosted(tmp_path):
+    policy = tmp_path / "pbt_policy_a.txt"
+    policy.write_text('["0", "1", 2, 2, {"lr": 0.1}, {"lr": 0.05}]\n')
+    assert adapter_for(PopulationBasedTrainingReplay(str(policy))) == (ReplayAdapter, True)
 
 
 @pytest.mark.parametrize(
     "make",
     [
         ResourceChangingScheduler,
-        lambda: PB2(hyperparam_bounds={"lr": [0.0, 1.0]}),
+        lambda: OwnPB2(hyperparam_bounds={"lr": [0.0, 1.0]}),
         lambda: OwnPBT(hyperparam_mutations={"lr": [0.1]}),
     ],
-    ids=["resource-changing", "pb2", "pbt-subclass"],
+    ids=["resource-changing", "pb2-subclass", "pbt-subclass"],
 )
 def test_schedulers_not_hosted_are_refused_clearly(make):
     scheduler = make()
@@ -78,7 +92,7 @@ def test_schedulers_not_hosted_are_refused_clearly(make):
     why = (
         f"{name} changes trials' resources, which ray_stagetree does not host yet"
         if isinstance(scheduler, ResourceChangingScheduler)
-        else f"{name} is a subclass of PopulationBasedTraining, whose rule ray_stagetree runs itself"
+        else f"{name} is a subclass of {type(scheduler).__mro__[1].__name__}, whose rule ray_stagetree runs itself"
     )
     with pytest.raises(NotImplementedError, match=f"^{why}.*ray.tune.Tuner runs {name}$"):
         check_scheduler(scheduler, "loss", "min")

@@ -95,6 +95,10 @@ class StudyController(BatchLoop):
         """The study's searcher as it is now (`StudyTrials.searcher`)."""
         return self.study.searcher()
 
+    def scheduler(self) -> Any:
+        """The study's trial scheduler as it is now (`StudyTrials.scheduler`)."""
+        return self.study.scheduler()
+
     async def save_state(self) -> None:
         """Write a snapshot now (the driver asks before it stops)."""
         await self.snapshots.save_now()

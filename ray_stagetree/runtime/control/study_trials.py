@@ -185,6 +185,11 @@ class StudyTrials:
         hands its state to the user's object (`tune_compat.adopt_searcher_state`)."""
         return getattr(self.trial_source, "searcher", None)
 
+    def scheduler(self) -> Any:
+        """The study's trial scheduler as it is now: the driver hands its
+        state to the user's object, as to the searcher's."""
+        return self.host.scheduler
+
     def trial_share_key(self, trial_id: str) -> str:
         """A trial's share key in the plan: trials share stages only under one key.
         (The default "study" is in the plans studies saved: it stays, so that a
@@ -602,8 +607,23 @@ class StudyTrials:
             study_error=self.failures.study_error,
             warnings=news["warnings"],
             scheduler_log=self.host.population.take_log() if self.host.population is not None else (),
+            pbt_policy=self._pbt_policy(),
             stalled=self._stalled(),
             done=bool(self.finalized),
+        )
+
+    def _pbt_policy(self) -> tuple[tuple[str, str, tuple[Any, ...]], ...]:
+        """PBT's exploits since the last poll, each trial named by its experiment tag as Ray's rows name them."""
+        if self.host.population is None:
+            return ()
+        steps = self.host.population.take_policy()
+        return tuple(
+            (
+                step.trial_id,
+                step.source_id,
+                (self.trials[step.trial_id].experiment_tag, self.trials[step.source_id].experiment_tag, *step.row[2:]),
+            )
+            for step in steps
         )
 
     def _shown_counts(self, held: set[str]) -> dict[str, int]:

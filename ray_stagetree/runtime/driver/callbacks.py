@@ -57,6 +57,7 @@ from ray_stagetree.planning.lifecycle import ERROR, PENDING, RUNNING, TERMINATED
 from ray_stagetree.runtime.control.messages import Progress
 from ray_stagetree.runtime.driver.log_files import BATCHED
 from ray_stagetree.runtime.driver.log_thread import LogThread
+from ray_stagetree.runtime.driver.pbt_policy import write_policy
 from ray_stagetree.runtime.driver.status_file import StatusFile
 from ray_stagetree.sequences._params import _is_unresolved
 
@@ -376,6 +377,8 @@ class CallbackRunner:
                 self._other(event)
         self._call("on_step_end", iteration=self.iteration, trials=self._trial_list)
         self._log.batch_done()
+        if progress.pbt_policy:
+            self._write_policy(progress.pbt_policy)
         if self.status is not None:
             self.status.update(progress)
         if self._remote and time.monotonic() - self._last_sync >= self.sync_period:
@@ -521,6 +524,18 @@ class CallbackRunner:
         if self.status is not None:
             self.status.close(FAILED_STUDY)
         self._log.close()
+
+    def _write_policy(self, steps: Any) -> None:
+        """PBT's exploits into Ray's policy files (a remote study's uploaded at once: exploits are few)."""
+        try:
+            os.makedirs(self.local_experiment_path, exist_ok=True)
+            for name in write_policy(steps, self.local_experiment_path):
+                if self._storage is not None:
+                    self._storage.filesystem.put_file(
+                        os.path.join(self.local_experiment_path, name), self._storage.path(name)
+                    )
+        except OSError as error:
+            self._storage_fault(error)
 
     # -- remote experiment paths ----------------------------------------------------
 

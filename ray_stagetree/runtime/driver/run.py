@@ -64,7 +64,7 @@ from ray_stagetree.runtime.driver.restoring import save_settings
 from ray_stagetree.runtime.driver.results import ResultGrid, TrialResult
 from ray_stagetree.runtime.driver.settings import StudySettings, TrialSource
 from ray_stagetree.runtime.driver.status_file import StatusFile
-from ray_stagetree.runtime.driver.tune_compat import adopt_searcher_state
+from ray_stagetree.runtime.driver.tune_compat import adopt_scheduler_state, adopt_searcher_state
 from ray_stagetree.runtime.driver.tune_state import write_tune_state
 from ray_stagetree.runtime.service.service_client import run_attached
 from ray_stagetree.runtime.workers.remote import remote_once
@@ -296,6 +296,8 @@ class StudyRun:
                 summaries = fetch_summaries(controller.results.remote)
                 if isinstance(tuner.tune_config.search_alg, Searcher):
                     adopt_searcher_state(tuner.tune_config.search_alg, ray.get(controller.searcher.remote()))
+                if tuner.tune_config.scheduler is not None:
+                    adopt_scheduler_state(tuner.tune_config.scheduler, ray.get(controller.scheduler.remote()))
                 callbacks.end(interrupted=interrupted.is_set())
             except Exception as error:
                 if not isinstance(error, ray.exceptions.RayError):  # a callback raised: fit() raises it, as Tune's

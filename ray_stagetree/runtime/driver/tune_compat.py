@@ -336,3 +336,13 @@ def adopt_searcher_state(user: Any, final: Any) -> None:
         adopt_searcher_state(inner, final_inner)
         state["searcher"] = inner
     vars(user).update(state)
+
+
+def adopt_scheduler_state(user: Any, final: Any) -> None:
+    """Give the user's trial scheduler the state its copy on the controller
+    ended the study with, as for the searcher: Tune's runs in the driver, so
+    the object handed to ``TuneConfig(scheduler=...)`` is the one that
+    decided (ASHA's rungs, PB2's data). Families whose rule runs on the plan
+    (PBT) keep their decisions in their adapter, not in Ray's object."""
+    if type(final) is type(user):
+        vars(user).update(vars(final))
