@@ -36,6 +36,8 @@ __getattr__ = moved_names(
     },
     lazy={
         "Tuner": "ray_stagetree.runtime.driver.tuner.Tuner",
+        "run": "ray_stagetree.runtime.driver.tune_run.run",
+        "run_experiments": "ray_stagetree.runtime.driver.tune_run.run_experiments",
         "ResultGrid": "ray_stagetree.runtime.driver.results.ResultGrid",
         "Study": "ray_stagetree.runtime.driver.study.Study",
         "init_ray": "ray_stagetree.runtime.driver.cluster.init_ray",
@@ -47,6 +49,8 @@ __getattr__ = moved_names(
 __all__ = [
     # runtime
     "Tuner",
+    "run",
+    "run_experiments",
     "ResultGrid",
     "Study",
     "init_ray",
