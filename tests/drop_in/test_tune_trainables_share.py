@@ -118,3 +118,29 @@ def test_get_hparams_runs_on_both_tuners_with_the_same_results(ray_session, tmp_
     assert losses(ours) == losses(theirs)
     lrs = sorted(result.metrics_dataframe["lr"].tolist() for result in theirs)
     assert lrs[0] == pytest.approx([0.5, 0.5, 0.05, 0.05, 0.05, 0.05])
+
+
+def reads_lr_once(config):
+    """Tune's shape: the learning rate read once, as a number, at the start."""
+    lr, state = config["lr"], {"epoch": 0}
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        state = load_dict(checkpoint)
+    while state["epoch"] < 4:
+        state["epoch"] += 1
+        tune.report({"lr": lr}, checkpoint=checkpoint_dict(state))
+
+
+def test_a_held_value_changes_where_the_shared_prefix_ends(ray_session, tmp_path):
+    """The trials diverge where their learning rates change: the trial whose
+    batch continues live past the shared stage restarts there too, with its
+    own value, as the one forked from the checkpoint does."""
+    lrs = [MultiStep(0.5, [2], 0.5), MultiStep(0.5, [2], 0.1)]
+    grid = ray_stagetree.Tuner(
+        reads_lr_once,
+        param_space={"lr": tune.grid_search(lrs)},
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    assert_ran(grid)
+    seen = sorted(result.metrics_dataframe["lr"].tolist() for result in grid)
+    assert seen == [[0.5, 0.5, 0.05, 0.05], [0.5, 0.5, 0.25, 0.25]]

@@ -159,16 +159,18 @@ class StageContext:
         self._last_flush = self._iteration_started = time.monotonic()
         # branch points since the last outcome whose checkpoint report() did not get
         self.missing_checkpoints: list[int] = []
+        self.last_metrics: dict[str, Any] = {}  # the last iteration's, as reported (a Train run's Result)
 
-    def _next_fixed_value_change(self) -> int | None:
-        """The next iteration of the batch where a value the trainable holds
-        fixed changes: one handed over as plain (PBT explored it), or any
-        sequence's while it does not follow values live. The trainable
-        restarts there from a checkpoint. Only the next one, found from the
-        sequences' structure: a batch may span a horizon of 10**9
-        iterations, never expanded."""
+    def _next_fixed_value_change(self, after: int | None = None) -> int | None:
+        """The next iteration of the batch after ``after`` (by default the
+        current one) where a value the trainable holds fixed changes: one
+        handed over as plain (PBT explored it), or any sequence's while it
+        does not follow values live. The trainable restarts there from a
+        checkpoint. Only the next one, found from the sequences' structure: a
+        batch may span a horizon of 10**9 iterations, never expanded."""
+        after = self.iteration if after is None else after
         sequences = self._fixed_sequences()
-        changes = (next_change(sequence, self.iteration, self.spec.stop) for sequence in sequences.values())
+        changes = (next_change(sequence, after, self.spec.stop) for sequence in sequences.values())
         return min((change for change in changes if change is not None), default=None)
 
     def _fixed_sequences(self) -> dict[str, Any]:
@@ -397,6 +399,7 @@ class StageContext:
         the controller's reply says whether the batch goes on (live
         continuation); the end's checkpoint is made only if it does not."""
         check_picklable(metrics, self.iteration + 1)
+        self.last_metrics = metrics
         self._sync_restarts()
         self.user_generators.setup_done()
         now = time.monotonic()
@@ -534,7 +537,8 @@ class StageContext:
         if batch_stop > self.spec.stop:
             node_id, start, _ = self.spec.segments[-1]
             self.spec.segments[-1] = (node_id, start, batch_stop)
-            self._config_change = self._next_fixed_value_change()
+            # It continues live past its old end, which may be where a held value changes (a stage boundary).
+            self._config_change = self._next_fixed_value_change(after=self.iteration - 1)
         self.save_iterations = set(save_iterations) | self._config_changes()
         if not self._ended:
             self.stop = max(min(needed, batch_stop), self.iteration)
