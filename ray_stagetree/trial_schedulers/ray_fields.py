@@ -57,6 +57,14 @@ def searcher_metric(searcher: Any) -> str | list[str] | None:
     return getattr(searcher, "_metric", None)
 
 
+def point_tune_report_callback(callback: Any, queue: Any) -> None:
+    """Make Ray's ``TuneReportCallback`` (Train v2) put the results it passes
+    on into ``queue``: the queue it took from Tune's session when it was
+    made, a private field."""
+    ray_field(callback, "_training_actor_item_queue", callback)  # a clear error where Ray renamed it
+    callback._training_actor_item_queue = queue
+
+
 def in_tune_session() -> bool:
     """True inside a trainable that ``ray.tune.Tuner`` itself runs."""
     from ray.tune.trainable import trainable_fn_utils

@@ -100,9 +100,46 @@ def unsharded_batches(batch_sizes: list[int]) -> list[list[int]]:
     return seen
 
 
-def driver_function(config):
-    """Ray's driver-function pattern: a trial that runs a TorchTrainer of its own."""
+def v2_train_loop(config):
+    """Ray Train v2's train_loop_per_worker: hyper-parameters from its
+    train_loop_config, a checkpoint per epoch through ray.train.report."""
+    import json
+
+    import ray.train
+
+    context = ray.train.get_context()
+    state = {"epoch": 0, "weight": 1.0}
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as path, open(os.path.join(path, "state.json")) as file:
+            state = json.load(file)
+    while state["epoch"] < config["epochs"]:
+        state["epoch"] += 1
+        state["weight"] *= 1 - config["lr"]
+        with tempfile.TemporaryDirectory() as path:
+            with open(os.path.join(path, "state.json"), "w") as file:
+                json.dump(state, file)
+            metrics = {"loss": state["weight"], "lr": config["lr"], "world_size": context.get_world_size()}
+            checkpoint = ray.train.Checkpoint.from_directory(path)
+            ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{state['epoch']}")
+
+
+def v2_driver_function(config):
+    """Ray's Train v2 + Tune pattern: a trial builds a TorchTrainer and calls
+    its fit(); TuneReportCallback passes the workers' reports on to Tune."""
+    import ray.train
     from ray.train import ScalingConfig
     from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
 
-    TorchTrainer(lambda: None, scaling_config=ScalingConfig(num_workers=2)).fit()
+    workers = config.get("workers", 1)
+    TorchTrainer(
+        v2_train_loop,
+        train_loop_config={"lr": config["lr"], "epochs": config["epochs"]},
+        scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 0.25}),
+        run_config=ray.train.RunConfig(
+            name=f"train_{ray.tune.get_context().get_trial_id()}",
+            storage_path=config.get("train_storage"),
+            callbacks=[TuneReportCallback()],
+        ),
+    ).fit()

@@ -62,7 +62,13 @@ def _tune_session_function(name: str) -> Any:
     return getattr(trainable_fn_utils, name) if in_tune_session() else None
 
 
-def report(metrics: Mapping[str, Any], *, checkpoint: Checkpoint | None = None) -> None:
+def report(
+    metrics: Mapping[str, Any],
+    *,
+    checkpoint: Checkpoint | None = None,
+    checkpoint_dir_name: str | None = None,
+    **upload: Any,
+) -> None:
     """Report one iteration's metrics, and a checkpoint of the state after it.
 
     Parameters
@@ -73,12 +79,28 @@ def report(metrics: Mapping[str, Any], *, checkpoint: Checkpoint | None = None) 
     checkpoint:
         A ``ray.tune.Checkpoint`` of the state after this iteration. Pass one
         at least where `should_checkpoint` is true: other trials fork from it.
+    checkpoint_dir_name, upload:
+        Ray Train v2's ``ray.train.report`` options (the checkpoint's folder
+        name, how it is uploaded): accepted so that a Train loop runs as
+        written, and not used (the stage keeps its checkpoints).
     """
+    unknown = set(upload) - TRAIN_UPLOAD_OPTIONS
+    if unknown:
+        raise TypeError(
+            f"report() got unexpected keyword argument(s) {sorted(unknown)}; it takes metrics, checkpoint=, and Ray "
+            f"Train's {sorted({'checkpoint_dir_name', *TRAIN_UPLOAD_OPTIONS})}"
+        )
     tune_report = _tune_session_function("report")
     if tune_report is not None:
         tune_report(dict(metrics), checkpoint=checkpoint)
         return
     _context().report(metrics, checkpoint)
+
+
+#: The options of Ray Train v2's ``ray.train.report`` after ``checkpoint_dir_name``.
+TRAIN_UPLOAD_OPTIONS = frozenset(
+    {"checkpoint_upload_mode", "delete_local_checkpoint_after_upload", "checkpoint_upload_fn", "validation"}
+)
 
 
 def get_checkpoint() -> Checkpoint | None:

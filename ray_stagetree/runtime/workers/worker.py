@@ -46,7 +46,7 @@ import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
 from ray_stagetree.execution.payload import CheckpointPayload
-from ray_stagetree.runtime.workers import scratch, session, user_generators
+from ray_stagetree.runtime.workers import scratch, session, train_runs, user_generators
 from ray_stagetree.runtime.workers.class_trainables import run_class
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
 from ray_stagetree.runtime.workers.group import PeerContext, RankGroup, RankInfo, free_port, rank_infos
@@ -146,7 +146,8 @@ def _install_tune_shims() -> None:
     treat_as_tune_session(lambda: current() is not None)
     # setup_wandb takes its default run id, name and group from Ray Train's session, which it
     # imported by name: as under Tune, they are the trial's id and name and the experiment's name.
-    _refuse_nested_train_runs()
+    _refuse_legacy_train_runs()
+    train_runs.host(current, _when_imported)
     live_values.use_stage_context(current)
     # Ray's framework callbacks are ours (subclasses, same arguments): a script written for Tune shares as written.
     for ray_module, name, ours in FRAMEWORK_CALLBACKS:
@@ -193,26 +194,26 @@ CLOSE_WAIT_S = 2.0
 
 
 class NestedTrainRunError(RuntimeError):
-    """A trainable started a Ray Train run of its own (a trainer's ``fit()``)."""
+    """A trainable started a Ray Train run on the legacy engine (a trainer's ``fit()``)."""
 
 
 NESTED_TRAIN_RUN = (
-    "{trainer}.fit() was called inside a trial that ray_stagetree runs (Ray's driver-function pattern). Its "
-    "workers would be a Ray Train run of their own, outside the stage: nobody counts their resources (trials "
-    "wait for each other's GPUs, Ray issue #47439) and its iterations are invisible to stage sharing. Use a form "
-    "that trains data-parallel on shared stages: ray_stagetree.Tuner(train_loop_per_worker, "
-    "scaling_config=ScalingConfig(...)), or Tuner(TorchTrainer(train_loop_per_worker, scaling_config=...), "
-    "param_space={{'train_loop_config': ...}}) with RAY_TRAIN_V2_ENABLED=0; or run this driver function with "
-    "ray.tune.Tuner, which shares nothing"
+    "{trainer}.fit() was called inside a trial that ray_stagetree runs, on Ray Train's legacy engine "
+    "(RAY_TRAIN_V2_ENABLED=0), where it would start a Tune run of its own whose workers nobody counts and whose "
+    "iterations stage sharing cannot see. Use a form that trains data-parallel on shared stages: "
+    "ray_stagetree.Tuner(train_loop_per_worker, scaling_config=ScalingConfig(...)), or "
+    "Tuner(TorchTrainer(train_loop_per_worker, scaling_config=...), param_space={{'train_loop_config': ...}}); "
+    "under Train v2 (Ray's default) this driver function runs as it is"
 )
 
 
-def _refuse_nested_train_runs() -> None:
-    """A Ray Train trainer's ``fit()`` raises `NestedTrainRunError` in a
-    trial run here (it still runs outside one: a trainable may be tested
-    by calling it)."""
+def _refuse_legacy_train_runs() -> None:
+    """A legacy Ray Train trainer's ``fit()`` raises `NestedTrainRunError`
+    in a trial run here (it still runs outside one: a trainable may be
+    tested by calling it). Train v2's runs (`train_runs`)."""
 
-    def refuse(trainer_class: type) -> None:
+    def refuse(imported: types.ModuleType) -> None:
+        trainer_class = imported.BaseTrainer
         fit = trainer_class.fit
 
         @functools.wraps(fit)
@@ -223,13 +224,7 @@ def _refuse_nested_train_runs() -> None:
 
         trainer_class.fit = refusing_fit
 
-    for module, name in (
-        ("ray.train.base_trainer", "BaseTrainer"),
-        ("ray.train.v2.api.data_parallel_trainer", "DataParallelTrainer"),
-    ):
-        # Ray Train v2's trainer takes 0.2 s to import, in every worker: patched
-        # only once a trainable imports it (most never do).
-        _when_imported(module, lambda imported, name=name: refuse(getattr(imported, name)))
+    _when_imported("ray.train.base_trainer", refuse)
 
 
 def _when_imported(name: str, patch: Callable[[types.ModuleType], None]) -> None:

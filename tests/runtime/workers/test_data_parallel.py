@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 import pytest
-from data_parallel_trainables import ddp_regression, driver_function, unsharded_batches
+from data_parallel_trainables import ddp_regression, unsharded_batches
 from ray import tune
 from ray.train import ScalingConfig
 
@@ -93,19 +93,6 @@ def test_groups_are_admitted_only_where_the_cluster_places_them_whole(merged_and
     merged, _ = merged_and_alone
     assert all(result.error is None for result in merged)
     assert len({row for result in merged for row in result.metrics_dataframe["pid"]}) == 1
-
-
-def test_a_trainer_run_inside_a_trial_errors_naming_the_forms_that_share(ray_session, tmp_path):
-    """Ray's driver-function pattern (a trial calling a trainer's fit()) would
-    start workers nobody counts; it fails at once, without retries, with a
-    message naming the supported forms."""
-    grid = Tuner(
-        driver_function,
-        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0, failure_config=tune.FailureConfig(3)),
-    ).fit()
-    error = str(grid[0].error)
-    assert "TorchTrainer.fit() was called inside a trial" in error
-    assert "scaling_config=ScalingConfig(...)" in error and "RAY_TRAIN_V2_ENABLED=0" in error
 
 
 TORCH_TRAINER_SCRIPT = """
