@@ -514,7 +514,10 @@ class BatchLoop:
         for node_id, iteration, key, size in outcome.checkpoints:
             # The call's return value is the payload: an object this actor owns.
             ref = worker.take_checkpoint.remote(key)
-            self.store.add(self.plan, self.plan.nodes[node_id], iteration, ref, size)
+            node = self.plan.nodes[node_id]
+            self.store.add(self.plan, node, iteration, ref, size)
+            for trial_id, study in self._through(node, iteration):
+                study.saved(study.trials[trial_id], node, iteration)
         if outcome.records or outcome.checkpoints:
             self._wake.set()
 

@@ -18,9 +18,12 @@ class DriverFeed:
 
     ``events`` are dicts with ``event`` ("start" with the trial's
     ``config``, "complete", "error" with its ``error`` text, "recover" (it
-    failed with ``error`` and is retried), "checkpoint" with the final
-    checkpoint's ``path``), ``trial_id``, ``name`` and ``dirname``. A trial's
+    failed with ``error`` and is retried), "checkpoint" with a checkpoint's
+    ``path`` in its folder: each as it is registered where a callback wants
+    them, else the final one), ``trial_id``, ``name`` and ``dirname``. A trial's
     "start" comes before its rows, which come before its "complete" or "error".
+    A row a failed trial's retry reports again carries
+    `messages.RETRIED` (the driver takes it out).
     """
 
     def __init__(self) -> None:

@@ -48,6 +48,11 @@ class Progress:
     done: bool = False
 
 
+#: The key of a row a failed trial's retry reports again (`StudyTrials`): the driver logs it, where it
+#: skips rows it has logged, and takes the key out.
+RETRIED = "_stagetree_retried"
+
+
 class PackedRows(Sequence):
     """A trial's result rows as its summary carries them to the driver:
     pickled in one piece, but for the last (``Result.metrics``), and read

@@ -191,6 +191,9 @@ class StudySpec:
     mode: Literal["min", "max"] | None = None
     time_budget_s: float | None = None
     checkpoint_config: CheckpointConfig | None = None
+    # A callback's on_checkpoint wants each checkpoint in the trial's folder as it is registered (Tune's moment),
+    # not only the kept ones at the end: each is exported into every trial folder it serves.
+    export_each_checkpoint: bool = False
     # -- what it continues
     resume: bool = False  # continue the plan saved under the loop's experiment_path/plan
     restore: Restore | None = None  # continue a study's snapshot (Tuner.restore)

@@ -35,11 +35,11 @@ from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
 from ray_stagetree.runtime.control.driver_feed import DriverFeed
 from ray_stagetree.runtime.control.experiment_state import Restore, StudyState, trial_summary
 from ray_stagetree.runtime.control.failures import Failures
-from ray_stagetree.runtime.control.messages import Progress, TrialSummary
+from ray_stagetree.runtime.control.messages import RETRIED, Progress, TrialSummary
 from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
 from ray_stagetree.runtime.control.spec import StudySpec
-from ray_stagetree.runtime.control.study_end import export_kept_checkpoints
 from ray_stagetree.runtime.control.time_budget import TimeBudget
+from ray_stagetree.runtime.control.trial_checkpoints import TrialCheckpoints
 from ray_stagetree.runtime.control.trials import TrialInfo, TrialState, experiment_tag, trial_name
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 
@@ -162,6 +162,8 @@ class StudyTrials:
         self.failures = Failures(spec.max_failures, spec.restore_retries, spec.fail_fast)
         self._population_starts: dict[tuple, str] | None = {} if self.host.population is not None else None
         self.feed = DriverFeed()  # what the driver hears at its next poll (`progress`)
+        # The trials' checkpoints in their folders, and the driver told of them.
+        self.checkpoints = TrialCheckpoints(store, plan, self.feed, spec.export_each_checkpoint, spec.checkpoint_config)
         self.rows = ResultRows(
             spec.metric,
             metric_consumers(self.searcher(), self.host.scheduler),
@@ -318,13 +320,31 @@ class StudyTrials:
         if self.host.population is not None:
             self.host.population.checkpointed = checkpointed
 
+    def _report_again(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> None:
+        """An iteration the trial reported before, trained again: a failed
+        trial's retry shows it again (`Result.metrics_dataframe`, the
+        loggers, ``on_trial_restore`` where it restored from a checkpoint),
+        as Tune's retry reports it again; its scheduler and searcher heard it
+        once. Iterations retrained for other reasons (an evicted checkpoint,
+        a stage another trial needed) are not shown."""
+        if iteration > state.retrying_until:
+            return
+        row = self.rows.row(state, iteration, metrics, self.host.horizon)
+        state.reported.append(row)
+        self.feed.row({**row, RETRIED: True})
+        if iteration == state.retrying_until:
+            state.retrying_until = 0
+
     def add_result(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> None:
         """The trial's result at ``iteration``: checked, made a Tune row,
         decided on by its scheduler and told to its searcher."""
         # An iteration trained again (a retry, an evicted checkpoint) was
         # already reported: searchers and schedulers see each iteration once.
         state.restore_failures = 0  # it trains: its checkpoint loaded (Tune resets the count on restore)
-        if state.status in ENDED or iteration in state.rows:
+        if state.status in ENDED:
+            return
+        if iteration in state.rows:
+            self._report_again(state, iteration, metrics)
             return
         invalid = self.rows.invalid(state, iteration, metrics)
         if invalid is not None:
@@ -459,7 +479,8 @@ class StudyTrials:
             if state.status in ENDED:
                 continue
             if self.failures.retried(state, retry, in_restore):
-                self.feed.event("recover", state, error=error, iterations=max(state.rows, default=0))
+                state.retrying_until = max(state.rows, default=0)
+                self.feed.event("recover", state, error=error, iterations=state.retrying_until)
             else:
                 state.error, state.error_pickle = error, error_pickle
                 self.lifecycle.fail(state)
@@ -520,6 +541,10 @@ class StudyTrials:
         state = self.trials.get(trial_id)
         return None if state is None else state.status
 
+    def saved(self, state: TrialState, node: Any, iteration: int) -> None:
+        """A checkpoint on the trial's path was registered at ``iteration`` (`TrialCheckpoints.saved`)."""
+        self.checkpoints.saved(state, node, iteration)
+
     async def finalize(self) -> list[str]:
         """The study's end: paused trials close, and kept checkpoints go into
         the trials' folders (`study_end`); what storage refused, as messages."""
@@ -527,16 +552,7 @@ class StudyTrials:
             if state.status == PAUSED:  # its scheduler never resumed it
                 self.lifecycle.close(state)
                 self.feed.event("complete", state)
-        unwritten = await export_kept_checkpoints(
-            self.trials.values(),
-            functools.partial(self.store.export, self.plan),
-            self.store.remove_other_checkpoints,
-            self.spec.checkpoint_config,
-        )
-        for state in self.trials.values():
-            if state.checkpoints:
-                self.feed.event("checkpoint", state, path=state.checkpoints[-1][0])
-        return unwritten
+        return await self.checkpoints.at_end(self.trials.values())
 
     def warn_unwritten(self, unwritten: list[str]) -> None:
         """Tell the driver what storage refused at the study's end."""

@@ -42,6 +42,12 @@ class TrialState(Trial):
     error_checkpoint: tuple[int, int] | None = None
     restore_failures: int = 0  # failed loads of its starting checkpoint since it last trained (TUNE_RESTORE_RETRY_NUM)
     announced: bool = False  # its "start" event went out (Tune's on_trial_start): see `DriverFeed.announce`
+    saves: int = 0  # checkpoints registered on its path while it ran (Tune's on_trial_save), numbering its folders
+    # Checkpoint folders already announced to the driver (on_checkpoint) as they were registered.
+    announced_checkpoints: frozenset[str] = frozenset()
+    # A failed trial is retried: the iterations it trains again until it passes this one are shown again,
+    # as Tune's retry reports them again (Result.metrics_dataframe, the loggers); its scheduler hears each once.
+    retrying_until: int = 0
 
     def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
         super().configure(config, trial_config)

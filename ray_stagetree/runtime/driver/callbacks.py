@@ -54,7 +54,7 @@ from ray_stagetree.execution.study_file import ENDED_STUDY, FAILED_STUDY, INTERR
 from ray_stagetree.planning.config import tabular
 from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, PENDING, RUNNING, TERMINATED
-from ray_stagetree.runtime.control.messages import Progress
+from ray_stagetree.runtime.control.messages import RETRIED, Progress
 from ray_stagetree.runtime.driver.log_files import BATCHED
 from ray_stagetree.runtime.driver.log_thread import LogThread
 from ray_stagetree.runtime.driver.pbt_policy import write_policy
@@ -280,6 +280,7 @@ class CallbackRunner:
         # The views in order, handed to every hook as Tune hands its trial list (not copied per call).
         self._trial_list: list[TrialView] = []
         self._logged: dict[str, int] = {}  # trial id -> last training_iteration logged
+        self._recovering: set[str] = set()  # failed trials retried, until their retry's first result
         self.iteration = 0  # Tune's loop iteration: here, the driver's polls
         self.storage_faults = 0  # log writes storage refused
         self._told_checkpoint_requests = False
@@ -395,6 +396,7 @@ class CallbackRunner:
         elif kind == "recover":
             view = self._view(event)
             view.run_metadata.num_failures += 1
+            self._recovering.add(view.trial_id)
             self._call("on_trial_recover", iteration=self.iteration, trials=self._trial_list, trial=view)
         elif kind == "checkpoint":
             self._checkpoint(event)
@@ -447,8 +449,13 @@ class CallbackRunner:
             view = self._view({"trial_id": row["trial_id"], "config": row.get("config")})
             self._continue_logs(view)
         iteration = row.get("training_iteration", 0)
-        if iteration <= self._logged.get(view.trial_id, 0):
+        retried = row.pop(RETRIED, False)  # a failed trial's retry reports it again, as under Tune
+        if not retried and iteration <= self._logged.get(view.trial_id, 0):
             return  # already logged: a retrained iteration, or one logged before a restore
+        if view.trial_id in self._recovering:  # its retry's first result
+            self._recovering.discard(view.trial_id)
+            if iteration > 1:  # it restored from a checkpoint (Tune's on_trial_restore)
+                self._call("on_trial_restore", iteration=self.iteration, trials=self._trial_list, trial=view)
         self._logged[view.trial_id] = iteration
         view.status = RUNNING
         view.last_result = row
@@ -488,11 +495,17 @@ class CallbackRunner:
             self._log.then(functools.partial(self._upload, view))  # once its files are written
 
     def _checkpoint(self, event: dict[str, Any]) -> None:
+        """A checkpoint in the trial's folder: each as it is registered
+        (``iteration`` given: Tune's ``on_trial_save`` then
+        ``on_checkpoint``, the trial's ``checkpoint`` the new one), else the
+        final one at the study's end."""
         from ray.tune import Checkpoint
 
         view = self._view(event)
         filesystem = None if self._storage_filesystem is None else arrow_filesystem(self._storage_filesystem)
         view.checkpoint = Checkpoint(event["path"], filesystem)
+        if "iteration" in event:
+            self._call("on_trial_save", iteration=self.iteration, trials=self._trial_list, trial=view)
         self._call(
             "on_checkpoint", iteration=self.iteration, trials=self._trial_list, trial=view, checkpoint=view.checkpoint
         )
@@ -568,6 +581,23 @@ class CallbackRunner:
                 filesystem.makedirs(posixpath.dirname(remote), exist_ok=True)
                 filesystem.put_file(local, remote)
                 self._uploaded[local] = (stat.st_size, stat.st_mtime_ns)
+
+
+def wants_each_checkpoint(callbacks: list[Callback] | None) -> bool:
+    """Whether a callback acts on each checkpoint as Tune registers it
+    (``on_checkpoint``, ``on_trial_save``, a logger's ``log_trial_save``:
+    W&B's artifact upload): the study then writes each into the trial's
+    folder as it is registered, not only the kept ones at its end."""
+
+    def overrides(callback: Callback, hook: str, base: type) -> bool:
+        return getattr(type(callback), hook) is not getattr(base, hook)
+
+    return any(
+        overrides(callback, "on_checkpoint", Callback)
+        or (overrides(callback, "on_trial_save", LoggerCallback if isinstance(callback, LoggerCallback) else Callback))
+        or (isinstance(callback, LoggerCallback) and overrides(callback, "log_trial_save", LoggerCallback))
+        for callback in callbacks or ()
+    )
 
 
 def _last_iteration(path: str) -> int | None:

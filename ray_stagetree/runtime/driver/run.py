@@ -56,7 +56,7 @@ from ray_stagetree.runtime.driver.arguments import (
     state_period,
     storage_wait,
 )
-from ray_stagetree.runtime.driver.callbacks import CallbackRunner
+from ray_stagetree.runtime.driver.callbacks import CallbackRunner, wants_each_checkpoint
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
 from ray_stagetree.runtime.driver.notebook import ray_init_options
 from ray_stagetree.runtime.driver.progress import ProgressReporter
@@ -206,6 +206,7 @@ class StudyRun:
             mode=tuner.tune_config.mode,
             time_budget_s=_seconds(tuner.tune_config.time_budget_s),
             checkpoint_config=tuner.run_config.checkpoint_config,
+            export_each_checkpoint=wants_each_checkpoint(tuner.run_config.callbacks),
             resume=resume,
             restore=restore,
             trainable_name=tuner.trainable_name,

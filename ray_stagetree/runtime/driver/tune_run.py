@@ -26,7 +26,6 @@ from ray.tune.error import TuneError
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import create_scheduler
 from ray.tune.search import create_searcher
-from ray.tune.stopper import CombinedStopper
 
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.execution.study_file import INTERRUPTED_STUDY, stored_status
@@ -169,7 +168,7 @@ def run(
         checkpoint_config=_checkpoint_config(args),
         sync_config=args.sync_config,
         verbose=verbose,
-        stop=CombinedStopper(*args.stop) if isinstance(args.stop, list) else args.stop,
+        stop=args.stop,
         callbacks=callbacks,
         progress_reporter=progress_reporter,
     )

@@ -439,12 +439,15 @@ class Tuner:
 
     def _stop_criteria(self) -> None:
         """``RunConfig.stop`` as Tune takes it (None, a dict, a ``Stopper``, a
-        function) into the horizon, when known, the metric thresholds and the
-        stopper. The horizon only sizes requests: open-ended trials run until
-        a criterion, their scheduler or the trainable ends them."""
-        from ray.tune.stopper import FunctionStopper, MaximumIterationStopper, Stopper
+        list of them, a function) into the horizon, when known, the metric
+        thresholds and the stopper. The horizon only sizes requests:
+        open-ended trials run until a criterion, their scheduler or the
+        trainable ends them."""
+        from ray.tune.stopper import CombinedStopper, FunctionStopper, MaximumIterationStopper, Stopper
 
         stop = self.run_config.stop
+        if isinstance(stop, list) and stop and all(isinstance(each, Stopper) for each in stop):
+            stop = CombinedStopper(*stop)  # as Tune's Experiment combines them
         scheduler = self.tune_config.scheduler
         max_t = scheduler_max_t(scheduler)
         self.horizon = int(max_t) if max_t is not None else None
@@ -466,7 +469,8 @@ class Tuner:
             return
         if not isinstance(stop, dict):
             raise ValueError(
-                f"RunConfig.stop must be None, a dict, a ray.tune.Stopper or a function (trial_id, result) -> bool, "
+                f"RunConfig.stop must be None, a dict, a ray.tune.Stopper (or a list of them) or a function "
+                f"(trial_id, result) -> bool, "
                 f"got {stop!r}"
             )
         for key, threshold in stop.items():

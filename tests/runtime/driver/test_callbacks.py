@@ -12,7 +12,7 @@ import fsspec
 import numpy as np
 import pytest
 from ray import tune
-from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback, TBXLoggerCallback
 from ray.tune.result import SHOULD_CHECKPOINT
 from trainables_for_tests import noisy_descent
 
@@ -48,6 +48,9 @@ class Recorder(tune.Callback):
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         self.calls.append(("recover", trial.trial_id, trial.run_metadata.num_failures))
+
+    def on_trial_restore(self, iteration, trials, trial, **info):
+        self.calls.append(("restore", trial.trial_id))
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         assert trial.checkpoint is checkpoint
@@ -373,14 +376,68 @@ def test_an_errored_trial_calls_on_trial_error_and_keeps_its_logs(tmp_path, ray_
     assert [t for t, _ in recorder.of("complete")] == [r.metrics["trial_id"] for r in grid if r.error is None]
 
 
-def test_a_retried_trial_calls_on_trial_recover_and_logs_each_iteration_once(tmp_path, ray_session):
+def test_a_retried_trial_reports_again_what_its_retry_trains_again_as_tunes_does(tmp_path, ray_session):
+    """Tune's retry starts from the trial's last checkpoint (here none: from
+    the start) and reports those iterations again: its results and logs hold
+    both attempts, and ``on_trial_recover`` marks the failure."""
     recorder = Recorder()
-    space = {"lr": LRS[0], "die_once_at": 4, "marker": str(tmp_path / "died")}
+    # Slower than a worker's flush: the first attempt's results reach the study before it dies at 4.
+    space = {"lr": LRS[0], "die_once_at": 4, "marker": str(tmp_path / "died"), "sleep": 0.6}
     (result,) = fit(
         str(tmp_path), "retried", [recorder], space=space, failure_config=tune.FailureConfig(max_failures=1)
     )
     assert result.error is None and recorder.of("recover") == [(result.metrics["trial_id"], 1)]
-    assert result_steps(result.path) == csv_steps(result.path) == list(range(1, HORIZON + 1))
+    attempts = result.metrics_dataframe["training_iteration"].tolist()
+    resumed_at = attempts[3]  # the retry's first iteration: after its checkpoint, if it had one
+    assert attempts == [1, 2, 3, *range(resumed_at, HORIZON + 1)] and resumed_at <= 4
+    assert result_steps(result.path) == csv_steps(result.path) == attempts
+    assert recorder.of("restore") == ([(result.metrics["trial_id"],)] if resumed_at > 1 else [])
+
+
+class ArtifactUploads(LoggerCallback):
+    """W&B's LoggerCallback shape: ``log_trial_save`` uploads ``trial.checkpoint``'s folder."""
+
+    def __init__(self):
+        self.saved = []
+
+    def log_trial_result(self, iteration, trial, result):
+        pass
+
+    def log_trial_save(self, trial):
+        path = trial.checkpoint.path
+        with open(os.path.join(path, "state.json")) as file:
+            self.saved.append((trial.trial_id, path, file.read()))
+
+
+class CheckpointArtifacts(tune.Callback):
+    """MLflow's artifact shape: ``on_checkpoint`` logs the checkpoint's folder as it comes."""
+
+    def __init__(self):
+        self.checkpoints = []
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        assert trial.checkpoint is checkpoint and os.listdir(checkpoint.path) == ["state.json"]
+        self.checkpoints.append((trial.trial_id, checkpoint.path))
+
+
+def test_each_checkpoint_reaches_save_hooks_as_it_is_registered_in_every_trial_it_serves(tmp_path, ray_session):
+    """Tune calls ``on_trial_save`` and ``on_checkpoint`` as each checkpoint
+    is registered, with it in the trial's folder. A shared stage's
+    checkpoint is every trial's it serves: each gets its copy, numbered as
+    its own, as each would have saved it under Tune."""
+    uploads, artifacts = ArtifactUploads(), CheckpointArtifacts()
+    grid = fit(str(tmp_path), "saves", [uploads, artifacts])
+    assert grid.unique_iterations < grid.trial_by_trial_iterations, "the trials share stages"
+    for result in grid:
+        trial_id = result.metrics["trial_id"]
+        saved = [(path, content) for t, path, content in uploads.saved if t == trial_id]
+        assert [path for path, _ in saved] == [
+            f"{result.path}/checkpoint_{index:06d}" for index in range(len(saved))
+        ], "numbered in its own folder, in order"
+        assert [path for t, path in artifacts.checkpoints if t == trial_id] == [path for path, _ in saved]
+        assert result.checkpoint.path == saved[-1][0]
+    first = {content for t, path, content in uploads.saved if path.endswith("checkpoint_000000")}
+    assert len(first) == 1, "the shared stage's checkpoint, the same in all three trials"
 
 
 def test_a_remote_study_uploads_its_logs(tmp_path, ray_session):

@@ -178,10 +178,21 @@ def test_with_parameters_passes_large_objects(tmp_path, ray_session):
     assert grid[0].metrics["loss"] == pytest.approx(100.0 + 0.1 * 0.5 ** (HORIZON - 1))
 
 
+def test_a_list_of_stoppers_stops_as_tunes_experiment_combines_them():
+    from ray.tune.stopper import CombinedStopper, MaximumIterationStopper, TrialPlateauStopper
+
+    stoppers = [MaximumIterationStopper(3), TrialPlateauStopper("loss")]
+    tuner = Tuner(noisy_descent, param_space={"lr": 0.1}, run_config=tune.RunConfig(stop=stoppers))
+    assert isinstance(tuner.stopper, CombinedStopper)
+    assert [tuner.stopper("t", {"loss": 1.0}) for _ in range(3)] == [False, False, True]
+
+
 def test_bad_input_fails_before_training(tmp_path, ray_session):
     with pytest.raises(TypeError, match="gama"):
         Exponential(0.1, gama=0.9)
-    with pytest.raises(ValueError, match="RunConfig.stop must be None, a dict, a ray.tune.Stopper or a function"):
+    with pytest.raises(
+        ValueError, match=r"RunConfig.stop must be None, a dict, a ray.tune.Stopper \(or a list of them\) or a function"
+    ):
         Tuner(noisy_descent, param_space={"lr": 0.1}, run_config=tune.RunConfig(stop=5))
     with pytest.raises(ValueError, match="asks for 8 GPU but the Ray cluster has 4"):
         Tuner(

@@ -1,0 +1,75 @@
+"""A study's checkpoints in its trials' folders, and the driver told of
+them: each as it is registered where a callback acts on it (Tune's
+``on_trial_save`` / ``on_checkpoint`` moments), the kept ones at the
+study's end (`study_end`)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+from ray_stagetree.planning.plan import SearchPlan
+from ray_stagetree.runtime.control.driver_feed import DriverFeed
+from ray_stagetree.runtime.control.study_end import export_kept_checkpoints
+from ray_stagetree.runtime.control.trials import TrialState
+
+
+class TrialCheckpoints:
+    """Writes a study's checkpoints into its trials' folders through
+    ``store`` (the loop's `CheckpointStore`) and tells ``feed``.
+
+    ``each``: a callback wants every checkpoint as it is registered
+    (`StudySpec.export_each_checkpoint`); else only the kept ones are
+    written, at the end."""
+
+    def __init__(self, store: Any, plan: SearchPlan, feed: DriverFeed, each: bool, checkpoint_config: Any) -> None:
+        self._store = store
+        self._plan = plan
+        self._feed = feed
+        self._each = each
+        self._checkpoint_config = checkpoint_config
+        # Each trial's latest checkpoint being written as registered, which announces it after the ones before.
+        self._writes: dict[str, asyncio.Future] = {}
+
+    def saved(self, state: TrialState, node: Any, iteration: int) -> None:
+        """A checkpoint on the trial's path was registered at ``iteration``;
+        a shared stage's belongs to every trial it serves. Where a callback
+        wants each, it is written into the trial's folder, numbered as Tune
+        numbers them, and announced once written."""
+        if iteration not in state.rows:  # not a result of its: it ended before, or the stage serves others there
+            return
+        folder = f"{state.dirname}/checkpoint_{state.saves:06d}"
+        state.saves += 1
+        if self._each:
+            earlier = self._writes.get(state.trial_id)
+            self._writes[state.trial_id] = asyncio.ensure_future(self._write(state, node, iteration, folder, earlier))
+
+    async def _write(
+        self, state: TrialState, node: Any, iteration: int, folder: str, earlier: asyncio.Future | None
+    ) -> None:
+        """Write the checkpoint; announce it after the trial's earlier ones, in the order they were registered."""
+        path = await self._store.export(self._plan, node, iteration, folder)
+        if earlier is not None:
+            await earlier
+        if isinstance(path, str):  # None: lost meanwhile; WriteFailed: the study's end writes it again
+            state.announced_checkpoints |= {path}
+            self._feed.event("checkpoint", state, path=path, iteration=iteration)
+
+    async def at_end(self, trials: Iterable[TrialState]) -> list[str]:
+        """The kept checkpoints into the trials' folders (`study_end`), each
+        trial's final one announced unless it was as it came; what storage
+        refused, as messages."""
+        trials = list(trials)
+        await asyncio.gather(*self._writes.values())
+        unwritten = await export_kept_checkpoints(
+            trials,
+            functools.partial(self._store.export, self._plan),
+            self._store.remove_other_checkpoints,
+            self._checkpoint_config,
+        )
+        for state in trials:
+            if state.checkpoints and state.checkpoints[-1][0] not in state.announced_checkpoints:
+                self._feed.event("checkpoint", state, path=state.checkpoints[-1][0])
+        return unwritten
