@@ -49,11 +49,8 @@ class PB2Adapter(PopulationBasedAdapter):
         self._private("_save_trial_state")(SimpleNamespace(), time, row, self._shim(trial_id))
 
     def _explored_values(self, trial_id: str, source_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        from ray.tune.utils import flatten_dict
-
         new_config, operations = self._private("_get_new_config")(self._shim(trial_id), self._shim(source_id))
-        flat = flatten_dict(new_config, delimiter="/")
-        return {name: flat[name] for name in self._mutated if name in flat}, operations
+        return self._mutated_values(new_config), operations
 
     def _private(self, name: str) -> Any:
         """A private field or method of the user's ``PB2`` object."""

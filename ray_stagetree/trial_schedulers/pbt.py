@@ -103,14 +103,26 @@ class _PopulationMember:
 class PolicyStep:
     """One exploit as Ray's PBT logs it (``log_config=True``): the row of
     ``pbt_global.txt`` and of the exploited trial's ``pbt_policy_<id>.txt``,
-    which ``PopulationBasedTrainingReplay`` replays. ``row`` is Ray's
-    ``[trial tag, source tag, trial iteration, source iteration, source
-    config, new config]`` with the trial ids in place of their tags (the
-    owner, which knows the tags, writes them)."""
+    which ``PopulationBasedTrainingReplay`` replays. Ray's row is `row` of
+    the two trials' experiment tags, which the owner knows."""
 
     trial_id: str
     source_id: str
-    row: tuple[Any, ...]
+    trial_iteration: int
+    source_iteration: int
+    source_config: dict[str, Any]
+    new_config: dict[str, Any]
+
+    def row(self, trial_tag: str, source_tag: str) -> list[Any]:
+        """Ray's ``[trial tag, source tag, trial iteration, source iteration, source config, new config]``."""
+        return [
+            trial_tag,
+            source_tag,
+            self.trial_iteration,
+            self.source_iteration,
+            self.source_config,
+            self.new_config,
+        ]
 
 
 class PopulationBasedAdapter(SchedulerAdapter):
@@ -361,15 +373,14 @@ class PopulationBasedAdapter(SchedulerAdapter):
         the source's latest result's, which may be later: the replay would
         change the values later than the exploited trial did)."""
         member, source = self._members[trial_id], self._members[source_id]
-        row = (
+        return PolicyStep(
             trial_id,
             source_id,
-            member.last_iteration,
-            exploit.iteration,
-            self.config_of(source_id),
-            _overlaid(source.config, {**source.values, **exploit.values}),
+            trial_iteration=member.last_iteration,
+            source_iteration=exploit.iteration,
+            source_config=self.config_of(source_id),
+            new_config=_overlaid(source.config, {**source.values, **exploit.values}),
         )
-        return PolicyStep(trial_id, source_id, row)
 
     def config_of(self, trial_id: str) -> dict[str, Any]:
         """The trial's config as Ray's trial would hold it now."""
@@ -384,8 +395,6 @@ class PopulationBasedAdapter(SchedulerAdapter):
     def _explored_values(self, trial_id: str, source_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """The values ``trial_id`` continues with from ``source_id``'s
         checkpoint, flattened, and Ray's words for what was done to each."""
-        from ray.tune.utils import flatten_dict
-
         settings, source = self.settings, self._members[source_id]
         explored = settings.explore(
             unflatten(source.values),
@@ -395,8 +404,14 @@ class PopulationBasedAdapter(SchedulerAdapter):
             settings.custom_explore_fn,
         )
         new_config, operations = explored if isinstance(explored, tuple) else (explored, {})
-        flat = flatten_dict(new_config, delimiter="/")
-        return {name: flat[name] for name in self._mutated if name in flat}, operations
+        return self._mutated_values(new_config), operations
+
+    def _mutated_values(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The values PBT mutates of ``config``, flattened."""
+        from ray.tune.utils import flatten_dict
+
+        flat = flatten_dict(config, delimiter="/")
+        return {name: flat[name] for name in self._mutated if name in flat}
 
 
 def _overlaid(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:

@@ -39,7 +39,7 @@ class Progress:
     #: PBT's exploit lines, logged where Ray's PBT logs them.
     scheduler_log: Sequence[str] = ()
     #: PBT's exploits as Ray's policy files log them: (trial id, source id, Ray's row, tags in it).
-    pbt_policy: Sequence[tuple[str, str, tuple[Any, ...]]] = ()
+    pbt_policy: Sequence[tuple[str, str, list[Any]]] = ()
     #: (trials, seconds) of running batches that reported nothing for a while.
     stalled: list[tuple[str, float]] = field(default_factory=list)
     #: Restarts where a held config value changed, by key.

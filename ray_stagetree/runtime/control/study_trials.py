@@ -628,18 +628,18 @@ class StudyTrials:
             done=bool(self.finalized),
         )
 
-    def _pbt_policy(self) -> tuple[tuple[str, str, tuple[Any, ...]], ...]:
+    def _pbt_policy(self) -> tuple[tuple[str, str, list[Any]], ...]:
         """PBT's exploits since the last poll, each trial named by its experiment tag as Ray's rows name them."""
         if self.host.population is None:
             return ()
-        steps = self.host.population.take_policy()
+        trials = self.trials
         return tuple(
             (
                 step.trial_id,
                 step.source_id,
-                (self.trials[step.trial_id].experiment_tag, self.trials[step.source_id].experiment_tag, *step.row[2:]),
+                step.row(trials[step.trial_id].experiment_tag, trials[step.source_id].experiment_tag),
             )
-            for step in steps
+            for step in self.host.population.take_policy()
         )
 
     def _shown_counts(self, held: set[str]) -> dict[str, int]:

@@ -16,7 +16,7 @@ GLOBAL_FILE = "pbt_global.txt"
 TRIAL_FILE = "pbt_policy_{}.txt"
 
 
-def write_policy(steps: Iterable[tuple[str, str, tuple[Any, ...]]], folder: str) -> list[str]:
+def write_policy(steps: Iterable[tuple[str, str, list[Any]]], folder: str) -> list[str]:
     """Append ``steps`` (trial id, source id, Ray's row) to the policy files
     in ``folder`` as Ray's ``_log_config_on_step`` does; the names of the
     files written."""
@@ -24,7 +24,7 @@ def write_policy(steps: Iterable[tuple[str, str, tuple[Any, ...]]], folder: str)
 
     written: set[str] = set()
     for trial_id, source_id, row in steps:
-        line = json.dumps(list(row), cls=SafeFallbackEncoder) + "\n"
+        line = json.dumps(row, cls=SafeFallbackEncoder) + "\n"
         trial_file, source_file = TRIAL_FILE.format(trial_id), TRIAL_FILE.format(source_id)
         with open(os.path.join(folder, GLOBAL_FILE), "a") as file:
             file.write(line)

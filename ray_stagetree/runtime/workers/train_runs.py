@@ -26,6 +26,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ray.util import log_once
+
 from ray_stagetree.runtime.workers.context import StageContext
 from ray_stagetree.trial_schedulers.ray_fields import point_tune_report_callback, ray_field
 
@@ -60,7 +62,9 @@ def host(current: Callable[[], StageContext | None], when_imported: Callable[...
             why = _why_unshared(self, context)
             if why is None:
                 return _run_on_stage(self, context)
-            _tell_once(UNSHARED_RUN.format(trainer=type(self).__name__, why=why))
+            message = UNSHARED_RUN.format(trainer=type(self).__name__, why=why)
+            if log_once(message):
+                logger.warning(message)
             return _run_beside(self, fit)
 
         hosted_fit.__doc__ = fit.__doc__
@@ -152,12 +156,3 @@ class _TuneSessionStandIn:
 
     def _get_or_create_inter_actor_queue(self) -> None:
         return None
-
-
-_told: set[str] = set()
-
-
-def _tell_once(message: str) -> None:
-    if message not in _told:
-        _told.add(message)
-        logger.warning(message)
