@@ -40,6 +40,8 @@ class SchedulerAdapter(abc.ABC):
     #: where it feeds the user's object (their overrides run), not where it
     #: re-implements the family's rule on the plan.
     hosts_subclasses = True
+    #: Whether the scheduler may give trials other resources than the study's (`trial_resources`).
+    changes_resources = False
     #: The Ray versions the adapter's private fields were tested against.
     tested_with = TESTED_WITH
 
@@ -59,6 +61,12 @@ class SchedulerAdapter(abc.ABC):
             raise ValueError(f"{name} needs a metric: pass metric= and mode= to TuneConfig or to the scheduler")
         if (cls._ray_field(scheduler, "_mode") or mode) is None:
             raise ValueError(f"{name} needs a mode ('min' or 'max'): pass mode= to TuneConfig or to the scheduler")
+
+    @classmethod
+    def wrapped(cls, scheduler: Any) -> Any:
+        """The scheduler ``scheduler`` wraps and feeds (``ResourceChangingScheduler``'s
+        base scheduler), checked as a study's own; None for most."""
+        return None
 
     @classmethod
     def max_t(cls, scheduler: Any) -> float | None:
@@ -92,6 +100,11 @@ class SchedulerAdapter(abc.ABC):
         taking the trial id; a family that never makes them ignores it.
         ``searcher`` is the study's Tune searcher, for schedulers that talk
         to it (HyperBandForBOHB tells it of pauses); None if there is none."""
+
+    def trial_resources(self, trial_id: str) -> Any:
+        """The resources the scheduler gave the trial in place of the study's
+        (a ``PlacementGroupFactory``: ``ResourceChangingScheduler``); None if it kept them."""
+        return None
 
     @abc.abstractmethod
     def on_add(self, trial_id: str, config: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from ray_stagetree.planning.decisions import Decision, Exploit
 from ray_stagetree.trial_schedulers.pbt import PopulationBasedAdapter
 from ray_stagetree.trial_schedulers.registry import adapter_for, check_scheduler
+from ray_stagetree.trial_schedulers.tune_fed import TuneFedAdapter
 
 
 class SchedulerHost:
@@ -39,6 +40,9 @@ class SchedulerHost:
     searcher:
         The study's Tune searcher, if any: ``HyperBandForBOHB`` tells it
         when it pauses and resumes trials (``on_pause`` / ``on_unpause``).
+    resources:
+        One trial's resources by Ray's names (``{"CPU": 1}``), what a
+        scheduler reads as each trial's ``placement_group_factory``.
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class SchedulerHost:
         horizon: float,
         on_stop: Callable[[str], None] | None = None,
         searcher: Any = None,
+        resources: dict[str, float] | None = None,
     ) -> None:
         from ray.tune.schedulers import FIFOScheduler
 
@@ -59,6 +64,10 @@ class SchedulerHost:
             self.scheduler.set_search_properties(metric, mode)
         adapter, exact = adapter_for(self.scheduler)
         self._adapter = adapter(self.scheduler, horizon, exact)
+        if resources is not None and isinstance(self._adapter, TuneFedAdapter):
+            from ray.tune.execution.placement_groups import PlacementGroupFactory
+
+            self._adapter.base_resources = PlacementGroupFactory([resources])
         if on_stop is not None:
             self._adapter.attach(on_stop, searcher)
 
@@ -113,6 +122,16 @@ class SchedulerHost:
     def on_error(self, trial_id: str) -> None:
         """The trial failed."""
         self._adapter.on_error(trial_id)
+
+    @property
+    def changes_resources(self) -> bool:
+        """Whether the scheduler may give trials other resources (``ResourceChangingScheduler``)."""
+        return self._adapter.changes_resources
+
+    def trial_resources(self, trial_id: str) -> Any:
+        """The resources the scheduler gave the trial in place of the study's
+        (``ResourceChangingScheduler``, a ``PlacementGroupFactory``), or None."""
+        return self._adapter.trial_resources(trial_id)
 
     def next_decision(self, trial_id: str, iteration: int) -> float:
         """The next iteration after ``iteration`` at which the scheduler decides about

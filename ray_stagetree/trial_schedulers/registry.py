@@ -8,9 +8,10 @@ is; it tells the study's searcher of its pauses, and TuneBOHB reads the
 bracket's budget it writes into each result, which the searcher gets after
 the scheduler, as in Tune. PB2 runs PBT's rule with its own GP-bandit
 explore (`pb2`), and ``PopulationBasedTrainingReplay`` replays its policy as
-the trial's sequences (`replay`). A scheduler that changes trials' resources
-(ResourceChangingScheduler) is refused with a clear error, as is any subclass
-of a family whose adapter runs the family's rule itself (PBT, PB2, replay).
+the trial's sequences (`replay`); ``ResourceChangingScheduler`` changes a
+trial's resources where its stage ends (`resource_changing`). A subclass of
+a family whose adapter runs the family's rule itself (PBT, PB2, replay) is
+refused with a clear error.
 `PromotingASHAScheduler` (ray_stagetree's
 own, ASHA as its paper defines it) is hosted beside Ray's ASHA.
 """
@@ -25,7 +26,8 @@ from ray_stagetree.trial_schedulers.hyperband import AsyncHyperBandAdapter, Hype
 from ray_stagetree.trial_schedulers.pb2 import PB2Adapter
 from ray_stagetree.trial_schedulers.pbt import PopulationBasedAdapter
 from ray_stagetree.trial_schedulers.replay import ReplayAdapter
-from ray_stagetree.trial_schedulers.tune_fed import FifoAdapter, MedianStoppingAdapter
+from ray_stagetree.trial_schedulers.resource_changing import ResourceChangingAdapter
+from ray_stagetree.trial_schedulers.tune_fed import FifoAdapter, MedianStoppingAdapter, TuneFedAdapter
 
 
 def _families() -> dict[type, type[SchedulerAdapter] | str]:
@@ -53,7 +55,7 @@ def _families() -> dict[type, type[SchedulerAdapter] | str]:
         PopulationBasedTraining: PopulationBasedAdapter,
         HyperBandForBOHB: HyperBandAdapter,  # its own class: Ray's BOHB variant decides at the same milestones
         PopulationBasedTrainingReplay: ReplayAdapter,
-        ResourceChangingScheduler: "changes trials' resources",
+        ResourceChangingScheduler: ResourceChangingAdapter,
     }
     pb2 = sys.modules.get("ray.tune.schedulers.pb2")  # imports scikit-learn: loaded only by those who use it
     if pb2 is not None:
@@ -96,6 +98,19 @@ def check_scheduler(scheduler: Any, metric: str | None = None, mode: str | None 
         return
     adapter, exact = adapter_for(scheduler)
     adapter.check(scheduler, metric, mode, exact)
+    base = adapter.wrapped(scheduler)
+    if base is not None:
+        base_adapter, _ = adapter_for(base)
+        if not (issubclass(base_adapter, TuneFedAdapter) and base_adapter.hosts_subclasses) or base_adapter.wrapped(
+            base
+        ):
+            raise NotImplementedError(
+                f"{type(scheduler).__name__}(base_scheduler={type(base).__name__}(...)) is not hosted: "
+                f"ray_stagetree runs {type(base).__name__}'s rule itself, which changes no resources; use a "
+                "base scheduler Tune feeds (FIFO, ASHA, HyperBand, median stopping, your own), or run this "
+                "scheduler with ray.tune.Tuner"
+            )
+        check_scheduler(base, metric, mode)
 
 
 def check_metric_conflict(scheduler: Any, metric: str | None, mode: str | None) -> None:

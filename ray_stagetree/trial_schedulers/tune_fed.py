@@ -31,12 +31,22 @@ class TrialProxy:
     status: str = RUNNING
     last_result: dict[str, Any] = field(default_factory=dict)
     is_saving: bool = False
+    placement_group_factory: Any = None  # the trial's resources, a ``PlacementGroupFactory``
 
     def __hash__(self) -> int:
         return hash(self.trial_id)
 
     def __str__(self) -> str:
         return self.trial_id
+
+    def update_resources(self, resources: Any) -> None:
+        """A scheduler gives the trial other resources (``ResourceChangingScheduler``):
+        its next stage runs on a worker that holds them."""
+        from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+
+        self.placement_group_factory = (
+            resources if hasattr(resources, "required_resources") else resource_dict_to_pg_factory(resources)
+        )
 
     def set_config(self, config: dict[str, Any]) -> None:
         """A scheduler replaces the trial's config (PBT replay's first one):
@@ -84,10 +94,31 @@ class _ControllerFacade:
         self._on_stop(trial.trial_id)
 
     def get_live_trials(self) -> list[TrialProxy]:
-        return [trial for trial in self._trials.values() if trial.status == RUNNING]
+        """Tune's live trials: those not ended (running or paused)."""
+        return [trial for trial in self._trials.values() if trial.status in (RUNNING, PAUSED)]
+
+    @property
+    def _resource_updater(self) -> _ClusterResources:
+        # Tune's controller field that resource allocation functions read
+        # (Ray's DistributeResources, its xgboost_dynamic_resources_example).
+        return _ClusterResources()
 
     def get_trials(self) -> list[TrialProxy]:
         return list(self._trials.values())
+
+
+class _ClusterResources:
+    """What Tune's ``_ResourceUpdater`` tells: the cluster's CPUs and GPUs in all."""
+
+    def get_num_cpus(self) -> float:
+        import ray
+
+        return ray.cluster_resources().get("CPU", 0.0)
+
+    def get_num_gpus(self) -> float:
+        import ray
+
+        return ray.cluster_resources().get("GPU", 0.0)
 
 
 def _ignore_stop(trial_id: str) -> None:
@@ -103,6 +134,7 @@ class TuneFedAdapter(SchedulerAdapter):
         self._trials: dict[str, TrialProxy] = {}
         self._paused: set[str] = set()
         self._facade = _ControllerFacade(self._trials, _ignore_stop)
+        self.base_resources: Any = None  # the study's trial resources, a PlacementGroupFactory (`SchedulerHost`)
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickled into a study's snapshot without the controller it reports
@@ -117,8 +149,14 @@ class TuneFedAdapter(SchedulerAdapter):
         self._facade.search_alg = _SearcherFacade(searcher)
 
     def on_add(self, trial_id: str, config: dict[str, Any]) -> None:
-        proxy = self._trials[trial_id] = TrialProxy(trial_id, config)
+        proxy = self._trials[trial_id] = TrialProxy(trial_id, config, placement_group_factory=self.base_resources)
         self.scheduler.on_trial_add(self._facade, proxy)
+
+    def trial_resources(self, trial_id: str) -> Any:
+        proxy = self._trials.get(trial_id)
+        if proxy is None or proxy.placement_group_factory == self.base_resources:
+            return None
+        return proxy.placement_group_factory
 
     def on_result(self, trial_id: str, row: dict[str, Any], values: dict[str, Any] | None) -> Decision:
         proxy = self._trials[trial_id]

@@ -94,13 +94,6 @@ def test_requests_are_sized_to_the_next_asha_rung():
     assert fifo.next_decision("t", 0) == HORIZON
 
 
-def test_schedulers_not_hosted_yet_are_rejected_clearly():
-    from ray.tune.schedulers import ResourceChangingScheduler
-
-    with pytest.raises(NotImplementedError, match="ResourceChangingScheduler changes trials' resources"):
-        SchedulerHost(ResourceChangingScheduler(), "loss", "min", HORIZON)
-
-
 def test_schedulers_without_a_metric_are_rejected_before_the_study_starts():
     with pytest.raises(ValueError, match="AsyncHyperBandScheduler needs a metric"):
         SchedulerHost(ASHAScheduler(), None, None, HORIZON)

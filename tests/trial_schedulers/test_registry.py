@@ -22,6 +22,7 @@ from ray_stagetree.trial_schedulers.pb2 import PB2Adapter
 from ray_stagetree.trial_schedulers.pbt import PopulationBasedAdapter
 from ray_stagetree.trial_schedulers.registry import adapter_for, check_scheduler, scheduler_max_t
 from ray_stagetree.trial_schedulers.replay import ReplayAdapter
+from ray_stagetree.trial_schedulers.resource_changing import ResourceChangingAdapter
 from ray_stagetree.trial_schedulers.tune_fed import FifoAdapter, MedianStoppingAdapter
 
 
@@ -80,22 +81,27 @@ def test_a_pbt_replay_is_hosted(tmp_path):
 @pytest.mark.parametrize(
     "make",
     [
-        ResourceChangingScheduler,
         lambda: OwnPB2(hyperparam_bounds={"lr": [0.0, 1.0]}),
         lambda: OwnPBT(hyperparam_mutations={"lr": [0.1]}),
     ],
-    ids=["resource-changing", "pb2-subclass", "pbt-subclass"],
+    ids=["pb2-subclass", "pbt-subclass"],
 )
 def test_schedulers_not_hosted_are_refused_clearly(make):
     scheduler = make()
     name = type(scheduler).__name__
-    why = (
-        f"{name} changes trials' resources, which ray_stagetree does not host yet"
-        if isinstance(scheduler, ResourceChangingScheduler)
-        else f"{name} is a subclass of {type(scheduler).__mro__[1].__name__}, whose rule ray_stagetree runs itself"
-    )
+    why = f"{name} is a subclass of {type(scheduler).__mro__[1].__name__}, whose rule ray_stagetree runs itself"
     with pytest.raises(NotImplementedError, match=f"^{why}.*ray.tune.Tuner runs {name}$"):
         check_scheduler(scheduler, "loss", "min")
+
+
+def test_resource_changes_over_a_base_tune_feeds_are_hosted_over_pbt_refused():
+    assert adapter_for(ResourceChangingScheduler()) == (ResourceChangingAdapter, True)
+    check_scheduler(ResourceChangingScheduler(ASHAScheduler()), "loss", "min")
+    over_pbt = ResourceChangingScheduler(PopulationBasedTraining(hyperparam_mutations={"lr": [0.1]}))
+    with pytest.raises(NotImplementedError, match=r"base_scheduler=PopulationBasedTraining\(...\)\) is not hosted"):
+        check_scheduler(over_pbt, "loss", "min")
+    with pytest.raises(ValueError, match="AsyncHyperBandScheduler needs a metric"):
+        check_scheduler(ResourceChangingScheduler(ASHAScheduler()))
 
 
 def test_a_scheduler_must_be_a_tune_trial_scheduler():

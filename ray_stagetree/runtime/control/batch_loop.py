@@ -37,7 +37,7 @@ from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore
 from ray_stagetree.runtime.control.failures import SharedStageRetries
 from ray_stagetree.runtime.control.notices import WorkerNotices
 from ray_stagetree.runtime.control.preemption import Preemption
-from ray_stagetree.runtime.control.resources import workers_that_fit
+from ray_stagetree.runtime.control.resources import cluster_totals, workers_that_fit
 from ray_stagetree.runtime.control.run_records import RunRecords, SharingFigures
 from ray_stagetree.runtime.control.snapshots import NoSnapshots
 from ray_stagetree.runtime.control.spec import LoopSpec
@@ -46,6 +46,7 @@ from ray_stagetree.runtime.control.study_end import retrain_lost_finals
 from ray_stagetree.runtime.control.study_trials import StudyTrials
 from ray_stagetree.runtime.control.trials import TrialState
 from ray_stagetree.runtime.control.worker_pool import WorkerPool
+from ray_stagetree.runtime.control.worker_shapes import Shape, fits
 from ray_stagetree.runtime.workers.trial_errors import pack_exception
 
 logger = logging.getLogger(__name__)
@@ -100,9 +101,12 @@ class BatchLoop:
         self.nodes = NodeConfigs(plan)
         self.parking = Parking(plan, spec.parked_per_worker)
         self.pool = WorkerPool(
-            lambda: self.spec.worker.start(ray.get_runtime_context().current_actor),
+            lambda shape: self.spec.worker.start(ray.get_runtime_context().current_actor, shape),
             spec.num_workers,
             placement=lambda worker: worker.pid.remote(),  # answered once the actor runs
+            shape=Shape.from_options(spec.worker.options),
+            room=lambda shapes: fits(shapes, cluster_totals()),
+            stop=self._retire_worker,
         )
         self.preemption = Preemption(plan, self.warn)
         self.shared_retries = SharedStageRetries()
@@ -177,6 +181,8 @@ class BatchLoop:
             if self._error is not None:
                 raise self._error
             self.enforce_budgets()
+            for study in list(self.studies.values()):
+                study.held.next_turn(idle=not self.pool.running)
             if await self._dispatch():
                 continue
             if any(study.spec.max_pending_trials is not None for study in self.studies.values()):
@@ -193,7 +199,7 @@ class BatchLoop:
                         continue  # train them again
                     break
                 # (Without a placed worker the study waits for Ray to place one, as Tune's pending trials.)
-                if not self.plan.running_batches and not admitting and self.pool.idle:
+                if not self.plan.running_batches and not admitting and self.pool.idle and not self.pool.reshaping():
                     self.stuck()
             self.snapshots.save_soon()
             waiting = list(self.pool.running) + list(self.pool.starting) + self.store.pending_writes
@@ -362,18 +368,22 @@ class BatchLoop:
         chosen.sort(key=lambda batch: self.parking.source_of(batch) is None)
         for batch in chosen:
             parked = self.parking.source_of(batch)
+            shape = self.studies.shape_of(batch, self.pool.shape)
+            worker = self.pool.take_parked(parked.worker) if parked is not None else self.pool.take(shape)
+            if worker is None:  # its trials' resources changed (ResourceChangingScheduler): it waits for a worker
+                self.pool.want(shape)
+                self.plan.release_batch(batch.batch_id)
+                continue
             try:
                 spec = await self._batch_spec(batch, parked)
             except CheckpointUnavailableError as error:
                 logger.warning("%s; retraining it", error)
                 self.plan.release_batch(batch.batch_id)
+                self.pool.returned(worker)
                 lost = True
                 continue
             if parked is not None:
                 self.parking.take(parked)
-                worker = self.pool.take_parked(parked.worker)
-            else:
-                worker = self.pool.take()
             ref = worker.run_batch.remote(spec)
             self.pool.dispatched(ref, worker, batch, spec)
             self.runs.began(batch.batch_id, self.pool.workers.index(worker) + 1)
@@ -453,7 +463,7 @@ class BatchLoop:
         save_iterations = []
         at_end = bool(outcome.records) and outcome.records[-1][1] == stop
         extended = None
-        if at_end and self._continue_live(node, stop, outcome.can_checkpoint):
+        if at_end and self._continue_live(batch_id, node, stop, outcome.can_checkpoint):
             extended = self.plan.extend_batch(batch_id)
             # (A trainable that reported no checkpoint here gets no request
             # for one: it has nothing to save, and nothing forks here.)
@@ -470,11 +480,16 @@ class BatchLoop:
         needed = self.plan.needed_until(batch_id)
         return FlushReply(save_iterations, needed[1] if needed is not None else 0, extended or stop, park)
 
-    def _continue_live(self, node: PlanNode, stop: int, can_checkpoint: bool) -> bool:
+    def _continue_live(self, batch_id: int, node: PlanNode, stop: int, can_checkpoint: bool) -> bool:
         """Should a batch at a scheduler's decision point go on live? Yes,
-        unless the policy should choose again: every worker is busy, other
-        work waits for one, and the trainable checkpoints (so stopping here
-        costs a checkpoint, not a retrained prefix)."""
+        unless its trials need a worker its own does not cover (their
+        resources changed), or the policy should choose again: every worker
+        is busy, other work waits for one, and the trainable checkpoints (so
+        stopping here costs a checkpoint, not a retrained prefix)."""
+        worker = self.pool.worker_of(batch_id)
+        needed = self.studies.shape_of_trials([t for t, _ in self._through(node, stop)], self.pool.shape)
+        if can_checkpoint and worker is not None and not self.pool.shapes[worker].covers(needed):
+            return False
         if not self.studies.keep_decision_points() or not can_checkpoint or self.pool.idle_count() > 0:
             return True
         serving = {t for t, study in self._through(node, stop) if study.status_of(t) in UNFINISHED}
@@ -572,7 +587,9 @@ class BatchLoop:
                     study.abort(outcome.error)
                 self.plan.release_batch(batch.batch_id)
             return
-        shared_retry = outcome.error is not None and self._shared_retry(outcome)
+        shared_retry = outcome.error is not None and self.shared_retries.retry_batch(
+            outcome, set(self._affected(outcome))
+        )
         if shared_retry and outcome.error_checkpoint:
             # The retry trains again from where this attempt started, as each of
             # the sharing trials would in Tune, not from what the failed attempt left.
@@ -629,21 +646,6 @@ class BatchLoop:
             t: study for t, study in self._through(node, outcome.error_iteration) if study.status_of(t) not in ENDED
         }
 
-    def _shared_retry(self, outcome: BatchOutcome) -> bool:
-        """Whether the error is retried once as a shared stage's (`SharedStageRetries`)."""
-        if not outcome.error_retryable:  # the trainable reported something it must not: a retry repeats it
-            return False
-        affected = self._affected(outcome)
-        if not self.shared_retries.retry(outcome.error_node, set(affected)):
-            return False
-        logger.warning(
-            "iteration %d, shared by %d trials, failed; retrying it once before it counts as their failure:\n%s",
-            outcome.error_iteration,
-            len(affected),
-            outcome.error,
-        )
-        return True
-
     def _batch_failed(self, outcome: BatchOutcome) -> None:
         """The trainable raised, and it counts against the trials it served."""
         affected = self._affected(outcome)
@@ -653,6 +655,11 @@ class BatchLoop:
         self.studies.fail(
             set(affected), outcome.error, outcome.error_retryable, outcome.error_in_restore, outcome.error_pickle
         )
+
+    def _retire_worker(self, worker: Any) -> None:
+        """Stop a worker the pool retired to make room for one of another shape."""
+        self.parking.forget_worker(worker)
+        self.spec.worker.stop(worker)
 
     def shutdown_workers(self) -> None:
         self.spec.worker.close(self.pool.workers)

@@ -11,7 +11,13 @@ and tells the driver.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ray_stagetree.execution.batches import BatchOutcome
+
+logger = logging.getLogger(__name__)
 
 
 class Failures:
@@ -84,4 +90,19 @@ class SharedStageRetries:
         if len(trial_ids) < 2 or point in self._retried:
             return False
         self._retried.add(point)
+        return True
+
+    def retry_batch(self, outcome: BatchOutcome, affected: set[str]) -> bool:
+        """Whether a batch's error is retried once as a shared stage's
+        (`retry`), ``affected`` the live trials through where it raised."""
+        if not outcome.error_retryable:  # the trainable reported something it must not: a retry repeats it
+            return False
+        if not self.retry(outcome.error_node, affected):
+            return False
+        logger.warning(
+            "iteration %d, shared by %d trials, failed; retrying it once before it counts as their failure:\n%s",
+            outcome.error_iteration,
+            len(affected),
+            outcome.error,
+        )
         return True

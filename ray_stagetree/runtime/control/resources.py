@@ -30,4 +30,13 @@ def live_total(resource: str) -> float:
     """How much of ``resource`` the nodes Ray's control store holds alive
     have: ``ray.cluster_resources()`` goes on counting a lost node's for tens
     of seconds after that verdict."""
-    return sum(node.get(resource, 0.0) for node in live_nodes())
+    return cluster_totals().get(resource, 0.0)
+
+
+def cluster_totals() -> dict[str, float]:
+    """The resources of the live nodes (see `live_total`), summed by name."""
+    totals: dict[str, float] = {}
+    for node in live_nodes():
+        for name, amount in node.items():
+            totals[name] = totals.get(name, 0.0) + amount
+    return totals

@@ -16,6 +16,7 @@ import ray
 
 from ray_stagetree.execution.parking import PARKED_PER_WORKER
 from ray_stagetree.execution.scaling import Scaling
+from ray_stagetree.runtime.control.worker_shapes import Shape
 from ray_stagetree.runtime.workers.remote import remote_once
 from ray_stagetree.runtime.workers.worker import CLOSE_WAIT_S, PeerWorker, StageWorker
 
@@ -54,14 +55,16 @@ class WorkerSpec:
     # are then one rank's. None: one process per worker.
     scaling: Scaling | None = None
 
-    def start(self, controller: Any) -> Any:
+    def start(self, controller: Any, shape: Shape | None = None) -> Any:
         """A stage worker actor running the trainable for ``controller`` (the
         actor its reports go to), or a `WorkerGroup` with ``scaling``. It
         starts at once: a process that imports the trainable's modules,
-        which takes seconds."""
+        which takes seconds. A ``shape`` other than the study's holds other
+        resources (a trial a ``ResourceChangingScheduler`` gave them)."""
         if self.scaling is not None:
             return WorkerGroup.start(self, controller, self.scaling)
-        actor = remote_once(StageWorker).options(max_concurrency=3, **self.options)
+        options = self.options if shape is None or shape == Shape.from_options(self.options) else shape.options()
+        actor = remote_once(StageWorker).options(max_concurrency=3, **options)
         return actor.remote(self.trainable, controller)
 
     @staticmethod

@@ -10,8 +10,10 @@ from typing import Any
 
 from ray_stagetree.execution.batches import BatchOutcome
 from ray_stagetree.planning.plan import PlanNode, SearchPlan
+from ray_stagetree.planning.policies import StageBatch
 from ray_stagetree.runtime.control.study_trials import StudyTrials
 from ray_stagetree.runtime.control.trials import TrialState
+from ray_stagetree.runtime.control.worker_shapes import Shape
 
 
 class Studies(dict[str, StudyTrials]):
@@ -55,6 +57,21 @@ class Studies(dict[str, StudyTrials]):
         """The studies of ``owned`` (`owning`'s pairs); every study when
         there are none (work no study's trial needs now counts as each one's)."""
         return list({study.study_id: study for _, study in owned}.values()) or list(self.values())
+
+    def shape_of(self, batch: StageBatch, default: Shape) -> Shape:
+        """The worker ``batch`` needs: the least that covers each of its
+        trials' resources, those a ``ResourceChangingScheduler`` set or ``default``."""
+        return self.shape_of_trials([t for request in batch.requests for t in request.trials], default)
+
+    def shape_of_trials(self, trial_ids: Iterable[str], default: Shape) -> Shape:
+        """The least worker shape that covers each of ``trial_ids``' resources (`shape_of`)."""
+        if not any(study.host.changes_resources for study in self.values()):
+            return default
+        shape = Shape()
+        for trial_id, study in self.owning(trial_ids):
+            resources = study.host.trial_resources(trial_id)
+            shape |= default if resources is None else Shape.of_trial_resources(resources)
+        return shape if shape.amounts else default
 
     def keep_decision_points(self) -> bool:
         """Whether a batch continuing live past a decision point checkpoints there (`StudyTrials.keeps_decision_points`)."""

@@ -35,12 +35,14 @@ from ray_stagetree.planning.plan import PlanNode, Request, SearchPlan
 from ray_stagetree.runtime.control.driver_feed import DriverFeed
 from ray_stagetree.runtime.control.experiment_state import Restore, StudyState, trial_summary
 from ray_stagetree.runtime.control.failures import Failures
+from ray_stagetree.runtime.control.held_results import HeldResults
 from ray_stagetree.runtime.control.messages import RETRIED, Progress, TrialSummary
 from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trial_checkpoints import TrialCheckpoints
 from ray_stagetree.runtime.control.trials import TrialInfo, TrialState, experiment_tag, trial_name
+from ray_stagetree.runtime.control.worker_shapes import Shape
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 
 # Trials admitted per turn of the loop: a study of many trials dispatches its
@@ -136,7 +138,10 @@ class StudyTrials:
             self.host.attach(self.end_trial, self.searcher())
         else:
             # The searcher is told of pauses (HyperBandForBOHB).
-            self.host = SchedulerHost(spec.scheduler, spec.metric, spec.mode, horizon, self.end_trial, self.searcher())
+            resources = dict(Shape.from_options(spec.loop.worker.options).amounts) or None
+            self.host = SchedulerHost(
+                spec.scheduler, spec.metric, spec.mode, horizon, self.end_trial, self.searcher(), resources
+            )
         self.lifecycle = TrialLifecycle(
             plan, self.host, self.trial_source, self.trial_share_key, self._next_request, self._requested, self._ended
         )
@@ -153,9 +158,8 @@ class StudyTrials:
         self.keeps_decision_points = self.host.population is not None or (
             not self.every_result and spec.horizon is not None
         )
-        # Trials whose request moved while the plan holds results beyond it, with the iteration they take from.
-        self._held: dict[str, int] = {}
-        self._taking_held = False
+        # The results the plan already holds where trials' requests move on (work shared with other trials).
+        self.held = HeldResults(self._held_history, lambda trial_id: self.trials[trial_id].rows, self._take_result)
         # The time budget counts from here, as Tune's from its loop's first step: starting
         # the workers is in it, starting the loop's actor is not.
         self.budget = TimeBudget(spec.time_budget_s)
@@ -341,6 +345,7 @@ class StudyTrials:
         # An iteration trained again (a retry, an evicted checkpoint) was
         # already reported: searchers and schedulers see each iteration once.
         state.restore_failures = 0  # it trains: its checkpoint loaded (Tune resets the count on restore)
+        self.held.reported()
         if state.status in ENDED:
             return
         if iteration in state.rows:
@@ -391,35 +396,18 @@ class StudyTrials:
     def _requested(self, state: TrialState, request: Request, iteration: int) -> None:
         """The lifecycle moved the trial's request on from ``iteration``: the
         results the plan already holds beyond it (work shared with other
-        trials) are the trial's too, and `_take_held` takes them."""
+        trials) are the trial's too (`held_results`)."""
         self.port.configure_node(request.node, state, self)
         self.port.wake()
-        self._held[state.trial_id] = iteration
-        self._take_held()
+        self.held.moved(state.trial_id, iteration)
 
-    def _take_held(self) -> None:
-        """Take the held results of the trials whose request moved, one trial
-        at a time, as a queue: a result taken may move a request again (its
-        scheduler decides on it), which queues that trial again instead of
-        recursing. (Recursion went a level deeper per decision point, past
-        Python's limit on a long shared trajectory, as PBT twins have.)"""
-        if self._taking_held:
-            return
-        self._taking_held = True
-        try:
-            while self._held:
-                trial_id = next(iter(self._held))
-                since = self._held.pop(trial_id)
-                state = self.trials[trial_id]
-                if trial_id not in self.plan.trials or state.status in ENDED:
-                    continue
-                for later, metrics in list(self.plan.history(trial_id).items()):
-                    if later > since and later not in state.rows:
-                        self.add_result(state, later, metrics)
-                        if trial_id in self._held:
-                            break  # its request moved: read its history again from there
-        finally:
-            self._taking_held = False
+    def _held_history(self, trial_id: str) -> dict[int, dict[str, Any]] | None:
+        if trial_id not in self.plan.trials or self.trials[trial_id].status in ENDED:
+            return None
+        return self.plan.history(trial_id)
+
+    def _take_result(self, trial_id: str, iteration: int, metrics: dict[str, Any]) -> None:
+        self.add_result(self.trials[trial_id], iteration, metrics)
 
     def _next_request(self, trial_id: str, iteration: int) -> int:
         """The iteration a trial at ``iteration`` is requested to: its scheduler's next

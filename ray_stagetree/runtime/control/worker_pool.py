@@ -13,6 +13,13 @@ hold it, or a lost node was still counted when it started): a batch sent to
 it would wait as long, while a placed worker of the same study sat idle,
 and studies that each held the other's resources this way waited for ever
 (issue 31, four concurrent studies).
+
+Workers have a `worker_shapes.Shape`: all start with one trial's resources,
+and a batch whose trials a ``ResourceChangingScheduler`` gave others needs
+a worker that covers them. Where none is idle the pool makes room for one:
+it retires idle workers that do not cover it (and then each that comes
+back, until it fits), and starts it; no worker of the study's own shape
+starts meanwhile.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 
 from ray_stagetree.execution.batches import BatchSpec
 from ray_stagetree.planning.policies import StageBatch
+from ray_stagetree.runtime.control.worker_shapes import Shape
 
 
 @dataclass
@@ -42,8 +50,9 @@ class WorkerPool:
     Parameters
     ----------
     start:
-        Starts one more worker: the pool keeps ``capacity`` of them, and
-        starts one in place of a worker that died or was retired at once.
+        Starts one more worker of a `Shape`: the pool keeps ``capacity``
+        of them, and starts one in place of a worker that died or was
+        retired at once.
     capacity:
         How many workers the study has, and how many batches run at once
         (``StudySpec.num_workers``); fewer once nodes are lost (`lost`).
@@ -53,6 +62,13 @@ class WorkerPool:
         controller awaits it and then calls `placed`).
     clock:
         Seconds now (``time.monotonic``; a test passes its own).
+    shape:
+        The shape the study's workers start with (one trial's resources).
+    room:
+        Whether workers of the given shapes fit the cluster together; asked
+        only once a worker of another shape than ``shape`` lives or waits.
+    stop:
+        Stops a worker the pool retires to make room for another shape.
     """
 
     def __init__(
@@ -61,8 +77,16 @@ class WorkerPool:
         capacity: int,
         placement: Callable[[Any], Any],
         clock: Callable[[], float] = time.monotonic,
+        shape: Shape | None = None,
+        room: Callable[[list[Shape]], bool] = lambda shapes: True,
+        stop: Callable[[Any], None] = lambda worker: None,
     ) -> None:
         self._start = start
+        self.shape = Shape() if shape is None else shape
+        self._room = room
+        self._stop = stop
+        self.shapes: dict[Any, Shape] = {}  # each live worker's shape
+        self._wanted: Shape | None = None  # a shape a ready batch needs, waiting for room
         self.capacity = capacity
         self._placement = placement
         self._clock = clock
@@ -79,18 +103,30 @@ class WorkerPool:
         """The workers started with the controller: each is idle once placed
         (and more start if the capacity grew before, `grow`)."""
         for worker in workers:
-            self._add(worker)
+            self._add(worker, self.shape)
         self._replacing = True
         self._fill()
 
-    def _add(self, worker: Any) -> None:
+    def _add(self, worker: Any, shape: Shape) -> None:
         self.workers.append(worker)
+        self.shapes[worker] = shape
         self.starting[self._placement(worker)] = worker
 
     def _fill(self) -> None:
-        """Start workers until the study has ``capacity`` of them."""
-        while self._replacing and len(self.workers) < self.capacity:
-            self._add(self._start())
+        """Start workers until the study has ``capacity`` of them (of its
+        own shape, while no other waits for room and they fit)."""
+        while self._replacing and len(self.workers) < self.capacity and self._wanted is None:
+            if not self._fits(self.shape):
+                break
+            self._add(self._start(self.shape), self.shape)
+
+    def _fits(self, shape: Shape) -> bool:
+        """Whether a worker of ``shape`` fits beside the live ones (the
+        study's own shape always does among its own: its capacity was sized to the cluster)."""
+        held = list(self.shapes.values())
+        if shape == self.shape and all(other == self.shape for other in held):
+            return True
+        return self._room([*held, shape])
 
     def placed(self, signal: Any) -> None:
         """The worker behind ``signal`` (see ``placement``) runs: it may take
@@ -110,12 +146,46 @@ class WorkerPool:
         """How many more batches may start now: on placed idle workers."""
         return max(0, min(len(self.idle), self.capacity - len(self.running)))
 
-    def take(self) -> Any:
-        """A placed idle worker (`idle_count` says how many there are)."""
+    def take(self, shape: Shape | None = None) -> Any | None:
+        """A placed idle worker that covers ``shape`` (the study's own by
+        default), one of that very shape first; None if none is idle
+        (`want` makes room for one)."""
+        needed = self.shape if shape is None else shape
         # The longest idle first: at the start, the first placed worker takes
         # the highest-priority batch, the oldest trial in admission order,
         # which then reports first, as Tune's first trial does (issue 31).
-        return self.idle.pop(0)
+        exact = [worker for worker in self.idle if self.shapes[worker] == needed]
+        covering = exact or [worker for worker in self.idle if self.shapes[worker].covers(needed)]
+        if not covering:
+            return None
+        self.idle.remove(covering[0])
+        return covering[0]
+
+    def want(self, shape: Shape) -> None:
+        """A ready batch needs a worker of ``shape`` and none idle covers it:
+        start one, retiring idle workers that do not cover it until it fits
+        (more retire as they come back, `returned`). Nothing if one is on its way."""
+        if any(self.shapes[worker].covers(shape) for worker in self.starting.values()):
+            return
+        self._wanted = shape
+        self._make_room()
+
+    def reshaping(self) -> bool:
+        """Whether a worker of another shape than the study's waits for room or for Ray to place it."""
+        return self._wanted is not None or any(self.shapes[w] != self.shape for w in self.starting.values())
+
+    def _make_room(self) -> None:
+        wanted = self._wanted
+        if wanted is None:
+            return
+        while not self._fits(wanted):
+            spare = next((worker for worker in self.idle if not self.shapes[worker].covers(wanted)), None)
+            if spare is None:
+                return  # running workers hold the room: they retire as they come back
+            self._forget(spare)
+            self._stop(spare)
+        self._wanted = None
+        self._add(self._start(wanted), wanted)
 
     def take_parked(self, worker: Any) -> Any:
         """The idle ``worker``, whose parked trainable the next batch continues."""
@@ -146,8 +216,10 @@ class WorkerPool:
         self._of_batch.pop(batch_id, None)
 
     def returned(self, worker: Any) -> None:
-        """``worker`` is idle again."""
+        """``worker`` is idle again (or retires, while a worker of another
+        shape waits for the room it holds)."""
         self.idle.append(worker)
+        self._make_room()
 
     def retire(self, worker: Any) -> None:
         """``worker`` runs no more batches (a rank of its group failed): it
@@ -169,6 +241,7 @@ class WorkerPool:
             self.workers.remove(worker)
         if worker in self.idle:
             self.idle.remove(worker)
+        self.shapes.pop(worker, None)
         for signal in [signal for signal, starting in self.starting.items() if starting is worker]:
             del self.starting[signal]
 
@@ -195,3 +268,5 @@ class WorkerPool:
         self.workers.clear()
         self.idle.clear()
         self.starting.clear()
+        self.shapes.clear()
+        self._wanted = None

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ray import tune
+from ray.tune.schedulers import ResourceChangingScheduler
 
 from ray_stagetree.execution.parking import PARKED_PER_WORKER
 from ray_stagetree.execution.storage import CheckpointStorage
@@ -432,6 +433,11 @@ class Tuner:
                 "also asks for some through tune.with_resources: give only scaling_config"
             )
         check_scheduler(self.tune_config.scheduler, self.tune_config.metric, self.tune_config.mode)
+        if self.scaling is not None and isinstance(self.tune_config.scheduler, ResourceChangingScheduler):
+            raise NotImplementedError(
+                "ResourceChangingScheduler with scaling_config: a trial's worker group keeps its ranks "
+                "(ScalingConfig.num_workers); give the trainable its resources with tune.with_resources instead"
+            )
         check_metric_conflict(self.tune_config.scheduler, self.tune_config.metric, self.tune_config.mode)
         self._stop_criteria()
         check_driver_hooks(self.run_config)

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from ray_stagetree.runtime.control.worker_pool import WorkerPool
+from ray_stagetree.runtime.control.worker_shapes import Shape, fits
 
 
 class Clock:
@@ -25,7 +26,7 @@ def pool_of(capacity: int, clock: Clock | None = None) -> tuple[WorkerPool, list
     started: list[str] = []
     names = (f"new{i}" for i in itertools.count())
 
-    def start() -> str:
+    def start(shape: object = None) -> str:
         started.append(next(names))
         return started[-1]
 
@@ -167,3 +168,68 @@ def test_shutting_down_kills_every_worker_once_and_starts_none_after():
     assert len(killed) == 3
     pool.lost("w0", fits=3, most=3)  # its batch's failure, read after the driver shut the workers down
     assert pool.workers == [] and started == ["new0"]
+
+
+# -- workers of other shapes (ResourceChangingScheduler) -------------------------------
+
+ONE_CPU, TWO_CPUS = Shape.of({"CPU": 1}), Shape.of({"CPU": 2})
+
+
+def shaped_pool(capacity: int, cpus: float) -> tuple[WorkerPool, list[tuple[str, Shape]], list[str]]:
+    """A pool of one-CPU workers on a cluster of ``cpus``: (pool, started, stopped)."""
+    started: list[tuple[str, Shape]] = []
+    stopped: list[str] = []
+    names = (f"new{i}" for i in itertools.count())
+
+    def start(shape: Shape) -> str:
+        started.append((next(names), shape))
+        return started[-1][0]
+
+    pool = WorkerPool(
+        start,
+        capacity,
+        lambda worker: f"placed-{worker}",
+        Clock(),
+        shape=ONE_CPU,
+        room=lambda shapes: fits(shapes, {"CPU": cpus}),
+        stop=stopped.append,
+    )
+    return pool, started, stopped
+
+
+def test_a_batch_takes_a_worker_of_its_shape_first_else_one_that_covers_it():
+    pool, started, _ = shaped_pool(2, cpus=4)
+    adopt_placed(pool, ["w0", "w1"])
+    assert pool.take(TWO_CPUS) is None, "no worker holds two CPUs"
+    pool.want(TWO_CPUS)
+    assert started == [("new0", TWO_CPUS)], "the cluster has room beside the two: none retires"
+    pool.placed("placed-new0")
+    assert pool.take(ONE_CPU) == "w0", "a worker of the batch's own shape before a larger one"
+    assert pool.take(TWO_CPUS) == "new0"
+    pool.returned("new0")
+    assert pool.take(ONE_CPU) == "w1" and pool.take(ONE_CPU) == "new0", "a larger worker covers a smaller batch"
+
+
+def test_idle_workers_retire_to_make_room_for_a_larger_one():
+    pool, started, stopped = shaped_pool(2, cpus=2)
+    adopt_placed(pool, ["w0", "w1"])
+    pool.want(TWO_CPUS)
+    assert stopped == ["w0", "w1"] and started == [("new0", TWO_CPUS)]
+    assert pool.workers == ["new0"] and pool.idle_count() == 0
+    pool.want(TWO_CPUS)
+    assert len(started) == 1, "one is on its way: a batch asking again starts no second one"
+    pool.placed("placed-new0")
+    assert pool.take() == "new0", "the study's own batches run on it too"
+    pool.returned("new0")
+    assert [name for name, _ in started] == ["new0"], "no one-CPU worker starts: the two CPUs are held"
+
+
+def test_running_workers_retire_as_they_come_back_until_the_larger_one_fits():
+    pool, started, stopped = shaped_pool(2, cpus=2)
+    adopt_placed(pool, ["w0", "w1"])
+    assert pool.take() == "w0"
+    pool.want(TWO_CPUS)
+    assert stopped == ["w1"] and started == [], "w0 still runs a batch and holds its CPU"
+    assert pool.workers == ["w0"]
+    pool.returned("w0")
+    assert stopped == ["w1", "w0"] and started == [("new0", TWO_CPUS)]

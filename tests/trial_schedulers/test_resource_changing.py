@@ -1,0 +1,97 @@
+"""ResourceChangingScheduler hosted on the plan, written from Ray's docs.
+
+Ray's scheduler asks its ``resources_allocation_function`` at each result
+the base scheduler lets go on; new resources pause the trial, which Tune
+restarts from its checkpoint with them, and the trainable reads them from
+``tune.get_context().get_trial_resources()``. Here the stage ends at that
+result and the next runs on a worker holding the new resources.
+"""
+
+import json
+import os
+import tempfile
+import time
+
+import pytest
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining, ResourceChangingScheduler
+from ray.tune.schedulers.resource_changing_scheduler import DistributeResources
+
+from ray_stagetree import Tuner
+
+ITERATIONS = 4
+
+
+def gpu_counting(config):
+    """Reports the GPUs it holds, by Tune's context and by what CUDA would
+    see, and how many iterations it trained since its checkpoint."""
+    step = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "step.json")) as file:
+            step = json.load(file)
+    resources = tune.get_context().get_trial_resources()
+    while True:
+        step += 1
+        time.sleep(config.get("seconds", 0))
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "step.json"), "w") as file:
+                json.dump(step, file)
+            metrics = {
+                "score": config["x"] * step,
+                "gpus": resources.required_resources.get("GPU", 0),
+                "visible": len(os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")),
+                "step": step,
+            }
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+@pytest.mark.timeout(240)
+def test_trials_get_the_gpus_distribute_resources_frees_for_them(ray_session, tmp_path):
+    """4 GPUs, 2 trials asking 1 each: Ray's DistributeResources gives each
+    more after its first result (what is free then), and the last one running
+    the GPUs the other freed; each goes on from its checkpoint on a worker
+    holding them, as under Tune."""
+    results = Tuner(
+        tune.with_resources(lambda config: gpu_counting(config), {"cpu": 0.5, "gpu": 1}),
+        param_space={"x": tune.grid_search([1, 2])},
+        tune_config=tune.TuneConfig(
+            scheduler=ResourceChangingScheduler(resources_allocation_function=DistributeResources()),
+            metric="score",
+            mode="max",
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), stop={"training_iteration": ITERATIONS}, verbose=0),
+    ).fit()
+    assert not results.errors
+    for result in results:
+        rows = result.metrics_dataframe
+        assert list(rows["training_iteration"]) == list(range(1, ITERATIONS + 1))
+        assert list(rows["step"]) == list(range(1, ITERATIONS + 1)), "restored from its checkpoint, not restarted"
+        gpus = list(rows["gpus"])
+        assert gpus[0] == 1 and min(gpus[1:]) > 1 and gpus == sorted(gpus), "more GPUs from its first result on"
+        assert list(rows["visible"]) == gpus, "the worker holds what the trial was given"
+
+
+def test_a_resource_change_over_pbt_is_refused_before_the_study_starts(tmp_path):
+    scheduler = ResourceChangingScheduler(PopulationBasedTraining(hyperparam_mutations={"x": [1, 2]}))
+    with pytest.raises(NotImplementedError, match="runs PopulationBasedTraining's rule itself"):
+        Tuner(gpu_counting, tune_config=tune.TuneConfig(scheduler=scheduler, metric="score", mode="max"))
+
+
+def test_asha_under_a_resource_change_still_stops_trials(ray_session, tmp_path):
+    """The base scheduler decides: ASHA stops the worse trials at its rungs
+    while the trials left get the GPUs they free."""
+    asha = ASHAScheduler(max_t=ITERATIONS, grace_period=1, reduction_factor=2)
+    results = Tuner(
+        tune.with_resources(lambda config: gpu_counting(config), {"cpu": 0.5, "gpu": 1}),
+        # The best first: ASHA's rung then stops the next. Its iterations take
+        # a second, so that the others reach the rung while it trains.
+        param_space={"x": tune.grid_search([4, 3, 2, 1]), "seconds": 1.0},
+        tune_config=tune.TuneConfig(scheduler=ResourceChangingScheduler(asha), metric="score", mode="max"),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    assert not results.errors
+    lengths = sorted(result.metrics["training_iteration"] for result in results)
+    assert lengths[0] < ITERATIONS == lengths[-1], "ASHA stopped some trials early and let the best finish"
+    assert results.get_best_result().config["x"] == 4
+    assert any(max(result.metrics_dataframe["gpus"]) > 1 for result in results), "GPUs the stopped ones freed"
