@@ -16,6 +16,7 @@ from ray_stagetree.runtime.workers.session import (
     get_iteration,
     report,
     should_checkpoint,
+    timed,
 )
 from ray_stagetree.sequences import FAMILIES, Sequence, as_sequence, from_json, from_torch
 
@@ -58,6 +59,7 @@ __all__ = [
     "PromotingASHAScheduler",
     "report",
     "get_checkpoint",
+    "timed",
     "get_hparams",
     "get_iteration",
     "should_checkpoint",

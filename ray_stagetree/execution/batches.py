@@ -80,6 +80,8 @@ class BatchOutcome:
     worker_broken: bool = False
     # Where the trainable restarted from its checkpoint because sequence values it holds fixed (by key) changed.
     restarts: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    # Seconds of ``seconds`` by phase (`runtime.workers.phases`): fetch, restore, train, save, report, the trainable's own.
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 class FlushReply(NamedTuple):

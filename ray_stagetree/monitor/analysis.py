@@ -311,7 +311,8 @@ def timeline(
     """Each worker's stage batches over wall time, from the plan's ``runs``
     (`SearchPlan.record_run`) and the ``running`` batches of a live study:
     ``runs`` of ``{"worker", "batch", "began", "ended" (now for a running
-    one), "outcome" ("done", "failed", "released", "running"),
+    one), "outcome" ("done", "failed", "released", "running"), "phases"
+    ({phase: seconds}, `runtime.workers.phases`; empty while running),
     "segments": [{"node", "start", "stop", "stages"}] (cut where the
     stage tree's stages are: one id each), "checkpoints":
     [[node, iteration, time]], "source": {"worker", "time", "kind"} or
@@ -323,6 +324,7 @@ def timeline(
     runs = []
     for row in rows:
         segments = row["segments"] if isinstance(row["segments"], list) else json.loads(row["segments"])
+        phases = row.get("phases") or {}
         runs.append(
             {
                 "worker": row["worker"],
@@ -331,6 +333,7 @@ def timeline(
                 "ended": row["ended"],
                 "outcome": row["outcome"],
                 "segments": segments,
+                "phases": phases if isinstance(phases, dict) else json.loads(phases),
             }
         )
     for batch in running:

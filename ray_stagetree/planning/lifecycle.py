@@ -191,6 +191,10 @@ class TrialLifecycle:
         self._pending: set[str] = set()  # ids of the PENDING trials, kept likewise
         self._changed: set[str] = set()  # trials added or whose status changed since `take_changed`
         self.source_waits = False  # the trial source's last answer was WAIT: it may propose later
+        # PBT's members by their starting config (`_population_member`), and the share key of each that
+        # starts where an earlier member did.
+        self._population_starts: set[tuple] = set()
+        self._member_keys: dict[str, str] = {}
 
     # -- states --------------------------------------------------------------------
 
@@ -288,7 +292,7 @@ class TrialLifecycle:
         trial_id, config = proposal
         self.host.on_add(trial_id, config)
         try:
-            trial_config = self.parse(trial_id, config)
+            trial_config = self._population_member(trial_id, config, self.parse(trial_id, config))
             trial = make(trial_id, config, trial_config)
         except Exception as error:
             raise Refused(trial_id, config, error) from error
@@ -296,6 +300,24 @@ class TrialLifecycle:
         self.add(trial)
         self._request_from(trial, 0)
         return trial
+
+    def _population_member(self, trial_id: str, config: dict[str, Any], trial_config: TrialConfig) -> TrialConfig:
+        """Under PBT (and PB2), a trial that starts with an earlier member's
+        config is a member of its own, as under Tune, where the trainable's
+        own randomness sets the two apart and the population is as large as
+        ``num_samples`` (Ray's pb2_example starts every member from one
+        config): its path trains under a share key of its own, as do the
+        exploits that fork from it (`_exploit`)."""
+        if self.host.population is None:
+            return trial_config
+        if trial_config.identity not in self._population_starts:
+            self._population_starts.add(trial_config.identity)
+            return trial_config
+        self._member_keys[trial_id] = f"{self.share_key(trial_id)}/{trial_id}"
+        return TrialConfig.from_config(config, self._member_keys[trial_id])
+
+    def _key_of(self, trial_id: str) -> str:
+        return self._member_keys.get(trial_id) or self.share_key(trial_id)
 
     def refuse(self, trial: Trial) -> None:
         """A trial whose config or names could not be made ends in ERROR at once."""
@@ -316,9 +338,8 @@ class TrialLifecycle:
             request = self.plan.extend_trial(trial.trial_id, target)
         else:
             assert trial.trial_config is not None  # configured when it was admitted
-            request = self.plan.add_trial(
-                trial.trial_id, trial.trial_config, target, share_key=self.share_key(trial.trial_id)
-            )
+            share_key = self._key_of(trial.trial_id)
+            request = self.plan.add_trial(trial.trial_id, trial.trial_config, target, share_key=share_key)
         trial.node = request.node
         self._on_request(trial, request, iteration)
 
@@ -397,9 +418,17 @@ class TrialLifecycle:
         )
         trial.forked_at = at
         self.plan.remove_trial(trial.trial_id)
-        # The static values are deep copies of the source's: keyed as the
-        # source's, or a value without a fingerprint would not fork from it.
-        trial.configure(config, self.parse(trial.trial_id, config, copied_from=source.trial_config))
+        # Under the source's share key, so that the path forks from its
+        # checkpoint; the static values are deep copies of the source's:
+        # keyed as the source's, or a value without a fingerprint would not fork from it.
+        record = self.plan.trials.get(source.trial_id)
+        share_key = record.share_key if record is not None else self._key_of(source.trial_id)
+        if share_key != self.share_key(trial.trial_id):
+            self._member_keys[trial.trial_id] = share_key
+        else:
+            self._member_keys.pop(trial.trial_id, None)
+        copied = TrialConfig.from_config(config, share_key, copied_from=source.trial_config)
+        trial.configure(config, copied)
         self._request_from(trial, at)
 
     # -- ends ----------------------------------------------------------------------------

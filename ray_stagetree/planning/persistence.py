@@ -86,6 +86,7 @@ OPTIONAL_SCHEMAS = {
             ("began", pa.float64()),
             ("ended", pa.float64()),
             ("outcome", pa.string()),
+            ("phases", pa.string()),  # JSON {phase: seconds}; absent from a plan saved before phases were timed
         ]
     ),
 }
@@ -176,6 +177,7 @@ def records(plan: Any) -> dict[str, list[dict[str, Any]]]:
             "began": run.began,
             "ended": run.ended,
             "outcome": run.outcome,
+            "phases": json.dumps(dict(getattr(run, "phases", ()))),
         }
         for run in getattr(plan, "runs", ())  # a plan pickled before runs were recorded has none
     ]
@@ -317,4 +319,5 @@ def fill(plan: Any, tables: dict[str, list[dict[str, Any]]], objects: dict[str, 
         plan.record_timing(row["node_id"], row["start"], row["stop"], row["seconds"])
     for row in tables.get("runs", ()):  # absent from a plan saved before runs were recorded
         segments = json.loads(row["segments"])
-        plan.record_run(row["batch_id"], row["worker"], segments, row["began"], row["ended"], row["outcome"])
+        phases = json.loads(row.get("phases") or "{}")
+        plan.record_run(row["batch_id"], row["worker"], segments, row["began"], row["ended"], row["outcome"], phases)

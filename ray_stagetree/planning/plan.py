@@ -391,10 +391,11 @@ class SearchPlan(RunningBatches):
         began: float,
         ended: float,
         outcome: str = "done",
+        phases: Mapping[str, float] | None = None,
     ) -> None:
         """A stage batch ran on ``worker`` from ``began`` to ``ended`` (wall-clock
-        seconds): what the monitor draws as a worker's timeline. Nothing
-        plans from it."""
+        seconds), its time spent by ``phases``: what the monitor draws as a
+        worker's timeline. Nothing plans from it."""
         segments = tuple((int(node_id), int(start), int(stop)) for node_id, start, stop in segments)
         for node_id, start, stop in segments:
             self.node(node_id)
@@ -402,7 +403,8 @@ class SearchPlan(RunningBatches):
                 raise ValueError(f"a run's segment needs start < stop, got {start}, {stop}")
         if not ended >= began:
             raise ValueError(f"a run needs began <= ended, got {began}, {ended}")
-        self.runs.append(BatchRun(int(batch_id), int(worker), segments, float(began), float(ended), outcome))
+        spent = tuple((str(name), float(seconds)) for name, seconds in (phases or {}).items())
+        self.runs.append(BatchRun(int(batch_id), int(worker), segments, float(began), float(ended), outcome, spent))
 
     def record_batch_timings(self, batch_id: int, iterations: Iterable[tuple[int, int, Any]]) -> None:
         """Time a running batch's trained iterations, given as ``(node_id,

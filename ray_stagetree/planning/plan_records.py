@@ -169,6 +169,8 @@ class BatchRun:
     began: float
     ended: float
     outcome: str = "done"
+    # Seconds by phase (`runtime.workers.phases`: dispatch, fetch, restore, train, save, report, the trainable's own).
+    phases: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

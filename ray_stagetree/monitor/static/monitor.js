@@ -359,7 +359,18 @@ function renderTimeline() {
     const span = t(run.ended) - t(run.began);
     let offset = t(run.began);
     const rg = el(svg, "g", {class: `run ${run.outcome}`, "data-batch": run.batch});
-    el(rg, "title", {}, `batch ${run.batch} on worker ${run.worker}: ${run.outcome}, ${short(run.ended - run.began)} s`);
+    const phases = Object.entries(run.phases || {}).filter(([, s]) => s > 0);
+    const spent = phases.map(([name, s]) => `${name} ${short(s)} s`).join(", ");
+    el(rg, "title", {}, `batch ${run.batch} on worker ${run.worker}: ${run.outcome}, ${short(run.ended - run.began)} s${spent ? ` (${spent})` : ""}`);
+    // Where the batch's time went: a strip under it, one stretch per phase, in the order the worker met them.
+    const phaseTotal = phases.reduce((n, [, s]) => n + s, 0);
+    let phaseX = t(run.began);
+    for (const [name, s] of phases) {
+      const w = span * s / phaseTotal;
+      const strip = el(rg, "rect", {x: phaseX, y: y0 + h - 3, width: Math.max(0.5, w), height: 3, class: `phase phase-${name}`});
+      el(strip, "title", {}, `${name}: ${short(s)} s`);
+      phaseX += w;
+    }
     for (const seg of run.segments) {
       const w = Math.max(1, span * (seg.stop - seg.start) / total);
       const rect = el(rg, "rect", {x: offset, y: y0, width: w, height: h, class: "segment", "data-stages": seg.stages.join(" ")});

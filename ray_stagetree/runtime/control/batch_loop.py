@@ -162,9 +162,9 @@ class BatchLoop:
         ]
 
     def figures(self) -> dict[str, Any]:
-        """The plan's sharing (`SharingFigures`), the snapshots' seconds and the restarts at changed values."""
-        sharing = self.sharing.now(exact=not self.pool.running)
-        return {**sharing, "state_seconds": self.snapshots.seconds, "restarts": dict(self.notices.restarts)}
+        """The plan's sharing, the snapshots' seconds, the workers' seconds by phase, the restarts at changed values."""
+        figures = {"state_seconds": self.snapshots.seconds, "phase_seconds": dict(self.runs.phase_seconds)}
+        return {**self.sharing.now(exact=not self.pool.running), **figures, "restarts": dict(self.notices.restarts)}
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -486,9 +486,8 @@ class BatchLoop:
         resources changed), or the policy should choose again: every worker
         is busy, other work waits for one, and the trainable checkpoints (so
         stopping here costs a checkpoint, not a retrained prefix)."""
-        worker = self.pool.worker_of(batch_id)
         needed = self.studies.shape_of_trials([t for t, _ in self._through(node, stop)], self.pool.shape)
-        if can_checkpoint and worker is not None and not self.pool.shapes[worker].covers(needed):
+        if can_checkpoint and not self.pool.runs_on(batch_id, needed):
             return False
         if not self.studies.keep_decision_points() or not can_checkpoint or self.pool.idle_count() > 0:
             return True
@@ -505,6 +504,7 @@ class BatchLoop:
     def ingest(self, outcome: BatchOutcome) -> None:
         """Fold a worker's records into the plan and its trials' studies, and take its checkpoints into the store."""
         self.notices.heard(outcome)
+        self.runs.spent(outcome.batch_id, outcome.phases)
         for index, (node_id, iteration, metrics) in enumerate(outcome.records):
             checkpointed = iteration not in outcome.missing_checkpoints and (
                 index < len(outcome.records) - 1 or outcome.can_checkpoint

@@ -27,6 +27,8 @@ class Progress:
     unique_iterations: int = 0
     total_iterations: int = 0
     worker_seconds: float = 0.0
+    #: ``worker_seconds`` of ended batches by phase (`runtime.workers.phases`), summed over the plan's runs.
+    phase_seconds: dict[str, float] = field(default_factory=dict)
     #: Seconds the controller spent on the study's snapshots.
     state_seconds: float = 0.0
     #: The new results, and the trials' lifecycle events (`DriverFeed.take`).

@@ -19,6 +19,8 @@ class RunRecords:
         self.plan = plan
         self._began: dict[int, tuple[int, float]] = {}  # batch id -> (worker number, wall-clock dispatch time)
         self._reached: dict[int, dict[int, int]] = {}  # batch id -> node id -> last iteration trained
+        self._spent: dict[int, dict[str, float]] = {}  # batch id -> seconds by phase, as its worker reported them
+        self.phase_seconds: dict[str, float] = {}  # the ended runs' seconds by phase, summed
 
     def began(self, batch_id: int, worker: int) -> None:
         """The batch went to worker number ``worker`` (from 1) now."""
@@ -34,6 +36,13 @@ class RunRecords:
             reached = self._reached.setdefault(batch_id, {})
             reached[node_id] = max(reached.get(node_id, 0), iteration)
 
+    def spent(self, batch_id: int, phases: dict[str, float]) -> None:
+        """The batch's worker reported these seconds by phase (`runtime.workers.phases`)."""
+        if batch_id in self._began:
+            spent = self._spent.setdefault(batch_id, {})
+            for name, seconds in phases.items():
+                spent[name] = spent.get(name, 0.0) + seconds
+
     def ended(self, spec: BatchSpec, outcome: BatchOutcome | None) -> None:
         """The batch's run into the plan: the segments it trained, as far as
         it trained them (``outcome`` None: its worker died or its outcome was lost)."""
@@ -42,6 +51,12 @@ class RunRecords:
             return
         worker, start_time = began
         reached = self._reached.pop(spec.batch_id, {})
+        phases = self._spent.pop(spec.batch_id, {})
+        end_time = max(time.time(), start_time)
+        # What the worker did not spend in the batch: its dispatch, and its outcome's way back.
+        phases["dispatch"] = max(0.0, end_time - start_time - sum(phases.values()))
+        for name, seconds in phases.items():
+            self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + seconds
         if outcome is None or outcome.source_lost is not None or outcome.trainable_unloadable:
             label = "released" if outcome is not None and outcome.source_lost is not None else "failed"
         else:
@@ -52,7 +67,7 @@ class RunRecords:
             if reached.get(node_id, 0) > start
         ]
         if segments or label != "done":
-            self.plan.record_run(spec.batch_id, worker, segments, start_time, max(time.time(), start_time), label)
+            self.plan.record_run(spec.batch_id, worker, segments, start_time, end_time, label, phases)
 
 
 class SharingFigures:

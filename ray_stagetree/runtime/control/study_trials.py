@@ -164,7 +164,6 @@ class StudyTrials:
         # the workers is in it, starting the loop's actor is not.
         self.budget = TimeBudget(spec.time_budget_s)
         self.failures = Failures(spec.max_failures, spec.restore_retries, spec.fail_fast)
-        self._population_starts: dict[tuple, str] | None = {} if self.host.population is not None else None
         self.feed = DriverFeed()  # what the driver hears at its next poll (`progress`)
         # The trials' checkpoints in their folders, and the driver told of them.
         self.checkpoints = TrialCheckpoints(store, plan, self.feed, spec.export_each_checkpoint, spec.checkpoint_config)
@@ -283,7 +282,6 @@ class StudyTrials:
 
     def _new_trial(self, trial_id: str, config: dict[str, Any], trial_config: TrialConfig) -> TrialState:
         """A trial being admitted, named by the user's hooks."""
-        self._warn_of_a_twin(trial_id, trial_config)
         info = TrialInfo(
             trial_id, config, self.spec.trainable_name, experiment_tag(trial_id, config, self.spec.tuned_paths)
         )
@@ -297,23 +295,6 @@ class StudyTrials:
             name=name,
             dirname=trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True),
             experiment_tag=info.experiment_tag,
-        )
-
-    def _warn_of_a_twin(self, trial_id: str, trial_config: TrialConfig) -> None:
-        """PBT's population starts with a member that has another's config
-        (a constant ``param_space``): warn, once per study, that the two are
-        one member here."""
-        if self._population_starts is None:
-            return
-        twin = self._population_starts.setdefault(trial_config.identity, trial_id)
-        if twin == trial_id:
-            return
-        self._population_starts = None
-        self.feed.warn(
-            f"PBT trials {twin} and {trial_id} start with identical configs: they share one trajectory until PBT "
-            "explores them apart, so the population has fewer distinct members than under Tune (where the "
-            "trainable's own randomness sets them apart). Give each trial a value of its own, e.g. "
-            "param_space={..., 'seed': tune.randint(0, 2**31)} (this warning is shown once per study)"
         )
 
     # -- results and decisions -------------------------------------------------

@@ -205,6 +205,11 @@ class WorkerPool:
         """The worker of a batch whose outcome is not folded in yet."""
         return self._of_batch.get(batch_id)
 
+    def runs_on(self, batch_id: int, shape: Shape) -> bool:
+        """Whether the running batch's worker covers ``shape`` (True for a batch not running)."""
+        worker = self._of_batch.get(batch_id)
+        return worker is None or self.shapes[worker].covers(shape)
+
     def finished(self, ref: Any) -> Running:
         """The batch behind ``ref`` ended (its outcome, or its failure, is read now)."""
         running = self.running.pop(ref)

@@ -77,6 +77,7 @@ class ResultGrid(ray.tune.ResultGrid):
         worker_seconds: float = 0.0,
         state_seconds: float = 0.0,
         storage_filesystem: Any = None,
+        phase_seconds: dict[str, float] | None = None,
     ) -> None:
         self._results = results
         self._experiment_path = experiment_path
@@ -89,6 +90,9 @@ class ResultGrid(ray.tune.ResultGrid):
         #: Seconds workers spent on stage batches (dispatch to completion,
         #: summed over workers): the resources the study used.
         self.worker_seconds = worker_seconds
+        #: ``worker_seconds`` by phase (`ray_stagetree.timed`): ``dispatch``, ``fetch`` and ``restore``
+        #: (the starting checkpoint), ``train``, ``save`` (checkpoints), ``report``, and the trainable's own.
+        self.phase_seconds = dict(phase_seconds or {})
         #: Seconds the controller spent taking the study's snapshots for
         #: `Tuner.restore` (their writes run beside it, in the storage actor).
         self.state_seconds = state_seconds

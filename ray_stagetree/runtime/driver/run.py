@@ -396,6 +396,7 @@ class StudyRun:
             unique_iterations=progress.unique_iterations,
             total_iterations=progress.total_iterations,
             worker_seconds=progress.worker_seconds,
+            phase_seconds=progress.phase_seconds,
             state_seconds=progress.state_seconds,
             storage_filesystem=filesystem,
         )

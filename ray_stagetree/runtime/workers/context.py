@@ -34,6 +34,7 @@ from ray_stagetree.execution.payload import (
 from ray_stagetree.execution.rng import capture_rng_state, fork_rng_state, restore_rng_state
 from ray_stagetree.planning.config import HParams, hparam_keys, replaced, split_path
 from ray_stagetree.runtime.workers import scratch
+from ray_stagetree.runtime.workers.phases import PhaseClock
 from ray_stagetree.runtime.workers.user_generators import UserGenerators
 from ray_stagetree.runtime.workers.visible_config import values_at
 from ray_stagetree.sequences.base import changes_at, next_change
@@ -132,6 +133,7 @@ class StageContext:
         # live for those alone, while the trainable still restarts where another held value changes.
         self.followed: set[str] = set()
         self.user_generators = UserGenerators()  # the trainable's own generators, carried in its checkpoints
+        self.phases = PhaseClock()  # where the batch's time goes (`phases`)
         self._begin(spec)
         self._restart_payload: CheckpointPayload | None = None
         self._source: CheckpointPayload | None = None
@@ -298,7 +300,8 @@ class StageContext:
         if self.spec.source is None:
             return None
         if self._source is None:  # fetched once: the worker checks it is there before the trainable starts
-            self._source = ray.get(self.spec.source)
+            with self.phases.phase("fetch"):
+                self._source = ray.get(self.spec.source)
         payload = self._source
         if payload.step != self.spec.start:
             raise RuntimeError(f"checkpoint holds iteration {payload.step}, batch starts at {self.spec.start}")
@@ -315,7 +318,8 @@ class StageContext:
             raise RuntimeError("this checkpoint was saved with get_state(); use a StageTrainable to restore it")
         if self._restored_dir is None:
             self._restored_dir = scratch.mkdtemp("stagetree_restore_")
-            unpack_directory(payload.directory, self._restored_dir)
+            with self.phases.phase("restore"):
+                unpack_directory(payload.directory, self._restored_dir)
         return Checkpoint.from_directory(self._restored_dir)
 
     def report(self, metrics: Any, checkpoint: Any = None) -> None:
@@ -336,7 +340,8 @@ class StageContext:
                 return CheckpointPayload(iteration, self.capture_rng(), directory=pack_directory(path))
 
         if checkpoint is not None:
-            self._keep_latest(checkpoint)
+            with self.phases.phase("save"):
+                self._keep_latest(checkpoint)
         self.record(metrics, payload, can_checkpoint=checkpoint is not None, reported=checkpoint is not None)
 
     def _keep_latest(self, checkpoint: Any) -> None:
@@ -366,7 +371,8 @@ class StageContext:
         if latest.iteration in self._put_iterations:
             return
         try:
-            directory = pack_directory(latest.folder)
+            with self.phases.phase("save"):
+                directory = pack_directory(latest.folder)
         except (ValueError, OSError):
             if failed:  # the trial errors with the trainable's own error; this one would hide it (and end the thread)
                 return
@@ -421,12 +427,14 @@ class StageContext:
             self.flush()
         wanted = self.iteration in self.save_iterations or (reported and self.spec.keep_reported)
         ranks_rng = self.group.checkpoint(wanted) if self.group is not None else []
-        payload = make_payload(self.iteration) if wanted else None
+        with self.phases.phase("save"):
+            payload = make_payload(self.iteration) if wanted else None
         if payload is not None and ranks_rng:
             payload.rank_rng = ranks_rng
         if payload is not None:
             key = f"{self.spec.batch_id}:{self.iteration}"
-            self._put(key, payload)
+            with self.phases.phase("save"):
+                self._put(key, payload)
             self._put_iterations.add(self.iteration)
             self._pending.checkpoints.append((node_id, self.iteration, key, size_of(payload)))
         if self.iteration < self.stop and (payload is not None or now - self._last_flush >= FLUSH_SECONDS):
@@ -465,7 +473,7 @@ class StageContext:
         if self._latest is not None:  # the trial may end parked (its bracket stops it): Tune's Result.checkpoint
             self._put_final_checkpoint(outcome, failed=False)
         outcome.missing_checkpoints, self.missing_checkpoints = self.missing_checkpoints, []
-        outcome.seconds = time.monotonic() - self._last_flush
+        self._stamp(outcome)
         self._parking = False
         follow_up = self._park(outcome)
         if follow_up is None:
@@ -527,12 +535,13 @@ class StageContext:
         if not self._pending.records and not self._pending.checkpoints:
             return
         outcome, self._pending = self._pending, BatchOutcome(self.spec.batch_id)
-        outcome.seconds = time.monotonic() - self._last_flush
+        self._stamp(outcome)
         outcome.missing_checkpoints, self.missing_checkpoints = self.missing_checkpoints, []
         self._last_flush = time.monotonic()
         if self._controller is None:
             return
-        save_iterations, needed, batch_stop, park = ray.get(self._controller.worker_report.remote(outcome))
+        with self.phases.phase("report"):
+            save_iterations, needed, batch_stop, park = ray.get(self._controller.worker_report.remote(outcome))
         self._parking = park and self._park is not None and batch_stop == self.iteration and not self._ended
         if batch_stop > self.spec.stop:
             node_id, start, _ = self.spec.segments[-1]
@@ -551,9 +560,14 @@ class StageContext:
             self._put_final_checkpoint(outcome, failed)
             self._drop_latest()
         outcome.missing_checkpoints, self.missing_checkpoints = self.missing_checkpoints, []
-        outcome.seconds = time.monotonic() - self._last_flush
+        self._stamp(outcome)
         self._drop_restored()
         return outcome
+
+    def _stamp(self, outcome: BatchOutcome) -> None:
+        """The seconds since the last outcome, in all and by phase."""
+        outcome.seconds = time.monotonic() - self._last_flush
+        outcome.phases = self.phases.take(outcome.seconds)
 
     def _drop_restored(self) -> None:
         if self._restored_dir is not None:

@@ -29,6 +29,7 @@ script runs on both Tuners.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -168,6 +169,19 @@ def should_checkpoint() -> bool:
     """True when the runtime needs a checkpoint with the next `report`:
     other trials branch off here, a result is requested, or the batch ends."""
     return _context().should_checkpoint()
+
+
+def timed(name: str) -> contextlib.AbstractContextManager[None]:
+    """Count the time in the ``with`` block as phase ``name`` of the running
+    stage batch, apart from ``train`` (`runtime.workers.phases`: the
+    monitor's timeline, `ResultGrid.phase_seconds`); outside a batch (under
+    Ray Tune, say) it counts nothing::
+
+        with ray_stagetree.timed("data_to_device"):
+            images = images.to("cuda", non_blocking=True)
+    """
+    phases = getattr(current(), "phases", None)  # a data-parallel batch's other ranks time nothing
+    return contextlib.nullcontext() if phases is None else phases.phase(name)
 
 
 def get_iteration() -> int:
