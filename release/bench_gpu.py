@@ -23,6 +23,16 @@ runs the same comparison on CPU workers, to try it anywhere).
     python release/bench_gpu.py --device cpu --quick
     python release/bench_gpu.py --data-parallel 2    # trials of 2 GPUs: Tune's TorchTrainer vs DP stages
     python release/bench_gpu.py --data-parallel 2 --device cpu --quick   # the same with gloo on CPUs
+    python release/bench_gpu.py --study resnet20 --gpu-per-trial 0.125 --repeats 2   # the thesis-sized study
+    python release/bench_gpu.py --study resnet20 --asha       # both Tuners under PromotingASHAScheduler
+    python release/bench_gpu.py --study resnet20 --deterministic   # and merged == alone, bit for bit
+
+``--study resnet20``: ResNet-20 on 50,000 generated images, the thesis'
+learning-rate x batch-size space scaled to 12 epochs (32 trials, merge
+rate 3.69), Tune with ``reuse_actors=True`` against ray_stagetree only.
+Every run prints the worker-seconds by phase (`ResultGrid.phase_seconds`;
+Tune's split into its trainables' ``time_total_s`` and the rest) and each
+system's wall time over the makespan's lower bound.
 
 With ``--data-parallel N`` each trial is a ``TorchTrainer`` of N ranks
 (``DistributedDataParallel``): (a) ``ray.tune.Tuner(TorchTrainer(...))``
@@ -53,7 +63,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from bench_tune import METRIC, MODE, values_at  # noqa: E402
 
-from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, merge_rate, report  # noqa: E402
+from ray_stagetree import (  # noqa: E402
+    MultiStep,
+    PromotingASHAScheduler,
+    Tuner,
+    get_checkpoint,
+    get_hparams,
+    merge_rate,
+    report,
+    timed,
+)
 from ray_stagetree.searchers import generate_trials  # noqa: E402
 from ray_stagetree.searchers.variants import tune_grid  # noqa: E402
 from ray_stagetree.trainables.torch import ResumableLoader, apply_hparams  # noqa: E402
@@ -116,6 +135,43 @@ def small_resnet(width: int = 32) -> nn.Module:
     )
 
 
+class BasicBlock(nn.Module):
+    """ResNet-20's block (He et al., CIFAR-10): two 3x3 convolutions, a 1x1 projection where the shape changes."""
+
+    def __init__(self, inputs: int, outputs: int, stride: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(inputs, outputs, 3, stride=stride, padding=1, bias=False),
+            nn.BatchNorm2d(outputs),
+            nn.ReLU(),
+            nn.Conv2d(outputs, outputs, 3, padding=1, bias=False),
+            nn.BatchNorm2d(outputs),
+        )
+        self.shortcut = (
+            nn.Identity()
+            if stride == 1 and inputs == outputs
+            else nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride=stride, bias=False), nn.BatchNorm2d(outputs))
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
+def resnet20() -> nn.Module:
+    """ResNet-20: three stages of three blocks, 16, 32 and 64 channels (0.27 M parameters)."""
+    layers: list[nn.Module] = [nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
+    inputs = 16
+    for outputs, stride in ((16, 1), (32, 2), (64, 2)):
+        for block in range(3):
+            layers.append(BasicBlock(inputs, outputs, stride if block == 0 else 1))
+            inputs = outputs
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)]
+    return nn.Sequential(*layers)
+
+
+MODELS = {"small": small_resnet, "resnet20": resnet20}
+
+
 def train_resnet(config: dict[str, Any], data: Any, hparams_at: Any = None) -> None:
     """One epoch per iteration; checkpoints model, optimizer and loader."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -159,28 +215,34 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 def _train_epochs(
     config: dict[str, Any], data: Any, hparams_at: Any, device: Any, wrap: Any, restored: Any, reported: Any, rank: int
 ) -> None:
+    if config.get("deterministic"):
+        deterministic_algorithms()
     torch.manual_seed(config["seed"])
     x_train, y_train, x_test, y_test = data
-    model = small_resnet().to(device)
-    trained = wrap(model)
-    optimizer = torch.optim.SGD(trained.parameters(), lr=0.1, momentum=0.9)
+    with timed("setup"):  # the model built on the device (a process's first pays for the CUDA context)
+        model = MODELS[config.get("model", "small")]().to(device)
+        trained = wrap(model)
+        optimizer = torch.optim.SGD(trained.parameters(), lr=0.1, momentum=0.9)
     loader = ResumableLoader(torch.utils.data.TensorDataset(x_train, y_train), batch_size=128, seed=config["seed"])
     checkpoint = restored()
     if checkpoint:
-        with checkpoint.as_directory() as path:
+        with timed("restore_to_device"), checkpoint.as_directory() as path:
             state = torch.load(os.path.join(path, "state.pt"), map_location=device, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        loader.load_state_dict(state["loader"])
-    x_test, y_test = x_test.to(device), y_test.to(device)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            loader.load_state_dict(state["loader"])
+    with timed("data_to_device"):
+        x_test, y_test = x_test.to(device), y_test.to(device)
     while True:
         hparams = get_hparams() if hparams_at is None else hparams_at(config, loader.epoch)
         apply_hparams(optimizer, hparams)
         loader.set_batch_size(hparams["batch_size"])
         trained.train()
         for inputs, targets in loader:
+            with timed("data_to_device"):
+                inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
             optimizer.zero_grad()
-            nn.functional.cross_entropy(trained(inputs.to(device)), targets.to(device)).backward()
+            nn.functional.cross_entropy(trained(inputs), targets).backward()
             optimizer.step()
         model.eval()
         with torch.no_grad():
@@ -193,7 +255,8 @@ def _train_epochs(
                     "optimizer": optimizer.state_dict(),
                     "loader": loader.state_dict(),
                 }
-                torch.save(state, os.path.join(path, "state.pt"))
+                with timed("serialize"):  # device to host, pickled to a file
+                    torch.save(state, os.path.join(path, "state.pt"))
                 saved = tune.Checkpoint.from_directory(path)
             reported({METRIC: accuracy}, checkpoint=saved)
 
@@ -214,12 +277,48 @@ def space(quick: bool) -> dict[str, Any]:
     }
 
 
-def run_tune(trials_space, data, epochs, resources, storage, reuse: bool) -> dict[str, Any]:
+def deterministic_algorithms() -> None:
+    """Merged trials equal trials trained alone, bit for bit, on a GPU too."""
+    from torch.backends import cudnn  # imported here: the trainable is pickled by value, and cudnn's module is not
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    cudnn.benchmark = False
+
+
+def resnet20_space(epochs: int) -> dict[str, Any]:
+    """The thesis' learning-rate x batch-size space for ResNet-20 (step decays
+    by 10x, a batch of 128 or one doubling to 256; `paper_spaces.resnet20_policy_space`),
+    its milestones scaled to ``epochs``: 8 decays x 4 batch sizes, 32 trials,
+    merge rate 3.69 at 12 epochs."""
+
+    def at(fraction: float) -> int:
+        return max(1, min(epochs - 1, round(epochs * fraction)))
+
+    # (A short --quick study collapses some milestones into one: each distinct schedule once.)
+    decays = sorted({tuple(sorted({at(a), at(b)})) for a in (1 / 2, 7 / 12, 2 / 3, 3 / 4) for b in (5 / 6, 11 / 12)})
+    doublings = sorted({at(fraction) for fraction in (1 / 2, 2 / 3, 5 / 6)})
+    batch_sizes: list[Any] = [128] + [MultiStep(values=(128, 256), milestones=[m]) for m in doublings]
+    return {
+        "lr": tune.grid_search([MultiStep(0.1, list(milestones), 0.1) for milestones in decays]),
+        "batch_size": tune.grid_search(batch_sizes),
+        "model": "resnet20",
+        "seed": 0,
+    }
+
+
+def promoting_asha(epochs: int) -> Any:
+    """ASHA as its paper defines it (trials wait at a rung and are promoted), under either Tuner."""
+    return PromotingASHAScheduler(max_t=epochs, grace_period=max(1, epochs // 4), reduction_factor=2)
+
+
+def run_tune(trials_space, data, epochs, resources, storage, reuse: bool, asha: bool = False) -> dict[str, Any]:
     occupancy = harness.TrialOccupancy()
+    scheduler = promoting_asha(epochs) if asha else None
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(train_resnet, data=data, hparams_at=values_at), resources),
         param_space=tune_grid(trials_space),
-        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, reuse_actors=reuse),
+        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, reuse_actors=reuse, scheduler=scheduler),
         run_config=tune.RunConfig(
             storage_path=storage, stop={"training_iteration": epochs}, verbose=0, callbacks=[occupancy]
         ),
@@ -229,21 +328,35 @@ def run_tune(trials_space, data, epochs, resources, storage, reuse: bool) -> dic
     wall = time.perf_counter() - started
     executed = sum(result.metrics["training_iteration"] for result in results)
     best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
-    return {"wall": wall, "worker_seconds": occupancy.seconds, "epochs": executed, "best": best}
+    # Tune times each trial's trainable itself (time_total_s); the rest of its worker-seconds is Tune's.
+    trainable = sum(result.metrics["time_total_s"] for result in results)
+    phases = {"trainable": trainable, "outside the trainable": max(0.0, occupancy.seconds - trainable)}
+    figures = {"wall": wall, "worker_seconds": occupancy.seconds, "epochs": executed, "best": best}
+    return {**figures, "phases": phases, "epoch_seconds": trainable / max(1, executed)}
 
 
-def run_stagetree(trials_space, data, epochs, resources, storage, sharing: bool) -> dict[str, Any]:
+def run_stagetree(trials_space, data, epochs, resources, storage, sharing: bool, asha: bool = False) -> dict[str, Any]:
     started = time.perf_counter()
     results = Tuner(
         tune.with_resources(tune.with_parameters(train_resnet, data=data), resources),
         param_space=trials_space,
-        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE),
+        tune_config=tune.TuneConfig(metric=METRIC, mode=MODE, scheduler=promoting_asha(epochs) if asha else None),
         run_config=tune.RunConfig(storage_path=storage, stop={"training_iteration": epochs}, verbose=0),
         stage_sharing=sharing,
     ).fit()
     wall = time.perf_counter() - started
     best = results.get_best_result(METRIC, MODE, scope="last").metrics[METRIC]
-    return {"wall": wall, "worker_seconds": results.worker_seconds, "epochs": results.iterations_executed, "best": best}
+    executed = results.iterations_executed
+    curves = [list(result.metrics_dataframe[METRIC]) for result in results]  # in the grid's order, for --deterministic
+    figures = {"wall": wall, "worker_seconds": results.worker_seconds, "epochs": executed, "best": best}
+    return {**figures, **spent(results), "curves": curves}
+
+
+def spent(results: Any) -> dict[str, Any]:
+    """The study's worker-seconds by phase (`ray_stagetree.timed`), and one
+    epoch's training seconds: its ``train`` phase over the epochs it trained."""
+    phases = dict(results.phase_seconds)
+    return {"phases": phases, "epoch_seconds": phases.get("train", 0.0) / max(1, results.iterations_executed)}
 
 
 TUNE_DEFAULT, TUNE_REUSE = "(a) Ray Tune, defaults", "(a) Ray Tune, reuse_actors=True"
@@ -262,11 +375,26 @@ def main() -> None:
         help="trials of N ranks (N GPUs, or N CPU processes with --device cpu): Ray Tune's Tuner(TorchTrainer) "
         "against ray_stagetree's Tuner(TorchTrainer) on data-parallel stages",
     )
+    parser.add_argument(
+        "--study",
+        choices=["small", "resnet20"],
+        default="small",
+        help="small: the small ResNet, 12 trials on 10,000 images (default); resnet20: ResNet-20 on 50,000 images, "
+        "the thesis' 32-trial space (merge rate 3.69), Tune reuse_actors=True against ray_stagetree",
+    )
+    parser.add_argument("--asha", action="store_true", help="both Tuners under PromotingASHAScheduler")
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="deterministic algorithms, and check that each merged trial equals it trained alone, bit for bit",
+    )
     args = harness.parse(parser)
     if not 0 < args.gpu_per_trial <= 1:
         parser.error(f"--gpu-per-trial must be in (0, 1], got {args.gpu_per_trial}")
     if args.data_parallel == 1 or args.data_parallel < 0:
         parser.error(f"--data-parallel must be >= 2 ranks per trial, got {args.data_parallel}")
+    if args.deterministic and args.asha:
+        parser.error("--deterministic compares every trial's whole curve: run it without --asha, whose stops vary")
     section = harness.Section("Stage sharing against Ray Tune on a GPU (`bench_gpu.py`)", args)
     if args.device == "cuda" and not torch.cuda.is_available():
         section.text("Not measured: no CUDA device on this machine (`--device cpu` runs it on CPU workers).")
@@ -277,8 +405,14 @@ def main() -> None:
         section.emit()
         ray.shutdown()
         return
-    epochs, samples = (3, 1000) if args.quick else (12, 10_000)
-    trials_space = space(args.quick)
+    resnet = args.study == "resnet20"
+    if resnet:
+        epochs, samples = (4, 1000) if args.quick else (12, 50_000)
+        trials_space = resnet20_space(epochs)
+    else:
+        epochs, samples = (3, 1000) if args.quick else (12, 10_000)
+        trials_space = space(args.quick)
+    trials_space["deterministic"] = args.deterministic
     resources = {"gpu": args.gpu_per_trial, "cpu": 1} if args.device == "cuda" else {"cpu": 1}
     harness.start_ray()
     data = make_data(samples)
@@ -286,27 +420,43 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_gpu_") as storage:
         common = (trials_space, data, epochs, resources, storage)
         systems = {
-            TUNE_DEFAULT: functools.partial(run_tune, *common, reuse=False),
-            TUNE_REUSE: functools.partial(run_tune, *common, reuse=True),
-            ALONE: functools.partial(run_stagetree, *common, sharing=False),
-            SHARED: functools.partial(run_stagetree, *common, sharing=True),
+            TUNE_DEFAULT: functools.partial(run_tune, *common, reuse=False, asha=args.asha),
+            TUNE_REUSE: functools.partial(run_tune, *common, reuse=True, asha=args.asha),
+            ALONE: functools.partial(run_stagetree, *common, sharing=False, asha=args.asha),
+            SHARED: functools.partial(run_stagetree, *common, sharing=True, asha=args.asha),
         }
+        if resnet:  # the large study: Tune at its best for trials of this length against ray_stagetree
+            systems = {name: systems[name] for name in (TUNE_REUSE, SHARED)}
         runs = harness.interleaved(systems, args.repeats, "gpu")
+        if args.deterministic:
+            alone = run_stagetree(*common, sharing=False, asha=args.asha)
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU workers"
+    model = "ResNet-20" if resnet else "A small ResNet"
     section.text(
-        f"A small ResNet on {samples:,} CIFAR-shaped images labelled by a random convolutional teacher, {len(trials)}"
+        f"{model} on {samples:,} CIFAR-shaped images labelled by a random convolutional teacher, {len(trials)}"
         f" learning-rate x batch-size sequence trials x {epochs} epochs at {resources} each, on {device}; systems"
         f" interleaved, median [range] over the repeats; load {harness.loads(runs)} during the runs. Always"
         f" predicting the most common class scores {majority_accuracy(data):.4f}."
     )
     results_table(section, runs, "worker-s")
+    slots = ray.cluster_resources().get("GPU" if args.device == "cuda" else "CPU", 1) // resources.get(
+        "gpu" if args.device == "cuda" else "cpu", 1
+    )
+    breakdown(section, runs, epochs, len(trials), max(1, int(slots)))
     lines = [f"* merge rate {merge_rate(trials, epochs):.2f}"]
     for key, label in (("worker_seconds", "worker-seconds"), ("wall", "wall")):
-        best = harness.fastest(runs, (TUNE_DEFAULT, TUNE_REUSE), key)
+        best = harness.fastest(runs, [name for name in (TUNE_DEFAULT, TUNE_REUSE) if name in runs], key)
         ours = harness.values(runs[SHARED], key)
+        line = f"* {label}, Tune at its best ({best[4:]}) / (c): **{harness.ratio(harness.values(runs[best], key), ours)}**"
+        if ALONE in runs:
+            line += f"; sharing only, (b) / (c): {harness.ratio(harness.values(runs[ALONE], key), ours)}"
+        lines.append(line)
+    if args.deterministic:
+        merged = runs[SHARED][0]["curves"]
+        same = sum(a == b for a, b in zip(merged, alone["curves"]))
         lines.append(
-            f"* {label}, Tune at its best ({best[4:]}) / (c): **{harness.ratio(harness.values(runs[best], key), ours)}**;"
-            f" sharing only, (b) / (c): {harness.ratio(harness.values(runs[ALONE], key), ours)}"
+            f"* deterministic algorithms: {same} of {len(merged)} trials' accuracy curves trained merged equal "
+            f"those trained alone (sharing off), bit for bit"
         )
     section.text(*lines)
     section.emit()
@@ -328,6 +478,40 @@ def results_table(section: harness.Section, runs: dict[str, list[dict[str, Any]]
             for name, outcomes in runs.items()
         ],
     )
+
+
+def breakdown(
+    section: harness.Section, runs: dict[str, list[dict[str, Any]]], epochs: int, trials: int, slots: int
+) -> None:
+    """Where each system's worker-seconds went (medians over the repeats), and
+    its wall time over the makespan's lower bound, max(longest path, work /
+    slots), in epochs of the run's own training time per epoch: a trial's
+    ``epochs`` on the longest path, the epochs the run executed as its work."""
+    names = list(dict.fromkeys(name for outcomes in runs.values() for run in outcomes for name in run["phases"]))
+    section.table(
+        ["system", *names],
+        [[system, *(phase_cell(outcomes, name) for name in names)] for system, outcomes in runs.items()],
+    )
+    bounds = {
+        system: [run["epoch_seconds"] * max(epochs, run["epochs"] / slots) for run in outcomes]
+        for system, outcomes in runs.items()
+    }
+    epoch = harness.median([run["epoch_seconds"] for run in runs[SHARED]])
+    section.text(
+        f"Worker-seconds by phase above (ray_stagetree's own, `ResultGrid.phase_seconds`; Ray Tune's split into its "
+        f"trainables' `time_total_s` and the rest). Wall time over the makespan's lower bound (each run's training "
+        f"seconds per epoch, ray_stagetree's {epoch:.2f} s; {slots} slots; a trial {epochs} epochs; {trials} trials): "
+        + "; ".join(
+            f"{system} {harness.ratio(harness.values(outcomes, 'wall'), bounds[system])}"
+            for system, outcomes in runs.items()
+        )
+    )
+
+
+def phase_cell(outcomes: list[dict[str, Any]], name: str) -> str:
+    if not any(name in run["phases"] for run in outcomes):
+        return "-"
+    return harness.median_range([run["phases"].get(name, 0.0) for run in outcomes])
 
 
 def data_parallel(args: Any, section: harness.Section) -> None:

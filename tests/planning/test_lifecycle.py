@@ -237,6 +237,30 @@ def test_an_exploit_forks_the_trial_from_the_source_checkpoint_with_the_explored
     assert study.plan.path("b")[0] is study.plan.path("a")[0], "it shares the source's prefix"
 
 
+def test_pbt_members_that_start_alike_train_apart_and_exploits_of_them_fork_from_them():
+    """Ray's pb2_example starts every member from one config: under Tune the
+    trainable's randomness sets them apart, so here each is a path of its
+    own, and a trial exploiting one forks from that member's checkpoint."""
+    study = Study(ScriptedHost(population=SimpleNamespace()))
+    a, b, c = (study.admit(name, {"lr": 0.1}) for name in "abc")
+    assert len({study.plan.path(name)[0].node_id for name in "abc"}) == 3, "three members, three paths"
+    for iteration in range(1, RUNG + 1):
+        for trial in (a, b, c):
+            study.result(trial, iteration)
+    study.host.decisions[("c", 2 * RUNG)] = Exploit("b", RUNG, {"lr": 0.05})
+    for iteration in range(RUNG + 1, 2 * RUNG + 1):
+        study.result(c, iteration)
+    assert study.plan.path("c")[0] is study.plan.path("b")[0], "the exploit forks from b's own path"
+    assert study.plan.path("c")[0] is not study.plan.path("a")[0]
+
+
+def test_without_pbt_trials_that_start_alike_share_one_path():
+    study = Study()
+    study.admit("a", {"lr": 0.1})
+    study.admit("b", {"lr": 0.1})
+    assert study.plan.path("a") == study.plan.path("b")
+
+
 def test_pbt_hears_the_hyper_parameters_and_which_trials_wait_for_a_worker():
     """Asynchronous PBT makes way for trials no batch runs yet (Ray's PENDING)."""
     study = Study(ScriptedHost(population=SimpleNamespace()))
