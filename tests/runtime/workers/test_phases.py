@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 
+import pytest
 from ray import tune
 
 from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, report, timed
@@ -23,9 +24,15 @@ class FakeClock:
         return self.now
 
 
-def test_time_in_a_phase_counts_for_it_and_the_rest_is_train(monkeypatch):
-    clock = FakeClock()
-    monkeypatch.setattr(phases.time, "perf_counter", clock)
+@pytest.fixture
+def clock(monkeypatch):
+    """The phase clock's time, moved by the test."""
+    fake = FakeClock()
+    monkeypatch.setattr(phases.time, "perf_counter", fake)
+    return fake
+
+
+def test_time_in_a_phase_counts_for_it_and_the_rest_is_train(clock):
     spent = PhaseClock()
     with spent.phase("save"):
         clock.now += 2.0
@@ -34,9 +41,7 @@ def test_time_in_a_phase_counts_for_it_and_the_rest_is_train(monkeypatch):
     assert spent.take(total=1.0) == {"train": 1.0}, "each take counts from the last"
 
 
-def test_an_inner_phase_counts_apart_from_the_outer_one(monkeypatch):
-    clock = FakeClock()
-    monkeypatch.setattr(phases.time, "perf_counter", clock)
+def test_an_inner_phase_counts_apart_from_the_outer_one(clock):
     spent = PhaseClock()
     with spent.phase("data"):
         clock.now += 1.0
@@ -46,9 +51,7 @@ def test_an_inner_phase_counts_apart_from_the_outer_one(monkeypatch):
     assert spent.take(total=4.5) == {"data": 1.5, "report": 3.0, "train": 0.0}
 
 
-def test_a_phase_open_at_a_take_is_split_between_the_takes(monkeypatch):
-    clock = FakeClock()
-    monkeypatch.setattr(phases.time, "perf_counter", clock)
+def test_a_phase_open_at_a_take_is_split_between_the_takes(clock):
     spent = PhaseClock()
     with spent.phase("data"):
         clock.now += 1.0
