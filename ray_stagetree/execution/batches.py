@@ -35,6 +35,8 @@ class BatchSpec:
     # Store every checkpoint a function reports, not only at ``save_iterations``: the study's
     # CheckpointConfig(num_to_keep=N) keeps a trial's N best reported checkpoints, as Tune.
     keep_reported: bool = False
+    # RunConfig(log_to_file=...): keep what the trainable prints for its trials' folders (`BatchOutcome.output`).
+    log_to_file: bool = False
 
     @property
     def start(self) -> int:
@@ -80,6 +82,9 @@ class BatchOutcome:
     worker_broken: bool = False
     # Where the trainable restarted from its checkpoint because sequence values it holds fixed (by key) changed.
     restarts: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    # What the trainable wrote to stdout and stderr, and Ray's logger (`BatchSpec.log_to_file`): (node id,
+    # iteration it was printed in, [(stream, text)]).
+    output: list[tuple[int, int, list[tuple[str, str]]]] = field(default_factory=list)
     # Seconds of ``seconds`` by phase (`runtime.workers.phases`): fetch, restore, train, save, report, the trainable's own.
     phases: dict[str, float] = field(default_factory=dict)
 

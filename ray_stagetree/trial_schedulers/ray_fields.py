@@ -137,6 +137,16 @@ def metric_windows(run_metadata: Any) -> list[int]:
     return ray_field(run_metadata, "_n_steps", run_metadata)
 
 
+def log_files(log_to_file: Any) -> tuple[str | None, str | None] | None:
+    """``RunConfig.log_to_file`` read as Tune reads it (its private
+    ``_validate_log_to_file``, with its errors): the files of a trial's folder
+    that take its stdout and its stderr, None for a stream not kept; None if neither is."""
+    from ray.tune.experiment import experiment
+
+    stdout, stderr = experiment._validate_log_to_file(log_to_file)
+    return None if stdout is None and stderr is None else (stdout, stderr)
+
+
 def hyperband_bracket_class() -> type:
     """Ray's synchronous HyperBand bracket, ``hyperband._Bracket``."""
     from ray.tune.schedulers import hyperband

@@ -236,7 +236,7 @@ def test_an_experiment_is_run_from_its_spec(ray_session, tmp_path):
     [
         ({"export_formats": ["model"]}, ValueError, "export_formats is not supported"),
         ({"restore": "/a/checkpoint"}, ValueError, "restore is not supported"),
-        ({"log_to_file": True}, ValueError, "log_to_file is not supported"),
+        ({"log_to_file": ["a", "b", "c"]}, ValueError, "has to have a length of 2"),
         ({"_remote": True}, ValueError, "_remote is not supported: allowed None or False"),
         ({"mode": "maximum"}, ValueError, "must be one of \\['min', 'max'\\]"),
         ({"config": [1, 2]}, ValueError, "The `config` passed to `tune.run"),

@@ -22,6 +22,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -100,14 +101,7 @@ class BatchLoop:
         self.studies = Studies()
         self.nodes = NodeConfigs(plan)
         self.parking = Parking(plan, spec.parked_per_worker)
-        self.pool = WorkerPool(
-            lambda shape: self.spec.worker.start(ray.get_runtime_context().current_actor, shape),
-            spec.num_workers,
-            placement=lambda worker: worker.pid.remote(),  # answered once the actor runs
-            shape=Shape.from_options(spec.worker.options),
-            room=lambda shapes: fits(shapes, cluster_totals()),
-            stop=self._retire_worker,
-        )
+        self.pool = worker_pool(spec, stop=self._retire_worker)
         self.preemption = Preemption(plan, self.warn)
         self.shared_retries = SharedStageRetries()
         self._wake = asyncio.Event()
@@ -416,6 +410,7 @@ class BatchLoop:
             resumes=None if parked is None else parked.batch_id,
             # A node no trial configured (a stored plan's) keeps what any study would keep.
             keep_reported=any(keeps_reported(study.spec.checkpoint_config) for study in owners),
+            log_to_file=any(study.spec.log_files is not None for study in owners),
             **self.trial_context(leaf.node_id),
         )
 
@@ -505,6 +500,8 @@ class BatchLoop:
         """Fold a worker's records into the plan and its trials' studies, and take its checkpoints into the store."""
         self.notices.heard(outcome)
         self.runs.spent(outcome.batch_id, outcome.phases)
+        for node_id, iteration, chunks in outcome.output:  # log_to_file: for each trial through where it printed
+            self.studies.output(self.plan.trials_through(self.plan.nodes[node_id], iteration), chunks)
         for index, (node_id, iteration, metrics) in enumerate(outcome.records):
             checkpointed = iteration not in outcome.missing_checkpoints and (
                 index < len(outcome.records) - 1 or outcome.can_checkpoint
@@ -664,6 +661,19 @@ class BatchLoop:
     def shutdown_workers(self) -> None:
         self.spec.worker.close(self.pool.workers)
         self.pool.shut_down(self.spec.worker.stop)
+
+
+def worker_pool(spec: LoopSpec, stop: Callable[[Any], None]) -> WorkerPool:
+    """The loop's stage workers, of the study's shape and, as a scheduler
+    changes trials' resources, of others; ``stop`` stops one it retires."""
+    return WorkerPool(
+        lambda shape: spec.worker.start(ray.get_runtime_context().current_actor, shape),
+        spec.num_workers,
+        placement=lambda worker: worker.pid.remote(),  # answered once the actor runs
+        shape=Shape.from_options(spec.worker.options),
+        room=lambda shapes: fits(shapes, cluster_totals()),
+        stop=stop,
+    )
 
 
 async def _as_future(ref: Any) -> Any:

@@ -30,6 +30,7 @@ class DriverFeed:
         self.rows: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self.warnings: list[str] = []  # for the driver to show, once each
+        self.outputs: list[tuple[str, list[tuple[str, str]]]] = []  # (trial id, [(file, text)]): log_to_file
 
     def warn(self, warning: str) -> None:
         self.warnings.append(warning)
@@ -53,8 +54,11 @@ class DriverFeed:
             state.announced = True
             self.event("start", state, config=state.shown_config())
 
+    def output(self, trial_id: str, chunks: list[tuple[str, str]]) -> None:
+        self.outputs.append((trial_id, chunks))
+
     def take(self) -> dict[str, Any]:
-        """``rows``, ``events`` and ``warnings`` since the last call."""
-        taken = {"rows": self.rows, "events": self.events, "warnings": self.warnings}
-        self.rows, self.events, self.warnings = [], [], []
+        """``rows``, ``events``, ``warnings`` and ``output`` since the last call."""
+        taken = {"rows": self.rows, "events": self.events, "warnings": self.warnings, "output": self.outputs}
+        self.rows, self.events, self.warnings, self.outputs = [], [], [], []
         return taken

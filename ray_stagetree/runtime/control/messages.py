@@ -42,6 +42,8 @@ class Progress:
     scheduler_log: Sequence[str] = ()
     #: PBT's exploits as Ray's policy files log them: (trial id, source id, Ray's row, tags in it).
     pbt_policy: Sequence[tuple[str, str, list[Any]]] = ()
+    #: What trainables printed for their trials' folders (``log_to_file``): (trial id, [(file name, text)]).
+    output: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
     #: (trials, seconds) of running batches that reported nothing for a while.
     stalled: list[tuple[str, float]] = field(default_factory=list)
     #: Restarts where a held config value changed, by key.

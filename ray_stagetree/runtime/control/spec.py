@@ -197,6 +197,9 @@ class StudySpec:
     # A callback's on_checkpoint wants each checkpoint in the trial's folder as it is registered (Tune's moment),
     # not only the kept ones at the end: each is exported into every trial folder it serves.
     export_each_checkpoint: bool = False
+    # RunConfig(log_to_file=...): the files of a trial's folder that take its stdout and its stderr (one file for
+    # both where the names are equal); None: the output goes only where Ray shows workers' output.
+    log_files: tuple[str | None, str | None] | None = None
     # -- what it continues
     resume: bool = False  # continue the plan saved under the loop's experiment_path/plan
     restore: Restore | None = None  # continue a study's snapshot (Tuner.restore)

@@ -73,6 +73,13 @@ class Studies(dict[str, StudyTrials]):
             shape |= default if resources is None else Shape.of_trial_resources(resources)
         return shape if shape.amounts else default
 
+    def output(self, trial_ids: Iterable[str], chunks: list[tuple[str, str]]) -> None:
+        """A batch's trainable printed ``chunks`` (`BatchOutcome.output`): each
+        study that keeps its trials' output takes them for those it owns."""
+        if chunks:
+            for trial_id, study in self.owning(trial_ids):
+                study.output(trial_id, chunks)
+
     def keep_decision_points(self) -> bool:
         """Whether a batch continuing live past a decision point checkpoints there (`StudyTrials.keeps_decision_points`)."""
         return any(study.keeps_decision_points for study in self.values())

@@ -510,6 +510,13 @@ class StudyTrials:
         state = self.trials.get(trial_id)
         return None if state is None else state.status
 
+    def output(self, trial_id: str, chunks: list[tuple[str, str]]) -> None:
+        """What a batch serving the trial printed, ``(stream, text)``, into its
+        folder's files (``RunConfig(log_to_file=...)``), by the driver."""
+        if self.spec.log_files is not None and trial_id in self.trials:
+            files = dict(zip(("stdout", "stderr"), self.spec.log_files))
+            self.feed.output(trial_id, [(files[stream], text) for stream, text in chunks if files[stream]])
+
     def saved(self, state: TrialState, node: Any, iteration: int) -> None:
         """A checkpoint on the trial's path was registered at ``iteration`` (`TrialCheckpoints.saved`)."""
         self.checkpoints.saved(state, node, iteration)
@@ -593,6 +600,7 @@ class StudyTrials:
             warnings=news["warnings"],
             scheduler_log=self.host.population.take_log() if self.host.population is not None else (),
             pbt_policy=self._pbt_policy(),
+            output=news["output"],
             stalled=self._stalled(),
             done=bool(self.finalized),
         )

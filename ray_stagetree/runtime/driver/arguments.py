@@ -24,6 +24,7 @@ from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.filesystems import is_filesystem
 from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.trainables import StageTrainable
+from ray_stagetree.trial_schedulers.ray_fields import log_files
 from ray_stagetree.validation import BOOL, CALLABLE, STR, InstanceOf, Int, Options, Real, check
 
 SEARCHERS = InstanceOf(
@@ -141,6 +142,7 @@ def check_run_config(run_config: Any) -> None:
     from ray.tune.utils.log import Verbosity
 
     check("run_config", run_config, InstanceOf(tune.RunConfig, "a ray.tune.RunConfig"))
+    log_files(run_config.log_to_file)  # Tune's error for a value it does not take
     name = run_config.name
     if name is not None and (not isinstance(name, str) or name.strip(" /") == "" or name in (".", "..")):
         raise ValueError(f"RunConfig.name must be a folder name (a non-empty str) or None, got {name!r}")

@@ -380,6 +380,8 @@ class CallbackRunner:
         self._log.batch_done()
         if progress.pbt_policy:
             self._write_policy(progress.pbt_policy)
+        if progress.output:
+            self._write_output(progress.output)
         if self.status is not None:
             self.status.update(progress)
         if self._remote and time.monotonic() - self._last_sync >= self.sync_period:
@@ -547,6 +549,24 @@ class CallbackRunner:
                     self._storage.filesystem.put_file(
                         os.path.join(self.local_experiment_path, name), self._storage.path(name)
                     )
+        except OSError as error:
+            self._storage_fault(error)
+
+    def _write_output(self, outputs: list[tuple[str, list[tuple[str, str]]]]) -> None:
+        """What trainables printed, appended to their trials' files (``log_to_file``; a remote study's uploaded
+        with the trial's other files)."""
+        try:
+            for trial_id, chunks in outputs:
+                view = self.trials.get(trial_id)
+                if view is None:
+                    continue
+                by_file: dict[str, list[str]] = {}
+                for name, text in chunks:
+                    by_file.setdefault(name, []).append(text)
+                os.makedirs(view.local_path, exist_ok=True)
+                for name, texts in by_file.items():
+                    with open(os.path.join(view.local_path, name), "a", encoding="utf-8") as file:
+                        file.write("".join(texts))
         except OSError as error:
             self._storage_fault(error)
 

@@ -72,7 +72,7 @@ from ray_stagetree.runtime.workers.reproducibility import Reproducibility
 from ray_stagetree.runtime.workers.trial_errors import unpack_error
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 from ray_stagetree.searchers.variants import tuned_paths
-from ray_stagetree.trial_schedulers.ray_fields import trainable_resources
+from ray_stagetree.trial_schedulers.ray_fields import log_files, trainable_resources
 
 logger = logging.getLogger("ray_stagetree")
 
@@ -207,6 +207,7 @@ class StudyRun:
             time_budget_s=_seconds(tuner.tune_config.time_budget_s),
             checkpoint_config=tuner.run_config.checkpoint_config,
             export_each_checkpoint=wants_each_checkpoint(tuner.run_config.callbacks),
+            log_files=log_files(tuner.run_config.log_to_file),
             resume=resume,
             restore=restore,
             trainable_name=tuner.trainable_name,

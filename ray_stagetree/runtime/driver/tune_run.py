@@ -42,7 +42,6 @@ UNSET = deprecated_default()
 REFUSED = {
     "export_formats": "None or [] (export the model from the trainable or its checkpoint)",
     "restore": "None (load the checkpoint in the trainable, given with tune.with_parameters)",
-    "log_to_file": "False (a stage serves several trials: a trial's output has no file of its own)",
     "_remote": "None or False (the study's driver is this process, not a Ray client's task)",
     "_remote_string_queue": "None (Ray client's output, which Tune's remote driver streams)",
     "_entrypoint": "None (what Tune's own Tuner and trainers pass)",
@@ -171,6 +170,7 @@ def run(
         stop=args.stop,
         callbacks=callbacks,
         progress_reporter=progress_reporter,
+        log_to_file=args.log_to_file,
     )
     trainable = _with_resources(args.run_or_experiment, args.resources_per_trial)
     grid = _tuner(trainable, args.config, tune_config, run_config, _restore_flags(resume, resume_config)).fit()
@@ -243,7 +243,7 @@ def _experiment_arguments(experiment: Experiment) -> dict[str, Any]:
         "storage_path": storage.storage_fs_path,
         "storage_filesystem": storage.storage_filesystem,
         "sync_config": storage.sync_config,
-        "log_to_file": any(name is not None for name in spec["log_to_file"]),  # (stdout file, stderr file)
+        "log_to_file": spec["log_to_file"] if any(spec["log_to_file"]) else False,  # (stdout file, stderr file)
     }
 
 

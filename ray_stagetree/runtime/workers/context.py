@@ -33,7 +33,7 @@ from ray_stagetree.execution.payload import (
 )
 from ray_stagetree.execution.rng import capture_rng_state, fork_rng_state, restore_rng_state
 from ray_stagetree.planning.config import HParams, hparam_keys, replaced, split_path
-from ray_stagetree.runtime.workers import scratch
+from ray_stagetree.runtime.workers import scratch, trial_output
 from ray_stagetree.runtime.workers.phases import PhaseClock
 from ray_stagetree.runtime.workers.user_generators import UserGenerators
 from ray_stagetree.runtime.workers.visible_config import values_at
@@ -134,6 +134,8 @@ class StageContext:
         self.followed: set[str] = set()
         self.user_generators = UserGenerators()  # the trainable's own generators, carried in its checkpoints
         self.phases = PhaseClock()  # where the batch's time goes (`phases`)
+        self.output: list[tuple[str, str]] = []  # what the trainable printed since its last report (`trial_output`)
+        self._printed: list[trial_output.Tagged] = []  # and before, by the iteration it printed in
         self._begin(spec)
         self._restart_payload: CheckpointPayload | None = None
         self._source: CheckpointPayload | None = None
@@ -417,6 +419,7 @@ class StageContext:
             row.setdefault(key, value)
         self._iteration_started = now
         node_id = self.node_at(self.iteration)
+        self._tag_output(node_id)
         self._pending.records.append((node_id, self.iteration, row))
         if row.get("done") is True:  # the trial ends here, as Tune ends it: so does the batch
             self.stop = self.iteration
@@ -568,6 +571,14 @@ class StageContext:
         """The seconds since the last outcome, in all and by phase."""
         outcome.seconds = time.monotonic() - self._last_flush
         outcome.phases = self.phases.take(outcome.seconds)
+        self._tag_output(self.node_at(max(self.iteration, self.spec.start + 1)))  # printed after the last report
+        outcome.output = trial_output.take(self._printed)
+
+    def _tag_output(self, node_id: int) -> None:
+        """What the trainable printed since its last report belongs to this iteration."""
+        if self.output:
+            self._printed.append((node_id, self.iteration, list(self.output)))
+            self.output.clear()
 
     def _drop_restored(self) -> None:
         if self._restored_dir is not None:

@@ -25,6 +25,7 @@ Workers are threaded actors so that call is served while a batch runs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.abc
@@ -46,7 +47,7 @@ import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
 from ray_stagetree.execution.payload import CheckpointPayload
-from ray_stagetree.runtime.workers import scratch, session, train_runs, user_generators
+from ray_stagetree.runtime.workers import scratch, session, train_runs, trial_output, user_generators
 from ray_stagetree.runtime.workers.class_trainables import run_class
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
 from ray_stagetree.runtime.workers.group import PeerContext, RankGroup, RankInfo, free_port, rank_infos
@@ -275,7 +276,9 @@ class LiveTrainable:
         self._thread.start()
 
     def _run(self) -> None:
-        self._outcomes.put(self._train(self.context))
+        keep = self.context.spec.log_to_file  # RunConfig(log_to_file=...): the trainable's output for its trials
+        with trial_output.captured(self.context.output) if keep else contextlib.nullcontext():
+            self._outcomes.put(self._train(self.context))
 
     def _park(self, outcome: BatchOutcome) -> BatchSpec | None:
         self._outcomes.put(outcome)
