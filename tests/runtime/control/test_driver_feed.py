@@ -32,9 +32,11 @@ def test_each_piece_of_news_is_taken_once():
     feed = DriverFeed()
     feed.warn("a missing checkpoint")
     feed.event("error", trial(), error="boom")
+    feed.output("t1", [("stdout", "printed\n")])
     first = feed.take()
     assert first["warnings"] == ["a missing checkpoint"] and first["events"][0]["error"] == "boom"
-    assert feed.take() == {"rows": [], "events": [], "warnings": []}
+    assert first["output"] == [("t1", [("stdout", "printed\n")])]
+    assert feed.take() == {"rows": [], "events": [], "warnings": [], "output": []}
     feed.warn("later")
     assert first["warnings"] == ["a missing checkpoint"]  # what was taken is not changed by what comes after
     assert feed.take()["warnings"] == ["later"]
