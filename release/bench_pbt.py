@@ -119,6 +119,9 @@ def pb2_example(tuner_class: Any, cap: int, storage: str) -> Any:
 
 PB2_EXAMPLE = "pb2_example.py (PB2)"
 PB2_ITERATIONS = 30
+# The example's best accuracy spreads from about half to 1.5x its median from run to run, under either Tuner:
+# ours' median is to be at least this much of Tune's.
+PB2_TARGET = 0.8
 EXAMPLES = {
     "pbt_example.py (class)": pbt_example,
     "pbt_function.py (function)": pbt_function_example,
@@ -152,7 +155,7 @@ def _verdict(all_done: bool, ratio: float) -> str:
 
 
 def _within(within: bool) -> str:
-    return "met (ours' median within Tune's range or above)" if within else "missed"
+    return f"met (ours' median at least {PB2_TARGET}x Tune's)" if within else "missed"
 
 
 def main() -> None:
@@ -166,7 +169,7 @@ def main() -> None:
         f"(8 trials, `perturbation_interval=5`, `reuse_actors=True`, stop at `done` or {cap} iterations), on "
         "2 CPUs, interleaved. Target: every trial reaches `done` (accuracy above 200), in a sum of iterations "
         f"within 1.5x of Tune's. Ray's `pb2_example.py` (PB2 over `pbt_function`, {PB2_ITERATIONS} iterations) "
-        "cannot reach it: its best accuracy should be Tune's."
+        f"cannot reach it: the median of its best accuracy is to be at least {PB2_TARGET}x Tune's."
     )
     rows, verdicts, every_run = [], [], {}
     for example in EXAMPLES:
@@ -194,7 +197,7 @@ def main() -> None:
             )
         if example == PB2_EXAMPLE:  # a fixed 30 iterations: its figure is the best accuracy they reach
             tune_best, ours_best = harness.values(runs[TUNE], "best"), harness.values(runs[OURS], "best")
-            within = min(tune_best) <= harness.median(ours_best)
+            within = harness.median(ours_best) >= PB2_TARGET * harness.median(tune_best)
             verdicts.append([example, f"best accuracy {harness.ratio(ours_best, tune_best)}", _within(within)])
             continue
         ratio = harness.median(
