@@ -22,6 +22,9 @@ from typing import Any
 
 from ray_stagetree.validation import Int, Options, check
 
+#: Ray's actor options for the resources Ray names otherwise (the rest go under ``resources``).
+OPTION_NAMES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
+
 #: Ray's placement strategies (``ScalingConfig.placement_strategy``).
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -99,6 +102,17 @@ class Scaling:
         of the trial's static share key."""
         resources = ",".join(f"{name}={amount:g}" for name, amount in self.per_worker)
         return f"{self.num_workers}x[{resources}]{'/gpu' if self.use_gpu else ''}"
+
+
+def actor_options(resources: Mapping[str, float]) -> dict[str, Any]:
+    """The Ray actor options that reserve ``resources`` (by Ray's resource names)."""
+    amounts = dict(resources)
+    options: dict[str, Any] = {"num_cpus": amounts.pop("CPU", 0.0), "num_gpus": amounts.pop("GPU", 0.0)}
+    if "memory" in amounts:
+        options["memory"] = amounts.pop("memory")
+    if amounts:
+        options["resources"] = amounts
+    return options
 
 
 def bundles_on_node(node: Mapping[str, float], bundle: Mapping[str, float]) -> int:

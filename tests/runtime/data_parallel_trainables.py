@@ -133,6 +133,8 @@ def v2_driver_function(config):
     from ray.tune.integration.ray_train import TuneReportCallback
 
     workers = config.get("workers", 1)
+    if config.get("report_first"):  # a result before the Train run: no stage worker grows into its group
+        ray.tune.report({"warmed_up": True})
     TorchTrainer(
         v2_train_loop,
         train_loop_config={"lr": config["lr"], "epochs": config["epochs"]},

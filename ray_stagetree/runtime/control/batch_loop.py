@@ -481,9 +481,10 @@ class BatchLoop:
         resources changed), or the policy should choose again: every worker
         is busy, other work waits for one, and the trainable checkpoints (so
         stopping here costs a checkpoint, not a retrained prefix)."""
-        needed = self.studies.shape_of_trials([t for t, _ in self._through(node, stop)], self.pool.shape)
-        if can_checkpoint and not self.pool.runs_on(batch_id, needed):
-            return False
+        if can_checkpoint and self.studies.change_resources():
+            needed = self.studies.shape_of_trials([t for t, _ in self._through(node, stop)], self.pool.shape)
+            if not self.pool.runs_on(batch_id, needed):
+                return False
         if not self.studies.keep_decision_points() or not can_checkpoint or self.pool.idle_count() > 0:
             return True
         serving = {t for t, study in self._through(node, stop) if study.status_of(t) in UNFINISHED}

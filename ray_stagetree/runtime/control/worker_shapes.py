@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-_OPTION_NAMES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
+from ray_stagetree.execution.scaling import OPTION_NAMES, actor_options
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Shape:
     def from_options(cls, options: Mapping[str, Any]) -> Shape:
         """The shape of a worker started with Ray actor ``options`` (`spec.WorkerSpec.options`)."""
         resources = dict(options.get("resources") or {})
-        for name, option in _OPTION_NAMES.items():
+        for name, option in OPTION_NAMES.items():
             resources[name] = options.get(option) or 0
         return cls.of(resources)
 
@@ -43,13 +43,7 @@ class Shape:
 
     def options(self) -> dict[str, Any]:
         """The Ray actor options of a worker of this shape."""
-        amounts = dict(self.amounts)
-        options: dict[str, Any] = {"num_cpus": amounts.pop("CPU", 0.0), "num_gpus": amounts.pop("GPU", 0.0)}
-        if "memory" in amounts:
-            options["memory"] = amounts.pop("memory")
-        if amounts:
-            options["resources"] = amounts
-        return options
+        return actor_options(dict(self.amounts))
 
     def covers(self, other: Shape) -> bool:
         """Whether a worker of this shape holds all ``other`` asks for."""

@@ -124,6 +124,8 @@ class StageContext:
         # A data-parallel batch's rank, a `runtime.workers.group.RankGroup` (which builds on this
         # module, hence not named in the annotation): None on a worker of its own.
         self.group = group
+        # On a worker of its own: makes it rank 0 of a group of a `Scaling`, mid-batch (`StageWorker._grow`).
+        self.grow_group: Callable[[Any], None] | None = None
         # The config entry whose values get_hparams() keys from (a hosted trainer's train_loop_config).
         self.hparams_root = ""
         # The trainable reads get_hparams() (or is a class told of each change): it follows values live.
@@ -460,10 +462,21 @@ class StageContext:
     def _held_value_changes_now(self) -> bool:
         return any(changes_at(sequence, self.iteration) for sequence in self._fixed_sequences().values())
 
+    def reported_any(self) -> bool:
+        """Whether the trainable reported in this batch."""
+        return self.iteration != self.spec.start or bool(self._pending.records)
+
+    def join_group(self, group: Any) -> None:
+        """This batch's worker became rank 0 of ``group`` (a `RankGroup`)
+        before the batch reported anything: it reports for the group from
+        here on, and never parks (each rank would hold a live trainable)."""
+        self.group, self._park, self.grow_group = group, None, None
+        group.connect()
+
     def _lead(self, restart: bool, payload: CheckpointPayload | None) -> None:
         """Rank 0 of a group, its flushes done: where the batch ends and
         checkpoints next, and the checkpoint to restart from, to every rank."""
-        self.group.lead(self.stop, frozenset(self.save_iterations), payload if restart else None)
+        self.group.lead(self.stop, frozenset(self.save_iterations), self.spec.stop, payload if restart else None)
 
     def _wait_parked(self) -> None:
         """End the batch with the trainable alive: the worker hands its outcome
@@ -547,13 +560,17 @@ class StageContext:
             save_iterations, needed, batch_stop, park = ray.get(self._controller.worker_report.remote(outcome))
         self._parking = park and self._park is not None and batch_stop == self.iteration and not self._ended
         if batch_stop > self.spec.stop:
-            node_id, start, _ = self.spec.segments[-1]
-            self.spec.segments[-1] = (node_id, start, batch_stop)
-            # It continues live past its old end, which may be where a held value changes (a stage boundary).
-            self._config_change = self._next_fixed_value_change(after=self.iteration - 1)
+            self._extend_path(batch_stop)
         self.save_iterations = set(save_iterations) | self._config_changes()
         if not self._ended:
             self.stop = max(min(needed, batch_stop), self.iteration)
+
+    def _extend_path(self, path_stop: int) -> None:
+        """The batch continues live on its last node up to ``path_stop``."""
+        node_id, start, _ = self.spec.segments[-1]
+        self.spec.segments[-1] = (node_id, start, path_stop)
+        # It continues live past its old end, which may be where a held value changes (a stage boundary).
+        self._config_change = self._next_fixed_value_change(after=self.iteration - 1)
 
     def finish(self, failed: bool = False) -> BatchOutcome:
         """The batch's last outcome; ``failed``: the trainable raised."""

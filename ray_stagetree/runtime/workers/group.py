@@ -29,12 +29,16 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
+
+import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
 from ray_stagetree.execution.payload import CheckpointPayload
 from ray_stagetree.execution.rng import capture_rng_state
+from ray_stagetree.execution.scaling import Scaling, actor_options
 from ray_stagetree.runtime.workers.context import BatchEnd, StageContext, check_picklable
 
 #: How long a rank waits for the others (the process group's timeout): a rank stuck
@@ -84,6 +88,48 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+#: How long a stage worker growing into a trainer's group (`place_peers`) waits for Ray to place its other ranks.
+PLACEMENT_WAIT_S = 120.0
+
+
+class GroupUnplaceable(RuntimeError):
+    """The cluster cannot place the other ranks of a trainer's group."""
+
+
+def place_peers(scaling: Scaling, start_peer: Callable[[dict[str, Any]], Any]) -> tuple[list[Any], Any]:
+    """Ranks 1..N-1 of ``scaling``'s group, for a stage worker that becomes
+    its rank 0 (a Train v2 trainer asked for N workers, `train_runs`): one
+    placement group of their N-1 bundles, placed whole within
+    `PLACEMENT_WAIT_S` or `GroupUnplaceable`, and ``start_peer(options)``
+    called with each rank's Ray actor options. Returns the peers and the
+    placement group (fate-shared with this worker: both go with it)."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    bundles = scaling.bundles()[1:]
+    group = placement_group(bundles, strategy=scaling.placement_strategy)
+    ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_WAIT_S)
+    if not ready:
+        remove_placement_group(group)
+        raise GroupUnplaceable(
+            f"the trainer's other {len(bundles)} worker(s) ({scaling.resources} each, {scaling.placement_strategy}) "
+            f"found no room in the cluster within {PLACEMENT_WAIT_S:g} s: the study's stage workers hold it. As Ray "
+            "Tune's docs advise for Train runs inside trials, limit TuneConfig(max_concurrent_trials=...) so that "
+            "each running trial's trainer fits, or give the study the trainer's shape with "
+            "Tuner(driver_function, scaling_config=ScalingConfig(num_workers=...))"
+        )
+    peers = [
+        start_peer(
+            {
+                **actor_options(bundle),
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
+            }
+        )
+        for index, bundle in enumerate(bundles)
+    ]
+    return peers, group
+
+
 _control_group: Any = None  # this process's gloo group for RankGroup's messages
 _joined: RankInfo | None = None  # the group this process joined (once: a process group lives as long as it)
 
@@ -128,6 +174,7 @@ class Verdict:
 
     stop: int  # the batch's last iteration, as of now
     save_iterations: frozenset[int]  # where checkpoints are wanted next (`should_checkpoint`)
+    path_stop: int  # where the batch's path ends: further than it was when the batch continues live
     restart: bool = False  # a plain value changes here: every rank restarts from this iteration's checkpoint
 
 
@@ -162,10 +209,12 @@ class RankGroup:
         dist.gather_object(capture_rng_state(), gathered, dst=0, group=self._channel)
         return gathered[1:] if gathered is not None else []
 
-    def lead(self, stop: int, save_iterations: frozenset[int], restart: CheckpointPayload | None) -> None:
+    def lead(
+        self, stop: int, save_iterations: frozenset[int], path_stop: int, restart: CheckpointPayload | None
+    ) -> None:
         """Rank 0: the `Verdict`, and the checkpoint every rank restarts from
         where a plain value changes."""
-        self._broadcast(Verdict(stop, save_iterations, restart is not None))
+        self._broadcast(Verdict(stop, save_iterations, path_stop, restart is not None))
         if restart is not None:
             self._broadcast(restart)
 
@@ -199,6 +248,8 @@ class PeerContext(StageContext):
         self.group.checkpoint(None)
         verdict = self.group.follow()
         self.stop, self.save_iterations = verdict.stop, set(verdict.save_iterations)
+        if verdict.path_stop > self.spec.stop:
+            self._extend_path(verdict.path_stop)
         if self.iteration >= self.stop:
             raise BatchEnd()
         if verdict.restart:

@@ -12,11 +12,23 @@ runs ``train_loop_per_worker`` right here, on the stage's ranks: its
 shares stages like any trainable written for Tune. ``fit()`` returns a
 ``ray.train.Result`` of its last report.
 
-Otherwise the trainer runs as under Tune, unshared: Ray Train starts its
-own controller and workers (with resources of their own, which the study
-does not count: limit ``max_concurrent_trials`` so that they fit, as Tune's
-docs advise), and the metrics Ray's ``TuneReportCallback`` passes on are the
-trial's results. A message says so once per worker.
+Where it asks for more workers than a plain stage worker's one rank (the
+common case: ``ray.tune.Tuner(driver_function)`` with ``num_workers=N``),
+the stage worker learns the shape there: at that first ``fit()``, before
+the batch reported anything, it becomes rank 0 of a group of N ranks (the
+other N-1 in a placement group of their own, started by the worker and
+going with it, `StageWorker._grow`); they train the batch from its start
+and the loop runs on all N, sharing stages as above. Every later batch on
+that worker runs on its group. As under Tune, the study does not count
+those ranks' resources: limit ``max_concurrent_trials`` so that they fit
+(a group that cannot be placed within `group.PLACEMENT_WAIT_S` fails its
+trial with a message that says so).
+
+Otherwise (Ray Data ``datasets``, GPUs the stage does not hold, a report
+before ``fit()``) the trainer runs as under Tune, unshared: Ray Train starts
+its own controller and workers (uncounted likewise), and the metrics Ray's
+``TuneReportCallback`` passes on are the trial's results. A message says so
+once per worker.
 """
 
 from __future__ import annotations
@@ -29,7 +41,11 @@ from typing import Any
 from ray.util import log_once
 
 from ray_stagetree.runtime.workers.context import StageContext
-from ray_stagetree.trial_schedulers.ray_fields import point_tune_report_callback, ray_field
+from ray_stagetree.trial_schedulers.ray_fields import (
+    point_tune_report_callback,
+    ray_field,
+    scaling_resources_per_worker,
+)
 
 logger = logging.getLogger("ray_stagetree")
 
@@ -39,9 +55,16 @@ POLL_S = 0.5
 UNSHARED_RUN = (
     "{trainer}.fit() inside a ray_stagetree trial runs as a Ray Train run of its own, as under Tune, and shares no "
     "stages: {why}. Its workers hold resources the study does not count (limit max_concurrent_trials so they fit), "
-    "and the trial's results are what ray.tune.integration.ray_train.TuneReportCallback passes on. To share stages, "
-    "give the study the trainer's shape: Tuner(driver_function, scaling_config=ScalingConfig(num_workers=...)) runs "
-    "each trial's train_loop_per_worker on the stage's own ranks (this message is shown once per worker)"
+    "and the trial's results are what ray.tune.integration.ray_train.TuneReportCallback passes on (this message is "
+    "shown once per worker)"
+)
+
+
+GROWN_GROUP = (
+    "{trainer}.fit() inside a ray_stagetree trial asks for {n} workers: each stage worker meeting it becomes rank 0 "
+    "of a group of {n} ranks (the other {n}-1 with {resources} each, in a placement group of their own, which the "
+    "study does not count: limit max_concurrent_trials so they fit, as Tune's docs advise for Train runs in trials), "
+    "and train_loop_per_worker runs on the group's ranks, sharing stages (this message is shown once per worker)"
 )
 
 
@@ -60,8 +83,15 @@ def host(current: Callable[[], StageContext | None], when_imported: Callable[...
             if context is None:
                 return fit(self)
             why = _why_unshared(self, context)
-            if why is None:
+            if why is None or _grew(self, context):
                 return _run_on_stage(self, context)
+            if context.group is not None:  # every rank would start a Train run of its own
+                raise ValueError(
+                    f"{type(self).__name__}.fit() on a stage trained by a group of "
+                    f"{context.group.info.world_size} ranks: {why}. A study's trials run on groups of one shape "
+                    "(its scaling_config, or the first trainer its workers met): give every trial's trainer "
+                    "that ScalingConfig"
+                )
             message = UNSHARED_RUN.format(trainer=type(self).__name__, why=why)
             if log_once(message):
                 logger.warning(message)
@@ -91,6 +121,38 @@ def _why_unshared(trainer: Any, context: StageContext) -> str | None:
     if scaling.use_gpu and not ray.get_gpu_ids():
         return "its ScalingConfig asks for a GPU per worker and the stage holds none"
     return None
+
+
+def _grew(trainer: Any, context: StageContext) -> bool:
+    """Whether the stage's worker became a group of the trainer's shape
+    (`StageWorker._grow`): it can when it is a worker of its own, the
+    trainer asks for more workers, reads no Ray Data ``datasets``, finds a
+    GPU on this rank if it asks for GPUs, and the batch reported nothing yet
+    (its other ranks train it from its start)."""
+    import ray
+
+    from ray_stagetree.execution.scaling import Scaling
+
+    scaling = trainer.scaling_config
+    if (
+        context.grow_group is None
+        or context.reported_any()
+        or trainer.datasets
+        or scaling.num_workers <= 1
+        or (scaling.use_gpu and not ray.get_gpu_ids())
+    ):
+        return False
+    group = Scaling.of(
+        scaling.num_workers,
+        scaling_resources_per_worker(scaling),
+        scaling.use_gpu,
+        scaling.placement_strategy,
+    )
+    message = GROWN_GROUP.format(trainer=type(trainer).__name__, n=group.num_workers, resources=group.resources)
+    if log_once(message):
+        logger.info(message)
+    context.grow_group(group)
+    return True
 
 
 def _run_on_stage(trainer: Any, context: StageContext) -> Any:

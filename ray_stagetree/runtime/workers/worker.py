@@ -47,10 +47,12 @@ import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
 from ray_stagetree.execution.payload import CheckpointPayload
+from ray_stagetree.execution.scaling import Scaling
 from ray_stagetree.runtime.workers import scratch, session, train_runs, trial_output, user_generators
 from ray_stagetree.runtime.workers.class_trainables import run_class
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
-from ray_stagetree.runtime.workers.group import PeerContext, RankGroup, RankInfo, free_port, rank_infos
+from ray_stagetree.runtime.workers.group import PeerContext, RankGroup, RankInfo, free_port, place_peers, rank_infos
+from ray_stagetree.runtime.workers.remote import remote_once
 from ray_stagetree.runtime.workers.reproducibility import seed_stage
 from ray_stagetree.runtime.workers.trial_errors import pack_error
 from ray_stagetree.trainables import live as live_values
@@ -320,6 +322,7 @@ class StageWorker:
         os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
         scratch.reap()  # what killed workers of this host left
         self._controller = controller
+        self._trainable_bytes = trainable_bytes  # what the ranks it grows (`_grow`) load
         self._outbox: dict[str, CheckpointPayload] = {}
         self._trainable: Any = None
         # Raising here would kill the actor with a C++ stack trace per worker
@@ -335,6 +338,8 @@ class StageWorker:
         self._peers = list(peers)
         self._backend = backend
         self._ranks: list[RankInfo] | None = None  # every rank's place, known at the first batch
+        self._peer_runs: dict[Any, int] = {}  # the running batch's peer runs -> their ranks
+        self._grown_group: Any = None  # the placement group of the peers it started itself (`_grow`)
 
     def pid(self) -> int:
         return os.getpid()
@@ -358,6 +363,8 @@ class StageWorker:
         deadline = time.monotonic() + CLOSE_WAIT_S
         for live in parked:
             live.join(max(0.0, deadline - time.monotonic()))
+        if self._grown_group is not None:  # the controller knows only this rank
+            ray.wait([peer.close.remote() for peer in self._peers], num_returns=len(self._peers), timeout=CLOSE_WAIT_S)
         scratch.remove()
 
     def run_batch(self, spec: BatchSpec) -> BatchOutcome:
@@ -381,18 +388,34 @@ class StageWorker:
                     spec.batch_id, source_lost=f"the checkpoint batch {spec.batch_id} starts from is lost: {error}"
                 )
             if self._peers:
-                return self._run_group(live, spec)
+                self._peer_runs = self._start_peers(spec)
             live.start()
-        outcome = live.outcome()
+        outcome = self._await(live, spec.batch_id)
         if outcome.parked:
             self._parked[spec.batch_id] = live
         return outcome
 
     def _context(self, spec: BatchSpec, park: Callable[[BatchOutcome], BatchSpec | None]) -> StageContext:
         if not self._peers:
-            return StageContext(spec, self._controller, self._outbox.__setitem__, park)
+            context = StageContext(spec, self._controller, self._outbox.__setitem__, park)
+            context.grow_group = functools.partial(self._grow, context)
+            return context
         # A group never parks: its ranks would each hold a live trainable for one trial.
         return StageContext(spec, self._controller, self._outbox.__setitem__, group=RankGroup(self._rank_infos()[0]))
+
+    def _grow(self, context: StageContext, scaling: Scaling) -> None:
+        """Become rank 0 of a group of ``scaling``'s shape, in the middle of
+        ``context``'s batch, before it reported anything (`train_runs`: a
+        Train v2 trainer asked for more workers than this stage has): the
+        other ranks start and train the batch from its start, and this one
+        joins them. Every later batch runs on the whole group."""
+        peer = remote_once(PeerWorker)
+        self._peers, self._grown_group = place_peers(
+            scaling, lambda options: peer.options(max_concurrency=2, **options).remote(self._trainable_bytes)
+        )
+        self._backend, self._ranks = scaling.backend, None
+        self._peer_runs = self._start_peers(context.spec)
+        context.join_group(RankGroup(self._rank_infos()[0]))
 
     def _rank_infos(self) -> list[RankInfo]:
         if self._ranks is None:
@@ -402,25 +425,34 @@ class StageWorker:
             self._ranks = rank_infos([here, *nodes], address, free_port(), self._backend)
         return self._ranks
 
-    def _run_group(self, live: LiveTrainable, spec: BatchSpec) -> BatchOutcome:
-        """Rank 0's batch: every peer trains it too; the batch's outcome is
-        rank 0's, or the error of a rank that failed. A rank that died ends
+    def _start_peers(self, spec: BatchSpec) -> dict[Any, int]:
+        """Every peer trains ``spec`` too: their runs, to their ranks."""
+        return {peer.run_rank.remote(spec, info): info.rank for peer, info in zip(self._peers, self._rank_infos()[1:])}
+
+    def _await(self, live: LiveTrainable, batch_id: int) -> BatchOutcome:
+        """The batch's outcome: rank 0's, or the error of a peer that failed
+        (a group's, or one the batch grew, `_grow`). A rank that died ends
         this process too, so the controller sees a dead worker (`runtime.workers.group`)."""
-        runs = {peer.run_rank.remote(spec, info): info.rank for peer, info in zip(self._peers, self._rank_infos()[1:])}
-        live.start()
+        try:
+            return self._await_ranks(live, batch_id)
+        finally:
+            self._peer_runs = {}
+
+    def _await_ranks(self, live: LiveTrainable, batch_id: int) -> BatchOutcome:
         outcome = None
         while outcome is None:
             outcome = live.outcome(timeout=PEER_POLL_S)
-            done, _ = ray.wait(list(runs), num_returns=len(runs), timeout=0)
+            runs = self._peer_runs
+            done, _ = ray.wait(list(runs), num_returns=len(runs), timeout=0) if runs else ([], [])
             for ref in done:
-                failed = self._peer_failed(ref, runs.pop(ref), spec.batch_id)
+                failed = self._peer_failed(ref, runs.pop(ref), batch_id)
                 if failed is not None:
                     return failed
-            if outcome is not None and outcome.error is not None:  # the others may wait for rank 0 forever
+            if outcome is not None and outcome.error is not None and self._peers:  # the others may wait forever
                 outcome.worker_broken = True
                 return outcome
-        for ref, rank in runs.items():
-            failed = self._peer_failed(ref, rank, spec.batch_id)
+        for ref, rank in self._peer_runs.items():
+            failed = self._peer_failed(ref, rank, batch_id)
             if failed is not None:
                 return failed
         return outcome

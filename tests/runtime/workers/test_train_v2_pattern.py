@@ -45,15 +45,44 @@ def test_a_trainer_of_the_stages_shape_runs_its_loop_on_the_stage_and_shares(ray
     assert results.iterations_executed == 2 + 2 + 2, "the two shared epochs trained once"
 
 
-def test_a_trainer_of_another_shape_runs_as_a_train_run_of_its_own(ray_session, tmp_path):
-    """Two workers where the stage has one rank: Ray Train starts its own
-    workers, as under Tune, and the trial's results are what
-    TuneReportCallback passes on."""
-    results = _fit(tmp_path, lr=0.5, workers=2)
+def driver_beside_its_trainers_rank(config):
+    v2_driver_function(config)
+
+
+def test_a_trainer_asking_for_more_workers_grows_the_stage_worker_into_its_group_and_shares(ray_session, tmp_path):
+    """ray.tune.Tuner(driver_function) as Ray's docs write it, the trainer
+    asking for 2 workers: each stage worker becomes a group of 2 ranks at
+    the first fit() it meets, and the loops share stages on it. One stage
+    worker (1.5 CPUs, as in the test above), and the trainer's other rank
+    (a quarter of a CPU) fits beside it."""
+    results = _fit(
+        tmp_path,
+        tune.with_resources(driver_beside_its_trainers_rank, {"cpu": 1.5}),
+        lr=tune.grid_search(LRS),
+        workers=2,
+    )
+    assert [result.error for result in results] == [None, None]
+    losses = []
+    for result in results:
+        frame = result.metrics_dataframe
+        assert frame["training_iteration"].tolist() == [1, 2, 3, 4]
+        assert frame["world_size"].tolist() == [2] * EPOCHS, "the loop ran on both ranks of the group"
+        losses.append(frame["loss"].tolist())
+    assert losses[0] == pytest.approx([0.5, 0.25, 0.25 * 0.75, 0.25 * 0.75**2])
+    assert losses[1] == pytest.approx([0.5, 0.25, 0.25 * 0.95, 0.25 * 0.95**2])
+    assert results.iterations_executed == 2 + 2 + 2, "the two shared epochs trained once, by the group"
+
+
+def test_a_trainer_that_cannot_take_the_stage_runs_as_a_train_run_of_its_own(ray_session, tmp_path):
+    """A result before fit(): the stage cannot become the trainer's group
+    (its other ranks would train the batch again from its start), so Ray
+    Train starts its own workers, as under Tune, and the trial's results are
+    what TuneReportCallback passes on."""
+    results = _fit(tmp_path, lr=0.5, workers=2, report_first=True)
     assert results[0].error is None
     frame = results[0].metrics_dataframe
-    assert frame["training_iteration"].tolist() == [1, 2, 3, 4]
-    assert frame["world_size"].tolist() == [2] * EPOCHS
-    assert frame["loss"].tolist() == pytest.approx([0.5**k for k in range(1, EPOCHS + 1)])
+    assert frame["training_iteration"].tolist() == [1, 2, 3, 4, 5]
+    assert frame["world_size"].tolist()[1:] == [2] * EPOCHS
+    assert frame["loss"].tolist()[1:] == pytest.approx([0.5**k for k in range(1, EPOCHS + 1)])
     # Train's own checkpoints, in the folders the loop named, as under Tune
-    assert [path.rsplit("/", 1)[-1] for path in frame["checkpoint_path"]] == [f"epoch_{k}" for k in range(1, 5)]
+    assert [path.rsplit("/", 1)[-1] for path in frame["checkpoint_path"][1:]] == [f"epoch_{k}" for k in range(1, 5)]
