@@ -82,7 +82,13 @@ class WorkerSpec:
         if isinstance(worker, WorkerGroup):
             worker.stop()
         else:
+            # The ranks it grew for a Train v2 trainer, whose placement group Ray would keep as long as the job.
+            ray.wait([worker.shed_group.remote()], timeout=SHED_WAIT_S)
             ray.kill(worker)
+
+
+#: How long stopping a stage worker waits for it to remove the ranks it grew (a dead one never answers).
+SHED_WAIT_S = 2.0
 
 
 def live_nodes() -> list[dict[str, float]]:

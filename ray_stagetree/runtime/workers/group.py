@@ -96,38 +96,80 @@ class GroupUnplaceable(RuntimeError):
     """The cluster cannot place the other ranks of a trainer's group."""
 
 
-def place_peers(scaling: Scaling, start_peer: Callable[[dict[str, Any]], Any]) -> tuple[list[Any], Any]:
-    """Ranks 1..N-1 of ``scaling``'s group, for a stage worker that becomes
-    its rank 0 (a Train v2 trainer asked for N workers, `train_runs`): one
-    placement group of their N-1 bundles, placed whole within
-    `PLACEMENT_WAIT_S` or `GroupUnplaceable`, and ``start_peer(options)``
-    called with each rank's Ray actor options. Returns the peers and the
-    placement group (fate-shared with this worker: both go with it)."""
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+#: The name of the placement groups stage workers grow (`Peers.grow`).
+GROWN_NAME = "ray_stagetree_grown_ranks"
 
-    bundles = scaling.bundles()[1:]
-    group = placement_group(bundles, strategy=scaling.placement_strategy)
-    ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_WAIT_S)
-    if not ready:
-        remove_placement_group(group)
-        raise GroupUnplaceable(
-            f"the trainer's other {len(bundles)} worker(s) ({scaling.resources} each, {scaling.placement_strategy}) "
-            f"found no room in the cluster within {PLACEMENT_WAIT_S:g} s: the study's stage workers hold it. As Ray "
-            "Tune's docs advise for Train runs inside trials, limit TuneConfig(max_concurrent_trials=...) so that "
-            "each running trial's trainer fits, or give the study the trainer's shape with "
-            "Tuner(driver_function, scaling_config=ScalingConfig(num_workers=...))"
-        )
-    peers = [
-        start_peer(
-            {
-                **actor_options(bundle),
-                "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
-            }
-        )
-        for index, bundle in enumerate(bundles)
-    ]
-    return peers, group
+
+class Peers:
+    """Ranks 1..N-1 of a group whose rank 0 is this process (a stage
+    worker), and where each rank runs, known at their first batch."""
+
+    def __init__(self, actors: list[Any], backend: str, placement_group: Any = None) -> None:
+        self.actors = actors
+        self.backend = backend
+        self.placement_group = placement_group  # the peers' own, when rank 0 started them (`grow`)
+        self._infos: list[RankInfo] | None = None
+
+    @classmethod
+    def grow(cls, scaling: Scaling, start_peer: Callable[[dict[str, Any]], Any]) -> Peers:
+        """Ranks 1..N-1 of ``scaling``'s group for a stage worker that becomes
+        its rank 0 (a Train v2 trainer asked for N workers, `train_runs`):
+        one placement group of their N-1 bundles, placed whole within
+        `PLACEMENT_WAIT_S` or `GroupUnplaceable`, and ``start_peer(options)``
+        called with each rank's Ray actor options. The actors go with this
+        worker; the placement group, which Ray keeps as long as the job,
+        goes with `stop` (`StageWorker.shed_group`, called before the worker is)."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundles = scaling.bundles()[1:]
+        group = placement_group(bundles, strategy=scaling.placement_strategy, name=GROWN_NAME)
+        ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_WAIT_S)
+        if not ready:
+            remove_placement_group(group)
+            raise GroupUnplaceable(
+                f"the trainer's other {len(bundles)} worker(s) ({scaling.resources} each, "
+                f"{scaling.placement_strategy}) found no room in the cluster within {PLACEMENT_WAIT_S:g} s: the "
+                "study's stage workers and other trials' groups hold it. As Ray Tune's docs advise for Train runs "
+                "inside trials, limit TuneConfig(max_concurrent_trials=...) so that each running trial's trainer "
+                "fits, or give the study the trainer's shape with "
+                "Tuner(driver_function, scaling_config=ScalingConfig(num_workers=...))"
+            )
+        actors = [
+            start_peer(
+                {
+                    **actor_options(bundle),
+                    "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
+                }
+            )
+            for index, bundle in enumerate(bundles)
+        ]
+        return cls(actors, scaling.backend, group)
+
+    def rank_infos(self) -> list[RankInfo]:
+        """Every rank's `RankInfo`, rank 0's (this process's) first."""
+        if self._infos is None:
+            nodes = ray.get([actor.node_id.remote() for actor in self.actors])
+            here = ray.get_runtime_context().get_node_id()
+            self._infos = rank_infos([here, *nodes], ray.util.get_node_ip_address(), free_port(), self.backend)
+        return self._infos
+
+    def start(self, spec: BatchSpec) -> dict[Any, int]:
+        """Every peer trains ``spec`` too: their runs, to their ranks."""
+        return {actor.run_rank.remote(spec, info): info.rank for actor, info in zip(self.actors, self.rank_infos()[1:])}
+
+    def close(self, timeout: float) -> None:
+        ray.wait([actor.close.remote() for actor in self.actors], num_returns=len(self.actors), timeout=timeout)
+
+    def stop(self) -> None:
+        """End grown peers (they go, their placement group with them) and
+        this process's place in their group, so it may join another."""
+        from ray.util.placement_group import remove_placement_group
+
+        for actor in self.actors:
+            ray.kill(actor)
+        remove_placement_group(self.placement_group)
+        leave()
 
 
 _control_group: Any = None  # this process's gloo group for RankGroup's messages
@@ -166,6 +208,16 @@ def join(info: RankInfo) -> Any:
     _control_group = None if info.backend == "gloo" else dist.new_group(backend="gloo")
     _joined = info
     return _control_group
+
+
+def leave() -> None:
+    """Leave the group this process joined (`join`), if any."""
+    global _control_group, _joined
+    if _joined is not None:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+        _control_group, _joined = None, None
 
 
 @dataclass(frozen=True)

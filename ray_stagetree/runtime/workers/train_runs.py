@@ -18,8 +18,8 @@ the stage worker learns the shape there: at that first ``fit()``, before
 the batch reported anything, it becomes rank 0 of a group of N ranks (the
 other N-1 in a placement group of their own, started by the worker and
 going with it, `StageWorker._grow`); they train the batch from its start
-and the loop runs on all N, sharing stages as above. Every later batch on
-that worker runs on its group. As under Tune, the study does not count
+and the loop runs on all N, sharing stages as above. They stay for the
+worker's next trainer of that shape; one of another shape replaces them. As under Tune, the study does not count
 those ranks' resources: limit ``max_concurrent_trials`` so that they fit
 (a group that cannot be placed within `group.PLACEMENT_WAIT_S` fails its
 trial with a message that says so).

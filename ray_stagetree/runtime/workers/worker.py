@@ -51,7 +51,7 @@ from ray_stagetree.execution.scaling import Scaling
 from ray_stagetree.runtime.workers import scratch, session, train_runs, trial_output, user_generators
 from ray_stagetree.runtime.workers.class_trainables import run_class
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
-from ray_stagetree.runtime.workers.group import PeerContext, RankGroup, RankInfo, free_port, place_peers, rank_infos
+from ray_stagetree.runtime.workers.group import PeerContext, Peers, RankGroup, RankInfo
 from ray_stagetree.runtime.workers.remote import remote_once
 from ray_stagetree.runtime.workers.reproducibility import seed_stage
 from ray_stagetree.runtime.workers.trial_errors import pack_error
@@ -334,12 +334,11 @@ class StageWorker:
             self._load_error = _load_error_message(error)
         self._is_class = isinstance(self._trainable, type)
         self._parked: dict[int, LiveTrainable] = {}  # by the batch they parked at the end of
-        # Ranks 1..N-1 of this worker's data-parallel group (`group.PeerWorker`), and their torch.distributed backend.
-        self._peers = list(peers)
-        self._backend = backend
-        self._ranks: list[RankInfo] | None = None  # every rank's place, known at the first batch
+        # Ranks 1..N-1 of this worker's data-parallel group (`group.PeerWorker`), which the controller started.
+        self._peers = Peers(list(peers), backend) if peers else None
+        # Or those it started for a Train v2 trainer's shape (`_grow`), kept for the next trainer of that shape.
+        self._grown: tuple[Scaling, Peers] | None = None
         self._peer_runs: dict[Any, int] = {}  # the running batch's peer runs -> their ranks
-        self._grown_group: Any = None  # the placement group of the peers it started itself (`_grow`)
 
     def pid(self) -> int:
         return os.getpid()
@@ -363,9 +362,16 @@ class StageWorker:
         deadline = time.monotonic() + CLOSE_WAIT_S
         for live in parked:
             live.join(max(0.0, deadline - time.monotonic()))
-        if self._grown_group is not None:  # the controller knows only this rank
-            ray.wait([peer.close.remote() for peer in self._peers], num_returns=len(self._peers), timeout=CLOSE_WAIT_S)
+        if self._grown is not None:  # the controller knows only this rank
+            self._grown[1].close(CLOSE_WAIT_S)
+            self.shed_group()
         scratch.remove()
+
+    def shed_group(self) -> None:
+        """Stop the ranks this worker grew (`_grow`), and free their placement group."""
+        grown, self._grown = self._grown, None
+        if grown is not None:
+            grown[1].stop()
 
     def run_batch(self, spec: BatchSpec) -> BatchOutcome:
         if self._load_error is not None:
@@ -387,8 +393,8 @@ class StageWorker:
                 return BatchOutcome(
                     spec.batch_id, source_lost=f"the checkpoint batch {spec.batch_id} starts from is lost: {error}"
                 )
-            if self._peers:
-                self._peer_runs = self._start_peers(spec)
+            if self._peers is not None:
+                self._peer_runs = self._peers.start(spec)
             live.start()
         outcome = self._await(live, spec.batch_id)
         if outcome.parked:
@@ -396,38 +402,31 @@ class StageWorker:
         return outcome
 
     def _context(self, spec: BatchSpec, park: Callable[[BatchOutcome], BatchSpec | None]) -> StageContext:
-        if not self._peers:
+        if self._peers is None:
             context = StageContext(spec, self._controller, self._outbox.__setitem__, park)
             context.grow_group = functools.partial(self._grow, context)
             return context
         # A group never parks: its ranks would each hold a live trainable for one trial.
-        return StageContext(spec, self._controller, self._outbox.__setitem__, group=RankGroup(self._rank_infos()[0]))
+        group = RankGroup(self._peers.rank_infos()[0])
+        return StageContext(spec, self._controller, self._outbox.__setitem__, group=group)
 
     def _grow(self, context: StageContext, scaling: Scaling) -> None:
-        """Become rank 0 of a group of ``scaling``'s shape, in the middle of
-        ``context``'s batch, before it reported anything (`train_runs`: a
+        """Become rank 0 of a group of ``scaling``'s shape for the rest of
+        ``context``'s batch, which reported nothing yet (`train_runs`: a
         Train v2 trainer asked for more workers than this stage has): the
-        other ranks start and train the batch from its start, and this one
-        joins them. Every later batch runs on the whole group."""
-        peer = remote_once(PeerWorker)
-        self._peers, self._grown_group = place_peers(
-            scaling, lambda options: peer.options(max_concurrency=2, **options).remote(self._trainable_bytes)
-        )
-        self._backend, self._ranks = scaling.backend, None
-        self._peer_runs = self._start_peers(context.spec)
-        context.join_group(RankGroup(self._rank_infos()[0]))
-
-    def _rank_infos(self) -> list[RankInfo]:
-        if self._ranks is None:
-            nodes = ray.get([peer.node_id.remote() for peer in self._peers])
-            address = ray.util.get_node_ip_address()
-            here = ray.get_runtime_context().get_node_id()
-            self._ranks = rank_infos([here, *nodes], address, free_port(), self._backend)
-        return self._ranks
-
-    def _start_peers(self, spec: BatchSpec) -> dict[Any, int]:
-        """Every peer trains ``spec`` too: their runs, to their ranks."""
-        return {peer.run_rank.remote(spec, info): info.rank for peer, info in zip(self._peers, self._rank_infos()[1:])}
+        other ranks train the batch from its start, and this one joins them.
+        They stay for the next batch whose trainer has that shape; one of
+        another shape replaces them."""
+        if self._grown is None or self._grown[0] != scaling:
+            self.shed_group()
+            peer = remote_once(PeerWorker)
+            grown = Peers.grow(
+                scaling, lambda options: peer.options(max_concurrency=2, **options).remote(self._trainable_bytes)
+            )
+            self._grown = (scaling, grown)
+        peers = self._grown[1]
+        self._peer_runs = peers.start(context.spec)
+        context.join_group(RankGroup(peers.rank_infos()[0]))
 
     def _await(self, live: LiveTrainable, batch_id: int) -> BatchOutcome:
         """The batch's outcome: rank 0's, or the error of a peer that failed
@@ -448,7 +447,8 @@ class StageWorker:
                 failed = self._peer_failed(ref, runs.pop(ref), batch_id)
                 if failed is not None:
                     return failed
-            if outcome is not None and outcome.error is not None and self._peers:  # the others may wait forever
+            # The other ranks of a group may wait for rank 0 for ever.
+            if outcome is not None and outcome.error is not None and live.context.group is not None:
                 outcome.worker_broken = True
                 return outcome
         for ref, rank in self._peer_runs.items():

@@ -6,10 +6,12 @@ the stage when the shapes match, sharing stages, and as a Ray Train run of
 its own otherwise, as under Tune."""
 
 import pytest
+import ray
 from data_parallel_trainables import v2_driver_function
 from ray import tune
 
 from ray_stagetree import MultiStep, Tuner
+from ray_stagetree.runtime.workers.group import GROWN_NAME
 
 EPOCHS = 4
 #: Equal for epochs [0, 2): the trials' loops share them.
@@ -49,28 +51,36 @@ def driver_beside_its_trainers_rank(config):
     v2_driver_function(config)
 
 
-def test_a_trainer_asking_for_more_workers_grows_the_stage_worker_into_its_group_and_shares(ray_session, tmp_path):
-    """ray.tune.Tuner(driver_function) as Ray's docs write it, the trainer
-    asking for 2 workers: each stage worker becomes a group of 2 ranks at
-    the first fit() it meets, and the loops share stages on it. One stage
-    worker (1.5 CPUs, as in the test above), and the trainer's other rank
-    (a quarter of a CPU) fits beside it."""
+def test_trainers_asking_for_more_workers_grow_the_stage_worker_into_groups_of_their_size_and_share(
+    ray_session, tmp_path
+):
+    """ray.tune.Tuner(driver_function) as Ray's docs write it, tuning the
+    trainer's num_workers too: the stage worker becomes a group of as many
+    ranks as each trainer asks for at the first fit() it meets (a group of
+    2, then one of 3 in its place), and the loops of one size share stages
+    on it. One stage worker (1.5 CPUs, as in the test above); the grown
+    ranks, a quarter of a CPU each, fit beside it one group at a time."""
     results = _fit(
         tmp_path,
         tune.with_resources(driver_beside_its_trainers_rank, {"cpu": 1.5}),
         lr=tune.grid_search(LRS),
-        workers=2,
+        workers=tune.grid_search([2, 3]),
     )
-    assert [result.error for result in results] == [None, None]
-    losses = []
+    assert [result.error for result in results] == [None] * 4
+    losses = {}
     for result in results:
         frame = result.metrics_dataframe
         assert frame["training_iteration"].tolist() == [1, 2, 3, 4]
-        assert frame["world_size"].tolist() == [2] * EPOCHS, "the loop ran on both ranks of the group"
-        losses.append(frame["loss"].tolist())
-    assert losses[0] == pytest.approx([0.5, 0.25, 0.25 * 0.75, 0.25 * 0.75**2])
-    assert losses[1] == pytest.approx([0.5, 0.25, 0.25 * 0.95, 0.25 * 0.95**2])
-    assert results.iterations_executed == 2 + 2 + 2, "the two shared epochs trained once, by the group"
+        workers = result.config["workers"]
+        assert frame["world_size"].tolist() == [workers] * EPOCHS, "the loop ran on every rank of its group"
+        losses[repr(result.config["lr"]), workers] = frame["loss"].tolist()
+    for workers in (2, 3):
+        assert losses[repr(LRS[0]), workers] == pytest.approx([0.5, 0.25, 0.25 * 0.75, 0.25 * 0.75**2])
+        assert losses[repr(LRS[1]), workers] == pytest.approx([0.5, 0.25, 0.25 * 0.95, 0.25 * 0.95**2])
+    assert results.iterations_executed == 2 * (2 + 2 + 2), "each size's two shared epochs trained once"
+    # The grown ranks' placement groups go with the study (Ray would keep them as long as the job).
+    grown = [info for info in ray.util.placement_group_table().values() if info["name"] == GROWN_NAME]
+    assert grown and all(info["state"] == "REMOVED" for info in grown)
 
 
 def test_a_trainer_that_cannot_take_the_stage_runs_as_a_train_run_of_its_own(ray_session, tmp_path):

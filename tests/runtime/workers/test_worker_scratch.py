@@ -28,6 +28,8 @@ def _gone_pid():
 
 def test_reap_removes_the_folders_of_this_hosts_processes_that_are_gone_and_no_others(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    # An earlier test in this process may have made its folder elsewhere: this one makes its own.
+    monkeypatch.setattr(scratch, "_folder", None)
     host = scratch._host()
     gone = tmp_path / f"{scratch.PREFIX}{_gone_pid()}_{host}_x1"
     (gone / "stagetree_latest_a").mkdir(parents=True)
