@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -96,7 +97,7 @@ class GroupUnplaceable(RuntimeError):
     """The cluster cannot place the other ranks of a trainer's group."""
 
 
-#: The name of the placement groups stage workers grow (`Peers.grow`).
+#: The start of the name of each placement group a stage worker grows (`Peers.grow`).
 GROWN_NAME = "ray_stagetree_grown_ranks"
 
 
@@ -123,7 +124,8 @@ class Peers:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         bundles = scaling.bundles()[1:]
-        group = placement_group(bundles, strategy=scaling.placement_strategy, name=GROWN_NAME)
+        name = f"{GROWN_NAME}:{uuid.uuid4().hex}"  # Ray refuses a name a live placement group holds
+        group = placement_group(bundles, strategy=scaling.placement_strategy, name=name)
         ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_WAIT_S)
         if not ready:
             remove_placement_group(group)
