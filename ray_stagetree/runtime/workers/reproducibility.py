@@ -1,9 +1,9 @@
 """Reproducible studies: seeded stages, optional deterministic algorithms, and
 repeats of each configuration under several seeds.
 
-A stage worker is a long-lived process: without seeding, a batch that starts
-from scratch draws from whatever state the worker's previous batch left in
-the global generators, so which worker ran what decides the metrics. With
+Without seeding, a batch that starts from scratch draws a fresh stream
+(`worker.StageWorker._train` seeds the global generators from the operating
+system's entropy), so the metrics vary from run to run. With
 ``Tuner(reproducible=True)`` every batch seeds Python's, NumPy's and torch's
 generators before the trainable runs, from the trial's seed and the
 iteration the batch starts at. The seed depends only on what the trials

@@ -47,6 +47,7 @@ import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
 from ray_stagetree.execution.payload import CheckpointPayload
+from ray_stagetree.execution.rng import seed_everything
 from ray_stagetree.execution.scaling import Scaling
 from ray_stagetree.runtime.workers import scratch, session, train_runs, trial_output, user_generators
 from ray_stagetree.runtime.workers.class_trainables import run_class
@@ -479,6 +480,10 @@ class StageWorker:
                 context.group.connect()
             if spec.reproducibility is not None:  # before the trainable builds anything random
                 seed_stage(spec.reproducibility, spec.config, spec.start)
+            elif spec.source is None:
+                # A fresh stream, as a fresh trial's process has under Tune: this worker's current state is
+                # the last batch's end, which its checkpoint holds, and that trial would replay these numbers.
+                seed_everything(int.from_bytes(os.urandom(8), "big") >> 1)
             if self._is_class:
                 run_class(self._trainable, context)
             else:
