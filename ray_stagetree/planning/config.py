@@ -381,6 +381,13 @@ class TrialConfig:
         `PickledValue`.
     pickled:
         The `PickledValue` of each static value JSON cannot hold, by name.
+    lineage:
+        ``(iteration, token)`` pairs, by iteration: from each pair's
+        iteration on, the trial follows a path of its own that no trial of
+        another token shares, whatever its values (a PBT clone's: under Tune
+        it trains on in a process of its own, its own randomness setting it
+        apart from its source even where the explored values are the same).
+        What it trains before the first pair it shares as any trial does.
     """
 
     names: tuple[str, ...]
@@ -389,10 +396,12 @@ class TrialConfig:
     declared: frozenset[str] = field(default_factory=frozenset)
     static: Mapping[str, Any] = field(default_factory=dict)
     pickled: Mapping[str, PickledValue] = field(default_factory=dict)
+    lineage: tuple[tuple[int, str], ...] = ()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # Study snapshots pickled before values JSON cannot hold were planned hold none.
+        # Study snapshots pickled before values JSON cannot hold (or lineages) were planned hold none.
         state.setdefault("pickled", {})
+        state.setdefault("lineage", ())
         self.__dict__.update(state)
 
     @classmethod
@@ -472,12 +481,16 @@ class TrialConfig:
         )
 
     def first_difference(self, other: TrialConfig, stop: int, start: int = 0) -> int | None:
-        """First iteration in ``[start, stop)`` where the trials observe different values."""
+        """First iteration in ``[start, stop)`` where the trials observe
+        different values (or follow different lineages)."""
         if self is other:
             return None
         if self.static_key != other.static_key or self.names != other.names:
             return start if start < stop else None
-        earliest = None
+        earliest = _lineage_difference(self.lineage, other.lineage, stop, start)
+        if earliest == start:
+            return earliest
+        stop = stop if earliest is None else earliest
         for mine, theirs in zip(self.sequences, other.sequences):
             if mine is theirs:
                 continue
@@ -491,14 +504,22 @@ class TrialConfig:
     @property
     def identity(self) -> tuple:
         """Hashable key equal exactly for configs of one trial: the same
-        static values and sequences (which compare canonically)."""
-        return (self.static_key, self.names, self.sequences)
+        static values and sequences (which compare canonically), and lineage."""
+        return (self.static_key, self.names, self.sequences, self.lineage)
 
     def observed_at(self, iteration: int) -> tuple:
         """Hashable key of what a trainable observes at one iteration: equal
         keys exactly when no value differs in value or type (``128`` and
-        ``128.0`` differ), the rule `first_difference` applies."""
-        return (self.static_key, self.names) + tuple(sequence.observed(iteration) for sequence in self.sequences)
+        ``128.0`` differ) and the lineages agree, the rule `first_difference` applies."""
+        observed = (self.static_key, self.names) + tuple(sequence.observed(iteration) for sequence in self.sequences)
+        token = _token_at(self.lineage, iteration)
+        return observed if token is None else (*observed, token)
+
+    def branched(self, iteration: int, token: str) -> TrialConfig:
+        """This config on a path of its own from ``iteration`` on (`lineage`),
+        keeping the lineage it has before."""
+        kept = tuple((start, mine) for start, mine in self.lineage if start < iteration)
+        return dataclasses.replace(self, lineage=(*kept, (iteration, token)))
 
     def hparams_at(self, iteration: int) -> dict[str, Any]:
         """Every tunable value (sequences, and plain scalars as constants) at
@@ -514,6 +535,8 @@ class TrialConfig:
         }
         for name, sequence in zip(self.names, self.sequences):
             out[name] = sequence.to_json() if name in self.declared else sequence.value(0)
+        if self.lineage:
+            out[LINEAGE_KEY] = [list(pair) for pair in self.lineage]
         return out
 
     def to_config(self) -> dict[str, Any]:
@@ -547,7 +570,38 @@ class TrialConfig:
         intern: dict[Sequence, Sequence] | None = None,
         objects: Mapping[str, Any] | None = None,
     ) -> TrialConfig:
-        return cls.from_config(unflatten(data), share_key=share_key, intern=intern, objects=objects)
+        """The config `to_json` wrote (with its lineage)."""
+        data = dict(data)
+        lineage = tuple((int(start), str(token)) for start, token in data.pop(LINEAGE_KEY, ()))
+        config = cls.from_config(unflatten(data), share_key=share_key, intern=intern, objects=objects)
+        return dataclasses.replace(config, lineage=lineage) if lineage else config
+
+
+#: The entry of a config's JSON form (`TrialConfig.to_json`) that holds its lineage.
+LINEAGE_KEY = "__stagetree_lineage__"
+
+
+def _token_at(lineage: tuple[tuple[int, str], ...], iteration: int) -> str | None:
+    """The lineage's token at ``iteration``: its last pair's at or before it."""
+    token = None
+    for start, mine in lineage:
+        if start > iteration:
+            break
+        token = mine
+    return token
+
+
+def _lineage_difference(
+    mine: tuple[tuple[int, str], ...], theirs: tuple[tuple[int, str], ...], stop: int, start: int
+) -> int | None:
+    """First iteration in ``[start, stop)`` where two lineages' tokens differ."""
+    if mine == theirs:
+        return None
+    changes = sorted({start} | {at for at, _ in (*mine, *theirs) if start < at < stop})
+    return next(
+        (at for at in changes if at < stop and _token_at(mine, at) != _token_at(theirs, at)),
+        None,
+    )
 
 
 def replaced(config: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:

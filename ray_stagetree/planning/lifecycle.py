@@ -56,6 +56,7 @@ it (another trial trained that path), which are the trial's results too.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -428,6 +429,9 @@ class TrialLifecycle:
         else:
             self._member_keys.pop(trial.trial_id, None)
         copied = TrialConfig.from_config(config, share_key, copied_from=source.trial_config)
+        # Its own path from the fork on, even with its source's very values (PB2 explores none while it has
+        # no data on the source): under Tune the two train on apart, set apart by their own randomness.
+        copied = dataclasses.replace(copied, lineage=source.trial_config.lineage).branched(at, trial.trial_id)
         trial.configure(config, copied)
         self._request_from(trial, at)
 

@@ -138,7 +138,7 @@ class SearchPlan(RunningBatches):
         # Paths never change once made, so a config seen before (num_samples
         # repeats, a trial extended back and forth) lands where it did.
         # Interned sequences make their identities a complete signature.
-        signature = (config.static_key, config.names, tuple(map(id, config.sequences)), iteration)
+        signature = (config.static_key, config.names, tuple(map(id, config.sequences)), config.lineage, iteration)
         node = self._located.get(signature)
         if node is None:
             node = self._located[signature] = self._descend(config, iteration)

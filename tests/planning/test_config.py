@@ -29,6 +29,24 @@ def test_json_round_trip_rebuilds_the_nested_config():
     assert again.static_key == config.static_key
 
 
+def test_a_branched_config_shares_up_to_its_branch_and_keeps_its_lineage_through_json_and_a_saved_plan(tmp_path):
+    source = TrialConfig.from_config({"lr": MultiStep(0.1, [2], 0.5)})
+    clone = source.branched(4, "trial_b")
+    assert source.first_difference(clone, stop=10) == 4
+    assert source.observed_at(3) == clone.observed_at(3) and source.observed_at(4) != clone.observed_at(4)
+    assert clone.branched(4, "trial_c").first_difference(clone, stop=10) == 4, "a clone of the clone at its fork"
+    assert clone.branched(6, "trial_c").first_difference(clone, stop=10) == 6
+    again = TrialConfig.from_json(json.loads(json.dumps(clone.to_json())))
+    assert again.lineage == ((4, "trial_b"),) and again.first_difference(clone, stop=10) is None
+    plan = SearchPlan()
+    plan.add_trial("a", source, 8)
+    plan.add_trial("b", clone, 8)
+    plan.save(str(tmp_path / "plan"))
+    loaded = SearchPlan.load(str(tmp_path / "plan"))
+    assert [node.fork_iteration for node in loaded.path("b")] == [0, 4]
+    assert loaded.path("b")[0] is loaded.path("a")[0]
+
+
 def test_values_of_different_types_never_share():
     ints = TrialConfig.from_config({"batch_size": 128})
     floats = TrialConfig.from_config({"batch_size": 128.0})

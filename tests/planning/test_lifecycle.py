@@ -254,6 +254,29 @@ def test_pbt_members_that_start_alike_train_apart_and_exploits_of_them_fork_from
     assert study.plan.path("c")[0] is not study.plan.path("a")[0]
 
 
+def test_exploits_given_their_sources_very_values_still_train_apart_after_the_fork():
+    """PB2 explores nothing while it has no data on the source (Ray's
+    pb2_example at its first perturbations): the clone keeps the source's
+    values. Under Tune the two then train on apart, so here each clone
+    forks from the source's checkpoint onto a path of its own (as does the
+    source's own continuation), and the shared prefix is still shared."""
+    study = Study(ScriptedHost(population=SimpleNamespace()))
+    source, b, c = (study.admit(name, {"lr": 0.1 * (k + 1)}) for k, name in enumerate("abc"))
+    for iteration in range(1, RUNG + 1):
+        for trial in (source, b, c):
+            study.result(trial, iteration)
+    for name in "bc":
+        study.host.decisions[(name, 2 * RUNG)] = Exploit("a", RUNG, {"lr": 0.1})
+    for iteration in range(RUNG + 1, 2 * RUNG + 1):
+        for trial in (source, b, c):
+            study.result(trial, iteration)
+    paths = {name: study.plan.path(name) for name in "abc"}
+    assert paths["b"][0] is paths["c"][0] is paths["a"][0], "both fork from the source's checkpoint"
+    assert paths["b"][-1].fork_iteration == paths["c"][-1].fork_iteration == RUNG
+    assert len({paths[name][-1].node_id for name in "abc"}) == 3, "three trajectories after the fork"
+    assert b.trial_config.hparams_at(RUNG) == c.trial_config.hparams_at(RUNG) == source.trial_config.hparams_at(RUNG)
+
+
 def test_without_pbt_trials_that_start_alike_share_one_path():
     study = Study()
     study.admit("a", {"lr": 0.1})

@@ -32,7 +32,7 @@ from ray_stagetree.execution.payload import (
     unpack_directory,
 )
 from ray_stagetree.execution.rng import capture_rng_state, fork_rng_state, restore_rng_state
-from ray_stagetree.planning.config import HParams, hparam_keys, replaced, split_path
+from ray_stagetree.planning.config import LINEAGE_KEY, HParams, hparam_keys, replaced, split_path
 from ray_stagetree.runtime.workers import scratch, trial_output
 from ray_stagetree.runtime.workers.phases import PhaseClock
 from ray_stagetree.runtime.workers.user_generators import UserGenerators
@@ -231,9 +231,15 @@ class StageContext:
         changed = sorted(
             name for name, sequence in self._plain_sequences().items() if changes_at(sequence, self.iteration)
         )
-        if changed:
-            values = self._config.hparams_at(self.iteration)
-            fork_rng_state(json.dumps({name: values[name] for name in changed}, default=repr))
+        values = self._config.hparams_at(self.iteration)
+        label: dict[str, Any] = {name: values[name] for name in changed}
+        # A clone that PBT gave its source's very values (PB2 does when it has no data on the source yet)
+        # branches here all the same (`TrialConfig.lineage`): its own numbers set it apart.
+        branch = next((token for at, token in self._config.lineage if at == self.iteration), None)
+        if branch is not None:
+            label[LINEAGE_KEY] = branch
+        if label:
+            fork_rng_state(json.dumps(label, default=repr))
 
     def _config_changes(self) -> set[int]:
         """The iterations where the trainable must save for a config change (the next one)."""
