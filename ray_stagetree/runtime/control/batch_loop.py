@@ -661,7 +661,7 @@ class BatchLoop:
 
     def shutdown_workers(self) -> None:
         self.spec.worker.close(self.pool.workers)
-        self.pool.shut_down(self.spec.worker.stop)
+        self.pool.shut_down(lambda worker: self.spec.worker.stop(worker, closed=True))
 
 
 def worker_pool(spec: LoopSpec, stop: Callable[[Any], None]) -> WorkerPool:

@@ -77,14 +77,17 @@ class WorkerSpec:
         ray.wait([actor.close.remote() for actor in actors], num_returns=len(actors), timeout=CLOSE_WAIT_S + 1)
 
     @staticmethod
-    def stop(worker: Any) -> None:
-        """Kill a worker `start` started (a group's ranks, and free its placement group)."""
+    def stop(worker: Any, closed: bool = False) -> None:
+        """Kill a worker `start` started (a group's ranks, and free its
+        placement group). Mid-study a lone worker first stops the ranks it
+        grew for a Train v2 trainer, whose placement group Ray would keep as
+        long as the job; one `close` reached did so already."""
         if isinstance(worker, WorkerGroup):
             worker.stop()
-        else:
-            # The ranks it grew for a Train v2 trainer, whose placement group Ray would keep as long as the job.
+            return
+        if not closed:
             ray.wait([worker.shed_group.remote()], timeout=SHED_WAIT_S)
-            ray.kill(worker)
+        ray.kill(worker)
 
 
 #: How long stopping a stage worker waits for it to remove the ranks it grew (a dead one never answers).

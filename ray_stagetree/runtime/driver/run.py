@@ -306,13 +306,15 @@ class StudyRun:
                     _save_before_raising(controller)
                 raise
             finally:
+                closed = False
                 try:
                     ray.get(controller.shutdown_workers.remote())
+                    closed = True
                 except ray.exceptions.RayActorError:
-                    pass  # it died: the workers it started died with it
+                    pass  # it died: the workers started here still hold what they grew
                 finally:
                     for worker in workers:
-                        spec.loop.worker.stop(worker)
+                        spec.loop.worker.stop(worker, closed=closed)
                     ray.kill(controller)
         return progress, summaries
 
