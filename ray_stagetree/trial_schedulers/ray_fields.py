@@ -17,7 +17,10 @@ on the installed Ray.
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ray_stagetree.execution.scaling import Scaling
 
 #: The Ray versions whose private fields the adapters were tested against.
 TESTED_WITH: tuple[str, ...] = ("2.60",)
@@ -214,6 +217,21 @@ def scaling_resources_per_worker(scaling_config: Any) -> dict[str, float]:
     """One Ray Train worker's resources as Ray Train reserves them for a
     ``ScalingConfig`` (its defaults: a CPU, or a GPU with ``use_gpu``)."""
     return dict(ray_field(scaling_config, "_resources_per_worker_not_none", scaling_config))
+
+
+def train_scaling(scaling_config: Any) -> Scaling:
+    """A Ray Train ``ScalingConfig`` as the `Scaling` of the worker group
+    Ray Train would start for it: ``num_workers`` ranks with the resources
+    it reserves for each (`scaling_resources_per_worker`), placed by
+    ``placement_strategy``, on GPUs with ``use_gpu``."""
+    from ray_stagetree.execution.scaling import Scaling
+
+    return Scaling.of(
+        scaling_config.num_workers,
+        scaling_resources_per_worker(scaling_config),
+        scaling_config.use_gpu,
+        scaling_config.placement_strategy,
+    )
 
 
 def legacy_train_loop(trainer: Any) -> tuple[Any, dict[str, Any]]:

@@ -348,7 +348,7 @@ def scaling_of(scaling_config: Any) -> Scaling | None:
         return None
     from ray.air.config import ScalingConfig
 
-    from ray_stagetree.trial_schedulers.ray_fields import scaling_resources_per_worker
+    from ray_stagetree.trial_schedulers.ray_fields import train_scaling
 
     check("scaling_config", scaling_config, InstanceOf(ScalingConfig, "a ray.train.ScalingConfig"), None)
     if isinstance(scaling_config.num_workers, int) and scaling_config.num_workers == 0:
@@ -356,9 +356,4 @@ def scaling_of(scaling_config: Any) -> Scaling | None:
             "scaling_config=ScalingConfig(num_workers=0) runs Ray Train's local mode, which has no worker group; "
             "give num_workers >= 1, or leave scaling_config out for one process per trial"
         )
-    return Scaling.of(
-        scaling_config.num_workers,
-        scaling_resources_per_worker(scaling_config),
-        scaling_config.use_gpu,
-        scaling_config.placement_strategy,
-    )
+    return train_scaling(scaling_config)

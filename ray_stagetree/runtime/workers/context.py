@@ -231,7 +231,7 @@ class StageContext:
         changed = sorted(
             name for name, sequence in self._plain_sequences().items() if changes_at(sequence, self.iteration)
         )
-        values = self._config.hparams_at(self.iteration)
+        values = self._config.hparams_at(self.iteration) if changed else {}
         label: dict[str, Any] = {name: values[name] for name in changed}
         # A clone that PBT gave its source's very values (PB2 does when it has no data on the source yet)
         # branches here all the same (`TrialConfig.lineage`): its own numbers set it apart.

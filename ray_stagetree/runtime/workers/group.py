@@ -89,7 +89,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-#: How long a stage worker growing into a trainer's group (`place_peers`) waits for Ray to place its other ranks.
+#: How long a stage worker growing into a trainer's group (`Peers.grow`) waits for Ray to place its other ranks.
 PLACEMENT_WAIT_S = 120.0
 
 
@@ -105,10 +105,14 @@ class Peers:
     """Ranks 1..N-1 of a group whose rank 0 is this process (a stage
     worker), and where each rank runs, known at their first batch."""
 
-    def __init__(self, actors: list[Any], backend: str, placement_group: Any = None) -> None:
+    def __init__(
+        self, actors: list[Any], backend: str, placement_group: Any = None, scaling: Scaling | None = None
+    ) -> None:
         self.actors = actors
         self.backend = backend
-        self.placement_group = placement_group  # the peers' own, when rank 0 started them (`grow`)
+        # When rank 0 started them (`grow`): the peers' own placement group, and the shape they were grown for.
+        self.placement_group = placement_group
+        self.scaling = scaling
         self._infos: list[RankInfo] | None = None
 
     @classmethod
@@ -146,7 +150,7 @@ class Peers:
             )
             for index, bundle in enumerate(bundles)
         ]
-        return cls(actors, scaling.backend, group)
+        return cls(actors, scaling.backend, group, scaling)
 
     def rank_infos(self) -> list[RankInfo]:
         """Every rank's `RankInfo`, rank 0's (this process's) first."""

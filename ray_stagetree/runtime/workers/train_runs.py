@@ -44,7 +44,7 @@ from ray_stagetree.runtime.workers.context import StageContext
 from ray_stagetree.trial_schedulers.ray_fields import (
     point_tune_report_callback,
     ray_field,
-    scaling_resources_per_worker,
+    train_scaling,
 )
 
 logger = logging.getLogger("ray_stagetree")
@@ -131,8 +131,6 @@ def _grew(trainer: Any, context: StageContext) -> bool:
     (its other ranks train it from its start)."""
     import ray
 
-    from ray_stagetree.execution.scaling import Scaling
-
     scaling = trainer.scaling_config
     if (
         context.grow_group is None
@@ -142,12 +140,7 @@ def _grew(trainer: Any, context: StageContext) -> bool:
         or (scaling.use_gpu and not ray.get_gpu_ids())
     ):
         return False
-    group = Scaling.of(
-        scaling.num_workers,
-        scaling_resources_per_worker(scaling),
-        scaling.use_gpu,
-        scaling.placement_strategy,
-    )
+    group = train_scaling(scaling)
     message = GROWN_GROUP.format(trainer=type(trainer).__name__, n=group.num_workers, resources=group.resources)
     if log_once(message):
         logger.info(message)

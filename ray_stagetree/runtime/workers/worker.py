@@ -338,7 +338,7 @@ class StageWorker:
         # Ranks 1..N-1 of this worker's data-parallel group (`group.PeerWorker`), which the controller started.
         self._peers = Peers(list(peers), backend) if peers else None
         # Or those it started for a Train v2 trainer's shape (`_grow`), kept for the next trainer of that shape.
-        self._grown: tuple[Scaling, Peers] | None = None
+        self._grown: Peers | None = None
         self._peer_runs: dict[Any, int] = {}  # the running batch's peer runs -> their ranks
 
     def pid(self) -> int:
@@ -364,7 +364,7 @@ class StageWorker:
         for live in parked:
             live.join(max(0.0, deadline - time.monotonic()))
         if self._grown is not None:  # the controller knows only this rank
-            self._grown[1].close(CLOSE_WAIT_S)
+            self._grown.close(CLOSE_WAIT_S)
             self.shed_group()
         scratch.remove()
 
@@ -372,7 +372,7 @@ class StageWorker:
         """Stop the ranks this worker grew (`_grow`), and free their placement group."""
         grown, self._grown = self._grown, None
         if grown is not None:
-            grown[1].stop()
+            grown.stop()
 
     def run_batch(self, spec: BatchSpec) -> BatchOutcome:
         if self._load_error is not None:
@@ -418,16 +418,14 @@ class StageWorker:
         other ranks train the batch from its start, and this one joins them.
         They stay for the next batch whose trainer has that shape; one of
         another shape replaces them."""
-        if self._grown is None or self._grown[0] != scaling:
+        if self._grown is None or self._grown.scaling != scaling:
             self.shed_group()
             peer = remote_once(PeerWorker)
-            grown = Peers.grow(
+            self._grown = Peers.grow(
                 scaling, lambda options: peer.options(max_concurrency=2, **options).remote(self._trainable_bytes)
             )
-            self._grown = (scaling, grown)
-        peers = self._grown[1]
-        self._peer_runs = peers.start(context.spec)
-        context.join_group(RankGroup(peers.rank_infos()[0]))
+        self._peer_runs = self._grown.start(context.spec)
+        context.join_group(RankGroup(self._grown.rank_infos()[0]))
 
     def _await(self, live: LiveTrainable, batch_id: int) -> BatchOutcome:
         """The batch's outcome: rank 0's, or the error of a peer that failed
