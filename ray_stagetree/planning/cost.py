@@ -133,7 +133,13 @@ class CostModel:
     def seconds_per_iteration(self, node: PlanNode, start: int, stop: int) -> float:
         if self._coefficients is None:
             return self.default_seconds_per_iteration
-        features = self._stage_features(node, start, stop)
+        return self.predict(self._stage_features(node, start, stop))
+
+    def predict(self, features: dict[str, float]) -> float:
+        """Seconds per iteration of a stage with these `stage_features`
+        (of any plan's node: the fitted plan's node ids are not involved)."""
+        if self._coefficients is None:
+            return self.default_seconds_per_iteration
         x = np.array([features.get(name, 0.0) for name in self._feature_names])
         x = (x - self._means) / self._scales
         prediction = self._coefficients[0] + float(x @ self._coefficients[1:])

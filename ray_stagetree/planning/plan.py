@@ -395,7 +395,8 @@ class SearchPlan(RunningBatches):
     ) -> None:
         """A stage batch ran on ``worker`` from ``began`` to ``ended`` (wall-clock
         seconds), its time spent by ``phases``: what the monitor draws as a
-        worker's timeline. Nothing plans from it."""
+        worker's timeline, and what `simulation.replay` holds a study's makespan
+        against. Nothing plans from it."""
         segments = tuple((int(node_id), int(start), int(stop)) for node_id, start, stop in segments)
         for node_id, start, stop in segments:
             self.node(node_id)

@@ -146,6 +146,10 @@ class Simulation:
         Cost of (0-based) ``iteration`` of plan node ``node``; one unit by default.
     checkpoint_load_seconds:
         Paid when a batch starts from a stored checkpoint rather than from scratch.
+    batch_start_seconds:
+        Paid by every batch before its first iteration, on top of a
+        checkpoint's load: its dispatch and the trainable's own set-up
+        (building the model, moving data), which no iteration's cost holds.
     checkpoint_save_seconds:
         Paid at the end of a batch, whose final checkpoint the worker writes
         before it is free. Checkpoints at branch points inside a batch are
@@ -172,12 +176,13 @@ class Simulation:
     seconds_per_iteration: Callable[[PlanNode, int], float] = _unit_cost
     checkpoint_load_seconds: float = 0.0
     checkpoint_save_seconds: float = 0.0
+    batch_start_seconds: float = 0.0
     metrics: Callable[[PlanNode, int], dict[str, Any]] | None = None
     profiled_costs: bool = True
 
     def __post_init__(self) -> None:
         check("workers", self.workers, Int(low=1))
-        for name in ("checkpoint_load_seconds", "checkpoint_save_seconds"):
+        for name in ("checkpoint_load_seconds", "checkpoint_save_seconds", "batch_start_seconds"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -337,7 +342,7 @@ class _Run:
             self.idle -= 1
             self.batches += 1
             source = batch.source
-            elapsed = self.now
+            elapsed = self.now + self.sim.batch_start_seconds
             if source is not None and not source.is_initialization:
                 elapsed += self.sim.checkpoint_load_seconds
                 self.loads += 1
