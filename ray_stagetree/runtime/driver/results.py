@@ -91,7 +91,8 @@ class ResultGrid(ray.tune.ResultGrid):
         #: summed over workers): the resources the study used.
         self.worker_seconds = worker_seconds
         #: ``worker_seconds`` by phase (`ray_stagetree.timed`): ``dispatch``, ``fetch`` and ``restore``
-        #: (the starting checkpoint), ``train``, ``save`` (checkpoints), ``report``, and the trainable's own.
+        #: (the starting checkpoint), ``parameters`` (``tune.with_parameters`` objects), ``train``, ``save``
+        #: (checkpoints), ``report``, and the trainable's own.
         self.phase_seconds = dict(phase_seconds or {})
         #: Seconds the controller spent taking the study's snapshots for
         #: `Tuner.restore` (their writes run beside it, in the storage actor).

@@ -4,7 +4,8 @@ The worker times what it does itself around the trainable: ``fetch`` (the
 starting checkpoint from the object store), ``restore`` (unpacked into a
 folder the trainable reads), ``save`` (a reported checkpoint packed and put
 in the object store), ``report`` (results sent to the controller and its
-answer awaited); the trainable's own time is ``train``. A trainable names
+answer awaited), ``parameters`` (``tune.with_parameters`` objects got from
+the object store, `parameters`); the trainable's own time is ``train``. A trainable names
 its own phases inside that with `session.timed` (``timed("data_to_device")``,
 ``timed("cuda_init")``), and they are counted apart from ``train``. The
 controller adds ``dispatch``, what the worker did not spend in the batch

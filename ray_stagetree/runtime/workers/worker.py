@@ -49,7 +49,7 @@ from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
 from ray_stagetree.execution.payload import CheckpointPayload
 from ray_stagetree.execution.rng import seed_everything
 from ray_stagetree.execution.scaling import Scaling
-from ray_stagetree.runtime.workers import scratch, session, train_runs, trial_output, user_generators
+from ray_stagetree.runtime.workers import parameters, scratch, session, train_runs, trial_output, user_generators
 from ray_stagetree.runtime.workers.class_trainables import run_class
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
 from ray_stagetree.runtime.workers.group import PeerContext, Peers, RankGroup, RankInfo
@@ -153,6 +153,7 @@ def _install_tune_shims() -> None:
     _refuse_legacy_train_runs()
     train_runs.host(current, _when_imported)
     live_values.use_stage_context(current)
+    _when_imported("ray.tune.registry", lambda registry: parameters.keep_resident(registry, current))
     # Ray's framework callbacks are ours (subclasses, same arguments): a script written for Tune shares as written.
     for ray_module, name, ours in FRAMEWORK_CALLBACKS:
         _when_imported(ray_module, functools.partial(_use_our_callback, name=name, ours=ours))
