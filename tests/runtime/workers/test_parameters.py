@@ -64,4 +64,3 @@ def test_the_batches_a_worker_runs_share_one_copy_of_each_object(ray_session, tm
     runs = SearchPlan.load(f"{results.experiment_path}/plan").runs
     assert len(runs) > len(seen), "some worker ran several batches"
     assert results.phase_seconds.get("parameters", 0.0) > 0
-
