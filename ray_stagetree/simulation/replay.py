@@ -6,7 +6,8 @@ its batches, `SearchPlan.runs`) and schedules that work again on the
 simulator, on as many workers, under the study's execution policy: every
 iteration costs what the study's cost model fits to its own timings, and
 every batch the start-up its runs show beyond their iterations (dispatch,
-set-up, checkpoint fetch and restore, saves and reports). So:
+set-up, checkpoint fetch and restore, saves and reports), and each worker's
+first batch the warm-up its first runs show. So:
 
 * ``measured / predicted`` is how far the runtime fell short of the schedule
   its own costs allow: near 1, the time went where the plan says; well above,
@@ -47,9 +48,12 @@ class Replay:
     predicted: float
     """The same work on as many simulated workers, with the measured costs."""
     batch_start_seconds: float
-    """Each batch's measured start-up beyond its iterations (the mean over batches started from scratch)."""
+    """Each batch's measured start-up beyond its iterations (the mean over those started from scratch on a
+    worker that ran one before)."""
     checkpoint_load_seconds: float
-    """What a batch started from a checkpoint took beyond that (the mean over them)."""
+    """What a batch started from a checkpoint took beyond that (the mean over them, on such workers)."""
+    worker_start_seconds: float
+    """What a worker's first batch took beyond that: its process warming up (a CUDA context, the first model)."""
     shared: float
     """The shared work's makespan without any per-batch cost."""
     trial_based: float
@@ -77,16 +81,30 @@ def replay(plan: SearchPlan, workers: int, policy: str = "critical_path") -> Rep
         # Iteration by iteration: a stage's values may change inside it.
         return sum(costs.predict(stage_features(node, iteration, iteration + 1)) for iteration in range(start, stop))
 
-    fresh: list[float] = []
-    restored: list[float] = []
-    for run in plan.runs:
+    # Each run's time beyond its iterations' costs, apart for a worker's first run (its process warming up).
+    excess: dict[tuple[bool, bool], list[float]] = {}  # (a worker's first, from a checkpoint) -> seconds
+    warm: set[int] = set()
+    for run in sorted(plan.runs, key=lambda run: run.began):
         if not run.segments:
             continue
         trained = sum(seconds(plan.nodes[node_id], start, stop) for node_id, start, stop in run.segments)
-        excess = max(0.0, run.ended - run.began - trained)
-        (restored if run.segments[0][1] > 0 else fresh).append(excess)
-    start_seconds = statistics.fmean(fresh) if fresh else 0.0
-    load_seconds = max(0.0, statistics.fmean(restored) - start_seconds) if restored else 0.0
+        key = (run.worker not in warm, run.segments[0][1] > 0)
+        excess.setdefault(key, []).append(max(0.0, run.ended - run.began - trained))
+        warm.add(run.worker)
+
+    def mean(values: list[float]) -> float:
+        return statistics.fmean(values) if values else 0.0
+
+    later_fresh, later_restored = excess.get((False, False), []), excess.get((False, True), [])
+    start_seconds = mean(later_fresh)
+    load_seconds = max(0.0, mean(later_restored) - start_seconds) if later_restored else 0.0
+    first_runs = [
+        seconds - start_seconds - (load_seconds if restored else 0.0)
+        for (first, restored), values in excess.items()
+        if first
+        for seconds in values
+    ]
+    worker_seconds = max(0.0, mean(first_runs))
 
     @functools.cache
     def iteration_seconds(node: PlanNode, iteration: int) -> float:
@@ -102,9 +120,15 @@ def replay(plan: SearchPlan, workers: int, policy: str = "critical_path") -> Rep
 
     return Replay(
         measured=max(run.ended for run in plan.runs) - min(run.began for run in plan.runs),
-        predicted=makespan(True, batch_start_seconds=start_seconds, checkpoint_load_seconds=load_seconds),
+        predicted=makespan(
+            True,
+            batch_start_seconds=start_seconds,
+            checkpoint_load_seconds=load_seconds,
+            worker_start_seconds=worker_seconds,
+        ),
         batch_start_seconds=start_seconds,
         checkpoint_load_seconds=load_seconds,
+        worker_start_seconds=worker_seconds,
         shared=makespan(True),
         trial_based=makespan(False),
     )

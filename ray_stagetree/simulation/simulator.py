@@ -150,6 +150,10 @@ class Simulation:
         Paid by every batch before its first iteration, on top of a
         checkpoint's load: its dispatch and the trainable's own set-up
         (building the model, moving data), which no iteration's cost holds.
+    worker_start_seconds:
+        Paid on top by each worker's first batch: the process warming up
+        (its first model built, a CUDA context). A batch goes to a worker
+        that ran one before while any is idle.
     checkpoint_save_seconds:
         Paid at the end of a batch, whose final checkpoint the worker writes
         before it is free. Checkpoints at branch points inside a batch are
@@ -177,12 +181,18 @@ class Simulation:
     checkpoint_load_seconds: float = 0.0
     checkpoint_save_seconds: float = 0.0
     batch_start_seconds: float = 0.0
+    worker_start_seconds: float = 0.0
     metrics: Callable[[PlanNode, int], dict[str, Any]] | None = None
     profiled_costs: bool = True
 
     def __post_init__(self) -> None:
         check("workers", self.workers, Int(low=1))
-        for name in ("checkpoint_load_seconds", "checkpoint_save_seconds", "batch_start_seconds"):
+        for name in (
+            "checkpoint_load_seconds",
+            "checkpoint_save_seconds",
+            "batch_start_seconds",
+            "worker_start_seconds",
+        ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -290,6 +300,7 @@ class _Run:
         self.running: dict[int, _Progress] = {}
         self.now = self.busy = 0.0
         self.idle = simulation.workers
+        self.cold = simulation.workers  # idle workers that never ran a batch
         self.iterations = self.batches = self.loads = self.saves = self.preempted = self.yielded = 0
         policy.bind(simulation.workers)
 
@@ -343,6 +354,9 @@ class _Run:
             self.batches += 1
             source = batch.source
             elapsed = self.now + self.sim.batch_start_seconds
+            if self.idle < self.cold:  # no warm worker was idle (this one counted out already)
+                self.cold -= 1
+                elapsed += self.sim.worker_start_seconds
             if source is not None and not source.is_initialization:
                 elapsed += self.sim.checkpoint_load_seconds
                 self.loads += 1
