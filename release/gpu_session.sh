@@ -5,17 +5,24 @@
 #     bash release/gpu_wheels.sh            # .whl/: Ray (stripped) and what the GPU image lacks, ~46 MiB
 #
 # then, with the device tool: run(command="bash release/gpu_session.sh", carry=[".whl"], timeout_s=600).
-# Parts, in order (name some to run only those): gpu (bench_gpu.py --full,
-# 2 interleaved repeats, with the breakdown by phase and the makespan over
-# its lower bound), overhead (Tune's bookkeeping shape at 320 trials on the
-# machine's 16 CPUs). Each part's markdown section and its log land in $OUT;
-# RESULTS.md keeps the machine and commit of each figure.
+# Parts, in order (name some to run only those), each within what is left of
+# SESSION_S seconds (570 by default, under the call's 600):
+#   resnet20  issue 61's points 1 and 4: bench_gpu.py --study resnet20 (ResNet-20 on 50,000 images,
+#             32 trials, merge rate 3.69, 4 slots of 0.25 GPU), Tune reuse_actors=True against
+#             ray_stagetree, 2 interleaved repeats, with the breakdown by phase, the wall time in parts
+#             and the makespan against its replay (at most 330 s);
+#   overhead  point 5: Tune's bookkeeping shape at 1,600 trials on the machine's 16 CPUs (Tune
+#             reuse_actors=True and ray_stagetree, one repeat);
+#   gpu       the small study of RESULTS.md (bench_gpu.py --full, 2 repeats), if time is left.
+# Each part's markdown section and its log land in $OUT (a part cut short by its limit leaves its
+# log, whose lines give each finished run); RESULTS.md keeps the machine and commit of each figure.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_session_out}
 mkdir -p "$out"
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(gpu overhead)
+[ ${#parts[@]} -eq 0 ] && parts=(resnet20 overhead gpu)
+deadline=$(( $(date +%s) + ${SESSION_S:-570} ))
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$repo"/.whl/*.whl \
     || { echo "install failed: run release/gpu_wheels.sh here and carry .whl"; exit 1; }
@@ -29,17 +36,21 @@ cd "$scratch/release"
   python3 -c "import torch, ray, ray_stagetree; print('torch', torch.__version__, 'ray', ray.__version__, 'ray_stagetree', ray_stagetree.__version__)";
   git -C "$repo" rev-parse --short HEAD 2>/dev/null; } > "$out/machine.txt" 2>&1
 
-run_part() {  # name, seconds, command...
-    local name=$1 limit=$2; shift 2
+run_part() {  # name, most seconds, command...: runs within what is left of the session
+    local name=$1 most=$2; shift 2
+    local left=$(( deadline - $(date +%s) ))
+    local limit=$(( most < left ? most : left ))
+    if [ "$left" -lt 60 ]; then echo "== $name: skipped, ${left}s left"; return; fi
     echo "== $name (at most ${limit}s): $*"
     timeout "$limit" "$@" > "$out/$name.md" 2> "$out/$name.log"
     echo "   exit $?; $(head -c 300 "$out/$name.md" | tr '\n' ' ')"
 }
 for part in "${parts[@]}"; do
     case $part in
+        resnet20) run_part resnet20 330 python3 bench_gpu.py --study resnet20 --gpu-per-trial 0.25 --repeats 2 ;;
+        overhead) run_part overhead 300 python3 bench_overhead.py --trials 1600 --workers 16 --iterations 1 \
+            --seconds 1 --sections short --systems "Ray Tune reuse,ray_stagetree" --repeats 1 ;;
         gpu) run_part gpu 390 python3 bench_gpu.py --full --repeats 2 ;;
-        overhead) run_part overhead 150 python3 bench_overhead.py --trials 320 --workers 16 --iterations 1 --seconds 1 \
-            --sections short --repeats 1 ;;
-        *) echo "unknown part $part (gpu, overhead)"; exit 2 ;;
+        *) echo "unknown part $part (resnet20, overhead, gpu)"; exit 2 ;;
     esac
 done
