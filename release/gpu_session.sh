@@ -11,6 +11,8 @@
 #             32 trials, merge rate 3.69, 4 slots of 0.25 GPU), Tune reuse_actors=True against
 #             ray_stagetree, 2 interleaved repeats, with the breakdown by phase, the wall time in parts
 #             and the makespan against its replay (at most 330 s);
+#   deterministic  point 4's bit-for-bit check on the GPU: the ResNet-20 study's --quick size with
+#             deterministic algorithms, each merged trial against it trained alone (at most 120 s);
 #   overhead  point 5: Tune's bookkeeping shape at 1,600 trials on the machine's 16 CPUs (Tune
 #             reuse_actors=True and ray_stagetree, one repeat);
 #   gpu       the small study of RESULTS.md (bench_gpu.py --full, 2 repeats), if time is left.
@@ -21,7 +23,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_session_out}
 mkdir -p "$out"
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(resnet20 overhead gpu)
+[ ${#parts[@]} -eq 0 ] && parts=(resnet20 deterministic overhead gpu)
 deadline=$(( $(date +%s) + ${SESSION_S:-570} ))
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$repo"/.whl/*.whl \
@@ -48,9 +50,10 @@ run_part() {  # name, most seconds, command...: runs within what is left of the 
 for part in "${parts[@]}"; do
     case $part in
         resnet20) run_part resnet20 330 python3 bench_gpu.py --study resnet20 --gpu-per-trial 0.25 --repeats 2 ;;
+        deterministic) run_part deterministic 120 python3 bench_gpu.py --study resnet20 --quick --deterministic ;;
         overhead) run_part overhead 300 python3 bench_overhead.py --trials 1600 --workers 16 --iterations 1 \
             --seconds 1 --sections short --systems "Ray Tune reuse,ray_stagetree" --repeats 1 ;;
         gpu) run_part gpu 390 python3 bench_gpu.py --full --repeats 2 ;;
-        *) echo "unknown part $part (resnet20, overhead, gpu)"; exit 2 ;;
+        *) echo "unknown part $part (resnet20, deterministic, overhead, gpu)"; exit 2 ;;
     esac
 done
