@@ -279,19 +279,26 @@ def loads(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
 
 
 class TrialOccupancy(tune.Callback):
-    """Seconds each Tune trial held its worker: start to completion."""
+    """Seconds each Tune trial held its worker: start to completion; and
+    when the first trial started and the last ended (``time.monotonic()``)."""
 
     def __init__(self) -> None:
         self.started: dict[str, float] = {}
         self.seconds = 0.0
+        self.first_start = math.inf
+        self.last_end = -math.inf
 
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
-        self.started[trial.trial_id] = time.monotonic()
+        now = time.monotonic()
+        self.started[trial.trial_id] = now
+        self.first_start = min(self.first_start, now)
 
     def _ended(self, trial) -> None:
         started = self.started.pop(trial.trial_id, None)
         if started is not None:
-            self.seconds += time.monotonic() - started
+            now = time.monotonic()
+            self.seconds += now - started
+            self.last_end = max(self.last_end, now)
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         self._ended(trial)
