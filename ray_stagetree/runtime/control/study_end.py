@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ray_stagetree.execution.storage import CheckpointUnavailableError
@@ -69,36 +70,68 @@ async def export_kept_checkpoints(
     remove_others: Callable[[str, list[str]], Awaitable[None]],
     checkpoint_config: Any,
 ) -> list[str]:
-    """Export the checkpoints each ended trial keeps (`TrialState.exposed_checkpoints`
-    under ``checkpoint_config``) through ``export(node, iteration,
-    folder)``, all at once, into ``state.checkpoints`` and
-    ``state.best_checkpoints``, then ``remove_others(trial_dir, kept
-    folder names)`` (a restored study's trials drop what an earlier run
-    kept and ``num_to_keep`` no longer does, as Tune does); what storage
-    refused (`WriteFailed`'s reasons) is returned, and a checkpoint lost
-    meanwhile (None) left out."""
-    trials = list(trials)
-    exported, best, kept_folders = [], {}, {}
-    for state in trials:
-        kept, best[state.trial_id] = state.exposed_checkpoints(checkpoint_config)
-        if kept:
-            kept_folders[state.dirname] = [folder for _, _, folder in kept]
-            state.checkpoints = []  # a restored trial's earlier export is replaced
-        exported += [(state, at, export(node, at, f"{state.dirname}/{folder}")) for node, at, folder in kept]
-    paths = await asyncio.gather(*(write for _, _, write in exported))
+    """`export_trial_checkpoints` for every trial, all at once; what storage refused."""
+    outcomes = await asyncio.gather(
+        *(export_trial_checkpoints(state, export, remove_others, checkpoint_config) for state in trials)
+    )
+    return [reason for outcome in outcomes for reason in outcome.refused]
+
+
+@dataclass(frozen=True)
+class TrialExport:
+    """What `export_trial_checkpoints` wrote of a trial: the checkpoints
+    (node id, iteration, folder) and best iterations it kept then, and what
+    storage refused."""
+
+    kept: tuple[tuple[int, int, str], ...]
+    best: tuple[int, ...]
+    refused: tuple[str, ...]
+    complete: bool
+    """Every kept checkpoint written (none refused, none lost meanwhile)."""
+
+    def still_kept(self, state: TrialState, checkpoint_config: Any) -> bool:
+        """Whether this export wrote all that ``state`` keeps now (its final
+        checkpoint may have been trained again since, a write may have failed)."""
+        kept, best = state.exposed_checkpoints(checkpoint_config)
+        return self.complete and (self.kept, self.best) == (_ids(kept), tuple(best))
+
+
+def _ids(kept: list[tuple[Any, int, str]]) -> tuple[tuple[int, int, str], ...]:
+    return tuple((node.node_id, at, folder) for node, at, folder in kept)
+
+
+async def export_trial_checkpoints(
+    state: TrialState,
+    export: Callable[[Any, int, str], Awaitable[str | WriteFailed | None]],
+    remove_others: Callable[[str, list[str]], Awaitable[None]],
+    checkpoint_config: Any,
+) -> TrialExport:
+    """Export the checkpoints an ended trial keeps (`TrialState.exposed_checkpoints`
+    under ``checkpoint_config``) through ``export(node, iteration, folder)``
+    into ``state.checkpoints`` and ``state.best_checkpoints``, then
+    ``remove_others(trial_dir, kept folder names)`` (a restored study's
+    trials drop what an earlier run kept and ``num_to_keep`` no longer
+    does, as Tune does); a checkpoint lost meanwhile (None) is left out."""
+    kept, best = state.exposed_checkpoints(checkpoint_config)
+    if kept:
+        state.checkpoints = []  # a restored trial's earlier export is replaced
+    paths = await asyncio.gather(*(export(node, at, f"{state.dirname}/{folder}") for node, at, folder in kept))
     refused: list[str] = []
-    written: dict[tuple[str, int], str] = {}
-    for (state, iteration, _), path in zip(exported, paths):
+    written: dict[int, str] = {}
+    for (_, iteration, _), path in zip(kept, paths):
         if isinstance(path, WriteFailed):
             refused.append(path.reason)
         elif path is not None:
             state.checkpoints.append((path, state.checkpoint_metrics(iteration)))
-            written[state.trial_id, iteration] = path
-    await asyncio.gather(*(remove_others(trial_dir, folders) for trial_dir, folders in kept_folders.items()))
-    for state in trials:
-        state.best_checkpoints = [
-            (written[state.trial_id, iteration], state.checkpoint_metrics(iteration))
-            for iteration in best[state.trial_id]
-            if (state.trial_id, iteration) in written
-        ]
-    return refused
+            written[iteration] = path
+    if kept:
+        await remove_others(state.dirname, [folder for _, _, folder in kept])
+    state.best_checkpoints = [
+        (written[iteration], state.checkpoint_metrics(iteration)) for iteration in best if iteration in written
+    ]
+    return TrialExport(
+        kept=_ids(kept),
+        best=tuple(best),
+        refused=tuple(refused),
+        complete=len(written) == len(kept),
+    )

@@ -428,6 +428,7 @@ class StudyTrials:
             self.feed.event("error", state, error=state.error, iterations=max(state.rows, default=0))
         else:
             self.feed.event("complete", state)
+            self.checkpoints.ended(state)
         self.port.release_unneeded()
         self.port.wake()
 

@@ -1,7 +1,7 @@
 """A study's checkpoints in its trials' folders, and the driver told of
 them: each as it is registered where a callback acts on it (Tune's
-``on_trial_save`` / ``on_checkpoint`` moments), the kept ones at the
-study's end (`study_end`)."""
+``on_trial_save`` / ``on_checkpoint`` moments), the kept ones as each
+trial terminates and, for the others, at the study's end (`study_end`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
+from ray_stagetree.planning.lifecycle import TERMINATED
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.control.driver_feed import DriverFeed
-from ray_stagetree.runtime.control.study_end import export_kept_checkpoints
+from ray_stagetree.runtime.control.study_end import TrialExport, export_kept_checkpoints, export_trial_checkpoints
 from ray_stagetree.runtime.control.trials import TrialState
 
 
@@ -32,6 +33,8 @@ class TrialCheckpoints:
         self._checkpoint_config = checkpoint_config
         # Each trial's latest checkpoint being written as registered, which announces it after the ones before.
         self._writes: dict[str, asyncio.Future] = {}
+        # The kept checkpoints of the trials that terminated, being written or written (`ended`).
+        self._exports: dict[str, asyncio.Future[TrialExport]] = {}
 
     def saved(self, state: TrialState, node: Any, iteration: int) -> None:
         """A checkpoint on the trial's path was registered at ``iteration``;
@@ -45,6 +48,8 @@ class TrialCheckpoints:
         if self._each:
             earlier = self._writes.get(state.trial_id)
             self._writes[state.trial_id] = asyncio.ensure_future(self._write(state, node, iteration, folder, earlier))
+        else:
+            self.ended(state)  # a terminated trial's final checkpoint may come after its last result
 
     async def _write(
         self, state: TrialState, node: Any, iteration: int, folder: str, earlier: asyncio.Future | None
@@ -57,18 +62,40 @@ class TrialCheckpoints:
             state.announced_checkpoints |= {path}
             self._feed.event("checkpoint", state, path=path, iteration=iteration)
 
+    def ended(self, state: TrialState) -> None:
+        """Once the trial terminated and its checkpoint at its last result is
+        in (at a batch's end it comes after the result), what it keeps is
+        written into its folder, beside the training that goes on, rather
+        than with every other trial's at the study's end, where the writes
+        would be all the study does. Where a callback wants each checkpoint,
+        they are written as they come already."""
+        if self._each or state.status != TERMINATED or state.trial_id in self._exports:
+            return
+        points = state.path_checkpoints()
+        if points and points[-1][1] == max(state.rows):
+            self._exports[state.trial_id] = asyncio.ensure_future(
+                export_trial_checkpoints(state, *self._export_calls(), self._checkpoint_config)
+            )
+
+    def _export_calls(self) -> tuple[Any, Any]:
+        return functools.partial(self._store.export, self._plan), self._store.remove_other_checkpoints
+
     async def at_end(self, trials: Iterable[TrialState]) -> list[str]:
-        """The kept checkpoints into the trials' folders (`study_end`), each
-        trial's final one announced unless it was as it came; what storage
-        refused, as messages."""
+        """The kept checkpoints into the trials' folders (`study_end`): those
+        of trials that terminated were written then, and are written again
+        only where what a trial keeps changed since (its final checkpoint was
+        trained again) or a write failed. Each trial's final one is announced
+        unless it was as it came; what storage refused, as messages."""
         trials = list(trials)
         await asyncio.gather(*self._writes.values())
-        unwritten = await export_kept_checkpoints(
-            trials,
-            functools.partial(self._store.export, self._plan),
-            self._store.remove_other_checkpoints,
-            self._checkpoint_config,
-        )
+        exports = dict(zip(self._exports, await asyncio.gather(*self._exports.values())))
+        self._exports = {}
+        again = [
+            state
+            for state in trials
+            if state.trial_id not in exports or not exports[state.trial_id].still_kept(state, self._checkpoint_config)
+        ]
+        unwritten = await export_kept_checkpoints(again, *self._export_calls(), self._checkpoint_config)
         for state in trials:
             if state.checkpoints and state.checkpoints[-1][0] not in state.announced_checkpoints:
                 self._feed.event("checkpoint", state, path=state.checkpoints[-1][0])

@@ -13,6 +13,7 @@ from ray_stagetree.execution.storage import CheckpointUnavailableError
 from ray_stagetree.planning.lifecycle import ERROR, RUNNING, TERMINATED
 from ray_stagetree.runtime.control.checkpoint_store import WriteFailed
 from ray_stagetree.runtime.control.study_end import FINAL_RETRAINS, export_kept_checkpoints, retrain_lost_finals
+from ray_stagetree.runtime.control.trial_checkpoints import TrialCheckpoints
 from ray_stagetree.runtime.control.trials import TrialState
 
 
@@ -146,5 +147,76 @@ def test_an_errored_trials_final_checkpoint_is_not_trained_again():
         retrained = []
         assert not await retrain_lost_finals([errored], damaged, retrained.append, None)
         assert retrained == []
+
+    asyncio.run(scenario())
+
+
+class FakeStore:
+    """`CheckpointStore`'s export calls, recorded."""
+
+    def __init__(self) -> None:
+        self.exported: list[str] = []
+
+    async def export(self, plan, at, iteration, folder):
+        self.exported.append(folder)
+        return f"/exp/{folder}"
+
+    async def remove_other_checkpoints(self, trial_dir, keep):
+        return None
+
+
+async def settle() -> None:
+    """Let the tasks started run to their end (the fake store never waits)."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+def _trial_checkpoints(store: FakeStore) -> TrialCheckpoints:
+    feed = SimpleNamespace(event=lambda *args, **kwargs: None)
+    return TrialCheckpoints(store, plan=None, feed=feed, each=False, checkpoint_config=tune.CheckpointConfig())
+
+
+def test_a_terminated_trials_checkpoints_are_written_then_not_at_the_studys_end():
+    async def scenario():
+        store = FakeStore()
+        checkpoints = _trial_checkpoints(store)
+        early = finished("a", node(0, [1, 2]), last=2)
+        checkpoints.ended(early)
+        await settle()  # the export runs beside the study, before its end
+        assert store.exported == ["dir_a/checkpoint_000000", "dir_a/checkpoint_000001"]
+        assert [path for path, _ in early.checkpoints] == [
+            "/exp/dir_a/checkpoint_000000",
+            "/exp/dir_a/checkpoint_000001",
+        ]
+        # At the end only the trials not written yet are.
+        late = finished("b", node(1, [3]), last=3)
+        assert await checkpoints.at_end([early, late]) == []
+        assert store.exported[2:] == ["dir_b/checkpoint_000000"]
+
+    asyncio.run(scenario())
+
+
+def test_a_trials_checkpoints_wait_for_its_final_one_and_are_written_again_if_what_it_keeps_changed():
+    async def scenario():
+        store = FakeStore()
+        checkpoints = _trial_checkpoints(store)
+        at = node(0, [1])
+        state = finished("a", at, last=2)  # its result at 2 is in; the checkpoint at 2 comes after it
+        checkpoints.ended(state)
+        await settle()
+        assert store.exported == []
+        at.checkpoints[2] = None
+        checkpoints.saved(state, at, 2)
+        await settle()
+        assert store.exported == ["dir_a/checkpoint_000000", "dir_a/checkpoint_000001"]
+        # Trained again after a longer path (a final checkpoint found lost at the end, say): written again.
+        at.checkpoints[3] = None
+        state.rows[3] = {"training_iteration": 3, "acc": 0.3}
+        await checkpoints.at_end([state])
+        assert store.exported[2:] == [
+            "dir_a/checkpoint_000000",
+            "dir_a/checkpoint_000001",
+            "dir_a/checkpoint_000002",
+        ]
 
     asyncio.run(scenario())
