@@ -41,6 +41,11 @@ RELEASE = os.path.dirname(os.path.abspath(__file__))
 CANNOT_MEASURE_HERE = 3
 
 
+#: When --time-budget runs out (``time.monotonic()``), and the parsed arguments whose ``repeats`` says how many ran.
+_DEADLINE: float | None = None
+_PARSED: argparse.Namespace | None = None
+
+
 def parser(description: str | None, quick_repeats: int = 1, full_repeats: int = 3) -> argparse.ArgumentParser:
     """The benchmark's argument parser with the shared options; ``parse``
     fills in ``--repeats`` from the mode."""
@@ -55,12 +60,21 @@ def parser(description: str | None, quick_repeats: int = 1, full_repeats: int = 
         help=f"runs per system, interleaved (default {full_repeats}; {quick_repeats} with --quick)",
     )
     result.add_argument("--out", default=None, help="folder for the files it writes (default: a temporary folder)")
+    result.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help="start no repeat that would end past S seconds from the start, judged by the last one (a device "
+        "call's limit); the section reports the repeats done",
+    )
     result.set_defaults(_repeats=(quick_repeats, full_repeats))
     return result
 
 
 def parse(arguments: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse, check ``--repeats``, and send everything but the section to standard error."""
+    """Parse, check ``--repeats`` and ``--time-budget``, and send everything but the section to standard error."""
+    global _DEADLINE, _PARSED
     args = arguments.parse_args(argv)
     quick_repeats, full_repeats = args._repeats
     if args.repeats is None:
@@ -68,6 +82,11 @@ def parse(arguments: argparse.ArgumentParser, argv: Sequence[str] | None = None)
     if args.repeats < 1:
         arguments.error(f"--repeats must be at least 1, got {args.repeats}")
     args.full = not args.quick
+    if args.time_budget is not None:
+        if not args.time_budget > 0:
+            arguments.error(f"--time-budget must be > 0 seconds, got {args.time_budget}")
+        _DEADLINE = time.monotonic() + args.time_budget
+    _PARSED = args
     _stdout_to_stderr()
     return args
 
@@ -208,7 +227,14 @@ def interleaved(
     each run's figures, by system, in the order run. Each run's figures get
     the 1-minute load average at its start (``load``)."""
     runs: dict[str, list[Mapping[str, Any]]] = {name: [] for name in systems}
+    last = 0.0  # seconds the last repeat took
     for repeat in range(repeats):
+        started = time.monotonic()
+        if repeat and _DEADLINE is not None and started + last > _DEADLINE:
+            log(f"{label}: --time-budget leaves too little for repeat {repeat + 1} (the last took {last:.0f} s)")
+            if _PARSED is not None:
+                _PARSED.repeats = repeat
+            break
         for name, run in systems.items():
             before = os.getloadavg()[0]
             figures = dict(run())
@@ -216,6 +242,7 @@ def interleaved(
             runs[name].append(figures)
             shown = ", ".join(f"{key} {_short(value)}" for key, value in figures.items() if _is_figure(value))
             log(f"{label} repeat {repeat + 1}/{repeats} {name}: {shown}")
+        last = time.monotonic() - started
     return runs
 
 

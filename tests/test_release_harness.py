@@ -59,6 +59,26 @@ def test_parse_sends_repeats_by_mode_and_refuses_bad_ones(monkeypatch):
         harness.parse(parser, ["--repeats", "0"])
 
 
+def test_a_time_budget_starts_no_repeat_that_would_end_past_it(monkeypatch):
+    """Each run takes 3 s of a 10-s budget: the second repeat (6 s more) would end at 12."""
+    monkeypatch.setattr(harness, "_stdout_to_stderr", lambda: None)
+    clock = [100.0]
+    monkeypatch.setattr(harness.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(harness, "_DEADLINE", None)
+    monkeypatch.setattr(harness, "_PARSED", None)
+    args = harness.parse(harness.parser("doc"), ["--repeats", "5", "--time-budget", "10"])
+
+    def system():
+        clock[0] += 3.0
+        return {"wall": 3.0}
+
+    runs = harness.interleaved({"A": system, "B": system}, repeats=args.repeats)
+    assert [len(outcomes) for outcomes in runs.values()] == [1, 1]
+    assert args.repeats == 1, "the section's header says how many ran"
+    with pytest.raises(SystemExit):
+        harness.parse(harness.parser("doc"), ["--time-budget", "0"])
+
+
 @pytest.mark.parametrize(
     "output, message",
     [
