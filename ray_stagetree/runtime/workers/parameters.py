@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import threading
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -51,13 +50,14 @@ class ResidentObjects:
         return value
 
 
-def keep_resident(registry_module: types.ModuleType, stage_context: Callable[[], Any]) -> None:
-    """Make ``ray.tune.registry``'s parameter registry get its objects
-    through one `ResidentObjects` in this process, inside a stage batch
+def keep_resident(stage_context: Callable[[], Any]) -> None:
+    """Make Tune's parameter registry get its objects through one
+    `ResidentObjects` in this process, inside a stage batch
     (``stage_context()`` not None); elsewhere, as Tune does."""
     import ray
+    import ray.tune.registry as tune_registry
 
-    registry = registry_module._ParameterRegistry
+    registry = tune_registry._ParameterRegistry
     tune_get = registry.get
     resident = ResidentObjects(ray.get)
 

@@ -153,7 +153,7 @@ def _install_tune_shims() -> None:
     _refuse_legacy_train_runs()
     train_runs.host(current, _when_imported)
     live_values.use_stage_context(current)
-    _when_imported("ray.tune.registry", lambda registry: parameters.keep_resident(registry, current))
+    parameters.keep_resident(current)
     # Ray's framework callbacks are ours (subclasses, same arguments): a script written for Tune shares as written.
     for ray_module, name, ours in FRAMEWORK_CALLBACKS:
         _when_imported(ray_module, functools.partial(_use_our_callback, name=name, ours=ours))
