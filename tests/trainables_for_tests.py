@@ -60,6 +60,23 @@ def sum_of_lr(config):
             report({"total": total}, checkpoint=tune.Checkpoint.from_directory(path))
 
 
+def restored_step() -> int:
+    """The step the batch's checkpoint holds; 0 on a fresh start."""
+    checkpoint = get_checkpoint()
+    if not checkpoint:
+        return 0
+    with checkpoint.as_directory() as folder, open(os.path.join(folder, "step.json")) as file:
+        return json.load(file)
+
+
+def report_step(metrics: dict, step: int) -> None:
+    """Report ``metrics`` with a checkpoint holding ``step``."""
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "step.json"), "w") as file:
+            json.dump(step, file)
+        report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
 def count_of(name):
     """Iterations counted by the Counter actor ``name``."""
     return ray.get(ray.get_actor(name).get.remote())

@@ -2,13 +2,12 @@
 (`runtime.workers.parameters`): each batch it runs gets the object the
 first one got, not another copy out of the object store."""
 
-import json
 import os
-import tempfile
 
 from ray import tune
+from trainables_for_tests import report_step, restored_step
 
-from ray_stagetree import MultiStep, Tuner, get_checkpoint, report
+from ray_stagetree import MultiStep, Tuner
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.workers.parameters import ResidentObjects
 
@@ -34,18 +33,10 @@ def test_an_object_is_got_once_and_the_least_recently_used_goes_first():
 def forked(config, data):
     """Reports which object it got as ``data``, in which process; forks
     start from its checkpoint, each in a batch of its own."""
-    step = 0
-    checkpoint = get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as folder, open(os.path.join(folder, "step.json")) as file:
-            step = json.load(file)
+    step = restored_step()
     while True:
         step += 1
-        with tempfile.TemporaryDirectory() as folder:
-            with open(os.path.join(folder, "step.json"), "w") as file:
-                json.dump(step, file)
-            metrics = {"loss": sum(data) / step, "data_id": id(data), "pid": os.getpid()}
-            report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+        report_step({"loss": sum(data) / step, "data_id": id(data), "pid": os.getpid()}, step)
 
 
 def test_the_batches_a_worker_runs_share_one_copy_of_each_object(ray_session, tmp_path):

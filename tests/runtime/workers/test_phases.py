@@ -3,14 +3,11 @@ own phases around the trainable, the trainable's named ones
 (`ray_stagetree.timed`), summed in `ResultGrid.phase_seconds` and kept with
 each run of the plan (the monitor's timeline)."""
 
-import json
-import os
-import tempfile
-
 import pytest
 from ray import tune
+from trainables_for_tests import report_step, restored_step
 
-from ray_stagetree import MultiStep, Tuner, get_checkpoint, get_hparams, report, timed
+from ray_stagetree import MultiStep, Tuner, get_hparams, timed
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.workers import phases
 from ray_stagetree.runtime.workers.phases import PhaseClock
@@ -63,19 +60,12 @@ def test_a_phase_open_at_a_take_is_split_between_the_takes(clock):
 
 def staged(config):
     """Trains from its checkpoint, moving its 'data' in a phase of its own."""
-    step = 0
-    checkpoint = get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as folder, open(os.path.join(folder, "step.json")) as file:
-            step = json.load(file)
+    step = restored_step()
     while True:
         step += 1
         with timed("data_to_device"):
             lr = get_hparams()["lr"]
-        with tempfile.TemporaryDirectory() as folder:
-            with open(os.path.join(folder, "step.json"), "w") as file:
-                json.dump(step, file)
-            report({"loss": lr / step}, checkpoint=tune.Checkpoint.from_directory(folder))
+        report_step({"loss": lr / step}, step)
 
 
 def test_a_studys_worker_seconds_by_phase_and_each_runs_phases(ray_session, tmp_path):
