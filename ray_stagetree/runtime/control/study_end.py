@@ -113,8 +113,6 @@ async def export_trial_checkpoints(
     trials drop what an earlier run kept and ``num_to_keep`` no longer
     does, as Tune does); a checkpoint lost meanwhile (None) is left out."""
     kept, best = state.exposed_checkpoints(checkpoint_config)
-    if kept:
-        state.checkpoints = []  # a restored trial's earlier export is replaced
     paths = await asyncio.gather(*(export(node, at, f"{state.dirname}/{folder}") for node, at, folder in kept))
     refused: list[str] = []
     written: dict[int, str] = {}
@@ -122,9 +120,9 @@ async def export_trial_checkpoints(
         if isinstance(path, WriteFailed):
             refused.append(path.reason)
         elif path is not None:
-            state.checkpoints.append((path, state.checkpoint_metrics(iteration)))
             written[iteration] = path
-    if kept:
+    if kept:  # a restored trial's earlier export is replaced
+        state.checkpoints = [(path, state.checkpoint_metrics(iteration)) for iteration, path in written.items()]
         await remove_others(state.dirname, [folder for _, _, folder in kept])
     state.best_checkpoints = [
         (written[iteration], state.checkpoint_metrics(iteration)) for iteration in best if iteration in written

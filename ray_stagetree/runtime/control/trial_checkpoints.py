@@ -35,6 +35,7 @@ class TrialCheckpoints:
         self._writes: dict[str, asyncio.Future] = {}
         # The kept checkpoints of the trials that terminated, being written or written (`ended`).
         self._exports: dict[str, asyncio.Future[TrialExport]] = {}
+        self._ending = False  # `at_end` writes what is left: no trial starts its own writes beside it
 
     def saved(self, state: TrialState, node: Any, iteration: int) -> None:
         """A checkpoint on the trial's path was registered at ``iteration``;
@@ -69,7 +70,7 @@ class TrialCheckpoints:
         than with every other trial's at the study's end, where the writes
         would be all the study does. Where a callback wants each checkpoint,
         they are written as they come already."""
-        if self._each or state.status != TERMINATED or state.trial_id in self._exports:
+        if self._each or self._ending or state.status != TERMINATED or state.trial_id in self._exports:
             return
         points = state.path_checkpoints()
         if points and points[-1][1] == max(state.rows):
@@ -87,6 +88,7 @@ class TrialCheckpoints:
         trained again) or a write failed. Each trial's final one is announced
         unless it was as it came; what storage refused, as messages."""
         trials = list(trials)
+        self._ending = True
         await asyncio.gather(*self._writes.values())
         exports = dict(zip(self._exports, await asyncio.gather(*self._exports.values())))
         self._exports = {}

@@ -105,7 +105,9 @@ def test_a_new_service_generation_answers_from_the_stored_plan(ray_session, tmp_
     assert summary(later) == {3: summary(first)[3], 4: expected_total(4)}
     # Only milestone 4's path from Monday's nearest stored checkpoint (its branch point, iteration 2).
     assert count_of(counter) - trained == HORIZON - 2
-    assert all(result.checkpoint is not None for result in later)
+    assert all(result.checkpoint is not None for result in later), [
+        (result.path, result.checkpoint) for result in later
+    ]
 
 
 def test_studies_of_different_trainables_never_share(ray_session, tmp_path, counter, service_name):
