@@ -77,9 +77,13 @@ def replay(plan: SearchPlan, workers: int, policy: str = "critical_path") -> Rep
         raise ValueError("the plan records no batch runs: replay needs a study the runtime ran")
     costs = CostModel().fit(plan)
 
+    @functools.cache  # the simulator asks for each iteration at every dispatch that passes it
+    def iteration_seconds(node: PlanNode, iteration: int) -> float:
+        return costs.predict(stage_features(node, iteration, iteration + 1))
+
     def seconds(node: PlanNode, start: int, stop: int) -> float:
         # Iteration by iteration: a stage's values may change inside it.
-        return sum(costs.predict(stage_features(node, iteration, iteration + 1)) for iteration in range(start, stop))
+        return sum(iteration_seconds(node, iteration) for iteration in range(start, stop))
 
     # Each run's time beyond its iterations' costs, apart for a worker's first run (its process warming up).
     excess: dict[tuple[bool, bool], list[float]] = {}  # (a worker's first, from a checkpoint) -> seconds
@@ -105,10 +109,6 @@ def replay(plan: SearchPlan, workers: int, policy: str = "critical_path") -> Rep
         for seconds in values
     ]
     worker_seconds = max(0.0, mean(first_runs))
-
-    @functools.cache
-    def iteration_seconds(node: PlanNode, iteration: int) -> float:
-        return seconds(node, iteration, iteration + 1)
 
     def makespan(shared: bool, **overheads: float) -> float:
         replayed = SearchPlan()
