@@ -208,7 +208,11 @@ def read_experiment(path: str) -> Experiment:
     plan_path = posixpath.join(root, PLAN_FOLDER)
     plan, plan_updated = None, 0.0
     if filesystem.isdir(plan_path) and filesystem.ls(plan_path):
-        plan = SearchPlan.load(path.rstrip("/") + "/" + PLAN_FOLDER)
+        try:
+            plan = SearchPlan.load(path.rstrip("/") + "/" + PLAN_FOLDER)
+        except FileNotFoundError:  # the study is writing its first snapshot, table by table
+            plan = None
+    if plan is not None:
         plan_updated = max(_modified(filesystem, name) for name in filesystem.ls(plan_path, detail=False))
         for trial in trials:
             record = plan.trials.get(trial.last.get("trial_id"))

@@ -40,3 +40,21 @@ def test_a_tuner_stores_its_metric_and_mode_for_readers_that_never_unpickle(tmp_
     experiment = read_experiment(str(tmp_path / "scripted"))
     assert experiment.metric_and_mode() == ("accuracy", "max")
     assert experiment.metric_and_mode("loss", "min") == ("loss", "min")
+
+
+def test_a_plan_caught_while_its_first_snapshot_is_written_reads_as_no_plan_yet(tmp_path):
+    """`stagetree status` on a study that is writing its plan table by table
+    shows the trials without one, not a traceback."""
+    from ray import tune
+    from trainables_for_tests import noisy_descent
+
+    from ray_stagetree import Tuner
+    from ray_stagetree.jobs.experiments import PLAN_FOLDER, read_experiment
+    from ray_stagetree.planning.plan import SearchPlan
+
+    Tuner(noisy_descent, run_config=tune.RunConfig(name="writing", storage_path=str(tmp_path)))
+    plan_folder = tmp_path / "writing" / PLAN_FOLDER
+    SearchPlan().save(str(plan_folder))
+    assert read_experiment(str(tmp_path / "writing")).plan is not None
+    (plan_folder / "nodes.parquet").unlink()
+    assert read_experiment(str(tmp_path / "writing")).plan is None

@@ -129,14 +129,17 @@ def test_a_second_process_sees_running_only_for_what_workers_train(tmp_path, ray
     """Four trials on the session's two CPUs: while the study runs, the
     status file (what another process reads) never has more RUNNING trials
     than workers, and at the end agrees with the grid."""
-    seen = []
+    seen, errors = [], []
     stop = threading.Event()
     path = tmp_path / "watched"
 
     def watch():
         while not stop.is_set():
-            if (path / STATUS_FILE).exists():
-                seen.append(read_experiment(str(path)).counts())
+            try:
+                if (path / STATUS_FILE).exists():
+                    seen.append(read_experiment(str(path)).counts())
+            except Exception as error:  # what `ray_stagetree status` would have shown as a traceback
+                errors.append(error)
             time.sleep(0.2)
 
     watcher = threading.Thread(target=watch)
@@ -150,6 +153,7 @@ def test_a_second_process_sees_running_only_for_what_workers_train(tmp_path, ray
     finally:
         stop.set()
         watcher.join()
+    assert not errors, errors
     assert any(counts.get(RUNNING) for counts in seen), "seen running"
     assert max(counts.get(RUNNING, 0) for counts in seen) <= 2, seen
     assert read_experiment(grid.experiment_path).counts() == {TERMINATED: 4} == {TERMINATED: len(grid)}
