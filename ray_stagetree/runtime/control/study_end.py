@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_stagetree.execution.storage import CheckpointUnavailableError
-from ray_stagetree.planning.lifecycle import TERMINATED
 from ray_stagetree.runtime.control.checkpoint_store import WriteFailed
 from ray_stagetree.runtime.control.trials import TrialState
 
@@ -42,9 +41,10 @@ async def retrain_lost_finals(
     must not retrain it forever (it ends without it, with a warning)."""
     finals: dict[tuple[int, int], list[TrialState]] = {}
     for state in trials:
-        points = state.path_checkpoints() if state.status == TERMINATED else []
-        if points and points[-1][1] == max(state.rows) and state.final_retrains <= FINAL_RETRAINS:
-            finals.setdefault((points[-1][0].node_id, points[-1][1]), []).append(state)
+        final = state.final_checkpoint()
+        if final is not None and state.final_retrains <= FINAL_RETRAINS:
+            node, iteration = final
+            finals.setdefault((node.node_id, iteration), []).append(state)
     lost = False
     for (node_id, iteration), states in finals.items():
         try:

@@ -10,7 +10,6 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from ray_stagetree.planning.lifecycle import TERMINATED
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.control.driver_feed import DriverFeed
 from ray_stagetree.runtime.control.study_end import TrialExport, export_kept_checkpoints, export_trial_checkpoints
@@ -70,13 +69,11 @@ class TrialCheckpoints:
         than with every other trial's at the study's end, where the writes
         would be all the study does. Where a callback wants each checkpoint,
         they are written as they come already."""
-        if self._each or self._ending or state.status != TERMINATED or state.trial_id in self._exports:
+        if self._each or self._ending or state.trial_id in self._exports or state.final_checkpoint() is None:
             return
-        points = state.path_checkpoints()
-        if points and points[-1][1] == max(state.rows):
-            self._exports[state.trial_id] = asyncio.ensure_future(
-                export_trial_checkpoints(state, *self._export_calls(), self._checkpoint_config)
-            )
+        self._exports[state.trial_id] = asyncio.ensure_future(
+            export_trial_checkpoints(state, *self._export_calls(), self._checkpoint_config)
+        )
 
     def _export_calls(self) -> tuple[Any, Any]:
         return functools.partial(self._store.export, self._plan), self._store.remove_other_checkpoints

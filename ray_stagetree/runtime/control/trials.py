@@ -84,6 +84,13 @@ class TrialState(Trial):
                 node, top = node.parent, min(node.fork_iteration, stop)
         return sorted(points, key=lambda point: point[1])
 
+    def final_checkpoint(self) -> tuple[Any, int] | None:
+        """(node, iteration) of the plan's checkpoint at a finished trial's
+        last result: what Tune returns as its result's checkpoint. None
+        while it runs, when it errored, or when its last result had none."""
+        points = self.path_checkpoints() if self.status == TERMINATED else []
+        return points[-1] if points and points[-1][1] == max(self.rows) else None
+
     def checkpoint_metrics(self, iteration: int) -> dict[str, Any]:
         """The metrics a checkpoint at ``iteration`` of its paths is shown
         with: its own result there (`path_checkpoints` lists checkpoints
