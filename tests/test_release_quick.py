@@ -26,8 +26,11 @@ BENCHMARKS = sorted(path.name for path in RELEASE.glob("bench_*.py"))
 # STAGETREE_ALL_BENCHMARKS=1 (or `python release/run_all.py --quick`) before a release.
 # (bench_pbt.py runs Ray's pbt_example under both Tuners, as
 # tests/drop_in/test_tune_style_scripts.py::test_rays_own_pbt_example_reaches_its_target does;
-# bench_scale.py's quick run took two minutes of CI's 25; bench_time_sharing_runtime.py's, over one.)
+# bench_scale.py's quick run took two minutes of CI's 25; bench_time_sharing_runtime.py's, over one;
+# bench_asha.py's and bench_restore.py's, 30 s each of the suite's two test processes' 23 minutes.)
 HEAVY = {
+    "bench_asha.py",
+    "bench_restore.py",
     "bench_time_sharing_runtime.py",
     "bench_tune.py",
     "bench_overhead.py",
@@ -37,7 +40,7 @@ HEAVY = {
     "bench_scale.py",
 }
 # Quick runs of close to a minute beside the suite: started first (tests/conftest.py).
-LONG = {"bench_asha.py", "bench_restore.py"}
+LONG = {"bench_checkpoint.py"}
 
 
 def test_every_benchmark_is_here_and_in_run_all():
