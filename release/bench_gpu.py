@@ -383,10 +383,10 @@ def replayed(results: Any, slots: int, started_at: float, ended_at: float) -> di
     makespan replayed on the simulator with its own measured costs
     (`ray_stagetree.simulation.replay`)."""
     plan = SearchPlan.load(f"{results.experiment_path}/plan")
-    replayed_plan = replay(plan, slots)
+    study_replay = replay(plan, slots)
     first, last = min(run.began for run in plan.runs), max(run.ended for run in plan.runs)
-    parts = {"start": first - started_at, "makespan": replayed_plan.measured, "tail": ended_at - last}
-    return {**parts, "replay": replayed_plan}
+    parts = {"start": first - started_at, "makespan": study_replay.measured, "tail": ended_at - last}
+    return {**parts, "replay": study_replay}
 
 
 def spent(results: Any) -> dict[str, Any]:
