@@ -70,7 +70,10 @@ def init_ray(num_cpus: int | None = None, num_gpus: int | None = None, **kwargs:
     ignored += [name for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)) if value is not None]
     if ignored:
         logger.info("joining the Ray cluster at %s: its own resources count, not %s", address, ", ".join(ignored))
-    ray.init(address=address, **{name: value for name, value in kwargs.items() if name not in _LOCAL_ONLY})
+    # "auto" finds the cluster again, as `address` was found; an address of its own would join it without
+    # the token a local `ray start` keeps (Ray 2.60 turns token authentication on, and reads the token
+    # only for a cluster it found itself).
+    ray.init(address="auto", **{name: value for name, value in kwargs.items() if name not in _LOCAL_ONLY})
     return True
 
 

@@ -123,6 +123,8 @@ def test_ray_job_submit_runs_the_mnist1d_example_and_attaches_to_a_plan_service(
     pytest.importorskip("torch")
     pytest.importorskip("mnist1d")
     pytest.importorskip("aiohttp", reason="`ray job submit` needs Ray's dashboard: pip install 'ray[default]'")
+    from ray._private.services import get_node_ip_address
+
     ray_cli = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
     env = environment()
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])  # the job's `python`
@@ -138,9 +140,23 @@ def test_ray_job_submit_runs_the_mnist1d_example_and_attaches_to_a_plan_service(
     modules.mkdir()
     shutil.copy(os.path.join(os.path.dirname(HERE), "trainables_for_tests.py"), modules)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(modules), env.get("PYTHONPATH")]))
-    temp_dir = f"/tmp/rst_{uuid.uuid4().hex[:8]}"  # `ray start` records its address there, apart from the session's
+    # `ray start` records its address there, apart from the session's: the latest `ray start` for drivers with
+    # RAY_TMPDIR its parent
+    temp_dir = f"/tmp/rst_{uuid.uuid4().hex[:8]}/ray"
     head, dashboard, gcs_port = start_head_node(ray_cli, env, temp_dir, token)
     try:
+        # A driver on the head's machine, as a user runs one (no RAY_ADDRESS, no RAY_AUTH_MODE): init_ray joins
+        # the latest `ray start`, with the token Ray 2.60's `ray start` asks for.
+        on_the_machine = {key: value for key, value in env.items() if key != "RAY_AUTH_MODE"}
+        on_the_machine["RAY_TMPDIR"] = os.path.dirname(temp_dir)
+        recorded = os.path.join(temp_dir, "ray_current_cluster")
+        for _ in range(60):  # `ray start --block` records the address after its dashboard answers
+            if os.path.exists(recorded):
+                break
+            time.sleep(0.5)
+        join = "import ray, ray_stagetree; print(ray_stagetree.init_ray(num_cpus=1), ray.get_runtime_context().gcs_address)"
+        code, output = run([sys.executable, "-c", join], 120, on_the_machine)
+        assert code == 0 and f"True {get_node_ip_address()}:{gcs_port}" in output, output[-3000:]
         # Without RAY_AUTH_MODE=token the cluster refuses a submission; `stagetree submit` says what to set.
         tokenless = {key: value for key, value in env.items() if key != "RAY_AUTH_MODE"}
         spec = os.path.join(REPO, "examples", "mnist1d_study.yaml")
@@ -211,7 +227,7 @@ def test_ray_job_submit_runs_the_mnist1d_example_and_attaches_to_a_plan_service(
     finally:
         head.terminate()  # ray start's SIGTERM handler stops the processes it started
         head.communicate(timeout=120)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(temp_dir), ignore_errors=True)
 
 
 def a_job_and_a_driver_attach_to_one_plan_service(ray_cli, dashboard, gcs_port, env, storage):
@@ -259,12 +275,18 @@ def fake_init(monkeypatch):
     return calls
 
 
-def test_init_ray_joins_the_cluster_in_ray_address_without_sizing_it(fake_init, monkeypatch):
+def test_init_ray_joins_the_cluster_in_ray_address_without_sizing_it(fake_init, monkeypatch, caplog):
     from ray_stagetree import init_ray
 
     monkeypatch.setenv("RAY_ADDRESS", "10.1.2.3:6390")  # as `ray job submit` sets it
-    assert init_ray(num_cpus=2, num_gpus=1, object_store_memory=10**8, include_dashboard=False) is True
-    assert fake_init == [{"address": "10.1.2.3:6390", "include_dashboard": False}]
+    with caplog.at_level("INFO", logger="ray_stagetree"):
+        assert init_ray(num_cpus=2, num_gpus=1, object_store_memory=10**8, include_dashboard=False) is True
+    # "auto": Ray finds the same cluster, and its token where a local `ray start` keeps one
+    assert fake_init == [{"address": "auto", "include_dashboard": False}]
+    assert (
+        "joining the Ray cluster at 10.1.2.3:6390: its own resources count, not object_store_memory, num_cpus, num_gpus"
+        in caplog.text
+    )
 
 
 def test_init_ray_starts_a_local_ray_when_no_cluster_runs(fake_init, monkeypatch):
@@ -284,7 +306,7 @@ def test_init_ray_joins_the_latest_ray_start_on_this_machine(fake_init, monkeypa
 
     monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir: "10.1.2.3:6391")
     assert init_ray(num_cpus=2) is True
-    assert fake_init == [{"address": "10.1.2.3:6391"}]
+    assert fake_init == [{"address": "auto"}]
 
 
 @pytest.mark.parametrize(
