@@ -36,9 +36,10 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     || { echo "install failed: run release/gpu_wheels.sh here and carry .whl"; exit 1; }
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 # Ray puts the driver's folder on its workers' path: run from a copy of release/, away from the repo's
-# ray_stagetree/ (which lacks searchers/ and trainables/ and would shadow the installed package).
+# ray_stagetree/ (which lacks searchers/ and trainables/ and would shadow the installed package); with
+# examples/ beside it, where bench_tune.py (which bench_gpu.py imports) finds mnist1d_study.py.
 scratch=$(mktemp -d /tmp/stagetree_gpu_XXXX)
-cp -r "$repo/release" "$scratch/"
+cp -r "$repo/release" "$repo/examples" "$scratch/"
 cd "$scratch/release"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; python3 --version;
   python3 -c "import torch, ray, ray_stagetree; print('torch', torch.__version__, 'ray', ray.__version__, 'ray_stagetree', ray_stagetree.__version__)";
