@@ -24,6 +24,12 @@
 #   gpu       the small study of RESULTS.md (bench_gpu.py --full, 2 repeats), in what is left.
 # Each part's markdown section and its log land in $OUT; RESULTS.md keeps the machine and commit of
 # each figure.
+#
+# Dry run, where there is no GPU (the whole path: the carried wheels, the scratch copy, every part's
+# imports and a small run of each on CPU), with python3 on PATH a Python 3.12 that holds torch and the
+# GPU image's other packages (KINDS.md lists them):
+#
+#     GPU_SESSION_DRY_RUN=1 bash release/gpu_session.sh resnet20 deterministic overhead gpu
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_session_out}
@@ -38,6 +44,8 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 # Ray puts the driver's folder on its workers' path: run from a copy of release/, away from the repo's
 # ray_stagetree/ (which lacks searchers/ and trainables/ and would shadow the installed package); with
 # examples/ beside it, where bench_tune.py (which bench_gpu.py imports) finds mnist1d_study.py.
+STAGETREE_RELEASE_COMMIT=$(cd "$repo/release" && python3 -c "import harness; print(harness.commit())")
+export STAGETREE_RELEASE_COMMIT  # the checkout's, which the copy's sections name
 scratch=$(mktemp -d /tmp/stagetree_gpu_XXXX)
 cp -r "$repo/release" "$repo/examples" "$scratch/"
 cd "$scratch/release"
@@ -55,13 +63,19 @@ run_part() {  # name, most seconds, command...: runs within what is left of the 
     timeout "$limit" "$@" --time-budget $(( limit - 40 )) > "$out/$name.md" 2> "$out/$name.log"
     echo "   exit $?; $(head -c 300 "$out/$name.md" | tr '\n' ' ')"
 }
+resnet20=(--gpu-per-trial 0.25 --repeats 2) quick=(--quick) small=(--full --repeats 2)
+overhead_size=(--trials 1600 --workers 16) deterministic_s=130
+if [ -n "${GPU_SESSION_DRY_RUN:-}" ]; then  # CPUs train ResNet-20 slower: the bit-for-bit check takes 2.5 minutes on 2
+    resnet20=(--device cpu --quick) quick=(--device cpu --quick) small=(--device cpu --quick)
+    overhead_size=(--trials 32 --workers 2) deterministic_s=240
+fi
 for part in "${parts[@]}"; do
     case $part in
-        resnet20) run_part resnet20 420 python3 bench_gpu.py --study resnet20 --gpu-per-trial 0.25 --repeats 2 ;;
-        deterministic) run_part deterministic 130 python3 bench_gpu.py --study resnet20 --quick --deterministic ;;
-        overhead) run_part overhead 330 python3 bench_overhead.py --trials 1600 --workers 16 --iterations 1 \
+        resnet20) run_part resnet20 420 python3 bench_gpu.py --study resnet20 "${resnet20[@]}" ;;
+        deterministic) run_part deterministic "$deterministic_s" python3 bench_gpu.py --study resnet20 "${quick[@]}" --deterministic ;;
+        overhead) run_part overhead 330 python3 bench_overhead.py "${overhead_size[@]}" --iterations 1 \
             --seconds 1 --sections short --systems "Ray Tune reuse,ray_stagetree" --repeats 1 ;;
-        gpu) run_part gpu 390 python3 bench_gpu.py --full --repeats 2 ;;
+        gpu) run_part gpu 390 python3 bench_gpu.py "${small[@]}" ;;
         *) echo "unknown part $part (resnet20, deterministic, overhead, gpu)"; exit 2 ;;
     esac
 done

@@ -131,7 +131,11 @@ def out_dir(args: argparse.Namespace, prefix: str) -> str:
 
 def commit() -> str:
     """The checkout's commit, ``+changes`` when its tracked files other
-    than RESULTS.md (what the benchmarks write, not what they run) differ from it."""
+    than RESULTS.md (what the benchmarks write, not what they run) differ from it;
+    ``STAGETREE_RELEASE_COMMIT`` where the scripts run from a copy outside it
+    (`gpu_session.sh`)."""
+    if os.environ.get("STAGETREE_RELEASE_COMMIT"):
+        return os.environ["STAGETREE_RELEASE_COMMIT"]
     try:
         head = subprocess.run(
             ["git", "-C", RELEASE, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
