@@ -159,7 +159,8 @@ def tune_run_config(run_config: Any) -> Any:
     from ray import tune
     from ray.util.annotations import RayDeprecationWarning
 
-    if not isinstance(run_config, ray.train.RunConfig):
+    # Tune's own is a Train RunConfig too where Train's v1 API is on (RAY_TRAIN_V2_ENABLED=0): Tune takes it as it is.
+    if isinstance(run_config, tune.RunConfig) or not isinstance(run_config, ray.train.RunConfig):
         return run_config
     warnings.warn(
         "The `RunConfig` class should be imported from `ray.tune` when passing it to the Tuner. "

@@ -5,7 +5,10 @@ starts, except the few resource cases at the end."""
 
 import datetime
 import math
+import os
 import pathlib
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -560,6 +563,22 @@ def test_a_ray_train_run_config_is_taken_as_tune_takes_it(tmp_path):
         "loss",
     )
     assert converted.failure_config.max_failures == 3
+
+
+def test_tunes_run_config_is_taken_as_it_is_with_rays_train_v1_api_on(tmp_path):
+    """With RAY_TRAIN_V2_ENABLED=0 (read when Ray Train is first imported: a
+    process of its own), Tune's RunConfig is a Train RunConfig too: the Tuner
+    takes it without the warning Train's own gets, as Tune's Tuner does."""
+    check = (
+        "import warnings; from ray import tune; import ray_stagetree\n"
+        "warnings.filterwarnings('error', message='.*should be imported')\n"
+        f"given = tune.RunConfig(name='v1', storage_path={str(tmp_path)!r})\n"
+        "assert ray_stagetree.Tuner(lambda config: None, run_config=given).run_config is given\n"
+        "print('taken as it is')"
+    )
+    env = {**os.environ, "RAY_TRAIN_V2_ENABLED": "0"}
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "taken as it is" in done.stdout, done.stderr[-3000:]
 
 
 def test_a_config_object_is_taken_as_its_dict_as_tune_takes_it():
