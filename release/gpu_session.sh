@@ -21,7 +21,8 @@
 #             deterministic algorithms, each merged trial against it trained alone (at most 130 s);
 #   overhead  point 5: Tune's bookkeeping shape at 1,600 trials on the machine's 16 CPUs (Tune
 #             reuse_actors=True and ray_stagetree, one repeat; at most 330 s);
-#   gpu       the small study of RESULTS.md (bench_gpu.py --full, 2 repeats), in what is left.
+#   gpu       the small study of RESULTS.md (bench_gpu.py --full, 2 repeats), in what is left;
+#   imports   nothing more than what every call checks before its parts: that the copied scripts import.
 # Each part's markdown section and its log land in $OUT; RESULTS.md keeps the machine and commit of
 # each figure.
 #
@@ -29,7 +30,10 @@
 # imports and a small run of each on CPU), with python3 on PATH a Python 3.12 that holds torch and the
 # GPU image's other packages (KINDS.md lists them):
 #
-#     GPU_SESSION_DRY_RUN=1 bash release/gpu_session.sh resnet20 deterministic overhead gpu
+#     GPU_SESSION_DRY_RUN=wheels bash release/gpu_session.sh resnet20 deterministic overhead gpu
+#
+# GPU_SESSION_DRY_RUN=1 does the same with the packages python3 holds, not the carried wheels
+# (tests/test_release_quick.py runs the part `imports` so: the scratch copy holds what the parts import).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_session_out}
@@ -38,17 +42,24 @@ parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(resnet20 deterministic)
 deadline=$(( $(date +%s) + ${SESSION_S:-570} ))
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$repo"/.whl/*.whl \
-    || { echo "install failed: run release/gpu_wheels.sh here and carry .whl"; exit 1; }
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+if [ -z "${GPU_SESSION_DRY_RUN:-}" ] || [ "$GPU_SESSION_DRY_RUN" = wheels ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        "$repo"/.whl/*.whl || { echo "install failed: run release/gpu_wheels.sh here and carry .whl"; exit 1; }
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONUNBUFFERED=1
 # Ray puts the driver's folder on its workers' path: run from a copy of release/, away from the repo's
 # ray_stagetree/ (which lacks searchers/ and trainables/ and would shadow the installed package); with
 # examples/ beside it, where bench_tune.py (which bench_gpu.py imports) finds mnist1d_study.py.
 STAGETREE_RELEASE_COMMIT=$(cd "$repo/release" && python3 -c "import harness; print(harness.commit())")
 export STAGETREE_RELEASE_COMMIT  # the checkout's, which the copy's sections name
 scratch=$(mktemp -d /tmp/stagetree_gpu_XXXX)
+trap 'rm -rf "$scratch"' EXIT
 cp -r "$repo/release" "$repo/examples" "$scratch/"
 cd "$scratch/release"
+# Before any device time goes on a part: what the parts run imports from here.
+python3 -c "import bench_gpu, bench_overhead" || { echo "the copied scripts do not import (above): no part runs"; exit 1; }
+echo "== imports: bench_gpu.py and bench_overhead.py import from the scratch copy"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; python3 --version;
   python3 -c "import torch, ray, ray_stagetree; print('torch', torch.__version__, 'ray', ray.__version__, 'ray_stagetree', ray_stagetree.__version__)";
   git -C "$repo" rev-parse --short HEAD 2>/dev/null; } > "$out/machine.txt" 2>&1
@@ -76,6 +87,7 @@ for part in "${parts[@]}"; do
         overhead) run_part overhead 330 python3 bench_overhead.py "${overhead_size[@]}" --iterations 1 \
             --seconds 1 --sections short --systems "Ray Tune reuse,ray_stagetree" --repeats 1 ;;
         gpu) run_part gpu 390 python3 bench_gpu.py "${small[@]}" ;;
-        *) echo "unknown part $part (resnet20, deterministic, overhead, gpu)"; exit 2 ;;
+        imports) ;;  # checked above
+        *) echo "unknown part $part (imports, resnet20, deterministic, overhead, gpu)"; exit 2 ;;
     esac
 done

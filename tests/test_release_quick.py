@@ -69,3 +69,22 @@ def test_benchmark_runs_in_quick_mode(script, tmp_path):
         f"{script} --quick exited with {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )
     run_all.check_section(script, done.stdout)  # raises, naming what is wrong
+
+
+def test_the_gpu_session_runs_its_benchmarks_from_a_copy_that_holds_what_they_import(tmp_path):
+    """`gpu_session.sh` runs the benchmarks from a scratch copy (away from the
+    repo's package folder, which would shadow the installed one on Ray's
+    workers); the copy must hold what they import: bench_gpu.py reaches
+    examples/ through bench_tune.py. Checked first on every call, before any
+    device time goes on a part; a dry run uses the packages installed here."""
+    env = {
+        **os.environ,
+        "GPU_SESSION_DRY_RUN": "1",
+        "OUT": str(tmp_path),
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),  # its python3
+    }
+    done = subprocess.run(
+        ["bash", str(RELEASE / "gpu_session.sh"), "imports"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "== imports: bench_gpu.py and bench_overhead.py import from the scratch copy" in done.stdout
