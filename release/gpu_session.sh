@@ -62,7 +62,7 @@ python3 -c "import bench_gpu, bench_overhead" || { echo "the copied scripts do n
 echo "== imports: bench_gpu.py and bench_overhead.py import from the scratch copy"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; python3 --version;
   python3 -c "import torch, ray, ray_stagetree; print('torch', torch.__version__, 'ray', ray.__version__, 'ray_stagetree', ray_stagetree.__version__)";
-  git -C "$repo" rev-parse --short HEAD 2>/dev/null; } > "$out/machine.txt" 2>&1
+  echo "commit $STAGETREE_RELEASE_COMMIT"; } > "$out/machine.txt" 2>&1
 
 run_part() {  # name, most seconds, command...: runs within what is left of the session
     local name=$1 most=$2; shift 2
