@@ -191,6 +191,10 @@ class BatchLoop:
                 if not self.unfinished():
                     if await self._final_checkpoints_lost():
                         continue  # train them again
+                    if self.store.unstored and await self.snapshots.ask_storage():
+                        if self.snapshots.refused_since is None:
+                            self.store.rewrite_unstored(self.plan)  # storage is back
+                        continue  # refused: the study pauses before its end, as mid-study
                     break
                 # (Without a placed worker the study waits for Ray to place one, as Tune's pending trials.)
                 if not self.plan.running_batches and not admitting and self.pool.idle and not self.pool.reshaping():

@@ -273,10 +273,12 @@ class CheckpointStore:
                 self._drop(plan, node_id, iteration)
                 return True
             # Storage refused it: the in-memory copy stays (pinned: nothing else holds it).
-            if (node_id, iteration) not in self.unstored:
+            # A first refusal changes the study (its next snapshot asks storage again); a retry refused does not.
+            first = (node_id, iteration) not in self.unstored
+            if first:
                 logger.warning("%s; it is kept in memory until storage accepts it", stored.reason)
             self.unstored.add((node_id, iteration))
-            return False
+            return first
         self.unstored.discard((node_id, iteration))
         self.rewrite_unstored(plan)
         # The plan keeps the key, relative to the experiment directory, so a

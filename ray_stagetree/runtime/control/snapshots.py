@@ -63,6 +63,13 @@ class NoSnapshots:
     async def save_now(self) -> None:
         """Write a snapshot now, and wait for it."""
 
+    async def ask_storage(self) -> bool:
+        """Storage refused a checkpoint the study's end needs: write the
+        snapshot now if it changed, so that a refusal pauses the study as it
+        does mid-study; True when it was written or refused (the loop turns
+        again), False when there was nothing to ask."""
+        return False
+
     def freeze(self) -> None:
         """The driver stops: the study changes no more (later reports are
         dropped, batches told to stop), so that what a restore continues is
@@ -205,6 +212,12 @@ class Snapshots(NoSnapshots):
             f"stage starts until storage takes writes again, for up to {self.wait_s:.0f} s (running ones finish; "
             f"their checkpoints are kept in memory). Stopped now, {self._restore_from()}"
         )
+
+    async def ask_storage(self) -> bool:
+        if self.refused_since is not None or not self.changed or self._next_at == math.inf:
+            return False  # already paused (or given up), or nothing new to write, or it cannot be taken
+        await self.save_now()
+        return True
 
     def restored(self) -> None:
         self._last_stored = "the one it was restored from"

@@ -75,7 +75,12 @@ def test_a_stored_checkpoint_leaves_memory_as_soon_as_a_new_one_takes_its_place(
 
 
 def test_retrying_a_refused_copy_holds_no_batch_back(tmp_path, ray_session):
-    plan, node, store = store_with_checkpoint(tmp_path, budget=0, filesystem=CorruptsEveryWrite())
+    plan = SearchPlan()
+    node = plan.add_trial("a", {"lr": 0.1}, 20).node
+    store = CheckpointStore(CheckpointStorage(str(tmp_path), CorruptsEveryWrite()), budget_bytes=0)
+    add_checkpoint(store, plan, node, 10)
+    (first,) = store.pending_writes
+    assert asyncio.run(store.finish_write(plan, first)) is True, "a first refusal changes the study: a snapshot asks"
     assert store.in_memory(node, 10) and node.checkpoints[10].path is None, "kept in memory, not lost"
     assert not store.writes_behind()
     store.rewrite_unstored(plan)  # as after a snapshot the storage accepted

@@ -374,14 +374,14 @@ class ReadOnlyWhileFlagged(LocalFileSystem):
         return super().open(path, mode, **kwargs)
 
 
-def read_only_study(tmp_path, flag, counter):
+def read_only_study(tmp_path, flag, counter, flag_at=3, sleep=0.05):
     return Tuner(
-        sum_of_lr,  # storage turns read-only when the first trial reaches iteration 3
+        sum_of_lr,  # storage turns read-only when the first trial reaches iteration flag_at
         param_space={
             "lr": tune.grid_search([MultiStep(1.0, [m], 0.5) for m in (2, 4)]),
             "flag": str(flag),
-            "flag_at": 3,
-            "sleep": 0.05,
+            "flag_at": flag_at,
+            "sleep": sleep,
             "counter": counter,
         },
         run_config=tune.RunConfig(
@@ -429,16 +429,25 @@ def driver_warnings():
 
 
 @pytest.mark.timeout(240)
-def test_storage_turned_read_only_mid_study_pauses_it_until_storage_is_back(tmp_path, counter, driver_warnings):
+@pytest.mark.parametrize("flag_at", [3, 6], ids=["mid-study", "at-the-last-iteration"])
+def test_storage_turned_read_only_mid_study_pauses_it_until_storage_is_back(
+    tmp_path, counter, driver_warnings, flag_at, monkeypatch
+):
     """While storage refuses the study's snapshot no new stage starts; once
     storage takes writes again the study goes on and ends as a fault-free
-    run does, nothing trained twice and every checkpoint stored."""
+    run does, nothing trained twice and every checkpoint stored. Storage that
+    turns read-only as the last iterations report pauses the study before its
+    end, not after it (the end asks storage for the snapshot first)."""
+    sleep = 0.05
+    if flag_at == 6:  # the first snapshot stored, and none due again before the end: the end must ask storage
+        monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "60")
+        sleep = 0.5
     flag = tmp_path / "storage_is_read_only"
     paused = driver_warnings("the study pauses", lambda: threading.Timer(2.0, flag.unlink).start())
-    grid = read_only_study(tmp_path, flag, counter).fit()
+    grid = read_only_study(tmp_path, flag, counter, flag_at, sleep).fit()
     assert not grid.errors
     assert sorted(result.metrics["total"] for result in grid) == READ_ONLY_TOTALS
-    assert any("storage takes writes again" in message for message in paused.seen), paused.seen
+    assert any(message.startswith("storage takes writes again after") for message in paused.seen), paused.seen
     assert count_of(counter) == READ_ONLY_ITERATIONS
     assert all(result.checkpoint is not None for result in grid), "stored once storage took writes again"
 

@@ -272,6 +272,48 @@ def test_save_now_waits_for_the_write_in_flight_then_writes_the_study_as_it_stan
     run(scenario)
 
 
+def test_asked_before_the_end_storage_that_refuses_the_snapshot_pauses_the_study_once():
+    """Storage refused a checkpoint and the study would end: the snapshot is
+    written at once, so that a refusal pauses the study (it ends only once
+    storage took it); after that the pause decides, and an unchanged study
+    has nothing to ask."""
+
+    async def scenario():
+        study = Study(Clock())
+        snapshots = study.snapshots(period_s=60.0)
+        snapshots.save_soon()
+        study.writes[0][1].set_result(None)
+        await snapshots.written()
+        snapshots.changed = True  # a checkpoint refused: not due for 60 s
+
+        async def refuse():
+            while len(study.writes) < 2:
+                await asyncio.sleep(0)
+            study.writes[1][1].set_exception(PermissionError(13, "Read-only file system"))
+
+        refusing = asyncio.ensure_future(refuse())
+        assert await snapshots.ask_storage() is True, "asked now, not in 60 s"
+        await refusing
+        assert snapshots.paused() and "the study pauses" in study.warnings[-1]
+        assert await snapshots.ask_storage() is False, "paused: the retries wait as mid-study"
+        assert len(study.writes) == 2
+
+    run(scenario)
+
+
+def test_an_unchanged_study_has_nothing_to_ask_storage():
+    async def scenario():
+        study = Study(Clock())
+        snapshots = study.snapshots()
+        snapshots.save_soon()
+        study.writes[0][1].set_result(None)
+        await snapshots.written()
+        assert await snapshots.ask_storage() is False and len(study.writes) == 1
+        assert await NoSnapshots().ask_storage() is False, "a plan service's study ends as its service decides"
+
+    run(scenario)
+
+
 def test_freezing_keeps_what_the_driver_last_heard():
     snapshots = Study(Clock()).snapshots()
     assert not snapshots.frozen
