@@ -167,9 +167,8 @@ class BatchLoop:
         driver with this actor so that both start up at once)."""
         self.pool.adopt(workers)
         admitting = self.admit()
-        # The future awaiting each ref outlives a turn: one that resolves
-        # during a turn is seen by the next, even by a turn that does not wait
-        # (while admitting), which a future made afresh each turn never is.
+        # The future awaiting each ref outlives a turn: one resolving during a turn is seen by the
+        # next, even by a turn that does not wait (admitting); a future made each turn never is.
         awaited: dict[Any, asyncio.Future] = {}
         while not self.snapshots.frozen:
             if self._error is not None:
