@@ -187,11 +187,11 @@ def trial_table(
             if status == lifecycle.RUNNING and held is not None and trial["name"] not in held:
                 status = lifecycle.PENDING
         else:
-            status = (
-                lifecycle.ERROR
-                if trial["error"]
-                else lifecycle.TERMINATED
+            status = (  # a trial retried after a failure keeps its error.txt, as under Tune: `done` says it ended
+                lifecycle.TERMINATED
                 if trial["done"]
+                else lifecycle.ERROR
+                if trial["error"]
                 else lifecycle.RUNNING
                 if trial["rows"]
                 else lifecycle.PENDING

@@ -108,6 +108,15 @@ def test_reader_reads_trial_folders_and_the_table_ranks_them(experiment):
     assert state["metric"] == "loss" and not state["live"] and state["stages"] == [] and not state["plan_saved"]
 
 
+def test_a_trial_that_failed_and_was_retried_to_its_end_reads_terminated(tmp_path):
+    """Its folder keeps error.txt, as Tune keeps a retried trial's failures;
+    its last result says it ended."""
+    write_trial(tmp_path, "retried", {"lr": 0.1}, [{"loss": 1.0}, {"loss": 0.5}])
+    (tmp_path / "retried" / "error.txt").write_text("Failure # 1 (occurred at 2026-12-06_07-26-43)\nboom\n")
+    (row,) = trial_table(ExperimentReader(str(tmp_path)).trials(), "loss", "min", live={})
+    assert row["status"] == "TERMINATED"
+
+
 def test_app_serves_state_page_and_curves(experiment):
     from ray_stagetree.monitor.app import create_app
 

@@ -47,7 +47,7 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback, TBXLoggerCallback
 from ray.tune.result import SHOULD_CHECKPOINT
-from ray.tune.utils import flatten_dict
+from ray.tune.utils import date_str, flatten_dict
 
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.execution.study_file import ENDED_STUDY, FAILED_STUDY, INTERRUPTED_STUDY
@@ -397,7 +397,7 @@ class CallbackRunner:
             self._end(event, failed=True)
         elif kind == "recover":
             view = self._view(event)
-            view.run_metadata.num_failures += 1
+            self._failed(view, event.get("error") or "")
             self._recovering.add(view.trial_id)
             self._call("on_trial_recover", iteration=self.iteration, trials=self._trial_list, trial=view)
         elif kind == "checkpoint":
@@ -481,13 +481,7 @@ class CallbackRunner:
             self._log.written()
         if failed:
             view.status, view.error_msg = ERROR, event.get("error") or ""
-            view.run_metadata.num_failures += 1
-            try:
-                view.init_local_path()
-                with open(view.error_file, "w") as file:
-                    file.write(view.error_msg)
-            except OSError as error:
-                self._storage_fault(error)
+            self._failed(view, view.error_msg)
             self._call("on_trial_error", iteration=self.iteration, trials=self._trial_list, trial=view)
         else:
             view.status = TERMINATED
@@ -495,6 +489,18 @@ class CallbackRunner:
         self._log.end(view, failed)
         if self._remote:
             self._log.then(functools.partial(self._upload, view))  # once its files are written
+
+    def _failed(self, view: TrialView, error: str) -> None:
+        """A failure of the trial, retried or its last: counted, and added to
+        its error.txt as Tune's ``Trial.handle_error`` adds it (a retried
+        trial's file keeps its failures, as under Tune)."""
+        view.run_metadata.num_failures += 1
+        try:
+            view.init_local_path()
+            with open(os.path.join(view.local_path, ERROR_FILE), "a") as file:
+                file.write(f"Failure # {view.run_metadata.num_failures} (occurred at {date_str()})\n{error}\n")
+        except OSError as fault:
+            self._storage_fault(fault)
 
     def _checkpoint(self, event: dict[str, Any]) -> None:
         """A checkpoint in the trial's folder: each as it is registered
