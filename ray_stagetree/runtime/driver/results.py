@@ -10,6 +10,7 @@ later restore finds plan, results and checkpoints.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -20,6 +21,8 @@ from ray import tune
 from ray_stagetree.planning.config import tabular
 from ray_stagetree.runtime.workers.reproducibility import repeat_statistics
 from ray_stagetree.trial_schedulers.ray_fields import arrow_filesystem_of
+
+logger = logging.getLogger(__name__)
 
 
 class TrialResult(tune.Result):
@@ -192,19 +195,28 @@ class ResultGrid(ray.tune.ResultGrid):
         return pick(scored, key=lambda item: item[0])[1]
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None):
-        """One row per trial: its last metrics (or its best row by ``filter_metric``)."""
+        """One row per trial, as Tune's: its last result, or with
+        ``filter_metric`` and ``filter_mode`` its result where the metric was
+        lowest ("min") or highest ("max") (a trial without the metric: its
+        last). ``logdir`` is the trial's folder."""
         import pandas as pd
 
+        if filter_mode is not None and filter_mode not in ("min", "max"):
+            raise ValueError(f"get_dataframe(filter_mode={filter_mode!r}): it must be 'min', 'max' or None")
+        if filter_mode is not None and not filter_metric:
+            raise ValueError(f"get_dataframe(filter_mode={filter_mode!r}) needs the filter_metric it ranks by")
         rows = []
         for result in self._results:
             frame = result.metrics_dataframe
             if frame is None or frame.empty:
                 continue
-            if filter_metric is not None and filter_metric in frame:
-                index = frame[filter_metric].idxmax() if filter_mode == "max" else frame[filter_metric].idxmin()
-                row = frame.loc[index].to_dict()
-            else:
-                row = frame.iloc[-1].to_dict()
+            row = frame.iloc[-1].to_dict()
+            if filter_mode is not None and filter_metric in frame:
+                values = pd.to_numeric(frame[filter_metric], errors="coerce")
+                if values.isna().all():  # Tune skips the trial, with a warning
+                    logger.warning("get_dataframe: trial %s reported no number for %r", result.path, filter_metric)
+                    continue
+                row = frame.loc[values.idxmax() if filter_mode == "max" else values.idxmin()].to_dict()
             row["logdir"] = result.path
             rows.append(row)
         return pd.DataFrame(rows)
