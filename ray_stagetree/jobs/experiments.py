@@ -20,6 +20,8 @@ import posixpath
 import time
 from typing import Any
 
+from ray.tune.result import EXPR_ERROR_FILE
+
 from ray_stagetree.execution.study_file import (
     ENDED_STUDY,
     JOB_FILE,
@@ -32,7 +34,7 @@ from ray_stagetree.planning.filesystems import resolve
 from ray_stagetree.planning.lifecycle import ENDED, ERROR, PENDING, TERMINATED
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.control.experiment_state import TUNER_FILE
-from ray_stagetree.runtime.driver.callbacks import ERROR_FILE, RESULT_FILE
+from ray_stagetree.runtime.driver.callbacks import RESULT_FILE
 from ray_stagetree.sequences import from_json, is_sequence_spec
 from ray_stagetree.validation import is_number
 
@@ -299,7 +301,7 @@ def _trial(filesystem: Any, folder: str) -> TrialRecord:
                 continue
         updated = _modified(filesystem, result_path)
     error = None
-    error_path = posixpath.join(folder, ERROR_FILE)
+    error_path = posixpath.join(folder, EXPR_ERROR_FILE)
     if filesystem.isfile(error_path):
         with filesystem.open(error_path, "r") as file:
             lines = file.read().strip().splitlines()

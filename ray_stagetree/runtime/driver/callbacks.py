@@ -46,7 +46,7 @@ from typing import Any
 
 from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback, TBXLoggerCallback
-from ray.tune.result import SHOULD_CHECKPOINT
+from ray.tune.result import EXPR_ERROR_FILE, SHOULD_CHECKPOINT
 from ray.tune.utils import date_str, flatten_dict
 
 from ray_stagetree.execution.storage import CheckpointStorage
@@ -65,7 +65,6 @@ logger = logging.getLogger("ray_stagetree")
 
 RESULT_FILE = "result.json"
 PROGRESS_FILE = "progress.csv"
-ERROR_FILE = "error.txt"
 # What a restored study downloads to continue: the other logs are rewritten
 # (params) or start a new file (TensorBoard events) anyway.
 CONTINUED_FILES = (RESULT_FILE, PROGRESS_FILE)
@@ -123,7 +122,7 @@ class TrialView:
 
     @property
     def error_file(self) -> str | None:
-        return os.path.join(self.local_path, ERROR_FILE) if self.error_msg is not None else None
+        return os.path.join(self.local_path, EXPR_ERROR_FILE) if self.error_msg is not None else None
 
     def get_ray_actor_ip(self) -> str | None:
         """A trial's iterations may run on several workers: no one address."""
@@ -497,7 +496,7 @@ class CallbackRunner:
         view.run_metadata.num_failures += 1
         try:
             view.init_local_path()
-            with open(os.path.join(view.local_path, ERROR_FILE), "a") as file:
+            with open(os.path.join(view.local_path, EXPR_ERROR_FILE), "a") as file:
                 file.write(f"Failure # {view.run_metadata.num_failures} (occurred at {date_str()})\n{error}\n")
         except OSError as fault:
             self._storage_fault(fault)

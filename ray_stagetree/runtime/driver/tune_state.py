@@ -27,6 +27,7 @@ from typing import Any
 import ray
 import ray.cloudpickle as cloudpickle
 from ray import tune
+from ray.tune.result import EXPR_ERROR_FILE, EXPR_ERROR_PICKLE_FILE
 
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.runtime.control.messages import TrialSummary
@@ -38,8 +39,6 @@ logger = logging.getLogger(__name__)
 STATE_FILE_TEMPLATE = "experiment_state-{}.json"
 #: ``BasicVariantGenerator.CKPT_FILE_TMPL``: the default searcher's state.
 VARIANTS_FILE_TEMPLATE = "basic-variant-state-{}.json"
-PICKLED_ERROR_FILE = "error.pkl"  # Tune's names in a trial folder
-ERROR_FILE = "error.txt"
 
 
 def write_tune_state(
@@ -169,10 +168,10 @@ def tune_trial(
     ranked = result.best_checkpoints or ([] if latest is None else [latest])
     trial.run_metadata.checkpoint_manager = tune_checkpoint_manager(checkpoint_config, ranked, latest)
     if summary.status == Trial.ERROR:
-        trial.run_metadata.error_filename = ERROR_FILE
+        trial.run_metadata.error_filename = EXPR_ERROR_FILE
         if summary.error_pickle is not None:
-            storage.write(f"{summary.dirname}/{PICKLED_ERROR_FILE}", summary.error_pickle)
-            trial.run_metadata.pickled_error_filename = PICKLED_ERROR_FILE
+            storage.write(f"{summary.dirname}/{EXPR_ERROR_PICKLE_FILE}", summary.error_pickle)
+            trial.run_metadata.pickled_error_filename = EXPR_ERROR_PICKLE_FILE
     trial.stub = False  # a stub to write (its trainable is not looked up here); Tune's tune.run(resume) runs it
     trial.invalidate_json_state()
     return trial
