@@ -210,13 +210,14 @@ class ResultGrid(ray.tune.ResultGrid):
             frame = result.metrics_dataframe
             if frame is None or frame.empty:
                 continue
-            row = frame.iloc[-1].to_dict()
             if filter_mode is not None and filter_metric in frame:
                 values = pd.to_numeric(frame[filter_metric], errors="coerce")
                 if values.isna().all():  # Tune skips the trial, with a warning
                     logger.warning("get_dataframe: trial %s reported no number for %r", result.path, filter_metric)
                     continue
                 row = frame.loc[values.idxmax() if filter_mode == "max" else values.idxmin()].to_dict()
+            else:
+                row = frame.iloc[-1].to_dict()
             row["logdir"] = result.path
             rows.append(row)
         return pd.DataFrame(rows)

@@ -23,11 +23,17 @@ def finish_writes(store, plan):
         asyncio.run(store.finish_write(plan, write))
 
 
-def store_with_checkpoint(tmp_path, budget, filesystem=None):
+def store_writing_checkpoint(tmp_path, budget, filesystem=None):
+    """A store with one checkpoint added, its durable copy being written."""
     plan = SearchPlan()
     node = plan.add_trial("a", {"lr": 0.1}, 20).node
     store = CheckpointStore(CheckpointStorage(str(tmp_path), filesystem), budget_bytes=budget)
     add_checkpoint(store, plan, node, 10)
+    return plan, node, store
+
+
+def store_with_checkpoint(tmp_path, budget, filesystem=None):
+    plan, node, store = store_writing_checkpoint(tmp_path, budget, filesystem)
     finish_writes(store, plan)
     return plan, node, store
 
@@ -75,10 +81,7 @@ def test_a_stored_checkpoint_leaves_memory_as_soon_as_a_new_one_takes_its_place(
 
 
 def test_retrying_a_refused_copy_holds_no_batch_back(tmp_path, ray_session):
-    plan = SearchPlan()
-    node = plan.add_trial("a", {"lr": 0.1}, 20).node
-    store = CheckpointStore(CheckpointStorage(str(tmp_path), CorruptsEveryWrite()), budget_bytes=0)
-    add_checkpoint(store, plan, node, 10)
+    plan, node, store = store_writing_checkpoint(tmp_path, budget=0, filesystem=CorruptsEveryWrite())
     (first,) = store.pending_writes
     assert asyncio.run(store.finish_write(plan, first)) is True, "a first refusal changes the study: a snapshot asks"
     assert store.in_memory(node, 10) and node.checkpoints[10].path is None, "kept in memory, not lost"
