@@ -37,6 +37,8 @@ def gpu_counting(config):
         with tempfile.TemporaryDirectory() as folder:
             with open(os.path.join(folder, "step.json"), "w") as file:
                 json.dump(step, file)
+            with open(os.path.join(folder, "ballast"), "wb") as file:  # a checkpoint that takes a while to hand over
+                file.write(os.urandom(config.get("ballast_mb", 0) * 2**20))
             metrics = {
                 "score": config["x"] * step,
                 "gpus": resources.required_resources.get("GPU", 0),
@@ -70,6 +72,8 @@ def test_trials_get_the_gpus_distribute_resources_frees_for_them(ray_session, tm
         gpus = list(rows["gpus"])
         assert gpus[0] == 1 and min(gpus[1:]) > 1 and gpus == sorted(gpus), "more GPUs from its first result on"
         assert list(rows["visible"]) == gpus, "the worker holds what the trial was given"
+    # A worker retired to make room for a larger one hands its checkpoints over first: none is lost and retrained.
+    assert results.iterations_executed == 2 * ITERATIONS
 
 
 def test_a_resource_change_over_pbt_is_refused_before_the_study_starts(tmp_path):
@@ -95,3 +99,29 @@ def test_asha_under_a_resource_change_still_stops_trials(ray_session, tmp_path):
     assert lengths[0] < ITERATIONS == lengths[-1], "ASHA stopped some trials early and let the best finish"
     assert results.get_best_result().config["x"] == 4
     assert any(max(result.metrics_dataframe["gpus"]) > 1 for result in results), "GPUs the stopped ones freed"
+
+
+def all_gpus_after_the_first_result(tune_controller, trial, result, scheduler):
+    """A resources_allocation_function: the trial gets every GPU once it reported."""
+    if result["training_iteration"] < 1:
+        return None
+    return tune.PlacementGroupFactory([{"CPU": 0.5, "GPU": 4}])
+
+
+def test_a_worker_retired_for_a_larger_one_hands_over_its_checkpoint_first(ray_session, tmp_path):
+    """The trial's own worker is the one that must go to make room for the
+    worker its new resources need: it goes once its checkpoint is taken, so
+    the trial goes on from it instead of training again from the start."""
+    results = Tuner(
+        tune.with_resources(lambda config: gpu_counting(config), {"cpu": 0.5, "gpu": 2}),
+        param_space={"x": 1, "ballast_mb": 64},
+        tune_config=tune.TuneConfig(
+            scheduler=ResourceChangingScheduler(resources_allocation_function=all_gpus_after_the_first_result),
+            metric="score",
+            mode="max",
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), stop={"training_iteration": ITERATIONS}, verbose=0),
+    ).fit()
+    assert not results.errors
+    assert list(results[0].metrics_dataframe["gpus"]) == [2] + [4] * (ITERATIONS - 1)
+    assert results.iterations_executed == ITERATIONS, "no iteration trained twice"

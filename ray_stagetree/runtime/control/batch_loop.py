@@ -36,6 +36,7 @@ from ray_stagetree.planning.plan import PlanNode, RequestState, SearchPlan
 from ray_stagetree.planning.policies import ExecutionPolicy, StageBatch, get_policy
 from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore
 from ray_stagetree.runtime.control.failures import SharedStageRetries
+from ray_stagetree.runtime.control.handovers import Handovers
 from ray_stagetree.runtime.control.notices import WorkerNotices
 from ray_stagetree.runtime.control.preemption import Preemption
 from ray_stagetree.runtime.control.resources import cluster_totals, workers_that_fit
@@ -101,6 +102,7 @@ class BatchLoop:
         self.studies = Studies()
         self.nodes = NodeConfigs(plan)
         self.parking = Parking(plan, spec.parked_per_worker)
+        self.handovers = Handovers(spec.worker.stop)
         self.pool = worker_pool(spec, stop=self._retire_worker)
         self.preemption = Preemption(plan, self.warn)
         self.shared_retries = SharedStageRetries()
@@ -528,8 +530,7 @@ class BatchLoop:
             )
         worker = self.pool.worker_of(outcome.batch_id)
         for node_id, iteration, key, size in outcome.checkpoints:
-            # The call's return value is the payload: an object this actor owns.
-            ref = worker.take_checkpoint.remote(key)
+            ref = self.handovers.take(worker, key)
             node = self.plan.nodes[node_id]
             self.store.add(self.plan, node, iteration, ref, size)
             for trial_id, study in self._through(node, iteration):
@@ -554,7 +555,7 @@ class BatchLoop:
             self.pool.folded(batch.batch_id)
             # Its node may be gone: start no more workers than the cluster now holds.
             self.pool.lost(worker, workers_that_fit(self.spec.worker), self.spec.num_workers)
-            self.spec.worker.stop(worker)  # a group's other ranks and its placement group
+            self.handovers.stop(worker)  # a group's other ranks and its placement group
             self.parking.forget_worker(worker)
             # Result.error is Ray's RayActorError, as in Tune.
             died = f"the worker running batch {batch.batch_id} died: {error}"
@@ -613,7 +614,7 @@ class BatchLoop:
         self.release_unneeded()
         if outcome.worker_broken:
             self.pool.retire(worker)
-            self.spec.worker.stop(worker)
+            self.handovers.stop(worker)
         else:
             self.pool.returned(worker)
 
@@ -660,7 +661,7 @@ class BatchLoop:
     def _retire_worker(self, worker: Any) -> None:
         """Stop a worker the pool retired to make room for one of another shape."""
         self.parking.forget_worker(worker)
-        self.spec.worker.stop(worker)
+        self.handovers.stop(worker)
 
     def shutdown_workers(self) -> None:
         self.spec.worker.close(self.pool.workers)
