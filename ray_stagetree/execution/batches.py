@@ -8,6 +8,11 @@ from typing import Any, NamedTuple
 
 from ray_stagetree.planning.config import TrialConfig
 
+#: In a function trainable's result row from its worker: whether the report
+#: came with a checkpoint. The controller turns it into Tune's
+#: ``checkpoint_dir_name``, numbered per trial (`runtime.control.trials`).
+REPORTED_CHECKPOINT = "_stagetree_reported_checkpoint"
+
 
 @dataclass
 class BatchSpec:

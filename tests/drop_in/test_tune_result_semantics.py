@@ -6,6 +6,7 @@ refusals, registered trainables by name."""
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 
 import pytest
@@ -457,3 +458,69 @@ def test_trial_resources_filesystem_and_a_trial_without_results_read_as_in_tune(
     assert silent.metrics_dataframe is not None and silent.metrics_dataframe.empty
     assert isinstance(grid.filesystem, pyarrow.fs.LocalFileSystem)
     assert grid.filesystem.get_file_info(grid.experiment_path).type == pyarrow.fs.FileType.Directory
+
+
+# -- checkpoint folders named in the rows (Result.from_path) ---------------------
+
+
+def checkpoints_every_other(config):
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "step")) as file:
+            start = int(file.read())
+    for step in range(start + 1, 6):
+        lr = config["lr"]  # a number under Tune; a sequence's value at this step under ray_stagetree
+        if step % 2:
+            with tempfile.TemporaryDirectory() as folder:
+                with open(os.path.join(folder, "step"), "w") as file:
+                    file.write(str(step))
+                tune.report({"score": lr * step}, checkpoint=tune.Checkpoint.from_directory(folder))
+        else:
+            tune.report({"score": lr * step})
+
+
+@pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
+def test_rows_name_the_checkpoint_folders_and_result_from_path_reads_a_trial_back(tmp_path, ray_session, tuner_class):
+    """As in Tune: a function trainable's rows carry ``checkpoint_dir_name``
+    (the n-th reported checkpoint's folder, None without one), the trial's
+    folders are named so, and ``tune.Result.from_path`` reads a trial folder
+    back with each checkpoint's own row."""
+    grid = tuner_class(
+        checkpoints_every_other,
+        param_space={"lr": tune.grid_search([1.0, 2.0])},
+        run_config=run_config(tmp_path, "named"),
+    ).fit()
+    assert not grid.errors
+    for result in grid:
+        names = [name if isinstance(name, str) else None for name in result.metrics_dataframe["checkpoint_dir_name"]]
+        assert names == ["checkpoint_000000", None, "checkpoint_000001", None, "checkpoint_000002"]
+        assert os.path.basename(result.checkpoint.path) == "checkpoint_000002"
+        read = tune.Result.from_path(result.path)
+        assert read.metrics["score"] == result.metrics["score"]
+        assert read.checkpoint.path == result.checkpoint.path
+        for checkpoint, metrics in read.best_checkpoints:
+            assert os.path.basename(checkpoint.path) == metrics["checkpoint_dir_name"]
+            with checkpoint.as_directory() as folder, open(os.path.join(folder, "step")) as file:
+                assert int(file.read()) == metrics["training_iteration"]
+
+
+def test_shared_stages_name_each_trials_checkpoint_folders_as_it_reported_them(tmp_path, ray_session):
+    """Two trials share their first three steps (one stage, its rows the
+    plan's): each names its checkpoints among those it reported, and its
+    folders (the plan keeps the branch point and the end) are read back."""
+    from ray_stagetree import Step
+
+    grid = Tuner(
+        checkpoints_every_other,
+        param_space={"lr": tune.grid_search([Step(1.0, 3, gamma) for gamma in (0.5, 0.1)])},
+        run_config=run_config(tmp_path, "shared"),
+    ).fit()
+    assert not grid.errors and grid.iterations_executed < 10
+    for result in grid:
+        names = [name if isinstance(name, str) else None for name in result.metrics_dataframe["checkpoint_dir_name"]]
+        assert names == ["checkpoint_000000", None, "checkpoint_000001", None, "checkpoint_000002"]
+        folders = sorted(name for name in os.listdir(result.path) if name.startswith("checkpoint_"))
+        assert folders == ["checkpoint_000001", "checkpoint_000002"]  # step 3 (the fork) and the end
+        read = tune.Result.from_path(result.path)
+        assert [metrics["training_iteration"] for _, metrics in read.best_checkpoints] == [3, 5]

@@ -116,7 +116,7 @@ def test_the_same_call_to_ray_tunes_run_gives_the_same_analysis(grid_analysis, g
         )
 
     assert last(ours) == pytest.approx(last(tunes))
-    assert set(tunes.dataframe().columns) <= set(ours.dataframe().columns) | {"checkpoint_dir_name"}
+    assert set(tunes.dataframe().columns) <= set(ours.dataframe().columns)
 
 
 def test_a_class_trainable_with_sampled_configs_and_the_deprecated_checkpoint_arguments(ray_session, tmp_path):

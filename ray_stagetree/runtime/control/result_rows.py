@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from ray_stagetree.execution.batches import REPORTED_CHECKPOINT
 from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY
-from ray_stagetree.runtime.control.trials import TrialState
+from ray_stagetree.runtime.control.trials import CHECKPOINT_DIR_NAME, TrialState
 from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
 
 #: Values in one result (dict and list items, array elements) past which a
@@ -93,7 +94,7 @@ class ResultRows:
         if metric and metric not in metrics and not self._warned_missing_metric:
             self._warned_missing_metric = True
             self._warn(
-                f"trial {state.name or state.trial_id} reported {sorted(k for k in metrics if k != 'time_this_iter_s')} "
+                f"trial {state.name or state.trial_id} reported {sorted(set(metrics) - {'time_this_iter_s', REPORTED_CHECKPOINT})} "
                 f"at iteration {iteration}, without TuneConfig's metric {metric!r}: results without it are not ranked "
                 "(this warning is shown once per study)"
             )
@@ -123,8 +124,12 @@ class ResultRows:
     def row(self, state: TrialState, iteration: int, metrics: dict[str, Any], horizon: float) -> dict[str, Any]:
         """The result Tune shows for ``metrics`` reported at ``iteration``:
         ``done`` when the trainable said so or the trial reached ``horizon``;
-        its times add up from the trial's previous row (``state.reported``)."""
+        its times add up from the trial's previous row (``state.reported``);
+        a function trainable's names its checkpoint's folder."""
         row = dict(metrics)
+        reported = row.pop(REPORTED_CHECKPOINT, None)
+        if reported is not None:  # a function trainable's: Tune names the folder of its checkpoint, if any
+            row[CHECKPOINT_DIR_NAME] = state.reported_checkpoint_folder(iteration) if reported else None
         row["trial_id"] = state.trial_id
         row["training_iteration"] = iteration
         row["done"] = bool(row.get("done", False)) or iteration >= horizon

@@ -13,7 +13,7 @@ from typing import Any
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.control.driver_feed import DriverFeed
 from ray_stagetree.runtime.control.study_end import TrialExport, export_kept_checkpoints, export_trial_checkpoints
-from ray_stagetree.runtime.control.trials import TrialState
+from ray_stagetree.runtime.control.trials import CHECKPOINT_DIR_NAME, TrialState, checkpoint_folder_name
 
 
 class TrialCheckpoints:
@@ -43,7 +43,8 @@ class TrialCheckpoints:
         numbers them, and announced once written."""
         if iteration not in state.rows:  # not a result of its: it ended before, or the stage serves others there
             return
-        folder = f"{state.dirname}/checkpoint_{state.saves:06d}"
+        named = state.rows[iteration].get(CHECKPOINT_DIR_NAME)  # a function's report (else a class's save)
+        folder = f"{state.dirname}/{named or checkpoint_folder_name(state.saves)}"
         state.saves += 1
         if self._each:
             earlier = self._writes.get(state.trial_id)

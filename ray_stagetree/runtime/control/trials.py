@@ -17,6 +17,16 @@ from ray_stagetree.planning.config import TrialConfig, unflatten
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED, Trial
 from ray_stagetree.runtime.control.shown_config import scheduled, shown_config
 
+#: Tune's key (``ray.train.constants.CHECKPOINT_DIR_NAME``, whose module imports
+#: all of Ray Train) in a function trainable's results: the folder in the
+#: trial's folder its checkpoint went to, None where the report had none.
+CHECKPOINT_DIR_NAME = "checkpoint_dir_name"
+
+
+def checkpoint_folder_name(index: int) -> str:
+    """Tune's name of a trial's checkpoint folder: ``checkpoint_000000`` its first."""
+    return f"checkpoint_{index:06d}"
+
 
 @dataclass(kw_only=True)
 class TrialState(Trial):
@@ -42,7 +52,8 @@ class TrialState(Trial):
     error_checkpoint: tuple[int, int] | None = None
     restore_failures: int = 0  # failed loads of its starting checkpoint since it last trained (TUNE_RESTORE_RETRY_NUM)
     announced: bool = False  # its "start" event went out (Tune's on_trial_start): see `DriverFeed.announce`
-    saves: int = 0  # checkpoints registered on its path while it ran (Tune's on_trial_save), numbering its folders
+    saves: int = 0  # checkpoints registered on its path while it ran (Tune's on_trial_save)
+    reported_checkpoints: int = 0  # the checkpoints its function reported, Tune's numbering of its folders
     # Checkpoint folders already announced to the driver (on_checkpoint) as they were registered.
     announced_checkpoints: frozenset[str] = frozenset()
     # A failed trial is retried: the iterations it trains again until it passes this one are shown again,
@@ -65,6 +76,28 @@ class TrialState(Trial):
         if cached is None or cached[0] is not self.config:
             cached = self.__dict__["_scheduled"] = (self.config, scheduled(self.config, self.plain))
         return cached[1]
+
+    def reported_checkpoint_folder(self, iteration: int) -> str:
+        """The folder a checkpoint its function reported at ``iteration`` is
+        named for (its row's ``checkpoint_dir_name``), numbered as Tune numbers
+        them: the next, or the one it had where the iteration is reported
+        again (a retry trains it again), so that the row names its folder."""
+        earlier = self.rows.get(iteration, {}).get(CHECKPOINT_DIR_NAME)
+        if earlier is not None:
+            return earlier
+        self.reported_checkpoints += 1
+        return checkpoint_folder_name(self.reported_checkpoints - 1)
+
+    def checkpoint_folders(self, iterations: list[int]) -> list[str]:
+        """The folder names of its checkpoints at ``iterations`` (those on
+        its path, oldest first): those its rows name (a function trainable's,
+        numbered among every checkpoint it reported, as Tune numbers them),
+        else their positions among these (a class trainable's, a study
+        restored from before rows named them)."""
+        named = [self.rows.get(iteration, {}).get(CHECKPOINT_DIR_NAME) for iteration in iterations]
+        if all(named):
+            return named
+        return [checkpoint_folder_name(index) for index in range(len(iterations))]
 
     # -- its checkpoints, at the end of the study
 
@@ -103,14 +136,15 @@ class TrialState(Trial):
         and the iterations of ``Result.best_checkpoints``. The plan keeps the
         stage checkpoints other trials need whatever this says.
 
-        Folders are numbered as Tune numbers them, by the checkpoint's
-        position among the trial's (``checkpoint_000000`` the first): every
-        reported one where ``num_to_keep`` makes the study store them all
-        (`execution.retention.keeps_reported`), else those its path in the
-        plan holds."""
+        Folders are named as `checkpoint_folders` names them: as Tune
+        numbers them, among all the trial reported, where the plan stores
+        only some (without ``num_to_keep``, those its path in the plan holds:
+        `execution.retention.keeps_reported`)."""
         points = self.path_checkpoints()
-        kept, best = kept_checkpoints([at for _, at in points], self.checkpoint_metrics, checkpoint_config)
-        folders = [(node, at, f"checkpoint_{index:06d}") for index, (node, at) in enumerate(points) if at in kept]
+        iterations = [at for _, at in points]
+        kept, best = kept_checkpoints(iterations, self.checkpoint_metrics, checkpoint_config)
+        names = self.checkpoint_folders(iterations)
+        folders = [(node, at, name) for (node, at), name in zip(points, names, strict=True) if at in kept]
         return folders, best
 
 

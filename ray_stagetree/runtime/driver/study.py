@@ -15,6 +15,7 @@ from typing import Any
 
 from ray import tune
 
+from ray_stagetree.execution.batches import REPORTED_CHECKPOINT
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.driver.run import StudyRun
 from ray_stagetree.runtime.driver.tuner import Tuner, in_existing_experiment
@@ -71,7 +72,7 @@ class Study:
         probe = f"evaluate_{uuid.uuid4().hex[:8]}"
         request = self._plan().add_trial(probe, config, iteration)
         if request.answered:
-            return dict(request.node.metrics[iteration])
+            return {key: value for key, value in request.node.metrics[iteration].items() if key != REPORTED_CHECKPOINT}
         grid = StudyRun(tuner).execute(VariantSource([config], [probe]), iteration, resume=True)
         result = grid[0]
         if result.error is not None:

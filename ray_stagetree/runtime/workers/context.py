@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
+from ray_stagetree.execution.batches import REPORTED_CHECKPOINT, BatchOutcome, BatchSpec
 from ray_stagetree.execution.payload import (
     CheckpointPayload,
     pack_directory,
@@ -407,11 +407,12 @@ class StageContext:
         metrics: dict[str, Any],
         make_payload: Callable[[int], CheckpointPayload | None],
         can_checkpoint: bool = True,
-        reported: bool = False,
+        reported: bool | None = None,
     ) -> None:
         """One iteration done: stream its metrics, and a checkpoint (made by
         ``make_payload(iteration)``) where the plan needs one, or at every one
-        the function ``reported`` where the batch keeps them. At the batch's end
+        the function ``reported`` where the batch keeps them (None: a class
+        trainable's result, which reports none). At the batch's end
         the controller's reply says whether the batch goes on (live
         continuation); the end's checkpoint is made only if it does not."""
         check_picklable(metrics, self.iteration + 1)
@@ -425,6 +426,8 @@ class StageContext:
         row["time_this_iter_s"] = now - self._iteration_started
         for key, value in _worker_facts().items():  # Tune's auto-filled keys
             row.setdefault(key, value)
+        if reported is not None:
+            row[REPORTED_CHECKPOINT] = reported
         self._iteration_started = now
         node_id = self.node_at(self.iteration)
         self._tag_output(node_id)

@@ -11,6 +11,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
+from ray_stagetree.execution.batches import REPORTED_CHECKPOINT
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.runtime.control.messages import PackedRows
 from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
@@ -56,6 +57,35 @@ def test_the_time_since_restore_starts_again_at_a_restore():
     state.reported.append({"training_iteration": 4, "time_total_s": 9.0, "time_since_restore": 9.0})
     row = made.row(state, 5, {"time_this_iter_s": 1.0}, horizon=float("inf"))
     assert (row["time_total_s"], row["time_since_restore"], row["iterations_since_restore"]) == (10.0, 1.0, 1)
+
+
+def test_a_function_trainables_rows_name_its_checkpoints_folders_as_tune_numbers_them():
+    """Tune's ``checkpoint_dir_name``: the n-th checkpoint the function
+    reported is ``checkpoint_<n-1>``, None where a report had none; an
+    iteration reported again (a retry) names the folder it had. A class
+    trainable's rows (no marker) have no such key, as in Tune."""
+    from ray.train.constants import CHECKPOINT_DIR_NAME as TUNES
+
+    made, _ = rows()
+    state = trial()
+    names = []
+    for iteration, reported in enumerate([True, False, True, True], start=1):
+        row = made.row(state, iteration, {REPORTED_CHECKPOINT: reported}, horizon=10)
+        assert REPORTED_CHECKPOINT not in row
+        state.rows[iteration] = row
+        names.append(row[TUNES])
+    assert names == ["checkpoint_000000", None, "checkpoint_000001", "checkpoint_000002"]
+    assert made.row(state, 3, {REPORTED_CHECKPOINT: True}, horizon=10)[TUNES] == "checkpoint_000001"
+    assert made.row(state, 5, {REPORTED_CHECKPOINT: True}, horizon=10)[TUNES] == "checkpoint_000003"
+    assert TUNES not in made.row(trial(), 1, {"loss": 1.0}, horizon=10)
+
+
+def test_checkpoint_folders_are_those_the_rows_name_else_numbered_by_position():
+    state = trial()
+    state.rows = {1: {"checkpoint_dir_name": "checkpoint_000000"}, 4: {"checkpoint_dir_name": "checkpoint_000003"}}
+    assert state.checkpoint_folders([1, 4]) == ["checkpoint_000000", "checkpoint_000003"]
+    state.rows = {1: {}, 4: {}}  # a class trainable's, or rows restored from before they named folders
+    assert state.checkpoint_folders([1, 4]) == ["checkpoint_000000", "checkpoint_000001"]
 
 
 def test_a_value_a_scheduler_compares_must_be_a_number():
