@@ -1,5 +1,6 @@
 """Tune's schedulers and searchers driving studies of sequences, end to end."""
 
+import json
 import os
 import tempfile
 import time
@@ -209,6 +210,13 @@ def test_pbt_forks_exploited_trials_from_the_source_checkpoint(
         for step in range(fork):
             before *= 1 - schedule.value(step)
         assert first_after["loss"] == pytest.approx(before * (1 - schedule.value(fork)))
+    for result in grid:  # as Tune's: every row logged, those after an exploit back to an earlier checkpoint too
+        with open(os.path.join(result.path, "result.json")) as file:
+            logged = [json.loads(line)["training_iteration"] for line in file]
+        assert logged == result.metrics_dataframe["training_iteration"].tolist()
+        read = tune.Result.from_path(result.path)
+        assert read.checkpoint.path == result.checkpoint.path
+        assert all(os.path.basename(c.path) == metrics["checkpoint_dir_name"] for c, metrics in read.best_checkpoints)
 
 
 def test_grid_with_a_filter_and_a_custom_scheduler(tmp_path, ray_session):

@@ -22,8 +22,8 @@ class DriverFeed:
     ``path`` in its folder: each as it is registered where a callback wants
     them, else the final one), ``trial_id``, ``name`` and ``dirname``. A trial's
     "start" comes before its rows, which come before its "complete" or "error".
-    A row a failed trial's retry reports again carries
-    `messages.RETRIED` (the driver takes it out).
+    A row at an iteration the trial reported before (a retry, a PBT
+    exploit's) carries `messages.REPORTED_AGAIN` (the driver takes it out).
     """
 
     def __init__(self) -> None:

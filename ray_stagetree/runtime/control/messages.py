@@ -52,9 +52,10 @@ class Progress:
     done: bool = False
 
 
-#: The key of a row a failed trial's retry reports again (`StudyTrials`): the driver logs it, where it
-#: skips rows it has logged, and takes the key out.
-RETRIED = "_stagetree_retried"
+#: The key of a row at an iteration the trial reported before (`StudyTrials`): a failed trial's retry
+#: reports it again, and so does a PBT trial its exploit took back to an earlier checkpoint. The
+#: driver logs it, where it skips rows it has logged, and takes the key out.
+REPORTED_AGAIN = "_stagetree_reported_again"
 
 
 class PackedRows(Sequence):

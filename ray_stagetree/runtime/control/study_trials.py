@@ -36,7 +36,7 @@ from ray_stagetree.runtime.control.driver_feed import DriverFeed
 from ray_stagetree.runtime.control.experiment_state import Restore, StudyState, trial_summary
 from ray_stagetree.runtime.control.failures import Failures
 from ray_stagetree.runtime.control.held_results import HeldResults
-from ray_stagetree.runtime.control.messages import RETRIED, Progress, TrialSummary
+from ray_stagetree.runtime.control.messages import REPORTED_AGAIN, Progress, TrialSummary
 from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
@@ -316,7 +316,7 @@ class StudyTrials:
             return
         row = self.rows.row(state, iteration, metrics, self.host.horizon)
         state.reported.append(row)
-        self.feed.row({**row, RETRIED: True})
+        self.feed.row({**row, REPORTED_AGAIN: True})
         if iteration == state.retrying_until:
             state.retrying_until = 0
 
@@ -338,10 +338,12 @@ class StudyTrials:
             return
         row = self.rows.row(state, iteration, metrics, self.host.horizon)
         ended = bool(metrics.get("done", False))
+        # A PBT exploit took it back to an earlier checkpoint: Tune logs the iterations after it again.
+        again = bool(state.reported) and state.reported[-1]["training_iteration"] >= iteration
         self.lifecycle.record(state, iteration, row)
         state.reported.append(row)
         self.feed.announce(state)
-        self.feed.row(row)
+        self.feed.row({**row, REPORTED_AGAIN: True} if again else row)
         if not row["done"] and self.rows.stop_met(state.trial_id, row):
             row["done"] = ended = True  # Tune's stop criteria end a trial without asking its scheduler
         elif row["done"] and not ended and self.spec.horizon_is_max_t and not self.rows.stop_met(state.trial_id, row):

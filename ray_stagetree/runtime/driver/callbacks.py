@@ -54,7 +54,7 @@ from ray_stagetree.execution.study_file import ENDED_STUDY, FAILED_STUDY, INTERR
 from ray_stagetree.planning.config import tabular
 from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, PENDING, RUNNING, TERMINATED
-from ray_stagetree.runtime.control.messages import RETRIED, Progress
+from ray_stagetree.runtime.control.messages import REPORTED_AGAIN, Progress
 from ray_stagetree.runtime.driver.log_files import BATCHED
 from ray_stagetree.runtime.driver.log_thread import LogThread
 from ray_stagetree.runtime.driver.pbt_policy import write_policy
@@ -450,7 +450,7 @@ class CallbackRunner:
             view = self._view({"trial_id": row["trial_id"], "config": row.get("config")})
             self._continue_logs(view)
         iteration = row.get("training_iteration", 0)
-        retried = row.pop(RETRIED, False)  # a failed trial's retry reports it again, as under Tune
+        retried = row.pop(REPORTED_AGAIN, False)  # a retry, or a PBT exploit back to an earlier checkpoint: as under Tune
         if not retried and iteration <= self._logged.get(view.trial_id, 0):
             return  # already logged: a retrained iteration, or one logged before a restore
         if view.trial_id in self._recovering:  # its retry's first result

@@ -131,3 +131,21 @@ def test_the_loops_offer_the_whole_port():
         offered = inspect.signature(getattr(BatchLoop, name)).parameters
         assert list(offered)[: len(declared)] == list(declared), name
         assert all(p.default is not p.empty for p in list(offered.values())[len(declared) :]), name
+
+
+def test_a_row_at_an_iteration_reported_before_goes_to_the_driver_marked_to_be_logged_again():
+    """A PBT exploit takes a trial back to an earlier checkpoint (its rows
+    after it dropped, `TrialLifecycle._exploit`): Tune logs the iterations
+    it reports from there again, where the driver skips rows it logged."""
+    from ray_stagetree.runtime.control.messages import REPORTED_AGAIN
+
+    loop = PortOverPlan(SearchPlan())
+    study = loop.attach([{"lr": 0.1}])
+    study.admit()
+    (state,) = study.trials.values()
+    for iteration in (1, 2):
+        loop.train(state.node.node_id, iteration, loss=1.0 / iteration)
+    state.rows = {1: state.rows[1]}  # as an exploit from its checkpoint at 1 leaves them
+    study.add_result(state, 2, {"loss": 0.4})
+    fed = [(row["training_iteration"], row.get(REPORTED_AGAIN, False)) for row in study.feed.rows]
+    assert fed == [(1, False), (2, False), (2, True)]
