@@ -19,7 +19,6 @@ nodes), `snapshots.Snapshots`, `preemption.Preemption` (time-sharing),
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -44,7 +43,7 @@ from ray_stagetree.runtime.control.run_records import RunRecords, SharingFigures
 from ray_stagetree.runtime.control.snapshots import NoSnapshots
 from ray_stagetree.runtime.control.spec import LoopSpec
 from ray_stagetree.runtime.control.studies import NodeConfigs, Studies
-from ray_stagetree.runtime.control.study_end import retrain_lost_finals
+from ray_stagetree.runtime.control.study_end import LoopEnd
 from ray_stagetree.runtime.control.study_trials import StudyTrials
 from ray_stagetree.runtime.control.trials import TrialState
 from ray_stagetree.runtime.control.worker_pool import WorkerPool
@@ -94,13 +93,15 @@ class BatchLoop:
     ) -> None:
         self.spec = spec
         self.plan = plan
-        self.plan_path = f"{spec.experiment_path}/plan"  # where the plan is saved (Parquet)
         self.store = store
         self.policy = policy
         self.snapshots = snapshots
         self.open_ended = open_ended
         self.studies = Studies()
         self.nodes = NodeConfigs(plan)
+        self.end = LoopEnd(
+            plan, store, snapshots, self.studies, self.nodes, f"{spec.experiment_path}/plan", spec.storage_filesystem
+        )
         self.parking = Parking(plan, spec.parked_per_worker)
         self.handovers = Handovers(spec.worker.stop)
         self.pool = worker_pool(spec, stop=self._retire_worker)
@@ -190,13 +191,9 @@ class BatchLoop:
             storage_down = self.snapshots.paused()
             if not self.pool.running and not self.store.pending_writes and not storage_down:
                 if not self.unfinished():
-                    if await self._final_checkpoints_lost():
-                        continue  # train them again
-                    if self.store.unstored and await self.snapshots.ask_storage():
-                        if self.snapshots.refused_since is None:
-                            self.store.rewrite_unstored(self.plan)  # storage is back
-                        continue  # refused: the study pauses before its end, as mid-study
-                    break
+                    if await self.end.may_end():
+                        break
+                    continue  # final checkpoints to train again, or storage refusing the snapshot
                 # (Without a placed worker the study waits for Ray to place one, as Tune's pending trials.)
                 if not self.plan.running_batches and not admitting and self.pool.idle and not self.pool.reshaping():
                     self.stuck()
@@ -225,7 +222,7 @@ class BatchLoop:
         for future in awaited.values():
             future.cancel()
         if not self.snapshots.frozen:
-            await self.finalize()
+            await self.end.finalize()
 
     async def _resolved(self, ref: Any, awaited: dict[Any, asyncio.Future]) -> None:
         """What the loop waited on came: a worker placed, the snapshot
@@ -257,17 +254,11 @@ class BatchLoop:
             more = study.admit() or more
             if self.open_ended and not study.finalized and not study.unfinished() and not self._serves(study):
                 study.finalized = None  # being finalized
-                asyncio.ensure_future(self._finalize_study(study))
+                asyncio.ensure_future(self.end.finalize_study(study))
         return more
 
     def _serves(self, study: StudyTrials) -> bool:
         return any(t in study.trials for b in self.plan.running_batches for t in self.held_trials(b))
-
-    async def _finalize_study(self, study: StudyTrials) -> None:
-        unwritten = await study.finalize()
-        study.finalized = True
-        plan_refused = self.save_plan()
-        study.warn_unwritten(unwritten + ([plan_refused] if plan_refused else []))
 
     def unfinished(self) -> bool:
         """Whether the loop goes on once nothing runs."""
@@ -310,44 +301,6 @@ class BatchLoop:
             alone = [b for b in running if all(t in study.trials for t in self.held_trials(b))]
             for batch_id in study.budget.to_kill(alone):
                 self.spec.worker.stop(running[batch_id])
-
-    async def _final_checkpoints_lost(self) -> bool:
-        """Reopen the finished trials whose final checkpoint was lost or
-        found corrupt, so that it is trained again; True if any."""
-        lost = False
-        for study in list(self.studies.values()):
-            if study.finalized is not False:
-                continue
-            reopened = await retrain_lost_finals(
-                study.trials.values(),
-                lambda node_id, iteration: self.store.verify(self.plan, self.plan.nodes[node_id], iteration),
-                functools.partial(self._reopen, study),
-                study.feed.warn,
-            )
-            lost = reopened or lost
-        return lost
-
-    def _reopen(self, study: StudyTrials, state: TrialState) -> None:
-        """A finished trial's request opens again where it ended (its final checkpoint is to be trained again)."""
-        state.node = self.plan.reopen(state.trial_id).node
-        self.nodes.configure(state.node, state, study)
-
-    async def finalize(self) -> None:
-        """The loop's end: each study's end (`StudyTrials.finalize`), the
-        plan and a last snapshot saved."""
-        ends = {study: await study.finalize() for study in list(self.studies.values()) if study.finalized is False}
-        plan_refused = self.save_plan()
-        await self.snapshots.save_now()
-        for study, unwritten in ends.items():
-            study.warn_unwritten(unwritten + ([plan_refused] if plan_refused else []))
-
-    def save_plan(self) -> str | None:
-        """Persist the plan (Parquet); what went wrong, or None."""
-        try:
-            self.plan.save(self.plan_path, self.spec.storage_filesystem)
-        except Exception as error:  # each fsspec backend raises its own errors
-            return f"the search plan could not be written ({type(error).__name__}: {error})"
-        return None
 
     async def close(self) -> None:
         """End an open-ended loop (`run` returns once running batches end)."""

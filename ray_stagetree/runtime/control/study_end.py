@@ -2,7 +2,8 @@
 checkpoint is checked before the study ends (a lost or damaged one is
 trained again, at most `FINAL_RETRAINS` times), then the checkpoints each
 trial keeps (Tune's ``CheckpointConfig``) are exported into its folder as
-``Result.checkpoint`` and ``Result.best_checkpoints``.
+``Result.checkpoint`` and ``Result.best_checkpoints``; and the loop's end
+(`LoopEnd`), which does so for each of its studies.
 
 Ray-free: the controller passes the checkpoint store's calls (they return
 awaitables) and reopens the trials to train again.
@@ -11,6 +12,7 @@ awaitables) and reopens the trials to train again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -133,3 +135,81 @@ async def export_trial_checkpoints(
         refused=tuple(refused),
         complete=len(written) == len(kept),
     )
+
+
+class LoopEnd:
+    """How a batch loop (`batch_loop.BatchLoop`) ends, once nothing runs and
+    no study is unfinished: the finished trials' final checkpoints are
+    verified (`retrain_lost_finals`), storage that refused checkpoints is
+    asked for the snapshot (the loop pauses while it refuses, as
+    mid-study), then each study ends (`StudyTrials.finalize`) and the plan
+    and a last snapshot are saved. A plan service's loop never ends: it
+    ends each study on its own (`finalize_study`).
+
+    ``studies`` and ``nodes`` are the loop's (`studies.Studies`, `studies.NodeConfigs`);
+    ``snapshots`` its `snapshots.Snapshots` (or `snapshots.NoSnapshots`)."""
+
+    def __init__(
+        self, plan: Any, store: Any, snapshots: Any, studies: Any, nodes: Any, plan_path: str, filesystem: Any
+    ) -> None:
+        self._plan = plan
+        self._store = store
+        self._snapshots = snapshots
+        self._studies = studies
+        self._nodes = nodes
+        self._plan_path = plan_path  # where the plan is saved (Parquet)
+        self._filesystem = filesystem  # RunConfig.storage_filesystem
+
+    async def may_end(self) -> bool:
+        """Whether the loop ends now. Not while trials were reopened to train
+        a lost final checkpoint again, nor while storage refuses the snapshot
+        of a study whose checkpoints it refused: they are only in memory."""
+        if await self._final_checkpoints_lost():
+            return False
+        if self._store.unstored and await self._snapshots.ask_storage():
+            if self._snapshots.refused_since is None:
+                self._store.rewrite_unstored(self._plan)  # storage is back
+            return False
+        return True
+
+    async def _final_checkpoints_lost(self) -> bool:
+        lost = False
+        for study in list(self._studies.values()):
+            if study.finalized is not False:
+                continue
+            reopened = await retrain_lost_finals(
+                study.trials.values(),
+                lambda node_id, iteration: self._store.verify(self._plan, self._plan.nodes[node_id], iteration),
+                functools.partial(self._reopen, study),
+                study.feed.warn,
+            )
+            lost = reopened or lost
+        return lost
+
+    def _reopen(self, study: Any, state: TrialState) -> None:
+        """A finished trial's request opens again where it ended (its final checkpoint is to be trained again)."""
+        state.node = self._plan.reopen(state.trial_id).node
+        self._nodes.configure(state.node, state, study)
+
+    async def finalize(self) -> None:
+        """The loop's end: each study's end, the plan and a last snapshot saved."""
+        ends = {study: await study.finalize() for study in list(self._studies.values()) if study.finalized is False}
+        plan_refused = self.save_plan()
+        await self._snapshots.save_now()
+        for study, unwritten in ends.items():
+            study.warn_unwritten(unwritten + ([plan_refused] if plan_refused else []))
+
+    async def finalize_study(self, study: Any) -> None:
+        """One study's end on a loop that goes on (a plan service's)."""
+        unwritten = await study.finalize()
+        study.finalized = True
+        plan_refused = self.save_plan()
+        study.warn_unwritten(unwritten + ([plan_refused] if plan_refused else []))
+
+    def save_plan(self) -> str | None:
+        """Persist the plan (Parquet); what went wrong, or None."""
+        try:
+            self._plan.save(self._plan_path, self._filesystem)
+        except Exception as error:  # each fsspec backend raises its own errors
+            return f"the search plan could not be written ({type(error).__name__}: {error})"
+        return None

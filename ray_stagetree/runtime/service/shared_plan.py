@@ -150,7 +150,7 @@ class SharedPlan(BatchLoop):
         self.wake()
 
     def _save_plan_or_warn(self) -> None:
-        refused = self.save_plan()
+        refused = self.end.save_plan()
         if refused is not None:
             self.warn(refused)
 

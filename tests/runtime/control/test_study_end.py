@@ -220,3 +220,35 @@ def test_a_trials_checkpoints_wait_for_its_final_one_and_are_written_again_if_wh
         ]
 
     asyncio.run(scenario())
+
+
+class Storage:
+    """The loop's checkpoint store and snapshots as `LoopEnd` asks them:
+    ``unstored`` checkpoints storage refused; ``refuses`` the snapshot."""
+
+    def __init__(self, unstored: bool, refuses: bool) -> None:
+        self.unstored, self.refuses = unstored, refuses
+        self.refused_since: float | None = None
+        self.asked = self.rewritten = 0
+
+    async def ask_storage(self) -> bool:
+        self.asked += 1
+        self.refused_since = 1.0 if self.refuses else None
+        return True
+
+    def rewrite_unstored(self, plan) -> None:
+        self.rewritten += 1
+
+
+def test_a_loop_ends_only_once_storage_took_the_checkpoints_it_refused():
+    from ray_stagetree.runtime.control.study_end import LoopEnd
+
+    def may_end(storage: Storage) -> bool:
+        end = LoopEnd(SimpleNamespace(), storage, storage, {}, None, "/exp/plan", None)
+        return asyncio.run(end.may_end())
+
+    assert may_end(Storage(unstored=False, refuses=True))  # nothing refused: storage is not asked
+    refusing = Storage(unstored=True, refuses=True)
+    assert not may_end(refusing) and (refusing.asked, refusing.rewritten) == (1, 0)  # it pauses, as mid-study
+    back = Storage(unstored=True, refuses=False)
+    assert not may_end(back) and back.rewritten == 1  # the refused checkpoints are written before the end
