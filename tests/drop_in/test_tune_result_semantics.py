@@ -176,6 +176,12 @@ def test_the_experiment_folder_exists_after_tuner(tmp_path):
     assert Tuner.can_restore(path)  # no Ray needed: nothing ran
 
 
+def test_a_storage_path_under_home_is_expanded_as_tune_expands_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    Tuner(returns_none, run_config=tune.RunConfig(storage_path="~/studies", name="home"))
+    assert Tuner.can_restore(str(tmp_path / "studies" / "home"))
+
+
 def test_restoring_a_never_fitted_tuner_runs_the_study(tmp_path, ray_session):
     Tuner(returns_number, param_space={"x": tune.grid_search([1, 2])}, run_config=run_config(tmp_path, "never"))
     tuner = Tuner.restore(os.path.join(tmp_path, "never"), returns_number)

@@ -185,10 +185,11 @@ def check_run_config(run_config: Any) -> None:
 def _check_storage_path(storage: Any, storage_filesystem: Any) -> None:
     # RunConfig made a pathlib.Path a str
     check("RunConfig.storage_path", storage, STR, None, meaning=" (a path or a URI)")
-    if storage and "://" not in storage and storage_filesystem is None and not os.path.isabs(storage):
+    local = storage and "://" not in storage and storage_filesystem is None
+    if local and not os.path.isabs(os.path.expanduser(storage)):
         raise ValueError(
-            f"RunConfig.storage_path must be an absolute path or a URI (s3://, gs://, file://, ...), got "
-            f"{storage!r}: a relative path would land in the working directory of whichever process writes it "
+            "RunConfig.storage_path must be an absolute path, a path under '~' or a URI (s3://, gs://, file://, "
+            f"...), got {storage!r}: a relative path would land in the working directory of whichever process writes it "
             f"(under `ray job submit`, a temporary one); pass os.path.abspath({storage!r}) to mean this one"
         )
 

@@ -494,8 +494,10 @@ class Tuner:
 
     @property
     def storage_path(self) -> str:
-        """``RunConfig.storage_path``, Tune's ``~/ray_results`` by default."""
-        return str(self.run_config.storage_path or os.path.expanduser("~/ray_results")).rstrip("/")
+        """``RunConfig.storage_path`` (``~`` expanded, as Tune expands it), Tune's ``~/ray_results`` by default."""
+        given = self.run_config.storage_path
+        default = os.path.expanduser("~/ray_results")
+        return (absolute_path(given, self.run_config.storage_filesystem) if given else default).rstrip("/")
 
     def _experiment_folder(self) -> str:
         """``storage_path/name``; on a plan service, the study's folder in its
