@@ -443,7 +443,9 @@ def test_a_dirname_creator_returning_a_path_errors_its_trial_clearly(ray_session
 
 
 def test_a_relative_storage_path_is_refused_before_anything_runs():
-    with pytest.raises(ValueError, match=r"storage_path must be an absolute path or a URI.*'results'"):
+    with pytest.raises(
+        ValueError, match=r"storage_path must be an absolute path, a path under '~' or a URI.*'results'"
+    ):
         Tuner(finite_loop, run_config=tune.RunConfig(storage_path="results", stop={"training_iteration": 1}))
 
 
