@@ -35,9 +35,9 @@ class Handovers:
 
     def take(self, worker: Any, key: str) -> Any:
         """Ask ``worker`` for the checkpoint in its outbox under ``key``: the reference to its payload."""
-        pending = _unsettled(self._pending.get(worker, []))
-        self._pending[worker] = pending + [worker.take_checkpoint.remote(key)]
-        return self._pending[worker][-1]
+        ref = worker.take_checkpoint.remote(key)
+        self._pending[worker] = [*_unsettled(self._pending.get(worker, [])), ref]
+        return ref
 
     def stop(self, worker: Any) -> None:
         """Stop ``worker`` once it handed over what it was asked for (a dead

@@ -450,9 +450,8 @@ class CallbackRunner:
             view = self._view({"trial_id": row["trial_id"], "config": row.get("config")})
             self._continue_logs(view)
         iteration = row.get("training_iteration", 0)
-        retried = row.pop(
-            REPORTED_AGAIN, False
-        )  # a retry, or a PBT exploit back to an earlier checkpoint: as under Tune
+        # Reported again (a retry, a PBT exploit back to an earlier checkpoint): logged again, as under Tune.
+        retried = row.pop(REPORTED_AGAIN, False)
         if not retried and iteration <= self._logged.get(view.trial_id, 0):
             return  # already logged: a retrained iteration, or one logged before a restore
         if view.trial_id in self._recovering:  # its retry's first result
