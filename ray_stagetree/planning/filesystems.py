@@ -23,10 +23,16 @@ import pyarrow.fs as pafs
 from fsspec.implementations.arrow import ArrowFSWrapper
 
 
+def is_local(path: str, storage_filesystem: Any = None) -> bool:
+    """Whether ``path`` is on this machine's disk: neither a URL nor a path
+    inside a given ``storage_filesystem``."""
+    return "://" not in path and storage_filesystem is None
+
+
 def absolute_path(path: str, storage_filesystem: Any = None) -> str:
     """A local path made absolute (``~`` expanded); URLs, and paths inside a
     given ``storage_filesystem``, as they are."""
-    if "://" in path or storage_filesystem is not None:
+    if not is_local(path, storage_filesystem):
         return path
     return os.path.abspath(os.path.expanduser(path))
 

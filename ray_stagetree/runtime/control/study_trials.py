@@ -19,6 +19,7 @@ import math
 from typing import Any, Protocol
 
 from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.planning.filesystems import is_local
 from ray_stagetree.planning.lifecycle import (
     ENDED,
     ERROR,
@@ -550,7 +551,7 @@ class StudyTrials:
         experiment_name = self.spec.loop.experiment_path.rstrip("/").rsplit("/", 1)[-1]
         if owner is None:
             return {"experiment_name": experiment_name}
-        local = "://" not in self.spec.loop.experiment_path and self.spec.loop.storage_filesystem is None
+        local = is_local(self.spec.loop.experiment_path, self.spec.loop.storage_filesystem)
         return {
             "trial_id": owner.trial_id,
             "trial_name": owner.name,

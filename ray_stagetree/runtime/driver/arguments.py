@@ -21,7 +21,7 @@ from ray.tune.search import BasicVariantGenerator, Searcher
 from ray_stagetree._extras import MONITOR_MODULES, require_all
 from ray_stagetree.execution.scaling import Scaling
 from ray_stagetree.execution.storage import CheckpointStorage
-from ray_stagetree.planning.filesystems import is_filesystem
+from ray_stagetree.planning.filesystems import is_filesystem, is_local
 from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.trainables import StageTrainable
 from ray_stagetree.trial_schedulers.ray_fields import log_files
@@ -185,8 +185,7 @@ def check_run_config(run_config: Any) -> None:
 def _check_storage_path(storage: Any, storage_filesystem: Any) -> None:
     # RunConfig made a pathlib.Path a str
     check("RunConfig.storage_path", storage, STR, None, meaning=" (a path or a URI)")
-    local = storage and "://" not in storage and storage_filesystem is None
-    if local and not os.path.isabs(os.path.expanduser(storage)):
+    if storage and is_local(storage, storage_filesystem) and not os.path.isabs(os.path.expanduser(storage)):
         raise ValueError(
             "RunConfig.storage_path must be an absolute path, a path under '~' or a URI (s3://, gs://, file://, "
             f"...), got {storage!r}: a relative path would land in the working directory of whichever process writes it "

@@ -52,7 +52,7 @@ from ray.tune.utils import date_str, flatten_dict
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.execution.study_file import ENDED_STUDY, FAILED_STUDY, INTERRUPTED_STUDY
 from ray_stagetree.planning.config import tabular
-from ray_stagetree.planning.filesystems import arrow_filesystem
+from ray_stagetree.planning.filesystems import arrow_filesystem, is_local
 from ray_stagetree.planning.lifecycle import ERROR, PENDING, RUNNING, TERMINATED
 from ray_stagetree.runtime.control.messages import REPORTED_AGAIN, Progress
 from ray_stagetree.runtime.driver.log_files import BATCHED
@@ -264,7 +264,7 @@ class CallbackRunner:
         self._on_loop = [c for c in self.callbacks if not isinstance(c, batched)]
         self.experiment_path = experiment_path.rstrip("/")
         self.status = status  # the study's status file (`status_file`), kept from each poll
-        self._remote = "://" in experiment_path or storage_filesystem is not None
+        self._remote = not is_local(experiment_path, storage_filesystem)
         self._storage_filesystem = storage_filesystem
         self._storage = CheckpointStorage(self.experiment_path, storage_filesystem) if self._remote else None
         self.local_experiment_path = (
