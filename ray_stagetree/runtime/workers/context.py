@@ -64,12 +64,14 @@ class ReportError(TypeError):
 @dataclass
 class LatestCheckpoint:
     """The last checkpoint a function reported: after its ``iteration`` on
-    plan node ``node_id``, copied to ``folder``, with the RNG states then."""
+    plan node ``node_id``, copied to ``folder``, with the RNG states then
+    (in a group, ``rank_rng``: ranks 1..N-1's)."""
 
     iteration: int
     node_id: int
     folder: str
     rng: dict[str, Any]
+    rank_rng: list[dict[str, Any]] | None = None
 
 
 # Metric values that always pickle: the common case skips the check.
@@ -387,10 +389,11 @@ class StageContext:
             if failed:  # the trial errors with the trainable's own error; this one would hide it (and end the thread)
                 return
             raise
-        # At the function's last iteration the RNG states are those at its
-        # end (a later resume continues from there), else those at the report.
-        rng = self.capture_rng() if latest.iteration == self.iteration else latest.rng
-        payload = CheckpointPayload(latest.iteration, rng, directory=directory)
+        # Where the function returned at its last iteration the RNG states are those at its end (a later
+        # resume continues from there), else those at the report: a failed attempt may have drawn since.
+        returned_here = latest.iteration == self.iteration and not failed
+        rng = self.capture_rng() if returned_here else latest.rng
+        payload = CheckpointPayload(latest.iteration, rng, directory=directory, rank_rng=latest.rank_rng)
         key = f"{self.spec.batch_id}:{latest.iteration}"
         self._put(key, payload)
         self._put_iterations.add(latest.iteration)
@@ -440,7 +443,10 @@ class StageContext:
             self._pending.can_checkpoint = can_checkpoint
             self.flush()
         wanted = self.iteration in self.save_iterations or (reported and self.spec.keep_reported)
-        ranks_rng = self.group.checkpoint(wanted) if self.group is not None else []
+        # Every rank's RNG states at each reported checkpoint too: it may become the one a retry resumes from.
+        ranks_rng = self.group.checkpoint(bool(wanted or reported)) if self.group is not None else []
+        if reported and ranks_rng:
+            self._latest.rank_rng = ranks_rng
         with self.phases.phase("save"):
             payload = make_payload(self.iteration) if wanted else None
         if payload is not None and ranks_rng:

@@ -393,6 +393,48 @@ def test_a_failed_trial_keeps_and_a_retry_resumes_from_its_latest_checkpoint(tmp
         assert checkpointed_step(result.checkpoint) == 3
 
 
+def draws_then_fails_once(config):
+    """Reports a draw from torch's generator and a checkpoint at steps 1..4;
+    at step 3, while ``config["flag"]`` exists, it draws, then fails."""
+    import json
+    import tempfile
+
+    import torch
+
+    torch.manual_seed(0)
+    step = checkpointed_step(tune.get_checkpoint()) if tune.get_checkpoint() else 0
+    while step < 4:
+        step += 1
+        draw = float(torch.rand(()))
+        if step == 3 and os.path.exists(config["flag"]):
+            os.remove(config["flag"])
+            raise RuntimeError("failing once, after a draw")
+        with tempfile.TemporaryDirectory() as path:
+            with open(os.path.join(path, "step.json"), "w") as file:
+                json.dump({"step": step}, file)
+            tune.report({"step": step, "draw": draw}, checkpoint=tune.Checkpoint.from_directory(path))
+
+
+def test_a_retry_resumes_the_random_states_of_its_checkpoint_not_of_the_failure(tmp_path, ray_session):
+    """The failed attempt drew at step 3 before it raised: the retry resumes
+    from step 2's checkpoint with the generators as they were at that report,
+    and draws what a run without the failure draws."""
+    flag = tmp_path / "flag"
+    flag.touch()
+    failed, clean = Tuner(
+        draws_then_fails_once,
+        param_space={"flag": tune.grid_search([str(flag), str(tmp_path / "absent")])},
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), failure_config=tune.FailureConfig(max_failures=1), verbose=0
+        ),
+    ).fit()
+    assert not flag.exists(), "the first attempt failed"
+    draws = [
+        result.metrics_dataframe.drop_duplicates("step", keep="last")["draw"].tolist() for result in (failed, clean)
+    ]
+    assert draws[0] == draws[1]
+
+
 def accumulate(config):
     """x grows by lr each iteration; every report carries a checkpoint of x."""
     import json
