@@ -215,7 +215,7 @@ def test_pbt_forks_exploited_trials_from_the_source_checkpoint(
             logged = [json.loads(line)["training_iteration"] for line in file]
         assert logged == result.metrics_dataframe["training_iteration"].tolist()
         read = tune.Result.from_path(result.path)
-        assert read.checkpoint.path == result.checkpoint.path
+        assert read.checkpoint.path == result.checkpoint.path, sorted(os.listdir(result.path))
         assert all(os.path.basename(c.path) == metrics["checkpoint_dir_name"] for c, metrics in read.best_checkpoints)
 
 

@@ -252,9 +252,8 @@ class BatchLoop:
         more = False
         for study in list(self.studies.values()):
             more = study.admit() or more
-            if self.open_ended and not study.finalized and not study.unfinished() and not self._serves(study):
-                study.finalized = None  # being finalized
-                asyncio.ensure_future(self.end.finalize_study(study))
+            if self.open_ended and not study.unfinished() and not self._serves(study):
+                self.end.finalize_soon(study)
         return more
 
     def _serves(self, study: StudyTrials) -> bool:

@@ -199,6 +199,16 @@ class LoopEnd:
         for study, unwritten in ends.items():
             study.warn_unwritten(unwritten + ([plan_refused] if plan_refused else []))
 
+    def finalize_soon(self, study: Any) -> None:
+        """End ``study`` on a loop that goes on (a plan service's), in the
+        background and once: while its end is being written (``finalized``
+        is None) the loop asks again at every turn, and a second end
+        beside the first would write every trial's checkpoints again, into
+        the folders the first is writing."""
+        if study.finalized is False:
+            study.finalized = None
+            asyncio.ensure_future(self.finalize_study(study))
+
     async def finalize_study(self, study: Any) -> None:
         """One study's end on a loop that goes on (a plan service's)."""
         unwritten = await study.finalize()

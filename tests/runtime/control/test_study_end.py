@@ -252,3 +252,40 @@ def test_a_loop_ends_only_once_storage_took_the_checkpoints_it_refused():
     assert not may_end(refusing) and (refusing.asked, refusing.rewritten) == (1, 0)  # it pauses, as mid-study
     back = Storage(unstored=True, refuses=False)
     assert not may_end(back) and back.rewritten == 1  # the refused checkpoints are written before the end
+
+
+def test_a_study_on_a_loop_that_goes_on_ends_once_however_often_the_loop_asks():
+    """A plan service's loop asks at every turn whether a study whose
+    trials are all done ends: only the first ask starts its end, also while
+    that end is still writing the trials' checkpoints."""
+    from ray_stagetree.runtime.control.study_end import LoopEnd
+
+    class Study:
+        finalized: bool | None = False
+        ends = 0
+
+        async def finalize(self) -> list[str]:
+            self.ends += 1
+            await asyncio.sleep(0.01)  # the writes: the loop turns meanwhile
+            return []
+
+        def warn_unwritten(self, unwritten: list[str]) -> None:
+            assert unwritten == []
+
+    class Plan:
+        def save(self, path, filesystem) -> None:
+            pass
+
+    async def scenario() -> Study:
+        study = Study()
+        end = LoopEnd(Plan(), None, None, {}, None, "/exp/plan", None)
+        for _ in range(5):
+            end.finalize_soon(study)
+            await asyncio.sleep(0)
+        assert study.finalized is None  # being ended
+        while study.finalized is not True:
+            end.finalize_soon(study)
+            await asyncio.sleep(0.002)
+        return study
+
+    assert asyncio.run(scenario()).ends == 1
