@@ -7,11 +7,23 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ray_stagetree.planning.config import TrialConfig
+from ray_stagetree.planning.plan_records import CheckpointInfo
 
 #: In a function trainable's result row from its worker: whether the report
 #: came with a checkpoint. The controller turns it into Tune's
 #: ``checkpoint_dir_name``, numbered per trial (`runtime.control.trials`).
 REPORTED_CHECKPOINT = "_stagetree_reported_checkpoint"
+
+
+def reported_checkpoint_key(node_id: int, iteration: int, batch_id: int) -> str:
+    """Where the worker of batch ``batch_id`` stores a checkpoint the
+    function reported at ``iteration`` of node ``node_id`` where the plan
+    asked for none (relative to the experiment directory). Named by the
+    batch, not as the plan names its own checkpoint of the point
+    (`runtime.control.checkpoint_store.CheckpointStore.key`): a batch that
+    trains the point again writes its own copy, and none overwrites a
+    copy the plan recorded with its checksum."""
+    return f"checkpoints/node{node_id:06d}_step{iteration:07d}_batch{batch_id}.ckpt"
 
 
 @dataclass
@@ -37,9 +49,9 @@ class BatchSpec:
     # The batch whose trainable waits parked on this worker at ``start``: this
     # batch continues it, live, instead of starting from a checkpoint.
     resumes: int | None = None
-    # Store every checkpoint a function reports, not only at ``save_iterations``: the study's
-    # CheckpointConfig(num_to_keep=N) keeps a trial's N best reported checkpoints, as Tune.
-    keep_reported: bool = False
+    # The study's `StorageIO` actor: a checkpoint the function reports where the plan asked for
+    # none is written there at once (Tune's report() persists every one), not held in memory.
+    storage_io: Any = None
     # RunConfig(log_to_file=...): keep what the trainable prints for its trials' folders (`BatchOutcome.output`).
     log_to_file: bool = False
 
@@ -65,14 +77,17 @@ class BatchOutcome:
     batch_id: int
     records: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
     checkpoints: list[tuple[int, int, Any, int]] = field(default_factory=list)
+    # (node id, iteration, its durable copy): reported checkpoints the worker stored itself (`storage_io`).
+    stored_checkpoints: list[tuple[int, int, CheckpointInfo]] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
     error_pickle: bytes | None = None  # the trainable's exception as Tune's Result.error, pickled (trial_errors)
     error_iteration: int | None = None
     error_node: int | None = None
-    # The last of `checkpoints` is the one the trainable reported just before it raised, put
-    # only so that the trial resumes from it (Tune's retry / resume_errored).
-    error_checkpoint: bool = False
+    # (node id, iteration) of the checkpoint the trainable reported just before it raised: the
+    # last of `checkpoints`, put only so that the trial resumes from it (Tune's retry /
+    # resume_errored), or one of `stored_checkpoints` of this batch. None: no such checkpoint.
+    error_checkpoint: tuple[int, int] | None = None
     error_in_restore: bool = False  # raised while loading the batch's starting checkpoint (TUNE_RESTORE_RETRY_NUM)
     error_retryable: bool = True  # False: the trainable's own code is wrong (`ReportError`), a retry repeats it
     returned_at: int | None = None  # the function trainable returned after this many iterations

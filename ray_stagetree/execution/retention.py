@@ -44,12 +44,3 @@ def kept_checkpoints(
     best = ranked if keep is None else ranked[max(0, len(ranked) - keep) :]
     kept = set(best) | set(iterations[-1:])
     return sorted(kept), best
-
-
-def keeps_reported(config: Any) -> bool:
-    """Whether a study stores every checkpoint a function trainable reports
-    (``tune.CheckpointConfig`` with ``num_to_keep``), so that its trials'
-    folders keep the best of them as Tune's do. Without ``num_to_keep`` a
-    trial keeps the checkpoints on its path in the plan (branch points, the
-    end): storing every report would cost a durable copy per report."""
-    return config is not None and config.num_to_keep is not None

@@ -490,8 +490,9 @@ def checkpoints_every_other(config):
 def test_rows_name_the_checkpoint_folders_and_result_from_path_reads_a_trial_back(tmp_path, ray_session, tuner_class):
     """As in Tune: a function trainable's rows carry ``checkpoint_dir_name``
     (the n-th reported checkpoint's folder, None without one), the trial's
-    folders are named so, and ``tune.Result.from_path`` reads a trial folder
-    back with each checkpoint's own row."""
+    folders are named so, every reported checkpoint is kept (Tune's default
+    ``num_to_keep=None``), and ``tune.Result.from_path`` reads a trial
+    folder back with each checkpoint's own row."""
     grid = tuner_class(
         checkpoints_every_other,
         param_space={"lr": tune.grid_search([1.0, 2.0])},
@@ -502,6 +503,7 @@ def test_rows_name_the_checkpoint_folders_and_result_from_path_reads_a_trial_bac
         names = [name if isinstance(name, str) else None for name in result.metrics_dataframe["checkpoint_dir_name"]]
         assert names == ["checkpoint_000000", None, "checkpoint_000001", None, "checkpoint_000002"]
         assert os.path.basename(result.checkpoint.path) == "checkpoint_000002"
+        assert [metrics["training_iteration"] for _, metrics in result.best_checkpoints] == [1, 3, 5]
         read = tune.Result.from_path(result.path)
         assert read.metrics["score"] == result.metrics["score"]
         assert read.checkpoint.path == result.checkpoint.path
@@ -513,8 +515,8 @@ def test_rows_name_the_checkpoint_folders_and_result_from_path_reads_a_trial_bac
 
 def test_shared_stages_name_each_trials_checkpoint_folders_as_it_reported_them(tmp_path, ray_session):
     """Two trials share their first three steps (one stage, its rows the
-    plan's): each names its checkpoints among those it reported, and its
-    folders (the plan keeps the branch point and the end) are read back."""
+    plan's): each names its checkpoints among those it reported and keeps
+    every one, the shared stage's too, and its folders are read back."""
     from ray_stagetree import Step
 
     grid = Tuner(
@@ -527,6 +529,6 @@ def test_shared_stages_name_each_trials_checkpoint_folders_as_it_reported_them(t
         names = [name if isinstance(name, str) else None for name in result.metrics_dataframe["checkpoint_dir_name"]]
         assert names == ["checkpoint_000000", None, "checkpoint_000001", None, "checkpoint_000002"]
         folders = sorted(name for name in os.listdir(result.path) if name.startswith("checkpoint_"))
-        assert folders == ["checkpoint_000001", "checkpoint_000002"]  # step 3 (the fork) and the end
+        assert folders == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
         read = tune.Result.from_path(result.path)
-        assert [metrics["training_iteration"] for _, metrics in read.best_checkpoints] == [3, 5]
+        assert [metrics["training_iteration"] for _, metrics in read.best_checkpoints] == [1, 3, 5]

@@ -28,7 +28,6 @@ import ray
 
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec, FlushReply
 from ray_stagetree.execution.parking import Parking
-from ray_stagetree.execution.retention import keeps_reported
 from ray_stagetree.execution.storage import CheckpointUnavailableError
 from ray_stagetree.planning.lifecycle import ENDED, PAUSED, UNFINISHED
 from ray_stagetree.planning.plan import PlanNode, RequestState, SearchPlan
@@ -365,8 +364,7 @@ class BatchLoop:
             plain=node.plain,
             reproducibility=self.spec.worker.reproducibility,
             resumes=None if parked is None else parked.batch_id,
-            # A node no trial configured (a stored plan's) keeps what any study would keep.
-            keep_reported=any(keeps_reported(study.spec.checkpoint_config) for study in owners),
+            storage_io=self.store.io,
             log_to_file=any(study.spec.log_files is not None for study in owners),
             **self.trial_context(leaf.node_id),
         )
@@ -487,6 +485,11 @@ class BatchLoop:
             self.store.add(self.plan, node, iteration, ref, size)
             for trial_id, study in self._through(node, iteration):
                 study.saved(study.trials[trial_id], node, iteration)
+        for node_id, iteration, info in outcome.stored_checkpoints:
+            node = self.plan.nodes[node_id]
+            if self.store.add_stored(self.plan, node, iteration, info):
+                for trial_id, study in self._through(node, iteration):
+                    study.saved(study.trials[trial_id], node, iteration)
         if outcome.records or outcome.checkpoints:
             self._wake.set()
 
@@ -544,11 +547,8 @@ class BatchLoop:
         shared_retry = outcome.error is not None and self.shared_retries.retry_batch(
             outcome, set(self._affected(outcome))
         )
-        if shared_retry and outcome.error_checkpoint:
-            # The retry trains again from where this attempt started, as each of
-            # the sharing trials would in Tune, not from what the failed attempt left.
-            _, _, key, _ = outcome.checkpoints.pop()
-            worker.take_checkpoint.remote(key)  # dropped from the worker's outbox
+        if shared_retry and outcome.error_checkpoint is not None:
+            self._forget_error_checkpoint(worker, outcome)
         self.ingest(outcome)
         self.runs.ended(spec, outcome)
         self.pool.folded(batch.batch_id)
@@ -600,12 +600,26 @@ class BatchLoop:
             t: study for t, study in self._through(node, outcome.error_iteration) if study.status_of(t) not in ENDED
         }
 
+    def _forget_error_checkpoint(self, worker: Any, outcome: BatchOutcome) -> None:
+        """A shared stage's retry trains again from where the failed attempt
+        started, as each of the sharing trials would in Tune, not from the
+        checkpoint the trainable reported just before it raised: that one
+        goes, from the worker's outbox or, where the worker stored it, from
+        the plan."""
+        point = outcome.error_checkpoint
+        if outcome.checkpoints and outcome.checkpoints[-1][:2] == point:
+            _, _, key, _ = outcome.checkpoints.pop()
+            worker.take_checkpoint.remote(key)
+            return
+        outcome.stored_checkpoints = [stored for stored in outcome.stored_checkpoints if stored[:2] != point]
+        self.plan.drop_checkpoint(*point)
+
     def _batch_failed(self, outcome: BatchOutcome) -> None:
         """The trainable raised, and it counts against the trials it served."""
         affected = self._affected(outcome)
-        if outcome.error_checkpoint:
+        if outcome.error_checkpoint is not None:
             for trial_id, study in affected.items():
-                study.trials[trial_id].error_checkpoint = outcome.checkpoints[-1][:2]
+                study.trials[trial_id].error_checkpoint = outcome.error_checkpoint
         self.studies.fail(
             set(affected), outcome.error, outcome.error_retryable, outcome.error_in_restore, outcome.error_pickle
         )

@@ -226,6 +226,17 @@ class CheckpointStore:
         self._write(node.node_id, iteration, ref, size_bytes)
         self.evict(plan)
 
+    def add_stored(self, plan: SearchPlan, node: PlanNode, iteration: int, info: CheckpointInfo) -> bool:
+        """Register a checkpoint its worker wrote to storage itself (one the
+        function reported where the plan asked for none): durable only, as a
+        restored plan's are, read into memory if a batch starts from it.
+        False when the plan holds one there already (trained again), which
+        it keeps."""
+        if iteration in node.checkpoints:
+            return False
+        plan.record_checkpoint(node.node_id, iteration, info)
+        return True
+
     def in_memory(self, node: PlanNode, iteration: int) -> bool:
         """Whether the checkpoint has an in-memory copy (else only a durable one)."""
         return (node.node_id, iteration) in self._handles

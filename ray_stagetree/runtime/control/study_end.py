@@ -129,6 +129,8 @@ async def export_trial_checkpoints(
     state.best_checkpoints = [
         (written[iteration], state.checkpoint_metrics(iteration)) for iteration in best if iteration in written
     ]
+    if len(refused) > 1:  # one line a trial: the study's warning names every trial it concerns
+        refused = [f"{refused[0]} (and {len(refused) - 1} more of the trial's checkpoints)"]
     return TrialExport(
         kept=_ids(kept),
         best=tuple(best),

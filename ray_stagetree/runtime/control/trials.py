@@ -137,9 +137,7 @@ class TrialState(Trial):
         stage checkpoints other trials need whatever this says.
 
         Folders are named as `checkpoint_folders` names them: as Tune
-        numbers them, among all the trial reported, where the plan stores
-        only some (without ``num_to_keep``, those its path in the plan holds:
-        `execution.retention.keeps_reported`)."""
+        numbers them, among all the trial reported."""
         points = self.path_checkpoints()
         iterations = [at for _, at in points]
         kept, best = kept_checkpoints(iterations, self.checkpoint_metrics, checkpoint_config)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ray_stagetree.execution.batches import REPORTED_CHECKPOINT, BatchOutcome, BatchSpec
+from ray_stagetree.execution.batches import REPORTED_CHECKPOINT, BatchOutcome, BatchSpec, reported_checkpoint_key
 from ray_stagetree.execution.payload import (
     CheckpointPayload,
     pack_directory,
@@ -33,6 +33,7 @@ from ray_stagetree.execution.payload import (
 )
 from ray_stagetree.execution.rng import capture_rng_state, fork_rng_state, restore_rng_state
 from ray_stagetree.planning.config import LINEAGE_KEY, HParams, hparam_keys, replaced, split_path
+from ray_stagetree.planning.plan_records import CheckpointInfo
 from ray_stagetree.runtime.workers import scratch, trial_output
 from ray_stagetree.runtime.workers.phases import PhaseClock
 from ray_stagetree.runtime.workers.user_generators import UserGenerators
@@ -146,7 +147,8 @@ class StageContext:
         self._restored_dir: str | None = None
         self._ended = False  # a report said done
         self._parking = False  # the controller's reply at the batch's end said park
-        self._put_iterations: set[int] = set()  # iterations whose checkpoint went to the outbox
+        self._put_iterations: set[int] = set()  # iterations whose checkpoint went to the outbox or to storage
+        self._stored_iterations: set[int] = set()  # those that went to storage (`_store`)
         # The last checkpoint report() got, kept (hard-linked) past the user's
         # temporary folder: if the function ends the trial after it, it is
         # the trial's final checkpoint, as in Tune.
@@ -380,7 +382,10 @@ class StageContext:
         ``FailureConfig``, ``Tuner.restore(resume_errored=True)``), and where
         the plan's stop got no checkpoint it is the closest the plan has."""
         latest = self._latest
+        raised = failed and self.returned_at is None and not self._ended
         if latest.iteration in self._put_iterations:
+            if raised and latest.iteration in self._stored_iterations:
+                outcome.error_checkpoint = (latest.node_id, latest.iteration)
             return
         try:
             with self.phases.phase("save"):
@@ -398,7 +403,8 @@ class StageContext:
         self._put(key, payload)
         self._put_iterations.add(latest.iteration)
         outcome.checkpoints.append((latest.node_id, latest.iteration, key, size_of(payload)))
-        outcome.error_checkpoint = failed and self.returned_at is None and not self._ended
+        if raised:
+            outcome.error_checkpoint = (latest.node_id, latest.iteration)
 
     # -- shared by both APIs ------------------------------------------------
 
@@ -413,8 +419,8 @@ class StageContext:
         reported: bool | None = None,
     ) -> None:
         """One iteration done: stream its metrics, and a checkpoint (made by
-        ``make_payload(iteration)``) where the plan needs one, or at every one
-        the function ``reported`` where the batch keeps them (None: a class
+        ``make_payload(iteration)``) where the plan needs one and wherever
+        the function ``reported`` one, as Tune keeps them all (None: a class
         trainable's result, which reports none). At the batch's end
         the controller's reply says whether the batch goes on (live
         continuation); the end's checkpoint is made only if it does not."""
@@ -442,7 +448,8 @@ class StageContext:
             # Without a checkpoint here, stopping would mean retraining: the controller continues live.
             self._pending.can_checkpoint = can_checkpoint
             self.flush()
-        wanted = self.iteration in self.save_iterations or (reported and self.spec.keep_reported)
+        needed = self.iteration in self.save_iterations
+        wanted = needed or (bool(reported) and self.spec.storage_io is not None)
         # Every rank's RNG states at each reported checkpoint too: it may become the one a retry resumes from.
         ranks_rng = self.group.checkpoint(bool(wanted or reported)) if self.group is not None else []
         if reported and ranks_rng:
@@ -452,11 +459,12 @@ class StageContext:
         if payload is not None and ranks_rng:
             payload.rank_rng = ranks_rng
         if payload is not None:
-            key = f"{self.spec.batch_id}:{self.iteration}"
             with self.phases.phase("save"):
-                self._put(key, payload)
+                if needed or not self._store(node_id, payload):
+                    key = f"{self.spec.batch_id}:{self.iteration}"
+                    self._put(key, payload)
+                    self._pending.checkpoints.append((node_id, self.iteration, key, size_of(payload)))
             self._put_iterations.add(self.iteration)
-            self._pending.checkpoints.append((node_id, self.iteration, key, size_of(payload)))
         if self.iteration < self.stop and (payload is not None or now - self._last_flush >= FLUSH_SECONDS):
             self.flush()
         restart = self.iteration == self._config_change and self.iteration < self.stop
@@ -473,6 +481,26 @@ class StageContext:
                 payload = payload or make_payload(self.iteration)
         if restart:
             self._restart(payload)
+
+    def _store(self, node_id: int, payload: CheckpointPayload) -> bool:
+        """Write a checkpoint the function reported where the plan asked for
+        none straight to the study's storage, as Tune's report() persists
+        each one: the trial's folder keeps it (`execution.retention`), and
+        it never waits in memory. False when storage refused it: the caller
+        hands it to the controller instead, which keeps it in memory until
+        storage takes it."""
+        import ray
+
+        from ray_stagetree.execution.storage import StoredCheckpoint
+
+        key = reported_checkpoint_key(node_id, self.iteration, self.spec.batch_id)
+        stored = ray.get(self.spec.storage_io.write.remote(key, payload))
+        if not isinstance(stored, StoredCheckpoint):  # storage refused it (`WriteFailed`)
+            return False
+        info = CheckpointInfo(key, stored.size_bytes, stored.checksum)
+        self._pending.stored_checkpoints.append((node_id, self.iteration, info))
+        self._stored_iterations.add(self.iteration)
+        return True
 
     def _held_value_changes_now(self) -> bool:
         return any(changes_at(sequence, self.iteration) for sequence in self._fixed_sequences().values())
@@ -563,7 +591,7 @@ class StageContext:
         live trial needs the rest, later when it continues live)."""
         import ray
 
-        if not self._pending.records and not self._pending.checkpoints:
+        if not (self._pending.records or self._pending.checkpoints or self._pending.stored_checkpoints):
             return
         outcome, self._pending = self._pending, BatchOutcome(self.spec.batch_id)
         self._stamp(outcome)
