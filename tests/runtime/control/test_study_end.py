@@ -137,6 +137,27 @@ def test_the_kept_checkpoints_are_exported_and_what_storage_refused_is_reported(
     asyncio.run(scenario())
 
 
+def test_what_storage_refused_is_one_line_a_trial():
+    """A full disk refuses every folder of every trial: the study's warning
+    shows its first three lines, so each trial gets one line, not each folder."""
+
+    async def scenario():
+        trials = [finished(name, node(index, [1, 2, 3]), last=3) for index, name in enumerate("abc")]
+
+        async def export(at, iteration, folder):
+            return WriteFailed(f"{folder!r} could not be written (no space left)")
+
+        async def remove_others(trial_dir, keep):
+            pass
+
+        return await export_kept_checkpoints(trials, export, remove_others, None)
+
+    assert asyncio.run(scenario()) == [
+        f"'dir_{name}/checkpoint_000000' could not be written (no space left) (and 2 more of the trial's checkpoints)"
+        for name in "abc"
+    ]
+
+
 def test_an_errored_trials_final_checkpoint_is_not_trained_again():
     async def scenario():
         errored = finished("a", node(0, [5]), last=5, status=ERROR)
