@@ -23,7 +23,7 @@ def reported_checkpoint_key(node_id: int, iteration: int, batch_id: int) -> str:
     (`runtime.control.checkpoint_store.CheckpointStore.key`): a batch that
     trains the point again writes its own copy, and none overwrites a
     copy the plan recorded with its checksum."""
-    return f"checkpoints/node{node_id:06d}_step{iteration:07d}_batch{batch_id}.ckpt"
+    return f"checkpoints/node{node_id:06d}_step{iteration:07d}.batch{batch_id}.ckpt"
 
 
 @dataclass
