@@ -105,7 +105,8 @@ class TrialState(Trial):
         """(node, iteration) of the plan's checkpoints on the paths an ended
         trial (finished or errored) trained on, up to its last iteration,
         oldest first; none for the others. Before a PBT exploit they are its
-        own, as its results are (as under Tune), not the source's it forked from."""
+        own, as its results are (as under Tune), not the source's it forked from;
+        where it trained an iteration again after an exploit, the later one."""
         if self.status not in (TERMINATED, ERROR) or not self.rows:
             return []
         points = []
@@ -115,7 +116,10 @@ class TrialState(Trial):
                 after = max(node.fork_iteration, start)
                 points += [(node, iteration) for iteration in node.checkpoints if after < iteration <= top]
                 node, top = node.parent, min(node.fork_iteration, stop)
-        return sorted(points, key=lambda point: point[1])
+        # An iteration on an earlier path and on this one (an exploit took it back before it): the row
+        # shown there is this path's, and so is the checkpoint beside it.
+        latest = {iteration: (node, iteration) for node, iteration in sorted(points, key=lambda point: point[1])}
+        return list(latest.values())
 
     def final_checkpoint(self) -> tuple[Any, int] | None:
         """(node, iteration) of the plan's checkpoint at a finished trial's

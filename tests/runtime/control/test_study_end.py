@@ -43,6 +43,11 @@ def test_a_trials_checkpoints_are_those_on_its_path_up_to_its_last_result():
     exploited.earlier_paths, exploited.forked_at = ((node(4, [1, 2]), 0, 2),), 2
     assert [(n.node_id, at) for n, at in exploited.path_checkpoints()] == [(4, 1), (4, 2), (2, 3)]
     assert exploited.checkpoint_metrics(2) == exploited.rows[2] and exploited.checkpoint_metrics(3)["acc"] == 0.3
+    # It had trained to 3 when the exploit took it back to 2: its result at 3 is the one trained after the
+    # exploit, and so is its checkpoint at 3 (one, not the earlier path's beside it).
+    ahead = finished("d", node(5, [3, 4], parent=node(6, [2]), fork_iteration=2), last=4)
+    ahead.earlier_paths, ahead.forked_at = ((node(7, [1, 2, 3]), 0, 3),), 2
+    assert [(n.node_id, at) for n, at in ahead.path_checkpoints()] == [(7, 1), (7, 2), (5, 3), (5, 4)]
 
 
 def test_a_lost_final_checkpoint_is_checked_once_and_retrains_each_trial_ending_there():
