@@ -49,9 +49,10 @@ class BatchSpec:
     # The batch whose trainable waits parked on this worker at ``start``: this
     # batch continues it, live, instead of starting from a checkpoint.
     resumes: int | None = None
-    # The study's `StorageIO` actor: a checkpoint the function reports where the plan asked for
-    # none is written there at once (Tune's report() persists every one), not held in memory.
-    storage_io: Any = None
+    # The study's storage (`execution.sealed_storage.SealedStorage`): the worker writes a checkpoint the
+    # function reports where the plan asked for none there at once (Tune's report() persists every one
+    # from the process that trains), not held in memory.
+    reported_storage: Any = None
     # RunConfig(log_to_file=...): keep what the trainable prints for its trials' folders (`BatchOutcome.output`).
     log_to_file: bool = False
 
@@ -77,7 +78,7 @@ class BatchOutcome:
     batch_id: int
     records: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
     checkpoints: list[tuple[int, int, Any, int]] = field(default_factory=list)
-    # (node id, iteration, its durable copy): reported checkpoints the worker stored itself (`storage_io`).
+    # (node id, iteration, its durable copy): reported checkpoints the worker stored itself (`reported_storage`).
     stored_checkpoints: list[tuple[int, int, CheckpointInfo]] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None

@@ -364,7 +364,7 @@ class BatchLoop:
             plain=node.plain,
             reproducibility=self.spec.worker.reproducibility,
             resumes=None if parked is None else parked.batch_id,
-            storage_io=self.store.io,
+            reported_storage=self.store.sealed,
             log_to_file=any(study.spec.log_files is not None for study in owners),
             **self.trial_context(leaf.node_id),
         )

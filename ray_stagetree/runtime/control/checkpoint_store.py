@@ -11,7 +11,6 @@ the only writer of those records: the store tells it what changed.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import tempfile
@@ -20,8 +19,8 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ray_stagetree.execution.payload import CheckpointPayload, from_bytes, to_bytes, write_directory
-from ray_stagetree.execution.payload_auth import seal, unseal
+from ray_stagetree.execution.payload import CheckpointPayload, write_directory
+from ray_stagetree.execution.sealed_storage import SealedStorage, WriteFailed, with_retries
 from ray_stagetree.execution.storage import (
     CheckpointCache,
     CheckpointStorage,
@@ -35,44 +34,17 @@ from ray_stagetree.runtime.workers.remote import remote_once
 logger = logging.getLogger(__name__)
 
 
-class StorageIO:
+class StorageIO(SealedStorage):
     """A study's storage I/O in one threaded Ray actor: checkpoint write-behind,
-    reloads, and the trial directories at the end.
+    reloads, and the trial directories at the end, sealed with the
+    experiment's key (`execution.sealed_storage`).
 
     One long-lived process rather than a Ray task per write: every task that
     finds no idle worker process starts one (seconds of CPU on a small
     machine), and a study's end writes every trial at once. Payloads arrive
     as resolved objects (Ray passes a referenced checkpoint to the method
     directly), so their bytes never visit the driver or the controller.
-
-    Payloads are stored in their byte form (`execution.payload`), sealed with
-    an HMAC under ``secret`` (the experiment's key, see
-    `execution.payload_auth`): `reload` unpickles only what verifies, so a payload placed in storage by anyone without the key
-    is refused, whatever checksum the plan's table claims for it.
     """
-
-    def __init__(self, storage: CheckpointStorage, secret: bytes, trusted: bool = False) -> None:
-        self.storage = storage
-        self._secret = secret
-        self._trusted = trusted
-
-    def write(self, key: str, payload: CheckpointPayload) -> StoredCheckpoint | WriteFailed:
-        """Store a checkpoint and read it back: a copy that cannot be read
-        back as written (a full disk, a flaky store) is written again, and
-        after `WRITE_ATTEMPTS` reported as `WriteFailed`, not raised, so the
-        controller keeps the in-memory copy instead of forgetting it."""
-        data = seal(self._secret, key, to_bytes(payload))
-        return with_retries(lambda: self._write_verified(key, data), f"checkpoint {key!r}")
-
-    def _write_verified(self, key: str, data: bytes) -> StoredCheckpoint:
-        stored = self.storage.write(key, data)
-        self.storage.read(stored)  # raises CheckpointUnavailableError when damaged on the way
-        return stored
-
-    def _load(self, stored: StoredCheckpoint, key: str) -> CheckpointPayload:
-        """The payload stored under ``key``; raises `CheckpointUnavailableError`
-        when it is lost, corrupt or not authenticated."""
-        return from_bytes(unseal(self._secret, key, self.storage.read(stored), self._trusted))
 
     @ray.method(num_returns=2)
     def reload(self, stored: StoredCheckpoint, key: str) -> tuple[str | None, Any]:
@@ -80,14 +52,14 @@ class StorageIO:
         is lost, corrupt or not authenticated. Two returns, so the controller
         reads the verdict without the bytes."""
         try:
-            return None, self._load(stored, key)
+            return None, self.load(stored, key)
         except CheckpointUnavailableError as error:
             return str(error), None
 
     def check(self, stored: StoredCheckpoint, key: str) -> str | None:
         """Why the copy under ``key`` is unusable, or None when it is intact."""
         try:
-            unseal(self._secret, key, self.storage.read(stored), self._trusted)
+            self.unsealed(stored, key)
         except CheckpointUnavailableError as error:
             return str(error)
         return None
@@ -100,7 +72,7 @@ class StorageIO:
         None) when it is lost, corrupt or not authenticated. The bytes never
         enter the object store."""
         try:
-            payload = self._load(stored, key)
+            payload = self.load(stored, key)
         except CheckpointUnavailableError as error:
             return str(error), None
         return None, self.write_trial_checkpoint(folder, payload)
@@ -135,34 +107,6 @@ class StorageIO:
 #: Storage calls in flight at once: enough to overlap file-system latency.
 IO_THREADS = 4
 
-#: Tries of one write, with a doubling pause from `RETRY_PAUSE_S` between them.
-WRITE_ATTEMPTS = 3
-RETRY_PAUSE_S = 0.2
-
-
-@dataclasses.dataclass(frozen=True)
-class WriteFailed:
-    """What a write that storage refused every time returns: why."""
-
-    reason: str
-
-
-def with_retries(write: Any, what: str) -> Any:
-    """``write()``'s result, or `WriteFailed` after `WRITE_ATTEMPTS` errors
-    (transient ones, such as a store's throttling, pass on a retry)."""
-    import time
-
-    pause = RETRY_PAUSE_S
-    for attempt in range(1, WRITE_ATTEMPTS + 1):
-        try:
-            return write()
-        except Exception as error:  # each fsspec backend raises its own errors
-            if attempt == WRITE_ATTEMPTS:
-                return WriteFailed(f"{what} could not be written ({type(error).__name__}: {error})")
-            time.sleep(pause)
-            pause *= 2
-    raise AssertionError("unreachable")
-
 
 class CheckpointStore:
     """Parameters
@@ -196,6 +140,7 @@ class CheckpointStore:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         # Stateless: a process that dies is restarted and its calls retried
         # (a write was atomic: done, or never visible).
+        secret = secret if secret is not None else os.urandom(32)
         self.io = (
             remote_once(StorageIO)
             .options(
@@ -205,8 +150,10 @@ class CheckpointStore:
                 max_restarts=-1,
                 max_task_retries=-1,
             )
-            .remote(storage, secret if secret is not None else os.urandom(32), trusted)
+            .remote(storage, secret, trusted)
         )
+        #: What a stage worker writes the checkpoints its function reports with (`execution.batches.BatchSpec`).
+        self.sealed = SealedStorage(storage, secret, trusted)
 
     @staticmethod
     def key(node_id: int, iteration: int) -> str:

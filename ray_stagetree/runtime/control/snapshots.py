@@ -22,7 +22,7 @@ from ray_stagetree.runtime.control.experiment_state import STATE_COST_FACTOR
 logger = logging.getLogger(__name__)
 
 #: Seconds before the first retry of a snapshot storage refused (each write
-#: has had its own quick retries: `checkpoint_store.with_retries`); the pause
+#: has had its own quick retries: `execution.sealed_storage.with_retries`); the pause
 #: doubles up to `STORAGE_RETRY_MAX_S`.
 STORAGE_RETRY_S = 1.0
 STORAGE_RETRY_MAX_S = 30.0

@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ray_stagetree.execution.sealed_storage import WriteFailed
 from ray_stagetree.execution.storage import CheckpointUnavailableError
-from ray_stagetree.runtime.control.checkpoint_store import WriteFailed
 from ray_stagetree.runtime.control.trials import TrialState
 
 logger = logging.getLogger(__name__)

@@ -449,7 +449,7 @@ class StageContext:
             self._pending.can_checkpoint = can_checkpoint
             self.flush()
         needed = self.iteration in self.save_iterations
-        wanted = needed or (bool(reported) and self.spec.storage_io is not None)
+        wanted = needed or (bool(reported) and self.spec.reported_storage is not None)
         # Every rank's RNG states at each reported checkpoint too: it may become the one a retry resumes from.
         ranks_rng = self.group.checkpoint(bool(wanted or reported)) if self.group is not None else []
         if reported and ranks_rng:
@@ -465,6 +465,8 @@ class StageContext:
                     self._put(key, payload)
                     self._pending.checkpoints.append((node_id, self.iteration, key, size_of(payload)))
             self._put_iterations.add(self.iteration)
+        # Each checkpoint reaches the controller before the function goes on, as each reaches Tune's
+        # driver: forks start from it, and a retry after the process dies resumes from it.
         if self.iteration < self.stop and (payload is not None or now - self._last_flush >= FLUSH_SECONDS):
             self.flush()
         restart = self.iteration == self._config_change and self.iteration < self.stop
@@ -489,12 +491,10 @@ class StageContext:
         it never waits in memory. False when storage refused it: the caller
         hands it to the controller instead, which keeps it in memory until
         storage takes it."""
-        import ray
-
         from ray_stagetree.execution.storage import StoredCheckpoint
 
         key = reported_checkpoint_key(node_id, self.iteration, self.spec.batch_id)
-        stored = ray.get(self.spec.storage_io.write.remote(key, payload))
+        stored = self.spec.reported_storage.write(key, payload)
         if not isinstance(stored, StoredCheckpoint):  # storage refused it (`WriteFailed`)
             return False
         info = CheckpointInfo(key, stored.size_bytes, stored.checksum)

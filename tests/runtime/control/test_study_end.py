@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 from ray import tune
 
+from ray_stagetree.execution.sealed_storage import WriteFailed
 from ray_stagetree.execution.storage import CheckpointUnavailableError
 from ray_stagetree.planning.lifecycle import ERROR, RUNNING, TERMINATED
-from ray_stagetree.runtime.control.checkpoint_store import WriteFailed
 from ray_stagetree.runtime.control.study_end import FINAL_RETRAINS, export_kept_checkpoints, retrain_lost_finals
 from ray_stagetree.runtime.control.trial_checkpoints import TrialCheckpoints
 from ray_stagetree.runtime.control.trials import TrialState
