@@ -483,15 +483,18 @@ class BatchLoop:
             ref = self.handovers.take(worker, key)
             node = self.plan.nodes[node_id]
             self.store.add(self.plan, node, iteration, ref, size)
-            for trial_id, study in self._through(node, iteration):
-                study.saved(study.trials[trial_id], node, iteration)
+            self._saved(node, iteration)
         for node_id, iteration, info in outcome.stored_checkpoints:
             node = self.plan.nodes[node_id]
             if self.store.add_stored(self.plan, node, iteration, info):
-                for trial_id, study in self._through(node, iteration):
-                    study.saved(study.trials[trial_id], node, iteration)
+                self._saved(node, iteration)
         if outcome.records or outcome.checkpoints:
             self._wake.set()
+
+    def _saved(self, node: PlanNode, iteration: int) -> None:
+        """A checkpoint at ``iteration`` of ``node`` is in: each trial through there hears of it."""
+        for trial_id, study in self._through(node, iteration):
+            study.saved(study.trials[trial_id], node, iteration)
 
     # -- batches that end ----------------------------------------------------------------
 

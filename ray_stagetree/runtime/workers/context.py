@@ -451,7 +451,7 @@ class StageContext:
         needed = self.iteration in self.save_iterations
         wanted = needed or (bool(reported) and self.spec.reported_storage is not None)
         # Every rank's RNG states at each reported checkpoint too: it may become the one a retry resumes from.
-        ranks_rng = self.group.checkpoint(bool(wanted or reported)) if self.group is not None else []
+        ranks_rng = self.group.checkpoint(needed or bool(reported)) if self.group is not None else []
         if reported and ranks_rng:
             self._latest.rank_rng = ranks_rng
         with self.phases.phase("save"):
