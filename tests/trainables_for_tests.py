@@ -152,10 +152,10 @@ class NoisyDescent(StageTrainable):
         self.weights = state["weights"]
 
 
-def kill_ray_processes(title: str) -> int:
-    """SIGKILL this Ray session's processes whose title starts with ``title``."""
+def ray_processes(title: str) -> list[int]:
+    """The pids of this Ray session's processes whose title starts with ``title``."""
     raylet = ray._private.worker.global_worker.node.all_processes["raylet"][0].process.pid
-    killed = 0
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -167,9 +167,16 @@ def kill_ray_processes(title: str) -> int:
         except OSError:
             continue
         if command.startswith(title) and parent == raylet:
-            os.kill(int(entry), signal.SIGKILL)
-            killed += 1
-    return killed
+            found.append(int(entry))
+    return found
+
+
+def kill_ray_processes(title: str) -> int:
+    """SIGKILL this Ray session's processes whose title starts with ``title``."""
+    found = ray_processes(title)
+    for pid in found:
+        os.kill(pid, signal.SIGKILL)
+    return len(found)
 
 
 class CorruptsEveryWrite(LocalFileSystem):

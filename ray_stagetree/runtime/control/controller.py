@@ -7,10 +7,16 @@ It is the actor shell of a `batch_loop.BatchLoop` with one study
 for ``Tuner.restore``, and answers the driver: `progress` at each poll,
 `results` at the end, `searcher`, `interrupt`, `monitor_view`. A plan
 service runs the same loop over many studies (`runtime.service.shared_plan`).
+
+Its process may run several studies, one after the other: a driver that
+fits again starts its next study in it (`begin`, see
+`runtime.driver.controllers`) rather than paying another process's start.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +49,27 @@ class StudyController(BatchLoop):
     """
 
     def __init__(self, spec: StudySpec) -> None:
+        self._start(spec)
+
+    async def begin(self, spec: StudySpec) -> bool:
+        """Run ``spec``'s study in this process, as a new controller would:
+        False (and nothing changed) while anything of the last one still
+        runs here."""
+        current = asyncio.current_task()
+        if any(not task.done() for task in asyncio.all_tasks() if task is not current):
+            return False
+        self.forget()
+        self._start(spec)
+        return True
+
+    def forget(self) -> None:
+        """Drop the study ended here (its plan, trials, checkpoints'
+        references and storage actor): the process waits for the driver's
+        next study holding nothing of this one."""
+        vars(self).clear()
+        gc.collect()
+
+    def _start(self, spec: StudySpec) -> None:
         restore, loop = spec.restore, spec.loop
         if restore is not None:
             plan = SearchPlan.from_records(restore.state.plan, restore.state.objects)

@@ -29,7 +29,6 @@ import ray
 from ray import tune
 from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.tune.utils.log import Verbosity, set_verbosity
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_stagetree.execution.payload_auth import TRUST_ENV, experiment_key, key_dir, trust_storage
 from ray_stagetree.execution.scaling import describe, groups_that_fit
@@ -37,7 +36,7 @@ from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.monitor.live import live_monitor
 from ray_stagetree.planning.filesystems import arrow_filesystem
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED
-from ray_stagetree.runtime.control.controller import StudyController, fetch_summaries
+from ray_stagetree.runtime.control.controller import fetch_summaries
 from ray_stagetree.runtime.control.experiment_state import (
     Restore,
     can_restore,
@@ -58,6 +57,7 @@ from ray_stagetree.runtime.driver.arguments import (
 )
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner, wants_each_checkpoint
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
+from ray_stagetree.runtime.driver.controllers import keep_controller, start_controller
 from ray_stagetree.runtime.driver.notebook import ray_init_options
 from ray_stagetree.runtime.driver.progress import ProgressReporter
 from ray_stagetree.runtime.driver.restoring import save_settings
@@ -67,7 +67,6 @@ from ray_stagetree.runtime.driver.status_file import StatusFile
 from ray_stagetree.runtime.driver.tune_compat import adopt_scheduler_state, adopt_searcher_state
 from ray_stagetree.runtime.driver.tune_state import write_tune_state
 from ray_stagetree.runtime.service.service_client import run_attached
-from ray_stagetree.runtime.workers.remote import remote_once
 from ray_stagetree.runtime.workers.reproducibility import Reproducibility
 from ray_stagetree.runtime.workers.trial_errors import unpack_error
 from ray_stagetree.searchers.sources import SearcherSource, VariantSource
@@ -260,14 +259,7 @@ class StudyRun:
                     interrupted,
                     POLL_SECONDS,
                 )
-        # On the driver's node, as Tune's controller is in the driver: a study
-        # outlives any worker node, and so must what drives it.
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        controller = (
-            remote_once(StudyController)
-            .options(num_cpus=0, max_concurrency=1000, scheduling_strategy=here)
-            .remote(spec)
-        )
+        controller = start_controller(spec)
         # The workers start with the controller rather than after it.
         workers = [spec.loop.worker.start(controller) for _ in range(spec.loop.num_workers)]
         run = controller.run.remote(workers)
@@ -280,6 +272,7 @@ class StudyRun:
             if tuner.monitor
             else contextlib.nullcontext()
         )
+        ended = False  # the study ran to its end: its controller's process may run this driver's next study
         with _interruptible() as interrupted, monitor:
             try:
                 while not ray.wait([run], timeout=POLL_SECONDS)[0] and not interrupted.is_set():
@@ -301,6 +294,7 @@ class StudyRun:
                 if tuner.tune_config.scheduler is not None:
                     adopt_scheduler_state(tuner.tune_config.scheduler, ray.get(controller.scheduler.remote()))
                 callbacks.end(interrupted=interrupted.is_set())
+                ended = not interrupted.is_set()
             except Exception as error:
                 if not isinstance(error, ray.exceptions.RayError):  # a callback raised: fit() raises it, as Tune's
                     _save_before_raising(controller)
@@ -315,7 +309,10 @@ class StudyRun:
                 finally:
                     for worker in workers:
                         spec.loop.worker.stop(worker, closed=closed)
-                    ray.kill(controller)
+                    if closed and ended:
+                        keep_controller(controller)
+                    else:
+                        ray.kill(controller)
         return progress, summaries
 
     def _interrupted(self, controller: Any) -> None:
