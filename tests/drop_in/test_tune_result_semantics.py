@@ -373,6 +373,30 @@ class RowsSeen(tune.Callback):
         self.rows.append((trial.config["lr"], result["training_iteration"], result["done"]))
 
 
+def reports_loss(config):
+    for step in range(3):
+        tune.report({"loss": config["x"] - step})
+
+
+@pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
+def test_a_result_without_the_metric_fails_fit_unless_strict_checking_is_off(
+    tmp_path, ray_session, tuner_class, monkeypatch
+):
+    def tuner(name):
+        return tuner_class(
+            reports_loss,
+            param_space={"x": tune.grid_search([1, 2])},
+            tune_config=tune.TuneConfig(metric="acc", mode="max"),
+            run_config=run_config(tmp_path, name),
+        )
+
+    with pytest.raises(TuneError, match="did not include the specified metric.*`acc` that `tune.TuneConfig"):
+        tuner("strict").fit()
+    monkeypatch.setenv("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    grid = tuner("lenient").fit()
+    assert grid.num_errors == 0 and sorted(result.metrics["loss"] for result in grid) == [-1, 0]
+
+
 @pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
 def test_a_trial_its_scheduler_stops_ends_on_a_done_result(tmp_path, ray_session, tuner_class):
     """As in Tune: the result a scheduler answers STOP to is ``done`` (in the

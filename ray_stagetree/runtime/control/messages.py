@@ -12,6 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 import ray
+from ray.tune.error import TuneError
+
+
+class StudyError(TuneError, RuntimeError):
+    """What ``fit()`` raises when the study stopped as a whole
+    (`Progress.study_error`): Tune's ``TuneError``, as Tune's ``fit()``
+    raises when its run fails, and a ``RuntimeError``."""
 
 
 @dataclass

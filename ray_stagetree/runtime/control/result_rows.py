@@ -11,10 +11,11 @@ the driver.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from ray.tune.result import DEBUG_METRICS, DEFAULT_METRIC
 
 from ray_stagetree.execution.batches import REPORTED_CHECKPOINT
 from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY
@@ -40,6 +41,26 @@ def values_in(result: Any, limit: int) -> int:
     return count
 
 
+#: Fields of a row that say nothing the trainable reported.
+NOT_REPORTED = frozenset({"done", "training_iteration", "time_this_iter_s", REPORTED_CHECKPOINT, *DEBUG_METRICS})
+
+
+def expected_metrics(metric: str | None, searcher: Any, scheduler: Any) -> list[tuple[str, list[str]]]:
+    """What expects which metrics in each result, in the order Tune checks
+    them: TuneConfig's metric, the trial scheduler's, the searcher's (Tune's
+    placeholder metric, set when none was given, expects nothing)."""
+    expected = []
+    for who, names in (
+        ("tune.TuneConfig()", metric),
+        (type(scheduler).__name__, searcher_metric(scheduler)),
+        (type(searcher).__name__, searcher_metric(searcher)),
+    ):
+        names = [names] if isinstance(names, str) else list(names or [])
+        if names := [name for name in names if name != DEFAULT_METRIC]:
+            expected.append((who, names))
+    return expected
+
+
 def metric_consumers(searcher: Any, scheduler: Any) -> dict[str, str]:
     """Metric name -> what compares its values (the trial scheduler, the
     searcher; Tune's FIFOScheduler compares nothing): those must be numbers."""
@@ -60,9 +81,13 @@ class ResultRows:
     Parameters
     ----------
     metric:
-        ``TuneConfig.metric``: a row without it is warned of, once per study.
+        ``TuneConfig.metric``: without ``strict``, a row without it is warned
+        of, once per study.
     consumers:
         `metric_consumers` of the study's searcher and scheduler.
+    expected:
+        `expected_metrics` of the study: with ``strict``, a result without
+        one of them stops the study (`missing_metric`).
     stop_thresholds, stopper:
         ``RunConfig.stop``: a metric reaching its threshold, or the
         ``ray.tune.Stopper``, ends the trial (``stop_all``: the study).
@@ -77,9 +102,13 @@ class ResultRows:
         stop_thresholds: dict[str, float],
         stopper: Any,
         warn: Callable[[str], None],
+        expected: Sequence[tuple[str, list[str]]] = (),
+        strict: bool = False,
     ) -> None:
         self.metric = metric
         self.consumers = consumers
+        self.expected = list(expected)
+        self.strict = strict
         self.stop_thresholds = stop_thresholds
         self.stopper = stopper
         self._warn = warn
@@ -91,7 +120,7 @@ class ResultRows:
         scheduler or searcher must compare is not a number), or None. Warns,
         once per study, when the study's metric is missing."""
         metric = self.metric
-        if metric and metric not in metrics and not self._warned_missing_metric:
+        if metric and metric not in metrics and not self.strict and not self._warned_missing_metric:
             self._warned_missing_metric = True
             self._warn(
                 f"trial {state.name or state.trial_id} reported {sorted(set(metrics) - {'time_this_iter_s', REPORTED_CHECKPOINT})} "
@@ -106,6 +135,24 @@ class ResultRows:
                 return (
                     f"trial {state.name or state.trial_id} reported {name}={value!r} ({type(value).__name__}) at "
                     f"iteration {iteration}, but {consumer} compares {name!r}: it must be a number"
+                )
+        return None
+
+    def missing_metric(self, state: TrialState, iteration: int, metrics: dict[str, Any]) -> str | None:
+        """With ``strict`` (Tune's default), why the study cannot go on: the
+        result lacks a metric its TuneConfig, trial scheduler or searcher
+        expects, said as Tune says it; None when nothing is missing, or when
+        the row holds nothing the trainable reported (it returned)."""
+        if not self.strict or not metrics.keys() - NOT_REPORTED:
+            return None
+        for who, names in self.expected:
+            if missing := [name for name in names if name not in metrics]:
+                return (
+                    f"Trial {state.name or state.trial_id} returned a result which did not include the specified "
+                    f"metric(s) `{', '.join(missing)}` that `{who}` expects (it reported "
+                    f"{sorted(metrics.keys() - NOT_REPORTED)} at iteration {iteration}). Make sure your calls to "
+                    "`tune.report()` include the metric, or set the TUNE_DISABLE_STRICT_METRIC_CHECKING environment "
+                    "variable to 1."
                 )
         return None
 

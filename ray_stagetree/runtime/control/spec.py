@@ -201,6 +201,9 @@ class StudySpec:
     scheduler: TrialScheduler | None = None  # hosted by trial_schedulers.host.SchedulerHost
     metric: str | None = None
     mode: Literal["min", "max"] | None = None
+    # Tune's strict metric check (TUNE_DISABLE_STRICT_METRIC_CHECKING not 1): a result without a metric the
+    # metric, the scheduler or the searcher expects stops the study.
+    strict_metrics: bool = True
     time_budget_s: float | None = None
     checkpoint_config: CheckpointConfig | None = None
     # A callback's on_checkpoint wants each checkpoint in the trial's folder as it is registered (Tune's moment),

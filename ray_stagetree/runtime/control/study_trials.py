@@ -38,7 +38,7 @@ from ray_stagetree.runtime.control.experiment_state import Restore, StudyState, 
 from ray_stagetree.runtime.control.failures import Failures
 from ray_stagetree.runtime.control.held_results import HeldResults
 from ray_stagetree.runtime.control.messages import REPORTED_AGAIN, Progress, TrialSummary
-from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
+from ray_stagetree.runtime.control.result_rows import ResultRows, expected_metrics, metric_consumers
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trial_checkpoints import TrialCheckpoints
@@ -174,6 +174,8 @@ class StudyTrials:
             spec.stop_thresholds,
             spec.stopper,
             self.feed.warn,
+            expected_metrics(spec.metric, self.searcher(), self.host.scheduler),
+            spec.strict_metrics,
         )
         self._shown: dict[str, str] = {}  # each trial's status as the driver was last told it
         self._held_before: set[str] = set()
@@ -333,6 +335,10 @@ class StudyTrials:
         if iteration in state.rows:
             self._report_again(state, iteration, metrics)
             return
+        missing = self.rows.missing_metric(state, iteration, metrics)
+        if missing is not None:  # Tune's run fails: so does the study (the Tuner raises it)
+            self.abort(missing)
+            return
         invalid = self.rows.invalid(state, iteration, metrics)
         if invalid is not None:
             self.fail({state.trial_id}, invalid, retry=False)  # a retry would report the same value
@@ -461,8 +467,9 @@ class StudyTrials:
                 self.resume_paused()
 
     def abort(self, error: str) -> None:
-        """No worker can run the trainable: every live trial ends in error
-        and the study stops (the Tuner raises ``error``)."""
+        """The study cannot go on (no worker can run the trainable, a result
+        lacks a metric Tune's strict check asks for): every live trial ends
+        in error and the study stops (the Tuner raises ``error``)."""
         self.failures.abort(error)
         for state in self.trials.values():
             if state.status in UNFINISHED:

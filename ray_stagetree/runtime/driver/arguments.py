@@ -330,6 +330,13 @@ def restore_retries() -> int:
     return _environment("TUNE_RESTORE_RETRY_NUM", "0", int, Int(low=0), meaning=" (retries of a failed restore)")
 
 
+def strict_metric_checking() -> bool:
+    """Tune's ``TUNE_DISABLE_STRICT_METRIC_CHECKING``: unless it is 1, a
+    result without a metric the study's TuneConfig, trial scheduler or
+    searcher expects stops the study, as it fails Tune's run."""
+    return _environment("TUNE_DISABLE_STRICT_METRIC_CHECKING", "0", int, Int()) != 1
+
+
 def stall_warning_seconds() -> float:
     """After how long without a result the progress names a running trial
     (``RAY_STAGETREE_STALL_WARNING_S``, 60 by default)."""

@@ -44,7 +44,7 @@ from ray_stagetree.runtime.control.experiment_state import (
     read_state,
     restored_progress,
 )
-from ray_stagetree.runtime.control.messages import Progress, TrialSummary
+from ray_stagetree.runtime.control.messages import Progress, StudyError, TrialSummary
 from ray_stagetree.runtime.control.spec import LoopSpec, StudySpec, WorkerSpec, live_nodes
 from ray_stagetree.runtime.driver.arguments import (
     check_resource_request,
@@ -54,6 +54,7 @@ from ray_stagetree.runtime.driver.arguments import (
     stall_warning_seconds,
     state_period,
     storage_wait,
+    strict_metric_checking,
 )
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner, wants_each_checkpoint
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
@@ -203,6 +204,7 @@ class StudyRun:
             scheduler=tuner.tune_config.scheduler,
             metric=tuner.tune_config.metric,
             mode=tuner.tune_config.mode,
+            strict_metrics=strict_metric_checking(),
             time_budget_s=_seconds(tuner.tune_config.time_budget_s),
             checkpoint_config=tuner.run_config.checkpoint_config,
             export_each_checkpoint=wants_each_checkpoint(tuner.run_config.callbacks),
@@ -286,7 +288,7 @@ class StudyRun:
                 progress = ray.get(controller.progress.remote())
                 callbacks.update(progress)
                 if progress.study_error is not None:
-                    raise RuntimeError(progress.study_error)
+                    raise StudyError(progress.study_error)
                 reporter.update(progress, final=True, trials=callbacks.reported_trials(), partial=interrupted.is_set())
                 summaries = fetch_summaries(controller.results.remote)
                 if isinstance(tuner.tune_config.search_alg, Searcher):

@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from ray_stagetree.runtime.control.controller import fetch_summaries
+from ray_stagetree.runtime.control.messages import StudyError
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.actor import PlanService
 from ray_stagetree.runtime.workers.remote import remote_once
@@ -157,7 +158,7 @@ def run_attached(
             reporter.update(progress, trials=list(callbacks.trials.values()))
             time.sleep(poll_s)
         if progress.study_error is not None:
-            raise RuntimeError(progress.study_error)
+            raise StudyError(progress.study_error)
         reporter.update(progress, final=True, trials=list(callbacks.trials.values()), partial=interrupted.is_set())
         summaries = fetch_summaries(functools.partial(service.results.remote, study_id))
         callbacks.end(interrupted=interrupted.is_set())

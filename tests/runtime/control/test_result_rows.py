@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.search import Searcher
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from ray_stagetree.execution.batches import REPORTED_CHECKPOINT
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.runtime.control.messages import PackedRows
-from ray_stagetree.runtime.control.result_rows import ResultRows, metric_consumers
+from ray_stagetree.runtime.control.result_rows import ResultRows, expected_metrics, metric_consumers
 from ray_stagetree.runtime.control.trials import TrialState
 
 
@@ -101,6 +102,39 @@ def test_a_value_a_scheduler_compares_must_be_a_number():
         assert "the trial scheduler (ASHAScheduler) compares 'loss': it must be a number" in problem
 
 
+def test_the_expected_metrics_are_tunes_in_the_order_it_checks_them():
+    class TwoObjectives(Searcher):
+        def __init__(self):
+            super().__init__()
+            self._metric = ["loss", "gain"]  # as OptunaSearch(metric=["loss", "gain"]) keeps them
+
+    asha = ASHAScheduler(metric="acc", mode="max")
+    assert expected_metrics("loss", TwoObjectives(), asha) == [
+        ("tune.TuneConfig()", ["loss"]),
+        ("AsyncHyperBandScheduler", ["acc"]),
+        ("TwoObjectives", ["loss", "gain"]),
+    ]
+    # Tune's placeholder metric (set where none was given) and FIFO's None expect nothing
+    assert expected_metrics(None, None, FIFOScheduler()) == []
+    assert expected_metrics(None, None, ASHAScheduler(metric="_metric", mode="max")) == []
+
+
+def test_a_result_without_an_expected_metric_stops_the_study_as_tunes_strict_check_does():
+    expected = [("tune.TuneConfig()", ["loss"]), ("OptunaSearch", ["loss", "gain"])]
+    strict = ResultRows("loss", {}, {}, None, [].append, expected, strict=True)
+    state = trial()
+    problem = strict.missing_metric(state, 2, {"acc": 0.5, "training_iteration": 2, "time_this_iter_s": 1.0})
+    assert problem is not None and problem.startswith("Trial train_t1 returned a result which did not include")
+    assert "metric(s) `loss` that `tune.TuneConfig()` expects (it reported ['acc'] at iteration 2)" in problem
+    assert "TUNE_DISABLE_STRICT_METRIC_CHECKING environment variable to 1" in problem
+    assert "`gain` that `OptunaSearch` expects" in strict.missing_metric(state, 1, {"loss": 1.0})
+    assert strict.missing_metric(state, 1, {"loss": 1.0, "gain": 2.0}) is None
+    # a row that holds nothing reported (the function returned) is not checked, as in Tune
+    assert strict.missing_metric(state, 3, {"done": True, "training_iteration": 3}) is None
+    lenient = ResultRows("loss", {}, {}, None, [].append, expected, strict=False)
+    assert lenient.missing_metric(state, 2, {"acc": 0.5}) is None
+
+
 def test_a_missing_metric_is_warned_of_once_per_study():
     made, warnings = rows(metric="loss")
     state = trial()
@@ -173,3 +207,16 @@ def test_a_summary_carries_the_rows_packed_and_reads_them_back_whole():
     assert len(packed) == 5 and bool(packed) and packed[-1] == packed[4] == reported[-1]
     assert list(packed) == reported and packed[:-1] == reported[:-1] and packed[1] == reported[1]
     assert not PackedRows([]) and list(PackedRows([])) == [] and list(PackedRows(reported[:1])) == reported[:1]
+
+
+def test_strict_checking_is_on_unless_tunes_variable_is_1(monkeypatch):
+    from ray_stagetree.runtime.driver.arguments import strict_metric_checking
+
+    monkeypatch.delenv("TUNE_DISABLE_STRICT_METRIC_CHECKING", raising=False)
+    assert strict_metric_checking()
+    for value, strict in (("1", False), ("0", True), ("2", True)):
+        monkeypatch.setenv("TUNE_DISABLE_STRICT_METRIC_CHECKING", value)
+        assert strict_metric_checking() is strict
+    monkeypatch.setenv("TUNE_DISABLE_STRICT_METRIC_CHECKING", "yes")
+    with pytest.raises(ValueError, match="TUNE_DISABLE_STRICT_METRIC_CHECKING.*'yes'"):
+        strict_metric_checking()
