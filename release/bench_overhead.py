@@ -28,6 +28,12 @@ machinery, not stage sharing.
    (``TUNE_GLOBAL_CHECKPOINT_S=inf``), alternated; the controller's seconds
    spent taking snapshots against the workers' seconds.
 
+4. Start: a study of ``WORKERS`` one-iteration trials, fitted again and
+   again in one driver (a notebook, a script of several studies): the wall
+   time of each ``fit()`` and the CPU-seconds the whole machine spent from
+   its start until `SETTLE_S` after it returned (the processes it started
+   end then), the first fit of each system apart from the later ones.
+
 Targets: overhead per trial at most Tune's; result throughput with Tune's
 default loggers on at least 10x Tune's and at least 10,000 results/s on 2
 CPUs (issue 30). Persistence under 5% of worker time.
@@ -35,6 +41,7 @@ CPUs (issue 30). Persistence under 5% of worker time.
     python release/bench_overhead.py --full     # 3 repeats (about 45 minutes on 2 idle CPUs)
     python release/bench_overhead.py --quick    # 8 short trials, 4 x 500 results, Tune reused only, 1 repeat (CI smoke test)
     python release/bench_overhead.py --sections persistence   # section 3 only
+    python release/bench_overhead.py --sections start --repeats 5   # section 4 only
     # section 2 only, Tune's best set-up against ray_stagetree, 3 interleaved rounds:
     python release/bench_overhead.py --quick --sections throughput --throughput 4x5000 --repeats 3
     # Tune's own shape (one-second trials of one iteration, 16 workers), against Tune's fastest set-up only:
@@ -278,6 +285,58 @@ def persistence(
     )
 
 
+#: Seconds after a fit() returns that section 4 still counts the machine's CPU time.
+SETTLE_S = 1.5
+
+
+def machine_cpu_seconds() -> float:
+    """CPU-seconds every process of this machine has used since it booted
+    (user, nice and system time of /proc/stat; NaN where there is none)."""
+    try:
+        with open("/proc/stat") as stat:
+            user, nice, system = (int(ticks) for ticks in stat.readline().split()[1:4])
+    except OSError:
+        return math.nan
+    return (user + nice + system) / os.sysconf("SC_CLK_TCK")
+
+
+def fit_start(section: harness.Section, storage: str, systems: list[str], repeats: int) -> None:
+    def measure(name: str) -> dict[str, Any]:
+        cpu = machine_cpu_seconds()
+        wall, _, _ = _run(name, WORKERS, 1, 0.0, storage)
+        time.sleep(SETTLE_S)
+        return {"wall": wall, "cpu": machine_cpu_seconds() - cpu}
+
+    # One more round than asked for: each system's first fit starts what a driver's later fits may reuse.
+    runs = harness.interleaved({name: functools.partial(measure, name) for name in systems}, repeats + 1, "start")
+    section.text(
+        f"### 4. Start: a study of {WORKERS} one-iteration trials, fitted {repeats + 1} times in one driver",
+        f"Wall time of `fit()`, and the machine's CPU-seconds from its start until {SETTLE_S} s after it returned;"
+        f" each system's first fit apart, then the median [range] of the later ones; load {harness.loads(runs)}.",
+    )
+    rows = []
+    for name, outcomes in runs.items():
+        first, later = outcomes[:1], outcomes[1:]
+        rows.append(
+            [
+                name,
+                harness.median_range(harness.values(first, "wall"), 2),
+                harness.median_range(harness.values(first, "cpu"), 2),
+                harness.median_range(harness.values(later, "wall"), 2),
+                harness.median_range(harness.values(later, "cpu"), 2),
+            ]
+        )
+    section.table(["system", "first fit s", "first fit CPU-s", "later fits s", "later fits CPU-s"], rows)
+    later_runs = {name: outcomes[1:] for name, outcomes in runs.items()}
+    best = harness.fastest(later_runs, [name for name in systems if name.startswith("Ray Tune")], "wall")
+    ours, theirs = later_runs["ray_stagetree"], later_runs[best]
+    section.text(
+        f"Later fits, ray_stagetree / Ray Tune at its best ({best}): wall"
+        f" **{harness.ratio(harness.values(ours, 'wall'), harness.values(theirs, 'wall'))}**, CPU-seconds"
+        f" **{harness.ratio(harness.values(ours, 'cpu'), harness.values(theirs, 'cpu'))}**."
+    )
+
+
 def main() -> None:
     global WORKERS
     parser = harness.parser(__doc__)
@@ -299,8 +358,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--sections",
-        default="short,throughput,persistence",
-        help="comma-separated sections to run (default: short,throughput,persistence)",
+        default="short,throughput,persistence,start",
+        help="comma-separated sections to run (default: short,throughput,persistence,start)",
     )
     args = harness.parse(parser)
     if args.trials < 1:
@@ -312,9 +371,9 @@ def main() -> None:
         parser.error(f"--seconds must be >= 0, got {args.seconds}")
     WORKERS = args.workers
     sections = set(args.sections.split(","))
-    unknown = sections - {"short", "throughput", "persistence"}
+    unknown = sections - {"short", "throughput", "persistence", "start"}
     if unknown:
-        parser.error(f"--sections takes short, throughput and persistence, got {sorted(unknown)}")
+        parser.error(f"--sections takes short, throughput, persistence and start, got {sorted(unknown)}")
     short = (8, 5, 0.02) if args.quick else (args.trials, args.iterations, args.seconds)
     bulk = (4, 500) if args.quick else (20, 1000)
     if args.throughput:
@@ -347,6 +406,8 @@ def main() -> None:
             throughput(section, *bulk, storage, systems, args.repeats)
         if "persistence" in sections:
             persistence(section, *short, storage, args.repeats)
+        if "start" in sections:
+            fit_start(section, storage, systems, args.repeats)
     section.emit()
     ray.shutdown()
 

@@ -22,7 +22,7 @@ def fit(tmp_path, name, lrs, callbacks=None):
         run_config=tune.RunConfig(
             name=name,
             storage_path=str(tmp_path),
-            stop={"training_iteration": 6},
+            stop={"training_iteration": 4},
             callbacks=callbacks,
             verbose=0,
         ),
@@ -41,35 +41,30 @@ def controllers(expected):
     return found
 
 
-THREE = [MultiStep(0.1, [2], 0.5), MultiStep(0.1, [4], 0.5), MultiStep(0.1, [4], 0.2)]
-TWO = [MultiStep(0.05, [3], 0.1), 0.02]
-
-
-def test_the_next_study_runs_in_the_controller_process_the_last_one_ended_in_and_sees_nothing_of_it(
-    tmp_path, ray_session
-):
-    alone = losses(fit(tmp_path, "two_first", TWO))
-    first = fit(tmp_path, "three", THREE)
-    (kept,) = controllers(1)
-    grid = fit(tmp_path, "two_next", TWO)
-    assert controllers(1) == [kept], "the second study ran in the first one's controller process"
-    assert len(grid) == 2 and grid.num_errors == 0
-    assert losses(grid) == alone, "the same results as in a controller of its own"
-    assert grid.iterations_executed == 2 * 6, "none of the first study's checkpoints or trials leaked into it"
-    assert len(first) == 3 and first.iterations_executed == 2 + 4 + 2 + 2 * 2  # [0,2) shared by all, [2,4) by two
-
-
 class Raises(tune.Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         raise ValueError("a callback failed")
 
 
-def test_a_controller_is_kept_only_after_a_clean_end_and_one_that_died_idle_is_replaced(tmp_path, ray_session):
+THREE = [MultiStep(0.1, [1], 0.5), MultiStep(0.1, [2], 0.5), MultiStep(0.1, [2], 0.2)]
+TWO = [MultiStep(0.05, [2], 0.1), 0.02]
+
+
+def test_a_drivers_next_study_runs_in_the_controller_its_last_clean_one_ended_in_and_sees_nothing_of_it(
+    tmp_path, ray_session
+):
     with pytest.raises(ValueError, match="a callback failed"):
-        fit(tmp_path, "raises", TWO, callbacks=[Raises()])
+        fit(tmp_path, "raises", [0.1], callbacks=[Raises()])
     assert controllers(0) == [], "a study that raised leaves no controller behind"
-    expected = losses(fit(tmp_path, "after_an_error", TWO))
-    assert len(controllers(1)) == 1
+    alone = losses(fit(tmp_path, "two_first", TWO))  # in a controller of its own
+    (kept,) = controllers(1)
+    first = fit(tmp_path, "three", THREE)
+    assert len(first) == 3 and first.iterations_executed == 1 + 3 + 1 + 2 * 2  # [0,1) shared by all, [1,2) by two
+    grid = fit(tmp_path, "two_next", TWO)
+    assert controllers(1) == [kept], "both studies ran in the first one's controller process"
+    assert len(grid) == 2 and grid.num_errors == 0
+    assert losses(grid) == alone, "the same results as in a controller of its own"
+    assert grid.iterations_executed == 2 * 4, "none of the last study's checkpoints or trials leaked into it"
     assert kill_ray_processes(CONTROLLER) == 1  # the kept one, idle
-    assert losses(fit(tmp_path, "after_a_dead_one", TWO)) == expected
-    assert len(controllers(1)) == 1
+    (result,) = fit(tmp_path, "after_a_dead_one", [0.02])
+    assert result.metrics["training_iteration"] == 4 and len(controllers(1)) == 1
