@@ -229,7 +229,7 @@ def test_an_unported_tune_trainable_runs_unchanged(tmp_path, ray_session):
             with tempfile.TemporaryDirectory() as path:
                 with open(os.path.join(path, "state.txt"), "w") as file:
                     file.write(f"{epoch + 1} {value}")
-                tune.report({"value": value}, checkpoint=tune.Checkpoint.from_directory(path))
+                tune.report({"value": value, "loss": -value}, checkpoint=tune.Checkpoint.from_directory(path))
 
     grid = run(train, tmp_path, "unported", lrs=[0.5, 0.25])
     assert sorted(r.metrics["value"] for r in grid) == [0.25 * HORIZON, 0.5 * HORIZON]
