@@ -104,6 +104,14 @@ class StudyController(BatchLoop):
             self.iterations, self.worker_seconds = self.study.iterations, self.study.worker_seconds
             self.snapshots.restored()
 
+    async def run(self, workers: list[Any]) -> None:
+        """`BatchLoop.run`, the study's time budget counted from here: in a
+        kept controller (`begin`) the study is built before its workers are
+        even asked for, and their start is in the budget as in Tune's, not
+        more."""
+        self.study.budget.start()
+        await super().run(workers)
+
     @property
     def trials(self) -> dict[str, TrialState]:
         return self.study.trials

@@ -17,8 +17,8 @@ GRACE_S = 1.0
 
 
 class TimeBudget:
-    """A study's time budget, counted from ``clock()`` at construction (as
-    Tune counts from its loop's first step).
+    """A study's time budget, counted from ``clock()`` at construction, or
+    at `start` (as Tune counts from its loop's first step).
 
     Parameters
     ----------
@@ -32,11 +32,18 @@ class TimeBudget:
         self.seconds = seconds
         self._clock = clock
         self._started = clock()
+        self._before = 0.0  # seconds a restored study had run
         self._killed: set[int] = set()  # batches whose worker the budget killed
 
     def restored(self, elapsed: float) -> None:
         """The study continues a snapshot that had run ``elapsed`` seconds."""
+        self._before = elapsed
         self._started -= elapsed
+
+    def start(self) -> None:
+        """The loop's first step: the budget counts from now (after what a
+        restored study had run)."""
+        self._started = self._clock() - self._before
 
     @property
     def elapsed(self) -> float:
