@@ -26,7 +26,7 @@ from typing import Any
 
 import ray
 
-from ray_stagetree.execution.batches import BatchOutcome, BatchSpec, FlushReply
+from ray_stagetree.execution.batches import BatchOutcome, BatchSpec, FlushReply, reported_checkpoint_key
 from ray_stagetree.execution.parking import Parking
 from ray_stagetree.execution.storage import CheckpointUnavailableError
 from ray_stagetree.planning.lifecycle import ENDED, PAUSED, UNFINISHED
@@ -615,7 +615,9 @@ class BatchLoop:
             worker.take_checkpoint.remote(key)
             return
         outcome.stored_checkpoints = [stored for stored in outcome.stored_checkpoints if stored[:2] != point]
-        self.plan.drop_checkpoint(*point)
+        recorded = self.plan.nodes[point[0]].checkpoints.get(point[1])
+        if recorded is not None and recorded.path == reported_checkpoint_key(*point, outcome.batch_id):
+            self.plan.drop_checkpoint(*point)
 
     def _batch_failed(self, outcome: BatchOutcome) -> None:
         """The trainable raised, and it counts against the trials it served."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import tempfile
 import threading
 import time
 
@@ -61,6 +62,47 @@ def test_a_deterministic_error_on_a_shared_stage_fails_its_trials(tmp_path, ray_
     grid = study(always_fails, tmp_path)
     assert len(grid.errors) == 3
     assert "deterministic failure" in str(grid.errors[0])
+
+
+def checkpoints_then_fails_once(config):
+    """Tune's way: a checkpoint reported at every iteration, restored on a
+    retry; raises just after the report of iteration 3, the first time."""
+    start, total = 0, 0.0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as path, open(os.path.join(path, "state.json")) as file:
+            start, total = json.load(file)
+    for iteration in range(start + 1, 7):
+        total += config["lr"]
+        with tempfile.TemporaryDirectory() as path:
+            with open(os.path.join(path, "state.json"), "w") as file:
+                json.dump([iteration, total], file)
+            tune.report({"total": total}, checkpoint=tune.Checkpoint.from_directory(path))
+        if iteration == 3 and os.path.exists(config["flag"]):
+            os.remove(config["flag"])
+            raise RuntimeError("transient failure")
+
+
+@pytest.mark.timeout(300)
+def test_a_shared_stage_failing_after_a_checkpoint_retries_from_where_it_started(tmp_path, ray_session):
+    """The shared stage raises after its iteration-3 checkpoint was stored:
+    the retry trains the stage again from its start, as each of the sharing
+    trials would in Tune, and the trials end as if nothing had failed."""
+    flag = tmp_path / "flag"
+    flag.touch()
+    grid = study(checkpoints_then_fails_once, tmp_path, flag)
+    assert not flag.exists(), "the failure happened"
+    assert not grid.errors
+    assert grid.iterations_executed > grid.unique_iterations, "the failed stage was trained again"
+    for result in grid:
+        milestone = result.config["lr"].milestones[0]
+        expected = milestone * 1.0 + (6 - milestone) * 0.5  # lr 1.0 before the milestone, 0.5 from it
+        assert list(result.metrics_dataframe["training_iteration"]) == [1, 2, 3, 4, 5, 6]
+        assert list(result.metrics_dataframe["total"]) == [
+            min(i, milestone) + max(0, i - milestone) * 0.5 for i in range(1, 7)
+        ]
+        with result.checkpoint.as_directory() as path, open(os.path.join(path, "state.json")) as file:
+            assert json.load(file) == [6, pytest.approx(expected)]
 
 
 class CorruptsFirstRead(LocalFileSystem):
