@@ -474,7 +474,7 @@ def test_trial_resources_filesystem_and_a_trial_without_results_read_as_in_tune(
     size their data loaders by it), ``grid.filesystem`` the experiment
     folder's pyarrow filesystem, and a trial that never reported has an empty
     ``metrics_dataframe``, not None: each was what failed a Tune script.
-    Rows carry Tune's ``experiment_tag``."""
+    ``Result.metrics`` carries Tune's ``experiment_tag``."""
     import pyarrow.fs
 
     grid = Tuner(
@@ -484,7 +484,7 @@ def test_trial_resources_filesystem_and_a_trial_without_results_read_as_in_tune(
     ).fit()
     reported, silent = sorted(grid, key=lambda result: not result.config["report"])
     assert reported.metrics["resources"] == {"CPU": 0.5, "GPU": 1.0}
-    assert reported.metrics["experiment_tag"] == "0_report=True"  # in every row, as Tune adds it
+    assert reported.metrics["experiment_tag"] == "0_report=True"  # in the last result, as Tune adds it
     assert silent.metrics_dataframe is not None and silent.metrics_dataframe.empty
     assert isinstance(grid.filesystem, pyarrow.fs.LocalFileSystem)
     assert grid.filesystem.get_file_info(grid.experiment_path).type == pyarrow.fs.FileType.Directory
@@ -535,6 +535,45 @@ def test_rows_name_the_checkpoint_folders_and_result_from_path_reads_a_trial_bac
             assert os.path.basename(checkpoint.path) == metrics["checkpoint_dir_name"]
             with checkpoint.as_directory() as folder, open(os.path.join(folder, "step")) as file:
                 assert int(file.read()) == metrics["training_iteration"]
+
+
+class ResultsSeen(tune.Callback):
+    def __init__(self):
+        self.tagged_results, self.tagged_last = [], []
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.tagged_results.append("experiment_tag" in result)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.tagged_last.append(trial.last_result.get("experiment_tag"))
+
+
+@pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
+def test_the_experiment_tag_is_in_the_last_result_not_in_the_logged_rows(tmp_path, ray_session, tuner_class):
+    """Tune adds a trial's experiment tag to a result after its loggers and
+    callbacks had it: ``Result.metrics`` and ``trial.last_result`` have it;
+    ``result.json``, ``progress.csv``, ``metrics_dataframe``, the
+    checkpoints' metrics and the results callbacks see do not."""
+    import json
+
+    seen = ResultsSeen()
+    grid = tuner_class(
+        checkpoints_every_other,
+        param_space={"lr": tune.grid_search([1.0, 2.0])},
+        run_config=run_config(tmp_path, "tags", callbacks=[seen]),
+    ).fit()
+    assert not grid.errors
+    for result in grid:
+        tag = f"{int(result.config['lr']) - 1}_lr={result.config['lr']:.4f}"
+        assert result.metrics["experiment_tag"] == tag
+        assert [metrics.get("experiment_tag") for _, metrics in result.best_checkpoints] == [None] * 3
+        assert "experiment_tag" not in result.metrics_dataframe.columns
+        with open(os.path.join(result.path, "result.json")) as file:
+            assert not any("experiment_tag" in json.loads(line) for line in file)
+        with open(os.path.join(result.path, "progress.csv")) as file:
+            assert "experiment_tag" not in file.readline()
+    assert seen.tagged_results == [False] * 10
+    assert sorted(seen.tagged_last) == ["0_lr=1.0000", "1_lr=2.0000"]
 
 
 def test_shared_stages_name_each_trials_checkpoint_folders_as_it_reported_them(tmp_path, ray_session):

@@ -40,7 +40,14 @@ class DriverFeed:
 
     def event(self, kind: str, state: TrialState, **fields: Any) -> None:
         self.events.append(
-            {"event": kind, "trial_id": state.trial_id, "name": state.name, "dirname": state.dirname, **fields}
+            {
+                "event": kind,
+                "trial_id": state.trial_id,
+                "name": state.name,
+                "dirname": state.dirname,
+                "experiment_tag": state.experiment_tag,
+                **fields,
+            }
         )
 
     def announce(self, state: TrialState) -> None:

@@ -65,6 +65,15 @@ class Progress:
 REPORTED_AGAIN = "_stagetree_reported_again"
 
 
+def tagged(result: dict[str, Any], experiment_tag: str) -> dict[str, Any]:
+    """A result as a Tune trial keeps it (``Trial.update_last_result``): with
+    its experiment tag, which Tune adds after its loggers and callbacks had
+    the result: ``Result.metrics`` has it; ``result.json``,
+    ``progress.csv``, ``metrics_dataframe`` and the checkpoints' metrics
+    do not."""
+    return {**result, "experiment_tag": experiment_tag} if experiment_tag else result
+
+
 class PackedRows(Sequence):
     """A trial's result rows as its summary carries them to the driver:
     pickled in one piece, but for the last (``Result.metrics``), and read
@@ -107,6 +116,7 @@ class TrialSummary:
     config: dict[str, Any]
     config_json: dict[str, Any]
     shown_config: dict[str, Any]
+    experiment_tag: str
     status: str
     error: str | None
     error_pickle: bytes | None

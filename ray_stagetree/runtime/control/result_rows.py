@@ -192,8 +192,6 @@ class ResultRows:
         )
         row["time_since_restore"] = since + row.get("time_this_iter_s", 0.0)
         row["iterations_since_restore"] = iteration - state.restored_at
-        if state.experiment_tag:
-            row["experiment_tag"] = state.experiment_tag
         return row
 
     def stop_met(self, trial_id: str, row: dict[str, Any]) -> bool:

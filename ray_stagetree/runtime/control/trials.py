@@ -44,7 +44,9 @@ class TrialState(Trial):
     best_checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Tune's order: best last
     plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
     name: str = ""  # TuneConfig.trial_name_creator's, for messages
-    experiment_tag: str = ""  # Tune's (`experiment_tag`), in every row as Tune adds it
+    # Tune's (`experiment_tag`): in its last result and its checkpoints' metrics, where Tune adds it
+    # after the loggers and callbacks had the row (`tagged`)
+    experiment_tag: str = ""
     dirname: str = ""  # the trial's folder under the experiment path
     restored_at: int = 0  # the iteration it went on from when its study was restored or it was resumed
     final_retrains: int = 0  # times its final checkpoint was found damaged and trained again

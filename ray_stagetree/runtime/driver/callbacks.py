@@ -54,7 +54,7 @@ from ray_stagetree.execution.study_file import ENDED_STUDY, FAILED_STUDY, INTERR
 from ray_stagetree.planning.config import tabular
 from ray_stagetree.planning.filesystems import arrow_filesystem, is_local
 from ray_stagetree.planning.lifecycle import ERROR, PENDING, RUNNING, TERMINATED
-from ray_stagetree.runtime.control.messages import REPORTED_AGAIN, Progress
+from ray_stagetree.runtime.control.messages import REPORTED_AGAIN, Progress, tagged
 from ray_stagetree.runtime.driver.log_files import BATCHED
 from ray_stagetree.runtime.driver.log_thread import LogThread
 from ray_stagetree.runtime.driver.pbt_policy import write_policy
@@ -86,7 +86,7 @@ class TrialView:
     ) -> None:
         self.trial_id = trial_id
         self.trial_name = name or trial_id
-        self.experiment_tag = self.trial_name
+        self.experiment_tag = ""  # from the controller's events (`_view`)
         self.dirname = dirname
         self.config = config
         self.status = PENDING
@@ -415,6 +415,7 @@ class CallbackRunner:
                 self._searched,
             )
             self._trial_list.append(view)
+        view.experiment_tag = event.get("experiment_tag") or view.experiment_tag
         return view
 
     def _start(self, event: dict[str, Any]) -> None:
@@ -465,6 +466,7 @@ class CallbackRunner:
             view.config = row["config"]  # PBT changes a trial's config
         self._log.result(self.iteration, view, row)
         self._call("on_trial_result", iteration=self.iteration, trials=self._trial_list, trial=view, result=row)
+        view.last_result = tagged(row, view.experiment_tag)  # a copy: the loggers may write ``row`` later
         # Only a callback on the loop can ask (Tune's default loggers never do): nothing per result otherwise.
         if self._on_loop and not self._told_checkpoint_requests and row.get(SHOULD_CHECKPOINT):
             self._told_checkpoint_requests = True

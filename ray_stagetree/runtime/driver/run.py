@@ -44,7 +44,7 @@ from ray_stagetree.runtime.control.experiment_state import (
     read_state,
     restored_progress,
 )
-from ray_stagetree.runtime.control.messages import Progress, StudyError, TrialSummary
+from ray_stagetree.runtime.control.messages import Progress, StudyError, TrialSummary, tagged
 from ray_stagetree.runtime.control.spec import LoopSpec, StudySpec, WorkerSpec, live_nodes
 from ray_stagetree.runtime.driver.arguments import (
     check_resource_request,
@@ -382,7 +382,7 @@ class StudyRun:
             results.append(
                 TrialResult(
                     rows,
-                    metrics=rows[-1] if rows else {"config": summary.shown_config},
+                    metrics=tagged(rows[-1], summary.experiment_tag) if rows else {"config": summary.shown_config},
                     checkpoint=checkpoints[-1][0] if checkpoints else None,
                     best_checkpoints=best,
                     error=error,

@@ -153,6 +153,7 @@ def tune_trial(
         trainable_name,
         config=summary.shown_config,
         trial_id=summary.trial_id,
+        experiment_tag=summary.experiment_tag,
         storage=trial_storage,
         checkpoint_config=checkpoint_config,
         stub=True,
