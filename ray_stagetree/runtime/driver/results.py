@@ -51,6 +51,10 @@ class TrialResult(tune.Result):
         if frame is not None:
             self._rows = None
 
+    def _repr(self, indent: int = 0) -> str:
+        """Tune's text, under Tune's name: ``print(result)`` shows what it showed under Tune."""
+        return super()._repr(indent).replace(type(self).__name__, "Result", 1)
+
 
 class ResultGrid(ray.tune.ResultGrid):
     """The results of `Tuner.fit`: a ``ray.tune.ResultGrid`` (code that

@@ -49,3 +49,12 @@ def test_a_trial_that_reported_no_number_for_the_metric_is_left_out_with_a_warni
 def test_bad_filter_arguments_are_refused_by_name(arguments, message):
     with pytest.raises(ValueError, match=message):
         grid().get_dataframe(**arguments)
+
+
+def test_a_result_prints_as_tunes_result():
+    from ray_stagetree.runtime.driver.results import TrialResult
+
+    fields = dict(metrics={"loss": 0.5, "training_iteration": 3}, checkpoint=None, error=None, path="/s/a")
+    ours, tunes = TrialResult([fields["metrics"]], **fields), tune.Result(**fields)
+    assert repr(ours) == repr(tunes) and repr(ours).startswith("Result(\n  metrics={'loss': 0.5}")
+    assert ours._repr(indent=2) == tunes._repr(indent=2), "as in ResultGrid's text"
