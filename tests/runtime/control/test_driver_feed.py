@@ -8,7 +8,9 @@ from ray_stagetree.runtime.control.trials import TrialState
 
 
 def trial() -> TrialState:
-    state = TrialState(trial_id="t1", config={"lr": 0.1}, name="train_t1", dirname="train_t1_0")
+    state = TrialState(
+        trial_id="t1", config={"lr": 0.1}, name="train_t1", dirname="train_t1_0", experiment_tag="0_lr=0.1000"
+    )
     state.configure({"lr": 0.1}, TrialConfig.from_config({"lr": 0.1}))
     return state
 
@@ -21,9 +23,10 @@ def test_a_trial_is_announced_once_with_its_config_before_its_rows():
     feed.announce(state)
     feed.event("complete", state)
     news = feed.take()
+    named = {"trial_id": "t1", "name": "train_t1", "dirname": "train_t1_0", "experiment_tag": "0_lr=0.1000"}
     assert news["events"] == [
-        {"event": "start", "trial_id": "t1", "name": "train_t1", "dirname": "train_t1_0", "config": {"lr": 0.1}},
-        {"event": "complete", "trial_id": "t1", "name": "train_t1", "dirname": "train_t1_0"},
+        {"event": "start", **named, "config": {"lr": 0.1}},
+        {"event": "complete", **named},
     ]
     assert news["rows"] == [{"trial_id": "t1", "training_iteration": 1}] and state.announced
 
