@@ -238,6 +238,3 @@ class ResultGrid(ray.tune.ResultGrid):
                 f"get_repeats_dataframe needs a metric name: pass it here or to TuneConfig(metric=...), got {metric!r}"
             )
         return repeat_statistics(self._results, metric)
-
-    def __repr__(self) -> str:
-        return f"ResultGrid<{len(self)} trials, {self.num_errors} errors, path={self._experiment_path!r}>"

@@ -58,3 +58,9 @@ def test_a_result_prints_as_tunes_result():
     ours, tunes = TrialResult([fields["metrics"]], **fields), tune.Result(**fields)
     assert repr(ours) == repr(tunes) and repr(ours).startswith("Result(\n  metrics={'loss': 0.5}")
     assert ours._repr(indent=2) == tunes._repr(indent=2), "as in ResultGrid's text"
+
+
+def test_a_grid_prints_as_tunes_each_result_in_turn():
+    shown = repr(grid())
+    assert shown.startswith("ResultGrid<[\n  Result(\n    metrics={'loss': 2.0},\n    path='/s/a',")
+    assert shown.count("  Result(\n") == 3 and shown.endswith("\n  )\n]>")
