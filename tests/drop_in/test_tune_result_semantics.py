@@ -539,10 +539,11 @@ def test_rows_name_the_checkpoint_folders_and_result_from_path_reads_a_trial_bac
 
 class ResultsSeen(tune.Callback):
     def __init__(self):
-        self.tagged_results, self.tagged_last = [], []
+        self.tagged_results, self.tagged_last, self.last_then = [], [], []
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.tagged_results.append("experiment_tag" in result)
+        self.last_then.append((trial.last_result.get("training_iteration"), result["training_iteration"]))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.tagged_last.append(trial.last_result.get("experiment_tag"))
@@ -553,7 +554,8 @@ def test_the_experiment_tag_is_in_the_last_result_not_in_the_logged_rows(tmp_pat
     """Tune adds a trial's experiment tag to a result after its loggers and
     callbacks had it: ``Result.metrics`` and ``trial.last_result`` have it;
     ``result.json``, ``progress.csv``, ``metrics_dataframe``, the
-    checkpoints' metrics and the results callbacks see do not."""
+    checkpoints' metrics and the results callbacks see do not. During a
+    result's callbacks ``trial.last_result`` is still the one before."""
     import json
 
     seen = ResultsSeen()
@@ -573,6 +575,10 @@ def test_the_experiment_tag_is_in_the_last_result_not_in_the_logged_rows(tmp_pat
         with open(os.path.join(result.path, "progress.csv")) as file:
             assert "experiment_tag" not in file.readline()
     assert seen.tagged_results == [False] * 10
+    # a callback's trial.last_result is the result before this one: Tune updates it after the callbacks
+    assert sorted(seen.last_then, key=lambda pair: pair[1]) == [
+        (before, iteration) for iteration in range(1, 6) for before in [iteration - 1 or None] * 2
+    ]
     assert sorted(seen.tagged_last) == ["0_lr=1.0000", "1_lr=2.0000"]
 
 

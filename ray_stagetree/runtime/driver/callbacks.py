@@ -461,12 +461,13 @@ class CallbackRunner:
                 self._call("on_trial_restore", iteration=self.iteration, trials=self._trial_list, trial=view)
         self._logged[view.trial_id] = iteration
         view.status = RUNNING
-        view.last_result = row
         if isinstance(row.get("config"), dict):
             view.config = row["config"]  # PBT changes a trial's config
         self._log.result(self.iteration, view, row)
         self._call("on_trial_result", iteration=self.iteration, trials=self._trial_list, trial=view, result=row)
-        view.last_result = tagged(row, view.experiment_tag)  # a copy: the loggers may write ``row`` later
+        # After the callbacks, as Tune updates it (they see the last result before this one), with
+        # the tag in a copy: the loggers may write ``row`` later.
+        view.last_result = tagged(row, view.experiment_tag)
         # Only a callback on the loop can ask (Tune's default loggers never do): nothing per result otherwise.
         if self._on_loop and not self._told_checkpoint_requests and row.get(SHOULD_CHECKPOINT):
             self._told_checkpoint_requests = True

@@ -38,7 +38,7 @@ class Recorder(tune.Callback):
         self.calls.append(("start", trial.trial_id, trial.status, len(trials)))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        assert trial.last_result is result
+        assert trial.last_result is not result, "as in Tune, the trial's last result is updated after the callbacks"
         self.calls.append(("result", trial.trial_id, result["training_iteration"], result.get("loss")))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
