@@ -44,8 +44,8 @@ class TrialState(Trial):
     best_checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Tune's order: best last
     plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
     name: str = ""  # TuneConfig.trial_name_creator's, for messages
-    # Tune's (`experiment_tag`): in its last result and its checkpoints' metrics, where Tune adds it
-    # after the loggers and callbacks had the row (`tagged`)
+    # Tune's (`experiment_tag`): in its last result only, where Tune adds it after the loggers and
+    # callbacks had the row (`messages.tagged`); not in its rows nor its checkpoints' metrics
     experiment_tag: str = ""
     dirname: str = ""  # the trial's folder under the experiment path
     restored_at: int = 0  # the iteration it went on from when its study was restored or it was resumed
