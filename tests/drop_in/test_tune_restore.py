@@ -132,6 +132,8 @@ def test_tunes_experiment_analysis_reads_a_moved_experiment(errored, tmp_path):
         assert theirs.path.startswith(path + "/")
         assert theirs.checkpoint.path.startswith(path + "/")
         assert os.path.basename(theirs.checkpoint.path) == os.path.basename(ours.checkpoint.path)
+        assert theirs.metrics["experiment_tag"] == ours.metrics["experiment_tag"]
+        assert [metrics for _, metrics in theirs.best_checkpoints] == [metrics for _, metrics in ours.best_checkpoints]
         assert type(theirs.error) is type(ours.error) and (ours.error is None or isinstance(theirs.error, RuntimeError))
         assert len(theirs.metrics_dataframe) == len(ours.metrics_dataframe)
     assert len(grid.errors) == 2

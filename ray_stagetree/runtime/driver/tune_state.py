@@ -165,7 +165,8 @@ def tune_trial(
         metadata = trial.run_metadata
         metadata.metric_analysis, metadata.metric_n_steps = metric_analysis(rows[:-1], metric_windows(metadata))
         trial.update_last_result(dict(rows[-1]))
-    latest = None if result.checkpoint is None else (result.checkpoint, trial.run_metadata.last_result)
+    # A checkpoint's metrics are its row as reported: Tune's Trial adds the experiment tag to the last result only.
+    latest = None if result.checkpoint is None else (result.checkpoint, dict(rows[-1]) if rows else {})
     ranked = result.best_checkpoints or ([] if latest is None else [latest])
     trial.run_metadata.checkpoint_manager = tune_checkpoint_manager(checkpoint_config, ranked, latest)
     if summary.status == Trial.ERROR:
