@@ -23,11 +23,14 @@ PAUSE = "PAUSE"  #: the request ends here; the scheduler resumes the trial later
 @dataclass(frozen=True)
 class Exploit:
     """PBT: replace the trial's future with ``source``'s path up to ``iteration``,
-    then ``values`` (flattened hyper-parameter names -> explored values)."""
+    then ``values`` (flattened hyper-parameter names -> explored values).
+    ``perturbed``: what Tune appends to the trial's experiment tag for the
+    explored config (``@perturbed[lr=0.0100]``), empty where none is shown."""
 
     source: str
     iteration: int
     values: dict[str, Any]
+    perturbed: str = ""
 
 
 #: One of the words above, or an `Exploit`.

@@ -138,6 +138,8 @@ class Trial:
     #: Its current path (``node``'s) is its own after this iteration (its last
     #: exploit's; before it, that path is the source's).
     forked_at: int = 0
+    #: Its last exploit's `Exploit.perturbed` (Tune's tag of the config it went on with).
+    perturbed: str = ""
 
     def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
         """Take ``config`` (and its parsed form) as the trial's config (at
@@ -418,6 +420,7 @@ class TrialLifecycle:
             (node, start, min(stop, at)) for node, start, stop in (*trial.earlier_paths, own) if start < min(stop, at)
         )
         trial.forked_at = at
+        trial.perturbed = exploit.perturbed
         self.plan.remove_trial(trial.trial_id)
         # Under the source's share key, so that the path forks from its
         # checkpoint; the static values are deep copies of the source's:

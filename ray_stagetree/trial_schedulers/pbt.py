@@ -37,7 +37,7 @@ from ray_stagetree.trial_schedulers.adapter import SchedulerAdapter
 from ray_stagetree.trial_schedulers.ray_fields import ray_field
 
 # The functions of Ray's pbt module the settings carry (without their "_").
-_RAY_FUNCTIONS = ("fill_config", "explore")
+_RAY_FUNCTIONS = ("fill_config", "explore", "make_experiment_tag")
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class _PBTSettings:
     log_config: bool  # Ray's PBT writes each exploit to pbt_global.txt and the trial's pbt_policy_<id>.txt
     fill_config: Callable[..., None]  # ray.tune.schedulers.pbt._fill_config: samples a missing mutated value
     explore: Callable[..., Any]  # ray.tune.schedulers.pbt._explore: perturbs or resamples the values
+    make_experiment_tag: Callable[..., str]  # ray.tune.schedulers.pbt._make_experiment_tag: an exploited trial's tag
 
     @classmethod
     def read(cls, pbt: Any, tested_with: tuple[str, ...]) -> _PBTSettings:
@@ -320,7 +321,7 @@ class PopulationBasedAdapter(SchedulerAdapter):
         if source.checkpoint_step is None:
             return None
         values, operations = self._explored_values(trial_id, source_id)
-        exploit = Exploit(source_id, source.checkpoint_step, values)
+        exploit = Exploit(source_id, source.checkpoint_step, values, self._perturbed(source_id, values))
         self._log_exploit(trial_id, exploit, operations)
         # As in Ray: the trial takes the source's config, explored, and its
         # perturbation and train times.
@@ -331,6 +332,18 @@ class PopulationBasedAdapter(SchedulerAdapter):
         member.last_perturbation = source.last_perturbation
         member.last_train_time = source.last_train_time
         return exploit
+
+    def _explored_config(self, source_id: str, values: dict[str, Any]) -> dict[str, Any]:
+        """The config Ray's exploited trial goes on with: its source's, ``values`` explored."""
+        source = self._members[source_id]
+        return _overlaid(source.config, {**source.values, **values})
+
+    def _perturbed(self, source_id: str, values: dict[str, Any]) -> str:
+        """Ray's ``@perturbed[...]`` after the exploited trial's original tag:
+        its new config's top-level mutated entries."""
+        config = self._explored_config(source_id, values)
+        mutated = {name: space for name, space in self.settings.hyperparam_mutations.items() if name in config}
+        return self.settings.make_experiment_tag("", config, mutated)
 
     def _quantiles(self) -> tuple[list[str], list[str]]:
         """Ray's rule: bottom and top ``quantile_fraction`` of the scored,
@@ -372,14 +385,13 @@ class PopulationBasedAdapter(SchedulerAdapter):
         iteration is that of the checkpoint the trial forks from (Ray writes
         the source's latest result's, which may be later: the replay would
         change the values later than the exploited trial did)."""
-        member, source = self._members[trial_id], self._members[source_id]
         return PolicyStep(
             trial_id,
             source_id,
-            trial_iteration=member.last_iteration,
+            trial_iteration=self._members[trial_id].last_iteration,
             source_iteration=exploit.iteration,
             source_config=self.config_of(source_id),
-            new_config=_overlaid(source.config, {**source.values, **exploit.values}),
+            new_config=self._explored_config(source_id, exploit.values),
         )
 
     def config_of(self, trial_id: str) -> dict[str, Any]:

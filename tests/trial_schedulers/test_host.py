@@ -149,6 +149,8 @@ def exploits_by_ray(stream, seed):
 
     for trial_id in dict.fromkeys(t for t, _, _ in stream):
         trial = mock.MagicMock(trial_id=trial_id, status="RUNNING", config={"lr": 0.1, "momentum": 0.9})
+        trial.experiment_tag = f"{trial_id}_tag"
+        trial.set_experiment_tag.side_effect = lambda tag, trial=trial: setattr(trial, "experiment_tag", tag)
         trial.is_finished.return_value = False
         trial.temporary_state.saving_to = None
         trial.run_metadata.checkpoint_manager.checkpoint_config.num_to_keep = None
@@ -166,7 +168,8 @@ def exploits_by_ray(stream, seed):
         if current:
             cloned = trial.run_metadata.checkpoint_manager._latest_checkpoint_result.checkpoint
             source = cloned.removeprefix("checkpoint of ")
-            out.append((trial_id, step, source, trial.config["lr"], round(trial.config["momentum"], 12)))
+            momentum = round(trial.config["momentum"], 12)
+            out.append((trial_id, step, source, trial.config["lr"], momentum, trial.experiment_tag))
     return out
 
 
@@ -186,7 +189,8 @@ def exploits_hosted(stream, seed, log=None):
             log.extend(host.population.take_log())
         if decision != "CONTINUE":
             values[trial_id] = {**values[decision.source], **decision.values}
-            out.append((trial_id, step, decision.source, decision.values["lr"], round(decision.values["momentum"], 12)))
+            momentum, tag = round(decision.values["momentum"], 12), f"{trial_id}_tag{decision.perturbed}"
+            out.append((trial_id, step, decision.source, decision.values["lr"], momentum, tag))
     return out
 
 

@@ -98,13 +98,16 @@ def test_a_pb2_study_logs_its_policy_and_the_replay_follows_it(ray_session, tmp_
     experiment = tmp_path / "pb2"
     logged = [json.loads(line) for line in (experiment / "pbt_global.txt").read_text().splitlines()]
     assert logged, "synchronous PB2 exploits the bottom quantile at each perturbation point"
-    tags = {result.metrics["experiment_tag"] for result in results}
+    # Ray's rows name the trials by their tags as added; an exploited trial's tag (in its last result) appends
+    # its explored values, as Ray's PBT sets it.
+    tags = {result.metrics["experiment_tag"].split("@perturbed[")[0]: result for result in results}
     for trial_tag, source_tag, trial_iteration, source_iteration, source_config, new_config in logged:
-        assert {trial_tag, source_tag} <= tags and trial_iteration in (3, 6) and source_iteration in (3, 6)
+        assert {trial_tag, source_tag} <= tags.keys() and trial_iteration in (3, 6) and source_iteration in (3, 6)
         assert source_config["units"] == new_config["units"] == 3
         assert BOUNDS["lr"][0] <= new_config["lr"] <= BOUNDS["lr"][1]
     exploited = logged[-1][0]
-    trial = next(result for result in results if result.metrics["experiment_tag"] == exploited)
+    trial = tags[exploited]
+    assert trial.metrics["experiment_tag"] == f"{exploited}@perturbed[lr={trial.config['lr']:.4f}]"
     policy_file = experiment / f"pbt_policy_{trial.metrics['trial_id']}.txt"
     last = json.loads(policy_file.read_text().splitlines()[-1])
     changed_at, replayed_lr = last[3], last[5]["lr"]

@@ -45,7 +45,7 @@ class DriverFeed:
                 "trial_id": state.trial_id,
                 "name": state.name,
                 "dirname": state.dirname,
-                "experiment_tag": state.experiment_tag,
+                "experiment_tag": state.shown_tag,
                 **fields,
             }
         )

@@ -115,7 +115,7 @@ def trial_summary(state: TrialState) -> TrialSummary:
         config=state.config,
         config_json=state.config_json,
         shown_config=state.shown_config(),
-        experiment_tag=state.experiment_tag,
+        experiment_tag=state.shown_tag,
         status=state.status,
         error=state.error,
         error_pickle=state.error_pickle,

@@ -44,8 +44,7 @@ class TrialState(Trial):
     best_checkpoints: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Tune's order: best last
     plain: frozenset[str] = frozenset()  # names the user gave plain values (PBT may make them sequences)
     name: str = ""  # TuneConfig.trial_name_creator's, for messages
-    # Tune's (`experiment_tag`): in its last result only, where Tune adds it after the loggers and
-    # callbacks had the row (`messages.tagged`); not in its rows nor its checkpoints' metrics
+    # Tune's (`experiment_tag`) as it was added, PBT's ``orig_tag``: `shown_tag` is the tag Tune shows now
     experiment_tag: str = ""
     dirname: str = ""  # the trial's folder under the experiment path
     restored_at: int = 0  # the iteration it went on from when its study was restored or it was resumed
@@ -65,6 +64,14 @@ class TrialState(Trial):
     def configure(self, config: dict[str, Any], trial_config: TrialConfig) -> None:
         super().configure(config, trial_config)
         self.config_json = unflatten(trial_config.to_json())
+
+    @property
+    def shown_tag(self) -> str:
+        """Tune's experiment tag now: PBT's exploits append the explored values'
+        to the original one. In its last result only, where Tune adds it after the
+        loggers and callbacks had the row (`messages.tagged`); not in its rows nor
+        its checkpoints' metrics."""
+        return self.experiment_tag + self.perturbed
 
     def shown_config(self, iteration: int | None = None) -> dict[str, Any]:
         """Its config as Tune shows it (`shown_config`), after ``iteration`` (default: its last result)."""
