@@ -5,6 +5,7 @@ refusals, registered trainables by name."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import threading
@@ -513,7 +514,9 @@ def checkpoints_every_other(config):
 @pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
 def test_rows_name_the_checkpoint_folders_and_result_from_path_reads_a_trial_back(tmp_path, ray_session, tuner_class):
     """As in Tune: a function trainable's rows carry ``checkpoint_dir_name``
-    (the n-th reported checkpoint's folder, None without one), the trial's
+    (the n-th reported checkpoint's folder, None without one) and, where it
+    reported one, ``should_checkpoint``, Tune's keys in Tune's order after
+    the reported metrics (the columns of ``progress.csv``); the trial's
     folders are named so, every reported checkpoint is kept (Tune's default
     ``num_to_keep=None``), and ``tune.Result.from_path`` reads a trial
     folder back with each checkpoint's own row."""
@@ -526,6 +529,11 @@ def test_rows_name_the_checkpoint_folders_and_result_from_path_reads_a_trial_bac
     for result in grid:
         names = [name if isinstance(name, str) else None for name in result.metrics_dataframe["checkpoint_dir_name"]]
         assert names == ["checkpoint_000000", None, "checkpoint_000001", None, "checkpoint_000002"]
+        assert [flag is True for flag in result.metrics_dataframe["should_checkpoint"]] == [True, False] * 2 + [True]
+        with open(os.path.join(result.path, "result.json")) as file:
+            assert list(json.loads(file.readline())) == ["score", *FUNCTION_RESULT_KEYS]
+        with open(os.path.join(result.path, "progress.csv")) as file:
+            assert file.readline().strip().split(",") == ["score", *FUNCTION_RESULT_COLUMNS]
         assert os.path.basename(result.checkpoint.path) == "checkpoint_000002"
         assert [metrics["training_iteration"] for _, metrics in result.best_checkpoints] == [1, 3, 5]
         read = tune.Result.from_path(result.path)
@@ -535,6 +543,15 @@ def test_rows_name_the_checkpoint_folders_and_result_from_path_reads_a_trial_bac
             assert os.path.basename(checkpoint.path) == metrics["checkpoint_dir_name"]
             with checkpoint.as_directory() as folder, open(os.path.join(folder, "step")) as file:
                 assert int(file.read()) == metrics["training_iteration"]
+
+
+# What Tune adds to a function trainable's reported metrics, in its order; its CSV leaves out the config.
+FUNCTION_RESULT_KEYS = [
+    "timestamp", "checkpoint_dir_name", "should_checkpoint", "done", "training_iteration", "trial_id", "date",
+    "time_this_iter_s", "time_total_s", "pid", "hostname", "node_ip", "config", "time_since_restore",
+    "iterations_since_restore",
+]  # fmt: skip
+FUNCTION_RESULT_COLUMNS = [key for key in FUNCTION_RESULT_KEYS if key != "config"]
 
 
 class ResultsSeen(tune.Callback):

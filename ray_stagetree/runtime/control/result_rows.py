@@ -15,12 +15,34 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from ray.tune.result import DEBUG_METRICS, DEFAULT_METRIC
+from ray.tune.result import DEBUG_METRICS, DEFAULT_METRIC, SHOULD_CHECKPOINT
 
 from ray_stagetree.execution.batches import REPORTED_CHECKPOINT
 from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY
 from ray_stagetree.runtime.control.trials import CHECKPOINT_DIR_NAME, TrialState
 from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
+
+#: The keys Tune adds to what a function trainable reports, in the order its
+#: ``FunctionTrainable`` and ``Trainable.train`` add them: the columns of
+#: ``progress.csv`` and ``metrics_dataframe`` after the reported metrics.
+FUNCTION_RESULT_KEYS = (
+    "timestamp",
+    CHECKPOINT_DIR_NAME,
+    SHOULD_CHECKPOINT,
+    "done",
+    "training_iteration",
+    "trial_id",
+    "date",
+    "time_this_iter_s",
+    "time_total_s",
+    "pid",
+    "hostname",
+    "node_ip",
+    "config",
+    SCHEDULE_KEY,
+    "time_since_restore",
+    "iterations_since_restore",
+)
 
 #: Values in one result (dict and list items, array elements) past which a
 #: study warns: every result stays in the controller's and the driver's memory.
@@ -172,11 +194,14 @@ class ResultRows:
         """The result Tune shows for ``metrics`` reported at ``iteration``:
         ``done`` when the trainable said so or the trial reached ``horizon``;
         its times add up from the trial's previous row (``state.reported``);
-        a function trainable's names its checkpoint's folder."""
+        a function trainable's names its checkpoint's folder and, where it
+        reported one, has Tune's ``should_checkpoint``."""
         row = dict(metrics)
         reported = row.pop(REPORTED_CHECKPOINT, None)
         if reported is not None:  # a function trainable's: Tune names the folder of its checkpoint, if any
             row[CHECKPOINT_DIR_NAME] = state.reported_checkpoint_folder(iteration) if reported else None
+            if reported:
+                row[SHOULD_CHECKPOINT] = True
         row["trial_id"] = state.trial_id
         row["training_iteration"] = iteration
         row["done"] = bool(row.get("done", False)) or iteration >= horizon
@@ -192,7 +217,10 @@ class ResultRows:
         )
         row["time_since_restore"] = since + row.get("time_this_iter_s", 0.0)
         row["iterations_since_restore"] = iteration - state.restored_at
-        return row
+        if reported is None:  # a class trainable's: in Tune's order already (its Trainable.train made it)
+            return row
+        added = {key: row.pop(key) for key in FUNCTION_RESULT_KEYS if key in row}
+        return {**row, **added}
 
     def stop_met(self, trial_id: str, row: dict[str, Any]) -> bool:
         """RunConfig.stop: a metric reached its threshold, or the stopper says so."""

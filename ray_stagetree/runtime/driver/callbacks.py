@@ -464,12 +464,13 @@ class CallbackRunner:
         if isinstance(row.get("config"), dict):
             view.config = row["config"]  # PBT changes a trial's config
         self._log.result(self.iteration, view, row)
+        checkpointed = row.get(SHOULD_CHECKPOINT)  # a function trainable's row that came with a checkpoint
         self._call("on_trial_result", iteration=self.iteration, trials=self._trial_list, trial=view, result=row)
         # After the callbacks, as Tune updates it (they see the last result before this one), with
         # the tag in a copy: the loggers may write ``row`` later.
         view.last_result = tagged(row, view.experiment_tag)
         # Only a callback on the loop can ask (Tune's default loggers never do): nothing per result otherwise.
-        if self._on_loop and not self._told_checkpoint_requests and row.get(SHOULD_CHECKPOINT):
+        if self._on_loop and not self._told_checkpoint_requests and row.get(SHOULD_CHECKPOINT) and not checkpointed:
             self._told_checkpoint_requests = True
             logger.warning(
                 "a callback set result[%r] (Tune's request that the trial checkpoint now); callbacks run on the "

@@ -172,15 +172,21 @@ class AsksForCheckpoints(tune.Callback):
         result[SHOULD_CHECKPOINT] = True
 
 
-def test_a_callback_asking_for_a_checkpoint_is_told_once_it_is_not_honoured(tmp_path, caplog):
-    runner = CallbackRunner([AsksForCheckpoints()], str(tmp_path / "exp"))
+@pytest.mark.parametrize("callbacks", [[AsksForCheckpoints()], [tune.Callback()]])
+def test_a_callback_asking_for_a_checkpoint_is_told_once_it_is_not_honoured(tmp_path, caplog, callbacks):
+    """A function trainable's row that came with a checkpoint has Tune's
+    ``should_checkpoint`` already: no callback asked for that one."""
+    runner = CallbackRunner(callbacks, str(tmp_path / "exp"))
     runner.setup(num_samples=1, total_num_samples=1)
     with caplog.at_level("WARNING", logger="ray_stagetree"):
-        runner.update(progress([row("a", 1, 0.9), row("a", 2, 0.8)], [start("a")]))
+        runner.update(progress([row("a", 1, 0.9), {**row("a", 2, 0.8), SHOULD_CHECKPOINT: True}], [start("a")]))
         runner.update(progress([row("a", 3, 0.7)]))
     runner.end()
     warnings = [record.getMessage() for record in caplog.records if SHOULD_CHECKPOINT in record.getMessage()]
-    assert len(warnings) == 1 and "cannot honour it" in warnings[0] and "checkpoint_frequency" in warnings[0]
+    if isinstance(callbacks[0], AsksForCheckpoints):
+        assert len(warnings) == 1 and "cannot honour it" in warnings[0] and "checkpoint_frequency" in warnings[0]
+    else:
+        assert warnings == []
 
 
 def test_default_loggers_write_tunes_files_once_per_iteration(tmp_path):
