@@ -618,3 +618,27 @@ def test_shared_stages_name_each_trials_checkpoint_folders_as_it_reported_them(t
         assert folders == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
         read = tune.Result.from_path(result.path)
         assert [metrics["training_iteration"] for _, metrics in read.best_checkpoints] == [1, 3, 5]
+
+
+def fails_once_when_asked(config):
+    """Trial ``fail`` raises once at its second iteration (a marker file remembers), then scores as the others."""
+    for step in range(1, 4):
+        if step == 2 and config["fail"] and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError("transient failure")
+        tune.report({"score": step})
+
+
+@pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
+def test_a_retried_trial_goes_after_the_others_as_tune_requeues_it(tmp_path, ray_session, tuner_class):
+    """Tune requeues a failed trial it retries at the end of its trials: the
+    ResultGrid's order, in which ``get_best_result`` breaks a tie."""
+    grid = tuner_class(
+        fails_once_when_asked,
+        param_space={"fail": tune.grid_search([True, False]), "marker": str(tmp_path / "failed")},
+        run_config=run_config(tmp_path, "requeued", failure_config=tune.FailureConfig(max_failures=1)),
+    ).fit()
+    assert not grid.errors and [result.metrics["score"] for result in grid] == [3, 3]
+    assert [result.config["fail"] for result in grid] == [False, True]
+    assert [result.metrics["trial_id"][-1] for result in grid] == ["1", "0"]
+    assert grid.get_best_result("score", "max").config["fail"] is False

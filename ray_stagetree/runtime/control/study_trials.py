@@ -452,12 +452,15 @@ class StudyTrials:
         """The trials failed (``in_restore``: loading their starting
         checkpoint raised): retried while `Failures.retried` says, else they
         end in error. ``retry`` False: a retry would fail the same way.
-        ``error_pickle``: the trainable's exception as `Result.error` gives it."""
-        for trial_id in trial_ids:
+        ``error_pickle``: the trainable's exception as `Result.error` gives it.
+        A retried trial goes to the end of the trials, as Tune requeues it
+        (the order of ``ResultGrid``, in which ``get_best_result`` breaks ties)."""
+        for trial_id in [trial_id for trial_id in self.trials if trial_id in trial_ids]:
             state = self.trials[trial_id]
             if state.status in ENDED:
                 continue
             if self.failures.retried(state, retry, in_restore):
+                self.trials[trial_id] = self.trials.pop(trial_id)
                 state.retrying_until = max(state.rows, default=0)
                 self.feed.event("recover", state, error=error, iterations=state.retrying_until)
             else:

@@ -397,6 +397,8 @@ class CallbackRunner:
         elif kind == "recover":
             view = self._view(event)
             self._failed(view, event.get("error") or "")
+            self._trial_list.remove(view)  # Tune requeues it at the end of its trials before the callbacks hear
+            self._trial_list.append(view)
             self._recovering.add(view.trial_id)
             self._call("on_trial_recover", iteration=self.iteration, trials=self._trial_list, trial=view)
         elif kind == "checkpoint":

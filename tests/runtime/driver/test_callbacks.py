@@ -165,6 +165,26 @@ def test_hooks_are_called_in_tunes_order_with_trial_views(tmp_path):
         )
 
 
+class RecoverOrder(tune.Callback):
+    def __init__(self):
+        self.orders = []
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        self.orders.append([view.trial_id for view in trials])
+
+
+def test_a_recovered_trial_goes_to_the_end_of_the_trials_before_the_callbacks_hear(tmp_path):
+    """As Tune requeues a trial it retries before ``on_trial_recover``."""
+    recorder = RecoverOrder()
+    runner = CallbackRunner([recorder], str(tmp_path / "exp"))
+    runner.setup(num_samples=1, total_num_samples=3)
+    runner.update(progress([row("a", 1, 0.9)], [start("a"), start("b"), start("c")]))
+    runner.update(progress(events=[{"event": "recover", "trial_id": "a", "name": "t_a", "dirname": "a", "error": "x"}]))
+    runner.update(progress(events=[{"event": "recover", "trial_id": "c", "name": "t_c", "dirname": "c", "error": "x"}]))
+    runner.end()
+    assert recorder.orders == [["b", "c", "a"], ["b", "a", "c"]]
+
+
 class AsksForCheckpoints(tune.Callback):
     """Tune's custom_checkpointing_with_callback example: asks for a checkpoint after every result."""
 
