@@ -321,27 +321,22 @@ class PopulationBasedAdapter(SchedulerAdapter):
         if source.checkpoint_step is None:
             return None
         values, operations = self._explored_values(trial_id, source_id)
-        exploit = Exploit(source_id, source.checkpoint_step, values, self._perturbed(source_id, values))
+        explored = _overlaid(source.config, {**source.values, **values})  # Ray's new config of the trial
+        exploit = Exploit(source_id, source.checkpoint_step, values, self._perturbed(explored))
         self._log_exploit(trial_id, exploit, operations)
         # As in Ray: the trial takes the source's config, explored, and its
         # perturbation and train times.
         if self.settings.log_config:
-            self._policy += (self._policy_step(trial_id, source_id, exploit),)
+            self._policy += (self._policy_step(trial_id, source_id, exploit, explored),)
         member.config = source.config
         member.values = {**source.values, **exploit.values}
         member.last_perturbation = source.last_perturbation
         member.last_train_time = source.last_train_time
         return exploit
 
-    def _explored_config(self, source_id: str, values: dict[str, Any]) -> dict[str, Any]:
-        """The config Ray's exploited trial goes on with: its source's, ``values`` explored."""
-        source = self._members[source_id]
-        return _overlaid(source.config, {**source.values, **values})
-
-    def _perturbed(self, source_id: str, values: dict[str, Any]) -> str:
+    def _perturbed(self, config: dict[str, Any]) -> str:
         """Ray's ``@perturbed[...]`` after the exploited trial's original tag:
-        its new config's top-level mutated entries."""
-        config = self._explored_config(source_id, values)
+        the top-level mutated entries of its new ``config``."""
         mutated = {name: space for name, space in self.settings.hyperparam_mutations.items() if name in config}
         return self.settings.make_experiment_tag("", config, mutated)
 
@@ -380,7 +375,7 @@ class PopulationBasedAdapter(SchedulerAdapter):
         lines, self._log = self._log, ()
         return lines
 
-    def _policy_step(self, trial_id: str, source_id: str, exploit: Exploit) -> PolicyStep:
+    def _policy_step(self, trial_id: str, source_id: str, exploit: Exploit, explored: dict[str, Any]) -> PolicyStep:
         """The exploit as Ray's ``_log_config_on_step`` logs it. The source's
         iteration is that of the checkpoint the trial forks from (Ray writes
         the source's latest result's, which may be later: the replay would
@@ -391,7 +386,7 @@ class PopulationBasedAdapter(SchedulerAdapter):
             trial_iteration=self._members[trial_id].last_iteration,
             source_iteration=exploit.iteration,
             source_config=self.config_of(source_id),
-            new_config=self._explored_config(source_id, exploit.values),
+            new_config=explored,
         )
 
     def config_of(self, trial_id: str) -> dict[str, Any]:
