@@ -84,14 +84,18 @@ def test_a_resource_change_over_pbt_is_refused_before_the_study_starts(tmp_path)
 
 def test_asha_under_a_resource_change_still_stops_trials(ray_session, tmp_path):
     """The base scheduler decides: ASHA stops the worse trials at its rungs
-    while the trials left get the GPUs they free."""
+    while the trials running get the GPUs left free."""
     asha = ASHAScheduler(max_t=ITERATIONS, grace_period=1, reduction_factor=2)
     results = Tuner(
         tune.with_resources(lambda config: gpu_counting(config), {"cpu": 0.5, "gpu": 1}),
-        # The best first: ASHA's rung then stops the next. Its iterations take
-        # a second, so that the others reach the rung while it trains.
-        param_space={"x": tune.grid_search([4, 3, 2, 1]), "seconds": 1.0},
-        tune_config=tune.TuneConfig(scheduler=ResourceChangingScheduler(asha), metric="score", mode="max"),
+        # Two at a time, the best two first: the worse two reach the first rung
+        # after one of those, whichever of its workers started first, and are
+        # stopped there (with all four at once, the order the workers started
+        # in decided whether any reached a rung after a better one).
+        param_space={"x": tune.grid_search([4, 3, 2, 1]), "seconds": 0.5},
+        tune_config=tune.TuneConfig(
+            scheduler=ResourceChangingScheduler(asha), metric="score", mode="max", max_concurrent_trials=2
+        ),
         run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
     ).fit()
     assert not results.errors
