@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import tempfile
-from typing import Any
+import threading
+from collections import OrderedDict
+from typing import Any, NamedTuple
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -34,78 +37,128 @@ from ray_stagetree.runtime.workers.remote import remote_once
 logger = logging.getLogger(__name__)
 
 
-class StorageIO(SealedStorage):
-    """A study's storage I/O in one threaded Ray actor: checkpoint write-behind,
-    reloads, and the trial directories at the end, sealed with the
-    experiment's key (`execution.sealed_storage`).
+#: Storage calls in flight at once: enough to overlap file-system latency.
+IO_THREADS = 4
+#: The studies' storages a `StorageIO` keeps unpickled: its controller's
+#: study, and ended ones' calls still in flight.
+KEPT_STORAGES = 8
+
+
+class StudyStorage(NamedTuple):
+    """A study's `SealedStorage` as its `StorageIO` calls carry it: pickled
+    once by the study's store, unpickled once by the actor (``token`` names
+    it there)."""
+
+    token: str
+    pickled: bytes
+
+
+class StorageIO:
+    """The storage I/O of a controller's studies in one threaded Ray actor:
+    checkpoint write-behind, reloads, and the trial directories at the end,
+    each sealed with its experiment's key (`execution.sealed_storage`).
 
     One long-lived process rather than a Ray task per write: every task that
     finds no idle worker process starts one (seconds of CPU on a small
-    machine), and a study's end writes every trial at once. Payloads arrive
-    as resolved objects (Ray passes a referenced checkpoint to the method
-    directly), so their bytes never visit the driver or the controller.
+    machine), and a study's end writes every trial at once. Each call names
+    its study's `SealedStorage`, so a controller's next study uses the same
+    process (`storage_io`), and one that dies is restarted and its calls
+    retried. Payloads arrive as resolved objects (Ray passes a referenced
+    checkpoint to the method directly), so their bytes never visit the
+    driver or the controller.
     """
 
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, SealedStorage] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _sealed(self, study: StudyStorage) -> SealedStorage:
+        """The study's storage, unpickled at its first call here: one
+        filesystem object serves all its calls and threads, as it did when
+        each study had a process of its own (a filesystem may keep state)."""
+        with self._lock:
+            sealed = self._kept.get(study.token)
+            if sealed is None:
+                sealed = self._kept[study.token] = pickle.loads(study.pickled)
+                if len(self._kept) > KEPT_STORAGES:
+                    self._kept.popitem(last=False)
+            self._kept.move_to_end(study.token)
+            return sealed
+
+    def write(self, study: StudyStorage, key: str, payload: CheckpointPayload) -> StoredCheckpoint | WriteFailed:
+        """`SealedStorage.write`."""
+        return self._sealed(study).write(key, payload)
+
     @ray.method(num_returns=2)
-    def reload(self, stored: StoredCheckpoint, key: str) -> tuple[str | None, Any]:
+    def reload(self, study: StudyStorage, stored: StoredCheckpoint, key: str) -> tuple[str | None, Any]:
         """(None, payload), or (the reason, None) when the copy under ``key``
         is lost, corrupt or not authenticated. Two returns, so the controller
         reads the verdict without the bytes."""
         try:
-            return None, self.load(stored, key)
+            return None, self._sealed(study).load(stored, key)
         except CheckpointUnavailableError as error:
             return str(error), None
 
-    def check(self, stored: StoredCheckpoint, key: str) -> str | None:
+    def check(self, study: StudyStorage, stored: StoredCheckpoint, key: str) -> str | None:
         """Why the copy under ``key`` is unusable, or None when it is intact."""
         try:
-            self.unsealed(stored, key)
+            self._sealed(study).unsealed(stored, key)
         except CheckpointUnavailableError as error:
             return str(error)
         return None
 
     def export_stored(
-        self, folder: str, stored: StoredCheckpoint, key: str
+        self, study: StudyStorage, folder: str, stored: StoredCheckpoint, key: str
     ) -> tuple[str | None, str | WriteFailed | None]:
         """Copy a stored checkpoint into a trial's folder, storage to
         storage: (None, as `write_trial_checkpoint` returns), or (the reason,
         None) when it is lost, corrupt or not authenticated. The bytes never
         enter the object store."""
         try:
-            payload = self.load(stored, key)
+            payload = self._sealed(study).load(stored, key)
         except CheckpointUnavailableError as error:
             return str(error), None
-        return None, self.write_trial_checkpoint(folder, payload)
+        return None, self.write_trial_checkpoint(study, folder, payload)
 
-    def write_state(self, key: str, data: bytes) -> None:
+    def write_state(self, study: StudyStorage, key: str, data: bytes) -> None:
         """A study snapshot, written atomically (see `runtime.control.experiment_state`)."""
-        self.storage.write(key, data)
+        self._sealed(study).storage.write(key, data)
 
-    def write_trial_checkpoint(self, folder: str, payload: CheckpointPayload) -> str | WriteFailed:
+    def write_trial_checkpoint(self, study: StudyStorage, folder: str, payload: CheckpointPayload) -> str | WriteFailed:
         """A checkpoint folder in a trial's folder (``<trial_dir>/checkpoint_000003``
         as Tune lays it out), and its path; `WriteFailed` when storage refuses
         it. (``params.json``, ``result.json`` and the other logs are the
         driver's loggers' alone: see `runtime.driver.callbacks`.)"""
-        return with_retries(lambda: self._upload(folder, payload), f"checkpoint {folder!r}")
+        storage = self._sealed(study).storage
+        return with_retries(lambda: self._upload(storage, folder, payload), f"checkpoint {folder!r}")
 
-    def _upload(self, folder: str, payload: CheckpointPayload) -> str:
+    @staticmethod
+    def _upload(storage: CheckpointStorage, folder: str, payload: CheckpointPayload) -> str:
         with tempfile.TemporaryDirectory(prefix="stagetree_final_") as local:
             write_directory(payload, local)
-            return self.storage.upload_directory(local, folder)
+            return storage.upload_directory(local, folder)
 
-    def remove_other_checkpoints(self, trial_dir: str, keep: list[str]) -> None:
+    def remove_other_checkpoints(self, study: StudyStorage, trial_dir: str, keep: list[str]) -> None:
         """Remove the ``checkpoint_*`` folders of a trial's folder not named in
         ``keep`` (an earlier run's, which ``num_to_keep`` no longer keeps, as
         Tune deletes them). Storage that refuses is logged, not raised: the
         kept checkpoints are written already."""
         try:
-            self.storage.remove_folders(trial_dir, "checkpoint_", keep)
+            self._sealed(study).storage.remove_folders(trial_dir, "checkpoint_", keep)
         except OSError as error:
             logger.warning("old checkpoints in %r were not removed: %s", trial_dir, error)
 
 
-#: Storage calls in flight at once: enough to overlap file-system latency.
-IO_THREADS = 4
+def storage_io() -> Any:
+    """A `StorageIO` actor owned by the caller (a controller), on its node, so
+    that losing a worker node does not lose it. Restarted when its process
+    dies, its calls retried: a write was atomic (done, or never visible)."""
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return (
+        remote_once(StorageIO)
+        .options(num_cpus=0, max_concurrency=IO_THREADS, scheduling_strategy=here, max_restarts=-1, max_task_retries=-1)
+        .remote()
+    )
 
 
 class CheckpointStore:
@@ -122,10 +175,18 @@ class CheckpointStore:
         (`execution.payload_auth`); None: a key for this store's lifetime only.
     trusted:
         Read stored payloads that do not verify (``RAY_STAGETREE_TRUST_STORAGE``).
+    io:
+        The `StorageIO` actor to do the storage calls (a controller keeps one
+        for its studies); None: one of this store's own (`storage_io`).
     """
 
     def __init__(
-        self, storage: CheckpointStorage, budget_bytes: int, secret: bytes | None = None, trusted: bool = False
+        self,
+        storage: CheckpointStorage,
+        budget_bytes: int,
+        secret: bytes | None = None,
+        trusted: bool = False,
+        io: Any = None,
     ) -> None:
         self.storage = storage
         self.cache = CheckpointCache(budget_bytes)
@@ -135,25 +196,15 @@ class CheckpointStore:
         # Kept in memory only: storage refused their durable copy. Written
         # again once a later write succeeds (storage is back).
         self.unstored: set[tuple[int, int]] = set()
-        # Owned by whoever builds the store (the controller), it ends with it;
-        # on the same node, so that losing a worker node does not lose it.
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        # Stateless: a process that dies is restarted and its calls retried
-        # (a write was atomic: done, or never visible).
-        secret = secret if secret is not None else os.urandom(32)
-        self.io = (
-            remote_once(StorageIO)
-            .options(
-                num_cpus=0,
-                max_concurrency=IO_THREADS,
-                scheduling_strategy=here,
-                max_restarts=-1,
-                max_task_retries=-1,
-            )
-            .remote(storage, secret, trusted)
-        )
-        #: What a stage worker writes the checkpoints its function reports with (`execution.batches.BatchSpec`).
-        self.sealed = SealedStorage(storage, secret, trusted)
+        self.io = io if io is not None else storage_io()
+        #: What the `StorageIO` calls and the stage workers (the checkpoints a function reports,
+        #: `execution.batches.BatchSpec`) write with.
+        self.sealed = SealedStorage(storage, secret if secret is not None else os.urandom(32), trusted)
+        self._study = StudyStorage(os.urandom(8).hex(), ray.cloudpickle.dumps(self.sealed))
+
+    def write_state(self, key: str, data: bytes) -> Any:
+        """Write a study snapshot (`StorageIO.write_state`); the call's reference."""
+        return self.io.write_state.remote(self._study, key, data)
 
     @staticmethod
     def key(node_id: int, iteration: int) -> str:
@@ -189,7 +240,7 @@ class CheckpointStore:
         return (node.node_id, iteration) in self._handles
 
     def _write(self, node_id: int, iteration: int, ref: Any, size_bytes: int, retry: bool = False) -> None:
-        write = self.io.write.remote(self.key(node_id, iteration), ref)
+        write = self.io.write.remote(self._study, self.key(node_id, iteration), ref)
         # A retry's checkpoint stays in memory whatever becomes of the write
         # (storage refused it before): waiting for it frees nothing, so it
         # does not hold new batches back (`writes_behind`).
@@ -314,7 +365,9 @@ class CheckpointStore:
         evicted one is checked in storage, without reading it into memory."""
         info = self._info(node, iteration)
         if not self.in_memory(node, iteration):
-            self._raise_if(plan, node, iteration, await self.io.check.remote(self._stored(info), info.path))
+            self._raise_if(
+                plan, node, iteration, await self.io.check.remote(self._study, self._stored(info), info.path)
+            )
 
     async def export(self, plan: SearchPlan, node: PlanNode, iteration: int, folder: str) -> str | WriteFailed | None:
         """Write the checkpoint into ``folder`` (in a trial's folder) and
@@ -326,13 +379,13 @@ class CheckpointStore:
         ref = self._handles.get((node.node_id, iteration))
         if info is not None and ref is not None:
             try:
-                return await self.io.write_trial_checkpoint.remote(folder, ref)
+                return await self.io.write_trial_checkpoint.remote(self._study, folder, ref)
             except ray.exceptions.ObjectLostError:
                 self.forget_copy(plan, node, iteration)
                 info = node.checkpoints.get(iteration)
         if info is None:
             return None
-        problem, path = await self.io.export_stored.remote(folder, self._stored(info), info.path)
+        problem, path = await self.io.export_stored.remote(self._study, folder, self._stored(info), info.path)
         try:
             self._raise_if(plan, node, iteration, problem)
         except CheckpointUnavailableError:
@@ -341,11 +394,11 @@ class CheckpointStore:
 
     async def remove_other_checkpoints(self, trial_dir: str, keep: list[str]) -> None:
         """Remove the ``checkpoint_*`` folders of ``trial_dir`` not in ``keep``."""
-        await self.io.remove_other_checkpoints.remote(trial_dir, keep)
+        await self.io.remove_other_checkpoints.remote(self._study, trial_dir, keep)
 
     async def _reload(self, plan: SearchPlan, node: PlanNode, iteration: int) -> Any:
         info = self._info(node, iteration)
-        verdict, ref = self.io.reload.remote(self._stored(info), info.path)
+        verdict, ref = self.io.reload.remote(self._study, self._stored(info), info.path)
         self._raise_if(plan, node, iteration, await verdict)
         return ref
 

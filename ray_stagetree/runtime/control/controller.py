@@ -26,7 +26,7 @@ import ray
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.control.batch_loop import BatchLoop, policy_for
-from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore
+from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore, storage_io
 from ray_stagetree.runtime.control.experiment_state import STATE_FILE, dumps
 from ray_stagetree.runtime.control.messages import Progress, TrialSummary
 from ray_stagetree.runtime.control.snapshots import Snapshots
@@ -63,11 +63,15 @@ class StudyController(BatchLoop):
         return True
 
     def forget(self) -> None:
-        """Drop the study ended here (its plan, trials, checkpoints'
-        references and storage actor): the process waits for the driver's
-        next study holding nothing of this one."""
+        """Drop the study ended here (its plan, trials and checkpoints'
+        references): the process waits for the driver's next study holding
+        nothing of this one but the storage actor, which every call tells
+        whose storage it writes (`StorageIO`), kept so that the next study
+        does not pay another process's start."""
+        io = getattr(self, "_storage_io", None)
         vars(self).clear()
         gc.collect()
+        self._storage_io = io
 
     def _start(self, spec: StudySpec) -> None:
         restore, loop = spec.restore, spec.loop
@@ -79,15 +83,18 @@ class StudyController(BatchLoop):
             plan = SearchPlan.load(f"{loop.experiment_path}/plan", loop.storage_filesystem)
         else:
             plan = SearchPlan()
+        if getattr(self, "_storage_io", None) is None:
+            self._storage_io = storage_io()
         store = CheckpointStore(
             CheckpointStorage(loop.experiment_path, loop.storage_filesystem),
             loop.checkpoint_budget_bytes,
             secret=loop.payload_key,
             trusted=loop.trust_storage,
+            io=self._storage_io,
         )
         snapshots = Snapshots(
             lambda: dumps(self.study.state()),
-            lambda data: store.io.write_state.remote(STATE_FILE, data),
+            lambda data: store.write_state(STATE_FILE, data),
             loop.state_period_s,
             self.warn,
             wait_s=loop.storage_wait_s,

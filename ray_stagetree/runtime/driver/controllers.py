@@ -7,8 +7,9 @@ work, and a study's start waits for it. A driver that fits again (a
 notebook, a script running several studies, a test suite) starts its next
 study in the process its last study ended cleanly in, much as Ray keeps idle
 worker processes for its tasks. The kept process holds no resources
-(``num_cpus=0``) and none of the ended study's state, and it ends with the
-driver's connection to Ray.
+(``num_cpus=0``) and none of the ended study's state (its storage actor,
+which holds none either, stays with it), and it ends with the driver's
+connection to Ray.
 """
 
 from __future__ import annotations

@@ -276,6 +276,8 @@ class FullAfter(LocalFileSystem):
     """A local disk that fills up once ``after`` checkpoints are stored:
     the next ``writes`` write attempts (None: all) fail with ENOSPC."""
 
+    cachable = False  # a disk of its own per study: fsspec would hand the next one this one's state
+
     def __init__(self, after=2, writes=None, **kwargs):
         super().__init__(**kwargs)
         self.after, self.writes = after, writes

@@ -110,6 +110,8 @@ class CorruptsFirstRead(LocalFileSystem):
     write's own check returns damaged bytes (a flaky disk or object store),
     later reads the real ones."""
 
+    cachable = False  # a disk of its own per study: fsspec would hand the next one this one's state
+
     def cat_file(self, path, start=None, end=None, **kwargs):
         data = super().cat_file(path, start=start, end=end, **kwargs)
         reads = self.__dict__.setdefault("_reads", {})
@@ -148,6 +150,8 @@ class DamagesStored(LocalFileSystem):
     damaged on disk with probability ``rate`` (a byte flipped, the end cut
     off, or the file deleted), each choice drawn from ``seed`` and the file.
     Copies written again (retrained) are left alone, so a study converges."""
+
+    cachable = False  # a disk of its own per study: fsspec would hand the next one this one's state
 
     def __init__(self, seed=0, rate=0.5, **kwargs):
         super().__init__(**kwargs)

@@ -12,6 +12,7 @@ from trainables_for_tests import kill_ray_processes, noisy_descent, ray_processe
 from ray_stagetree import MultiStep, Tuner
 
 CONTROLLER = "ray::StudyController"
+STORAGE_IO = "ray::StorageIO"
 
 
 def fit(tmp_path, name, lrs, callbacks=None):
@@ -60,8 +61,10 @@ def test_a_drivers_next_study_runs_in_the_controller_its_last_clean_one_ended_in
     (kept,) = controllers(1)
     first = fit(tmp_path, "three", THREE)
     assert len(first) == 3 and first.iterations_executed == 1 + 3 + 1 + 2 * 2  # [0,1) shared by all, [1,2) by two
+    storage_actor = set(ray_processes(STORAGE_IO))
     grid = fit(tmp_path, "two_next", TWO)
     assert controllers(1) == [kept], "both studies ran in the first one's controller process"
+    assert set(ray_processes(STORAGE_IO)) == storage_actor, "and wrote through its storage actor's process"
     assert len(grid) == 2 and grid.num_errors == 0
     assert losses(grid) == alone, "the same results as in a controller of its own"
     assert grid.iterations_executed == 2 * 4, "none of the last study's checkpoints or trials leaked into it"

@@ -15,10 +15,11 @@ from trainables_for_tests import count_of, noisy_descent
 from ray_stagetree import Study, Tuner
 from ray_stagetree.execution.payload import checksum
 from ray_stagetree.execution.payload_auth import ID_FILE, experiment_key, key_dir
+from ray_stagetree.execution.sealed_storage import SealedStorage
 from ray_stagetree.execution.storage import CheckpointCorruptError, CheckpointStorage, StoredCheckpoint
 from ray_stagetree.planning import SearchPlan
 from ray_stagetree.planning.plan import CheckpointInfo
-from ray_stagetree.runtime.control.checkpoint_store import StorageIO
+from ray_stagetree.runtime.control.checkpoint_store import StorageIO, StudyStorage
 
 
 class RunsCode:
@@ -59,25 +60,27 @@ def test_a_plan_table_pointing_outside_the_experiment_directory_is_refused(tmp_p
 
 def test_storage_io_unpickles_only_what_it_sealed(tmp_path):
     storage = CheckpointStorage(str(tmp_path / "exp"))
-    io = StorageIO(storage, os.urandom(32))
+
+    def sealed_by(secret, trusted=False):
+        return StudyStorage(secret.hex(), pickle.dumps(SealedStorage(storage, secret, trusted)))
+
+    io, study = StorageIO(), sealed_by(os.urandom(32))
     name = "checkpoints/node000000_step0000004.ckpt"
-    stored = io.write(name, {"weights": [1, 2]})
-    assert io.reload(stored, name) == (None, {"weights": [1, 2]})
+    stored = io.write(study, name, {"weights": [1, 2]})
+    assert io.reload(study, stored, name) == (None, {"weights": [1, 2]})
     marker = tmp_path / "ran"
     # a pickle put in its place, with the size and checksum the table would then claim
     evil = evil_bytes(marker)
     (tmp_path / "exp" / name).write_bytes(evil)
     forged = StoredCheckpoint(stored.path, len(evil), checksum(evil))
-    problem, payload = io.reload(forged, name)
+    problem, payload = io.reload(study, forged, name)
     assert payload is None and "not authenticated by this experiment's key" in problem
     # a sealed payload of another checkpoint, or of another experiment's key, is refused too
-    other = io.write("checkpoints/other.ckpt", {"weights": [0]})
-    assert io.reload(other, name)[1] is None
-    assert StorageIO(storage, os.urandom(32)).reload(other, "checkpoints/other.ckpt")[1] is None
+    other = io.write(study, "checkpoints/other.ckpt", {"weights": [0]})
+    assert io.reload(study, other, name)[1] is None
+    assert io.reload(sealed_by(os.urandom(32)), other, "checkpoints/other.ckpt")[1] is None
     # declared trusted (RAY_STAGETREE_TRUST_STORAGE=1), it is read as before: checksum only
-    assert StorageIO(storage, os.urandom(32), trusted=True).reload(other, "checkpoints/other.ckpt")[1] == {
-        "weights": [0]
-    }
+    assert io.reload(sealed_by(os.urandom(32), trusted=True), other, "checkpoints/other.ckpt")[1] == {"weights": [0]}
     assert not marker.exists()
 
 
