@@ -65,9 +65,10 @@ import torch
 
 from ray_stagetree.execution.batches import BatchSpec, FlushReply
 from ray_stagetree.execution.payload import pack_directory, unpack_directory
+from ray_stagetree.execution.sealed_storage import SealedStorage
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.planning.config import TrialConfig
-from ray_stagetree.runtime.control.checkpoint_store import IO_THREADS, StorageIO
+from ray_stagetree.runtime.control.checkpoint_store import StudyStorage, storage_io
 from ray_stagetree.runtime.workers.worker import StageWorker
 
 MB = 10**6
@@ -150,7 +151,8 @@ class Runtime:
 
     def __init__(self, storage: CheckpointStorage) -> None:
         self.storage = storage
-        self.io = ray.remote(StorageIO).options(num_cpus=0, max_concurrency=IO_THREADS).remote(storage, os.urandom(32))
+        self.io = storage_io()  # as the controller starts it
+        self.study = StudyStorage.of(SealedStorage(storage, os.urandom(32)))
         self.controller = ray.remote(ControllerStub).options(num_cpus=0).remote()
         actor = ray.remote(StageWorker).options(max_concurrency=2)  # as the controller starts it
         self.worker = actor.remote(ray.cloudpickle.dumps(checkpointing_trainable), self.controller)
@@ -188,12 +190,12 @@ class Runtime:
         del payload  # the caller's copy; the object store keeps the one the spill task reads
 
         start = time.perf_counter()
-        stored = ray.get(self.io.write.remote(key, ref))
+        stored = ray.get(self.io.write.remote(self.study, key, ref))
         seconds["spill_task"] = time.perf_counter() - start
         del ref
 
         start = time.perf_counter()
-        verdict, reloaded = self.io.reload.remote(stored, key)
+        verdict, reloaded = self.io.reload.remote(self.study, stored, key)
         assert ray.get(verdict) is None
         payload = ray.get(reloaded)
         seconds["reload_task"] = time.perf_counter() - start

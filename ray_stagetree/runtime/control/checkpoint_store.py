@@ -52,6 +52,10 @@ class StudyStorage(NamedTuple):
     token: str
     pickled: bytes
 
+    @classmethod
+    def of(cls, sealed: SealedStorage) -> StudyStorage:
+        return cls(os.urandom(8).hex(), ray.cloudpickle.dumps(sealed))
+
 
 class StorageIO:
     """The storage I/O of a controller's studies in one threaded Ray actor:
@@ -200,7 +204,7 @@ class CheckpointStore:
         #: What the `StorageIO` calls and the stage workers (the checkpoints a function reports,
         #: `execution.batches.BatchSpec`) write with.
         self.sealed = SealedStorage(storage, secret if secret is not None else os.urandom(32), trusted)
-        self._study = StudyStorage(os.urandom(8).hex(), ray.cloudpickle.dumps(self.sealed))
+        self._study = StudyStorage.of(self.sealed)
 
     def write_state(self, key: str, data: bytes) -> Any:
         """Write a study snapshot (`StorageIO.write_state`); the call's reference."""

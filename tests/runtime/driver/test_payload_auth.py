@@ -62,7 +62,7 @@ def test_storage_io_unpickles_only_what_it_sealed(tmp_path):
     storage = CheckpointStorage(str(tmp_path / "exp"))
 
     def sealed_by(secret, trusted=False):
-        return StudyStorage(secret.hex(), pickle.dumps(SealedStorage(storage, secret, trusted)))
+        return StudyStorage.of(SealedStorage(storage, secret, trusted))
 
     io, study = StorageIO(), sealed_by(os.urandom(32))
     name = "checkpoints/node000000_step0000004.ckpt"
