@@ -49,6 +49,7 @@ class StudyController(BatchLoop):
     """
 
     def __init__(self, spec: StudySpec) -> None:
+        self._storage_io = storage_io()  # this process's, for every study it runs (`forget`)
         self._start(spec)
 
     async def begin(self, spec: StudySpec) -> bool:
@@ -68,7 +69,7 @@ class StudyController(BatchLoop):
         nothing of this one but the storage actor, which every call tells
         whose storage it writes (`StorageIO`), kept so that the next study
         does not pay another process's start."""
-        io = getattr(self, "_storage_io", None)
+        io = self._storage_io
         vars(self).clear()
         gc.collect()
         self._storage_io = io
@@ -83,8 +84,6 @@ class StudyController(BatchLoop):
             plan = SearchPlan.load(f"{loop.experiment_path}/plan", loop.storage_filesystem)
         else:
             plan = SearchPlan()
-        if getattr(self, "_storage_io", None) is None:
-            self._storage_io = storage_io()
         store = CheckpointStore(
             CheckpointStorage(loop.experiment_path, loop.storage_filesystem),
             loop.checkpoint_budget_bytes,
