@@ -104,6 +104,7 @@ class BatchLoop:
         self.parking = Parking(plan, spec.parked_per_worker)
         self.handovers = Handovers(spec.worker.stop)
         self.pool = worker_pool(spec, stop=self._retire_worker)
+        self._adopted: list[Any] = []  # the workers the driver started (`run`)
         self.preemption = Preemption(plan, self.warn)
         self.shared_retries = SharedStageRetries()
         self._wake = asyncio.Event()
@@ -167,6 +168,7 @@ class BatchLoop:
     async def run(self, workers: list[Any]) -> None:
         """Run the loop on ``workers`` (from `WorkerSpec.start`, started by the
         driver with this actor so that both start up at once)."""
+        self._adopted = list(workers)
         self.pool.adopt(workers)
         admitting = self.admit()
         # The future awaiting each ref outlives a turn: one resolving during a turn is seen by the
@@ -634,9 +636,14 @@ class BatchLoop:
         self.parking.forget_worker(worker)
         self.handovers.stop(worker)
 
-    def shutdown_workers(self) -> None:
+    def shutdown_workers(self, spare: bool = False) -> list[int]:
+        """Close the workers and stop them, but for, with ``spare``, those
+        the driver started (`run`) that are idle lone workers of the study's
+        shape: their places in `run`'s list (`runtime.driver.kept_workers`)."""
         self.spec.worker.close(self.pool.workers)
-        self.pool.shut_down(lambda worker: self.spec.worker.stop(worker, closed=True))
+        keep = self._adopted if spare and self.spec.worker.scaling is None else []
+        spared = self.pool.shut_down(lambda worker: self.spec.worker.stop(worker, closed=True), keep)
+        return [index for index, worker in enumerate(self._adopted) if worker in spared]
 
 
 def worker_pool(spec: LoopSpec, stop: Callable[[Any], None]) -> WorkerPool:

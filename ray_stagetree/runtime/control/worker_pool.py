@@ -265,13 +265,18 @@ class WorkerPool:
                 stalled.append((running.batch, silent))
         return stalled
 
-    def shut_down(self, kill: Callable[[Any], None]) -> None:
-        """``kill`` every worker; none starts after this."""
+    def shut_down(self, kill: Callable[[Any], None], keep: Iterable[Any] = ()) -> list[Any]:
+        """``kill`` every worker but those of ``keep`` that are placed, idle
+        and of the study's own shape, which it returns (the driver's next
+        study may run on them); none starts after this."""
         self._replacing = False
+        kept = [worker for worker in keep if worker in self.idle and self.shapes[worker] == self.shape]
         for worker in self.workers:
-            kill(worker)
+            if worker not in kept:
+                kill(worker)
         self.workers.clear()
         self.idle.clear()
         self.starting.clear()
         self.shapes.clear()
         self._wanted = None
+        return kept

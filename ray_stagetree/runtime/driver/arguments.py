@@ -324,6 +324,13 @@ def storage_wait() -> float:
     return _environment("RAY_STAGETREE_STORAGE_WAIT_S", "600", float, Real(low=0, finite=True), meaning=" (seconds)")
 
 
+def keep_workers_seconds() -> float:
+    """``RAY_STAGETREE_KEEP_WORKERS_S``: seconds a driver keeps its last
+    study's stage workers for its next one, unless anything waits for their
+    resources sooner (10 by default; 0 keeps none, as Tune)."""
+    return _environment("RAY_STAGETREE_KEEP_WORKERS_S", "10", float, Real(low=0, finite=True), meaning=" (seconds)")
+
+
 def restore_retries() -> int:
     """Tune's ``TUNE_RESTORE_RETRY_NUM``: times a trial's failed checkpoint
     load is retried before it counts as one of its failures (0 by default)."""

@@ -30,7 +30,8 @@ _lock = threading.Lock()
 _kept: tuple[tuple[str, str], Any] | None = None
 
 
-def _here() -> tuple[str, str]:
+def here() -> tuple[str, str]:
+    """The (job id, node id) of this driver's connection to Ray."""
     context = ray.get_runtime_context()
     return context.get_job_id(), context.get_node_id()
 
@@ -43,7 +44,7 @@ def start_controller(spec: StudySpec) -> Any:
     global _kept
     with _lock:
         kept, _kept = _kept, None
-    if kept is not None and kept[0] == _here():
+    if kept is not None and kept[0] == here():
         try:
             if ray.get(kept[1].begin.remote(spec)):
                 return kept[1]
@@ -52,8 +53,12 @@ def start_controller(spec: StudySpec) -> Any:
         except ray.exceptions.RayTaskError:
             pass  # the study cannot start: a new controller fails as a new one always has (`StudyRun` says why)
         ray.kill(kept[1])
-    here = NodeAffinitySchedulingStrategy(_here()[1], soft=False)
-    return remote_once(StudyController).options(num_cpus=0, max_concurrency=1000, scheduling_strategy=here).remote(spec)
+    on_this_node = NodeAffinitySchedulingStrategy(here()[1], soft=False)
+    return (
+        remote_once(StudyController)
+        .options(num_cpus=0, max_concurrency=1000, scheduling_strategy=on_this_node)
+        .remote(spec)
+    )
 
 
 def keep_controller(controller: Any) -> None:
@@ -67,6 +72,6 @@ def keep_controller(controller: Any) -> None:
         ray.kill(controller)
         return
     with _lock:
-        earlier, _kept = _kept, (_here(), controller)
-    if earlier is not None and earlier[0] == _here():
+        earlier, _kept = _kept, (here(), controller)
+    if earlier is not None and earlier[0] == here():
         ray.kill(earlier[1])

@@ -48,6 +48,7 @@ from ray_stagetree.runtime.control.messages import Progress, StudyError, TrialSu
 from ray_stagetree.runtime.control.spec import LoopSpec, StudySpec, WorkerSpec, live_nodes
 from ray_stagetree.runtime.driver.arguments import (
     check_resource_request,
+    keep_workers_seconds,
     max_pending_trials,
     request_bundles,
     restore_retries,
@@ -59,6 +60,7 @@ from ray_stagetree.runtime.driver.arguments import (
 from ray_stagetree.runtime.driver.callbacks import CallbackRunner, wants_each_checkpoint
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
 from ray_stagetree.runtime.driver.controllers import keep_controller, start_controller
+from ray_stagetree.runtime.driver.kept_workers import keep_workers, take_workers
 from ray_stagetree.runtime.driver.notebook import ray_init_options
 from ray_stagetree.runtime.driver.progress import ProgressReporter
 from ray_stagetree.runtime.driver.restoring import save_settings
@@ -261,9 +263,12 @@ class StudyRun:
                     interrupted,
                     POLL_SECONDS,
                 )
+        keep_s = keep_workers_seconds()  # checked before the study runs, not after
         controller = start_controller(spec)
-        # The workers start with the controller rather than after it.
-        workers = [spec.loop.worker.start(controller) for _ in range(spec.loop.num_workers)]
+        worker_spec = spec.loop.worker
+        workers = take_workers(worker_spec, controller, spec.loop.num_workers)
+        # The others start with the controller rather than after it.
+        workers += [worker_spec.start(controller) for _ in range(spec.loop.num_workers - len(workers))]
         run = controller.run.remote(workers)
         # Until the study's processes are gone: a Ctrl-C after the study ended
         # (while the loggers finish, or during clean-up) is absorbed, not raised
@@ -302,15 +307,17 @@ class StudyRun:
                     _save_before_raising(controller)
                 raise
             finally:
-                closed = False
+                closed, spared = False, []
                 try:
-                    ray.get(controller.shutdown_workers.remote())
+                    spared = ray.get(controller.shutdown_workers.remote(spare=ended))
                     closed = True
                 except ray.exceptions.RayActorError:
                     pass  # it died: the workers started here still hold what they grew
                 finally:
-                    for worker in workers:
-                        spec.loop.worker.stop(worker, closed=closed)
+                    for index, worker in enumerate(workers):
+                        if index not in spared:
+                            worker_spec.stop(worker, closed=closed)
+                    keep_workers(worker_spec, [workers[index] for index in spared], keep_s)
                     if closed and ended:
                         keep_controller(controller)
                     else:

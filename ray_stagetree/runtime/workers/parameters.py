@@ -49,6 +49,21 @@ class ResidentObjects:
                 self._kept.popitem(last=False)
         return value
 
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+
+#: This process's, once `keep_resident` made Tune's registry use it.
+_resident: ResidentObjects | None = None
+
+
+def drop_resident() -> None:
+    """Let go of the objects kept so far: the study they were passed to ended
+    (the process may run another, `StageWorker.serve`, whose are others)."""
+    if _resident is not None:
+        _resident.clear()
+
 
 def keep_resident(stage_context: Callable[[], Any]) -> None:
     """Make Tune's parameter registry get its objects through one
@@ -57,9 +72,10 @@ def keep_resident(stage_context: Callable[[], Any]) -> None:
     import ray
     import ray.tune.registry as tune_registry
 
+    global _resident
     registry = tune_registry._ParameterRegistry
     tune_get = registry.get
-    resident = ResidentObjects(ray.get)
+    resident = _resident = ResidentObjects(ray.get)
 
     def get(self: Any, key: str) -> Any:
         context = stage_context()

@@ -36,6 +36,7 @@ import numbers
 import os
 import queue
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -262,6 +263,30 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+#: Where the installed modules are (the standard library, site-packages): they never change under a process.
+_INSTALLED = tuple({sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")})
+#: The name of each `LiveTrainable`'s thread.
+_TRAINABLE_THREAD = "stage-batch-"
+
+
+def _trainables_running() -> bool:
+    return any(thread.name.startswith(_TRAINABLE_THREAD) for thread in threading.enumerate())
+
+
+def _modules_changed_since(moment: float) -> bool:
+    """Whether a file of a module imported here from outside the installed packages changed after ``moment``."""
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not path or path.startswith(_INSTALLED):
+            continue
+        try:
+            if os.stat(path).st_mtime > moment:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 class LiveTrainable:
     """A trainable training one stage batch after another in its own thread:
     the first batch starts it, each batch that continues a parked one is
@@ -274,7 +299,7 @@ class LiveTrainable:
         self._follow_ups: queue.SimpleQueue[BatchSpec | None] = queue.SimpleQueue()
         self.context = context_for(spec, self._park)
         self._train = train
-        self._thread = threading.Thread(target=self._run, name=f"stage-batch-{spec.batch_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"{_TRAINABLE_THREAD}{spec.batch_id}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -315,17 +340,28 @@ class StageWorker:
     """
 
     def __init__(self, trainable_bytes: bytes, controller: Any, peers: Sequence[Any] = (), backend: str = "") -> None:
-        import ray.cloudpickle
-
         _install_tune_shims()
         # Tune's trainables read the driver's directory from here. A stage serves
         # several trials, so the worker stays in that directory (as under Tune
         # with RAY_CHDIR_TO_TRIAL_DIR=0) and paths in a config resolve the same.
         os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
         scratch.reap()  # what killed workers of this host left
+        self._started = time.time()
+        self._outbox: dict[str, CheckpointPayload] = {}
+        self._parked: dict[int, LiveTrainable] = {}  # by the batch they parked at the end of
+        # Ranks 1..N-1 of this worker's data-parallel group (`group.PeerWorker`), which the controller started.
+        self._peers = Peers(list(peers), backend) if peers else None
+        # Or those it started for a Train v2 trainer's shape (`_grow`), kept for the next trainer of that shape.
+        self._grown: Peers | None = None
+        self._peer_runs: dict[Any, int] = {}  # the running batch's peer runs -> their ranks
+        self._load(trainable_bytes, controller)
+
+    def _load(self, trainable_bytes: bytes, controller: Any) -> None:
+        """Run ``trainable_bytes`` for ``controller`` (the actor its reports go to)."""
+        import ray.cloudpickle
+
         self._controller = controller
         self._trainable_bytes = trainable_bytes  # what the ranks it grows (`_grow`) load
-        self._outbox: dict[str, CheckpointPayload] = {}
         self._trainable: Any = None
         # Raising here would kill the actor with a C++ stack trace per worker
         # and restart; the controller ends the study with this message instead.
@@ -335,12 +371,20 @@ class StageWorker:
         except Exception as error:
             self._load_error = _load_error_message(error)
         self._is_class = isinstance(self._trainable, type)
-        self._parked: dict[int, LiveTrainable] = {}  # by the batch they parked at the end of
-        # Ranks 1..N-1 of this worker's data-parallel group (`group.PeerWorker`), which the controller started.
-        self._peers = Peers(list(peers), backend) if peers else None
-        # Or those it started for a Train v2 trainer's shape (`_grow`), kept for the next trainer of that shape.
-        self._grown: Peers | None = None
-        self._peer_runs: dict[Any, int] = {}  # the running batch's peer runs -> their ranks
+
+    def serve(self, trainable_bytes: bytes, controller: Any) -> bool:
+        """Run the driver's next study, whose worker this process was in its
+        last one (`runtime.driver.kept_workers`). False, and nothing changed,
+        where it would not run as a new worker: a trainable of the last study
+        still runs here (its clean-up outlived `close`), or a module it
+        imported from outside the installed packages changed on disk since
+        this process started (a notebook's edited module: a new process
+        imports it as it is now)."""
+        if _trainables_running() or _modules_changed_since(self._started):
+            return False
+        self._outbox.clear()
+        self._load(trainable_bytes, controller)
+        return True
 
     def pid(self) -> int:
         return os.getpid()
@@ -356,8 +400,10 @@ class StageWorker:
 
     def close(self) -> None:
         """The study is over: end the parked trainables (their cleanup runs,
-        for up to `CLOSE_WAIT_S` in all) and remove this process's temporary
-        folders (`scratch`); the controller kills the worker next."""
+        for up to `CLOSE_WAIT_S` in all), remove this process's temporary
+        folders (`scratch`) and let go of its ``with_parameters`` objects;
+        the controller kills the worker next, or the driver keeps it for its
+        next study (`serve`)."""
         parked, self._parked = list(self._parked.values()), {}
         for live in parked:
             live.release()
@@ -368,6 +414,7 @@ class StageWorker:
             self._grown.close(CLOSE_WAIT_S)
             self.shed_group()
         scratch.remove()
+        parameters.drop_resident()
 
     def shed_group(self) -> None:
         """Stop the ranks this worker grew (`_grow`), and free their placement group."""

@@ -30,6 +30,14 @@ def test_an_object_is_got_once_and_the_least_recently_used_goes_first():
     assert got == ["a", "b", "c", "b"]
 
 
+def test_a_worker_lets_go_of_every_object_when_its_study_ends():
+    got = []
+    resident = ResidentObjects(lambda ref: got.append(ref) or [ref])
+    first = resident.get("a")
+    resident.clear()  # StageWorker.close: a kept worker's next study passes its own objects
+    assert resident.get("a") is not first and got == ["a", "a"]
+
+
 def forked(config, data):
     """Reports which object it got as ``data``, in which process; forks
     start from its checkpoint, each in a batch of its own."""
