@@ -638,10 +638,13 @@ class BatchLoop:
 
     def shutdown_workers(self, spare: bool = False) -> list[int]:
         """Close the workers and stop them, but for, with ``spare``, those
-        the driver started (`run`) that are idle lone workers of the study's
-        shape: their places in `run`'s list (`runtime.driver.kept_workers`)."""
-        self.spec.worker.close(self.pool.workers)
-        keep = self._adopted if spare and self.spec.worker.scaling is None else []
+        the driver started (`run`) that closed and are idle lone workers of
+        the study's shape: their places in `run`'s list (`runtime.driver.kept_workers`)."""
+        spare = spare and self.spec.worker.scaling is None
+        # One Ray has not placed holds nothing to close: it is waited for only to be kept (up to `close`'s wait).
+        placed = [worker for worker in self.pool.workers if spare or worker not in self.pool.starting.values()]
+        closed = self.spec.worker.close(placed)
+        keep = [worker for worker in self._adopted if worker in closed] if spare else []
         spared = self.pool.shut_down(lambda worker: self.spec.worker.stop(worker, closed=True), keep)
         return [index for index, worker in enumerate(self._adopted) if worker in spared]
 

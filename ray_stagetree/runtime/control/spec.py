@@ -68,13 +68,18 @@ class WorkerSpec:
         return actor.remote(self.trainable, controller)
 
     @staticmethod
-    def close(workers: list[Any]) -> None:
+    def close(workers: list[Any]) -> list[Any]:
         """Ask ``workers`` (and a group's ranks) to end their parked
         trainables and remove their temporary folders (`StageWorker.close`),
-        waiting a second longer than they take: a worker that does not
-        answer (busy, gone) is killed with what it holds."""
-        actors = [a for w in workers for a in ([w.leader, *w.peers] if isinstance(w, WorkerGroup) else [w])]
-        ray.wait([actor.close.remote() for actor in actors], num_returns=len(actors), timeout=CLOSE_WAIT_S + 1)
+        waiting a second longer than they take: those that answered (one
+        that does not, busy or gone, is killed with what it holds)."""
+        calls = {
+            w: [a.close.remote() for a in ([w.leader, *w.peers] if isinstance(w, WorkerGroup) else [w])]
+            for w in workers
+        }
+        every = [ref for refs in calls.values() for ref in refs]
+        answered = set(ray.wait(every, num_returns=len(every), timeout=CLOSE_WAIT_S + 1)[0])
+        return [worker for worker, refs in calls.items() if answered.issuperset(refs)]
 
     @staticmethod
     def stop(worker: Any, closed: bool = False) -> None:

@@ -266,11 +266,12 @@ class WorkerPool:
         return stalled
 
     def shut_down(self, kill: Callable[[Any], None], keep: Iterable[Any] = ()) -> list[Any]:
-        """``kill`` every worker but those of ``keep`` that are placed, idle
-        and of the study's own shape, which it returns (the driver's next
-        study may run on them); none starts after this."""
+        """``kill`` every worker but those of ``keep`` of the study's own
+        shape that run no batch, which it returns (the driver's next study
+        may run on them); none starts after this."""
         self._replacing = False
-        kept = [worker for worker in keep if worker in self.idle and self.shapes[worker] == self.shape]
+        busy = [running.worker for running in self.running.values()]
+        kept = [worker for worker in keep if self.shapes.get(worker) == self.shape and worker not in busy]
         for worker in self.workers:
             if worker not in kept:
                 kill(worker)

@@ -170,6 +170,15 @@ def test_shutting_down_kills_every_worker_once_and_starts_none_after():
     assert pool.workers == [] and started == ["new0"]
 
 
+def test_shutting_down_spares_the_workers_asked_that_run_nothing_and_have_the_studys_shape():
+    pool, _ = pool_of(3)
+    adopt_placed(pool, ["w0", "w1", "w2"])
+    pool.dispatched("ref0", pool.take(), batch(1), None)  # w0 runs a batch at the study's end
+    killed: list[str] = []
+    assert pool.shut_down(killed.append, keep=["w0", "w1", "gone"]) == ["w1"]
+    assert killed == ["w0", "w2"], "the busy one, and the one not asked for, are stopped"
+
+
 # -- workers of other shapes (ResourceChangingScheduler) -------------------------------
 
 ONE_CPU, TWO_CPUS = Shape.of({"CPU": 1}), Shape.of({"CPU": 2})
