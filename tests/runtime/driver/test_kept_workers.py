@@ -3,6 +3,7 @@
 workers' resources go back as soon as anything else waits for them, after
 RAY_STAGETREE_KEEP_WORKERS_S, or when the next study cannot run on them."""
 
+import importlib.util
 import os
 import sys
 import time
@@ -79,6 +80,35 @@ def test_a_study_asking_for_other_resources_starts_workers_of_its_own(tmp_path, 
     on_gpus = fit(tmp_path, "on_gpus", tune.with_resources(noisy_descent, {"cpu": 1, "gpu": 1}))
     assert len(on_gpus) == 2 and on_gpus.num_errors == 0
     assert not stage_workers() & kept, "the CPU study's workers were stopped, not given GPUs they do not see"
+
+
+def reads_an_edited_module(config):
+    """Reports VALUE of the module at ``config["module"]``, imported once per process as a notebook's helper is."""
+    if "edited_between_fits" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("edited_between_fits", config["module"])
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["edited_between_fits"] = module
+    tune.report({"value": sys.modules["edited_between_fits"].VALUE})
+
+
+def test_the_next_study_runs_a_module_edited_since_as_it_is_now(tmp_path, ray_session):
+    module = tmp_path / "helper.py"
+    module.write_text("VALUE = 1\n")
+
+    def value():
+        (result,) = Tuner(
+            reads_an_edited_module,
+            param_space={"module": str(module)},
+            run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
+        ).fit()
+        return result.metrics["value"]
+
+    assert value() == 1
+    module.write_text("VALUE = 2\n")
+    edited = time.time() + 2  # later than any process that imported it, whatever the file system's clock resolution
+    os.utime(module, (edited, edited))
+    assert value() == 2, "the worker that imported it before the edit was not kept for the next study"
 
 
 def test_a_module_edited_after_a_worker_started_keeps_it_from_the_next_study(tmp_path, monkeypatch):
