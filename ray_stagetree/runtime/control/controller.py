@@ -36,6 +36,7 @@ from ray_stagetree.runtime.control.study_trials import StudyTrials
 # (`TrialState` is importable from here for the snapshots written before it
 # moved to trials.py: they name it here.)
 from ray_stagetree.runtime.control.trials import TrialState
+from ray_stagetree.runtime.workers.kept_process import modules_changed_since
 
 
 class StudyController(BatchLoop):
@@ -50,14 +51,18 @@ class StudyController(BatchLoop):
 
     def __init__(self, spec: StudySpec) -> None:
         self._storage_io = storage_io()  # this process's, for every study it runs (`forget`)
+        self._process_started = time.time()
         self._start(spec)
 
     async def begin(self, spec: StudySpec) -> bool:
         """Run ``spec``'s study in this process, as a new controller would:
         False (and nothing changed) while anything of the last one still
-        runs here."""
+        runs here, or where a module it imported changed on disk since
+        (a user's scheduler or searcher, edited in a notebook)."""
         current = asyncio.current_task()
         if any(not task.done() for task in asyncio.all_tasks() if task is not current):
+            return False
+        if modules_changed_since(self._process_started):
             return False
         self.forget()
         self._start(spec)
@@ -69,10 +74,10 @@ class StudyController(BatchLoop):
         nothing of this one but the storage actor, which every call tells
         whose storage it writes (`StorageIO`), kept so that the next study
         does not pay another process's start."""
-        io = self._storage_io
+        io, started = self._storage_io, self._process_started
         vars(self).clear()
         gc.collect()
-        self._storage_io = io
+        self._storage_io, self._process_started = io, started
 
     def _start(self, spec: StudySpec) -> None:
         restore, loop = spec.restore, spec.loop

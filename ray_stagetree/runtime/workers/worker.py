@@ -36,7 +36,6 @@ import numbers
 import os
 import queue
 import sys
-import sysconfig
 import threading
 import time
 import traceback
@@ -54,6 +53,7 @@ from ray_stagetree.runtime.workers import parameters, scratch, session, train_ru
 from ray_stagetree.runtime.workers.class_trainables import run_class
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
 from ray_stagetree.runtime.workers.group import PeerContext, Peers, RankGroup, RankInfo
+from ray_stagetree.runtime.workers.kept_process import modules_changed_since
 from ray_stagetree.runtime.workers.remote import remote_once
 from ray_stagetree.runtime.workers.reproducibility import seed_stage
 from ray_stagetree.runtime.workers.trial_errors import pack_error
@@ -263,28 +263,12 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-#: Where the installed modules are (the standard library, site-packages): they never change under a process.
-_INSTALLED = tuple({sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")})
 #: The name of each `LiveTrainable`'s thread.
 _TRAINABLE_THREAD = "stage-batch-"
 
 
 def _trainables_running() -> bool:
     return any(thread.name.startswith(_TRAINABLE_THREAD) for thread in threading.enumerate())
-
-
-def _modules_changed_since(moment: float) -> bool:
-    """Whether a file of a module imported here from outside the installed packages changed after ``moment``."""
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if not path or path.startswith(_INSTALLED):
-            continue
-        try:
-            if os.stat(path).st_mtime > moment:
-                return True
-        except OSError:
-            continue
-    return False
 
 
 class LiveTrainable:
@@ -346,7 +330,7 @@ class StageWorker:
         # with RAY_CHDIR_TO_TRIAL_DIR=0) and paths in a config resolve the same.
         os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
         scratch.reap()  # what killed workers of this host left
-        self._started = time.time()
+        self._process_started = time.time()
         self._outbox: dict[str, CheckpointPayload] = {}
         self._parked: dict[int, LiveTrainable] = {}  # by the batch they parked at the end of
         # Ranks 1..N-1 of this worker's data-parallel group (`group.PeerWorker`), which the controller started.
@@ -380,7 +364,7 @@ class StageWorker:
         imported from outside the installed packages changed on disk since
         this process started (a notebook's edited module: a new process
         imports it as it is now)."""
-        if _trainables_running() or _modules_changed_since(self._started):
+        if _trainables_running() or modules_changed_since(self._process_started):
             return False
         self._outbox.clear()
         self._load(trainable_bytes, controller)

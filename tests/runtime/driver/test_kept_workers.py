@@ -13,7 +13,7 @@ from ray import tune
 from trainables_for_tests import noisy_descent, ray_processes
 
 from ray_stagetree import MultiStep, Tuner
-from ray_stagetree.runtime.workers.worker import _modules_changed_since
+from ray_stagetree.runtime.workers.kept_process import modules_changed_since
 
 STAGE_WORKER = "ray::StageWorker"
 LRS = [MultiStep(0.05, [2], 0.1), 0.02]
@@ -119,9 +119,9 @@ def test_a_module_edited_after_a_worker_started_keeps_it_from_the_next_study(tmp
     import edited_between_fits  # noqa: F401
 
     try:
-        assert not _modules_changed_since(started)
+        assert not modules_changed_since(started)
         later = started + 5
         os.utime(module, (later, later))
-        assert _modules_changed_since(started)
+        assert modules_changed_since(started)
     finally:
         sys.modules.pop("edited_between_fits", None)
