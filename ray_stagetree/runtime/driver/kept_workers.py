@@ -12,11 +12,12 @@ them back:
 
 * as soon as anything in the cluster waits for resources (a task, an actor,
   a placement group: a Tune run, another job), seen within `POLL_S`;
-* `keep_seconds` after the fit (``RAY_STAGETREE_KEEP_WORKERS_S``, 10 by
-  default; 0 keeps none);
+* `arguments.keep_workers_seconds` after the fit
+  (``RAY_STAGETREE_KEEP_WORKERS_S``, 10 by default; 0 keeps none);
 * when the next study cannot run on them: other resources per trial, a
-  worker group, deterministic algorithms on in one study only, or a process whose imported modules changed on disk since
-  it started (`StageWorker.serve`).
+  worker group, deterministic algorithms on in one study only, or a
+  process whose imported modules changed on disk since it started
+  (`StageWorker.serve`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ SERVE_WAIT_S = 120.0
 @dataclass
 class _Kept:
     place: tuple[str, str]  # the (job id, node id) of the driver's connection they were kept in
-    runs: tuple[dict[str, Any], bool]  # `_runs` of the study they ran
+    runs: tuple[Any, ...]  # `_runs` of the study they ran
     workers: list[Any]
     until: float  # time.monotonic() when they go back
 
@@ -53,13 +54,11 @@ _watching = False  # a thread runs `_watch`
 
 def keep_workers(spec: WorkerSpec, workers: list[Any], seconds: float) -> None:
     """Keep ``workers``, closed at the end of a study of ``spec`` that
-    ended cleanly, for this driver's next study, ``seconds`` at most
+    ended cleanly (`BatchLoop.shutdown_workers` spares lone workers only),
+    for this driver's next study, ``seconds`` at most
     (`arguments.keep_workers_seconds`); workers kept before are stopped."""
     global _kept, _watching
-    kept = _Kept(here(), _runs(spec), list(workers), time.monotonic() + seconds)
-    if not workers or seconds == 0 or spec.scaling is not None:
-        _stop(kept)
-        kept = None
+    kept = _Kept(here(), _runs(spec), list(workers), time.monotonic() + seconds) if workers else None
     with _lock:
         earlier, _kept = _kept, kept
         watch = kept is not None and not _watching
@@ -77,7 +76,7 @@ def take_workers(spec: WorkerSpec, controller: Any, count: int) -> list[Any]:
         kept, _kept = _kept, None
     if kept is None:
         return []
-    if kept.place != here() or kept.runs != _runs(spec) or spec.scaling is not None:
+    if kept.place != here() or kept.runs != _runs(spec):
         _stop(kept)
         return []
     offered = kept.workers[:count]
@@ -97,12 +96,14 @@ def take_workers(spec: WorkerSpec, controller: Any, count: int) -> list[Any]:
     return taken
 
 
-def _runs(spec: WorkerSpec) -> tuple[dict[str, Any], bool]:
+def _runs(spec: WorkerSpec) -> tuple[Any, ...]:
     """What a worker of ``spec`` holds and keeps: its Ray actor options (one
-    trial's resources), and whether its torch runs deterministic algorithms
-    (a process-wide setting `seed_stage` turns on and nothing turns off)."""
+    trial's resources), its group's shape (kept workers are lone: none),
+    and whether its torch runs deterministic algorithms (a process-wide
+    setting `seed_stage` turns on and nothing turns off)."""
     reproducibility = spec.reproducibility
-    return dict(spec.options), reproducibility is not None and reproducibility.deterministic_algorithms
+    deterministic = reproducibility is not None and reproducibility.deterministic_algorithms
+    return dict(spec.options), spec.scaling, deterministic
 
 
 def _watch() -> None:

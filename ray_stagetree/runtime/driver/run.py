@@ -309,7 +309,7 @@ class StudyRun:
             finally:
                 closed, spared = False, []
                 try:
-                    spared = ray.get(controller.shutdown_workers.remote(spare=ended))
+                    spared = ray.get(controller.shutdown_workers.remote(spare=ended and keep_s > 0))
                     closed = True
                 except ray.exceptions.RayActorError:
                     pass  # it died: the workers started here still hold what they grew
