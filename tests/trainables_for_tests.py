@@ -152,6 +152,28 @@ class NoisyDescent(StageTrainable):
         self.weights = state["weights"]
 
 
+class SavesItsStep(tune.Trainable):
+    """A plain Tune class trainable, as in Ray's
+    ``custom_checkpointing_with_callback.py``: it reads ``config["lr"]`` as
+    a number, and its checkpoint holds the step it was saved at."""
+
+    def setup(self, config):
+        self.steps = 0
+        self.lr = config["lr"]
+
+    def step(self):
+        self.steps += 1
+        return {"loss": 1.0 / (self.steps * self.lr)}
+
+    def save_checkpoint(self, checkpoint_dir):
+        with open(os.path.join(checkpoint_dir, "steps.json"), "w") as file:
+            json.dump(self.steps, file)
+
+    def load_checkpoint(self, checkpoint_dir):
+        with open(os.path.join(checkpoint_dir, "steps.json")) as file:
+            self.steps = json.load(file)
+
+
 def fit_under_a_budget(fit, enough, budgets=(8, 40)):
     """``fit(time_budget_s)`` with the first of ``budgets``, and again with
     the next while ``enough(grid)`` is false. A budget counts the workers'

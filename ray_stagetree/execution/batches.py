@@ -55,6 +55,9 @@ class BatchSpec:
     reported_storage: Any = None
     # RunConfig(log_to_file=...): keep what the trainable prints for its trials' folders (`BatchOutcome.output`).
     log_to_file: bool = False
+    # A driver's callback may ask for a checkpoint at any result (Tune's SHOULD_CHECKPOINT): a class
+    # trainable waits for their answer after each iteration, as Tune's trainable waits for its driver.
+    ask_callbacks: bool = False
 
     @property
     def start(self) -> int:

@@ -258,7 +258,11 @@ class BatchLoop:
         return more
 
     def _serves(self, study: StudyTrials) -> bool:
-        return any(t in study.trials for b in self.plan.running_batches for t in self.held_trials(b))
+        """Whether a batch on a worker serves a trial of ``study``, or was
+        dispatched for one: a trial that ended at the batch's end gets its
+        final checkpoint after its last result."""
+        dispatched_for = (t for running in self.pool.running.values() for t in running.trials)
+        return any(t in study.trials for t in self.held_trials()) or any(t in study.trials for t in dispatched_for)
 
     def unfinished(self) -> bool:
         """Whether the loop goes on once nothing runs."""
@@ -368,6 +372,7 @@ class BatchLoop:
             resumes=None if parked is None else parked.batch_id,
             reported_storage=self.store.sealed,
             log_to_file=any(study.spec.log_files is not None for study in owners),
+            ask_callbacks=any(study.spec.callbacks_ask_checkpoints for study in owners),
             **self.trial_context(leaf.node_id),
         )
 
@@ -399,6 +404,16 @@ class BatchLoop:
             self._error = error
             self._wake.set()
             return FlushReply([], 0, 0)
+
+    async def checkpoint_asked(self, node_id: int, iteration: int) -> bool:
+        """Whether a callback on a driver asked for a checkpoint at the result
+        of ``iteration`` of ``node_id`` (Tune's ``SHOULD_CHECKPOINT``): a
+        class trainable asks once the result is in (`worker_report`), and
+        waits for the drivers of the studies it serves to have had it."""
+        through = self._through(self.plan.nodes[node_id], iteration)
+        feeds = {id(study): study.feed for _, study in through if study.spec.callbacks_ask_checkpoints}
+        await asyncio.gather(*(feed.had_all() for feed in feeds.values()))
+        return any([study.feed.asked_at(trial_id, iteration) for trial_id, study in through])
 
     def _fold(self, outcome: BatchOutcome) -> FlushReply:
         self.ingest(outcome)
@@ -641,6 +656,8 @@ class BatchLoop:
         the driver started (`run`) that closed and are idle lone workers of
         the study's shape: their places in `run`'s list (`runtime.driver.kept_workers`)."""
         spare = spare and self.spec.worker.scaling is None
+        for study in self.studies.values():  # no driver answers a trainable waiting for its callbacks any more
+            study.feed.release()
         # One Ray has not placed holds nothing to close: it is waited for only to be kept (up to `close`'s wait).
         placed = [worker for worker in self.pool.workers if spare or worker not in self.pool.starting.values()]
         closed = self.spec.worker.close(placed)

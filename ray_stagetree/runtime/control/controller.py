@@ -28,7 +28,7 @@ from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.control.batch_loop import BatchLoop, policy_for
 from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore, storage_io
 from ray_stagetree.runtime.control.experiment_state import STATE_FILE, dumps
-from ray_stagetree.runtime.control.messages import Progress, TrialSummary
+from ray_stagetree.runtime.control.messages import CallbackAnswer, Progress, TrialSummary
 from ray_stagetree.runtime.control.snapshots import Snapshots
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.study_trials import StudyTrials
@@ -129,9 +129,11 @@ class StudyController(BatchLoop):
 
     # -- the driver's ------------------------------------------------------------------
 
-    def progress(self) -> Progress:
-        """What happened since the last poll (`StudyTrials.progress`)."""
-        return self.study.progress()
+    async def progress(self, answer: CallbackAnswer | None = None, wait_s: float = 0.0) -> Progress:
+        """What happened since the last poll (`StudyTrials.progress`), after
+        the driver's ``answer`` to the last, and once a trainable waits for
+        the next or ``wait_s`` passed (`DriverFeed.driver_needed`)."""
+        return await self.study.answered_progress(answer, wait_s)
 
     def results(self, first: int = 0, count: int | None = None) -> list[TrialSummary]:
         """The summaries of trials ``first`` to ``first + count`` (all from ``first`` when ``count`` is None)."""
@@ -155,6 +157,7 @@ class StudyController(BatchLoop):
         what a restore continues is exactly what the driver last heard.
         None when storage took it, else what a restore would continue."""
         self.snapshots.freeze()
+        self.study.feed.release()
         self.wake()
         for write in self.store.pending_writes:  # checkpoints already reported are in what it continues
             await self.store.finish_write(self.plan, write)

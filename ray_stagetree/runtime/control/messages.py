@@ -9,7 +9,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import ray
 from ray.tune.error import TuneError
@@ -41,6 +41,8 @@ class Progress:
     #: The new results, and the trials' lifecycle events (`DriverFeed.take`).
     rows: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    #: The rows fed so far, these included: what the driver's `CallbackAnswer` says its callbacks had.
+    rows_through: int = 0
     elapsed: float = 0.0
     #: Why the study stopped, when it failed as a whole.
     study_error: str | None = None
@@ -57,6 +59,16 @@ class Progress:
     restarts: dict[str, int] = field(default_factory=dict)
     #: A study attached to a plan service: the service finalized it.
     done: bool = False
+
+
+class CallbackAnswer(NamedTuple):
+    """The driver's answer to a poll whose rows its callbacks had: the rows
+    fed up to ``rows_through`` (`Progress.rows_through`), and the (trial
+    id, iteration) results where a callback asked for a checkpoint
+    (``result[SHOULD_CHECKPOINT] = True``)."""
+
+    rows_through: int
+    asked: list[tuple[str, int]]
 
 
 #: The key of a row at an iteration the trial reported before (`StudyTrials`): a failed trial's retry

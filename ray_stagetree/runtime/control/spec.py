@@ -214,6 +214,9 @@ class StudySpec:
     # A callback's on_checkpoint wants each checkpoint in the trial's folder as it is registered (Tune's moment),
     # not only the kept ones at the end: each is exported into every trial folder it serves.
     export_each_checkpoint: bool = False
+    # A callback may ask for a checkpoint at a class trainable's result (Tune's SHOULD_CHECKPOINT): the
+    # trainable waits for the driver's answer to each (`DriverFeed.had_all`).
+    callbacks_ask_checkpoints: bool = False
     # RunConfig(log_to_file=...): the files of a trial's folder that take its stdout and its stderr (one file for
     # both where the names are equal); None: the output goes only where Ray shows workers' output.
     log_files: tuple[str | None, str | None] | None = None

@@ -37,7 +37,7 @@ from ray_stagetree.runtime.control.driver_feed import DriverFeed
 from ray_stagetree.runtime.control.experiment_state import Restore, StudyState, trial_summary
 from ray_stagetree.runtime.control.failures import Failures
 from ray_stagetree.runtime.control.held_results import HeldResults
-from ray_stagetree.runtime.control.messages import REPORTED_AGAIN, Progress, TrialSummary
+from ray_stagetree.runtime.control.messages import REPORTED_AGAIN, CallbackAnswer, Progress, TrialSummary
 from ray_stagetree.runtime.control.result_rows import ResultRows, expected_metrics, metric_consumers
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
@@ -489,6 +489,7 @@ class StudyTrials:
     def halt(self) -> None:
         """End the study: no new trial, and the others stop where they are,
         as Tune stops them (fail_fast, a stopper's ``stop_all``, a driver interrupted)."""
+        self.feed.release()  # a trainable waiting for the driver's callbacks stops at its next report
         if not self.failures.halt():
             return
         for state in list(self.trials.values()):
@@ -538,6 +539,7 @@ class StudyTrials:
     async def finalize(self) -> list[str]:
         """The study's end: paused trials close, and kept checkpoints go into
         the trials' folders (`study_end`); what storage refused, as messages."""
+        self.feed.release()
         for state in self.trials.values():
             if state.status == PAUSED:  # its scheduler never resumed it
                 self.lifecycle.close(state)
@@ -609,6 +611,7 @@ class StudyTrials:
             **self.port.figures(),
             rows=news["rows"],
             events=news["events"],
+            rows_through=news["rows_through"],
             elapsed=self.budget.elapsed,
             study_error=self.failures.study_error,
             warnings=news["warnings"],
@@ -618,6 +621,15 @@ class StudyTrials:
             stalled=self._stalled(),
             done=bool(self.finalized),
         )
+
+    async def answered_progress(self, answer: CallbackAnswer | None, wait_s: float) -> Progress:
+        """`progress`, after the driver's ``answer`` to the last poll, once a
+        trainable waits for the driver's callbacks or ``wait_s`` passed."""
+        if answer is not None:
+            self.feed.answer(*answer)
+        if wait_s > 0:
+            await self.feed.driver_needed(wait_s)
+        return self.progress()
 
     def _pbt_policy(self) -> tuple[tuple[str, str, list[Any]], ...]:
         """PBT's exploits since the last poll, each trial named by its experiment tag as Ray's rows name them."""

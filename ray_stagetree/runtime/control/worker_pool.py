@@ -42,6 +42,7 @@ class Running:
     batch: StageBatch
     spec: BatchSpec
     dispatched: float  # the pool's clock() when it was dispatched
+    trials: frozenset[str] = frozenset()  # those it was dispatched for (its requests' trials then)
 
 
 class WorkerPool:
@@ -195,7 +196,8 @@ class WorkerPool:
     def dispatched(self, ref: Any, worker: Any, batch: StageBatch, spec: BatchSpec) -> None:
         """``batch`` runs on ``worker``; ``ref`` is what its outcome comes back through."""
         self._of_batch[batch.batch_id] = worker
-        self.running[ref] = Running(worker, batch, spec, self._clock())
+        trials = frozenset(t for request in batch.requests for t in request.trials)
+        self.running[ref] = Running(worker, batch, spec, self._clock(), trials)
 
     def heard(self, batch_id: int) -> None:
         """The batch reported (`stalled` counts its silence from now)."""

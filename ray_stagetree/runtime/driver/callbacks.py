@@ -54,7 +54,7 @@ from ray_stagetree.execution.study_file import ENDED_STUDY, FAILED_STUDY, INTERR
 from ray_stagetree.planning.config import tabular
 from ray_stagetree.planning.filesystems import arrow_filesystem, is_local
 from ray_stagetree.planning.lifecycle import ERROR, PENDING, RUNNING, TERMINATED
-from ray_stagetree.runtime.control.messages import REPORTED_AGAIN, Progress, tagged
+from ray_stagetree.runtime.control.messages import REPORTED_AGAIN, CallbackAnswer, Progress, tagged
 from ray_stagetree.runtime.driver.log_files import BATCHED
 from ray_stagetree.runtime.driver.log_thread import LogThread
 from ray_stagetree.runtime.driver.pbt_policy import write_policy
@@ -257,6 +257,7 @@ class CallbackRunner:
         param_space: dict[str, Any] | None = None,
         sync_period: float = 300.0,
         status: StatusFile | None = None,
+        class_trainable: bool = False,
     ) -> None:
         self.callbacks = with_default_loggers(callbacks)
         batched = tuple(BATCHED.values())
@@ -282,7 +283,11 @@ class CallbackRunner:
         self._recovering: set[str] = set()  # failed trials retried, until their retry's first result
         self.iteration = 0  # Tune's loop iteration: here, the driver's polls
         self.storage_faults = 0  # log writes storage refused
-        self._told_checkpoint_requests = False
+        # A class trainable asked for checkpoints by a callback (`asks_for_checkpoints`) waits for each answer
+        # (`answer`): the requests, (trial id, iteration), since the last.
+        self.answers_checkpoint_requests = class_trainable and asks_for_checkpoints(callbacks)
+        self._asked: list[tuple[str, int]] = []
+        self._rows_through = 0
 
     def _call(self, hook: str, **info: Any) -> None:
         """Call ``hook`` on the callbacks the loop calls (not the batched loggers)."""
@@ -296,6 +301,8 @@ class CallbackRunner:
                     getattr(callback, hook)(**declarative)
                 except OSError as error:  # storage refused a log file: the study goes on
                     self._storage_fault(error)
+                if hook == "on_trial_result" and declarative["result"].get(SHOULD_CHECKPOINT):  # it asks
+                    info["result"][SHOULD_CHECKPOINT] = True
             else:
                 getattr(callback, hook)(**info)
 
@@ -360,6 +367,7 @@ class CallbackRunner:
         first: Tune's loggers open files at a trial's start and close them at
         its end, and one poll of a study of short trials holds thousands."""
         self.iteration += 1
+        self._rows_through = progress.rows_through
         # Tune's loop steps: here, the driver's polls (a hook that raises ends fit() with its error, as in Tune).
         self._call("on_step_begin", iteration=self.iteration, trials=self._trial_list)
         by_trial: dict[str, tuple[list[dict], list[dict], list[dict]]] = {}
@@ -471,15 +479,17 @@ class CallbackRunner:
         # After the callbacks, as Tune updates it (they see the last result before this one), with
         # the tag in a copy: the loggers may write ``row`` later.
         view.last_result = tagged(row, view.experiment_tag)
-        # Only a callback on the loop can ask (Tune's default loggers never do): nothing per result otherwise.
-        if self._on_loop and not self._told_checkpoint_requests and row.get(SHOULD_CHECKPOINT) and not checkpointed:
-            self._told_checkpoint_requests = True
-            logger.warning(
-                "a callback set result[%r] (Tune's request that the trial checkpoint now); callbacks run on the "
-                "driver after the iteration trained, so ray_stagetree cannot honour it: report a checkpoint from "
-                "the trainable, or set CheckpointConfig(checkpoint_frequency=...)",
-                SHOULD_CHECKPOINT,
-            )
+        # A callback asked for a checkpoint here (Tune's SHOULD_CHECKPOINT): the trainable waits for the answer.
+        if self.answers_checkpoint_requests and row.get(SHOULD_CHECKPOINT) and not checkpointed:
+            self._asked.append((view.trial_id, iteration))
+
+    def answer(self) -> CallbackAnswer | None:
+        """What the callbacks asked of the rows of the last poll, for the
+        next (`StudyController.progress`); None where no trainable waits."""
+        if not self.answers_checkpoint_requests:
+            return None
+        asked, self._asked = self._asked, []
+        return CallbackAnswer(self._rows_through, asked)
 
     def _end(self, event: dict[str, Any], failed: bool) -> None:
         view = self._view(event)
@@ -628,6 +638,24 @@ def wants_each_checkpoint(callbacks: list[Callback] | None) -> bool:
         overrides(callback, "on_checkpoint", Callback)
         or (overrides(callback, "on_trial_save", LoggerCallback if isinstance(callback, LoggerCallback) else Callback))
         or (isinstance(callback, LoggerCallback) and overrides(callback, "log_trial_save", LoggerCallback))
+        for callback in callbacks or ()
+    )
+
+
+def asks_for_checkpoints(callbacks: list[Callback] | None) -> bool:
+    """Whether a callback may ask a class trainable for a checkpoint at a
+    result (``result[SHOULD_CHECKPOINT] = True``), which Tune saves before
+    the trainable trains on: one whose ``on_trial_result`` (a logger's
+    ``log_trial_result``) is the user's, not Ray's (Ray's never ask). The
+    trainable then waits for the driver's callbacks after each result. (A
+    function trainable saves only what it reports, under Tune too.)"""
+
+    def users(callback: Callback, hook: str) -> bool:
+        return not getattr(type(callback), hook).__module__.startswith(("ray.", "ray_stagetree."))
+
+    return any(
+        users(callback, "on_trial_result")
+        or (isinstance(callback, LoggerCallback) and users(callback, "log_trial_result"))
         for callback in callbacks or ()
     )
 

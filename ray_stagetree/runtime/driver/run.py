@@ -57,7 +57,7 @@ from ray_stagetree.runtime.driver.arguments import (
     storage_wait,
     strict_metric_checking,
 )
-from ray_stagetree.runtime.driver.callbacks import CallbackRunner, wants_each_checkpoint
+from ray_stagetree.runtime.driver.callbacks import CallbackRunner, asks_for_checkpoints, wants_each_checkpoint
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
 from ray_stagetree.runtime.driver.controllers import keep_controller, start_controller
 from ray_stagetree.runtime.driver.kept_workers import keep_workers, take_workers
@@ -210,6 +210,8 @@ class StudyRun:
             time_budget_s=_seconds(tuner.tune_config.time_budget_s),
             checkpoint_config=tuner.run_config.checkpoint_config,
             export_each_checkpoint=wants_each_checkpoint(tuner.run_config.callbacks),
+            callbacks_ask_checkpoints=isinstance(tuner.trainable, type)
+            and asks_for_checkpoints(tuner.run_config.callbacks),
             log_files=log_files(tuner.run_config.log_to_file),
             resume=resume,
             restore=restore,
@@ -282,9 +284,12 @@ class StudyRun:
         ended = False  # the study ran to its end: its controller's process may run this driver's next study
         with _interruptible() as interrupted, monitor:
             try:
-                while not ray.wait([run], timeout=POLL_SECONDS)[0] and not interrupted.is_set():
-                    progress = ray.get(controller.progress.remote())
+                # Where a trainable waits for the callbacks' answer, the poll returns as soon as it waits.
+                answer, wait_s = None, POLL_SECONDS if callbacks.answers_checkpoint_requests else 0.0
+                while not ray.wait([run], timeout=POLL_SECONDS - wait_s)[0] and not interrupted.is_set():
+                    progress = ray.get(controller.progress.remote(answer, wait_s))
                     callbacks.update(progress)
+                    answer = callbacks.answer()
                     reporter.update(progress, trials=callbacks.reported_trials())
                 if ray.wait([run], timeout=0)[0]:
                     ray.get(run)
@@ -347,6 +352,7 @@ class StudyRun:
             self.tuner.param_space,
             sync_period=getattr(sync_config, "sync_period", 300.0),
             status=StatusFile(self.experiment_path, self.storage_filesystem, continues=continues),
+            class_trainable=isinstance(self.tuner.trainable, type),
         )
         runner.setup(
             stop=self.tuner.stopper,

@@ -34,7 +34,7 @@ import ray
 from ray_stagetree.execution.batches import BatchOutcome
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.runtime.control.batch_loop import TICK_S
-from ray_stagetree.runtime.control.messages import Progress, TrialSummary
+from ray_stagetree.runtime.control.messages import CallbackAnswer, Progress, TrialSummary
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.service.shared_plan import SharedPlan
 from ray_stagetree.runtime.service.trainable_identity import parameter_registries
@@ -123,8 +123,9 @@ class PlanService:
         self._seen[study_id] = time.monotonic()
         return study
 
-    def progress(self, study_id: str) -> Progress:
-        return self._study(study_id).progress()
+    async def progress(self, study_id: str, answer: CallbackAnswer | None = None, wait_s: float = 0.0) -> Progress:
+        """`StudyController.progress`, for the study ``study_id``."""
+        return await self._study(study_id).answered_progress(answer, wait_s)
 
     def results(self, study_id: str, first: int = 0, count: int | None = None) -> list[TrialSummary]:
         return self._study(study_id).results(first, count)
@@ -145,6 +146,10 @@ class PlanService:
     def worker_report(self, outcome: BatchOutcome) -> tuple[list[int], int, int]:
         """A stage worker's records (workers report to the actor that started them)."""
         return self.shared.worker_report(outcome)
+
+    async def checkpoint_asked(self, node_id: int, iteration: int) -> bool:
+        """A stage worker's question (`BatchLoop.checkpoint_asked`)."""
+        return await self.shared.checkpoint_asked(node_id, iteration)
 
     def status(self) -> dict[str, Any]:
         """What the service holds: its location, the share key and studies of

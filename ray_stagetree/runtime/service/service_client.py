@@ -143,10 +143,13 @@ def run_attached(
     driver is interrupted: its trials stop), then return the last progress
     and the trials' summaries. The study is detached in any case."""
     service, study_id = _attach(config, spec, share_key, storage_path)
+    # Where a trainable waits for the callbacks' answer, the poll returns as soon as it waits.
+    answer, wait_s = None, poll_s if callbacks.answers_checkpoint_requests else 0.0
     try:
         while True:
-            progress = ray.get(service.progress.remote(study_id))
+            progress = ray.get(service.progress.remote(study_id, answer, wait_s))
             callbacks.update(progress)
+            answer = callbacks.answer()
             if progress.done:
                 break
             if interrupted.is_set():
@@ -156,7 +159,7 @@ def run_attached(
                 callbacks.update(progress)
                 break
             reporter.update(progress, trials=list(callbacks.trials.values()))
-            time.sleep(poll_s)
+            time.sleep(poll_s - wait_s)
         if progress.study_error is not None:
             raise StudyError(progress.study_error)
         reporter.update(progress, final=True, trials=list(callbacks.trials.values()), partial=interrupted.is_set())

@@ -366,7 +366,7 @@ class StageContext:
             shutil.copytree(path, kept, copy_function=_link_or_copy, dirs_exist_ok=True, symlinks=False)
         self._drop_latest()
         iteration = self.iteration + 1
-        self._latest = LatestCheckpoint(iteration, self.node_at(iteration), kept, self.capture_rng())
+        self._latest = LatestCheckpoint(iteration, self.spec.node_at(iteration), kept, self.capture_rng())
 
     def _drop_latest(self) -> None:
         if self._latest is not None:
@@ -408,9 +408,6 @@ class StageContext:
 
     # -- shared by both APIs ------------------------------------------------
 
-    def node_at(self, iteration: int) -> int:
-        return self.spec.node_at(iteration)
-
     def record(
         self,
         metrics: dict[str, Any],
@@ -438,7 +435,7 @@ class StageContext:
         if reported is not None:
             row[REPORTED_CHECKPOINT] = reported
         self._iteration_started = now
-        node_id = self.node_at(self.iteration)
+        node_id = self.spec.node_at(self.iteration)
         self._tag_output(node_id)
         self._pending.records.append((node_id, self.iteration, row))
         if row.get("done") is True:  # the trial ends here, as Tune ends it: so does the batch
@@ -448,6 +445,8 @@ class StageContext:
             # Without a checkpoint here, stopping would mean retraining: the controller continues live.
             self._pending.can_checkpoint = can_checkpoint
             self.flush()
+        if reported is None and self.spec.ask_callbacks:
+            self._ask_callbacks()
         needed = self.iteration in self.save_iterations
         wanted = needed or (bool(reported) and self.spec.reported_storage is not None)
         # Every rank's RNG states at each reported checkpoint too: it may become the one a retry resumes from.
@@ -608,6 +607,16 @@ class StageContext:
         if not self._ended:
             self.stop = max(min(needed, batch_stop), self.iteration)
 
+    def _ask_callbacks(self) -> None:
+        """A class trainable's result reaches the driver's callbacks before it
+        trains on, as under Tune: one may ask for a checkpoint here."""
+        import ray
+
+        self.flush()
+        with self.phases.phase("report"):
+            if ray.get(self._controller.checkpoint_asked.remote(self.spec.node_at(self.iteration), self.iteration)):
+                self.save_iterations.add(self.iteration)
+
     def _extend_path(self, path_stop: int) -> None:
         """The batch continues live on its last node up to ``path_stop``."""
         node_id, start, _ = self.spec.segments[-1]
@@ -631,7 +640,7 @@ class StageContext:
         """The seconds since the last outcome, in all and by phase."""
         outcome.seconds = time.monotonic() - self._last_flush
         outcome.phases = self.phases.take(outcome.seconds)
-        self._tag_output(self.node_at(max(self.iteration, self.spec.start + 1)))  # printed after the last report
+        self._tag_output(self.spec.node_at(max(self.iteration, self.spec.start + 1)))  # printed after the last report
         outcome.output = trial_output.take(self._printed)
 
     def _tag_output(self, node_id: int) -> None:

@@ -527,7 +527,7 @@ class StageWorker:
             outcome.error = traceback.format_exc() + _sequence_hint(error)
             outcome.error_pickle = pack_error(error, outcome.error, f"{_name(self._trainable)}.train()")
             outcome.error_iteration = context.iteration + 1
-            outcome.error_node = context.node_at(min(context.iteration + 1, context.spec.stop))
+            outcome.error_node = context.spec.node_at(min(context.iteration + 1, context.spec.stop))
             outcome.error_retryable = not isinstance(error, (ReportError, NestedTrainRunError))
             outcome.error_in_restore = context.restoring
             return outcome

@@ -40,7 +40,7 @@ def adopt_placed(pool: WorkerPool, workers: list[str]) -> None:
 
 
 def batch(batch_id: int) -> SimpleNamespace:
-    return SimpleNamespace(batch_id=batch_id)
+    return SimpleNamespace(batch_id=batch_id, requests=[])
 
 
 def test_the_longest_idle_placed_worker_takes_the_next_batch():

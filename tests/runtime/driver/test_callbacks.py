@@ -15,12 +15,18 @@ import pytest
 from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback, TBXLoggerCallback
 from ray.tune.result import SHOULD_CHECKPOINT
-from trainables_for_tests import noisy_descent
+from trainables_for_tests import SavesItsStep, noisy_descent
 
-from ray_stagetree import MultiStep, Tuner
+from ray_stagetree import MultiStep, PlanServiceConfig, Tuner
 from ray_stagetree.planning.config import tabular
-from ray_stagetree.runtime.control.messages import Progress
-from ray_stagetree.runtime.driver.callbacks import CallbackRunner, searched_paths, with_default_loggers
+from ray_stagetree.runtime.control.messages import CallbackAnswer, Progress
+from ray_stagetree.runtime.driver.callbacks import (
+    CallbackRunner,
+    asks_for_checkpoints,
+    searched_paths,
+    with_default_loggers,
+)
+from ray_stagetree.runtime.service.service_client import shutdown
 
 CONFIG = {"lr": {"family": "MultiStep", "init": 0.1, "milestones": [4], "gamma": 0.5, "values": None}, "seed": 0}
 
@@ -85,8 +91,8 @@ def row(trial_id, step, loss):
     }
 
 
-def progress(rows=(), events=()):
-    return Progress(rows=list(rows), events=list(events))
+def progress(rows=(), events=(), rows_through=0):
+    return Progress(rows=list(rows), events=list(events), rows_through=rows_through)
 
 
 def result_steps(folder):
@@ -192,21 +198,42 @@ class AsksForCheckpoints(tune.Callback):
         result[SHOULD_CHECKPOINT] = True
 
 
-@pytest.mark.parametrize("callbacks", [[AsksForCheckpoints()], [tune.Callback()]])
-def test_a_callback_asking_for_a_checkpoint_is_told_once_it_is_not_honoured(tmp_path, caplog, callbacks):
-    """A function trainable's row that came with a checkpoint has Tune's
-    ``should_checkpoint`` already: no callback asked for that one."""
-    runner = CallbackRunner(callbacks, str(tmp_path / "exp"))
+class AsksWhileLogging(LoggerCallback):
+    """A logger of the user's that asks: it sees the result as loggers do (`tabular`)."""
+
+    def log_trial_result(self, iteration, trial, result):
+        result[SHOULD_CHECKPOINT] = True
+
+
+class QuietJsonLogger(JsonLoggerCallback):
+    """A subclass of Ray's logger that adds no hook of its own."""
+
+
+def test_a_class_trainable_waits_for_the_callbacks_of_the_users_that_may_ask_for_checkpoints():
+    assert asks_for_checkpoints([AsksForCheckpoints()]) and asks_for_checkpoints([AsksWhileLogging()])
+    assert not asks_for_checkpoints([tune.Callback(), JsonLoggerCallback(), QuietJsonLogger()])
+    assert not asks_for_checkpoints(None)
+
+
+@pytest.mark.parametrize("class_trainable", [True, False])
+@pytest.mark.parametrize("asks", [AsksForCheckpoints, AsksWhileLogging])
+def test_the_callbacks_answer_which_results_they_asked_to_checkpoint(tmp_path, asks, class_trainable):
+    """A row that came with a checkpoint (a function's report) has Tune's
+    ``should_checkpoint`` already: no callback asked for that one. A
+    function trainable waits for no answer: under Tune too it saves only what it reports."""
+    runner = CallbackRunner([asks()], str(tmp_path / "exp"), class_trainable=class_trainable)
     runner.setup(num_samples=1, total_num_samples=1)
-    with caplog.at_level("WARNING", logger="ray_stagetree"):
-        runner.update(progress([row("a", 1, 0.9), {**row("a", 2, 0.8), SHOULD_CHECKPOINT: True}], [start("a")]))
-        runner.update(progress([row("a", 3, 0.7)]))
+    runner.update(
+        progress([row("a", 1, 0.9), {**row("a", 2, 0.8), SHOULD_CHECKPOINT: True}], [start("a")], rows_through=2)
+    )
+    first = runner.answer()
+    runner.update(progress([row("a", 3, 0.7)], rows_through=3))
+    second = runner.answer()
     runner.end()
-    warnings = [record.getMessage() for record in caplog.records if SHOULD_CHECKPOINT in record.getMessage()]
-    if isinstance(callbacks[0], AsksForCheckpoints):
-        assert len(warnings) == 1 and "cannot honour it" in warnings[0] and "checkpoint_frequency" in warnings[0]
+    if class_trainable:
+        assert first == CallbackAnswer(2, [("a", 1)]) and second == CallbackAnswer(3, [("a", 3)])
     else:
-        assert warnings == []
+        assert first is None and second is None
 
 
 def test_default_loggers_write_tunes_files_once_per_iteration(tmp_path):
@@ -473,6 +500,52 @@ def test_each_checkpoint_reaches_save_hooks_as_it_is_registered_in_every_trial_i
         assert result.checkpoint.path == saved[-1][0]
     first = {content for t, path, content in uploads.saved if path.endswith("checkpoint_000000")}
     assert len(first) == 1, "the shared stage's checkpoint, the same in all three trials"
+
+
+class AsksAt(tune.Callback):
+    def __init__(self, iterations):
+        self.iterations = iterations
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result["training_iteration"] in self.iterations:
+            result[SHOULD_CHECKPOINT] = True
+
+
+@pytest.mark.parametrize("on_service", [False, True], ids=["controller", "plan_service"])
+def test_a_class_trainable_checkpoints_where_a_callback_asks_before_it_trains_on(tmp_path, ray_session, on_service):
+    """Ray's ``custom_checkpointing_with_callback.py``: a callback sets
+    ``result[SHOULD_CHECKPOINT] = True`` and Tune saves the trial at that
+    result, without periodic checkpoints. Here too, also inside stages the
+    trials share (iteration 3 of the two that decay at 4), and on a plan service."""
+    service = PlanServiceConfig(f"svc_{os.urandom(3).hex()}") if on_service else None
+    tuner = Tuner(
+        SavesItsStep,
+        param_space={"lr": tune.grid_search(LRS)},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=tune.RunConfig(
+            name="asked",
+            storage_path=str(tmp_path),
+            stop={"training_iteration": HORIZON},
+            callbacks=[AsksAt({3, 5})],
+            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=0, checkpoint_at_end=True),
+            verbose=0,
+        ),
+        plan_service=service,
+    )
+    try:
+        grid = tuner.fit()
+    finally:
+        if service is not None:
+            shutdown(service.name)
+    assert not grid.errors and grid.unique_iterations < grid.trial_by_trial_iterations
+    for result in grid:
+        saved_at = []
+        for checkpoint, metrics in result.best_checkpoints:
+            with open(os.path.join(checkpoint.path, "steps.json")) as file:
+                saved_at.append((json.load(file), metrics["training_iteration"]))
+        steps = sorted(step for step, _ in saved_at)
+        assert all(step == iteration for step, iteration in saved_at), "saved at the result it was asked at"
+        assert {3, 5} <= set(steps) and steps[-1] == HORIZON, steps
 
 
 def test_a_remote_study_uploads_its_logs(tmp_path, ray_session):
