@@ -35,6 +35,17 @@ machinery, not stage sharing.
    after it returned (the processes it started end then), the first fit
    of each row apart from the later ones.
 
+5. Checkpoints a callback asks for: a class trainable of ``trials`` x
+   ``iterations`` x ``seconds`` (default 8 x 20 x 0.02 s) with a callback
+   of the user's that sets ``result[SHOULD_CHECKPOINT] = True`` every
+   `ASK_EVERY`-th result (Ray's ``custom_checkpointing_with_callback.py``):
+   Tune's trainable waits for its driver after each result, and so does
+   ray_stagetree's once such a callback is there. Wall time against Tune
+   with the same callback, and the wait per result: the wall time beyond
+   the same study without the callback, in worker-milliseconds per result.
+   Each fit starts its own workers, as a script's one fit does (none kept
+   from the fit before).
+
 Targets: overhead per trial at most Tune's; result throughput with Tune's
 default loggers on at least 10x Tune's and at least 10,000 results/s on 2
 CPUs (issue 30). Persistence under 5% of worker time.
@@ -43,6 +54,7 @@ CPUs (issue 30). Persistence under 5% of worker time.
     python release/bench_overhead.py --quick    # 8 short trials, 4 x 500 results, Tune reused only, 1 repeat (CI smoke test)
     python release/bench_overhead.py --sections persistence   # section 3 only
     python release/bench_overhead.py --sections start --repeats 5   # section 4 only
+    python release/bench_overhead.py --sections asked --repeats 5   # section 5 only
     # section 2 only, Tune's best set-up against ray_stagetree, 3 interleaved rounds:
     python release/bench_overhead.py --quick --sections throughput --throughput 4x5000 --repeats 3
     # Tune's own shape (one-second trials of one iteration, 16 workers), against Tune's fastest set-up only:
@@ -63,6 +75,7 @@ from typing import Any
 import harness
 import ray
 from ray import tune
+from ray.tune.result import SHOULD_CHECKPOINT
 
 import ray_stagetree
 
@@ -346,6 +359,99 @@ def fit_start(section: harness.Section, storage: str, systems: list[str], repeat
 
 FIGURES = ("first wall", "first cpu", "wall", "cpu")
 
+#: Section 5's callback asks for a checkpoint at every this many results.
+ASK_EVERY = 5
+
+
+class SleepyClass(tune.Trainable):
+    """Section 5's class trainable: `sleepy` as a ``tune.Trainable``, whose checkpoint holds its iteration."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.sleep, self.index, self.steps = config["sleep"], config["index"], 0
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:  # Tune's reuse_actors needs it
+        self.setup(new_config)
+        return True
+
+    def step(self) -> dict[str, Any]:
+        if self.sleep:
+            time.sleep(self.sleep)
+        self.steps += 1
+        return {"score": self.index + self.steps}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        with open(os.path.join(checkpoint_dir, "steps"), "w") as file:
+            file.write(str(self.steps))
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        with open(os.path.join(checkpoint_dir, "steps")) as file:
+            self.steps = int(file.read())
+
+
+class AsksEvery(tune.Callback):
+    """A user's callback that asks for a checkpoint at every `ASK_EVERY`-th result."""
+
+    def on_trial_result(self, iteration: int, trials: Any, trial: Any, result: dict, **info: Any) -> None:
+        if result["training_iteration"] % ASK_EVERY == 0:
+            result[SHOULD_CHECKPOINT] = True
+
+
+def asked_checkpoints(
+    section: harness.Section, trials: int, iterations: int, sleep: float, storage: str, systems: list[str], repeats: int
+) -> None:
+    def run(name: str, asks: bool) -> dict[str, float]:
+        tuner_class, options = SYSTEMS[name]
+        tuner = tuner_class(
+            tune.with_resources(SleepyClass, {"cpu": 1}),
+            param_space={"index": tune.grid_search(list(range(trials))), "sleep": sleep},
+            tune_config=tune.TuneConfig(metric="score", mode="max", **options),
+            run_config=tune.RunConfig(
+                storage_path=storage,
+                stop={"training_iteration": iterations},
+                callbacks=[AsksEvery()] if asks else None,
+                checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True),
+                verbose=0,
+            ),
+        )
+        started = time.perf_counter()
+        results = tuner.fit()
+        wall = time.perf_counter() - started
+        saved = sum(len(result.best_checkpoints) for result in results)
+        expected = trials * (-(-iterations // ASK_EVERY) if asks else 1)
+        if results.errors or saved != expected:
+            raise RuntimeError(f"{name}: {saved} checkpoints, expected {expected} ({results.errors[:1]})")
+        return {"wall": wall}
+
+    # Each fit as a script's one fit: on workers of its own, as Tune's (not on those the last fit kept).
+    os.environ["RAY_STAGETREE_KEEP_WORKERS_S"] = "0"
+    tune_systems = [name for name in systems if name.startswith("Ray Tune")]
+    cases = {
+        f"{name}, asking callback": functools.partial(run, name, True) for name in [*tune_systems, "ray_stagetree"]
+    }
+    cases["ray_stagetree, no callback"] = functools.partial(run, "ray_stagetree", False)
+    try:
+        runs = harness.interleaved(cases, repeats, "asked")
+    finally:
+        del os.environ["RAY_STAGETREE_KEEP_WORKERS_S"]
+    section.text(
+        f"### 5. Checkpoints a callback asks for: {trials} class trials x {iterations} iterations x {sleep:g} s,"
+        f" a checkpoint asked for every {ASK_EVERY}th result",
+        f"Wall s, median [range] over {repeats} interleaved repeats; load {harness.loads(runs)}.",
+    )
+    section.table(
+        ["system", "wall s"], [[name, harness.median_range(harness.values(r, "wall"), 2)] for name, r in runs.items()]
+    )
+    best = harness.fastest(runs, [f"{name}, asking callback" for name in tune_systems], "wall")
+    ours, plain = (
+        harness.values(runs["ray_stagetree, asking callback"], "wall"),
+        harness.values(runs["ray_stagetree, no callback"], "wall"),
+    )
+    per_result = [(a - b) * WORKERS / (trials * iterations) * 1000 for a, b in zip(ours, plain)]
+    section.text(
+        f"ray_stagetree / {best}, both asked: wall **{harness.ratio(ours, harness.values(runs[best], 'wall'))}**;"
+        f" waiting for the driver's callbacks costs **{harness.median_range(per_result, 1)} worker-ms** a result."
+    )
+
 
 def main() -> None:
     global WORKERS
@@ -368,8 +474,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--sections",
-        default="short,throughput,persistence,start",
-        help="comma-separated sections to run (default: short,throughput,persistence,start)",
+        default="short,throughput,persistence,start,asked",
+        help="comma-separated sections to run (default: short,throughput,persistence,start,asked)",
     )
     args = harness.parse(parser)
     if args.trials < 1:
@@ -381,9 +487,9 @@ def main() -> None:
         parser.error(f"--seconds must be >= 0, got {args.seconds}")
     WORKERS = args.workers
     sections = set(args.sections.split(","))
-    unknown = sections - {"short", "throughput", "persistence", "start"}
+    unknown = sections - {"short", "throughput", "persistence", "start", "asked"}
     if unknown:
-        parser.error(f"--sections takes short, throughput, persistence and start, got {sorted(unknown)}")
+        parser.error(f"--sections takes short, throughput, persistence, start and asked, got {sorted(unknown)}")
     short = (8, 5, 0.02) if args.quick else (args.trials, args.iterations, args.seconds)
     bulk = (4, 500) if args.quick else (20, 1000)
     if args.throughput:
@@ -418,6 +524,9 @@ def main() -> None:
             persistence(section, *short, storage, args.repeats)
         if "start" in sections:
             fit_start(section, storage, systems, args.repeats)
+        if "asked" in sections:
+            asked = (4, 10, 0.02) if args.quick else (8, 20, 0.02)
+            asked_checkpoints(section, *asked, storage, systems, args.repeats)
     section.emit()
     ray.shutdown()
 

@@ -405,15 +405,14 @@ class BatchLoop:
             self._wake.set()
             return FlushReply([], 0, 0)
 
-    async def checkpoint_asked(self, node_id: int, iteration: int) -> bool:
-        """Whether a callback on a driver asked for a checkpoint at the result
-        of ``iteration`` of ``node_id`` (Tune's ``SHOULD_CHECKPOINT``): a
-        class trainable asks once the result is in (`worker_report`), and
-        waits for the drivers of the studies it serves to have had it."""
+    async def report_and_ask(self, outcome: BatchOutcome, node_id: int, iteration: int) -> tuple[FlushReply, bool]:
+        """`worker_report` of a class trainable's result at ``iteration`` of ``node_id``, answered once
+        the drivers of the studies it serves had it: did a callback ask to checkpoint it (``SHOULD_CHECKPOINT``)?"""
+        reply = self.worker_report(outcome)
         through = self._through(self.plan.nodes[node_id], iteration)
         feeds = {id(study): study.feed for _, study in through if study.spec.callbacks_ask_checkpoints}
         await asyncio.gather(*(feed.had_all() for feed in feeds.values()))
-        return any([study.feed.asked_at(trial_id, iteration) for trial_id, study in through])
+        return reply, any([study.feed.asked_at(trial_id, iteration) for trial_id, study in through])
 
     def _fold(self, outcome: BatchOutcome) -> FlushReply:
         self.ingest(outcome)

@@ -651,7 +651,8 @@ def asks_for_checkpoints(callbacks: list[Callback] | None) -> bool:
     function trainable saves only what it reports, under Tune too.)"""
 
     def users(callback: Callback, hook: str) -> bool:
-        return not getattr(type(callback), hook).__module__.startswith(("ray.", "ray_stagetree."))
+        module = getattr(getattr(type(callback), hook), "__module__", None) or ""
+        return not module.startswith(("ray.", "ray_stagetree."))
 
     return any(
         users(callback, "on_trial_result")

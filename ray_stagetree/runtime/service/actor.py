@@ -31,7 +31,7 @@ from typing import Any
 
 import ray
 
-from ray_stagetree.execution.batches import BatchOutcome
+from ray_stagetree.execution.batches import BatchOutcome, FlushReply
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.runtime.control.batch_loop import TICK_S
 from ray_stagetree.runtime.control.messages import CallbackAnswer, Progress, TrialSummary
@@ -147,9 +147,9 @@ class PlanService:
         """A stage worker's records (workers report to the actor that started them)."""
         return self.shared.worker_report(outcome)
 
-    async def checkpoint_asked(self, node_id: int, iteration: int) -> bool:
-        """A stage worker's question (`BatchLoop.checkpoint_asked`)."""
-        return await self.shared.checkpoint_asked(node_id, iteration)
+    async def report_and_ask(self, outcome: BatchOutcome, node_id: int, iteration: int) -> tuple[FlushReply, bool]:
+        """A stage worker's records, and its question (`BatchLoop.report_and_ask`)."""
+        return await self.shared.report_and_ask(outcome, node_id, iteration)
 
     def status(self) -> dict[str, Any]:
         """What the service holds: its location, the share key and studies of

@@ -441,12 +441,11 @@ class StageContext:
         if row.get("done") is True:  # the trial ends here, as Tune ends it: so does the batch
             self.stop = self.iteration
             self._ended = True
-        if self.iteration >= self.stop:
+        ask = reported is None and self.spec.ask_callbacks  # a class trainable's result: a callback may ask to save
+        if self.iteration >= self.stop or ask:
             # Without a checkpoint here, stopping would mean retraining: the controller continues live.
             self._pending.can_checkpoint = can_checkpoint
-            self.flush()
-        if reported is None and self.spec.ask_callbacks:
-            self._ask_callbacks()
+            self.flush(ask)
         needed = self.iteration in self.save_iterations
         wanted = needed or (bool(reported) and self.spec.reported_storage is not None)
         # Every rank's RNG states at each reported checkpoint too: it may become the one a retry resumes from.
@@ -584,10 +583,13 @@ class StageContext:
             f"{fix}"
         )
 
-    def flush(self) -> None:
+    def flush(self, ask_callbacks: bool = False) -> None:
         """Send pending records; take the controller's updated instructions:
         where to checkpoint, and where the batch now ends (earlier when no
-        live trial needs the rest, later when it continues live)."""
+        live trial needs the rest, later when it continues live). With
+        ``ask_callbacks`` (a class trainable's result) the reply comes once
+        the driver's callbacks had the result, as Tune's trainable waits for
+        its driver, and says whether one asked for a checkpoint here."""
         import ray
 
         if not (self._pending.records or self._pending.checkpoints or self._pending.stored_checkpoints):
@@ -599,23 +601,18 @@ class StageContext:
         if self._controller is None:
             return
         with self.phases.phase("report"):
-            save_iterations, needed, batch_stop, park = ray.get(self._controller.worker_report.remote(outcome))
+            if ask_callbacks:
+                ask = self._controller.report_and_ask.remote(outcome, self.spec.node_at(self.iteration), self.iteration)
+                reply, asked = ray.get(ask)
+            else:
+                reply, asked = ray.get(self._controller.worker_report.remote(outcome)), False
+        save_iterations, needed, batch_stop, park = reply
         self._parking = park and self._park is not None and batch_stop == self.iteration and not self._ended
         if batch_stop > self.spec.stop:
             self._extend_path(batch_stop)
-        self.save_iterations = set(save_iterations) | self._config_changes()
+        self.save_iterations = set(save_iterations) | self._config_changes() | ({self.iteration} if asked else set())
         if not self._ended:
             self.stop = max(min(needed, batch_stop), self.iteration)
-
-    def _ask_callbacks(self) -> None:
-        """A class trainable's result reaches the driver's callbacks before it
-        trains on, as under Tune: one may ask for a checkpoint here."""
-        import ray
-
-        self.flush()
-        with self.phases.phase("report"):
-            if ray.get(self._controller.checkpoint_asked.remote(self.spec.node_at(self.iteration), self.iteration)):
-                self.save_iterations.add(self.iteration)
 
     def _extend_path(self, path_stop: int) -> None:
         """The batch continues live on its last node up to ``path_stop``."""
