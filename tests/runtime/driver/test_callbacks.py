@@ -548,6 +548,27 @@ def test_a_class_trainable_checkpoints_where_a_callback_asks_before_it_trains_on
         assert {3, 5} <= set(steps) and steps[-1] == HORIZON, steps
 
 
+class RaisesAt3(tune.Callback):
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result["training_iteration"] == 3:
+            raise ValueError("the callback failed at 3")
+
+
+@pytest.mark.timeout(180)
+def test_a_callback_raising_while_class_trainables_wait_for_it_ends_fit_with_its_error(tmp_path, ray_session):
+    """Tune's ``fit()`` raises a callback's error; the trainables waiting
+    for the callbacks' answer must not hold the study's end."""
+    tuner = Tuner(
+        SavesItsStep,
+        param_space={"lr": tune.grid_search(LRS)},
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path), stop={"training_iteration": 1000}, callbacks=[RaisesAt3()], verbose=0
+        ),
+    )
+    with pytest.raises(ValueError, match="the callback failed at 3"):
+        tuner.fit()
+
+
 def test_a_remote_study_uploads_its_logs(tmp_path, ray_session):
     # A URL is staged locally and uploaded (memory:// would too, but its
     # checkpoints stay in the controller's process).
