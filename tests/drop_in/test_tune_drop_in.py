@@ -283,7 +283,7 @@ def test_a_plain_value_changing_inside_a_batch_restarts_the_function_from_its_ch
     )
     outbox: dict = {}
     context = StageContext(spec, controller=None, put=outbox.__setitem__)
-    context.flush = lambda: None  # no controller here: keep every record for the assertions
+    context.flush = lambda ask_callbacks=False: None  # no controller here: keep every record for the assertions
     # Outside a worker, Tune's own report/get_checkpoint are not ours: pass ours.
     run_function(lambda config: plain_lr_trainable(config, report, get_checkpoint), context)
     rows = [row for _, _, row in context.finish().records]
@@ -324,7 +324,9 @@ def test_a_parked_trainable_continued_into_a_fork_gets_the_value_that_changes_wh
         return next(follow_ups)
 
     context = StageContext(source, controller=None, put={}.__setitem__, park=park)
-    context.flush = lambda: None  # no controller: the batch parks at its end, as the controller's reply would say
+    context.flush = lambda ask_callbacks=False: (
+        None
+    )  # no controller: the batch parks at its end, as the controller's reply would say
     context._parking = True
     run_function(lambda config: plain_lr_trainable(config, report, get_checkpoint), context)
     rows = [row for outcome in outcomes for _, _, row in outcome.records] + [r for _, _, r in context.finish().records]
