@@ -120,7 +120,7 @@ class DriverFeed:
         """Return when a trainable waits for rows the driver has not taken, or after ``wait_s``."""
         try:
             await asyncio.wait_for(self._driver_needed.wait(), wait_s)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # not yet TimeoutError itself on Python 3.10
             pass
 
     def release(self) -> None:

@@ -87,6 +87,7 @@ def test_the_driver_is_woken_when_a_trainable_waits_for_rows_it_has_not_taken():
     async def scenario():
         feed = DriverFeed()
         feed.row({"trial_id": "t1", "training_iteration": 1})
+        await feed.driver_needed(0.01)  # nothing waits: the poll returns once its time is up
         needed = asyncio.ensure_future(feed.driver_needed(60.0))
         await asyncio.sleep(0)
         assert not needed.done(), "rows alone do not wake it"
