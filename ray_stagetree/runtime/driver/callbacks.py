@@ -257,7 +257,7 @@ class CallbackRunner:
         param_space: dict[str, Any] | None = None,
         sync_period: float = 300.0,
         status: StatusFile | None = None,
-        class_trainable: bool = False,
+        answers_checkpoint_requests: bool = False,
     ) -> None:
         self.callbacks = with_default_loggers(callbacks)
         batched = tuple(BATCHED.values())
@@ -283,9 +283,9 @@ class CallbackRunner:
         self._recovering: set[str] = set()  # failed trials retried, until their retry's first result
         self.iteration = 0  # Tune's loop iteration: here, the driver's polls
         self.storage_faults = 0  # log writes storage refused
-        # A class trainable asked for checkpoints by a callback (`asks_for_checkpoints`) waits for each answer
-        # (`answer`): the requests, (trial id, iteration), since the last.
-        self.answers_checkpoint_requests = class_trainable and asks_for_checkpoints(callbacks)
+        # The trainable waits for each answer (`asks_for_checkpoints`): the requests, (trial id, iteration), since
+        # the last (`answer`).
+        self.answers_checkpoint_requests = answers_checkpoint_requests
         self._asked: list[tuple[str, int]] = []
         self._rows_through = 0
 
@@ -642,13 +642,16 @@ def wants_each_checkpoint(callbacks: list[Callback] | None) -> bool:
     )
 
 
-def asks_for_checkpoints(callbacks: list[Callback] | None) -> bool:
-    """Whether a callback may ask a class trainable for a checkpoint at a
+def asks_for_checkpoints(callbacks: list[Callback] | None, trainable: Any) -> bool:
+    """Whether a callback may ask ``trainable`` for a checkpoint at a
     result (``result[SHOULD_CHECKPOINT] = True``), which Tune saves before
-    the trainable trains on: one whose ``on_trial_result`` (a logger's
-    ``log_trial_result``) is the user's, not Ray's (Ray's never ask). The
-    trainable then waits for the driver's callbacks after each result. (A
-    function trainable saves only what it reports, under Tune too.)"""
+    the trainable trains on: a class trainable (a function saves only what
+    it reports, under Tune too), and a callback whose ``on_trial_result``
+    (a logger's ``log_trial_result``) is the user's, not Ray's (Ray's never
+    ask). The trainable then waits for the driver's callbacks after each
+    result."""
+    if not isinstance(trainable, type):
+        return False
 
     def users(callback: Callback, hook: str) -> bool:
         module = getattr(getattr(type(callback), hook), "__module__", None) or ""

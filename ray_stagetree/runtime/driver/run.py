@@ -129,7 +129,9 @@ class StudyRun:
             ray.init(**ray_init_options())
         check_shared_storage(self.experiment_path, self.storage_filesystem)
         spec = self.spec(trial_source, horizon, resume, restore)
-        callbacks = self._callback_runner(trial_source, continues=resume or restore is not None)
+        callbacks = self._callback_runner(
+            trial_source, continues=resume or restore is not None, answers=spec.callbacks_ask_checkpoints
+        )
         reporter = self._progress_reporter(trial_source)
         if restore is not None:  # the best so far counts the trials that ended before the interrupt
             reporter.observe(*restored_progress(restore))
@@ -210,8 +212,7 @@ class StudyRun:
             time_budget_s=_seconds(tuner.tune_config.time_budget_s),
             checkpoint_config=tuner.run_config.checkpoint_config,
             export_each_checkpoint=wants_each_checkpoint(tuner.run_config.callbacks),
-            callbacks_ask_checkpoints=isinstance(tuner.trainable, type)
-            and asks_for_checkpoints(tuner.run_config.callbacks),
+            callbacks_ask_checkpoints=asks_for_checkpoints(tuner.run_config.callbacks, tuner.trainable),
             log_files=log_files(tuner.run_config.log_to_file),
             resume=resume,
             restore=restore,
@@ -340,9 +341,10 @@ class StudyRun:
         else:
             logger.warning("The study was interrupted; storage refused its state: %s", not_saved)
 
-    def _callback_runner(self, trial_source: TrialSource, continues: bool) -> CallbackRunner:
+    def _callback_runner(self, trial_source: TrialSource, continues: bool, answers: bool) -> CallbackRunner:
         """``RunConfig.callbacks`` and Tune's default loggers, set up as Tune
-        sets them up, and the study's status file (written from here on)."""
+        sets them up, and the study's status file (written from here on);
+        ``answers``: the trainable waits for their checkpoint requests."""
         run_config = self.tuner.run_config
         sync_config = getattr(run_config, "sync_config", None)
         runner = CallbackRunner(
@@ -352,7 +354,7 @@ class StudyRun:
             self.tuner.param_space,
             sync_period=getattr(sync_config, "sync_period", 300.0),
             status=StatusFile(self.experiment_path, self.storage_filesystem, continues=continues),
-            class_trainable=isinstance(self.tuner.trainable, type),
+            answers_checkpoint_requests=answers,
         )
         runner.setup(
             stop=self.tuner.stopper,

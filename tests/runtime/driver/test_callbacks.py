@@ -210,9 +210,12 @@ class QuietJsonLogger(JsonLoggerCallback):
 
 
 def test_a_class_trainable_waits_for_the_callbacks_of_the_users_that_may_ask_for_checkpoints():
-    assert asks_for_checkpoints([AsksForCheckpoints()]) and asks_for_checkpoints([AsksWhileLogging()])
-    assert not asks_for_checkpoints([tune.Callback(), JsonLoggerCallback(), QuietJsonLogger()])
-    assert not asks_for_checkpoints(None)
+    """A function trainable waits for no answer: under Tune too it saves only what it reports."""
+    assert asks_for_checkpoints([AsksForCheckpoints()], SavesItsStep)
+    assert asks_for_checkpoints([AsksWhileLogging()], SavesItsStep)
+    assert not asks_for_checkpoints([AsksForCheckpoints()], noisy_descent)
+    assert not asks_for_checkpoints([tune.Callback(), JsonLoggerCallback(), QuietJsonLogger()], SavesItsStep)
+    assert not asks_for_checkpoints(None, SavesItsStep)
 
 
 @pytest.mark.parametrize("class_trainable", [True, False])
@@ -221,7 +224,9 @@ def test_the_callbacks_answer_which_results_they_asked_to_checkpoint(tmp_path, a
     """A row that came with a checkpoint (a function's report) has Tune's
     ``should_checkpoint`` already: no callback asked for that one. A
     function trainable waits for no answer: under Tune too it saves only what it reports."""
-    runner = CallbackRunner([asks()], str(tmp_path / "exp"), class_trainable=class_trainable)
+    trainable = SavesItsStep if class_trainable else noisy_descent
+    answers = asks_for_checkpoints([asks()], trainable)
+    runner = CallbackRunner([asks()], str(tmp_path / "exp"), answers_checkpoint_requests=answers)
     runner.setup(num_samples=1, total_num_samples=1)
     runner.update(
         progress([row("a", 1, 0.9), {**row("a", 2, 0.8), SHOULD_CHECKPOINT: True}], [start("a")], rows_through=2)
