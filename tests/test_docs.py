@@ -135,6 +135,7 @@ def test_no_links_outside_the_repository():
 
 @pytest.mark.long
 @pytest.mark.slow
+@pytest.mark.release
 def test_the_tutorial_notebook_runs_quietly(tmp_path):
     """docs/tutorial.ipynb, executed from its first cell to its last in a fresh
     kernel as a reader runs it (its own local Ray; the page shows the outputs

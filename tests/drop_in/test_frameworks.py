@@ -52,6 +52,7 @@ def smaller(space, key):
     }
 
 
+@pytest.mark.release
 def test_the_lightning_example_shares_and_reports_what_ray_tune_reports(ray_session, tmp_path):
     space = smaller(lightning_study.param_space(4), "lr")
     ours, _ = lightning_study.run(epochs=4, num_samples=600, storage_path=str(tmp_path / "ours"), space=space)
@@ -62,6 +63,7 @@ def test_the_lightning_example_shares_and_reports_what_ray_tune_reports(ray_sess
     assert ours.iterations_executed == 2 + 2 * 2 < reported(ours)  # 2 epochs once, then 2 branches
 
 
+@pytest.mark.release
 def test_the_transformers_example_shares_and_reports_what_ray_tune_reports(ray_session, tmp_path):
     space = smaller(transformers_study.param_space(4), "learning_rate")
     ours, _ = transformers_study.run(iterations=4, num_samples=400, storage_path=str(tmp_path / "ours"), space=space)

@@ -417,6 +417,7 @@ def test_a_trial_its_scheduler_stops_ends_on_a_done_result(tmp_path, ray_session
             search_alg=ListSearcher([0.3, 0.1, 0.2, 0.05], str(heard)),
             num_samples=4,
             max_concurrent_trials=1,
+            reuse_actors=True,  # Tune's four trials in one process: a process per trial made this test's time
         ),
         run_config=run_config(tmp_path, "stopped", callbacks=[rows]),
     ).fit()

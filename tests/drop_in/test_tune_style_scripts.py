@@ -262,6 +262,7 @@ def test_custom_func_checkpointing(tmp_path, ray_session):
         assert state["mean_loss"] == pytest.approx(best.metrics["mean_loss"]), (who, state)
 
 
+@pytest.mark.release
 @pytest.mark.long
 def test_rays_own_pbt_example_reaches_its_target(tmp_path, ray_session):
     """Ray's ``pbt_example.py`` (imported from Ray, configured as its

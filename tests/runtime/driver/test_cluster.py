@@ -33,6 +33,7 @@ def environment():
     return env
 
 
+@pytest.mark.release
 @pytest.mark.long
 @pytest.mark.slow
 def test_study_on_a_multi_node_cluster_survives_a_lost_node(tmp_path):
@@ -43,6 +44,7 @@ def test_study_on_a_multi_node_cluster_survives_a_lost_node(tmp_path):
     assert "OK with the other node busy" in output
 
 
+@pytest.mark.release
 @pytest.mark.long
 @pytest.mark.slow
 def test_a_study_on_object_storage_on_two_nodes_restores_identical(tmp_path):
@@ -117,6 +119,7 @@ def start_head_node(ray_cli, env, temp_dir, token, attempts=3):
     pytest.skip(f"`ray start --head` is impossible here ({attempts} attempts): {output[-2000:]}")
 
 
+@pytest.mark.release
 @pytest.mark.long
 @pytest.mark.slow
 def test_ray_job_submit_runs_the_mnist1d_example_and_attaches_to_a_plan_service(tmp_path):
