@@ -1,5 +1,7 @@
 """The documentation's code runs: every fenced ``python`` block of README.md
-and docs/ compiles and its imports resolve; the blocks marked ``<!-- test:
+and docs/, and every code cell of its notebooks, compiles and its imports
+resolve (CI's cover for the tutorial notebook, which runs whole only in the
+``release`` tier); the blocks marked ``<!-- test:
 run -->`` (the line before the fence), which start no Ray, run, each page's
 marked blocks in order in one namespace, as a reader would paste them. The
 job specs shown there pass the spec schema, and the README's test command is
@@ -10,6 +12,7 @@ README's test command: ``mkdocs build --strict``.)
 from __future__ import annotations
 
 import ast
+import json
 import re
 import shutil
 import sys
@@ -49,8 +52,19 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
+def notebook_cells(notebook: Path) -> list[Block]:
+    """The code cells of ``notebook``, as python blocks numbered by cell."""
+    cells = json.loads(notebook.read_text())["cells"]
+    return [
+        Block(notebook, number, "python", "".join(cell["source"]), False)
+        for number, cell in enumerate(cells, 1)
+        if cell["cell_type"] == "code"
+    ]
+
+
 ALL = [block for page in PAGES for block in blocks(page)]
 PYTHON = [block for block in ALL if block.lang == "python"]
+NOTEBOOK_CELLS = [cell for notebook in sorted((ROOT / "docs").rglob("*.ipynb")) for cell in notebook_cells(notebook)]
 RUNNABLE_PAGES = sorted({block.page for block in PYTHON if block.runnable})
 
 
@@ -64,7 +78,7 @@ def test_the_pages_have_code_and_some_of_it_runs():
         assert marked == sum(1 for b in PYTHON if b.page == page and b.runnable), page
 
 
-@pytest.mark.parametrize("block", PYTHON, ids=lambda block: block.where)
+@pytest.mark.parametrize("block", PYTHON + NOTEBOOK_CELLS, ids=lambda block: block.where)
 def test_python_compiles_and_its_imports_resolve(block):
     tree = ast.parse(block.source, block.where)
     imports = [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
