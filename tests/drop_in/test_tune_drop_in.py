@@ -532,6 +532,7 @@ print("fitted", trainer.fit().metrics["x"])
 """
 
 
+@pytest.mark.release
 @pytest.mark.long
 def test_ray_train_trainers_run_as_tune_runs_them(tmp_path):
     """``Tuner(trainer)`` and a trainer's own ``fit()`` (which builds the

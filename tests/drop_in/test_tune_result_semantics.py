@@ -17,6 +17,12 @@ from ray.tune.error import TuneError
 
 from ray_stagetree import Tuner
 
+# A test run on both Tuners holds ray_stagetree to what it asserts, and shows with Ray Tune's run that Tune does
+# the same: that run checks the test, not ray_stagetree, so it is in the release tier (-m release).
+BOTH_TUNERS = pytest.mark.parametrize(
+    "tuner_class", [pytest.param(tune.Tuner, marks=pytest.mark.release), Tuner], ids=["ray_tune", "ray_stagetree"]
+)
+
 
 def run_config(tmp_path, name, **kwargs):
     kwargs.setdefault("verbose", 0)
@@ -379,7 +385,7 @@ def reports_loss(config):
         tune.report({"loss": config["x"] - step})
 
 
-@pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
+@BOTH_TUNERS
 def test_a_result_without_the_metric_fails_fit_unless_strict_checking_is_off(
     tmp_path, ray_session, tuner_class, monkeypatch
 ):
@@ -398,7 +404,7 @@ def test_a_result_without_the_metric_fails_fit_unless_strict_checking_is_off(
     assert grid.num_errors == 0 and sorted(result.metrics["loss"] for result in grid) == [-1, 0]
 
 
-@pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
+@BOTH_TUNERS
 def test_a_trial_its_scheduler_stops_ends_on_a_done_result(tmp_path, ray_session, tuner_class):
     """As in Tune: the result a scheduler answers STOP to is ``done`` (in the
     callbacks and the trial's last result), and the searcher hears of it at
@@ -444,7 +450,7 @@ class NotesResults:
         return Noting(**kwargs)
 
 
-@pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
+@BOTH_TUNERS
 def test_a_scheduler_hears_the_result_at_its_max_t(tmp_path, ray_session, tuner_class):
     """With no stop criterion, the scheduler's max_t ends a trial, and Tune asks
     the scheduler about that last result too (ASHA answers STOP there)."""
@@ -512,7 +518,7 @@ def checkpoints_every_other(config):
             tune.report({"score": lr * step})
 
 
-@pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
+@BOTH_TUNERS
 def test_rows_name_the_checkpoint_folders_and_result_from_path_reads_a_trial_back(tmp_path, ray_session, tuner_class):
     """As in Tune: a function trainable's rows carry ``checkpoint_dir_name``
     (the n-th reported checkpoint's folder, None without one) and, where it
@@ -567,7 +573,7 @@ class ResultsSeen(tune.Callback):
         self.tagged_last.append(trial.last_result.get("experiment_tag"))
 
 
-@pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
+@BOTH_TUNERS
 def test_the_experiment_tag_is_in_the_last_result_not_in_the_logged_rows(tmp_path, ray_session, tuner_class):
     """Tune adds a trial's experiment tag to a result after its loggers and
     callbacks had it: ``Result.metrics`` and ``trial.last_result`` have it;
@@ -630,7 +636,7 @@ def fails_once_when_asked(config):
         tune.report({"score": step})
 
 
-@pytest.mark.parametrize("tuner_class", [tune.Tuner, Tuner], ids=["ray_tune", "ray_stagetree"])
+@BOTH_TUNERS
 def test_a_retried_trial_goes_after_the_others_as_tune_requeues_it(tmp_path, ray_session, tuner_class):
     """Tune requeues a failed trial it retries at the end of its trials: the
     ResultGrid's order, in which ``get_best_result`` breaks a tie."""

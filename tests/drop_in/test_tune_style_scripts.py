@@ -1,7 +1,9 @@
 """Scripts written the way Ray Tune's own examples are written
 (`tests/tune_style/`), run with vanilla ``ray.tune.Tuner`` and with
 ``ray_stagetree.Tuner``: the Tuner import is the only difference, and both
-must run every trial without error and find the same best configuration."""
+must run every trial without error and find the same best configuration.
+CI runs four of them; the others, whose features cheaper tests of the suite
+hold on ray_stagetree alone, are in the release tier (-m release)."""
 
 import dataclasses
 import importlib.util
@@ -90,6 +92,7 @@ def test_pbt_function(tmp_path, ray_session):
             assert result.metrics["training_iteration"] == script.TRAINING_ITERATIONS, (who, result.config)
 
 
+@pytest.mark.release
 def test_custom_searcher_returning_finished(tmp_path, ray_session):
     script, vanilla, ours = run_both("custom_searcher", tmp_path)
     assert vanilla[0][0] == {"width": 4.0, "height": -20.0}
@@ -101,6 +104,7 @@ def test_custom_searcher_returning_finished(tmp_path, ray_session):
         assert all(result.metrics["training_iteration"] == script.STEPS for result in grid), who
 
 
+@pytest.mark.release
 def test_hyperopt_conditional_search_space(tmp_path, ray_session):
     pytest.importorskip("hyperopt")
     script, vanilla, ours = run_both("hyperopt_conditional_search_space", tmp_path)
@@ -131,6 +135,7 @@ def test_hyperband_function_with_trials_returning_before_max_t(tmp_path, ray_ses
         assert script.MAX_T in lengths, who
 
 
+@pytest.mark.release
 @pytest.mark.long
 def test_hyperband_class_trainable_dict_checkpoints(tmp_path, ray_session):
     script, vanilla, ours = run_both("hyperband_class", tmp_path)
@@ -148,6 +153,7 @@ def test_hyperband_class_trainable_dict_checkpoints(tmp_path, ray_session):
             assert list(frame["timestep"]) == list(frame["training_iteration"]), (who, result.config)
 
 
+@pytest.mark.release
 def test_pbt_class_trainable_directory_checkpoints_and_reset_config(tmp_path, ray_session):
     script, vanilla, ours = run_both("pbt_class", tmp_path)
     top = script.TRAINING_ITERATIONS  # nobody gains more than a point per step
@@ -208,6 +214,7 @@ def test_async_hyperband_without_checkpoints(tmp_path, ray_session):
     assert_same_best(vanilla, ours)
 
 
+@pytest.mark.release
 def test_tune_basic_stopper_object_with_endless_loop(tmp_path, ray_session):
     script, vanilla, ours = run_both("tune_basic_stopper", tmp_path)
     assert vanilla[0][0] == {"width": 50.0, "height": -10.0}
@@ -224,6 +231,7 @@ def test_tune_basic_stopper_object_with_endless_loop(tmp_path, ray_session):
     assert lengths["ray_stagetree.Tuner"] == lengths["ray.tune.Tuner"]
 
 
+@pytest.mark.release
 def test_optuna_define_by_run_search_space(tmp_path, ray_session):
     pytest.importorskip("optuna")
     script, vanilla, ours = run_both("optuna_define_by_run", tmp_path)

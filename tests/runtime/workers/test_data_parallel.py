@@ -138,6 +138,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.release
 @pytest.mark.long
 def test_tuner_of_a_torch_trainer_shares_prefixes_on_the_legacy_engine(tmp_path):
     """``Tuner(TorchTrainer(loop, scaling_config=...), param_space={"train_loop_config": ...})``
