@@ -77,6 +77,7 @@ def test_concurrent_drivers_share_stages_and_see_only_their_trials(ray_session, 
     assert status(service_name)["studies"] == []  # both detached when their fit() returned
 
 
+@pytest.mark.long
 def test_a_killed_driver_detaches_and_the_service_goes_on(ray_session, tmp_path, counter, service_name):
     # Its with_parameters objects are put by this driver, which dies: the
     # service's workers must not need it (the service keeps its own copy).

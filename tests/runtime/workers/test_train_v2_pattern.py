@@ -51,6 +51,7 @@ def driver_beside_its_trainers_rank(config):
     v2_driver_function(config)
 
 
+@pytest.mark.long
 def test_trainers_asking_for_more_workers_grow_the_stage_worker_into_groups_of_their_size_and_share(
     ray_session, tmp_path
 ):
@@ -83,6 +84,7 @@ def test_trainers_asking_for_more_workers_grow_the_stage_worker_into_groups_of_t
     assert grown and all(info["state"] == "REMOVED" for info in grown)
 
 
+@pytest.mark.long
 def test_a_trainer_that_cannot_take_the_stage_runs_as_a_train_run_of_its_own(ray_session, tmp_path):
     """A result before fit(): the stage cannot become the trainer's group
     (its other ranks would train the batch again from its start), so Ray
