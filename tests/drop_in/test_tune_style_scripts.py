@@ -2,8 +2,10 @@
 (`tests/tune_style/`), run with vanilla ``ray.tune.Tuner`` and with
 ``ray_stagetree.Tuner``: the Tuner import is the only difference, and both
 must run every trial without error and find the same best configuration.
-CI runs four of them; the others, whose features cheaper tests of the suite
-hold on ray_stagetree alone, are in the release tier (-m release)."""
+Each checks a script against Ray Tune's own run, so they are in the release
+tier (-m release); cheaper tests in CI hold their features on ray_stagetree
+alone (PBT forks and reset_config, HyperBand and ASHA lengths, checkpoints
+of functions and classes, the hosted searchers, stoppers)."""
 
 import dataclasses
 import importlib.util
@@ -16,6 +18,8 @@ import pytest
 from ray import tune
 
 import ray_stagetree
+
+pytestmark = pytest.mark.release
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tune_style")
 
@@ -92,7 +96,6 @@ def test_pbt_function(tmp_path, ray_session):
             assert result.metrics["training_iteration"] == script.TRAINING_ITERATIONS, (who, result.config)
 
 
-@pytest.mark.release
 def test_custom_searcher_returning_finished(tmp_path, ray_session):
     script, vanilla, ours = run_both("custom_searcher", tmp_path)
     assert vanilla[0][0] == {"width": 4.0, "height": -20.0}
@@ -104,7 +107,6 @@ def test_custom_searcher_returning_finished(tmp_path, ray_session):
         assert all(result.metrics["training_iteration"] == script.STEPS for result in grid), who
 
 
-@pytest.mark.release
 def test_hyperopt_conditional_search_space(tmp_path, ray_session):
     pytest.importorskip("hyperopt")
     script, vanilla, ours = run_both("hyperopt_conditional_search_space", tmp_path)
@@ -135,7 +137,6 @@ def test_hyperband_function_with_trials_returning_before_max_t(tmp_path, ray_ses
         assert script.MAX_T in lengths, who
 
 
-@pytest.mark.release
 @pytest.mark.long
 def test_hyperband_class_trainable_dict_checkpoints(tmp_path, ray_session):
     script, vanilla, ours = run_both("hyperband_class", tmp_path)
@@ -153,7 +154,6 @@ def test_hyperband_class_trainable_dict_checkpoints(tmp_path, ray_session):
             assert list(frame["timestep"]) == list(frame["training_iteration"]), (who, result.config)
 
 
-@pytest.mark.release
 def test_pbt_class_trainable_directory_checkpoints_and_reset_config(tmp_path, ray_session):
     script, vanilla, ours = run_both("pbt_class", tmp_path)
     top = script.TRAINING_ITERATIONS  # nobody gains more than a point per step
@@ -214,7 +214,6 @@ def test_async_hyperband_without_checkpoints(tmp_path, ray_session):
     assert_same_best(vanilla, ours)
 
 
-@pytest.mark.release
 def test_tune_basic_stopper_object_with_endless_loop(tmp_path, ray_session):
     script, vanilla, ours = run_both("tune_basic_stopper", tmp_path)
     assert vanilla[0][0] == {"width": 50.0, "height": -10.0}
@@ -231,7 +230,6 @@ def test_tune_basic_stopper_object_with_endless_loop(tmp_path, ray_session):
     assert lengths["ray_stagetree.Tuner"] == lengths["ray.tune.Tuner"]
 
 
-@pytest.mark.release
 def test_optuna_define_by_run_search_space(tmp_path, ray_session):
     pytest.importorskip("optuna")
     script, vanilla, ours = run_both("optuna_define_by_run", tmp_path)
@@ -270,7 +268,6 @@ def test_custom_func_checkpointing(tmp_path, ray_session):
         assert state["mean_loss"] == pytest.approx(best.metrics["mean_loss"]), (who, state)
 
 
-@pytest.mark.release
 @pytest.mark.long
 def test_rays_own_pbt_example_reaches_its_target(tmp_path, ray_session):
     """Ray's ``pbt_example.py`` (imported from Ray, configured as its
