@@ -324,9 +324,8 @@ def test_a_parked_trainable_continued_into_a_fork_gets_the_value_that_changes_wh
         return next(follow_ups)
 
     context = StageContext(source, controller=None, put={}.__setitem__, park=park)
-    context.flush = lambda ask_callbacks=False: (
-        None
-    )  # no controller: the batch parks at its end, as the controller's reply would say
+    # No controller: the batch parks at its end, as the controller's reply would say.
+    context.flush = lambda ask_callbacks=False: None
     context._parking = True
     run_function(lambda config: plain_lr_trainable(config, report, get_checkpoint), context)
     rows = [row for outcome in outcomes for _, _, row in outcome.records] + [r for _, _, r in context.finish().records]

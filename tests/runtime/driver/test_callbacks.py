@@ -224,9 +224,9 @@ def test_the_callbacks_answer_which_results_they_asked_to_checkpoint(tmp_path, a
     """A row that came with a checkpoint (a function's report) has Tune's
     ``should_checkpoint`` already: no callback asked for that one. A
     function trainable waits for no answer: under Tune too it saves only what it reports."""
-    trainable = SavesItsStep if class_trainable else noisy_descent
-    answers = asks_for_checkpoints([asks()], trainable)
-    runner = CallbackRunner([asks()], str(tmp_path / "exp"), answers_checkpoint_requests=answers)
+    callbacks = [asks()]
+    answers = asks_for_checkpoints(callbacks, SavesItsStep if class_trainable else noisy_descent)
+    runner = CallbackRunner(callbacks, str(tmp_path / "exp"), answers_checkpoint_requests=answers)
     runner.setup(num_samples=1, total_num_samples=1)
     runner.update(
         progress([row("a", 1, 0.9), {**row("a", 2, 0.8), SHOULD_CHECKPOINT: True}], [start("a")], rows_through=2)
