@@ -310,6 +310,11 @@ class PopulationBasedAdapter(SchedulerAdapter):
             member.paused, member.pending = False, None
         return resumed
 
+    def top_checkpoint(self, trial_id: str) -> int | None:
+        """The iteration Ray checkpointed the trial at as a top one at its last perturbation; None if it was not."""
+        member = self._members.get(trial_id)
+        return None if member is None else member.checkpoint_step
+
     def _checkpoint_or_exploit(self, trial_id: str, lower: list[str], upper: list[str]) -> Exploit | None:
         member = self._members[trial_id]
         # Ray checkpoints a top trial at its perturbation; only those can be cloned.

@@ -412,7 +412,10 @@ class BatchLoop:
         through = self._through(self.plan.nodes[node_id], iteration)
         feeds = {id(study): study.feed for _, study in through if study.spec.callbacks_ask_checkpoints}
         await asyncio.gather(*(feed.had_all() for feed in feeds.values()))
-        return reply, any([study.feed.asked_at(trial_id, iteration) for trial_id, study in through])
+        asked = [(trial_id, study) for trial_id, study in through if study.feed.asked_at(trial_id, iteration)]
+        for trial_id, study in asked:
+            study.note_tune_save(study.trials[trial_id], iteration)
+        return reply, bool(asked)
 
     def _fold(self, outcome: BatchOutcome) -> FlushReply:
         self.ingest(outcome)

@@ -211,6 +211,10 @@ class StudySpec:
     strict_metrics: bool = True
     time_budget_s: float | None = None
     checkpoint_config: CheckpointConfig | None = None
+    # Tune saves a class trainable itself (CheckpointConfig, a result's should_checkpoint, a scheduler's pause
+    # or PBT's top trials): its trials show those saves only (`TrialState.tune_saves`). A function's show
+    # every checkpoint it reported.
+    class_trainable: bool = False
     # A callback's on_checkpoint wants each checkpoint in the trial's folder as it is registered (Tune's moment),
     # not only the kept ones at the end: each is exported into every trial folder it serves.
     export_each_checkpoint: bool = False

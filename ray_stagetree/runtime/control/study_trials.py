@@ -18,6 +18,8 @@ import itertools
 import math
 from typing import Any, Protocol
 
+from ray.tune.result import SHOULD_CHECKPOINT
+
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.filesystems import is_local
 from ray_stagetree.planning.lifecycle import (
@@ -298,6 +300,7 @@ class StudyTrials:
             name=name,
             dirname=trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True),
             experiment_tag=info.experiment_tag,
+            tune_saves=frozenset() if self.spec.class_trainable else None,
         )
 
     # -- results and decisions -------------------------------------------------
@@ -367,7 +370,28 @@ class StudyTrials:
             # Tune's order: the scheduler sees a result before the searcher does.
             tell_searcher = functools.partial(self.trial_source.on_result, state.trial_id, row)
             self.lifecycle.decide(state, iteration, row, then=tell_searcher)
+        self._note_tune_saves(state, iteration, row)
         self.resume_paused()
+
+    def _note_tune_saves(self, state: TrialState, iteration: int, row: dict[str, Any]) -> None:
+        """Where Tune saves a class trainable after this result: every
+        ``checkpoint_frequency``-th iteration, where the result asks
+        (``should_checkpoint``), where its scheduler paused it, and where PBT
+        found it a top trial. Its end is noted as it ends (`_ended`)."""
+        every = getattr(self.spec.checkpoint_config, "checkpoint_frequency", 0) or 0
+        population = self.host.population
+        if (
+            (every > 0 and iteration % every == 0)
+            or row.get(SHOULD_CHECKPOINT)
+            or state.status == PAUSED
+            or (population is not None and population.top_checkpoint(state.trial_id) == iteration)
+        ):
+            self.note_tune_save(state, iteration)
+
+    def note_tune_save(self, state: TrialState, iteration: int) -> None:
+        """Tune saves the trial at ``iteration`` (a class trainable's: `TrialState.tune_saves`)."""
+        if state.tune_saves is not None:
+            state.tune_saves |= {iteration}
 
     def _ask_at_max_t(self, state: TrialState, row: dict[str, Any]) -> None:
         """The trial reached its scheduler's ``max_t``: Tune still asks the
@@ -436,6 +460,8 @@ class StudyTrials:
             self.feed.announce(state)  # every errored trial has its folder, as each trial Tune ran has
             self.feed.event("error", state, error=state.error, iterations=max(state.rows, default=0))
         else:
+            if state.rows and getattr(self.spec.checkpoint_config, "checkpoint_at_end", None) is not False:
+                self.note_tune_save(state, max(state.rows))  # Tune's default for a class trainable
             self.feed.event("complete", state)
             self.checkpoints.ended(state)
         self.port.release_unneeded()
@@ -576,18 +602,19 @@ class StudyTrials:
         trainables; the Tuner refuses them for functions): every
         ``checkpoint_frequency``-th iteration from the last reported
         (``last``: node id and iteration, or None before any report), and
-        with ``checkpoint_at_end`` that iteration if a trial of this study
-        through there just ended there (the worker saves the batch's
-        current iteration after this reply)."""
+        with ``checkpoint_at_end`` (a class trainable's default) that
+        iteration if a trial of this study through there just ended there
+        (the worker saves the batch's current iteration after this reply)."""
         config = self.spec.checkpoint_config
-        if config is None:
+        at_end = getattr(config, "checkpoint_at_end", None) is not False if self.spec.class_trainable else False
+        if config is None and not at_end:
             return []
         start, stop = segments[0][1], segments[-1][2]
         # From the iteration last reported: at the batch's end the worker decides on its save after this reply.
         low = last[1] if last is not None else start + 1
-        every = config.checkpoint_frequency or 0
+        every = getattr(config, "checkpoint_frequency", 0) or 0
         iterations = _multiples(every, low, stop, SAVES_AHEAD) if every > 0 else []
-        if config.checkpoint_at_end and last is not None:
+        if at_end and last is not None:
             node_id, iteration = last
             through = self.plan.trials_through(self.plan.nodes[node_id], iteration)
             done = [self.trials[t] for t in through if t in self.trials and self.trials[t].status == TERMINATED]

@@ -43,6 +43,8 @@ class TrialCheckpoints:
         numbers them, and announced once written."""
         if iteration not in state.rows:  # not a result of its: it ended before, or the stage serves others there
             return
+        if not state.shows_checkpoint(iteration):  # the runtime's own, where Tune would not have saved the trial
+            return
         named = state.rows[iteration].get(CHECKPOINT_DIR_NAME)  # a function's report (else a class's save)
         folder = f"{state.dirname}/{named or checkpoint_folder_name(state.saves)}"
         state.saves += 1

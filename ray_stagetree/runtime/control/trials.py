@@ -57,6 +57,10 @@ class TrialState(Trial):
     reported_checkpoints: int = 0  # the checkpoints its function reported, Tune's numbering of its folders
     # Checkpoint folders already announced to the driver (on_checkpoint) as they were registered.
     announced_checkpoints: frozenset[str] = frozenset()
+    # A class trainable's iterations where Tune saves it (`StudyTrials.note_tune_save`): only those show in its
+    # folder and results; the plan's other checkpoints there are the runtime's own (forks, decision points).
+    # None: every checkpoint on its path shows (a function's, each one it reported; a study saved before).
+    tune_saves: frozenset[int] | None = None
     # A failed trial is retried: the iterations it trains again until it passes this one are shown again,
     # as Tune's retry reports them again (Result.metrics_dataframe, the loggers); its scheduler hears each once.
     retrying_until: int = 0
@@ -113,7 +117,8 @@ class TrialState(Trial):
     def path_checkpoints(self) -> list[tuple[Any, int]]:
         """(node, iteration) of the plan's checkpoints on the paths an ended
         trial (finished or errored) trained on, up to its last iteration,
-        oldest first; none for the others. Before a PBT exploit they are its
+        oldest first, those Tune would have saved (`shows_checkpoint`); none
+        for the others. Before a PBT exploit they are its
         own, as its results are (as under Tune), not the source's it forked from;
         where it trained an iteration again after an exploit, the later one."""
         if self.status not in (TERMINATED, ERROR) or not self.rows:
@@ -128,7 +133,11 @@ class TrialState(Trial):
         # An iteration on an earlier path and on this one (an exploit took it back before it): the row
         # shown there is this path's, and so is the checkpoint beside it.
         latest = {iteration: (node, iteration) for node, iteration in sorted(points, key=lambda point: point[1])}
-        return list(latest.values())
+        return [point for iteration, point in latest.items() if self.shows_checkpoint(iteration)]
+
+    def shows_checkpoint(self, iteration: int) -> bool:
+        """Whether a checkpoint on its path at ``iteration`` is one Tune would have saved (`tune_saves`)."""
+        return self.tune_saves is None or iteration in self.tune_saves
 
     def final_checkpoint(self) -> tuple[Any, int] | None:
         """(node, iteration) of the plan's checkpoint at a finished trial's

@@ -211,6 +211,7 @@ class StudyRun:
             strict_metrics=strict_metric_checking(),
             time_budget_s=_seconds(tuner.tune_config.time_budget_s),
             checkpoint_config=tuner.run_config.checkpoint_config,
+            class_trainable=isinstance(tuner.trainable, type),
             export_each_checkpoint=wants_each_checkpoint(tuner.run_config.callbacks),
             callbacks_ask_checkpoints=asks_for_checkpoints(tuner.run_config.callbacks, tuner.trainable),
             log_files=log_files(tuner.run_config.log_to_file),

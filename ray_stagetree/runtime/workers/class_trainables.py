@@ -4,7 +4,8 @@ subclasses and plain ``ray.tune.Trainable`` subclasses, unchanged.
 One object lives through the whole batch (and through its live extensions):
 it is restored from the batch's starting checkpoint, gets the iteration's
 sequence values (``update_hparams`` when it defines it; `get_hparams` works
-inside ``step``), and saves where the plan needs a checkpoint. Where a value
+inside ``step``), and saves where the plan needs a checkpoint and where a
+result asks (``should_checkpoint``, as Tune saves it). Where a value
 the object holds fixed changes inside the batch (PBT explored a plain value,
 or a plain ``ray.tune.Trainable`` read a sequence's value from ``self.config``
 as a number) the object gets the new config through ``reset_config``, as Tune
@@ -19,6 +20,8 @@ import pickle
 import shutil
 import tempfile
 from typing import Any
+
+from ray.tune.result import SHOULD_CHECKPOINT
 
 from ray_stagetree.execution.payload import CheckpointPayload, pack_directory, unpack_directory
 from ray_stagetree.runtime.workers import scratch
@@ -134,7 +137,11 @@ def _train(instance: Any, context: StageContext) -> None:
             metrics = instance.train()
             metrics.pop("config", None)
         try:
-            context.record(metrics, lambda iteration: _payload(instance, iteration, stage_trainable, context))
+            context.record(
+                metrics,
+                lambda iteration: _payload(instance, iteration, stage_trainable, context),
+                asks_save=bool(metrics.get(SHOULD_CHECKPOINT)),
+            )
         except BatchEnd:
             return
 

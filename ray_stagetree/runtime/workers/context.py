@@ -414,11 +414,13 @@ class StageContext:
         make_payload: Callable[[int], CheckpointPayload | None],
         can_checkpoint: bool = True,
         reported: bool | None = None,
+        asks_save: bool = False,
     ) -> None:
         """One iteration done: stream its metrics, and a checkpoint (made by
-        ``make_payload(iteration)``) where the plan needs one and wherever
-        the function ``reported`` one, as Tune keeps them all (None: a class
-        trainable's result, which reports none). At the batch's end
+        ``make_payload(iteration)``) where the plan needs one, where a class
+        trainable's result ``asks_save`` (Tune's ``should_checkpoint``) and
+        wherever the function ``reported`` one, as Tune keeps them all (None:
+        a class trainable's result, which reports none). At the batch's end
         the controller's reply says whether the batch goes on (live
         continuation); the end's checkpoint is made only if it does not."""
         check_picklable(metrics, self.iteration + 1)
@@ -446,7 +448,7 @@ class StageContext:
             # Without a checkpoint here, stopping would mean retraining: the controller continues live.
             self._pending.can_checkpoint = can_checkpoint
             self.flush(ask)
-        needed = self.iteration in self.save_iterations
+        needed = self.iteration in self.save_iterations or asks_save
         wanted = needed or (bool(reported) and self.spec.reported_storage is not None)
         # Every rank's RNG states at each reported checkpoint too: it may become the one a retry resumes from.
         ranks_rng = self.group.checkpoint(needed or bool(reported)) if self.group is not None else []

@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 from ray import tune
+from ray.tune.schedulers import ASHAScheduler
 from trainables_for_tests import noisy_descent
 
 from ray_stagetree import MultiStep, Tuner
@@ -186,7 +187,59 @@ def test_frequency_and_at_end_save_class_trainables(tmp_path, ray_session):
     assert stopped.metrics["training_iteration"] == 4 and full.metrics["training_iteration"] == 8
     assert folder_steps(stopped) == [3, 4]
     assert saved_steps(stopped.checkpoint) == 4
-    assert {3, 6, 8} <= set(folder_steps(full)) <= {3, 4, 6, 8}  # 4: the first trial's end, on the shared path
+    assert folder_steps(full) == [3, 6, 8]  # not 4, the first trial's end on the shared path: Tune saves it not
+
+
+class AsksAtThree(tune.Trainable):
+    """A plain Tune class trainable whose third result asks to be saved (Tune's ``should_checkpoint``)."""
+
+    def setup(self, config):
+        self.steps = 0
+
+    def step(self):
+        self.steps += 1
+        return {"score": self.steps * self.config["lr"], "should_checkpoint": self.steps == 3}
+
+    def save_checkpoint(self, checkpoint_dir):
+        with open(os.path.join(checkpoint_dir, "steps.pkl"), "wb") as file:
+            pickle.dump(self.steps, file)
+
+    def load_checkpoint(self, checkpoint_dir):
+        with open(os.path.join(checkpoint_dir, "steps.pkl"), "rb") as file:
+            self.steps = pickle.load(file)
+
+
+def test_a_class_trainable_shows_only_the_saves_tune_makes(tmp_path, ray_session):
+    """The runtime checkpoints a class trainable at ASHA's rungs (1, 3) to
+    pre-empt it there; Tune saves it where its result asks (3) and at its
+    end only, and so do its folder and Result (as Ray Tune 2.60 ran this)."""
+    grid = Tuner(
+        AsksAtThree,
+        param_space={"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])},
+        tune_config=tune.TuneConfig(
+            metric="score", mode="max", scheduler=ASHAScheduler(max_t=9, grace_period=1, reduction_factor=3)
+        ),
+        run_config=tune.RunConfig(name="asks", storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    ends = sorted(result.metrics["training_iteration"] for result in grid)
+    assert ends[0] < 9 and ends[-1] == 9  # ASHA stopped some
+    for result in grid:
+        end = result.metrics["training_iteration"]
+        saved = sorted({3, end}) if end >= 3 else [end]
+        assert [metrics["training_iteration"] for _, metrics in result.best_checkpoints] == saved
+        assert folder_numbers(result) == list(range(len(saved)))
+        assert result.checkpoint.path == os.path.join(result.path, f"checkpoint_{len(saved) - 1:06d}")
+
+
+def test_checkpoint_at_end_false_leaves_a_class_trainable_without_checkpoints(tmp_path, ray_session):
+    """As Tune: no frequency and no save at the end keep nothing, though
+    the runtime checkpointed the stage the two trials share (at 3) to fork it."""
+    space = {"lr": tune.grid_search([MultiStep(0.1, [3], 0.5), MultiStep(0.1, [3], 0.2)])}
+    grid = fit(tmp_path, "no_end", Scored, tune.CheckpointConfig(checkpoint_at_end=False), space=space)
+    assert grid.iterations_executed < grid.trial_by_trial_iterations  # they shared, through a checkpoint
+    for result in grid:
+        assert result.error is None
+        assert result.checkpoint is None and result.best_checkpoints == [] and folder_numbers(result) == []
 
 
 def test_function_trainable_exposes_its_path_checkpoints(tmp_path, ray_session):
