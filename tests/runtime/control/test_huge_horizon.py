@@ -71,8 +71,9 @@ def test_a_batch_over_a_huge_horizon_finds_its_plain_value_changes_without_listi
 
 
 def test_checkpoint_frequency_sends_the_next_saves_not_every_save_to_a_huge_horizon():
-    # StudyTrials.configured_saves reads only the study's CheckpointConfig.
-    study = SimpleNamespace(spec=SimpleNamespace(checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1000)))
+    # StudyTrials.configured_saves reads only the study's CheckpointConfig (no end: that reads the plan).
+    config = tune.CheckpointConfig(checkpoint_frequency=1000, checkpoint_at_end=False)
+    study = SimpleNamespace(spec=SimpleNamespace(checkpoint_config=config, class_trainable=True))
     saves = StudyTrials.configured_saves(study, [(0, 0, HORIZON)], None)
     assert saves == list(range(1000, 1000 * SAVES_AHEAD + 1, 1000))
     saves = StudyTrials.configured_saves(study, [(0, 0, HORIZON)], (0, 3000))

@@ -215,18 +215,21 @@ def test_a_class_trainable_shows_only_the_saves_tune_makes(tmp_path, ray_session
     end only, and so do its folder and Result (as Ray Tune 2.60 ran this)."""
     grid = Tuner(
         AsksAtThree,
-        param_space={"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])},
+        param_space={"lr": tune.grid_search([0.6, 0.5, 0.4, 0.3, 0.2, 0.1])},  # the best first: ASHA stops others
         tune_config=tune.TuneConfig(
             metric="score", mode="max", scheduler=ASHAScheduler(max_t=9, grace_period=1, reduction_factor=3)
         ),
         run_config=tune.RunConfig(name="asks", storage_path=str(tmp_path), verbose=0),
     ).fit()
-    ends = sorted(result.metrics["training_iteration"] for result in grid)
-    assert ends[0] < 9 and ends[-1] == 9  # ASHA stopped some
+    shown = {
+        result.metrics["training_iteration"]: [metrics["training_iteration"] for _, metrics in result.best_checkpoints]
+        for result in grid
+    }
+    assert min(shown) < 9 and max(shown) == 9, shown  # ASHA stopped some
     for result in grid:
         end = result.metrics["training_iteration"]
         saved = sorted({3, end}) if end >= 3 else [end]
-        assert [metrics["training_iteration"] for _, metrics in result.best_checkpoints] == saved
+        assert [metrics["training_iteration"] for _, metrics in result.best_checkpoints] == saved, shown
         assert folder_numbers(result) == list(range(len(saved)))
         assert result.checkpoint.path == os.path.join(result.path, f"checkpoint_{len(saved) - 1:06d}")
 
