@@ -95,6 +95,9 @@ class BatchOutcome:
     error_in_restore: bool = False  # raised while loading the batch's starting checkpoint (TUNE_RESTORE_RETRY_NUM)
     error_retryable: bool = True  # False: the trainable's own code is wrong (`ReportError`), a retry repeats it
     returned_at: int | None = None  # the function trainable returned after this many iterations
+    # It returned having reported nothing (`returned_at` 0): Tune's auto-filled keys of its process, which
+    # Tune's last result of such a trial holds (its Result.metrics).
+    returned_facts: dict[str, Any] | None = None
     # branch points where report() got no checkpoint the plan needed
     missing_checkpoints: list[int] = field(default_factory=list)
     can_checkpoint: bool = True  # the last report came with a checkpoint (or a class that saves one)

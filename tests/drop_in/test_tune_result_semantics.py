@@ -481,7 +481,8 @@ def test_trial_resources_filesystem_and_a_trial_without_results_read_as_in_tune(
     """``get_trial_resources()`` is the trial's resource request (scripts
     size their data loaders by it), ``grid.filesystem`` the experiment
     folder's pyarrow filesystem, and a trial that never reported has an empty
-    ``metrics_dataframe``, not None: each was what failed a Tune script.
+    ``metrics_dataframe``, not None, and Tune's bookkeeping as its metrics:
+    each was what failed a Tune script.
     ``Result.metrics`` carries Tune's ``experiment_tag``."""
     import pyarrow.fs
 
@@ -494,6 +495,10 @@ def test_trial_resources_filesystem_and_a_trial_without_results_read_as_in_tune(
     assert reported.metrics["resources"] == {"CPU": 0.5, "GPU": 1.0}
     assert reported.metrics["experiment_tag"] == "0_report=True"  # in the last result, as Tune adds it
     assert silent.metrics_dataframe is not None and silent.metrics_dataframe.empty
+    # Tune's last result of a function that returned having reported nothing: its bookkeeping alone.
+    assert list(silent.metrics) == ["trial_id", "date", "timestamp", "pid", "hostname", "node_ip", "config", "done"]
+    assert silent.metrics["done"] is True and silent.metrics["config"] == {"report": False}
+    assert silent.metrics["trial_id"].endswith("_00001") and silent.metrics["pid"] != os.getpid()
     assert isinstance(grid.filesystem, pyarrow.fs.LocalFileSystem)
     assert grid.filesystem.get_file_info(grid.experiment_path).type == pyarrow.fs.FileType.Directory
 

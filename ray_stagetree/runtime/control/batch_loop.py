@@ -414,7 +414,7 @@ class BatchLoop:
         await asyncio.gather(*(feed.had_all() for feed in feeds.values()))
         asked = [(trial_id, study) for trial_id, study in through if study.feed.asked_at(trial_id, iteration)]
         for trial_id, study in asked:
-            study.note_tune_save(study.trials[trial_id], iteration)
+            study.trials[trial_id].note_tune_save(iteration)
         return reply, bool(asked)
 
     def _fold(self, outcome: BatchOutcome) -> FlushReply:
@@ -577,7 +577,7 @@ class BatchLoop:
         if outcome.error is not None and not shared_retry:
             self._batch_failed(outcome)
         if outcome.returned_at is not None:
-            self._trainable_returned(batch.batch_id, outcome.returned_at)
+            self._trainable_returned(batch.batch_id, outcome.returned_at, outcome.returned_facts)
         last = outcome.records[-1] if outcome.records else None
         self.policy.ended(self.plan, batch.batch_id, time.monotonic(), last and (self.plan.nodes[last[0]], last[1]))
         self.preemption.ended(batch.batch_id)
@@ -603,16 +603,17 @@ class BatchLoop:
         for trainable in parked:
             trainable.worker.release.remote(trainable.batch_id)
 
-    def _trainable_returned(self, batch_id: int, iteration: int) -> None:
+    def _trainable_returned(self, batch_id: int, iteration: int, facts: dict[str, Any] | None) -> None:
         """The function returned after ``iteration`` iterations instead of training
         the next one (a finite loop): every trial that needs that next
         iteration on this path observes what the function saw, so it ends
-        here, as Tune ends a trial whose function returns."""
+        here, as Tune ends a trial whose function returns (``facts``: its
+        process's, where it reported nothing)."""
         after = [node for node, start, stop in self.plan.batch_segments(batch_id) if start <= iteration < stop]
         if not after:
             return
         for trial_id, study in self._through(after[0], iteration + 1):
-            study.trainable_returned(trial_id)
+            study.trainable_returned(trial_id, facts)
         self.studies.resume_paused()
 
     def _affected(self, outcome: BatchOutcome) -> dict[str, StudyTrials]:

@@ -122,6 +122,7 @@ def trial_summary(state: TrialState) -> TrialSummary:
         rows=PackedRows(state.reported),
         checkpoints=state.checkpoints,
         best_checkpoints=state.best_checkpoints,
+        returned_result=state.returned_result,
     )
 
 

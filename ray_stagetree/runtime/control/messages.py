@@ -137,3 +137,6 @@ class TrialSummary:
     #: (path, metrics), oldest first; the last is ``Result.checkpoint``.
     checkpoints: list[tuple[str, dict[str, Any]]]
     best_checkpoints: list[tuple[str, dict[str, Any]]]
+    #: Its ``Result.metrics`` where it has no rows: Tune's bookkeeping of a function that returned having
+    #: reported nothing (`TrialState.returned_result`), else None.
+    returned_result: dict[str, Any] | None = None

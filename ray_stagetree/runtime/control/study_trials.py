@@ -18,8 +18,6 @@ import itertools
 import math
 from typing import Any, Protocol
 
-from ray.tune.result import SHOULD_CHECKPOINT
-
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.filesystems import is_local
 from ray_stagetree.planning.lifecycle import (
@@ -44,7 +42,7 @@ from ray_stagetree.runtime.control.result_rows import ResultRows, expected_metri
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trial_checkpoints import TrialCheckpoints
-from ray_stagetree.runtime.control.trials import TrialInfo, TrialState, experiment_tag, trial_name
+from ray_stagetree.runtime.control.trials import TrialInfo, TrialState, experiment_tag, returned_result, trial_name
 from ray_stagetree.runtime.control.worker_shapes import Shape
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 
@@ -370,28 +368,8 @@ class StudyTrials:
             # Tune's order: the scheduler sees a result before the searcher does.
             tell_searcher = functools.partial(self.trial_source.on_result, state.trial_id, row)
             self.lifecycle.decide(state, iteration, row, then=tell_searcher)
-        self._note_tune_saves(state, iteration, row)
+        self.checkpoints.decided(state, iteration, row, self.host.population)
         self.resume_paused()
-
-    def _note_tune_saves(self, state: TrialState, iteration: int, row: dict[str, Any]) -> None:
-        """Where Tune saves a class trainable after this result: every
-        ``checkpoint_frequency``-th iteration, where the result asks
-        (``should_checkpoint``), where its scheduler paused it, and where PBT
-        found it a top trial. Its end is noted as it ends (`_ended`)."""
-        every = getattr(self.spec.checkpoint_config, "checkpoint_frequency", 0) or 0
-        population = self.host.population
-        if (
-            (every > 0 and iteration % every == 0)
-            or row.get(SHOULD_CHECKPOINT)
-            or state.status == PAUSED
-            or (population is not None and population.top_checkpoint(state.trial_id) == iteration)
-        ):
-            self.note_tune_save(state, iteration)
-
-    def note_tune_save(self, state: TrialState, iteration: int) -> None:
-        """Tune saves the trial at ``iteration`` (a class trainable's: `TrialState.tune_saves`)."""
-        if state.tune_saves is not None:
-            state.tune_saves |= {iteration}
 
     def _ask_at_max_t(self, state: TrialState, row: dict[str, Any]) -> None:
         """The trial reached its scheduler's ``max_t``: Tune still asks the
@@ -443,14 +421,16 @@ class StudyTrials:
         while it decides, before it is asked what to resume (`resume_paused`)."""
         self.lifecycle.stop(self.trials[trial_id])
 
-    def trainable_returned(self, trial_id: str) -> None:
+    def trainable_returned(self, trial_id: str, facts: dict[str, Any] | None = None) -> None:
         """The function returned instead of training the trial's next
         iteration: the trial ends at its last result, as Tune ends a trial
-        whose function returns."""
+        whose function returns; with ``facts`` where it reported nothing (`returned_result`)."""
         state = self.trials[trial_id]
         if state.status not in ENDED:
             if state.reported:
                 state.reported[-1]["done"] = True
+            elif facts is not None:
+                state.returned_result = returned_result(state, facts)
             self.end_trial(trial_id)
 
     def _ended(self, state: TrialState) -> None:
@@ -460,8 +440,6 @@ class StudyTrials:
             self.feed.announce(state)  # every errored trial has its folder, as each trial Tune ran has
             self.feed.event("error", state, error=state.error, iterations=max(state.rows, default=0))
         else:
-            if state.rows and getattr(self.spec.checkpoint_config, "checkpoint_at_end", None) is not False:
-                self.note_tune_save(state, max(state.rows))  # Tune's default for a class trainable
             self.feed.event("complete", state)
             self.checkpoints.ended(state)
         self.port.release_unneeded()
@@ -607,8 +585,6 @@ class StudyTrials:
         (the worker saves the batch's current iteration after this reply)."""
         config = self.spec.checkpoint_config
         at_end = getattr(config, "checkpoint_at_end", None) is not False if self.spec.class_trainable else False
-        if config is None and not at_end:
-            return []
         start, stop = segments[0][1], segments[-1][2]
         # From the iteration last reported: at the batch's end the worker decides on its save after this reply.
         low = last[1] if last is not None else start + 1

@@ -10,6 +10,9 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
+from ray.tune.result import SHOULD_CHECKPOINT
+
+from ray_stagetree.planning.lifecycle import PAUSED, TERMINATED
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.control.driver_feed import DriverFeed
 from ray_stagetree.runtime.control.study_end import TrialExport, export_kept_checkpoints, export_trial_checkpoints
@@ -65,13 +68,30 @@ class TrialCheckpoints:
             state.announced_checkpoints |= {path}
             self._feed.event("checkpoint", state, path=path, iteration=iteration)
 
+    def decided(self, state: TrialState, iteration: int, row: dict[str, Any], population: Any) -> None:
+        """Where Tune saves a class trainable after this result (`TrialState.tune_saves`):
+        every ``checkpoint_frequency``-th iteration, where the result asks
+        (``should_checkpoint``), where its scheduler paused it, and where PBT
+        (``population``, or None) found it a top trial. Its end: `ended`."""
+        every = getattr(self._checkpoint_config, "checkpoint_frequency", 0) or 0
+        if (
+            (every > 0 and iteration % every == 0)
+            or row.get(SHOULD_CHECKPOINT)
+            or state.status == PAUSED
+            or (population is not None and population.top_checkpoint(state.trial_id) == iteration)
+        ):
+            state.note_tune_save(iteration)
+
     def ended(self, state: TrialState) -> None:
         """Once the trial terminated and its checkpoint at its last result is
         in (at a batch's end it comes after the result), what it keeps is
         written into its folder, beside the training that goes on, rather
         than with every other trial's at the study's end, where the writes
         would be all the study does. Where a callback wants each checkpoint,
-        they are written as they come already."""
+        they are written as they come already. Tune saves a class trainable
+        at its end unless ``checkpoint_at_end=False``."""
+        if state.status == TERMINATED and getattr(self._checkpoint_config, "checkpoint_at_end", None) is not False:
+            state.note_tune_save(max(state.rows, default=0))
         if self._each or self._ending or state.trial_id in self._exports or state.final_checkpoint() is None:
             return
         self._exports[state.trial_id] = asyncio.ensure_future(

@@ -57,6 +57,8 @@ class TrialState(Trial):
     reported_checkpoints: int = 0  # the checkpoints its function reported, Tune's numbering of its folders
     # Checkpoint folders already announced to the driver (on_checkpoint) as they were registered.
     announced_checkpoints: frozenset[str] = frozenset()
+    # Tune's last result of a function that returned having reported nothing (`StudyTrials.trainable_returned`).
+    returned_result: dict[str, Any] | None = None
     # A class trainable's iterations where Tune saves it (`StudyTrials.note_tune_save`): only those show in its
     # folder and results; the plan's other checkpoints there are the runtime's own (forks, decision points).
     # None: every checkpoint on its path shows (a function's, each one it reported; a study saved before).
@@ -135,6 +137,11 @@ class TrialState(Trial):
         latest = {iteration: (node, iteration) for node, iteration in sorted(points, key=lambda point: point[1])}
         return [point for iteration, point in latest.items() if self.shows_checkpoint(iteration)]
 
+    def note_tune_save(self, iteration: int) -> None:
+        """Tune saves the trial at ``iteration`` (a class trainable's: `tune_saves`)."""
+        if self.tune_saves is not None:
+            self.tune_saves |= {iteration}
+
     def shows_checkpoint(self, iteration: int) -> bool:
         """Whether a checkpoint on its path at ``iteration`` is one Tune would have saved (`tune_saves`)."""
         return self.tune_saves is None or iteration in self.tune_saves
@@ -166,6 +173,13 @@ class TrialState(Trial):
         names = self.checkpoint_folders(iterations)
         folders = [(node, at, name) for (node, at), name in zip(points, names, strict=True) if at in kept]
         return folders, best
+
+
+def returned_result(state: TrialState, facts: dict[str, Any]) -> dict[str, Any]:
+    """Tune's last result of a trial whose function returned having reported
+    nothing: its bookkeeping alone, ``facts`` of the worker's process."""
+    where = {key: facts[key] for key in ("date", "timestamp", "pid", "hostname", "node_ip")}
+    return {"trial_id": state.trial_id, **where, "config": state.shown_config(), "done": True}
 
 
 @dataclass

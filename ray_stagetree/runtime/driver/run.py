@@ -395,10 +395,11 @@ class StudyRun:
             error = None
             if summary.status == ERROR:
                 error = unpack_error(summary.error_pickle, summary.error, summary.name)
+            metrics = summary.returned_result or {"config": summary.shown_config}  # a trial that reported nothing
             results.append(
                 TrialResult(
                     rows,
-                    metrics=tagged(rows[-1], summary.experiment_tag) if rows else {"config": summary.shown_config},
+                    metrics=tagged(rows[-1], summary.experiment_tag) if rows else metrics,
                     checkpoint=checkpoints[-1][0] if checkpoints else None,
                     best_checkpoints=best,
                     error=error,

@@ -432,7 +432,7 @@ class StageContext:
         row = dict(metrics)
         row["training_iteration"] = self.iteration
         row["time_this_iter_s"] = now - self._iteration_started
-        for key, value in _worker_facts().items():  # Tune's auto-filled keys
+        for key, value in worker_facts().items():  # Tune's auto-filled keys
             row.setdefault(key, value)
         if reported is not None:
             row[REPORTED_CHECKPOINT] = reported
@@ -665,7 +665,8 @@ def _check_links(path: str) -> None:
         raise ReportError(f"report()'s checkpoint {path!r} cannot be kept: {error}") from None
 
 
-def _worker_facts() -> dict[str, Any]:
+def worker_facts() -> dict[str, Any]:
+    """Tune's auto-filled result keys of this process: when, and where it runs."""
     now = time.time()
     return {"timestamp": int(now), "date": time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(now)), **_host()}
 

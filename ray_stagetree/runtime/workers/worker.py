@@ -51,7 +51,15 @@ from ray_stagetree.execution.rng import seed_everything
 from ray_stagetree.execution.scaling import Scaling
 from ray_stagetree.runtime.workers import parameters, scratch, session, train_runs, trial_output, user_generators
 from ray_stagetree.runtime.workers.class_trainables import run_class
-from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, ReportError, StageContext, activate, current
+from ray_stagetree.runtime.workers.context import (
+    BatchEnd,
+    ConfigChange,
+    ReportError,
+    StageContext,
+    activate,
+    current,
+    worker_facts,
+)
 from ray_stagetree.runtime.workers.group import PeerContext, Peers, RankGroup, RankInfo
 from ray_stagetree.runtime.workers.kept_process import modules_changed_since
 from ray_stagetree.runtime.workers.remote import remote_once
@@ -432,6 +440,8 @@ class StageWorker:
         outcome = self._await(live, spec.batch_id)
         if outcome.parked:
             self._parked[spec.batch_id] = live
+        if outcome.returned_at == 0:
+            outcome.returned_facts = worker_facts()
         return outcome
 
     def _context(self, spec: BatchSpec, park: Callable[[BatchOutcome], BatchSpec | None]) -> StageContext:
