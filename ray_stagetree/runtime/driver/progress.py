@@ -177,4 +177,6 @@ def _saving(executed: int, trial_by_trial: int) -> str:
         return " (no shared prefix)"
     if executed < trial_by_trial:
         return f" ({trial_by_trial / executed:.2f}x fewer executed)"
-    return f" ({executed / trial_by_trial:.2f}x more executed: prefixes retrained)"
+    # Retrained where no checkpoint was kept or a trial was retried, or run after a trial ended (a time
+    # budget, a stop the worker heard of after it went on): the last are not its results.
+    return f" ({executed / trial_by_trial:.2f}x more executed: retrained, or run past a trial's end)"

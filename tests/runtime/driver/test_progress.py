@@ -44,7 +44,7 @@ def test_final_line_compares_executed_iterations_with_trial_by_trial():
     reporter = ProgressReporter(None, None, verbose=0)
     assert "120 trial by trial (4.00x fewer executed)" in reporter.line(progress(), final=True)
     retrained = progress(iterations=240)
-    assert "(2.00x more executed: prefixes retrained)" in reporter.line(retrained, final=True)
+    assert "(2.00x more executed: retrained, or run past a trial's end)" in reporter.line(retrained, final=True)
 
 
 def test_line_says_where_trainables_restart_at_changed_values():
