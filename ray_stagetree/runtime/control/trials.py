@@ -59,7 +59,7 @@ class TrialState(Trial):
     announced_checkpoints: frozenset[str] = frozenset()
     # Tune's last result of a function that returned having reported nothing (`StudyTrials.trainable_returned`).
     returned_result: dict[str, Any] | None = None
-    # A class trainable's iterations where Tune saves it (`StudyTrials.note_tune_save`): only those show in its
+    # A class trainable's iterations where Tune saves it (`TrialCheckpoints.decided`, `.ended`): only those show in its
     # folder and results; the plan's other checkpoints there are the runtime's own (forks, decision points).
     # None: every checkpoint on its path shows (a function's, each one it reported; a study saved before).
     tune_saves: frozenset[int] | None = None
