@@ -315,6 +315,11 @@ class PopulationBasedAdapter(SchedulerAdapter):
         member = self._members.get(trial_id)
         return None if member is None else member.checkpoint_step
 
+    def exploits(self, trial_id: str) -> bool:
+        """Whether the trial is paused to take an exploit: Ray pauses such a trial without saving it."""
+        member = self._members.get(trial_id)
+        return member is not None and member.pending is not None
+
     def _checkpoint_or_exploit(self, trial_id: str, lower: list[str], upper: list[str]) -> Exploit | None:
         member = self._members[trial_id]
         # Ray checkpoints a top trial at its perturbation; only those can be cloned.

@@ -71,13 +71,14 @@ class TrialCheckpoints:
     def decided(self, state: TrialState, iteration: int, row: dict[str, Any], population: Any) -> None:
         """Where Tune saves a class trainable after this result (`TrialState.tune_saves`):
         every ``checkpoint_frequency``-th iteration, where the result asks
-        (``should_checkpoint``), where its scheduler paused it, and where PBT
-        (``population``, or None) found it a top trial. Its end: `ended`."""
+        (``should_checkpoint``), where its scheduler paused it (not to take
+        a PBT exploit), and where PBT (``population``, or None) found it a
+        top trial. Its end: `ended`."""
         every = getattr(self._checkpoint_config, "checkpoint_frequency", 0) or 0
         if (
             (every > 0 and iteration % every == 0)
             or row.get(SHOULD_CHECKPOINT)
-            or state.status == PAUSED
+            or (state.status == PAUSED and not (population is not None and population.exploits(state.trial_id)))
             or (population is not None and population.top_checkpoint(state.trial_id) == iteration)
         ):
             state.note_tune_save(iteration)

@@ -11,7 +11,7 @@ from ray import tune
 
 from ray_stagetree.execution.sealed_storage import WriteFailed
 from ray_stagetree.execution.storage import CheckpointUnavailableError
-from ray_stagetree.planning.lifecycle import ERROR, RUNNING, TERMINATED
+from ray_stagetree.planning.lifecycle import ERROR, PAUSED, RUNNING, TERMINATED
 from ray_stagetree.runtime.control.study_end import FINAL_RETRAINS, export_kept_checkpoints, retrain_lost_finals
 from ray_stagetree.runtime.control.trial_checkpoints import TrialCheckpoints
 from ray_stagetree.runtime.control.trials import TrialState
@@ -48,6 +48,37 @@ def test_a_trials_checkpoints_are_those_on_its_path_up_to_its_last_result():
     ahead = finished("d", node(5, [3, 4], parent=node(6, [2]), fork_iteration=2), last=4)
     ahead.earlier_paths, ahead.forked_at = ((node(7, [1, 2, 3]), 0, 3),), 2
     assert [(n.node_id, at) for n, at in ahead.path_checkpoints()] == [(7, 1), (7, 2), (5, 3), (5, 4)]
+
+
+def test_a_class_trainables_trial_shows_the_checkpoints_tune_saves_of_it():
+    """The plan checkpointed the path at 1..6 (forks, decision points); Tune
+    saves a class trainable every checkpoint_frequency-th iteration (2, 4),
+    where a result asks (3), where it pauses (5, unless to take a PBT
+    exploit), where PBT finds it a top trial, and at its end (6)."""
+    population = SimpleNamespace(top_checkpoint=lambda trial_id: None, exploits=lambda trial_id: False)
+    checkpoints = TrialCheckpoints(
+        FakeStore(),
+        None,
+        SimpleNamespace(),
+        each=True,  # nothing written as it is registered, nor exported: the rule alone
+        checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2),
+    )
+    state = finished("a", node(0, [1, 2, 3, 4, 5, 6]), last=6, status=RUNNING)
+    state.tune_saves = frozenset()
+    for iteration in range(1, 6):
+        state.status = PAUSED if iteration == 5 else RUNNING
+        checkpoints.decided(state, iteration, {"should_checkpoint": iteration == 3}, population)
+    assert state.tune_saves == {2, 3, 4, 5}
+    state.status = TERMINATED
+    checkpoints.ended(state)
+    assert [at for _, at in state.path_checkpoints()] == [2, 3, 4, 5, 6]
+    # Paused to take an exploit: Ray saves it not. A top trial at its perturbation: Ray saves it.
+    state.status, state.tune_saves = PAUSED, frozenset()
+    checkpoints.decided(state, 1, {}, SimpleNamespace(top_checkpoint=lambda trial_id: None, exploits=lambda t: True))
+    checkpoints.decided(state, 3, {}, SimpleNamespace(top_checkpoint=lambda trial_id: 3, exploits=lambda t: False))
+    assert state.tune_saves == {3}
+    # A function trainable's (tune_saves None) shows every checkpoint on its path: each one it reported.
+    assert [at for _, at in finished("b", node(1, [1, 2, 3]), last=3).path_checkpoints()] == [1, 2, 3]
 
 
 def test_a_lost_final_checkpoint_is_checked_once_and_retrains_each_trial_ending_there():
