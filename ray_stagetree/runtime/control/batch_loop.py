@@ -412,10 +412,7 @@ class BatchLoop:
         through = self._through(self.plan.nodes[node_id], iteration)
         feeds = {id(study): study.feed for _, study in through if study.spec.callbacks_ask_checkpoints}
         await asyncio.gather(*(feed.had_all() for feed in feeds.values()))
-        asked = [(trial_id, study) for trial_id, study in through if study.feed.asked_at(trial_id, iteration)]
-        for trial_id, study in asked:
-            study.trials[trial_id].note_tune_save(iteration)
-        return reply, bool(asked)
+        return reply, any([study.checkpoints.asked(study.trials[trial_id], iteration) for trial_id, study in through])
 
     def _fold(self, outcome: BatchOutcome) -> FlushReply:
         self.ingest(outcome)

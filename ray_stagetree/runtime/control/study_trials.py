@@ -580,9 +580,8 @@ class StudyTrials:
         trainables; the Tuner refuses them for functions): every
         ``checkpoint_frequency``-th iteration from the last reported
         (``last``: node id and iteration, or None before any report), and
-        with ``checkpoint_at_end`` (a class trainable's default) that
-        iteration if a trial of this study through there just ended there
-        (the worker saves the batch's current iteration after this reply)."""
+        with ``checkpoint_at_end`` (a class trainable's default) that iteration if a trial
+        of this study through there just ended there (saved after this reply)."""
         config = self.spec.checkpoint_config
         at_end = getattr(config, "checkpoint_at_end", None) is not False if self.spec.class_trainable else False
         start, stop = segments[0][1], segments[-1][2]

@@ -83,6 +83,14 @@ class TrialCheckpoints:
         ):
             state.note_tune_save(iteration)
 
+    def asked(self, state: TrialState, iteration: int) -> bool:
+        """Whether a callback asked for the trial's checkpoint at ``iteration``
+        (`DriverFeed.asked_at`): Tune saves it there."""
+        if not self._feed.asked_at(state.trial_id, iteration):
+            return False
+        state.note_tune_save(iteration)
+        return True
+
     def ended(self, state: TrialState) -> None:
         """Once the trial terminated and its checkpoint at its last result is
         in (at a batch's end it comes after the result), what it keeps is
