@@ -329,10 +329,12 @@ def test_a_disk_full_until_the_end_returns_the_results_and_says_what_was_not_wri
     without storage: it returns every result and names what it could not write.
     A trial that ends before the disk fills has its checkpoint written as it
     ends, so which results keep one depends on timing; what holds either way
-    is that a written checkpoint is right and a missing one is named."""
+    is that a written checkpoint is right and a missing one is named. (Where
+    the stages already running were all it had left, it ends within the
+    pause, with no "goes on without it" to say: on a loaded machine, at times.)"""
     monkeypatch.setenv("RAY_STAGETREE_STORAGE_WAIT_S", "1")
     grid = full_disk_study(tmp_path, FullAfter(after=2))
-    assert any("the study goes on without it" in r.getMessage() for r in caplog.records)
+    assert any("the study pauses" in r.getMessage() for r in caplog.records)
     assert not grid.errors
     assert sorted(result.metrics["total"] for result in grid) == [1 + 0.5 + 0.5, 1 + 1 + 0.5]
     message = next(r.getMessage() for r in caplog.records if "refused part of the study's end" in r.getMessage())
