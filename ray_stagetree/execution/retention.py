@@ -8,6 +8,18 @@ from collections.abc import Callable
 from typing import Any
 
 
+def save_frequency(config: Any) -> int:
+    """Every how many iterations Tune saves a class trainable under ``config``
+    (a ``tune.CheckpointConfig`` or None): 0 for never."""
+    return getattr(config, "checkpoint_frequency", 0) or 0
+
+
+def saves_at_end(config: Any) -> bool:
+    """Whether Tune saves a class trainable where its trial ends under
+    ``config``: its default, unless ``checkpoint_at_end=False``."""
+    return getattr(config, "checkpoint_at_end", None) is not False
+
+
 def kept_checkpoints(
     iterations: list[int], metrics: Callable[[int], dict[str, Any]], config: Any
 ) -> tuple[list[int], list[int]]:

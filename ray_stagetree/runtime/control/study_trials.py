@@ -18,6 +18,7 @@ import itertools
 import math
 from typing import Any, Protocol
 
+from ray_stagetree.execution.retention import save_frequency, saves_at_end
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.filesystems import is_local
 from ray_stagetree.planning.lifecycle import (
@@ -583,11 +584,11 @@ class StudyTrials:
         with ``checkpoint_at_end`` (a class trainable's default) that iteration if a trial
         of this study through there just ended there (saved after this reply)."""
         config = self.spec.checkpoint_config
-        at_end = getattr(config, "checkpoint_at_end", None) is not False if self.spec.class_trainable else False
+        at_end = self.spec.class_trainable and saves_at_end(config)
         start, stop = segments[0][1], segments[-1][2]
         # From the iteration last reported: at the batch's end the worker decides on its save after this reply.
         low = last[1] if last is not None else start + 1
-        every = getattr(config, "checkpoint_frequency", 0) or 0
+        every = save_frequency(config)
         iterations = _multiples(every, low, stop, SAVES_AHEAD) if every > 0 else []
         if at_end and last is not None:
             node_id, iteration = last

@@ -12,6 +12,7 @@ from typing import Any
 
 from ray.tune.result import SHOULD_CHECKPOINT
 
+from ray_stagetree.execution.retention import save_frequency, saves_at_end
 from ray_stagetree.planning.lifecycle import PAUSED, TERMINATED
 from ray_stagetree.planning.plan import SearchPlan
 from ray_stagetree.runtime.control.driver_feed import DriverFeed
@@ -74,7 +75,7 @@ class TrialCheckpoints:
         (``should_checkpoint``), where its scheduler paused it (not to take
         a PBT exploit), and where PBT (``population``, or None) found it a
         top trial. Its end: `ended`."""
-        every = getattr(self._checkpoint_config, "checkpoint_frequency", 0) or 0
+        every = save_frequency(self._checkpoint_config)
         if (
             (every > 0 and iteration % every == 0)
             or row.get(SHOULD_CHECKPOINT)
@@ -99,7 +100,7 @@ class TrialCheckpoints:
         would be all the study does. Where a callback wants each checkpoint,
         they are written as they come already. Tune saves a class trainable
         at its end unless ``checkpoint_at_end=False``."""
-        if state.status == TERMINATED and getattr(self._checkpoint_config, "checkpoint_at_end", None) is not False:
+        if state.status == TERMINATED and saves_at_end(self._checkpoint_config):
             state.note_tune_save(max(state.rows, default=0))
         if self._each or self._ending or state.trial_id in self._exports or state.final_checkpoint() is None:
             return
