@@ -22,6 +22,11 @@ from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY
 from ray_stagetree.runtime.control.trials import CHECKPOINT_DIR_NAME, TrialState
 from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
 
+#: Seconds between asks of a stopper's ``stop_all`` while no result comes:
+#: Tune asks it at each step of its loop, which waits this long for an event
+#: (a ``TimeoutStopper`` in ``stop`` ends the study on time, not at the next result).
+STOPPER_POLL_S = 0.1
+
 #: The keys Tune adds to what a function trainable reports, in the order its
 #: ``FunctionTrainable`` and ``Trainable.train`` add them: the columns of
 #: ``progress.csv`` and ``metrics_dataframe`` after the reported metrics.
@@ -231,5 +236,10 @@ class ResultRows:
         return reached or (self.stopper is not None and bool(self.stopper(trial_id, row)))
 
     def stop_all(self) -> bool:
-        """The stopper ends the whole study (asked after each result, as Tune asks)."""
+        """The stopper ends the whole study (asked after each result, and
+        every `STOPPER_POLL_S` without one, as Tune asks it at each step)."""
         return self.stopper is not None and bool(self.stopper.stop_all())
+
+    def poll_in(self) -> float | None:
+        """Seconds until the stopper is to be asked again without a result; None without one."""
+        return None if self.stopper is None else STOPPER_POLL_S

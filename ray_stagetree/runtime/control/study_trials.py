@@ -180,8 +180,7 @@ class StudyTrials:
         )
         self._shown: dict[str, str] = {}  # each trial's status as the driver was last told it
         self._held_before: set[str] = set()
-        self.iterations = 0  # the iterations trained for it, and their worker-seconds (`credit`)
-        self.worker_seconds = 0.0
+        self.iterations, self.worker_seconds = 0, 0.0  # the iterations trained for it, their worker-seconds (`credit`)
         self.finalized: bool | None = False  # None while its end is being written
 
     @property
@@ -190,13 +189,12 @@ class StudyTrials:
         return self.host.order_sensitive
 
     def searcher(self) -> Any:
-        """The study's searcher as it is now (None without one): the driver
-        hands its state to the user's object (`tune_compat.adopt_searcher_state`)."""
+        """The study's searcher as it is now (None without one): the driver hands
+        its state to the user's object (`tune_compat.adopt_searcher_state`)."""
         return getattr(self.trial_source, "searcher", None)
 
     def scheduler(self) -> Any:
-        """The study's trial scheduler as it is now: the driver hands its
-        state to the user's object, as to the searcher's."""
+        """The study's trial scheduler as it is now: the driver hands its state to the user's object."""
         return self.host.scheduler
 
     def trial_share_key(self, trial_id: str) -> str:
@@ -267,11 +265,10 @@ class StudyTrials:
         """Admit the trial source's next trials, up to `ADMIT_PER_TURN`; True when
         more may come at once: it stopped there, or at the pending-trial limit
         after admitting some (dispatched, they wait no more)."""
-        pending_limit = self.spec.max_pending_trials
         for admitted in range(ADMIT_PER_TURN):
             if self.lifecycle.full(self.spec.max_concurrent_trials) or self.budget.over() or self.failures.halted:
                 return False
-            if self.lifecycle.pending_full(pending_limit, self.spec.loop.num_workers):
+            if self.lifecycle.pending_full(self.spec.max_pending_trials, self.spec.loop.num_workers):
                 return admitted > 0
             try:
                 if self.lifecycle.admit_next(self._new_trial) is None:
@@ -362,7 +359,7 @@ class StudyTrials:
             row["done"] = ended = True
         if row["done"]:  # Tune tells the searcher of a done result at the trial's end only (on_trial_complete)
             if halt:
-                self.halt()
+                self.halt(at_once=True)
             # The horizon, or the trainable reported done (Tune ends the trial).
             self.end_trial(state.trial_id) if ended else self.lifecycle.finish(state)
         else:
@@ -489,11 +486,13 @@ class StudyTrials:
     def _after_error(self) -> None:
         """With ``fail_fast``, the first errored trial ends the study."""
         if self.failures.ends_study():
-            self.halt()
+            self.halt(at_once=True)
 
-    def halt(self) -> None:
-        """End the study: no new trial, and the others stop where they are,
-        as Tune stops them (fail_fast, a stopper's ``stop_all``, a driver interrupted)."""
+    def halt(self, at_once: bool = False) -> None:
+        """End the study: no new trial, the others stop where they are (fail_fast, a stopper's ``stop_all``,
+        a driver interrupted); ``at_once``: as past the time budget, Tune's stop of the first two."""
+        if at_once:
+            self.budget.end_now()
         self.feed.release()  # a trainable waiting for the driver's callbacks stops at its next report
         if not self.failures.halt():
             return
@@ -508,9 +507,11 @@ class StudyTrials:
         )
 
     def enforce_budget(self) -> bool:
-        """Past the time budget, its trials stop (running batches stop at
-        their next report); True when it is past (the loop kills batches
-        that do not stop, `TimeBudget.to_kill`)."""
+        """At each turn of the loop (Tune's step): a stopper's ``stop_all`` ends the study; past the time
+        budget its trials stop (running batches at their next report); True when it is past (the loop
+        kills batches that do not stop, `TimeBudget.to_kill`)."""
+        if not self.failures.halted and self.rows.stop_all():
+            self.halt(at_once=True)
         if not self.budget.over():
             return False
         for state in list(self.trials.values()):
@@ -519,12 +520,11 @@ class StudyTrials:
         return True
 
     def wake_in(self, running: list[int]) -> float | None:
-        """Seconds until the loop must wake for it: its time budget (over
-        the ``running`` batch ids), or a searcher that suggested nothing, asked again."""
-        budget = self.budget.wake_in(running)
-        if not self.lifecycle.source_waits:
-            return budget
-        return SEARCHER_POLL_S if budget is None else min(budget, SEARCHER_POLL_S)
+        """Seconds until the loop must wake for it: its time budget (over the
+        ``running`` batch ids), its stopper to ask, a searcher that suggested nothing to ask again."""
+        stopper = None if self.failures.halted else self.rows.poll_in()
+        searcher = SEARCHER_POLL_S if self.lifecycle.source_waits else None
+        return min((due for due in (self.budget.wake_in(running), stopper, searcher) if due is not None), default=None)
 
     def status_of(self, trial_id: str) -> str | None:
         state = self.trials.get(trial_id)

@@ -33,6 +33,7 @@ class TimeBudget:
         self._clock = clock
         self._started = clock()
         self._before = 0.0  # seconds a restored study had run
+        self._ended = False  # the study stopped before its budget (`end_now`)
         self._killed: set[int] = set()  # batches whose worker the budget killed
 
     def restored(self, elapsed: float) -> None:
@@ -50,7 +51,14 @@ class TimeBudget:
         return self._clock() - self._started
 
     def over(self) -> bool:
-        return self.seconds is not None and self.elapsed > self.seconds
+        return self._ended or (self.seconds is not None and self.elapsed > self.seconds)
+
+    def end_now(self) -> None:
+        """The study stops now (a stopper's ``stop_all``, which Tune obeys at
+        once, as its time budget): from here it is past its budget, so a
+        batch that has not stopped at a report `GRACE_S` later is killed."""
+        self._ended = True
+        self.seconds = min(self.elapsed, math.inf if self.seconds is None else self.seconds)
 
     def to_kill(self, running: Iterable[int]) -> list[int]:
         """Which of the ``running`` batch ids to kill now: those still

@@ -148,6 +148,45 @@ def test_time_budget_ends_a_trainable_that_never_reports(tmp_path, ray_session, 
     assert any("has not reported for" in line for line in recorder.lines), recorder.lines[-3:]
 
 
+def starts_then_hangs(config):
+    """Tells the stopper below it has started, then never reports."""
+    Path(config["started"]).touch()
+    while True:
+        time.sleep(1)
+
+
+class StopOnceStarted(tune.Stopper):
+    """A stopper whose ``stop_all`` turns True between results (as a
+    ``TimeoutStopper``'s does): here, once the trainable has started."""
+
+    def __init__(self, started):
+        self.started = started
+
+    def __call__(self, trial_id, result):
+        return False
+
+    def stop_all(self):
+        return os.path.exists(self.started)
+
+
+@pytest.mark.timeout(90)
+def test_a_stoppers_stop_all_ends_the_study_without_waiting_for_a_result(tmp_path, ray_session):
+    """Tune asks ``stop_all`` at each step of its loop, not only after a
+    result, and stops the trials at once: a ``TimeoutStopper`` in ``stop``
+    ends a study whose trainable reports rarely, or never, on time. (The
+    study was only asked after a result: this fit never returned.)"""
+    started = str(tmp_path / "started")
+    grid = Tuner(
+        starts_then_hangs,
+        param_space={"started": started, "x": tune.grid_search([1, 2])},
+        tune_config=tune.TuneConfig(max_concurrent_trials=1),
+        run_config=run_config(tmp_path, "stop_all", stop=StopOnceStarted(started)),
+    ).fit()  # returning at all is the stopper at work
+    # As in Tune: the grid's second trial is never made, the first ends without results.
+    assert len(grid) == 1 and grid.num_errors == 0
+    assert grid[0].metrics_dataframe is None or grid[0].metrics_dataframe.empty
+
+
 @pytest.mark.timeout(90)
 def test_numpy_values_reach_the_trainable_as_given(tmp_path, ray_session):
     space = {

@@ -15,7 +15,7 @@ from ray.tune.search.basic_variant import BasicVariantGenerator
 from ray_stagetree.execution.batches import REPORTED_CHECKPOINT
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.runtime.control.messages import PackedRows
-from ray_stagetree.runtime.control.result_rows import ResultRows, expected_metrics, metric_consumers
+from ray_stagetree.runtime.control.result_rows import STOPPER_POLL_S, ResultRows, expected_metrics, metric_consumers
 from ray_stagetree.runtime.control.trials import TrialState
 
 
@@ -155,6 +155,7 @@ def test_stop_thresholds_and_a_stopper_end_a_trial_and_stop_all_ends_the_study()
     made, _ = rows(stop_thresholds={"acc": 0.9})
     assert not made.stop_met("t1", {"acc": 0.5}) and made.stop_met("t1", {"acc": 0.9})
     assert not made.stop_met("t1", {"acc": "high"}) and not made.stop_all()
+    assert made.poll_in() is None, "thresholds are met at a result: nothing to ask between results"
 
     class Enough(tune.Stopper):
         def __init__(self):
@@ -172,6 +173,7 @@ def test_stop_thresholds_and_a_stopper_end_a_trial_and_stop_all_ends_the_study()
     assert not made.stop_all()
     stopper.all = True
     assert made.stop_all()
+    assert made.poll_in() == STOPPER_POLL_S, "a stopper is asked between results too, as Tune asks it each step"
 
 
 @pytest.mark.parametrize("metric", [["loss", "gain"]])

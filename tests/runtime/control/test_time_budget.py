@@ -49,3 +49,17 @@ def test_a_restored_study_counts_the_time_its_snapshot_had_run():
     budget = TimeBudget(10.0, clock)
     budget.restored(elapsed=8.0)
     assert budget.elapsed == 8.0 and budget.wake_in([]) == 2.0
+
+
+def test_a_study_stopped_at_once_is_past_its_budget_and_kills_batches_that_do_not_stop():
+    """A stopper's ``stop_all`` or fail_fast, which Tune obeys at once, ends
+    the budget there, with or without one: batches get the grace period."""
+    clock = Clock()
+    for seconds in (None, 60.0):
+        budget = TimeBudget(seconds, clock)
+        clock.now += 5
+        budget.end_now()
+        assert budget.over() and budget.to_kill([1]) == []
+        assert budget.wake_in([1]) == GRACE_S
+        clock.now += GRACE_S
+        assert budget.to_kill([1]) == [1]
