@@ -11,6 +11,7 @@ import time
 
 import pytest
 from ray import tune
+from ray.tune.error import TuneError
 from ray.tune.schedulers import PopulationBasedTraining
 from ray.tune.search import Searcher
 from trainables_for_tests import fit_under_a_budget
@@ -414,6 +415,40 @@ def test_fail_fast_stops_the_study_at_the_first_error(ray_session, fail_fast):
     grid = tuner.fit()
     assert grid.num_errors == 1
     assert len(grid) == 1  # the trials after the error never started
+
+
+class RaisesIn(tune.Callback):
+    def __init__(self, hook):
+        setattr(self, hook, self.boom)
+
+    def boom(self, **info):
+        raise RuntimeError("boom in a callback")
+
+
+@pytest.mark.parametrize(
+    "hook, fail_fast, raised",
+    [
+        ("on_trial_result", False, TuneError),  # Tune's loop wraps an error raised handling a trial's event
+        ("on_trial_complete", False, None),  # Tune logs it, and the run goes on
+        ("on_trial_complete", "raise", RuntimeError),
+        ("on_trial_result", "raise", RuntimeError),  # ... unless fail_fast="raise"
+        ("on_step_end", False, RuntimeError),  # its own steps' hooks raise as they are
+    ],
+)
+def test_an_error_in_a_callback_is_raised_as_tune_raises_it(ray_session, hook, fail_fast, raised):
+    tuner = Tuner(
+        finite_loop,
+        param_space={"slope": 1.0, "steps": 2},
+        run_config=tune.RunConfig(
+            callbacks=[RaisesIn(hook)], failure_config=tune.FailureConfig(fail_fast=fail_fast), verbose=0
+        ),
+    )
+    if raised is None:
+        assert tuner.fit()[0].metrics["training_iteration"] == 2
+        return
+    with pytest.raises(Exception, match="boom in a callback") as error:
+        tuner.fit()
+    assert type(error.value) is raised
 
 
 def test_trial_names_and_folders_come_from_the_creators(ray_session, tmp_path):

@@ -41,10 +41,12 @@ import posixpath
 import shutil
 import tempfile
 import time
+import traceback
 from types import SimpleNamespace
 from typing import Any
 
 from ray.tune import Callback
+from ray.tune.error import TuneError
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback, TBXLoggerCallback
 from ray.tune.result import EXPR_ERROR_FILE, SHOULD_CHECKPOINT
 from ray.tune.utils import date_str, flatten_dict
@@ -62,6 +64,15 @@ from ray_stagetree.runtime.driver.status_file import StatusFile
 from ray_stagetree.sequences._params import _is_unresolved
 
 logger = logging.getLogger("ray_stagetree")
+
+#: The hooks Tune calls while it handles a trial's event (a result, its end,
+#: a save, a restore, a failure): an error one raises ends the run as a
+#: ``TuneError`` holding its traceback, unless ``fail_fast="raise"``; but
+#: one ``on_trial_complete`` raises is logged, and the run goes on.
+TRIAL_EVENT_HOOKS = frozenset(
+    {"on_trial_result", "on_trial_complete", "on_trial_save", "on_checkpoint", "on_trial_restore"}
+    | {"on_trial_recover", "on_trial_error"}
+)
 
 RESULT_FILE = "result.json"
 PROGRESS_FILE = "progress.csv"
@@ -163,25 +174,6 @@ def searched_paths(param_space: dict[str, Any]) -> tuple[str, ...]:
     return tuple(paths)
 
 
-def check_driver_hooks(run_config: Any) -> None:
-    """``RunConfig.callbacks`` and ``RunConfig.progress_reporter`` are what
-    Tune takes, checked before anything runs."""
-    from ray.tune import ProgressReporter
-
-    for index, callback in enumerate(run_config.callbacks or ()):
-        if not isinstance(callback, Callback):
-            raise TypeError(
-                f"RunConfig.callbacks[{index}] must be a ray.tune.Callback (or one of its logger classes), "
-                f"got {callback!r}"
-            )
-    reporter = run_config.progress_reporter
-    if reporter is not None and not isinstance(reporter, ProgressReporter):
-        raise TypeError(
-            "RunConfig.progress_reporter must be a ray.tune.ProgressReporter (CLIReporter, "
-            f"JupyterNotebookReporter, ...) or None, got {reporter!r}"
-        )
-
-
 def with_default_loggers(callbacks: list[Callback] | None) -> list[Callback]:
     """``callbacks`` and Tune's default loggers, added as Tune adds them: the
     user's own instance of a logger class replaces its default, and
@@ -247,6 +239,9 @@ class CallbackRunner:
         The search space, for each trial's ``evaluated_params``.
     sync_period:
         Seconds between two uploads of a remote study's logs while it runs.
+    raise_errors:
+        ``fail_fast="raise"``: an error a hook raises handling a trial's
+        event ends ``fit()`` as it is, not as a ``TuneError`` (`TRIAL_EVENT_HOOKS`).
     """
 
     def __init__(
@@ -258,8 +253,10 @@ class CallbackRunner:
         sync_period: float = 300.0,
         status: StatusFile | None = None,
         answers_checkpoint_requests: bool = False,
+        raise_errors: bool = False,
     ) -> None:
         self.callbacks = with_default_loggers(callbacks)
+        self.raise_errors = raise_errors
         batched = tuple(BATCHED.values())
         self._log = LogThread([c for c in self.callbacks if isinstance(c, batched)], self._storage_fault)
         self._on_loop = [c for c in self.callbacks if not isinstance(c, batched)]
@@ -290,9 +287,21 @@ class CallbackRunner:
         self._rows_through = 0
 
     def _call(self, hook: str, **info: Any) -> None:
-        """Call ``hook`` on the callbacks the loop calls (not the batched loggers)."""
+        """Call ``hook`` on the callbacks the loop calls (not the batched
+        loggers); an error one raises ends ``fit()``, as in Tune."""
         if not self._on_loop:  # Tune's default loggers only: every result comes here
             return
+        try:
+            self._call_each(hook, info)
+        except Exception:
+            if hook not in TRIAL_EVENT_HOOKS or self.raise_errors:
+                raise
+            if hook == "on_trial_complete":  # (Tune also fails the trial: here it stays ended)
+                logger.exception("Trial %s: Error stopping trial.", info["trial"])
+                return
+            raise TuneError(traceback.format_exc())  # noqa: B904 (chained as Tune chains it)
+
+    def _call_each(self, hook: str, info: dict[str, Any]) -> None:
         declarative = None
         for callback in self._on_loop:
             if isinstance(callback, LoggerCallback):
@@ -623,45 +632,6 @@ class CallbackRunner:
                 filesystem.makedirs(posixpath.dirname(remote), exist_ok=True)
                 filesystem.put_file(local, remote)
                 self._uploaded[local] = (stat.st_size, stat.st_mtime_ns)
-
-
-def wants_each_checkpoint(callbacks: list[Callback] | None) -> bool:
-    """Whether a callback acts on each checkpoint as Tune registers it
-    (``on_checkpoint``, ``on_trial_save``, a logger's ``log_trial_save``:
-    W&B's artifact upload): the study then writes each into the trial's
-    folder as it is registered, not only the kept ones at its end."""
-
-    def overrides(callback: Callback, hook: str, base: type) -> bool:
-        return getattr(type(callback), hook) is not getattr(base, hook)
-
-    return any(
-        overrides(callback, "on_checkpoint", Callback)
-        or (overrides(callback, "on_trial_save", LoggerCallback if isinstance(callback, LoggerCallback) else Callback))
-        or (isinstance(callback, LoggerCallback) and overrides(callback, "log_trial_save", LoggerCallback))
-        for callback in callbacks or ()
-    )
-
-
-def asks_for_checkpoints(callbacks: list[Callback] | None, trainable: Any) -> bool:
-    """Whether a callback may ask ``trainable`` for a checkpoint at a
-    result (``result[SHOULD_CHECKPOINT] = True``), which Tune saves before
-    the trainable trains on: a class trainable (a function saves only what
-    it reports, under Tune too), and a callback whose ``on_trial_result``
-    (a logger's ``log_trial_result``) is the user's, not Ray's (Ray's never
-    ask). The trainable then waits for the driver's callbacks after each
-    result."""
-    if not isinstance(trainable, type):
-        return False
-
-    def users(callback: Callback, hook: str) -> bool:
-        module = getattr(getattr(type(callback), hook), "__module__", None) or ""
-        return not module.startswith(("ray.", "ray_stagetree."))
-
-    return any(
-        users(callback, "on_trial_result")
-        or (isinstance(callback, LoggerCallback) and users(callback, "log_trial_result"))
-        for callback in callbacks or ()
-    )
 
 
 def _last_iteration(path: str) -> int | None:

@@ -57,7 +57,8 @@ from ray_stagetree.runtime.driver.arguments import (
     storage_wait,
     strict_metric_checking,
 )
-from ray_stagetree.runtime.driver.callbacks import CallbackRunner, asks_for_checkpoints, wants_each_checkpoint
+from ray_stagetree.runtime.driver.callback_hooks import asks_for_checkpoints, wants_each_checkpoint
+from ray_stagetree.runtime.driver.callbacks import CallbackRunner
 from ray_stagetree.runtime.driver.cluster import check_shared_storage
 from ray_stagetree.runtime.driver.controllers import keep_controller, start_controller
 from ray_stagetree.runtime.driver.kept_workers import keep_workers, take_workers
@@ -356,6 +357,7 @@ class StudyRun:
             sync_period=getattr(sync_config, "sync_period", 300.0),
             status=StatusFile(self.experiment_path, self.storage_filesystem, continues=continues),
             answers_checkpoint_requests=answers,
+            raise_errors=run_config.failure_config is not None and run_config.failure_config.fail_fast == "raise",
         )
         runner.setup(
             stop=self.tuner.stopper,

@@ -29,7 +29,7 @@ from ray.tune.search import create_searcher
 
 from ray_stagetree.execution.storage import CheckpointStorage
 from ray_stagetree.execution.study_file import INTERRUPTED_STUDY, stored_status
-from ray_stagetree.runtime.driver.callbacks import check_driver_hooks
+from ray_stagetree.runtime.driver.callback_hooks import check_driver_hooks
 from ray_stagetree.runtime.driver.tune_compat import resolve_trainable
 from ray_stagetree.runtime.driver.tuner import Tuner
 from ray_stagetree.trial_schedulers.ray_fields import config_interface, deprecated_default, trainable_resources

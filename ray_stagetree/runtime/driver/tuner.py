@@ -55,7 +55,7 @@ from ray_stagetree.runtime.driver.arguments import (
     check_writable,
     scaling_of,
 )
-from ray_stagetree.runtime.driver.callbacks import check_driver_hooks
+from ray_stagetree.runtime.driver.callback_hooks import check_driver_hooks
 from ray_stagetree.runtime.driver.lease import DriverLease, check_free
 from ray_stagetree.runtime.driver.notebook import prepare_notebook
 from ray_stagetree.runtime.driver.restoring import (

@@ -13,6 +13,7 @@ import fsspec
 import numpy as np
 import pytest
 from ray import tune
+from ray.tune.error import TuneError
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback, TBXLoggerCallback
 from ray.tune.result import SHOULD_CHECKPOINT
 from trainables_for_tests import SavesItsStep, noisy_descent
@@ -20,12 +21,8 @@ from trainables_for_tests import SavesItsStep, noisy_descent
 from ray_stagetree import MultiStep, PlanServiceConfig, Tuner
 from ray_stagetree.planning.config import tabular
 from ray_stagetree.runtime.control.messages import CallbackAnswer, Progress
-from ray_stagetree.runtime.driver.callbacks import (
-    CallbackRunner,
-    asks_for_checkpoints,
-    searched_paths,
-    with_default_loggers,
-)
+from ray_stagetree.runtime.driver.callback_hooks import asks_for_checkpoints
+from ray_stagetree.runtime.driver.callbacks import CallbackRunner, searched_paths, with_default_loggers
 from ray_stagetree.runtime.service.service_client import shutdown
 
 CONFIG = {"lr": {"family": "MultiStep", "init": 0.1, "milestones": [4], "gamma": 0.5, "values": None}, "seed": 0}
@@ -561,8 +558,9 @@ class RaisesAt3(tune.Callback):
 
 @pytest.mark.timeout(180)
 def test_a_callback_raising_while_class_trainables_wait_for_it_ends_fit_with_its_error(tmp_path, ray_session):
-    """Tune's ``fit()`` raises a callback's error; the trainables waiting
-    for the callbacks' answer must not hold the study's end."""
+    """Tune's ``fit()`` raises a callback's error (an ``on_trial_result``'s
+    as a ``TuneError`` with its traceback); the trainables waiting for the
+    callbacks' answer must not hold the study's end."""
     tuner = Tuner(
         SavesItsStep,
         param_space={"lr": tune.grid_search(LRS)},
@@ -570,7 +568,7 @@ def test_a_callback_raising_while_class_trainables_wait_for_it_ends_fit_with_its
             storage_path=str(tmp_path), stop={"training_iteration": 1000}, callbacks=[RaisesAt3()], verbose=0
         ),
     )
-    with pytest.raises(ValueError, match="the callback failed at 3"):
+    with pytest.raises(TuneError, match="ValueError: the callback failed at 3"):
         tuner.fit()
 
 
