@@ -7,6 +7,7 @@ import time
 
 import pytest
 from ray import tune
+from ray.tune.error import TuneError
 from trainables_for_tests import kill_ray_processes, noisy_descent, ray_processes
 
 from ray_stagetree import MultiStep, Tuner
@@ -54,7 +55,7 @@ TWO = [MultiStep(0.05, [2], 0.1), 0.02]
 def test_a_drivers_next_study_runs_in_the_controller_its_last_clean_one_ended_in_and_sees_nothing_of_it(
     tmp_path, ray_session
 ):
-    with pytest.raises(ValueError, match="a callback failed"):
+    with pytest.raises(TuneError, match="ValueError: a callback failed"):  # as Tune raises it
         fit(tmp_path, "raises", [0.1], callbacks=[Raises()])
     assert controllers(0) == [], "a study that raised leaves no controller behind"
     alone = losses(fit(tmp_path, "two_first", TWO))  # in a controller of its own
