@@ -58,6 +58,9 @@ class BatchSpec:
     # A driver's callback may ask for a checkpoint at any result (Tune's SHOULD_CHECKPOINT): a class
     # trainable waits for their answer after each iteration, as Tune's trainable waits for its driver.
     ask_callbacks: bool = False
+    # TuneConfig(reuse_actors=True): a class trainable's object is kept for the worker's next batch, which
+    # resets it (Trainable.reset), as Tune reuses an actor (`runtime.workers.class_trainables.KEPT`).
+    reuse_object: bool = False
 
     @property
     def start(self) -> int:

@@ -181,6 +181,47 @@ def test_tune_trainable_subclasses_run_unchanged_and_share_prefixes(tmp_path, ra
     assert {"time_this_iter_s", "time_total_s", "date"} <= set(frame.columns)
 
 
+class LoadsDataInSetup(TuneStyleTrainable):
+    """Tune's reason for ``reuse_actors``: ``setup`` loads data (each load is
+    a line in a file here); ``reset_config`` takes a new trial without it."""
+
+    def setup(self, config):
+        super().setup(config)
+        with open(config["loads"], "a") as file:
+            file.write(f"{os.getpid()}\n")
+
+    def reset_config(self, new_config):
+        self.x = 0.0  # a new trial's state; a stage's starting checkpoint is restored after it
+        return super().reset_config(new_config)
+
+
+@pytest.mark.parametrize("reuse_actors", [False, True])
+def test_reuse_actors_hands_a_workers_object_to_its_next_batch_through_reset_config(
+    tmp_path, ray_session, reuse_actors
+):
+    """As Tune reuses an actor for the next trial (``reset`` then the
+    checkpoint restored), a worker keeps a class trainable's object for its
+    next batch: ``setup`` runs once per worker, not once per stage batch,
+    and the results are those of new objects."""
+    loads = tmp_path / "loads"
+    lrs = [MultiStep(1.0, [3], 0.5), MultiStep(1.0, [5], 0.5), MultiStep(1.0, [3], 0.25)]
+    grid = Tuner(
+        LoadsDataInSetup,
+        param_space={"lr": tune.grid_search(lrs), "loads": str(loads)},
+        tune_config=tune.TuneConfig(reuse_actors=reuse_actors),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="reuse", stop={"training_iteration": 8}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    found = sorted((r.config["lr"].milestones[0], r.config["lr"].gamma, r.metrics["x"]) for r in grid)
+    assert found == [(3, 0.25, 3 + 5 * 0.25), (3, 0.5, 3 + 5 * 0.5), (5, 0.5, 5 + 3 * 0.5)]
+    workers = set(loads.read_text().split())
+    setups = len(loads.read_text().split())
+    if reuse_actors:
+        assert setups == len(workers) <= 2, "one setup per worker: the later batches reset its object"
+    else:
+        assert setups >= 3 > len(workers) - 1, "a new object per stage batch: the shared stage and each fork"
+
+
 def test_a_tune_trainable_under_pbt_gets_plain_values_through_reset_config(tmp_path, ray_session):
     class PlainLr(TuneStyleTrainable):
         def step(self):

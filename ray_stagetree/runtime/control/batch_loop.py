@@ -371,8 +371,7 @@ class BatchLoop:
             reproducibility=self.spec.worker.reproducibility,
             resumes=None if parked is None else parked.batch_id,
             reported_storage=self.store.sealed,
-            log_to_file=any(study.spec.log_files is not None for study in owners),
-            ask_callbacks=any(study.spec.callbacks_ask_checkpoints for study in owners),
+            **batch_flags(owners, reproducible=self.spec.worker.reproducibility is not None),
             **self.trial_context(leaf.node_id),
         )
 
@@ -664,6 +663,18 @@ class BatchLoop:
         keep = [worker for worker in self._adopted if worker in closed] if spare else []
         spared = self.pool.shut_down(lambda worker: self.spec.worker.stop(worker, closed=True), keep)
         return [index for index, worker in enumerate(self._adopted) if worker in spared]
+
+
+def batch_flags(owners: list[StudyTrials], reproducible: bool) -> dict[str, bool]:
+    """What a batch's trainable does for the studies it serves: keep its output
+    (``log_to_file``), wait for their callbacks' checkpoint requests, keep its
+    object for the next batch (``reuse_actors``; not in a reproducible study,
+    whose results must not depend on which batch a worker ran before)."""
+    return {
+        "log_to_file": any(study.spec.log_files is not None for study in owners),
+        "ask_callbacks": any(study.spec.callbacks_ask_checkpoints for study in owners),
+        "reuse_object": not reproducible and all(study.spec.reuse_objects for study in owners),
+    }
 
 
 def worker_pool(spec: LoopSpec, stop: Callable[[Any], None]) -> WorkerPool:

@@ -221,6 +221,9 @@ class StudySpec:
     # A callback may ask for a checkpoint at a class trainable's result (Tune's SHOULD_CHECKPOINT): the
     # trainable waits for the driver's answer to each (`DriverFeed.had_all`).
     callbacks_ask_checkpoints: bool = False
+    # TuneConfig(reuse_actors=True) with a class trainable: a worker keeps the object of its last batch and
+    # resets it for the next (`BatchSpec.reuse_object`), as Tune reuses an actor for the next trial.
+    reuse_objects: bool = False
     # RunConfig(log_to_file=...): the files of a trial's folder that take its stdout and its stderr (one file for
     # both where the names are equal); None: the output goes only where Ray shows workers' output.
     log_files: tuple[str | None, str | None] | None = None

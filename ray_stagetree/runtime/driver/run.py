@@ -215,6 +215,7 @@ class StudyRun:
             class_trainable=isinstance(tuner.trainable, type),
             export_each_checkpoint=wants_each_checkpoint(tuner.run_config.callbacks),
             callbacks_ask_checkpoints=asks_for_checkpoints(tuner.run_config.callbacks, tuner.trainable),
+            reuse_objects=bool(tuner.tune_config.reuse_actors) and isinstance(tuner.trainable, type),
             log_files=log_files(tuner.run_config.log_to_file),
             resume=resume,
             restore=restore,

@@ -143,7 +143,8 @@ class Tuner:
         ``ray.tune.TuneConfig``, all of it: ``metric``, ``mode``,
         ``num_samples``, ``search_alg``, ``scheduler``,
         ``max_concurrent_trials``, ``time_budget_s``, ``reuse_actors``
-        (accepted; stage workers are reused anyway), ``trial_name_creator``
+        (True: a class trainable's object is reset for its worker's next
+        batch, as Tune resets a reused actor), ``trial_name_creator``
         and ``trial_dirname_creator``.
     run_config:
         ``ray.tune.RunConfig``: ``stop={"training_iteration": N}`` sets the

@@ -11,6 +11,14 @@ or a plain ``ray.tune.Trainable`` read a sequence's value from ``self.config``
 as a number) the object gets the new config through ``reset_config``, as Tune
 gives it to a reused actor; if that returns False it is rebuilt from the
 checkpoint just saved, as Tune restarts a trial.
+
+With ``TuneConfig(reuse_actors=True)`` the object outlives its batch, as a
+Tune actor outlives its trial: the worker keeps it (`KEPT`), and its next
+batch of that class gets it through ``Trainable.reset`` (the trainable's
+``reset_config``) rather than a new object's ``setup``, then restores the
+batch's starting checkpoint, as Tune restores a reused actor. Without a
+``reset_config``, or where it returns False, a new object is built, as Tune
+starts a new actor.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import os
 import pickle
 import shutil
 import tempfile
+import threading
 from typing import Any
 
 from ray.tune.result import SHOULD_CHECKPOINT
@@ -41,16 +50,52 @@ class _BatchTrialInfo:
         self.trial_resources = None
 
 
+class KeptObjects:
+    """The object of each class a worker's last batch of it trained, kept
+    for the next (``reuse_actors``); thread-safe, as batches run in threads
+    of their own."""
+
+    def __init__(self) -> None:
+        self._kept: dict[type, Any] = {}
+        self._lock = threading.Lock()
+
+    def take(self, trainable_cls: type) -> Any:
+        with self._lock:
+            return self._kept.pop(trainable_cls, None)
+
+    def keep(self, instance: Any) -> None:
+        with self._lock:
+            earlier = self._kept.pop(type(instance), None)
+            self._kept[type(instance)] = instance
+        if earlier is not None:  # a batch of the class ran beside its last one
+            _stop(earlier)
+
+    def release(self) -> None:
+        """End the kept objects (their ``cleanup`` runs): the study is over."""
+        with self._lock:
+            kept, self._kept = list(self._kept.values()), {}
+        for instance in kept:
+            _stop(instance)
+
+
+#: This worker's kept objects.
+KEPT = KeptObjects()
+
+
 def run_class(trainable_cls: type, context: StageContext) -> None:
     """Train ``context``'s batch with one ``trainable_cls`` object."""
     activate(context)
+    reuse = context.spec.reuse_object and context.group is None  # (a group's ranks each hold their own)
     try:
-        instance = _create(trainable_cls, context)
+        instance = _reused(KEPT.take(trainable_cls), context) if reuse else None
+        instance = instance or _create(trainable_cls, context)
+        trained = False
         try:
             _restore_from(instance, context)
             while True:
                 try:
                     _train(instance, context)
+                    trained = True
                     return
                 except ConfigChange:
                     if _reset(instance, context):
@@ -60,19 +105,38 @@ def run_class(trainable_cls: type, context: StageContext) -> None:
                         instance = _create(trainable_cls, context)
                         _restore_from(instance, context)
         finally:
-            _stop(instance)
+            KEPT.keep(instance) if reuse and trained else _stop(instance)
     finally:
         activate(None)
 
 
+def _reused(instance: Any, context: StageContext) -> Any:
+    """A kept object given the batch's config by ``Trainable.reset``, as Tune
+    resets a reused actor for its next trial; None where it cannot take it."""
+    from ray.tune import Trainable
+
+    if instance is None:
+        return None
+    if type(instance).reset_config is Trainable.reset_config or not instance.reset(_config(context)):
+        _stop(instance)
+        return None
+    context.user_generators.new_run()
+    return instance
+
+
 def _create(trainable_cls: type, context: StageContext) -> Any:
+    context.user_generators.new_run()
+    return trainable_cls(_config(context))
+
+
+def _config(context: StageContext) -> dict[str, Any]:
+    """The batch's config as Tune gives it to a Trainable (with its trial's info)."""
     from ray.tune.trainable.trainable import TRIAL_INFO
 
     spec = context.spec
-    context.user_generators.new_run()
     config = dict(context.trainable_config())
     config[TRIAL_INFO] = _BatchTrialInfo(spec.trial_id, spec.trial_name, spec.experiment_name)
-    return trainable_cls(config)
+    return config
 
 
 def _is_stage_trainable(instance: Any) -> bool:

@@ -50,7 +50,7 @@ from ray_stagetree.execution.payload import CheckpointPayload
 from ray_stagetree.execution.rng import seed_everything
 from ray_stagetree.execution.scaling import Scaling
 from ray_stagetree.runtime.workers import parameters, scratch, session, train_runs, trial_output, user_generators
-from ray_stagetree.runtime.workers.class_trainables import run_class
+from ray_stagetree.runtime.workers.class_trainables import KEPT, run_class
 from ray_stagetree.runtime.workers.context import (
     BatchEnd,
     ConfigChange,
@@ -405,6 +405,7 @@ class StageWorker:
         if self._grown is not None:  # the controller knows only this rank
             self._grown.close(CLOSE_WAIT_S)
             self.shed_group()
+        KEPT.release()  # the objects kept for reuse_actors: their cleanup runs
         scratch.remove()
         parameters.drop_resident()
 
