@@ -222,6 +222,35 @@ def test_reuse_actors_hands_a_workers_object_to_its_next_batch_through_reset_con
         assert setups >= 3 > len(workers) - 1, "a new object per stage batch: the shared stage and each fork"
 
 
+class ReadsItsConfig(LoadsDataInSetup):
+    def step(self):
+        self.x += self.config["lr"]  # a number, as a Tune trainable reads it
+        return {"x": self.x}
+
+
+@pytest.mark.parametrize("reuse_actors", [False, True])
+def test_a_reset_config_that_resets_state_keeps_a_trials_state_where_its_config_changes(
+    tmp_path, ray_session, reuse_actors
+):
+    """Where a value the object reads from ``self.config`` changes (a
+    sequence's milestone), it gets the new config through ``reset_config``
+    and its state back from the checkpoint saved there, as Tune resets then
+    restores an actor: a ``reset_config`` that starts a new trial's state
+    (as ``reuse_actors`` asks of it) loses nothing. (Before, x restarted
+    from 0 at the milestone: 2.5 where it is 5.5.)"""
+    grid = Tuner(
+        ReadsItsConfig,
+        param_space={
+            "lr": tune.grid_search([MultiStep(1.0, [3], 0.5), MultiStep(1.0, [5], 0.5)]),
+            "loads": "/dev/null",
+        },
+        tune_config=tune.TuneConfig(reuse_actors=reuse_actors),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="reads", stop={"training_iteration": 8}, verbose=0),
+    ).fit()
+    assert grid.num_errors == 0
+    assert sorted(r.metrics["x"] for r in grid) == [3 + 5 * 0.5, 5 + 3 * 0.5]
+
+
 def test_a_tune_trainable_under_pbt_gets_plain_values_through_reset_config(tmp_path, ray_session):
     class PlainLr(TuneStyleTrainable):
         def step(self):

@@ -9,8 +9,9 @@ result asks (``should_checkpoint``, as Tune saves it). Where a value
 the object holds fixed changes inside the batch (PBT explored a plain value,
 or a plain ``ray.tune.Trainable`` read a sequence's value from ``self.config``
 as a number) the object gets the new config through ``reset_config``, as Tune
-gives it to a reused actor; if that returns False it is rebuilt from the
-checkpoint just saved, as Tune restarts a trial.
+gives it to a reused actor, then restores it from the checkpoint just
+saved, as Tune restores one; if that returns False it is rebuilt from that
+checkpoint, as Tune restarts a trial.
 
 With ``TuneConfig(reuse_actors=True)`` the object outlives its batch, as a
 Tune actor outlives its trial: the worker keeps it (`KEPT`), and its next
@@ -99,7 +100,8 @@ def run_class(trainable_cls: type, context: StageContext) -> None:
                     return
                 except ConfigChange:
                     if _reset(instance, context):
-                        context.fork_rng_at_config_change()
+                        # As Tune restores a reset actor (its reset_config may have reset its state).
+                        _restore_from(instance, context)
                     else:
                         _stop(instance)
                         instance = _create(trainable_cls, context)
