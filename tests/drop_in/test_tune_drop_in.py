@@ -4,6 +4,7 @@ own examples with the import changed."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -467,6 +468,22 @@ def test_trial_names_and_folders_come_from_the_creators(ray_session, tmp_path):
         "slope_2.0",
     } <= set(os.listdir(tmp_path / "exp"))
     assert (tmp_path / "exp" / "slope_1.0" / "result.json").exists()
+
+
+def test_trials_a_dirname_creator_names_alike_get_folders_of_their_own(ray_session, tmp_path):
+    """As Tune does where a trial's folder exists: the name, ``_`` and four
+    hex digits (the three trials shared one folder and its result files)."""
+    grid = Tuner(
+        finite_loop,
+        param_space={"slope": tune.grid_search([1.0, 2.0, 3.0]), "steps": 2},
+        tune_config=tune.TuneConfig(trial_dirname_creator=lambda trial: "SAME"),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="exp", verbose=0),
+    ).fit()
+    folders = sorted(os.path.basename(r.path) for r in grid)
+    assert folders[0] == "SAME" and len(set(folders)) == 3
+    assert all(re.fullmatch(r"SAME_[0-9a-f]{4}", folder) for folder in folders[1:]), folders
+    for result in grid:
+        assert result.metrics_dataframe["score"].tolist() == [result.config["slope"], 2 * result.config["slope"]]
 
 
 def test_a_trial_name_creator_alone_names_the_trial_folders_as_in_tune(ray_session, tmp_path):

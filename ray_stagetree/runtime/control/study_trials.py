@@ -43,7 +43,7 @@ from ray_stagetree.runtime.control.result_rows import ResultRows, expected_metri
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trial_checkpoints import TrialCheckpoints
-from ray_stagetree.runtime.control.trials import TrialInfo, TrialState, experiment_tag, returned_result, trial_name
+from ray_stagetree.runtime.control.trials import FolderNames, TrialInfo, TrialState, returned_result, trial_name
 from ray_stagetree.runtime.control.worker_shapes import Shape
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 
@@ -148,6 +148,7 @@ class StudyTrials:
             plan, self.host, self.trial_source, self.trial_share_key, self._next_request, self._requested, self._ended
         )
         self.trials: dict[str, TrialState] = self.lifecycle.trials
+        self.folders = FolderNames(self.trials)
         # Stop criteria, and schedulers other than ASHA/HyperBand/PBT/FIFO, may
         # end a trial at any result: its request then runs one iteration ahead
         # (the batch continues live), so nothing trains past a stopping result.
@@ -283,9 +284,7 @@ class StudyTrials:
 
     def _new_trial(self, trial_id: str, config: dict[str, Any], trial_config: TrialConfig) -> TrialState:
         """A trial being admitted, named by the user's hooks."""
-        info = TrialInfo(
-            trial_id, config, self.spec.trainable_name, experiment_tag(trial_id, config, self.spec.tuned_paths)
-        )
+        info = TrialInfo.tagged(trial_id, config, self.spec.trainable_name, self.spec.tuned_paths)
         name = trial_name(self.spec.trial_name_creator, info, "trial_name_creator", folder=False)
         if self.spec.trial_name_creator is not None:  # Tune's default folder name starts with it
             info.custom_name = name
@@ -294,7 +293,7 @@ class StudyTrials:
             config=config,
             plain=frozenset(trial_config.names) - trial_config.declared,
             name=name,
-            dirname=trial_name(self.spec.trial_dirname_creator, info, "trial_dirname_creator", folder=True),
+            dirname=self.folders.named(self.spec.trial_dirname_creator, info),
             experiment_tag=info.experiment_tag,
             tune_saves=frozenset() if self.spec.class_trainable else None,
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -194,6 +195,13 @@ class TrialInfo:
     #: ``TuneConfig.trial_name_creator``'s name for it, once made.
     custom_name: str | None = None
 
+    @classmethod
+    def tagged(
+        cls, trial_id: str, config: dict[str, Any], trainable_name: str, paths: frozenset[tuple[str, ...]] | None
+    ) -> TrialInfo:
+        """A new trial's, with its `experiment_tag` (``paths``: the tuned ones)."""
+        return cls(trial_id, config, trainable_name, experiment_tag(trial_id, config, paths))
+
     def __str__(self) -> str:
         """Tune's ``Trial.__str__``: the ``trial_name_creator``'s name, else
         ``<trainable>[_<env>]_<trial id>``, "/" replaced."""
@@ -236,6 +244,26 @@ def default_dirname(trial: TrialInfo) -> str:
     limit = int(os.environ.get("TUNE_MAX_LEN_IDENTIFIER", "130"))
     name = f"{trial}_{trial.experiment_tag}"[:limit] + time.strftime("_%Y-%m-%d_%H-%M-%S")  # local time, as Tune's
     return re.sub(r'[/()<>:"\\|?*]', "_", name)
+
+
+class FolderNames:
+    """The study's trial folder names, each unique: a name
+    ``trial_dirname_creator`` gives again gets ``_`` and four hex digits, as
+    Tune names a trial whose folder exists (trials would share one folder)."""
+
+    def __init__(self, trials: dict[str, TrialState]) -> None:
+        self._trials = trials  # the study's, restored ones included
+        self._taken: set[str] | None = None
+
+    def named(self, creator: Callable[[Any], Any] | None, trial: TrialInfo) -> str:
+        """``trial``'s folder name (`trial_name`), unique in the study."""
+        name = trial_name(creator, trial, "trial_dirname_creator", folder=True)
+        if self._taken is None:  # at the first new trial, after a restore added the old ones
+            self._taken = {state.dirname for state in self._trials.values()}
+        while name in self._taken:
+            name = f"{name}_{uuid.uuid4().hex[:4]}"
+        self._taken.add(name)
+        return name
 
 
 def trial_name(creator: Callable[[Any], Any] | None, trial: TrialInfo, hook: str, folder: bool) -> str:
