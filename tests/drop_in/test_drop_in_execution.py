@@ -12,6 +12,7 @@ import tempfile
 
 import pytest
 from ray import tune
+from ray.tune.error import TuneError
 from ray.tune.schedulers import (
     ASHAScheduler,
     FIFOScheduler,
@@ -138,6 +139,24 @@ def test_a_stoppers_stop_all_ends_the_study(tmp_path, ray_session):
     ).fit()
     assert grid.num_errors == 0
     assert reported(grid) == 3, "the study ended at the third result"
+
+
+def test_a_stop_function_that_raises_ends_fit_as_tunes_does(tmp_path, ray_session):
+    """An error raised handling a result (a stop function's, here one taking
+    Tune's arguments wrong) ends fit() as a TuneError with its traceback, as
+    Tune's loop raises it (it was Ray's RayTaskError around the TypeError)."""
+
+    def stop(result):  # Tune calls stop(trial_id, result)
+        return result["x"] > 1
+
+    tuner = Tuner(
+        counting_loop,
+        param_space={"lr": 0.5},
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="stop_fn", stop=stop, verbose=0),
+    )
+    with pytest.raises(TuneError, match=r"TypeError: .*stop\(\) takes 1 positional argument") as raised:
+        tuner.fit()
+    assert type(raised.value) is TuneError
 
 
 class TuneStyleTrainable(tune.Trainable):
@@ -381,7 +400,7 @@ def test_a_schedulers_own_error_stops_the_study_with_it(tmp_path, ray_session):
         tune_config=tune.TuneConfig(metric="x", mode="max", scheduler=FailingScheduler()),
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="buggy", stop={"training_iteration": 10}, verbose=0),
     )
-    with pytest.raises(ValueError, match="the scheduler's own bug"):
+    with pytest.raises(TuneError, match="ValueError: the scheduler.s own bug"):  # as Tune raises it
         tuner.fit()
 
 

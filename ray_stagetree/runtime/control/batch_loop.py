@@ -33,7 +33,7 @@ from ray_stagetree.planning.lifecycle import ENDED, PAUSED, UNFINISHED
 from ray_stagetree.planning.plan import PlanNode, RequestState, SearchPlan
 from ray_stagetree.planning.policies import ExecutionPolicy, StageBatch, get_policy
 from ray_stagetree.runtime.control.checkpoint_store import CheckpointStore
-from ray_stagetree.runtime.control.failures import SharedStageRetries
+from ray_stagetree.runtime.control.failures import SharedStageRetries, as_tune_raises
 from ray_stagetree.runtime.control.handovers import Handovers
 from ray_stagetree.runtime.control.notices import WorkerNotices
 from ray_stagetree.runtime.control.preemption import Preemption
@@ -400,7 +400,7 @@ class BatchLoop:
         try:
             return self._fold(outcome)
         except Exception as error:
-            self._error = error
+            self._error = as_tune_raises(error, any(s.spec.fail_fast == "raise" for s in self.studies.values()))
             self._wake.set()
             return FlushReply([], 0, 0)
 

@@ -2,17 +2,20 @@
 and ``TUNE_RESTORE_RETRY_NUM``): which failures a trial retries and which
 end it in error, which errors of a shared stage are retried once first,
 and whether the study stopped (``fail_fast``, a stopper's ``stop_all``, a
-trainable no worker can load).
+trainable no worker can load); and an error raised handling a result, as
+Tune's loop raises it (`as_tune_raises`).
 
-Ray-free: it decides and counts (the counts are the trial's,
-`trials.TrialState`); the controller ends the trials (`planning.lifecycle`)
-and tells the driver.
+It decides and counts (the counts are the trial's, `trials.TrialState`);
+the controller ends the trials (`planning.lifecycle`) and tells the driver.
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import TYPE_CHECKING, Any
+
+from ray.tune.error import TuneError
 
 if TYPE_CHECKING:
     from ray_stagetree.execution.batches import BatchOutcome
@@ -106,3 +109,12 @@ class SharedStageRetries:
             outcome.error,
         )
         return True
+
+
+def as_tune_raises(error: Exception, as_is: bool) -> Exception:
+    """An error raised handling a trial's result (a stopper's, a scheduler's,
+    a searcher's) as Tune's loop raises it: a ``TuneError`` holding its
+    traceback, unless it is one or ``as_is`` (``fail_fast="raise"``)."""
+    if as_is or isinstance(error, TuneError):
+        return error
+    return TuneError("".join(traceback.format_exception(error)))

@@ -27,6 +27,7 @@ from typing import Any
 
 import ray
 from ray import tune
+from ray.tune.error import TuneError
 from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.tune.utils.log import Verbosity, set_verbosity
 
@@ -296,7 +297,7 @@ class StudyRun:
                     answer = callbacks.answer()
                     reporter.update(progress, trials=callbacks.reported_trials())
                 if ray.wait([run], timeout=0)[0]:
-                    ray.get(run)
+                    _ended(run)
                 else:
                     self._interrupted(controller)
                 progress = ray.get(controller.progress.remote())
@@ -522,6 +523,18 @@ def max_concurrent(tuner: StudySettings) -> int | None:
     generator = tuner.tune_config.search_alg
     own = generator.max_concurrent if isinstance(generator, BasicVariantGenerator) else 0
     return tuner.tune_config.max_concurrent_trials or own or None
+
+
+def _ended(run: Any) -> None:
+    """The controller's run, ended: an error it raised as a ``TuneError`` (Tune's
+    for an error raised handling a trial's result) is raised as itself, as
+    Tune's ``fit()`` raises it, not in Ray's wrapper."""
+    try:
+        ray.get(run)
+    except ray.exceptions.RayTaskError as error:
+        if isinstance(error.cause, TuneError):
+            raise error.cause from None
+        raise
 
 
 def _seconds(budget: float | datetime.timedelta | None) -> float | None:
