@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import os
 from typing import Any
 
 from ray import tune
-from ray.tune.search import BasicVariantGenerator, Searcher
+from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Searcher
 
 from ray_stagetree._extras import MONITOR_MODULES, require_all
 from ray_stagetree.execution.scaling import Scaling
@@ -26,6 +27,8 @@ from ray_stagetree.searchers import SequenceGridSearch
 from ray_stagetree.trainables import StageTrainable
 from ray_stagetree.trial_schedulers.ray_fields import log_files
 from ray_stagetree.validation import BOOL, CALLABLE, STR, InstanceOf, Int, Options, Real, check
+
+logger = logging.getLogger("ray_stagetree")
 
 SEARCHERS = InstanceOf(
     (Searcher, BasicVariantGenerator, SequenceGridSearch),
@@ -126,6 +129,19 @@ def check_tune_config(config: Any) -> None:
         None,
         meaning=" (0 or None: no limit)",
     )
+    limiter = config.search_alg
+    if isinstance(limiter, ConcurrencyLimiter) and config.max_concurrent_trials not in (None, 0):
+        if limiter.max_concurrent != config.max_concurrent_trials:  # Tune's own message
+            raise ValueError(
+                f"You have specified `max_concurrent_trials={config.max_concurrent_trials}`, but the `search_alg` "
+                f"is already a `ConcurrencyLimiter` with `max_concurrent={limiter.max_concurrent}. FIX THIS by "
+                "setting `max_concurrent_trials=None`."
+            )
+        logger.warning(
+            "You have specified `max_concurrent_trials=%s`, but the `search_alg` is already a `ConcurrencyLimiter`. "
+            "`max_concurrent_trials` will be ignored.",
+            config.max_concurrent_trials,
+        )
     for name in ("trial_name_creator", "trial_dirname_creator"):
         check(
             f"TuneConfig.{name}",

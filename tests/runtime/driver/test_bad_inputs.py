@@ -17,6 +17,7 @@ from ray import tune
 from ray.train import ScalingConfig
 from ray.tune.error import TuneError
 from ray.tune.schedulers import ASHAScheduler
+from ray.tune.search import ConcurrencyLimiter, Searcher
 from ray.tune.utils.log import Verbosity
 
 import ray_stagetree
@@ -173,6 +174,12 @@ REFUSED = [
     ("num-samples-float", lambda: tune_config(num_samples=2.5), ValueError, "num_samples.*got 2.5"),
     ("num-samples-bool", lambda: tune_config(num_samples=True), ValueError, "num_samples.*got True"),
     ("concurrent-negative", lambda: tune_config(max_concurrent_trials=-2), ValueError, "max_concurrent_trials.*got -2"),
+    (
+        "concurrent-and-a-limiter-disagree",  # Tune's own check and message
+        lambda: tune_config(max_concurrent_trials=2, search_alg=ConcurrencyLimiter(Searcher(), max_concurrent=3)),
+        ValueError,
+        "`max_concurrent_trials=2`, but the `search_alg` is already a `ConcurrencyLimiter` with `max_concurrent=3",
+    ),
     ("concurrent-float", lambda: tune_config(max_concurrent_trials=1.5), ValueError, "max_concurrent_trials.*got 1.5"),
     ("concurrent-str", lambda: tune_config(max_concurrent_trials="4"), ValueError, "max_concurrent_trials.*got '4'"),
     (
