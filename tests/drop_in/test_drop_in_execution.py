@@ -300,7 +300,10 @@ def test_a_tune_trainable_under_pbt_gets_plain_values_through_reset_config(tmp_p
 
 class GpuTrainable(StageTrainable):
     def step(self):
-        return {"devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+        return {
+            "devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "resources": self.trial_resources.required_resources,  # Tune's Trainable.trial_resources
+        }
 
     def get_state(self):
         return {}
@@ -327,6 +330,7 @@ def test_a_class_trainable_gets_its_gpu(tmp_path, ray_session, wrap):
     ).fit()
     assert grid.num_errors == 0
     assert all(row not in ("", None) for r in grid for row in r.metrics_dataframe["devices"])
+    assert all(r.metrics["resources"] == {"CPU": 1.0, "GPU": 1.0} for r in grid)
 
 
 def test_the_missing_checkpoint_warning_is_shown_once_per_study(tmp_path, ray_session, caplog):

@@ -163,6 +163,25 @@ def test_resources_per_trial_leave_the_callers_function_as_it_was(ray_session, t
     analysis = run(gpus, resources_per_trial={"cpu": 1, "gpu": 2}, storage_path=str(tmp_path), verbose=0)
     assert analysis.trials[0].last_result["gpus"] == 2
     assert not hasattr(gpus, "_resources"), "tune.with_resources went to a copy"
+    assert analysis.trials[0].placement_group_factory.required_resources == {"CPU": 1.0, "GPU": 2.0}
+
+
+def test_a_trial_that_returned_having_reported_nothing_has_tunes_last_result(ray_session, tmp_path):
+    def silent(config):
+        pass
+
+    (trial,) = run(silent, storage_path=str(tmp_path), verbose=0).trials
+    assert sorted(trial.last_result) == [
+        "config",
+        "date",
+        "done",
+        "hostname",
+        "node_ip",
+        "pid",
+        "timestamp",
+        "trial_id",
+    ]
+    assert trial.last_result["done"] is True
 
 
 def test_resources_per_trial_on_a_trainable_with_resources_is_tunes_error():

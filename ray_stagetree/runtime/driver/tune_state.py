@@ -48,10 +48,12 @@ def write_tune_state(
     checkpoint_config: Any,
     trials: list[tuple[dict[str, Any], ray.tune.Result]],
     start_time: float,
+    resources: dict[str, float] | None = None,
 ) -> None:
     """Write Tune's snapshot of ``trials`` (each the controller's trial
     summary and its ``Result``) at ``experiment_path`` (on ``filesystem``, a
     ``pyarrow.fs.FileSystem`` or None, as ``RunConfig.storage_filesystem``).
+    ``resources``: what each trial asked for (Tune's ``placement_group_factory``).
     A storage that refuses is logged: the study's own state is written already."""
     try:
         storage = CheckpointStorage(experiment_path, filesystem)
@@ -62,7 +64,9 @@ def write_tune_state(
             storage_filesystem=filesystem,
         )
         trial_states = (
-            tune_trial(experiment, storage, trainable_name, checkpoint_config, summary, result).get_json_state()
+            tune_trial(
+                experiment, storage, trainable_name, checkpoint_config, summary, result, resources
+            ).get_json_state()
             for summary, result in trials
         )
         session = time.strftime("%Y-%m-%d_%H-%M-%S")
@@ -138,6 +142,7 @@ def tune_trial(
     checkpoint_config: Any,
     summary: TrialSummary,
     result: ray.tune.Result,
+    resources: dict[str, float] | None = None,
 ) -> Any:
     """A trial as Tune's ``Trial`` (a stub: its trainable is not looked up)
     in ``experiment`` (Tune's ``StorageContext`` of the experiment folder)."""
@@ -158,13 +163,15 @@ def tune_trial(
         checkpoint_config=checkpoint_config,
         stub=True,
     )
-    trial.placement_group_factory = tune.PlacementGroupFactory([{"CPU": 1}])  # Tune's loader requires one
+    trial.placement_group_factory = tune.PlacementGroupFactory([resources or {"CPU": 1}])
     trial.status = summary.status
     rows = summary.rows
     if rows:  # as Tune's loop: its metric analysis (ExperimentAnalysis.get_best_trial), then the last result
         metadata = trial.run_metadata
         metadata.metric_analysis, metadata.metric_n_steps = metric_analysis(rows[:-1], metric_windows(metadata))
         trial.update_last_result(dict(rows[-1]))
+    elif summary.returned_result is not None:  # a function that returned having reported nothing:
+        trial.run_metadata.last_result = dict(summary.returned_result)  # Tune's default result, no tag
     # A checkpoint's metrics are its row as reported: Tune's Trial adds the experiment tag to the last result only.
     latest = None if result.checkpoint is None else (result.checkpoint, dict(rows[-1]) if rows else {})
     ranked = result.best_checkpoints or ([] if latest is None else [latest])

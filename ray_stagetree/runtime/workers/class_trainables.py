@@ -36,6 +36,7 @@ from ray.tune.result import SHOULD_CHECKPOINT
 from ray_stagetree.execution.payload import CheckpointPayload, pack_directory, unpack_directory
 from ray_stagetree.runtime.workers import scratch
 from ray_stagetree.runtime.workers.context import BatchEnd, ConfigChange, StageContext, activate
+from ray_stagetree.runtime.workers.session import assigned_resources
 from ray_stagetree.trial_schedulers.ray_fields import set_trainable_iteration
 
 # Ray Tune's name for a checkpoint that save_checkpoint returned as a dict.
@@ -48,7 +49,7 @@ class _BatchTrialInfo:
 
     def __init__(self, trial_id: str, trial_name: str, experiment_name: str) -> None:
         self.trial_id, self.trial_name, self.experiment_name = trial_id, trial_name, experiment_name
-        self.trial_resources = None
+        self.trial_resources = assigned_resources()
 
 
 class KeptObjects:

@@ -209,15 +209,7 @@ class StageTuneContext:
         return _context().trial_dir()
 
     def get_trial_resources(self) -> Any:
-        """Tune's ``PlacementGroupFactory`` of the resources Ray assigned this
-        worker (one bundle: a multi-bundle request is reserved as their sum);
-        None for a worker that holds none."""
-        import ray
-        from ray.tune.execution.placement_groups import PlacementGroupFactory
-
-        assigned = ray.get_runtime_context().get_assigned_resources()
-        held = {name: amount for name, amount in assigned.items() if amount}
-        return PlacementGroupFactory([held]) if held else None
+        return assigned_resources()
 
     def get_metadata(self) -> dict[str, Any]:
         return {}
@@ -263,3 +255,16 @@ def get_context() -> StageTuneContext:
     """``ray.tune.get_context()`` inside a trainable that ray_stagetree runs."""
     _context()
     return StageTuneContext()
+
+
+def assigned_resources() -> Any:
+    """Tune's ``PlacementGroupFactory`` of the resources Ray assigned this
+    worker (one bundle: a multi-bundle request is reserved as their sum),
+    what a trial's ``get_trial_resources()`` and ``Trainable.trial_resources``
+    read; None for a worker that holds none."""
+    import ray
+    from ray.tune.execution.placement_groups import PlacementGroupFactory
+
+    assigned = ray.get_runtime_context().get_assigned_resources()
+    held = {name: amount for name, amount in assigned.items() if amount}
+    return PlacementGroupFactory([held]) if held else None
