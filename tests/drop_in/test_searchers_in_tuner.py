@@ -9,7 +9,7 @@ import time
 import pytest
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, HyperBandForBOHB
-from ray.tune.search import Searcher
+from ray.tune.search import Searcher, SearchGenerator
 from trainables_for_tests import fit_under_a_budget
 
 from ray_stagetree import MultiStep, Tuner, get_hparams
@@ -188,6 +188,22 @@ def searched(tmp_path, name, num_samples, **tune_config):
         run_config=tune.RunConfig(storage_path=str(tmp_path), name=name, verbose=0),
     ).fit()
     return grid, log.read_text().split()
+
+
+def test_a_search_generator_asks_the_searcher_it_wraps_as_tune_does(tmp_path, ray_session):
+    """Tune takes a ``SearchAlgorithm`` too: ``SearchGenerator(searcher)``
+    is the searcher it wraps (it was refused as not a Searcher)."""
+    log = tmp_path / "wrapped.log"
+    grid = Tuner(
+        slow_linear,
+        param_space={"lr": tune.uniform(0.1, 1.0)},
+        tune_config=tune.TuneConfig(
+            metric="x", mode="max", num_samples=2, search_alg=SearchGenerator(SuggestionLog(str(log)))
+        ),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), name="wrapped", verbose=0),
+    ).fit()
+    assert grid.num_errors == 0 and len(grid) == 2
+    assert sorted(log.read_text().split()) == ["complete"] * 2 + ["suggest"] * 2
 
 
 def test_a_searcher_is_asked_for_a_trial_only_while_none_of_its_trials_waits_for_a_worker(tmp_path, ray_session):

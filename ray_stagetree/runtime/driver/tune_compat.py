@@ -149,6 +149,19 @@ def trainable_name(trainable: Any) -> str:
     return Experiment.get_trainable_name(trainable)
 
 
+def tune_tune_config(tune_config: Any) -> Any:
+    """``TuneConfig`` with a ``SearchGenerator`` (Tune's wrapper of a
+    ``Searcher``, which Tune also takes) as the searcher it wraps, which the
+    study asks as Tune's wrapper asks it; anything else as it is."""
+    import dataclasses
+
+    from ray.tune.search import SearchGenerator
+
+    if not isinstance(getattr(tune_config, "search_alg", None), SearchGenerator):
+        return tune_config
+    return dataclasses.replace(tune_config, search_alg=tune_config.search_alg.searcher)
+
+
 def tune_run_config(run_config: Any) -> Any:
     """A ``ray.train.RunConfig`` given to the Tuner as Tune's ``RunConfig``
     (Tune takes Train's, warning that it should be imported from

@@ -80,6 +80,7 @@ from ray_stagetree.runtime.driver.tune_compat import (
     resolve_trainable,
     trainable_name,
     tune_run_config,
+    tune_tune_config,
     tunes_tuner_for_trainer,
 )
 from ray_stagetree.runtime.service.service_client import PlanServiceConfig, service_config
@@ -255,7 +256,7 @@ class Tuner:
         if isinstance(param_space, config_interface()):  # as Tune: a config object's to_dict()
             param_space = param_space.to_dict()
         self.param_space = {} if param_space is None else param_space
-        self.tune_config = tune.TuneConfig() if tune_config is None else tune_config
+        self.tune_config = tune.TuneConfig() if tune_config is None else tune_tune_config(tune_config)
         self.run_config = tune.RunConfig() if run_config is None else tune_run_config(run_config)
         self.stage_sharing = stage_sharing
         self.execution_policy = execution_policy
