@@ -120,9 +120,11 @@ def _reused(instance: Any, context: StageContext) -> Any:
 
     if instance is None:
         return None
+    logdir = instance.logdir
     if type(instance).reset_config is Trainable.reset_config or not instance.reset(_config(context)):
         _stop(instance)
         return None
+    _remove_temporary(logdir)  # reset made the object another
     context.user_generators.new_run()
     return instance
 
@@ -217,12 +219,18 @@ def _stop(instance: Any) -> None:
     if _is_stage_trainable(instance):
         instance.cleanup()
         return
-    from ray.tune.trainable.trainable import DEFAULT_STORAGE_PATH
-
     logdir = instance.logdir
     instance.stop()  # cleanup(), and Tune's log files closed
+    _remove_temporary(logdir)
+
+
+def _remove_temporary(logdir: str | None) -> None:
+    """Remove the temporary folder a Trainable makes outside Tune (at its
+    construction, and at each ``reset``)."""
+    from ray.tune.trainable.trainable import DEFAULT_STORAGE_PATH
+
     if logdir and os.path.dirname(os.path.abspath(logdir)) == os.path.abspath(DEFAULT_STORAGE_PATH):
-        shutil.rmtree(logdir, ignore_errors=True)  # the temporary folder Trainable made outside Tune
+        shutil.rmtree(logdir, ignore_errors=True)
 
 
 def _payload(instance: Any, iteration: int, stage_trainable: bool, context: StageContext) -> CheckpointPayload:
