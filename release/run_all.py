@@ -42,6 +42,7 @@ MEASURED = [
     "bench_time_sharing_runtime.py",
     "bench_checkpoint.py",
     "bench_restore.py",
+    "bench_reuse.py",
     "bench_scale.py",
     "bench_planner.py",
 ]

@@ -31,6 +31,7 @@ BENCHMARKS = sorted(path.name for path in RELEASE.glob("bench_*.py"))
 HEAVY = {
     "bench_asha.py",
     "bench_restore.py",
+    "bench_reuse.py",
     "bench_time_sharing_runtime.py",
     "bench_tune.py",
     "bench_overhead.py",
