@@ -55,6 +55,11 @@ class WorkerSpec:
     # are then one rank's. None: one process per worker.
     scaling: Scaling | None = None
 
+    @property
+    def resources(self) -> dict[str, float]:
+        """One trial's resources, by Ray's names (``{"CPU": 1.0, "GPU": 0.5}``)."""
+        return dict(Shape.from_options(self.options).amounts)
+
     def start(self, controller: Any, shape: Shape | None = None) -> Any:
         """A stage worker actor running the trainable for ``controller`` (the
         actor its reports go to), or a `WorkerGroup` with ``scaling``. It

@@ -44,7 +44,6 @@ from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trial_checkpoints import TrialCheckpoints
 from ray_stagetree.runtime.control.trials import FolderNames, TrialInfo, TrialState, returned_result, trial_name
-from ray_stagetree.runtime.control.worker_shapes import Shape
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 
 # Trials admitted per turn of the loop: a study of many trials dispatches its
@@ -140,7 +139,7 @@ class StudyTrials:
             self.host.attach(self.end_trial, self.searcher())
         else:
             # The searcher is told of pauses (HyperBandForBOHB).
-            resources = dict(Shape.from_options(spec.loop.worker.options).amounts) or None
+            resources = spec.loop.worker.resources or None
             self.host = SchedulerHost(
                 spec.scheduler, spec.metric, spec.mode, horizon, self.end_trial, self.searcher(), resources
             )

@@ -47,7 +47,6 @@ from ray_stagetree.runtime.control.experiment_state import (
 )
 from ray_stagetree.runtime.control.messages import Progress, StudyError, TrialSummary, tagged
 from ray_stagetree.runtime.control.spec import LoopSpec, StudySpec, WorkerSpec, live_nodes
-from ray_stagetree.runtime.control.worker_shapes import Shape
 from ray_stagetree.runtime.driver.arguments import (
     check_resource_request,
     keep_workers_seconds,
@@ -151,7 +150,7 @@ class StudyRun:
             self.tuner.run_config.checkpoint_config,
             list(zip(summaries, grid)),
             started,
-            dict(Shape.from_options(spec.loop.worker.options).amounts),
+            spec.loop.worker.resources,
         )
         failure = self.tuner.run_config.failure_config
         if failure is not None and failure.fail_fast == "raise" and grid.errors:
