@@ -166,6 +166,22 @@ def test_resources_per_trial_leave_the_callers_function_as_it_was(ray_session, t
     assert analysis.trials[0].placement_group_factory.required_resources == {"CPU": 1.0, "GPU": 2.0}
 
 
+def test_each_trial_gets_the_resources_its_config_asks_for(ray_session, tmp_path):
+    """As Tune asks ``with_resources``' function (or a class's
+    ``default_resource_request``) per trial: every trial held the first
+    trial's request, so a trial asking for 2 GPUs ran with 1."""
+
+    def gpus(config):
+        tune.report({"gpus": len(ray.get_gpu_ids())})
+
+    asks = tune.with_resources(gpus, lambda config: {"cpu": 1, "gpu": config["gpus"]})
+    analysis = run(asks, config={"gpus": tune.grid_search([1, 2])}, storage_path=str(tmp_path), verbose=0)
+    held = sorted((trial.config["gpus"], trial.last_result["gpus"]) for trial in analysis.trials)
+    assert held == [(1, 1), (2, 2)]
+    shown = sorted(trial.placement_group_factory.required_resources["GPU"] for trial in analysis.trials)
+    assert shown == [1.0, 2.0]
+
+
 def test_a_trial_that_returned_having_reported_nothing_has_tunes_last_result(ray_session, tmp_path):
     def silent(config):
         pass

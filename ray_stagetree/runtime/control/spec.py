@@ -208,6 +208,9 @@ class StudySpec:
     # -- what ends trials and ranks results
     stop_thresholds: dict[str, float] = field(default_factory=dict)
     stopper: Stopper | None = None  # a stop function arrives wrapped in Tune's FunctionStopper
+    # Each trial's own resources from its config (a class's default_resource_request, a with_resources
+    # function), as Tune asks them per trial; None: every trial holds the study's (the first trial's).
+    trial_request: Callable[[dict[str, Any]], Any] | None = None
     scheduler: TrialScheduler | None = None  # hosted by trial_schedulers.host.SchedulerHost
     metric: str | None = None
     mode: Literal["min", "max"] | None = None

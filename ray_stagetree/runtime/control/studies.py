@@ -60,15 +60,17 @@ class Studies(dict[str, StudyTrials]):
 
     def shape_of(self, batch: StageBatch, default: Shape) -> Shape:
         """The worker ``batch`` needs: the least that covers each of its
-        trials' resources, those a ``ResourceChangingScheduler`` set or ``default``."""
+        trials' resources, those a ``ResourceChangingScheduler`` set, or its
+        config asked for (`StudySpec.trial_request`), or ``default``."""
         if not self.change_resources():
             return default
         return self.shape_of_trials([t for request in batch.requests for t in request.trials], default)
 
     def change_resources(self) -> bool:
-        """Whether a study's scheduler changes its trials' resources (only
-        then may a batch need a worker of another shape than the study's)."""
-        return any(study.host.changes_resources for study in self.values())
+        """Whether a study's scheduler changes its trials' resources, or its
+        trials ask for their own (only then may a batch need a worker of
+        another shape than the study's)."""
+        return any(study.host.changes_resources or study.spec.trial_request is not None for study in self.values())
 
     def shape_of_trials(self, trial_ids: Iterable[str], default: Shape) -> Shape:
         """The least worker shape that covers each of ``trial_ids``' resources (`shape_of`)."""
@@ -76,7 +78,7 @@ class Studies(dict[str, StudyTrials]):
             return default
         shape = Shape()
         for trial_id, study in self.owning(trial_ids):
-            resources = study.host.trial_resources(trial_id)
+            resources = study.host.trial_resources(trial_id) or study.trials[trial_id].resources
             shape |= default if resources is None else Shape.of_trial_resources(resources)
         return shape if shape.amounts else default
 

@@ -295,6 +295,7 @@ class StudyTrials:
             dirname=self.folders.named(self.spec.trial_dirname_creator, info),
             experiment_tag=info.experiment_tag,
             tune_saves=frozenset() if self.spec.class_trainable else None,
+            resources=None if self.spec.trial_request is None else self.spec.trial_request(config),
         )
 
     # -- results and decisions -------------------------------------------------

@@ -64,6 +64,8 @@ class TrialState(Trial):
     # folder and results; the plan's other checkpoints there are the runtime's own (forks, decision points).
     # None: every checkpoint on its path shows (a function's, each one it reported; a study saved before).
     tune_saves: frozenset[int] | None = None
+    # What the trial asked for from its config (`StudySpec.trial_request`), a PlacementGroupFactory; None: the study's.
+    resources: Any = None
     # A failed trial is retried: the iterations it trains again until it passes this one are shown again,
     # as Tune's retry reports them again (Result.metrics_dataframe, the loggers); its scheduler hears each once.
     retrying_until: int = 0

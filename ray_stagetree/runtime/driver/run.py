@@ -150,12 +150,20 @@ class StudyRun:
             self.tuner.run_config.checkpoint_config,
             list(zip(summaries, grid)),
             started,
-            spec.loop.worker.resources,
+            self.trial_resources(spec),
         )
         failure = self.tuner.run_config.failure_config
         if failure is not None and failure.fail_fast == "raise" and grid.errors:
             raise grid.errors[0]
         return grid
+
+    def trial_resources(self, spec: StudySpec) -> Callable[[TrialSummary], Any]:
+        """What a trial asked for, as Tune's ``PlacementGroupFactory``: from its config, or the study's."""
+        request = spec.trial_request
+        if request is not None:
+            return lambda summary: request(summary.shown_config)
+        study = tune.PlacementGroupFactory([spec.loop.worker.resources])
+        return lambda summary: study
 
     def spec(self, trial_source: TrialSource, horizon: int | None, resume: bool, restore: Restore | None) -> StudySpec:
         """The study as its controller runs it, from the Tuner's settings."""
@@ -218,6 +226,7 @@ class StudyRun:
             export_each_checkpoint=wants_each_checkpoint(tuner.run_config.callbacks),
             callbacks_ask_checkpoints=asks_for_checkpoints(tuner.run_config.callbacks, tuner.trainable),
             reuse_objects=bool(tuner.tune_config.reuse_actors) and isinstance(tuner.trainable, type),
+            trial_request=None if tuner.scaling is not None else trial_request(tuner.trainable),
             log_files=log_files(tuner.run_config.log_to_file),
             resume=resume,
             restore=restore,
@@ -458,6 +467,30 @@ def payload_key(experiment_path: str, storage_filesystem: Any, continues: bool) 
             TRUST_ENV,
         )
     return key
+
+
+def trial_request(trainable: Any) -> Callable[[dict[str, Any]], Any] | None:
+    """Where each trial asks for its own resources, from its config (a
+    class's own ``default_resource_request``, or ``tune.with_resources`` of a
+    function of the config), what gives a trial's request, as Tune asks it
+    per trial; None where every trial asks for the same."""
+    from ray.tune import Trainable
+    from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+
+    request = trainable_resources(trainable)
+    if isinstance(trainable, type) and request is None:
+        overridden = getattr(trainable, "default_resource_request", None)
+        if overridden is None or getattr(overridden, "__func__", None) is Trainable.default_resource_request.__func__:
+            return None
+        request = trainable.default_resource_request
+    if not callable(request) or hasattr(request, "bundles"):
+        return None
+
+    def asked(config: dict[str, Any]) -> Any:
+        asked_for = request(config)
+        return resource_dict_to_pg_factory(asked_for) if isinstance(asked_for, dict) else asked_for
+
+    return asked
 
 
 def worker_resources(tuner: StudySettings, trial_source: TrialSource) -> dict[str, float]:

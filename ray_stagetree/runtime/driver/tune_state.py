@@ -20,7 +20,7 @@ import logging
 import posixpath
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from numbers import Number
 from typing import Any
 
@@ -48,12 +48,12 @@ def write_tune_state(
     checkpoint_config: Any,
     trials: list[tuple[dict[str, Any], ray.tune.Result]],
     start_time: float,
-    resources: dict[str, float] | None = None,
+    resources: Callable[[TrialSummary], Any] | None = None,
 ) -> None:
     """Write Tune's snapshot of ``trials`` (each the controller's trial
     summary and its ``Result``) at ``experiment_path`` (on ``filesystem``, a
     ``pyarrow.fs.FileSystem`` or None, as ``RunConfig.storage_filesystem``).
-    ``resources``: what each trial asked for (Tune's ``placement_group_factory``).
+    ``resources``: what a trial asked for (Tune's ``placement_group_factory``).
     A storage that refuses is logged: the study's own state is written already."""
     try:
         storage = CheckpointStorage(experiment_path, filesystem)
@@ -65,7 +65,13 @@ def write_tune_state(
         )
         trial_states = (
             tune_trial(
-                experiment, storage, trainable_name, checkpoint_config, summary, result, resources
+                experiment,
+                storage,
+                trainable_name,
+                checkpoint_config,
+                summary,
+                result,
+                resources and resources(summary),
             ).get_json_state()
             for summary, result in trials
         )
@@ -142,7 +148,7 @@ def tune_trial(
     checkpoint_config: Any,
     summary: TrialSummary,
     result: ray.tune.Result,
-    resources: dict[str, float] | None = None,
+    resources: Any = None,
 ) -> Any:
     """A trial as Tune's ``Trial`` (a stub: its trainable is not looked up)
     in ``experiment`` (Tune's ``StorageContext`` of the experiment folder)."""
@@ -163,7 +169,7 @@ def tune_trial(
         checkpoint_config=checkpoint_config,
         stub=True,
     )
-    trial.placement_group_factory = tune.PlacementGroupFactory([resources or {"CPU": 1}])
+    trial.placement_group_factory = resources or tune.PlacementGroupFactory([{"CPU": 1}])
     trial.status = summary.status
     rows = summary.rows
     if rows:  # as Tune's loop: its metric analysis (ExperimentAnalysis.get_best_trial), then the last result
