@@ -102,6 +102,9 @@ def test_a_function_trainable_gives_tunes_experiment_analysis(grid_analysis):
     assert sorted(frame["config/lr"]) == [0.1, 0.2]
     assert sorted(frame["loss"].round(6)) == [0.2, 0.4]
     assert analysis.best_result["loss"] == pytest.approx(0.2)
+    # Tune's Trial fields beside the results: the searched values (not the constant "log"), max_failures
+    assert sorted(trial.evaluated_params["lr"] for trial in analysis.trials) == [0.1, 0.2]
+    assert all(set(trial.evaluated_params) == {"lr"} and trial.max_failures == 0 for trial in analysis.trials)
 
 
 def test_the_same_call_to_ray_tunes_run_gives_the_same_analysis(grid_analysis, grid_arguments, tmp_path):

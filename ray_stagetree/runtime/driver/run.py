@@ -150,20 +150,30 @@ class StudyRun:
             self.tuner.run_config.checkpoint_config,
             list(zip(summaries, grid)),
             started,
-            self.trial_resources(spec),
+            self.tune_trial_fields(spec, callbacks),
         )
         failure = self.tuner.run_config.failure_config
         if failure is not None and failure.fail_fast == "raise" and grid.errors:
             raise grid.errors[0]
         return grid
 
-    def trial_resources(self, spec: StudySpec) -> Callable[[TrialSummary], Any]:
-        """What a trial asked for, as Tune's ``PlacementGroupFactory``: from its config, or the study's."""
-        request = spec.trial_request
-        if request is not None:
-            return lambda summary: request(summary.shown_config)
-        study = tune.PlacementGroupFactory([spec.loop.worker.resources])
-        return lambda summary: study
+    def tune_trial_fields(self, spec: StudySpec, callbacks: CallbackRunner) -> Callable[[TrialSummary], dict[str, Any]]:
+        """What Tune's ``Trial`` of a trial holds beside its results: the
+        resources it asked for (from its config, or the study's), its searched
+        values and ``FailureConfig.max_failures``."""
+        request, study = spec.trial_request, tune.PlacementGroupFactory([spec.loop.worker.resources])
+        failure = self.tuner.run_config.failure_config
+        max_failures = failure.max_failures if failure is not None else 0
+
+        def fields(summary: TrialSummary) -> dict[str, Any]:
+            view = callbacks.trials.get(summary.trial_id)
+            return {
+                "placement_group_factory": request(summary.shown_config) if request is not None else study,
+                "evaluated_params": view.evaluated_params if view is not None else {},
+                "max_failures": max_failures,
+            }
+
+        return fields
 
     def spec(self, trial_source: TrialSource, horizon: int | None, resume: bool, restore: Restore | None) -> StudySpec:
         """The study as its controller runs it, from the Tuner's settings."""

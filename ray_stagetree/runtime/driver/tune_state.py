@@ -48,12 +48,13 @@ def write_tune_state(
     checkpoint_config: Any,
     trials: list[tuple[dict[str, Any], ray.tune.Result]],
     start_time: float,
-    resources: Callable[[TrialSummary], Any] | None = None,
+    fields: Callable[[TrialSummary], dict[str, Any]] | None = None,
 ) -> None:
     """Write Tune's snapshot of ``trials`` (each the controller's trial
     summary and its ``Result``) at ``experiment_path`` (on ``filesystem``, a
     ``pyarrow.fs.FileSystem`` or None, as ``RunConfig.storage_filesystem``).
-    ``resources``: what a trial asked for (Tune's ``placement_group_factory``).
+    ``fields``: a trial's other fields of Tune's ``Trial`` (its
+    ``placement_group_factory``, ``evaluated_params``, ``max_failures``).
     A storage that refuses is logged: the study's own state is written already."""
     try:
         storage = CheckpointStorage(experiment_path, filesystem)
@@ -71,7 +72,7 @@ def write_tune_state(
                 checkpoint_config,
                 summary,
                 result,
-                resources and resources(summary),
+                fields(summary) if fields is not None else {},
             ).get_json_state()
             for summary, result in trials
         )
@@ -148,10 +149,13 @@ def tune_trial(
     checkpoint_config: Any,
     summary: TrialSummary,
     result: ray.tune.Result,
-    resources: Any = None,
+    fields: dict[str, Any] | None = None,
 ) -> Any:
     """A trial as Tune's ``Trial`` (a stub: its trainable is not looked up)
-    in ``experiment`` (Tune's ``StorageContext`` of the experiment folder)."""
+    in ``experiment`` (Tune's ``StorageContext`` of the experiment folder),
+    with ``fields`` (more of ``Trial``'s arguments)."""
+    fields = dict(fields or {})
+    resources = fields.pop("placement_group_factory", None)
     from ray.tune.experiment import Trial
 
     trial_storage = copy.copy(experiment)
@@ -168,8 +172,9 @@ def tune_trial(
         storage=trial_storage,
         checkpoint_config=checkpoint_config,
         stub=True,
+        **fields,
     )
-    trial.placement_group_factory = resources or tune.PlacementGroupFactory([{"CPU": 1}])
+    trial.placement_group_factory = resources or tune.PlacementGroupFactory([{"CPU": 1}])  # (a stub's is not set)
     trial.status = summary.status
     rows = summary.rows
     if rows:  # as Tune's loop: its metric analysis (ExperimentAnalysis.get_best_trial), then the last result
