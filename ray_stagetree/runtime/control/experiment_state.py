@@ -123,6 +123,7 @@ def trial_summary(state: TrialState) -> TrialSummary:
         checkpoints=state.checkpoints,
         best_checkpoints=state.best_checkpoints,
         returned_result=state.returned_result,
+        resources=state.resources,
     )
 
 

@@ -140,3 +140,5 @@ class TrialSummary:
     #: Its ``Result.metrics`` where it has no rows: Tune's bookkeeping of a function that returned having
     #: reported nothing (`TrialState.returned_result`), else None.
     returned_result: dict[str, Any] | None = None
+    #: What it asked for from its config (`TrialState.resources`), a ``PlacementGroupFactory``; None: the study's.
+    resources: Any = None

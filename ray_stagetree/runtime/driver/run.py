@@ -161,14 +161,14 @@ class StudyRun:
         """What Tune's ``Trial`` of a trial holds beside its results: the
         resources it asked for (from its config, or the study's), its searched
         values and ``FailureConfig.max_failures``."""
-        request, study = spec.trial_request, tune.PlacementGroupFactory([spec.loop.worker.resources])
+        study = tune.PlacementGroupFactory([spec.loop.worker.resources])
         failure = self.tuner.run_config.failure_config
         max_failures = failure.max_failures if failure is not None else 0
 
         def fields(summary: TrialSummary) -> dict[str, Any]:
             view = callbacks.trials.get(summary.trial_id)
             return {
-                "placement_group_factory": request(summary.shown_config) if request is not None else study,
+                "placement_group_factory": summary.resources or study,
                 "evaluated_params": view.evaluated_params if view is not None else {},
                 "max_failures": max_failures,
             }
@@ -505,22 +505,18 @@ def trial_request(trainable: Any) -> Callable[[dict[str, Any]], Any] | None:
 
 def worker_resources(tuner: StudySettings, trial_source: TrialSource) -> dict[str, float]:
     """One stage worker's resources: ``tune.with_resources``, or a class's
-    ``default_resource_request``, for the first trial's config (workers are
-    alike: every trial of a study asks for the same)."""
+    ``default_resource_request``, for the first trial's config (the study's
+    workers start so; a trial that asks for others gets a worker of its
+    own shape, `trial_request`)."""
     if tuner.scaling is not None:  # one rank's
         return tuner.scaling.resources
     first = trial_source.peek() if isinstance(trial_source, VariantSource) else None
     config = first if first is not None else tuner.param_space
-    request = trainable_resources(tuner.trainable)
-    if isinstance(tuner.trainable, type):
-        request = tuner.trainable.default_resource_request(config)
-    elif callable(request) and not hasattr(request, "bundles"):  # with_resources(fn, lambda config: ...)
-        request = request(config)
+    asked = trial_request(tuner.trainable)
+    request = asked(config) if asked is not None else trainable_resources(tuner.trainable)
     if request is None:
         return {"CPU": 1.0}
-    check_resource_request(request)
-    if isinstance(request, dict):
-        return {key.upper() if key in ("cpu", "gpu") else key: float(v) for key, v in request.items() if v}
+    check_resource_request(request)  # (Tune's with_resources and trial_request make a dict a PlacementGroupFactory)
     # A worker is one actor: a multi-bundle request (a trainer and its
     # workers, in Tune) is reserved as the sum of its bundles.
     total: dict[str, float] = {}

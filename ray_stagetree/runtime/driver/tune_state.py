@@ -153,9 +153,7 @@ def tune_trial(
 ) -> Any:
     """A trial as Tune's ``Trial`` (a stub: its trainable is not looked up)
     in ``experiment`` (Tune's ``StorageContext`` of the experiment folder),
-    with ``fields`` (more of ``Trial``'s arguments)."""
-    fields = dict(fields or {})
-    resources = fields.pop("placement_group_factory", None)
+    with ``fields`` (more of ``Trial``'s attributes)."""
     from ray.tune.experiment import Trial
 
     trial_storage = copy.copy(experiment)
@@ -172,9 +170,10 @@ def tune_trial(
         storage=trial_storage,
         checkpoint_config=checkpoint_config,
         stub=True,
-        **fields,
     )
-    trial.placement_group_factory = resources or tune.PlacementGroupFactory([{"CPU": 1}])  # (a stub's is not set)
+    trial.placement_group_factory = tune.PlacementGroupFactory([{"CPU": 1}])  # Tune's loader requires one
+    for name, value in (fields or {}).items():  # set as a stub's (its constructor leaves resources unset)
+        setattr(trial, name, value)
     trial.status = summary.status
     rows = summary.rows
     if rows:  # as Tune's loop: its metric analysis (ExperimentAnalysis.get_best_trial), then the last result
