@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ray_stagetree.execution.working_dirs import WorkingDir
 from ray_stagetree.planning.config import TrialConfig
 from ray_stagetree.planning.plan_records import CheckpointInfo
 
@@ -44,6 +45,10 @@ class BatchSpec:
     trial_name: str = "default"
     experiment_name: str = ""
     trial_dir: str = ""  # that trial's folder when the experiment path is local, else ""
+    working_dir: WorkingDir | None = None  # that trial's working directory on the worker, as Tune's (None: stay)
+    # (node id, iteration) of the checkpoint or parked batch it starts from: the files kept there seed a new
+    # working directory. None: a fresh start.
+    source_point: tuple[int, int] | None = None
     # A reproducible study's `runtime.workers.reproducibility.Reproducibility`: the worker seeds the batch with it.
     reproducibility: Any = None
     # The batch whose trainable waits parked on this worker at ``start``: this

@@ -359,6 +359,10 @@ class BatchLoop:
         if parked is None and source is not None and not source.is_initialization:
             handle = await self.store.handle(self.plan, source.node, source.iteration)
         owners = [node.study] if node.study is not None else list(self.studies.values())
+        # Named after the trial that configured its deepest node (none for a stored plan's node).
+        named = {"experiment_name": self.spec.experiment_path.rstrip("/").rsplit("/", 1)[-1]}
+        if node.study is not None:
+            named = node.study.trial_context(node.trial_id)
         return BatchSpec(
             batch_id=batch.batch_id,
             config=node.config,
@@ -371,16 +375,10 @@ class BatchLoop:
             reproducibility=self.spec.worker.reproducibility,
             resumes=None if parked is None else parked.batch_id,
             reported_storage=self.store.sealed,
+            source_point=None if source is None or source.node is None else (source.node.node_id, source.iteration),
             **batch_flags(owners, reproducible=self.spec.worker.reproducibility is not None),
-            **self.trial_context(leaf.node_id),
+            **named,
         )
-
-    def trial_context(self, node_id: int) -> dict[str, str]:
-        """The trial a class trainable's ``trial_id`` / ``trial_name`` name: the one that configured the node."""
-        node = self.nodes[node_id]
-        if node.study is None:  # a node of a stored plan
-            return {"experiment_name": self.spec.experiment_path.rstrip("/").rsplit("/", 1)[-1]}
-        return node.study.trial_context(node.trial_id)
 
     # -- reports from workers ------------------------------------------------------------
 

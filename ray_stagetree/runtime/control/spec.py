@@ -235,6 +235,10 @@ class StudySpec:
     # RunConfig(log_to_file=...): the files of a trial's folder that take its stdout and its stderr (one file for
     # both where the names are equal); None: the output goes only where Ray shows workers' output.
     log_files: tuple[str | None, str | None] | None = None
+    # Where trials' working directories go on the workers (`execution.working_dirs`), under the Ray session's
+    # artifacts folder: ``<fit's timestamp>/<experiment folder>``, as Tune's. "": the workers stay where they are.
+    working_dirs: str = ""
+    sync_artifacts: bool = False  # SyncConfig(sync_artifacts=True): their files go to the trials' folders
     # -- what it continues
     resume: bool = False  # continue the plan saved under the loop's experiment_path/plan
     restore: Restore | None = None  # continue a study's snapshot (Tuner.restore)

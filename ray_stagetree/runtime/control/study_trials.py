@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from ray_stagetree.execution.retention import save_frequency, saves_at_end
 from ray_stagetree.planning.config import TrialConfig
-from ray_stagetree.planning.filesystems import is_local
 from ray_stagetree.planning.lifecycle import (
     ENDED,
     ERROR,
@@ -43,7 +42,14 @@ from ray_stagetree.runtime.control.result_rows import ResultRows, expected_metri
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trial_checkpoints import TrialCheckpoints
-from ray_stagetree.runtime.control.trials import FolderNames, TrialInfo, TrialState, returned_result, trial_name
+from ray_stagetree.runtime.control.trials import (
+    FolderNames,
+    TrialInfo,
+    TrialState,
+    batch_trial,
+    returned_result,
+    trial_name,
+)
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 
 # Trials admitted per turn of the loop: a study of many trials dispatches its
@@ -561,19 +567,9 @@ class StudyTrials:
 
     # -- what a batch of its trials runs ---------------------------------------
 
-    def trial_context(self, trial_id: str) -> dict[str, str]:
-        """What a class trainable's ``trial_id`` / ``trial_name`` name, for a node the trial configured."""
-        owner = self.trials.get(trial_id)
-        experiment_name = self.spec.loop.experiment_path.rstrip("/").rsplit("/", 1)[-1]
-        if owner is None:
-            return {"experiment_name": experiment_name}
-        local = is_local(self.spec.loop.experiment_path, self.spec.loop.storage_filesystem)
-        return {
-            "trial_id": owner.trial_id,
-            "trial_name": owner.name,
-            "experiment_name": experiment_name,
-            "trial_dir": f"{self.spec.loop.experiment_path}/{owner.dirname}" if local else "",
-        }
+    def trial_context(self, trial_id: str) -> dict[str, Any]:
+        """The batch fields that name the trial a node was configured for (`trials.batch_trial`)."""
+        return batch_trial(self.spec, self.trials.get(trial_id))
 
     def configured_saves(self, segments: list[tuple[Any, int, int]], last: tuple[int, int] | None) -> list[int]:
         """CheckpointConfig's saves on a batch of ``segments`` (class

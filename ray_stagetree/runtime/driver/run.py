@@ -29,6 +29,7 @@ import ray
 from ray import tune
 from ray.tune.error import TuneError
 from ray.tune.search import BasicVariantGenerator, Searcher
+from ray.tune.utils import date_str
 from ray.tune.utils.log import Verbosity, set_verbosity
 
 from ray_stagetree.execution.payload_auth import TRUST_ENV, experiment_key, key_dir, trust_storage
@@ -238,6 +239,8 @@ class StudyRun:
             reuse_objects=bool(tuner.tune_config.reuse_actors) and isinstance(tuner.trainable, type),
             trial_request=None if tuner.scaling is not None else trial_request(tuner.trainable),
             log_files=log_files(tuner.run_config.log_to_file),
+            working_dirs=f"{date_str()}/{posixpath.basename(self.experiment_path.rstrip('/'))}",
+            sync_artifacts=bool(getattr(tuner.run_config.sync_config, "sync_artifacts", False)),
             resume=resume,
             restore=restore,
             trainable_name=tuner.trainable_name,

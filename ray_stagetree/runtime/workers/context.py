@@ -34,7 +34,7 @@ from ray_stagetree.execution.payload import (
 from ray_stagetree.execution.rng import capture_rng_state, fork_rng_state, restore_rng_state
 from ray_stagetree.planning.config import LINEAGE_KEY, HParams, hparam_keys, replaced, split_path
 from ray_stagetree.planning.plan_records import CheckpointInfo
-from ray_stagetree.runtime.workers import scratch, trial_output
+from ray_stagetree.runtime.workers import scratch, trial_output, trial_workdir
 from ray_stagetree.runtime.workers.phases import PhaseClock
 from ray_stagetree.runtime.workers.user_generators import UserGenerators
 from ray_stagetree.runtime.workers.visible_config import values_at
@@ -465,6 +465,8 @@ class StageContext:
                     self._put(key, payload)
                     self._pending.checkpoints.append((node_id, self.iteration, key, size_of(payload)))
             self._put_iterations.add(self.iteration)
+        if needed:  # trials fork here: they start from the files of the working directory too
+            trial_workdir.keep(self.spec, node_id, self.iteration)
         # Each checkpoint reaches the controller before the function goes on, as each reaches Tune's
         # driver: forks start from it, and a retry after the process dies resumes from it.
         if self.iteration < self.stop and (payload is not None or now - self._last_flush >= FLUSH_SECONDS):
@@ -510,15 +512,13 @@ class StageContext:
         return self.iteration != self.spec.start or bool(self._pending.records)
 
     def join_group(self, group: Any) -> None:
-        """This batch's worker became rank 0 of ``group`` (a `RankGroup`)
-        before the batch reported anything: it reports for the group from
-        here on, and never parks (each rank would hold a live trainable)."""
+        """This batch's worker became rank 0 of ``group`` (a `RankGroup`) before the batch reported anything:
+        it reports for the group from here on, and never parks (each rank would hold a live trainable)."""
         self.group, self._park, self.grow_group = group, None, None
         group.connect()
 
     def _lead(self, restart: bool, payload: CheckpointPayload | None) -> None:
-        """Rank 0 of a group, its flushes done: where the batch ends and
-        checkpoints next, and the checkpoint to restart from, to every rank."""
+        """Rank 0 of a group, its flushes done: the batch's end, next checkpoints and restart point, to every rank."""
         self.group.lead(self.stop, frozenset(self.save_iterations), self.spec.stop, payload if restart else None)
 
     def _wait_parked(self) -> None:

@@ -45,11 +45,20 @@ from typing import Any
 
 import ray
 
+from ray_stagetree.execution import working_dirs
 from ray_stagetree.execution.batches import BatchOutcome, BatchSpec
 from ray_stagetree.execution.payload import CheckpointPayload
 from ray_stagetree.execution.rng import seed_everything
 from ray_stagetree.execution.scaling import Scaling
-from ray_stagetree.runtime.workers import parameters, scratch, session, train_runs, trial_output, user_generators
+from ray_stagetree.runtime.workers import (
+    parameters,
+    scratch,
+    session,
+    train_runs,
+    trial_output,
+    trial_workdir,
+    user_generators,
+)
 from ray_stagetree.runtime.workers.class_trainables import KEPT, run_class
 from ray_stagetree.runtime.workers.context import (
     BatchEnd,
@@ -153,6 +162,7 @@ def _install_tune_shims() -> None:
         module.report = session.report
         module.get_checkpoint = session.get_checkpoint
         module.get_context = session.get_context
+    trial_workdir.use_as_logdir(ray.tune.Trainable)
     # Ray's integrations ask it whether they run in a Tune trial (``setup_mlflow``
     # then names its experiment after the trial, as under Tune). Patched before the
     # trainable's modules import it by name.
@@ -333,10 +343,9 @@ class StageWorker:
 
     def __init__(self, trainable_bytes: bytes, controller: Any, peers: Sequence[Any] = (), backend: str = "") -> None:
         _install_tune_shims()
-        # Tune's trainables read the driver's directory from here. A stage serves
-        # several trials, so the worker stays in that directory (as under Tune
-        # with RAY_CHDIR_TO_TRIAL_DIR=0) and paths in a config resolve the same.
-        os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
+        # Tune's trainables read the driver's directory from here; each batch runs
+        # in its trial's working directory (`trial_workdir`) and comes back here.
+        os.environ.setdefault(working_dirs.ORIGINAL_DIR_VARIABLE, os.getcwd())
         scratch.reap()  # what killed workers of this host left
         self._process_started = time.time()
         self._outbox: dict[str, CheckpointPayload] = {}
@@ -424,6 +433,7 @@ class StageWorker:
                 return BatchOutcome(
                     spec.batch_id, source_lost=f"no trainable is parked at the end of batch {spec.resumes}"
                 )
+            trial_workdir.enter(spec)
             live.resume(spec)
         else:
             live = LiveTrainable(self._train, self._context, spec)
@@ -435,10 +445,12 @@ class StageWorker:
                 return BatchOutcome(
                     spec.batch_id, source_lost=f"the checkpoint batch {spec.batch_id} starts from is lost: {error}"
                 )
+            trial_workdir.enter(spec)  # before the other ranks join the folder it may seed
             if self._peers is not None:
                 self._peer_runs = self._peers.start(spec)
             live.start()
         outcome = self._await(live, spec.batch_id)
+        trial_workdir.leave(spec, live.context.iteration)
         if outcome.parked:
             self._parked[spec.batch_id] = live
         if outcome.returned_at == 0:
@@ -560,9 +572,11 @@ class PeerWorker(StageWorker):
         if self._load_error is not None:
             return BatchOutcome(spec.batch_id, error=self._load_error, trainable_unloadable=True)
         live = LiveTrainable(self._train, self._context, spec)
+        trial_workdir.enter(spec, seed=False)
         live.start()
         outcome = live.outcome()
         assert outcome is not None
+        trial_workdir.leave(spec, live.context.iteration, keep_files=False)
         return outcome
 
     def _context(self, spec: BatchSpec, park: Callable[[BatchOutcome], BatchSpec | None]) -> StageContext:

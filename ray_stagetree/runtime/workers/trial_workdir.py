@@ -1,0 +1,87 @@
+"""A stage worker in the working directory of its batch's trial, as Tune's
+trainable actor changes into its trial's (`execution.working_dirs`); with
+``SyncConfig(sync_artifacts=True)`` the folder's files go to the trial's
+folder in storage when the batch ends, as Tune syncs them."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from ray_stagetree.execution import working_dirs
+from ray_stagetree.execution.batches import BatchSpec
+
+logger = logging.getLogger(__name__)
+
+#: The trial working directory this process is in, while a batch runs in one.
+_current: str | None = None
+
+
+def _artifacts() -> str:
+    from ray.train.constants import _get_ray_train_session_dir
+
+    return _get_ray_train_session_dir()
+
+
+def _changes_directory(spec: BatchSpec) -> bool:
+    return spec.working_dir is not None and working_dirs.changes_directory()
+
+
+def enter(spec: BatchSpec, seed: bool = True) -> None:
+    """Change into ``spec``'s trial working directory (``seed``: a new one
+    starts from the files kept where the batch starts; a data-parallel
+    group's other ranks only join it)."""
+    global _current
+    if _changes_directory(spec):
+        assert spec.working_dir is not None
+        _current = working_dirs.enter(spec.working_dir, _artifacts(), spec.source_point if seed else None)
+
+
+def keep(spec: BatchSpec, node_id: int, iteration: int) -> None:
+    """Keep the folder's files as they are at ``iteration`` of node
+    ``node_id``, for the trials that fork there. A failure is logged,
+    never the batch's: a forking trial then starts with an empty folder."""
+    if not _changes_directory(spec):
+        return
+    assert spec.working_dir is not None
+    try:
+        working_dirs.keep(spec.working_dir, _artifacts(), (node_id, iteration))
+    except OSError as error:  # a full disk
+        logger.warning("the files of %r's working directory were not kept: %s", spec.trial_name, error)
+
+
+def leave(spec: BatchSpec, reached: int, keep_files: bool = True) -> None:
+    """Back to the worker's own directory once the batch reached iteration
+    ``reached``; ``keep_files``: keep them for the stages that fork there,
+    and upload them where ``SyncConfig(sync_artifacts=True)`` asks."""
+    global _current
+    if not _changes_directory(spec):
+        return
+    assert spec.working_dir is not None
+    artifacts = _artifacts()
+    working_dirs.leave(artifacts)
+    _current = None
+    if not keep_files or reached <= spec.start:
+        return
+    keep(spec, spec.node_at(reached), reached)
+    if spec.working_dir.upload and spec.reported_storage is not None:
+        folder = os.path.join(artifacts, spec.working_dir.folder)
+        try:
+            spec.reported_storage.storage.upload_directory(folder, spec.working_dir.trial_folder)
+        except Exception as error:  # each fsspec backend raises its own; the trial's results stand
+            logger.warning("the working directory of %r was not synced to storage: %s", spec.trial_name, error)
+
+
+def use_as_logdir(trainable_class: type) -> None:
+    """A ``ray.tune.Trainable`` made or reset (``_setup_logdir``) in a trial
+    working directory takes it as its ``logdir``, as Tune's takes its
+    trial's; elsewhere, Tune's temporary folder."""
+    setup_logdir = trainable_class._setup_logdir  # type: ignore[attr-defined]
+
+    def in_working_dir(self: object) -> None:
+        if _current is None or getattr(self, "_storage", None) is not None:
+            setup_logdir(self)
+        else:
+            self._logdir = _current  # type: ignore[attr-defined]
+
+    trainable_class._setup_logdir = in_working_dir  # type: ignore[attr-defined]
