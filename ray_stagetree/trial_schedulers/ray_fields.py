@@ -93,6 +93,30 @@ def set_trainable_iteration(trainable: Any, iteration: int) -> None:
     trainable._iteration = iteration
 
 
+def ray_artifacts_folder() -> str:
+    """The Ray session's folder Tune stages trials' files in (``<session>/artifacts``),
+    where it puts their working directories."""
+    from ray.train import constants
+
+    return ray_field(constants, "_get_ray_train_session_dir", constants)()
+
+
+def use_trial_logdir(trainable_class: type, folder: Any) -> None:
+    """A ``ray.tune.Trainable`` made or reset (Tune's private ``_setup_logdir``)
+    while ``folder()`` names a trial working directory takes it as its
+    ``logdir``, as Tune's takes its trial's; else Tune's own folder."""
+    setup_logdir = ray_field(trainable_class, "_setup_logdir", trainable_class)
+
+    def in_trial_folder(self: Any) -> None:
+        current = folder()
+        if current is None or getattr(self, "_storage", None) is not None:
+            setup_logdir(self)
+        else:
+            self._logdir = current
+
+    trainable_class._setup_logdir = in_trial_folder  # type: ignore[attr-defined]
+
+
 def storage_context_class() -> type:
     """Ray Train's ``StorageContext`` (``ray.train._internal.storage``): a
     Tune trial's folders, and Tune's default experiment name."""

@@ -2,6 +2,8 @@
 the field, the scheduler and the Ray versions tested are named."""
 
 import inspect
+import os
+import shutil
 
 import pytest
 import ray
@@ -287,3 +289,33 @@ def test_tunes_storage_names_filesystems_and_json_as_tune_does(tmp_path):
     }
     assert tune.TuneConfig().chdir_to_trial_dir == deprecated_default()
     assert tune.TuneConfig(chdir_to_trial_dir=False).chdir_to_trial_dir != deprecated_default()
+
+
+def test_tunes_artifacts_folder_is_in_the_ray_session(ray_session):
+    from ray_stagetree.trial_schedulers.ray_fields import ray_artifacts_folder
+
+    folder = ray_artifacts_folder()
+    assert os.path.basename(folder) == "artifacts"
+    assert os.path.basename(os.path.dirname(folder)).startswith("session_")
+
+
+def test_a_trainable_made_in_a_trial_folder_takes_it_as_its_logdir(tmp_path, monkeypatch):
+    from ray_stagetree.trial_schedulers.ray_fields import use_trial_logdir
+
+    class Plain(tune.Trainable):
+        def step(self):
+            return {}
+
+    monkeypatch.setattr(tune.Trainable, "_setup_logdir", tune.Trainable._setup_logdir)
+    folder = [str(tmp_path)]
+    use_trial_logdir(tune.Trainable, lambda: folder[0])
+    inside = Plain(config={})
+    folder[0] = None
+    outside = Plain(config={})  # outside a trial folder: Tune's own temporary folder
+    try:
+        assert inside.logdir == str(tmp_path)
+        assert outside.logdir != str(tmp_path) and os.path.isdir(outside.logdir)
+    finally:
+        inside.stop()
+        outside.stop()
+        shutil.rmtree(outside.logdir, ignore_errors=True)

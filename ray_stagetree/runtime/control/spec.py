@@ -16,6 +16,8 @@ import ray
 
 from ray_stagetree.execution.parking import PARKED_PER_WORKER
 from ray_stagetree.execution.scaling import Scaling
+from ray_stagetree.execution.working_dirs import WorkingDir
+from ray_stagetree.planning.filesystems import is_local
 from ray_stagetree.runtime.control.worker_shapes import Shape
 from ray_stagetree.runtime.workers.remote import remote_once
 from ray_stagetree.runtime.workers.worker import CLOSE_WAIT_S, PeerWorker, StageWorker
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 
     from ray_stagetree.planning.policies import ExecutionPolicy
     from ray_stagetree.runtime.control.experiment_state import Restore
-    from ray_stagetree.runtime.control.trials import TrialInfo
+    from ray_stagetree.runtime.control.trials import TrialInfo, TrialState
     from ray_stagetree.runtime.workers.reproducibility import Reproducibility
     from ray_stagetree.searchers.sources import SearcherSource, VariantSource
 
@@ -249,3 +251,20 @@ class StudySpec:
     # The config paths a grid or random search draws, for Tune's experiment tag in folder names
     # (None: a searcher's trials, tagged with every value, as Tune tags them).
     tuned_paths: frozenset[tuple[str, ...]] | None = None
+
+    def batch_trial(self, owner: TrialState | None) -> dict[str, Any]:
+        """The `BatchSpec` fields of the trial a batch is named after (``owner``,
+        who configured its deepest node): a class trainable's ``trial_id`` /
+        ``trial_name``, ``get_trial_dir()``, its working directory (`execution.working_dirs`)."""
+        experiment_name = self.loop.experiment_path.rstrip("/").rsplit("/", 1)[-1]
+        if owner is None:
+            return {"experiment_name": experiment_name}
+        local = is_local(self.loop.experiment_path, self.loop.storage_filesystem)
+        working = WorkingDir(self.working_dirs, owner.dirname, self.sync_artifacts) if self.working_dirs else None
+        return {
+            "trial_id": owner.trial_id,
+            "trial_name": owner.name,
+            "experiment_name": experiment_name,
+            "trial_dir": f"{self.loop.experiment_path}/{owner.dirname}" if local else "",
+            "working_dir": working,
+        }

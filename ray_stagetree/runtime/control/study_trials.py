@@ -46,7 +46,6 @@ from ray_stagetree.runtime.control.trials import (
     FolderNames,
     TrialInfo,
     TrialState,
-    batch_trial,
     returned_result,
     trial_name,
 )
@@ -568,8 +567,8 @@ class StudyTrials:
     # -- what a batch of its trials runs ---------------------------------------
 
     def trial_context(self, trial_id: str) -> dict[str, Any]:
-        """The batch fields that name the trial a node was configured for (`trials.batch_trial`)."""
-        return batch_trial(self.spec, self.trials.get(trial_id))
+        """The batch fields that name the trial a node was configured for (`StudySpec.batch_trial`)."""
+        return self.spec.batch_trial(self.trials.get(trial_id))
 
     def configured_saves(self, segments: list[tuple[Any, int, int]], last: tuple[int, int] | None) -> list[int]:
         """CheckpointConfig's saves on a batch of ``segments`` (class

@@ -11,17 +11,12 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ray_stagetree.execution.retention import kept_checkpoints
-from ray_stagetree.execution.working_dirs import WorkingDir
 from ray_stagetree.planning.config import TrialConfig, unflatten
-from ray_stagetree.planning.filesystems import is_local
 from ray_stagetree.planning.lifecycle import ERROR, TERMINATED, Trial
 from ray_stagetree.runtime.control.shown_config import scheduled, shown_config
-
-if TYPE_CHECKING:
-    from ray_stagetree.runtime.control.spec import StudySpec
 
 #: Tune's key (``ray.train.constants.CHECKPOINT_DIR_NAME``, whose module imports
 #: all of Ray Train) in a function trainable's results: the folder in the
@@ -286,22 +281,3 @@ def trial_name(creator: Callable[[Any], Any] | None, trial: TrialInfo, hook: str
         allowed = "a non-empty str usable as a folder name (no '/')" if folder else "a non-empty str"
         raise ValueError(f"TuneConfig.{hook} must return {allowed}, got {name!r} for trial {trial.trial_id}")
     return name
-
-
-def batch_trial(spec: StudySpec, owner: TrialState | None) -> dict[str, Any]:
-    """The `BatchSpec` fields of the trial a batch is named after (``owner``,
-    who configured its deepest node; None for a stored plan's node): a
-    class trainable's ``trial_id`` / ``trial_name``, ``get_trial_dir()``,
-    and the trial's working directory (`execution.working_dirs`)."""
-    experiment_name = spec.loop.experiment_path.rstrip("/").rsplit("/", 1)[-1]
-    if owner is None:
-        return {"experiment_name": experiment_name}
-    local = is_local(spec.loop.experiment_path, spec.loop.storage_filesystem)
-    working = WorkingDir(spec.working_dirs, owner.dirname, upload=spec.sync_artifacts) if spec.working_dirs else None
-    return {
-        "trial_id": owner.trial_id,
-        "trial_name": owner.name,
-        "experiment_name": experiment_name,
-        "trial_dir": f"{spec.loop.experiment_path}/{owner.dirname}" if local else "",
-        "working_dir": working,
-    }

@@ -10,6 +10,7 @@ import os
 
 from ray_stagetree.execution import working_dirs
 from ray_stagetree.execution.batches import BatchSpec
+from ray_stagetree.trial_schedulers.ray_fields import ray_artifacts_folder
 
 logger = logging.getLogger(__name__)
 
@@ -17,10 +18,9 @@ logger = logging.getLogger(__name__)
 _current: str | None = None
 
 
-def _artifacts() -> str:
-    from ray.train.constants import _get_ray_train_session_dir
-
-    return _get_ray_train_session_dir()
+def current() -> str | None:
+    """The trial working directory this process is in, while a batch runs in one."""
+    return _current
 
 
 def _changes_directory(spec: BatchSpec) -> bool:
@@ -34,7 +34,7 @@ def enter(spec: BatchSpec, seed: bool = True) -> None:
     global _current
     if _changes_directory(spec):
         assert spec.working_dir is not None
-        _current = working_dirs.enter(spec.working_dir, _artifacts(), spec.source_point if seed else None)
+        _current = working_dirs.enter(spec.working_dir, ray_artifacts_folder(), spec.source_point if seed else None)
 
 
 def keep(spec: BatchSpec, node_id: int, iteration: int) -> None:
@@ -45,7 +45,7 @@ def keep(spec: BatchSpec, node_id: int, iteration: int) -> None:
         return
     assert spec.working_dir is not None
     try:
-        working_dirs.keep(spec.working_dir, _artifacts(), (node_id, iteration))
+        working_dirs.keep(spec.working_dir, ray_artifacts_folder(), (node_id, iteration))
     except OSError as error:  # a full disk
         logger.warning("the files of %r's working directory were not kept: %s", spec.trial_name, error)
 
@@ -58,7 +58,7 @@ def leave(spec: BatchSpec, reached: int, keep_files: bool = True) -> None:
     if not _changes_directory(spec):
         return
     assert spec.working_dir is not None
-    artifacts = _artifacts()
+    artifacts = ray_artifacts_folder()
     working_dirs.leave(artifacts)
     _current = None
     if not keep_files or reached <= spec.start:
@@ -70,18 +70,3 @@ def leave(spec: BatchSpec, reached: int, keep_files: bool = True) -> None:
             spec.reported_storage.storage.upload_directory(folder, spec.working_dir.trial_folder)
         except Exception as error:  # each fsspec backend raises its own; the trial's results stand
             logger.warning("the working directory of %r was not synced to storage: %s", spec.trial_name, error)
-
-
-def use_as_logdir(trainable_class: type) -> None:
-    """A ``ray.tune.Trainable`` made or reset (``_setup_logdir``) in a trial
-    working directory takes it as its ``logdir``, as Tune's takes its
-    trial's; elsewhere, Tune's temporary folder."""
-    setup_logdir = trainable_class._setup_logdir  # type: ignore[attr-defined]
-
-    def in_working_dir(self: object) -> None:
-        if _current is None or getattr(self, "_storage", None) is not None:
-            setup_logdir(self)
-        else:
-            self._logdir = _current  # type: ignore[attr-defined]
-
-    trainable_class._setup_logdir = in_working_dir  # type: ignore[attr-defined]

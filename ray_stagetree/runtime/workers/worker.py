@@ -75,7 +75,7 @@ from ray_stagetree.runtime.workers.remote import remote_once
 from ray_stagetree.runtime.workers.reproducibility import seed_stage
 from ray_stagetree.runtime.workers.trial_errors import pack_error
 from ray_stagetree.trainables import live as live_values
-from ray_stagetree.trial_schedulers.ray_fields import treat_as_tune_session
+from ray_stagetree.trial_schedulers.ray_fields import treat_as_tune_session, use_trial_logdir
 
 
 def run_function(trainable: Callable, context: StageContext) -> None:
@@ -162,7 +162,7 @@ def _install_tune_shims() -> None:
         module.report = session.report
         module.get_checkpoint = session.get_checkpoint
         module.get_context = session.get_context
-    trial_workdir.use_as_logdir(ray.tune.Trainable)
+    use_trial_logdir(ray.tune.Trainable, trial_workdir.current)
     # Ray's integrations ask it whether they run in a Tune trial (``setup_mlflow``
     # then names its experiment after the trial, as under Tune). Patched before the
     # trainable's modules import it by name.
