@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 
 from ray import tune
@@ -122,3 +124,24 @@ def test_a_class_trainables_logdir_is_its_trials_working_directory(tmp_path, ray
         assert logdir.endswith(f"/logdirs/working_dirs/{os.path.basename(result.path)}")
         with open(os.path.join(logdir, "steps.txt")) as file:
             assert file.read() == "1\n2\n3\n"
+
+
+def test_ray_chdir_to_trial_dir_0_keeps_trainables_in_the_drivers_directory(tmp_path):
+    """Tune's switch, set before Ray starts as Tune's users set it: the workers inherit it."""
+    script = """
+import os, ray
+from ray import tune
+from ray_stagetree import Tuner
+
+os.environ["RAY_CHDIR_TO_TRIAL_DIR"] = "0"
+ray.init(address="local", num_cpus=1, include_dashboard=False)
+def report_cwd(config):
+    tune.report({"cwd": os.getcwd()})
+grid = Tuner(report_cwd, run_config=tune.RunConfig(storage_path=os.getcwd(), name="stay", verbose=0)).fit()
+print("CWD", grid[0].metrics["cwd"])
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"CWD {tmp_path}" in done.stdout.splitlines()
