@@ -63,8 +63,8 @@ def enter(working_dir: WorkingDir, artifacts: str, starts_at: tuple[int, int] | 
     batch starts (``starts_at``: node and iteration), if this node kept them."""
     folder = os.path.join(artifacts, working_dir.folder)
     if not os.path.isdir(folder):
-        kept = os.path.join(artifacts, working_dir.stage_end(*starts_at)) if starts_at is not None else ""
-        if kept and os.path.isdir(kept):
+        kept = None if starts_at is None else os.path.join(artifacts, working_dir.stage_end(*starts_at))
+        if kept is not None and os.path.isdir(kept):
             shutil.copytree(kept, folder, symlinks=True)
         os.makedirs(folder, exist_ok=True)
     os.chdir(folder)

@@ -42,13 +42,7 @@ from ray_stagetree.runtime.control.result_rows import ResultRows, expected_metri
 from ray_stagetree.runtime.control.spec import StudySpec
 from ray_stagetree.runtime.control.time_budget import TimeBudget
 from ray_stagetree.runtime.control.trial_checkpoints import TrialCheckpoints
-from ray_stagetree.runtime.control.trials import (
-    FolderNames,
-    TrialInfo,
-    TrialState,
-    returned_result,
-    trial_name,
-)
+from ray_stagetree.runtime.control.trials import FolderNames, TrialInfo, TrialState, returned_result, trial_name
 from ray_stagetree.trial_schedulers.host import SchedulerHost
 
 # Trials admitted per turn of the loop: a study of many trials dispatches its

@@ -53,7 +53,8 @@ def keep(spec: BatchSpec, node_id: int, iteration: int) -> None:
 def leave(spec: BatchSpec, reached: int, keep_files: bool = True) -> None:
     """Back to the worker's own directory once the batch reached iteration
     ``reached``; ``keep_files``: keep them for the stages that fork there,
-    and upload them where ``SyncConfig(sync_artifacts=True)`` asks."""
+    and upload them where ``SyncConfig(sync_artifacts=True)`` asks. A
+    failure is logged, never the batch's: its training is done."""
     global _current
     if not _changes_directory(spec):
         return
@@ -65,8 +66,8 @@ def leave(spec: BatchSpec, reached: int, keep_files: bool = True) -> None:
         return
     keep(spec, spec.node_at(reached), reached)
     if spec.working_dir.upload and spec.reported_storage is not None:
-        folder = os.path.join(artifacts, spec.working_dir.folder)
         try:
-            spec.reported_storage.storage.upload_directory(folder, spec.working_dir.trial_folder)
-        except Exception as error:  # each fsspec backend raises its own; the trial's results stand
+            storage = spec.reported_storage.storage
+            storage.upload_directory(os.path.join(artifacts, spec.working_dir.folder), spec.working_dir.trial_folder)
+        except Exception as error:  # each fsspec backend raises its own
             logger.warning("the working directory of %r was not synced to storage: %s", spec.trial_name, error)
