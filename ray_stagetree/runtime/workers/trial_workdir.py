@@ -30,11 +30,18 @@ def _changes_directory(spec: BatchSpec) -> bool:
 def enter(spec: BatchSpec, seed: bool = True) -> None:
     """Change into ``spec``'s trial working directory (``seed``: a new one
     starts from the files kept where the batch starts; a data-parallel
-    group's other ranks only join it)."""
+    group's other ranks only join it). Files that cannot be copied (a
+    socket, a full disk) are logged, never the batch's failure."""
     global _current
-    if _changes_directory(spec):
-        assert spec.working_dir is not None
-        _current = working_dirs.enter(spec.working_dir, ray_artifacts_folder(), spec.source_point if seed else None)
+    if not _changes_directory(spec):
+        return
+    assert spec.working_dir is not None
+    artifacts = ray_artifacts_folder()
+    try:
+        _current = working_dirs.enter(spec.working_dir, artifacts, spec.source_point if seed else None)
+    except OSError as error:
+        logger.warning("%r's working directory misses files of where it forks: %s", spec.trial_name, error)
+        _current = working_dirs.enter(spec.working_dir, artifacts, None)
 
 
 def keep(spec: BatchSpec, node_id: int, iteration: int) -> None:
@@ -50,11 +57,12 @@ def keep(spec: BatchSpec, node_id: int, iteration: int) -> None:
         logger.warning("the files of %r's working directory were not kept: %s", spec.trial_name, error)
 
 
-def leave(spec: BatchSpec, reached: int, keep_files: bool = True) -> None:
+def leave(spec: BatchSpec, reached: int, upload: bool = True) -> None:
     """Back to the worker's own directory once the batch reached iteration
-    ``reached``; ``keep_files``: keep them for the stages that fork there,
-    and upload them where ``SyncConfig(sync_artifacts=True)`` asks. A
-    failure is logged, never the batch's: its training is done."""
+    ``reached``; ``upload``: its files go to the trial's folder where
+    ``SyncConfig(sync_artifacts=True)`` asks (a failure is logged, never the
+    batch's: its training is done). Its end was kept as the checkpoint the
+    plan needs there (`keep`)."""
     global _current
     if not _changes_directory(spec):
         return
@@ -62,10 +70,7 @@ def leave(spec: BatchSpec, reached: int, keep_files: bool = True) -> None:
     artifacts = ray_artifacts_folder()
     working_dirs.leave(artifacts)
     _current = None
-    if not keep_files or reached <= spec.start:
-        return
-    keep(spec, spec.node_at(reached), reached)
-    if spec.working_dir.upload and spec.reported_storage is not None:
+    if upload and spec.working_dir.upload and spec.reported_storage is not None and reached > spec.start:
         try:
             storage = spec.reported_storage.storage
             storage.upload_directory(os.path.join(artifacts, spec.working_dir.folder), spec.working_dir.trial_folder)

@@ -576,7 +576,7 @@ class PeerWorker(StageWorker):
         live.start()
         outcome = live.outcome()
         assert outcome is not None
-        trial_workdir.leave(spec, live.context.iteration, keep_files=False)
+        trial_workdir.leave(spec, live.context.iteration, upload=False)
         return outcome
 
     def _context(self, spec: BatchSpec, park: Callable[[BatchOutcome], BatchSpec | None]) -> StageContext:
