@@ -36,12 +36,17 @@ class WorkingDir:
     trial_folder:
         The folder name of the trial the batch is named after.
     upload:
-        ``SyncConfig(sync_artifacts=True)``: the folder's files go to the trial's folder in storage.
+        ``SyncConfig(sync_artifacts=True)``: the folder's files go to the trial's folder in storage
+        when a batch ends, at a report once ``upload_period_s`` passed since the last upload (Tune's
+        ``sync_period``), and with ``upload_at_checkpoints`` (``sync_artifacts_on_checkpoint``,
+        Tune's default) at each checkpoint.
     """
 
     root: str
     trial_folder: str
     upload: bool = False
+    upload_at_checkpoints: bool = False
+    upload_period_s: float = 300.0
 
     @property
     def folder(self) -> str:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 
+import pytest
 from ray import tune
 
 from ray_stagetree import MultiStep, Tuner
@@ -145,3 +146,36 @@ print("CWD", grid[0].metrics["cwd"])
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"CWD {tmp_path}" in done.stdout.splitlines()
+
+
+def reads_its_synced_log(config):
+    """Logs each iteration in its working directory and reports how many
+    lines its trial folder in storage already shows."""
+    synced = os.path.join(config["experiment"], os.path.basename(os.getcwd()), "log.txt")
+    for iteration in range(1, 4):
+        lines = len(open(synced).readlines()) if os.path.exists(synced) else 0
+        with open("log.txt", "a") as log:
+            log.write(f"{iteration}\n")
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "state.json"), "w") as file:
+                json.dump(iteration, file)
+            tune.report({"synced_lines": lines}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+@pytest.mark.parametrize("on_checkpoint", [True, False])
+def test_sync_artifacts_syncs_at_each_checkpoint_as_tune_does(tmp_path, ray_session, on_checkpoint):
+    grid = Tuner(
+        reads_its_synced_log,
+        param_space={"experiment": str(tmp_path / "synced")},
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path),
+            name="synced",
+            sync_config=tune.SyncConfig(sync_artifacts=True, sync_artifacts_on_checkpoint=on_checkpoint),
+            verbose=0,
+        ),
+    ).fit()
+    assert grid.num_errors == 0
+    seen = grid[0].metrics_dataframe["synced_lines"].tolist()
+    # Without it, the first report syncs, then one every sync_period (300 s), as under Tune: [0, 1, 1]
+    assert seen == ([0, 1, 2] if on_checkpoint else [0, 1, 1])
+    assert open(os.path.join(grid[0].path, "log.txt")).read() == "1\n2\n3\n"  # and at the end either way

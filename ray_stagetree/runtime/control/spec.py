@@ -241,6 +241,8 @@ class StudySpec:
     # artifacts folder: ``<fit's timestamp>/<experiment folder>``, as Tune's. "": the workers stay where they are.
     working_dirs: str = ""
     sync_artifacts: bool = False  # SyncConfig(sync_artifacts=True): their files go to the trials' folders
+    sync_artifacts_on_checkpoint: bool = True  # at each checkpoint too, not only as each batch ends
+    sync_period_s: float = 300.0  # else at a report once this long passed since the last sync, as Tune syncs
     # -- what it continues
     resume: bool = False  # continue the plan saved under the loop's experiment_path/plan
     restore: Restore | None = None  # continue a study's snapshot (Tuner.restore)
@@ -260,7 +262,10 @@ class StudySpec:
         if owner is None:
             return {"experiment_name": experiment_name}
         local = is_local(self.loop.experiment_path, self.loop.storage_filesystem)
-        working = WorkingDir(self.working_dirs, owner.dirname, self.sync_artifacts) if self.working_dirs else None
+        working = None
+        if self.working_dirs:
+            upload, at_checkpoints = self.sync_artifacts, self.sync_artifacts and self.sync_artifacts_on_checkpoint
+            working = WorkingDir(self.working_dirs, owner.dirname, upload, at_checkpoints, self.sync_period_s)
         return {
             "trial_id": owner.trial_id,
             "trial_name": owner.name,

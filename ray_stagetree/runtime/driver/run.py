@@ -111,6 +111,15 @@ def how_to_continue(path: str) -> str:
     return _RESTORE_HINT.get()(path)
 
 
+def _artifact_sync(sync_config: Any) -> dict[str, Any]:
+    """``SyncConfig``'s settings for trials' working directories, as `StudySpec` fields (Tune's defaults)."""
+    return {
+        "sync_artifacts": bool(getattr(sync_config, "sync_artifacts", False)),
+        "sync_artifacts_on_checkpoint": bool(getattr(sync_config, "sync_artifacts_on_checkpoint", True)),
+        "sync_period_s": float(getattr(sync_config, "sync_period", 300.0)),
+    }
+
+
 class StudyRun:
     """One run of ``tuner``'s study in its experiment folder (``tuner.experiment_path``)."""
 
@@ -240,7 +249,7 @@ class StudyRun:
             trial_request=None if tuner.scaling is not None else trial_request(tuner.trainable),
             log_files=log_files(tuner.run_config.log_to_file),
             working_dirs=f"{date_str()}/{posixpath.basename(self.experiment_path.rstrip('/'))}",
-            sync_artifacts=bool(getattr(tuner.run_config.sync_config, "sync_artifacts", False)),
+            **_artifact_sync(tuner.run_config.sync_config),
             resume=resume,
             restore=restore,
             trainable_name=tuner.trainable_name,

@@ -465,8 +465,8 @@ class StageContext:
                     self._put(key, payload)
                     self._pending.checkpoints.append((node_id, self.iteration, key, size_of(payload)))
             self._put_iterations.add(self.iteration)
-        if needed:  # trials fork here: they start from the files of the working directory too
-            trial_workdir.keep(self.spec, node_id, self.iteration)
+        # Trials forking here start from the working directory's files; a report may sync them (sync_artifacts).
+        trial_workdir.reported(self.spec, node_id, self.iteration, fork=needed, saved=payload is not None)
         # Each checkpoint reaches the controller before the function goes on, as each reaches Tune's
         # driver: forks start from it, and a retry after the process dies resumes from it.
         if self.iteration < self.stop and (payload is not None or now - self._last_flush >= FLUSH_SECONDS):

@@ -6,7 +6,9 @@ folder in storage when the batch ends, as Tune syncs them."""
 from __future__ import annotations
 
 import logging
+import math
 import os
+import time
 
 from ray_stagetree.execution import working_dirs
 from ray_stagetree.execution.batches import BatchSpec
@@ -16,6 +18,8 @@ logger = logging.getLogger(__name__)
 
 #: The trial working directory this process is in, while a batch runs in one.
 _current: str | None = None
+#: When this process last synced each trial folder to storage (`time.monotonic`), by folder.
+_uploaded: dict[str, float] = {}
 
 
 def current() -> str | None:
@@ -57,12 +61,27 @@ def keep(spec: BatchSpec, node_id: int, iteration: int) -> None:
         logger.warning("the files of %r's working directory were not kept: %s", spec.trial_name, error)
 
 
+def reported(spec: BatchSpec, node_id: int, iteration: int, fork: bool, saved: bool) -> None:
+    """The batch reported ``iteration`` of node ``node_id``, with a checkpoint
+    (``saved``) or not: keep the files where trials ``fork``, and sync them
+    where ``SyncConfig(sync_artifacts=True)`` asks, as Tune's report does: at
+    each checkpoint (``sync_artifacts_on_checkpoint``), else once
+    ``sync_period`` passed since the last sync (the first report syncs)."""
+    if fork:
+        keep(spec, node_id, iteration)
+    working_dir = spec.working_dir
+    if working_dir is None or not working_dir.upload:
+        return
+    last = _uploaded.get(working_dir.folder, -math.inf)
+    if (saved and working_dir.upload_at_checkpoints) or time.monotonic() - last >= working_dir.upload_period_s:
+        _upload(spec, ray_artifacts_folder())
+
+
 def leave(spec: BatchSpec, reached: int, upload: bool = True) -> None:
     """Back to the worker's own directory once the batch reached iteration
     ``reached``; ``upload``: its files go to the trial's folder where
-    ``SyncConfig(sync_artifacts=True)`` asks (a failure is logged, never the
-    batch's: its training is done). Its end was kept as the checkpoint the
-    plan needs there (`keep`)."""
+    ``SyncConfig(sync_artifacts=True)`` asks. Its end was kept as the
+    checkpoint the plan needs there (`reported`)."""
     global _current
     if not _changes_directory(spec):
         return
@@ -70,9 +89,19 @@ def leave(spec: BatchSpec, reached: int, upload: bool = True) -> None:
     artifacts = ray_artifacts_folder()
     working_dirs.leave(artifacts)
     _current = None
-    if upload and spec.working_dir.upload and spec.reported_storage is not None and reached > spec.start:
-        try:
-            storage = spec.reported_storage.storage
-            storage.upload_directory(os.path.join(artifacts, spec.working_dir.folder), spec.working_dir.trial_folder)
-        except Exception as error:  # each fsspec backend raises its own
-            logger.warning("the working directory of %r was not synced to storage: %s", spec.trial_name, error)
+    if upload and spec.working_dir.upload and reached > spec.start:
+        _upload(spec, artifacts)
+
+
+def _upload(spec: BatchSpec, artifacts: str) -> None:
+    """The folder's files into the trial's folder in storage; a failure is
+    logged, never the batch's (its training stands)."""
+    assert spec.working_dir is not None
+    if spec.reported_storage is None or not working_dirs.changes_directory():
+        return
+    _uploaded[spec.working_dir.folder] = time.monotonic()
+    try:
+        storage = spec.reported_storage.storage
+        storage.upload_directory(os.path.join(artifacts, spec.working_dir.folder), spec.working_dir.trial_folder)
+    except Exception as error:  # each fsspec backend raises its own
+        logger.warning("the working directory of %r was not synced to storage: %s", spec.trial_name, error)
