@@ -1,7 +1,7 @@
 """A stage worker in the working directory of its batch's trial, as Tune's
 trainable actor changes into its trial's (`execution.working_dirs`); with
 ``SyncConfig(sync_artifacts=True)`` the folder's files go to the trial's
-folder in storage when the batch ends, as Tune syncs them."""
+folder in storage when Tune's report would sync them, and as the batch ends."""
 
 from __future__ import annotations
 
