@@ -9,6 +9,7 @@ import json
 import os
 import tempfile
 import threading
+import time
 
 import pytest
 from ray import cloudpickle, tune
@@ -501,6 +502,27 @@ def test_trial_resources_filesystem_and_a_trial_without_results_read_as_in_tune(
     assert silent.metrics["trial_id"].endswith("_00001") and silent.metrics["pid"] != os.getpid()
     assert isinstance(grid.filesystem, pyarrow.fs.LocalFileSystem)
     assert grid.filesystem.get_file_info(grid.experiment_path).type == pyarrow.fs.FileType.Directory
+
+
+def sleeps_before_its_first_report(config):
+    time.sleep(60)
+    tune.report({"x": 1})
+
+
+@BOTH_TUNERS
+def test_a_trial_stopped_before_its_first_report_has_its_id_in_its_metrics(tmp_path, ray_session, tuner_class):
+    """A study's time budget ends before any result: each trial's
+    ``Result.metrics`` still name it (code that tables results by
+    ``trial_id`` read a KeyError)."""
+    grid = tuner_class(
+        sleeps_before_its_first_report,
+        param_space={"a": tune.grid_search([1, 2])},
+        tune_config=tune.TuneConfig(time_budget_s=2),
+        run_config=run_config(tmp_path, "budget"),
+    ).fit()
+    for result in grid:
+        assert result.metrics["trial_id"].endswith(("_00000", "_00001"))
+        assert result.metrics["config"] == {"a": result.config["a"]}
 
 
 # -- checkpoint folders named in the rows (Result.from_path) ---------------------

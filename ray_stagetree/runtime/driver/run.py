@@ -431,7 +431,8 @@ class StudyRun:
             error = None
             if summary.status == ERROR:
                 error = unpack_error(summary.error_pickle, summary.error, summary.name)
-            metrics = summary.returned_result or {"config": summary.shown_config}  # a trial that reported nothing
+            # A trial that reported nothing: Tune's last result of it holds its id whatever else it lacks.
+            metrics = summary.returned_result or {"trial_id": summary.trial_id, "config": summary.shown_config}
             results.append(
                 TrialResult(
                     rows,
