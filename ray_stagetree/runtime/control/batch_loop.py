@@ -360,7 +360,7 @@ class BatchLoop:
             handle = await self.store.handle(self.plan, source.node, source.iteration)
         owners = [node.study] if node.study is not None else list(self.studies.values())
         # Named after the trial that configured its deepest node (none for a stored plan's node).
-        named = {"experiment_name": self.spec.experiment_path.rstrip("/").rsplit("/", 1)[-1]}
+        named = {"experiment_name": self.spec.experiment_name}
         if node.study is not None:
             named = node.study.trial_context(node.trial_id)
         return BatchSpec(

@@ -188,6 +188,11 @@ class LoopSpec:
     trust_storage: bool = False  # RAY_STAGETREE_TRUST_STORAGE: read stored checkpoints that do not verify
     stall_warning_s: float = 60.0  # the progress names a batch's trials after this long without a report
 
+    @property
+    def experiment_name(self) -> str:
+        """The experiment folder's name (the last part of ``experiment_path``)."""
+        return self.experiment_path.rstrip("/").rsplit("/", 1)[-1]
+
 
 @dataclass
 class StudySpec:
@@ -258,7 +263,7 @@ class StudySpec:
         """The `BatchSpec` fields of the trial a batch is named after (``owner``,
         who configured its deepest node): a class trainable's ``trial_id`` /
         ``trial_name``, ``get_trial_dir()``, its working directory (`execution.working_dirs`)."""
-        experiment_name = self.loop.experiment_path.rstrip("/").rsplit("/", 1)[-1]
+        experiment_name = self.loop.experiment_name
         if owner is None:
             return {"experiment_name": experiment_name}
         local = is_local(self.loop.experiment_path, self.loop.storage_filesystem)

@@ -248,7 +248,7 @@ class StudyRun:
             reuse_objects=bool(tuner.tune_config.reuse_actors) and isinstance(tuner.trainable, type),
             trial_request=None if tuner.scaling is not None else trial_request(tuner.trainable),
             log_files=log_files(tuner.run_config.log_to_file),
-            working_dirs=f"{date_str()}/{posixpath.basename(self.experiment_path.rstrip('/'))}",
+            working_dirs=f"{date_str()}/{loop.experiment_name}",
             **_artifact_sync(tuner.run_config.sync_config),
             resume=resume,
             restore=restore,

@@ -108,7 +108,10 @@ def run_class(trainable_cls: type, context: StageContext) -> None:
                         instance = _create(trainable_cls, context)
                         _restore_from(instance, context)
         finally:
-            KEPT.keep(instance) if reuse and trained else _stop(instance)
+            if reuse and trained:
+                KEPT.keep(instance)
+            else:
+                _stop(instance)
     finally:
         activate(None)
 

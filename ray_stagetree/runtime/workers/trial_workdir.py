@@ -48,33 +48,28 @@ def enter(spec: BatchSpec, seed: bool = True) -> None:
         _current = working_dirs.enter(spec.working_dir, artifacts, None)
 
 
-def keep(spec: BatchSpec, node_id: int, iteration: int) -> None:
-    """Keep the folder's files as they are at ``iteration`` of node
-    ``node_id``, for the trials that fork there. A failure is logged,
-    never the batch's: a forking trial then starts with an empty folder."""
-    if not _changes_directory(spec):
-        return
-    assert spec.working_dir is not None
-    try:
-        working_dirs.keep(spec.working_dir, ray_artifacts_folder(), (node_id, iteration))
-    except OSError as error:  # a full disk
-        logger.warning("the files of %r's working directory were not kept: %s", spec.trial_name, error)
-
-
 def reported(spec: BatchSpec, node_id: int, iteration: int, fork: bool, saved: bool) -> None:
     """The batch reported ``iteration`` of node ``node_id``, with a checkpoint
-    (``saved``) or not: keep the files where trials ``fork``, and sync them
-    where ``SyncConfig(sync_artifacts=True)`` asks, as Tune's report does: at
-    each checkpoint (``sync_artifacts_on_checkpoint``), else once
-    ``sync_period`` passed since the last sync (the first report syncs)."""
-    if fork:
-        keep(spec, node_id, iteration)
-    working_dir = spec.working_dir
-    if working_dir is None or not working_dir.upload:
+    (``saved``) or not: keep the folder's files where trials ``fork`` (a
+    failure is logged, never the batch's: a forking trial then starts with
+    an empty folder), and sync them where ``SyncConfig(sync_artifacts=True)``
+    asks, as Tune's report does: at each checkpoint
+    (``sync_artifacts_on_checkpoint``), else once ``sync_period`` passed
+    since the last sync (the first report syncs)."""
+    if not _changes_directory(spec):
         return
+    working_dir = spec.working_dir
+    assert working_dir is not None
+    artifacts = ray_artifacts_folder()
+    if fork:
+        try:
+            working_dirs.keep(working_dir, artifacts, (node_id, iteration))
+        except OSError as error:  # a full disk
+            logger.warning("the files of %r's working directory were not kept: %s", spec.trial_name, error)
     last = _uploaded.get(working_dir.folder, -math.inf)
-    if (saved and working_dir.upload_at_checkpoints) or time.monotonic() - last >= working_dir.upload_period_s:
-        _upload(spec, ray_artifacts_folder())
+    due = (saved and working_dir.upload_at_checkpoints) or time.monotonic() - last >= working_dir.upload_period_s
+    if working_dir.upload and due:
+        _upload(spec, artifacts)
 
 
 def leave(spec: BatchSpec, reached: int, upload: bool = True) -> None:
@@ -97,7 +92,7 @@ def _upload(spec: BatchSpec, artifacts: str) -> None:
     """The folder's files into the trial's folder in storage; a failure is
     logged, never the batch's (its training stands)."""
     assert spec.working_dir is not None
-    if spec.reported_storage is None or not working_dirs.changes_directory():
+    if spec.reported_storage is None:
         return
     _uploaded[spec.working_dir.folder] = time.monotonic()
     try:
