@@ -60,16 +60,16 @@ def reported(spec: BatchSpec, node_id: int, iteration: int, fork: bool, saved: b
         return
     working_dir = spec.working_dir
     assert working_dir is not None
-    artifacts = ray_artifacts_folder()
     if fork:
         try:
-            working_dirs.keep(working_dir, artifacts, (node_id, iteration))
+            working_dirs.keep(working_dir, ray_artifacts_folder(), (node_id, iteration))
         except OSError as error:  # a full disk
             logger.warning("the files of %r's working directory were not kept: %s", spec.trial_name, error)
+    if not working_dir.upload:  # (most studies: no work at a report without a fork)
+        return
     last = _uploaded.get(working_dir.folder, -math.inf)
-    due = (saved and working_dir.upload_at_checkpoints) or time.monotonic() - last >= working_dir.upload_period_s
-    if working_dir.upload and due:
-        _upload(spec, artifacts)
+    if (saved and working_dir.upload_at_checkpoints) or time.monotonic() - last >= working_dir.upload_period_s:
+        _upload(spec, ray_artifacts_folder())
 
 
 def leave(spec: BatchSpec, reached: int, upload: bool = True) -> None:
