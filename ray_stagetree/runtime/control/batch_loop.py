@@ -689,7 +689,7 @@ def worker_pool(spec: LoopSpec, stop: Callable[[Any], None]) -> WorkerPool:
 
 
 async def _as_future(ref: Any) -> Any:
-    try:
-        return await ref
+    try:  # shielded: a snapshot's write (`CheckpointStore.write_state`) goes on when the loop stops waiting for it
+        return await asyncio.shield(ref)
     except Exception:  # surfaced by ray.get in complete / finish_write
         return None

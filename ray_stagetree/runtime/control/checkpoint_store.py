@@ -11,6 +11,7 @@ the only writer of those records: the store tells it what changed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import pickle
@@ -124,6 +125,14 @@ class StorageIO:
             return str(error), None
         return None, self.write_trial_checkpoint(study, folder, payload)
 
+    def delete(self, study: StudyStorage, stored: StoredCheckpoint) -> None:
+        """Delete a stored checkpoint no trial keeps any more. Storage that
+        refuses is logged, not raised: the plan has forgotten it already."""
+        try:
+            self._sealed(study).storage.delete(stored)
+        except OSError as error:
+            logger.warning("checkpoint %r was not removed: %s", stored.path, error)
+
     def write_state(self, study: StudyStorage, key: str, data: bytes) -> None:
         """A study snapshot, written atomically (see `runtime.control.experiment_state`)."""
         self._sealed(study).storage.write(key, data)
@@ -200,6 +209,8 @@ class CheckpointStore:
         # Kept in memory only: storage refused their durable copy. Written
         # again once a later write succeeds (storage is back).
         self.unstored: set[tuple[int, int]] = set()
+        # Out of the plan, their durable copies deleted once a snapshot without them landed (`write_state`).
+        self._discarded: list[StoredCheckpoint] = []
         self.io = io if io is not None else storage_io()
         #: What the `StorageIO` calls and the stage workers (the checkpoints a function reports,
         #: `execution.batches.BatchSpec`) write with.
@@ -207,8 +218,23 @@ class CheckpointStore:
         self._study = StudyStorage.of(self.sealed)
 
     def write_state(self, key: str, data: bytes) -> Any:
-        """Write a study snapshot (`StorageIO.write_state`); the call's reference."""
-        return self.io.write_state.remote(self._study, key, data)
+        """Write a study snapshot (`StorageIO.write_state`); the call's
+        reference, or, where checkpoints were discarded before it was taken,
+        a future that deletes their durable copies once it landed: until
+        then the snapshot a restore would continue from may name them."""
+        write = self.io.write_state.remote(self._study, key, data)
+        if not self._discarded:
+            return write
+        discarded, self._discarded = self._discarded, []
+        return asyncio.ensure_future(self._delete_after(write, discarded))
+
+    async def _delete_after(self, write: Any, discarded: list[StoredCheckpoint]) -> None:
+        try:
+            await write
+        except Exception:  # refused: the next snapshot deletes them
+            self._discarded += discarded
+            raise
+        await asyncio.gather(*(self.io.delete.remote(self._study, stored) for stored in discarded))
 
     @staticmethod
     def key(node_id: int, iteration: int) -> str:
@@ -238,6 +264,20 @@ class CheckpointStore:
             return False
         plan.record_checkpoint(node.node_id, iteration, info)
         return True
+
+    def discard(self, plan: SearchPlan, node: PlanNode, iteration: int) -> None:
+        """Remove a checkpoint no trial keeps any more (`checkpoint_retention`):
+        out of the plan and memory now, its durable copy deleted after the
+        next snapshot (`write_state`). One whose durable copy is being
+        written stays until asked again."""
+        point = (node.node_id, iteration)
+        info = node.checkpoints.get(iteration)
+        if info is None or any(written[:2] == point for written in self._writes.values()):
+            return
+        self._drop(plan, *point)
+        self.unstored.discard(point)
+        if info.path is not None:
+            self._discarded.append(self._stored(info))
 
     def in_memory(self, node: PlanNode, iteration: int) -> bool:
         """Whether the checkpoint has an in-memory copy (else only a durable one)."""

@@ -167,7 +167,9 @@ class StudyTrials:
         self.failures = Failures(spec.max_failures, spec.restore_retries, spec.fail_fast)
         self.feed = DriverFeed()  # what the driver hears at its next poll (`progress`)
         # The trials' checkpoints in their folders, and the driver told of them.
-        self.checkpoints = TrialCheckpoints(store, plan, self.feed, spec.export_each_checkpoint, spec.checkpoint_config)
+        self.checkpoints = TrialCheckpoints(
+            store, plan, self.feed, spec.export_each_checkpoint, spec.checkpoint_config, self.trials
+        )
         self.rows = ResultRows(
             spec.metric,
             metric_consumers(self.searcher(), self.host.scheduler),

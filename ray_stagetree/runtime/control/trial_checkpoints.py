@@ -1,20 +1,24 @@
 """A study's checkpoints in its trials' folders, and the driver told of
 them: each as it is registered where a callback acts on it (Tune's
 ``on_trial_save`` / ``on_checkpoint`` moments), the kept ones as each
-trial terminates and, for the others, at the study's end (`study_end`)."""
+trial terminates and, for the others, at the study's end (`study_end`);
+and, under ``num_to_keep``, those no trial keeps any more removed from
+storage as the trials go on (`checkpoint_retention`)."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ray.tune.result import SHOULD_CHECKPOINT
 
 from ray_stagetree.execution.retention import save_frequency, saves_at_end
-from ray_stagetree.planning.lifecycle import PAUSED, TERMINATED
+from ray_stagetree.planning.lifecycle import ENDED, PAUSED, TERMINATED
 from ray_stagetree.planning.plan import SearchPlan
+from ray_stagetree.runtime.control.checkpoint_retention import unkept_checkpoints
 from ray_stagetree.runtime.control.driver_feed import DriverFeed
 from ray_stagetree.runtime.control.study_end import TrialExport, export_kept_checkpoints, export_trial_checkpoints
 from ray_stagetree.runtime.control.trials import CHECKPOINT_DIR_NAME, TrialState, checkpoint_folder_name
@@ -26,14 +30,29 @@ class TrialCheckpoints:
 
     ``each``: a callback wants every checkpoint as it is registered
     (`StudySpec.export_each_checkpoint`); else only the kept ones are
-    written, at the end."""
+    written, at the end. ``trials``: the study's, by id."""
 
-    def __init__(self, store: Any, plan: SearchPlan, feed: DriverFeed, each: bool, checkpoint_config: Any) -> None:
+    def __init__(
+        self,
+        store: Any,
+        plan: SearchPlan,
+        feed: DriverFeed,
+        each: bool,
+        checkpoint_config: Any,
+        trials: Mapping[str, TrialState],
+    ) -> None:
         self._store = store
         self._plan = plan
         self._feed = feed
         self._each = each
         self._checkpoint_config = checkpoint_config
+        self._trials = trials
+        # num_to_keep: the checkpoints no trial keeps go, checked again once the trials
+        # still training have registered about one more each (`_sweep`).
+        self._retains = getattr(checkpoint_config, "num_to_keep", None) is not None
+        self._registered = 0
+        self._sweep_after = 1
+        self._exporting: collections.Counter[tuple[int, int]] = collections.Counter()  # being written (`each`)
         # Each trial's latest checkpoint being written as registered, which announces it after the ones before.
         self._writes: dict[str, asyncio.Future] = {}
         # The kept checkpoints of the trials that terminated, being written or written (`ended`).
@@ -45,6 +64,10 @@ class TrialCheckpoints:
         a shared stage's belongs to every trial it serves. Where a callback
         wants each, it is written into the trial's folder, numbered as Tune
         numbers them, and announced once written."""
+        if self._retains:
+            self._registered += 1
+            if self._registered >= self._sweep_after:
+                self._sweep()
         if iteration not in state.rows:  # not a result of its: it ended before, or the stage serves others there
             return
         if not state.shows_checkpoint(iteration):  # the runtime's own, where Tune would not have saved the trial
@@ -62,12 +85,25 @@ class TrialCheckpoints:
         self, state: TrialState, node: Any, iteration: int, folder: str, earlier: asyncio.Future | None
     ) -> None:
         """Write the checkpoint; announce it after the trial's earlier ones, in the order they were registered."""
-        path = await self._store.export(self._plan, node, iteration, folder)
+        self._exporting[node.node_id, iteration] += 1
+        try:
+            path = await self._store.export(self._plan, node, iteration, folder)
+        finally:
+            self._exporting -= collections.Counter({(node.node_id, iteration): 1})
         if earlier is not None:
             await earlier
         if isinstance(path, str):  # None: lost meanwhile; WriteFailed: the study's end writes it again
             state.announced_checkpoints |= {path}
             self._feed.event("checkpoint", state, path=path, iteration=iteration)
+
+    def _sweep(self) -> None:
+        """Remove the checkpoints no trial keeps any more (`checkpoint_retention`),
+        but for those being written into a trial's folder: the next sweep asks again."""
+        for node, iteration in unkept_checkpoints(self._trials, self._plan, self._checkpoint_config):
+            if (node.node_id, iteration) not in self._exporting:
+                self._store.discard(self._plan, node, iteration)
+        self._registered = 0
+        self._sweep_after = max(1, sum(state.status not in ENDED for state in self._trials.values()))
 
     def decided(self, state: TrialState, iteration: int, row: dict[str, Any], population: Any) -> None:
         """Where Tune saves a class trainable after this result (`TrialState.tune_saves`):
@@ -128,6 +164,8 @@ class TrialCheckpoints:
             if state.trial_id not in exports or not exports[state.trial_id].still_kept(state, self._checkpoint_config)
         ]
         unwritten = await export_kept_checkpoints(again, *self._export_calls(), self._checkpoint_config)
+        if self._retains:
+            self._sweep()  # their copies go with the study's last snapshot
         for state in trials:
             if state.checkpoints and state.checkpoints[-1][0] not in state.announced_checkpoints:
                 self._feed.event("checkpoint", state, path=state.checkpoints[-1][0])

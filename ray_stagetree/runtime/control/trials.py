@@ -120,13 +120,19 @@ class TrialState(Trial):
     # -- its checkpoints, at the end of the study
 
     def path_checkpoints(self) -> list[tuple[Any, int]]:
-        """(node, iteration) of the plan's checkpoints on the paths an ended
-        trial (finished or errored) trained on, up to its last iteration,
-        oldest first, those Tune would have saved (`shows_checkpoint`); none
-        for the others. Before a PBT exploit they are its
+        """`trained_checkpoints` of an ended trial (finished or errored); none
+        for the others."""
+        if self.status not in (TERMINATED, ERROR):
+            return []
+        return self.trained_checkpoints()
+
+    def trained_checkpoints(self) -> list[tuple[Any, int]]:
+        """(node, iteration) of the plan's checkpoints on the paths the trial
+        trained on, up to its last result, oldest first, those Tune would
+        have saved (`shows_checkpoint`). Before a PBT exploit they are its
         own, as its results are (as under Tune), not the source's it forked from;
         where it trained an iteration again after an exploit, the later one."""
-        if self.status not in (TERMINATED, ERROR) or not self.rows:
+        if not self.rows:
             return []
         points = []
         for node, start, stop in [*self.earlier_paths, (self.node, self.forked_at, max(self.rows))]:

@@ -67,6 +67,10 @@ class StudyFolderStore:
     def remove_other_checkpoints(self, trial_dir: str, keep: list[str]) -> Any:
         return self._store.remove_other_checkpoints(f"{self._folder}/{trial_dir}", keep)
 
+    def discard(self, plan: SearchPlan, node: Any, iteration: int) -> None:
+        """Keep it: a plan service's checkpoints serve the studies to come,
+        whatever one study's ``num_to_keep`` says."""
+
 
 class SharedPlan(BatchLoop):
     """The plan, store and workers of one trainable identity in a plan service.

@@ -62,6 +62,7 @@ def test_a_class_trainables_trial_shows_the_checkpoints_tune_saves_of_it():
         SimpleNamespace(),
         each=True,  # nothing written as it is registered, nor exported: the rule alone
         checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2),
+        trials={},
     )
     state = finished("a", node(0, [1, 2, 3, 4, 5, 6]), last=6, status=RUNNING)
     state.tune_saves = frozenset()
@@ -230,7 +231,9 @@ async def settle() -> None:
 
 def _trial_checkpoints(store: FakeStore) -> TrialCheckpoints:
     feed = SimpleNamespace(event=lambda *args, **kwargs: None)
-    return TrialCheckpoints(store, plan=None, feed=feed, each=False, checkpoint_config=tune.CheckpointConfig())
+    return TrialCheckpoints(
+        store, plan=None, feed=feed, each=False, checkpoint_config=tune.CheckpointConfig(), trials={}
+    )
 
 
 def test_a_terminated_trials_checkpoints_are_written_then_not_at_the_studys_end():

@@ -302,6 +302,23 @@ def test_num_to_keep_keeps_the_best_checkpoints_a_function_reported(tmp_path, ra
     assert checkpointed_step(result.checkpoint) == 9
 
 
+def test_num_to_keep_bounds_the_stored_checkpoints_to_those_the_trials_keep(tmp_path, ray_session):
+    """Each checkpoint a function reports is stored as it reports it; under
+    num_to_keep those no trial keeps go, where trials shared them too, so
+    the study's storage holds what Tune's trial folders would, not every
+    report. The results, and a restore of the finished study, are Tune's."""
+    space = {"lr": tune.grid_search([MultiStep(0.1, [3], 0.5), MultiStep(0.1, [3], 0.2)]), "interval": 1}
+    config = tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="score", checkpoint_score_order="max")
+    grid = fit(tmp_path, "bounded", checkpoints_every_report, config, space=space)
+    stored = os.path.join(str(tmp_path), "bounded", "checkpoints")
+    # Each trial's best two (4.2 peaks between 4 and 5) and its latest, on its own path: the shared 1..3 went.
+    assert len(os.listdir(stored)) == 2 * 3
+    for result in [*grid, *Tuner.restore(os.path.join(str(tmp_path), "bounded"), checkpoints_every_report).fit()]:
+        assert result.error is None and folder_numbers(result) == [3, 4, 8]
+        assert [checkpointed_step(checkpoint) for checkpoint, _ in result.best_checkpoints] == [5, 4]
+        assert checkpointed_step(result.checkpoint) == 9
+
+
 def test_every_reported_checkpoint_is_listed_up_to_num_to_keep(tmp_path, ray_session):
     config = tune.CheckpointConfig(num_to_keep=6)
     (result,) = fit(
@@ -511,7 +528,7 @@ def accumulate(config):
             tune.report({"score": x}, checkpoint=tune.Checkpoint.from_directory(path))
 
 
-@pytest.mark.parametrize("num_to_keep", [None, 20])
+@pytest.mark.parametrize("num_to_keep", [None, 20, 1])
 def test_an_exploited_trial_keeps_its_own_checkpoints_from_before_the_exploit(tmp_path, ray_session, num_to_keep):
     """As under Tune, a trial PBT exploits keeps the checkpoints it saved
     itself before the exploit, each beside its own result there (they were
@@ -542,7 +559,10 @@ def test_an_exploited_trial_keeps_its_own_checkpoints_from_before_the_exploit(tm
             with open(os.path.join(checkpoint.path, "x.json")) as file:
                 x, iteration = json.load(file)
             assert (iteration, x) == (metrics["training_iteration"], pytest.approx(metrics["score"]))
-    if num_to_keep is not None:  # every report stored: the exploited trials' own from before the fork too
+    if num_to_keep == 1:  # the best and the latest of each, nothing else stored (the exploits' sources went too)
+        assert all(len(result.best_checkpoints) == 1 for result in grid)
+        assert len(os.listdir(os.path.join(grid.experiment_path, "checkpoints"))) <= 2 * len(grid)
+    if num_to_keep == 20:  # every report stored: the exploited trials' own from before the fork too
         for result in exploited:
             fork = result.metrics["config_schedule"]["lr"].milestones[0]
             assert any(metrics["training_iteration"] <= fork for _, metrics in result.best_checkpoints)
