@@ -18,6 +18,7 @@ left.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,17 +34,40 @@ def unkept_checkpoints(
     (a study's, by id) keeps under ``checkpoint_config`` and none will start
     from again: those on their paths, and those of paths a PBT exploit left."""
     kept: set[tuple[int, int]] = set()
-    latest: dict[str, int] = {}
+    latest: dict[str, int] = {}  # each trial's latest checkpoint: where it would go on from
     for state in trials.values():
         points = state.trained_checkpoints()
         iterations = [at for _, at in points]
         keeps = set(kept_checkpoints(iterations, state.checkpoint_metrics, checkpoint_config)[0])
         kept.update((node.node_id, at) for node, at in points if at in keeps)
         latest[state.trial_id] = iterations[-1] if iterations else 0
-    return [
-        (node, at)
-        for node in plan.nodes
-        for at in node.checkpoints
-        if (node.node_id, at) not in kept
-        and all(latest.get(trial_id, 0) > at for trial_id in plan.trials_through(node, at))
-    ]
+    below = _earliest_below(plan, latest)
+    unkept = []
+    for node in plan.nodes:
+        for at in node.checkpoints:
+            if (node.node_id, at) in kept:
+                continue
+            # Where the trials through (node, at) go on from (`SearchPlan.trials_through`): those
+            # on the node asking past it, and those under the children that fork at or after it.
+            through = [latest.get(t, 0) for t in node.trials if plan.trials[t].request.iteration >= at]
+            through += [below[child.node_id] for child in node.children.values() if child.fork_iteration >= at]
+            if min(through, default=math.inf) > at:
+                unkept.append((node, at))
+    return unkept
+
+
+def _earliest_below(plan: SearchPlan, latest: Mapping[str, int]) -> dict[int, float]:
+    """For each node, the earliest point any trial of its subtree would go
+    on from (0 for a trial not among ``latest``; infinity for none)."""
+    order, stack = [], list(plan.roots)
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(node.children.values())
+    below: dict[int, float] = {}
+    for node in reversed(order):  # children before their parents
+        below[node.node_id] = min(
+            [latest.get(t, 0) for t in node.trials] + [below[child.node_id] for child in node.children.values()],
+            default=math.inf,
+        )
+    return below

@@ -110,12 +110,15 @@ class TrialState(Trial):
         """The folder names of its checkpoints at ``iterations`` (those on
         its path, oldest first): those its rows name (a function trainable's,
         numbered among every checkpoint it reported, as Tune numbers them),
-        else their positions among these (a class trainable's, a study
-        restored from before rows named them)."""
+        else a class trainable's position among the saves Tune makes of it
+        (`tune_saves`: some may have gone under ``num_to_keep``), else their
+        positions among these (a study restored from before rows named them)."""
         named = [self.rows.get(iteration, {}).get(CHECKPOINT_DIR_NAME) for iteration in iterations]
         if all(named):
             return named
-        return [checkpoint_folder_name(index) for index in range(len(iterations))]
+        saves = sorted(self.tune_saves | set(iterations)) if self.tune_saves is not None else iterations
+        position = {iteration: index for index, iteration in enumerate(saves)}
+        return [checkpoint_folder_name(position[iteration]) for iteration in iterations]
 
     # -- its checkpoints, at the end of the study
 
