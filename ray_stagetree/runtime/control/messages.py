@@ -71,6 +71,10 @@ class CallbackAnswer(NamedTuple):
     asked: list[tuple[str, int]]
 
 
+#: The key of the rows of a trial PBT changed that holds its config with PBT's schedules as
+#: sequences (`shown_config`); the driver's TensorBoard logger leaves it out, as it does the config.
+SCHEDULE_KEY = "config_schedule"
+
 #: The key of a row at an iteration the trial reported before (`StudyTrials`): a failed trial's retry
 #: reports it again, and so does a PBT trial its exploit took back to an earlier checkpoint. The
 #: driver logs it, where it skips rows it has logged, and takes the key out.

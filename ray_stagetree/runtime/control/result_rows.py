@@ -18,7 +18,7 @@ import numpy as np
 from ray.tune.result import DEBUG_METRICS, DEFAULT_METRIC, SHOULD_CHECKPOINT
 
 from ray_stagetree.execution.batches import REPORTED_CHECKPOINT
-from ray_stagetree.runtime.control.shown_config import SCHEDULE_KEY
+from ray_stagetree.runtime.control.messages import SCHEDULE_KEY
 from ray_stagetree.runtime.control.trials import CHECKPOINT_DIR_NAME, TrialState
 from ray_stagetree.trial_schedulers.ray_fields import searcher_metric
 

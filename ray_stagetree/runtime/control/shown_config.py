@@ -6,7 +6,7 @@ sequences as the objects given) and, under PBT, the values in force at that
 result: a value the user gave plain and PBT explored is the value it had at
 that iteration, not the schedule the plan records for it. The schedule
 (PBT's discovered ``Concat``, replayable as a ``param_space``) is shown
-beside it, under `SCHEDULE_KEY`, on the rows of trials PBT changed.
+beside it, under `messages.SCHEDULE_KEY`, on the rows of trials PBT changed.
 """
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ import numpy as np
 
 from ray_stagetree.planning.config import TrialConfig, replaced, split_path
 from ray_stagetree.sequences import Sequence
-
-#: The result key of the trial's config with PBT's schedules as sequences.
-SCHEDULE_KEY = "config_schedule"
 
 
 def _at(config: dict[str, Any], path: str) -> Any:

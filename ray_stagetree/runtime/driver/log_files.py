@@ -40,6 +40,7 @@ from ray.tune.logger.tensorboardx import VALID_SUMMARY_TYPES
 from ray.tune.result import TIME_TOTAL_S, TIMESTEPS_TOTAL, TRAINING_ITERATION
 from ray.tune.utils import flatten_dict
 
+from ray_stagetree.runtime.control.messages import SCHEDULE_KEY
 from ray_stagetree.trial_schedulers.ray_fields import json_encoder_class
 
 #: Tune's encoder of result.json lines, looked up once: a line is written at every result.
@@ -112,6 +113,8 @@ class TBXLogger(TBXLoggerCallback):
         own path."""
         if trial not in self._trial_writer:
             self.log_trial_start(trial)
+        if SCHEDULE_KEY in result:  # PBT's schedules: the config, which TensorBoard leaves out (the others log it)
+            result = {key: value for key, value in result.items() if key != SCHEDULE_KEY}
         kept = {key: value for key, value in result.items() if key not in _NOT_IN_TENSORBOARD}
         flat = flatten_dict(kept, delimiter="/") if any(isinstance(value, dict) for value in kept.values()) else kept
         if any(isinstance(value, (list, np.ndarray)) for value in flat.values()):

@@ -711,3 +711,29 @@ def test_the_batched_tensorboard_logger_writes_the_scalars_tunes_writes(tmp_path
     assert "ray/tune/nested/deeper/b" in scalars["ours"] and "ray/tune/nan" not in scalars["ours"]
     assert [step for step, _ in scalars["ours"]["ray/tune/loss"]] == [1, 40]  # timesteps_total when given
     assert kept["ours"] == kept["tune"]
+
+
+@pytest.mark.parametrize("histogram", [False, True])
+def test_tensorboard_leaves_out_pbts_schedules_as_it_leaves_out_the_config(tmp_path, caplog, histogram):
+    """A trial PBT changed has its schedules in its rows (config_schedule): the
+    config, which Tune's TensorBoard logger leaves out. Logged, its nested
+    lists (a schedule's parts) made Ray warn of an invalid value once per
+    run; the other loggers still have it."""
+    from ray.util.debug import reset_log_once
+
+    from ray_stagetree.runtime.driver.log_files import TBXLogger
+    from ray_stagetree.runtime.driver.log_thread import LoggedTrial
+
+    schedule = {"lr": {"family": "Concat", "parts": [{"family": "Constant", "init": 0.4}], "milestones": [2]}}
+    result = {"training_iteration": 1, "loss": 0.5, "config_schedule": schedule, "config": CONFIG}
+    if histogram:
+        result["hist"] = [1.0, 2.0]
+    logger = TBXLogger()
+    trial = LoggedTrial("t", "t", str(tmp_path), lambda: None)
+    trial.config = {"lr": 0.1}
+    reset_log_once("invalid_tbx_value")
+    logger.log_trial_result(1, trial, result)
+    logger._trial_writer[trial].close()
+    assert "invalid value" not in caplog.text
+    assert set(tensorboard_scalars(tmp_path)) == {"ray/tune/loss"} | ({"ray/tune/hist"} if histogram else set())
+    assert result["config_schedule"] is schedule
