@@ -120,7 +120,7 @@ class TrialState(Trial):
         position = {iteration: index for index, iteration in enumerate(saves)}
         return [checkpoint_folder_name(position[iteration]) for iteration in iterations]
 
-    # -- its checkpoints, at the end of the study
+    # -- its checkpoints
 
     def path_checkpoints(self) -> list[tuple[Any, int]]:
         """`trained_checkpoints` of an ended trial (finished or errored); none
