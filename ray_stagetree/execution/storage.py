@@ -282,6 +282,20 @@ class CheckpointStorage:
                 removed.append(name)
         return removed
 
+    def remove_files(self, key: str, keep: Iterable[str]) -> list[str]:
+        """Remove the files directly under ``<storage_path>/<key>`` not named
+        in ``keep``; returns the names removed (none when ``key`` does not exist)."""
+        target, keep = self.path(key), set(keep)
+        try:
+            entries = self.filesystem.ls(target, detail=True)
+        except FileNotFoundError:
+            return []
+        names = [posixpath.basename(entry["name"]) for entry in entries if entry["type"] == "file"]
+        removed = [name for name in names if name not in keep]
+        for name in removed:
+            self.filesystem.rm_file(f"{target}/{name}")
+        return removed
+
     def delete(self, stored: StoredCheckpoint) -> None:
         """Delete the file of ``stored``; a file already gone is not an error."""
         try:

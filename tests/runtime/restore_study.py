@@ -104,6 +104,7 @@ def build_tuner(
     fail_flag: str | None = None,
     interrupt: dict | None = None,
     hold: dict | None = None,
+    checkpoint_config: tune.CheckpointConfig | None = None,
     **tune_config,
 ) -> Tuner:
     return Tuner(
@@ -111,7 +112,11 @@ def build_tuner(
         param_space=param_space(fail_at, fail_flag, interrupt, hold),
         tune_config=tune.TuneConfig(metric="x", mode="max", **tune_config),
         run_config=tune.RunConfig(
-            name=name, storage_path=storage_path, stop={"training_iteration": HORIZON}, verbose=0
+            name=name,
+            storage_path=storage_path,
+            stop={"training_iteration": HORIZON},
+            checkpoint_config=checkpoint_config,
+            verbose=0,
         ),
     )
 

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import pickle
+import posixpath
 import tempfile
 import threading
 from collections import OrderedDict
@@ -38,6 +39,8 @@ from ray_stagetree.runtime.workers.remote import remote_once
 logger = logging.getLogger(__name__)
 
 
+#: The folder of a study's stored checkpoints, in its experiment directory.
+CHECKPOINTS = "checkpoints"
 #: Storage calls in flight at once: enough to overlap file-system latency.
 IO_THREADS = 4
 #: The studies' storages a `StorageIO` keeps unpickled: its controller's
@@ -132,6 +135,16 @@ class StorageIO:
             self._sealed(study).storage.delete(stored)
         except OSError as error:
             logger.warning("checkpoint %r was not removed: %s", stored.path, error)
+
+    def remove_unreferenced(self, study: StudyStorage, keep: list[str]) -> int:
+        """Remove the files in the study's ``checkpoints/`` not named in
+        ``keep`` (the restored plan's); how many. Storage that refuses is
+        logged: they are only disk."""
+        try:
+            return len(self._sealed(study).storage.remove_files(CHECKPOINTS, keep))
+        except OSError as error:
+            logger.warning("checkpoints no study names were not removed: %s", error)
+            return 0
 
     def write_state(self, study: StudyStorage, key: str, data: bytes) -> None:
         """A study snapshot, written atomically (see `runtime.control.experiment_state`)."""
@@ -239,7 +252,17 @@ class CheckpointStore:
     @staticmethod
     def key(node_id: int, iteration: int) -> str:
         # "step": the name stored checkpoints had before the vocabulary rename; plans point at them.
-        return f"checkpoints/node{node_id:06d}_step{iteration:07d}.ckpt"
+        return f"{CHECKPOINTS}/node{node_id:06d}_step{iteration:07d}.ckpt"
+
+    async def remove_unreferenced(self, plan: SearchPlan) -> None:
+        """A restored study's start: remove the stored checkpoints its plan
+        does not name, which the run it continues left behind (reported
+        after its last snapshot, or discarded before their deletion), so
+        that they do not stay for good."""
+        keep = [posixpath.basename(info.path) for node in plan.nodes for info in node.checkpoints.values() if info.path]
+        removed = await self.io.remove_unreferenced.remote(self._study, keep)
+        if removed:
+            logger.info("removed %d stored checkpoints the restored study does not name", removed)
 
     def add(self, plan: SearchPlan, node: PlanNode, iteration: int, ref: Any, size_bytes: int) -> None:
         """Register a worker's checkpoint (its metrics up to ``iteration`` are in

@@ -110,6 +110,7 @@ class StudyController(BatchLoop):
             # run them in admission order, as Tune runs them (issue 31).
             self.policy.admission_order()
         self.add_study(self.study)
+        self._restored = restore is not None
         if restore is not None:
             self.study.restore(restore)
             self.iterations, self.worker_seconds = self.study.iterations, self.study.worker_seconds
@@ -120,6 +121,8 @@ class StudyController(BatchLoop):
         kept controller (`begin`) the study is built before its workers are
         even asked for, and their start is in the budget as in Tune's, not
         more."""
+        if self._restored:  # before anything of this run is stored
+            await self.store.remove_unreferenced(self.plan)
         self.study.budget.start()
         await super().run(workers)
 

@@ -94,6 +94,29 @@ def test_an_interrupted_study_restores_to_the_uninterrupted_results(tmp_path, st
     assert resumed, "training went on from stored checkpoints, not from scratch"
 
 
+def test_an_interrupted_study_under_num_to_keep_restores_to_the_uninterrupted_results(tmp_path, reference):
+    """Under num_to_keep the checkpoints no trial keeps go while the study
+    runs (their copies once a snapshot no longer names them): interrupted
+    part way, the study goes on from the ones its snapshot kept, to the
+    same results, and ends holding only what its trials keep, the stored
+    checkpoints its snapshot does not name removed."""
+    flag = tmp_path / "interrupt"
+    flag.touch()
+    interrupt = {"at": 6, "pid": os.getpid(), "flag": str(flag)}
+    keep_one = tune.CheckpointConfig(num_to_keep=1)
+    before = build_tuner(str(tmp_path), "kept", interrupt=interrupt, checkpoint_config=keep_one).fit()
+    assert not all(result.metrics.get("done") for result in before), "fit() returned at the interruption"
+    # What the interrupted run stored and its snapshot does not name (reported after it): no restore reads it.
+    orphan = os.path.join(before.experiment_path, "checkpoints", "node000099_step0000001.batch9.ckpt")
+    open(orphan, "wb").close()
+    restored = Tuner.restore(before.experiment_path, accumulate).fit()
+    assert not os.path.exists(orphan)
+    assert {k: trial["x"] for k, trial in summary(restored).items()} == {k: t["x"] for k, t in reference.items()}
+    resumed = [row for result in restored for row in result.metrics_dataframe["resumed_from"].tolist() if row > 0]
+    assert resumed, "training went on from stored checkpoints, not from scratch"
+    assert len(os.listdir(os.path.join(before.experiment_path, "checkpoints"))) <= len(restored)
+
+
 def test_a_study_stored_before_the_vocabulary_rename_restores(tmp_path, ray_session):
     """`tests/fixtures/make_pre_vocabulary.py` interrupted this study with the
     code before the vocabulary rename: its snapshot, saved plan and sealed
