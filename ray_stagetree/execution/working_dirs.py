@@ -10,7 +10,7 @@ shared starts from what that stage left: the files are kept where trials
 fork (``stage_ends/<node and iteration>``: at each checkpoint the plan
 needs and at each batch's end), and a trial folder that does not exist yet
 on the node is seeded from the point its batch starts at, if it was kept there.
-Tune's ``RAY_CHDIR_TO_TRIAL_DIR=0`` keeps the workers where they are.
+The kept files go when the study ends, leaving Tune's layout. Tune's ``RAY_CHDIR_TO_TRIAL_DIR=0`` keeps the workers where they are.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class WorkingDir:
         return f"{self.root}/working_dirs/{self.trial_folder}"
 
     def stage_end(self, node_id: int, iteration: int) -> str:
-        """Where the files are kept as they were at ``iteration`` of node ``node_id``."""
+        """Where the files are kept as they were at ``iteration`` of node ``node_id`` (`drop_kept` removes them)."""
         return f"{self.root}/stage_ends/node{node_id:06d}_step{iteration:07d}"
 
 
@@ -85,6 +85,12 @@ def keep(working_dir: WorkingDir, artifacts: str, point: tuple[int, int]) -> Non
         kept = os.path.join(artifacts, working_dir.stage_end(*point))
         shutil.rmtree(kept, ignore_errors=True)  # a retried batch's replaces the failed attempt's
         shutil.copytree(folder, kept, symlinks=True)
+
+
+def drop_kept(root: str, artifacts: str) -> None:
+    """Remove the files kept where trials forked in the study at ``root``
+    (`WorkingDir.root`): once it is over, none starts there again."""
+    shutil.rmtree(os.path.join(artifacts, root, "stage_ends"), ignore_errors=True)
 
 
 def leave(artifacts: str) -> None:

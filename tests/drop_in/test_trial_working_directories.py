@@ -72,6 +72,9 @@ def test_each_trial_writes_relative_files_in_its_own_working_directory(tmp_path,
         )
     assert len({result.metrics["cwd"] for result in grid}) == len(LRS)
     assert not (tmp_path / "log.txt").exists()
+    # The files kept where trials forked went with the study: Tune's layout is left, its folders' files.
+    study_folder = os.path.dirname(os.path.dirname(grid[0].metrics["cwd"]))
+    assert sorted(os.listdir(study_folder)) == ["working_dirs"]
 
 
 def test_without_sync_artifacts_the_trial_folders_get_no_working_files(tmp_path, ray_session):

@@ -20,6 +20,8 @@ logger = logging.getLogger(__name__)
 _current: str | None = None
 #: When this process last synced each trial folder to storage (`time.monotonic`), by folder.
 _uploaded: dict[str, float] = {}
+#: The studies (`WorkingDir.root`) this process kept files of where trials fork: removed at `close`.
+_kept_roots: set[str] = set()
 
 
 def current() -> str | None:
@@ -61,6 +63,7 @@ def reported(spec: BatchSpec, node_id: int, iteration: int, fork: bool, saved: b
     working_dir = spec.working_dir
     assert working_dir is not None
     if fork:
+        _kept_roots.add(working_dir.root)
         try:
             working_dirs.keep(working_dir, ray_artifacts_folder(), (node_id, iteration))
         except OSError as error:  # a full disk
@@ -86,6 +89,16 @@ def leave(spec: BatchSpec, reached: int, upload: bool = True) -> None:
     _current = None
     if upload and spec.working_dir.upload and reached > spec.start:
         _upload(spec, artifacts)
+
+
+def close() -> None:
+    """The study is over: the files kept where its trials forked go (its
+    trials' own folders stay, as Tune's do)."""
+    if _kept_roots:
+        artifacts = ray_artifacts_folder()
+        for root in _kept_roots:
+            working_dirs.drop_kept(root, artifacts)
+        _kept_roots.clear()
 
 
 def _upload(spec: BatchSpec, artifacts: str) -> None:

@@ -402,7 +402,8 @@ class StageWorker:
     def close(self) -> None:
         """The study is over: end the parked trainables (their cleanup runs,
         for up to `CLOSE_WAIT_S` in all), remove this process's temporary
-        folders (`scratch`) and let go of its ``with_parameters`` objects;
+        folders (`scratch`) and the working files it kept where trials
+        forked (`trial_workdir.close`), and let go of its ``with_parameters`` objects;
         the controller kills the worker next, or the driver keeps it for its
         next study (`serve`)."""
         parked, self._parked = list(self._parked.values()), {}
@@ -416,6 +417,7 @@ class StageWorker:
             self.shed_group()
         KEPT.release()  # the objects kept for reuse_actors: their cleanup runs
         scratch.remove()
+        trial_workdir.close()
         parameters.drop_resident()
 
     def shed_group(self) -> None:
