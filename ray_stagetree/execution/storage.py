@@ -269,6 +269,14 @@ class CheckpointStorage:
         """Remove the folders directly under ``<storage_path>/<key>`` whose
         names start with ``prefix``, except those named in ``keep``; returns
         the names removed (none when ``key`` does not exist)."""
+        return self._remove_entries(key, "directory", prefix, keep)
+
+    def remove_files(self, key: str, keep: Iterable[str]) -> list[str]:
+        """Remove the files directly under ``<storage_path>/<key>`` not named
+        in ``keep``; returns the names removed (none when ``key`` does not exist)."""
+        return self._remove_entries(key, "file", "", keep)
+
+    def _remove_entries(self, key: str, kind: str, prefix: str, keep: Iterable[str]) -> list[str]:
         target, keep = self.path(key), set(keep)
         try:
             entries = self.filesystem.ls(target, detail=True)
@@ -277,23 +285,9 @@ class CheckpointStorage:
         removed = []
         for entry in entries:
             name = posixpath.basename(entry["name"].rstrip("/"))
-            if entry["type"] == "directory" and name.startswith(prefix) and name not in keep:
-                self.filesystem.rm(f"{target}/{name}", recursive=True)
+            if entry["type"] == kind and name.startswith(prefix) and name not in keep:
+                self.filesystem.rm(f"{target}/{name}", recursive=kind == "directory")
                 removed.append(name)
-        return removed
-
-    def remove_files(self, key: str, keep: Iterable[str]) -> list[str]:
-        """Remove the files directly under ``<storage_path>/<key>`` not named
-        in ``keep``; returns the names removed (none when ``key`` does not exist)."""
-        target, keep = self.path(key), set(keep)
-        try:
-            entries = self.filesystem.ls(target, detail=True)
-        except FileNotFoundError:
-            return []
-        names = [posixpath.basename(entry["name"]) for entry in entries if entry["type"] == "file"]
-        removed = [name for name in names if name not in keep]
-        for name in removed:
-            self.filesystem.rm_file(f"{target}/{name}")
         return removed
 
     def delete(self, stored: StoredCheckpoint) -> None:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 CHDIR_VARIABLE = "RAY_CHDIR_TO_TRIAL_DIR"
 #: Where the driver's directory is kept for trainables (``ray.tune.Trainable``'s name for it).
 ORIGINAL_DIR_VARIABLE = "TUNE_ORIG_WORKING_DIR"
+#: The study's folder of the files kept where trials fork.
+STAGE_ENDS = "stage_ends"
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class WorkingDir:
 
     def stage_end(self, node_id: int, iteration: int) -> str:
         """Where the files are kept as they were at ``iteration`` of node ``node_id`` (`drop_kept` removes them)."""
-        return f"{self.root}/stage_ends/node{node_id:06d}_step{iteration:07d}"
+        return f"{self.root}/{STAGE_ENDS}/node{node_id:06d}_step{iteration:07d}"
 
 
 def changes_directory() -> bool:
@@ -90,7 +92,7 @@ def keep(working_dir: WorkingDir, artifacts: str, point: tuple[int, int]) -> Non
 def drop_kept(root: str, artifacts: str) -> None:
     """Remove the files kept where trials forked in the study at ``root``
     (`WorkingDir.root`): once it is over, none starts there again."""
-    shutil.rmtree(os.path.join(artifacts, root, "stage_ends"), ignore_errors=True)
+    shutil.rmtree(os.path.join(artifacts, root, STAGE_ENDS), ignore_errors=True)
 
 
 def leave(artifacts: str) -> None:
